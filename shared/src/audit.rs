@@ -1,0 +1,313 @@
+//! The append-only audit table `events`: every status change and decision, each row
+//! carrying the hash of the one before, so an edited or deleted row shows.
+
+use crate::db::Result;
+use crate::time;
+use rusqlite::{Connection, OptionalExtension, Transaction, params};
+use serde::Serialize;
+use sha2::{Digest, Sha256};
+
+/// The `prev_hash` of the first row.
+pub const GENESIS: &str = "0000000000000000000000000000000000000000000000000000000000000000";
+
+/// One audit row.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct AuditRow {
+    pub id: i64,
+    pub at: String,
+    pub event: String,
+    pub tool_run_id: Option<String>,
+    pub approval_id: Option<String>,
+    pub actor: String,
+    pub data: String,
+    pub prev_hash: String,
+    pub hash: String,
+}
+
+/// What is appended: the row without id and hashes.
+#[derive(Debug, Clone)]
+pub struct AuditEntry<'a> {
+    pub event: &'a str,
+    pub tool_run_id: Option<&'a str>,
+    pub approval_id: Option<&'a str>,
+    pub actor: &'a str,
+    pub data: serde_json::Value,
+}
+
+/// Appends an entry inside the caller's write transaction; returns its id.
+pub fn append(tx: &Transaction<'_>, entry: &AuditEntry<'_>) -> Result<i64> {
+    let prev: String = tx
+        .query_row(
+            "SELECT hash FROM events ORDER BY id DESC LIMIT 1",
+            [],
+            |r| r.get(0),
+        )
+        .optional()?
+        .unwrap_or_else(|| GENESIS.to_owned());
+    let at = time::now_rfc3339();
+    let data = entry.data.to_string();
+    let hash = chain_hash(
+        &prev,
+        &at,
+        entry.event,
+        entry.tool_run_id,
+        entry.approval_id,
+        entry.actor,
+        &data,
+    );
+    tx.execute(
+        "INSERT INTO events (at, event, tool_run_id, approval_id, actor, data, prev_hash, hash)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+        params![
+            at,
+            entry.event,
+            entry.tool_run_id,
+            entry.approval_id,
+            entry.actor,
+            data,
+            prev,
+            hash
+        ],
+    )?;
+    Ok(tx.last_insert_rowid())
+}
+
+/// The hash of one row: SHA-256 over the previous hash and every field, each
+/// length-prefixed so that no two different rows can encode alike.
+pub fn chain_hash(
+    prev: &str,
+    at: &str,
+    event: &str,
+    tool_run_id: Option<&str>,
+    approval_id: Option<&str>,
+    actor: &str,
+    data: &str,
+) -> String {
+    let mut h = Sha256::new();
+    for field in [
+        Some(prev),
+        Some(at),
+        Some(event),
+        tool_run_id,
+        approval_id,
+        Some(actor),
+        Some(data),
+    ] {
+        match field {
+            Some(s) => {
+                h.update([1u8]);
+                h.update((s.len() as u64).to_le_bytes());
+                h.update(s.as_bytes());
+            }
+            None => h.update([0u8]),
+        }
+    }
+    hex(&h.finalize())
+}
+
+/// Lower-case hex of bytes.
+pub fn hex(bytes: &[u8]) -> String {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    let mut s = String::with_capacity(bytes.len() * 2);
+    for b in bytes {
+        s.push(DIGITS[(b >> 4) as usize] as char);
+        s.push(DIGITS[(b & 0xf) as usize] as char);
+    }
+    s
+}
+
+/// The result of checking the chain.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ChainReport {
+    /// Rows checked.
+    pub rows: u64,
+    /// Every problem found, with the row id it concerns.
+    pub problems: Vec<(i64, String)>,
+}
+
+impl ChainReport {
+    /// No problem found.
+    pub fn intact(&self) -> bool {
+        self.problems.is_empty()
+    }
+}
+
+/// Walks the whole chain: each row's `prev_hash` must be the previous row's `hash`, each
+/// `hash` must match the row's content, ids must not skip, and the last id must be the
+/// highest ever handed out (a deleted tail shows there).
+pub fn verify(conn: &Connection) -> Result<ChainReport> {
+    let mut stmt = conn.prepare(
+        "SELECT id, at, event, tool_run_id, approval_id, actor, data, prev_hash, hash
+         FROM events ORDER BY id",
+    )?;
+    let mut rows = stmt.query([])?;
+    let mut report = ChainReport {
+        rows: 0,
+        problems: Vec::new(),
+    };
+    let mut prev_hash = GENESIS.to_owned();
+    let mut prev_id = 0i64;
+    while let Some(r) = rows.next()? {
+        let row = AuditRow {
+            id: r.get(0)?,
+            at: r.get(1)?,
+            event: r.get(2)?,
+            tool_run_id: r.get(3)?,
+            approval_id: r.get(4)?,
+            actor: r.get(5)?,
+            data: r.get(6)?,
+            prev_hash: r.get(7)?,
+            hash: r.get(8)?,
+        };
+        report.rows += 1;
+        if row.id != prev_id + 1 {
+            report.problems.push((
+                row.id,
+                format!("rows {}..{} are missing", prev_id + 1, row.id - 1),
+            ));
+        }
+        if row.prev_hash != prev_hash {
+            report
+                .problems
+                .push((row.id, "prev_hash does not match the row before it".into()));
+        }
+        let expected = chain_hash(
+            &row.prev_hash,
+            &row.at,
+            &row.event,
+            row.tool_run_id.as_deref(),
+            row.approval_id.as_deref(),
+            &row.actor,
+            &row.data,
+        );
+        if expected != row.hash {
+            report
+                .problems
+                .push((row.id, "content does not match its hash (edited)".into()));
+        }
+        prev_hash = row.hash;
+        prev_id = row.id;
+    }
+    let highest: Option<i64> = conn
+        .query_row(
+            "SELECT seq FROM sqlite_sequence WHERE name = 'events'",
+            [],
+            |r| r.get(0),
+        )
+        .optional()?;
+    if let Some(highest) = highest {
+        if highest > prev_id {
+            report.problems.push((
+                highest,
+                format!("rows {}..{highest} at the end are missing", prev_id + 1),
+            ));
+        }
+    }
+    Ok(report)
+}
+
+/// The audit rows of one run (and its approvals), oldest first.
+pub fn for_run(conn: &Connection, tool_run_id: &str) -> Result<Vec<AuditRow>> {
+    let mut stmt = conn.prepare(
+        "SELECT id, at, event, tool_run_id, approval_id, actor, data, prev_hash, hash
+         FROM events WHERE tool_run_id = ?1 ORDER BY id",
+    )?;
+    let rows = stmt
+        .query_map([tool_run_id], |r| {
+            Ok(AuditRow {
+                id: r.get(0)?,
+                at: r.get(1)?,
+                event: r.get(2)?,
+                tool_run_id: r.get(3)?,
+                approval_id: r.get(4)?,
+                actor: r.get(5)?,
+                data: r.get(6)?,
+                prev_hash: r.get(7)?,
+                hash: r.get(8)?,
+            })
+        })?
+        .collect::<rusqlite::Result<Vec<_>>>()?;
+    Ok(rows)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::db::{self, OpenMode};
+
+    fn entry(event: &str) -> AuditEntry<'_> {
+        AuditEntry {
+            event,
+            tool_run_id: Some("TR-1"),
+            approval_id: None,
+            actor: "tester",
+            data: serde_json::json!({"status": event}),
+        }
+    }
+
+    fn chain(n: usize) -> (tempfile::TempDir, Connection) {
+        let tmp = tempfile::tempdir().unwrap();
+        let mut conn = db::open(&tmp.path().join("s.db"), OpenMode::Create).unwrap();
+        for i in 0..n {
+            let name = format!("e{i}");
+            db::write(&mut conn, |tx| append(tx, &entry(&name))).unwrap();
+        }
+        (tmp, conn)
+    }
+
+    #[test]
+    fn intact_chain_verifies() {
+        let (_tmp, conn) = chain(5);
+        let report = verify(&conn).unwrap();
+        assert_eq!(report.rows, 5);
+        assert!(report.intact(), "{report:?}");
+        assert_eq!(for_run(&conn, "TR-1").unwrap().len(), 5);
+    }
+
+    #[test]
+    fn edited_row_is_detected() {
+        let (_tmp, conn) = chain(5);
+        conn.execute("UPDATE events SET actor = 'mallory' WHERE id = 3", [])
+            .unwrap();
+        let report = verify(&conn).unwrap();
+        assert_eq!(report.problems.len(), 1, "{report:?}");
+        assert_eq!(report.problems[0].0, 3);
+    }
+
+    #[test]
+    fn deleted_rows_are_detected() {
+        let (_tmp, conn) = chain(5);
+        conn.execute("DELETE FROM events WHERE id = 2", []).unwrap();
+        let report = verify(&conn).unwrap();
+        assert!(report.problems.iter().any(|(id, _)| *id == 3), "{report:?}");
+        conn.execute("DELETE FROM events WHERE id = 5", []).unwrap();
+        let report = verify(&conn).unwrap();
+        assert!(
+            report
+                .problems
+                .iter()
+                .any(|(_, why)| why.contains("at the end")),
+            "{report:?}"
+        );
+    }
+
+    #[test]
+    fn rehashing_an_edit_still_breaks_the_next_link() {
+        let (_tmp, conn) = chain(3);
+        let row: (String, String, String) = conn
+            .query_row(
+                "SELECT prev_hash, at, data FROM events WHERE id = 2",
+                [],
+                |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+            )
+            .unwrap();
+        let forged = chain_hash(&row.0, &row.1, "e1", Some("TR-1"), None, "mallory", &row.2);
+        conn.execute(
+            "UPDATE events SET actor='mallory', hash=?1 WHERE id=2",
+            [forged],
+        )
+        .unwrap();
+        let report = verify(&conn).unwrap();
+        assert!(report.problems.iter().any(|(id, _)| *id == 3), "{report:?}");
+    }
+}

@@ -1,0 +1,788 @@
+//! Configuration: the user's `config.toml`, overridden by the nearest `.headless-run.toml`
+//! from the working directory upward, overridden by environment variables, overridden by
+//! flags. A broken file is an error naming the file, the line and the key.
+//!
+//! ```toml
+//! [defaults]
+//! timeout = "30m"          # hard limit ("none" for no limit)
+//! stall_timeout = "10m"    # no output and no heartbeat
+//! on_stall = "kill"        # or "mark"
+//! on_prompt = "exit"       # or "wait"
+//! prompt_idle = "300ms"
+//! kill_grace = "3s"
+//! approval_ttl = "24h"
+//! on_expire = "reject"     # or "default"
+//!
+//! [tools.terraform]
+//! stall_timeout = "30m"
+//!
+//! [[prompt_rules]]
+//! name = "deploy"
+//! tool = "deploy.sh"
+//! regex = 'Deploy to (\w+)\?'
+//! options = [{ value = "yes", keys = "yes\r" }, { value = "no" }]
+//! default = "no"
+//!
+//! [[policies]]
+//! name = "tmp-files"
+//! tool = "rm"
+//! value = "y"
+//! when = [{ field = "prompt", op = "glob", value = "*.tmp'? " }]
+//!
+//! [notify]
+//! command = ["/usr/local/bin/page-oncall"]
+//! ```
+
+use crate::paths::{self, EnvLookup};
+use regex::Regex;
+use serde::de::Error as _;
+use serde::{Deserialize, Deserializer};
+use std::collections::BTreeMap;
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// The project file name looked up from the working directory upward.
+pub const PROJECT_FILE: &str = ".headless-run.toml";
+
+/// Why the configuration could not be used.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("config error in {}{}{}: {message}", file.display(), line.map(|l| format!(", line {l}")).unwrap_or_default(), key.as_ref().map(|k| format!(", key `{k}`")).unwrap_or_default())]
+    Invalid {
+        file: PathBuf,
+        line: Option<usize>,
+        key: Option<String>,
+        message: String,
+    },
+    #[error("config error: cannot read {}: {source}", file.display())]
+    Read {
+        file: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("config error in environment variable {var}: {message}")]
+    Env { var: String, message: String },
+}
+
+/// What to do when a run stalls.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OnStall {
+    /// End the tool: status `stalled`, exit 92.
+    Kill,
+    /// Only mark the run `stalled`; back to `running` when output resumes.
+    Mark,
+}
+
+/// What to do when a tool blocks on a prompt in headless mode.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OnPrompt {
+    /// Record the approval, end the tool, exit 90.
+    Exit,
+    /// Record the approval, keep the tool alive and type the decision.
+    Wait,
+}
+
+/// What an expired approval means.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OnExpire {
+    Reject,
+    Default,
+}
+
+macro_rules! parse_enum {
+    ($ty:ty, $($name:literal => $val:expr),+) => {
+        impl std::str::FromStr for $ty {
+            type Err = String;
+            fn from_str(s: &str) -> Result<Self, String> {
+                match s.trim() {
+                    $($name => Ok($val),)+
+                    other => Err(format!("`{other}` is not one of: {}", [$($name),+].join(", "))),
+                }
+            }
+        }
+    };
+}
+parse_enum!(OnStall, "kill" => OnStall::Kill, "mark" => OnStall::Mark);
+parse_enum!(OnPrompt, "exit" => OnPrompt::Exit, "wait" => OnPrompt::Wait);
+parse_enum!(OnExpire, "reject" => OnExpire::Reject, "default" => OnExpire::Default);
+
+/// A duration setting that may also be switched off (`"none"`, `"off"`, `0`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limit(pub Option<Duration>);
+
+impl Limit {
+    /// Parses `10m`, `90`, `1.5`, `none`, `off`, `0`.
+    pub fn parse(s: &str) -> Result<Limit, String> {
+        match s.trim() {
+            "none" | "off" | "never" => Ok(Limit(None)),
+            other => crate::time::parse_duration(other).map(|d| Limit((!d.is_zero()).then_some(d))),
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for Limit {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl serde::de::Visitor<'_> for V {
+            type Value = Limit;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a duration such as \"90s\", \"10m\", \"1h30m\", a number of seconds, or \"none\"")
+            }
+            fn visit_str<E: serde::de::Error>(self, s: &str) -> Result<Limit, E> {
+                Limit::parse(s).map_err(E::custom)
+            }
+            fn visit_i64<E: serde::de::Error>(self, n: i64) -> Result<Limit, E> {
+                if n < 0 {
+                    return Err(E::custom("a duration cannot be negative"));
+                }
+                Ok(Limit((n > 0).then(|| Duration::from_secs(n as u64))))
+            }
+            fn visit_f64<E: serde::de::Error>(self, n: f64) -> Result<Limit, E> {
+                if !(n.is_finite() && n >= 0.0) {
+                    return Err(E::custom("a duration must be a non-negative number"));
+                }
+                Ok(Limit((n > 0.0).then(|| Duration::from_secs_f64(n))))
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+/// Thresholds and behaviours; every field optional so that layers can be overlaid.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Settings {
+    pub timeout: Option<Limit>,
+    pub stall_timeout: Option<Limit>,
+    pub on_stall: Option<OnStall>,
+    pub on_prompt: Option<OnPrompt>,
+    pub prompt_idle: Option<Limit>,
+    pub kill_grace: Option<Limit>,
+    pub approval_ttl: Option<Limit>,
+    pub on_expire: Option<OnExpire>,
+}
+
+impl Settings {
+    /// Takes every field that `top` sets.
+    pub fn overlay(&mut self, top: &Settings) {
+        macro_rules! take {
+            ($($f:ident),+) => { $( if top.$f.is_some() { self.$f = top.$f; } )+ };
+        }
+        take!(
+            timeout,
+            stall_timeout,
+            on_stall,
+            on_prompt,
+            prompt_idle,
+            kill_grace,
+            approval_ttl,
+            on_expire
+        );
+    }
+
+    /// Fills in the built-in defaults.
+    pub fn resolve(&self) -> Resolved {
+        let d = Resolved::default();
+        Resolved {
+            timeout: self.timeout.map_or(d.timeout, |l| l.0),
+            stall_timeout: self.stall_timeout.map_or(d.stall_timeout, |l| l.0),
+            on_stall: self.on_stall.unwrap_or(d.on_stall),
+            on_prompt: self.on_prompt.unwrap_or(d.on_prompt),
+            prompt_idle: self
+                .prompt_idle
+                .map_or(d.prompt_idle, |l| l.0.unwrap_or(Duration::from_millis(50))),
+            kill_grace: self
+                .kill_grace
+                .map_or(d.kill_grace, |l| l.0.unwrap_or(Duration::ZERO)),
+            approval_ttl: self.approval_ttl.map_or(d.approval_ttl, |l| l.0),
+            on_expire: self.on_expire.unwrap_or(d.on_expire),
+        }
+    }
+}
+
+/// Settings with every value decided.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Resolved {
+    /// Hard wall-clock limit (`None`: none).
+    pub timeout: Option<Duration>,
+    /// No output and no heartbeat for this long is a stall (`None`: never).
+    pub stall_timeout: Option<Duration>,
+    pub on_stall: OnStall,
+    pub on_prompt: OnPrompt,
+    /// Output idle this long before the prompt detector looks.
+    pub prompt_idle: Duration,
+    /// Between TERM and KILL when ending a tool.
+    pub kill_grace: Duration,
+    /// How long an approval stays pending (`None`: forever).
+    pub approval_ttl: Option<Duration>,
+    pub on_expire: OnExpire,
+}
+
+impl Default for Resolved {
+    fn default() -> Self {
+        Resolved {
+            timeout: None,
+            stall_timeout: Some(Duration::from_secs(600)),
+            on_stall: OnStall::Kill,
+            on_prompt: OnPrompt::Exit,
+            prompt_idle: Duration::from_millis(300),
+            kill_grace: Duration::from_secs(3),
+            approval_ttl: Some(Duration::from_secs(24 * 3600)),
+            on_expire: OnExpire::Reject,
+        }
+    }
+}
+
+/// A regular expression, compiled when the config is read so a bad one is reported with
+/// its file, line and key.
+#[derive(Debug, Clone)]
+pub struct Pattern {
+    pub source: String,
+    pub regex: Regex,
+}
+
+impl Pattern {
+    /// Compiles `source`.
+    pub fn new(source: &str) -> Result<Self, String> {
+        Regex::new(source)
+            .map(|regex| Pattern {
+                source: source.to_owned(),
+                regex,
+            })
+            .map_err(|e| format!("invalid regex: {e}"))
+    }
+}
+
+impl PartialEq for Pattern {
+    fn eq(&self, other: &Self) -> bool {
+        self.source == other.source
+    }
+}
+
+impl<'de> Deserialize<'de> for Pattern {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = String::deserialize(d)?;
+        Pattern::new(&s).map_err(D::Error::custom)
+    }
+}
+
+/// An answer a prompt rule offers.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct OptionConfig {
+    pub value: String,
+    #[serde(default)]
+    pub label: Option<String>,
+    /// Exact keys to type; default: the value and Enter (`"VALUE\r"`).
+    #[serde(default)]
+    pub keys: Option<String>,
+}
+
+/// A user prompt rule.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, try_from = "RawPromptRule")]
+pub struct PromptRuleConfig {
+    pub name: String,
+    pub tool: Option<String>,
+    pub regex: Pattern,
+    pub options: Vec<OptionConfig>,
+    pub default: Option<String>,
+    pub secret: bool,
+    pub allows_text: bool,
+    /// The tool's non-interactive alternative, shown when the prompt is refused.
+    pub alternative: Option<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawPromptRule {
+    name: String,
+    #[serde(default)]
+    tool: Option<String>,
+    regex: Pattern,
+    #[serde(default)]
+    options: Vec<OptionConfig>,
+    #[serde(default)]
+    default: Option<String>,
+    #[serde(default)]
+    secret: bool,
+    #[serde(default)]
+    allows_text: bool,
+    #[serde(default)]
+    alternative: Option<String>,
+}
+
+impl TryFrom<RawPromptRule> for PromptRuleConfig {
+    type Error = String;
+    fn try_from(r: RawPromptRule) -> Result<Self, String> {
+        if r.name.trim().is_empty() {
+            return Err("a prompt rule needs a non-empty name".into());
+        }
+        if !r.secret && r.options.is_empty() && !r.allows_text {
+            return Err(format!(
+                "prompt rule `{}` needs options (or allows_text = true, or secret = true)",
+                r.name
+            ));
+        }
+        if let Some(bad) = r
+            .options
+            .iter()
+            .find(|o| o.value.trim().is_empty() || o.value.chars().any(char::is_control))
+        {
+            return Err(format!(
+                "prompt rule `{}`: option value {:?} must be non-empty plain text",
+                r.name, bad.value
+            ));
+        }
+        if let Some(d) = &r.default {
+            if !r.options.iter().any(|o| &o.value == d) {
+                return Err(format!(
+                    "prompt rule `{}`: default `{d}` is not one of its option values",
+                    r.name
+                ));
+            }
+        }
+        Ok(PromptRuleConfig {
+            name: r.name,
+            tool: r.tool,
+            regex: r.regex,
+            options: r.options,
+            default: r.default,
+            secret: r.secret,
+            allows_text: r.allows_text,
+            alternative: r.alternative,
+        })
+    }
+}
+
+/// What a policy condition looks at.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CondField {
+    /// The tool name.
+    Tool,
+    /// The prompt line (the cursor's line).
+    Prompt,
+    /// The whole question.
+    Question,
+    /// The command line, joined with spaces.
+    Argv,
+    /// Any single argument (true if one matches).
+    Arg,
+    /// The working directory.
+    Cwd,
+}
+
+/// How a policy condition compares.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CondOp {
+    Equals,
+    NotEquals,
+    Contains,
+    StartsWith,
+    EndsWith,
+    /// A regular expression search.
+    Matches,
+    /// A shell-style glob (`*`, `?`) over the whole text.
+    Glob,
+}
+
+/// One structured condition: field, operator, value. Never evaluated as code.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, try_from = "RawCondition")]
+pub struct Condition {
+    pub field: CondField,
+    pub op: CondOp,
+    pub value: String,
+    /// Compiled when `op` is `matches`.
+    pub regex: Option<Pattern>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawCondition {
+    field: CondField,
+    op: CondOp,
+    value: String,
+}
+
+impl TryFrom<RawCondition> for Condition {
+    type Error = String;
+    fn try_from(r: RawCondition) -> Result<Self, String> {
+        let regex = match r.op {
+            CondOp::Matches => Some(Pattern::new(&r.value)?),
+            _ => None,
+        };
+        Ok(Condition {
+            field: r.field,
+            op: r.op,
+            value: r.value,
+            regex,
+        })
+    }
+}
+
+/// A policy: prompts matching every condition are decided with `value` automatically.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PolicyConfig {
+    pub name: String,
+    #[serde(default)]
+    pub tool: Option<String>,
+    /// Shorthand for a `matches` condition on the prompt line.
+    #[serde(default)]
+    pub prompt: Option<Pattern>,
+    /// Shorthand for a `matches` condition on the joined command line.
+    #[serde(default)]
+    pub argv: Option<Pattern>,
+    #[serde(default)]
+    pub when: Vec<Condition>,
+    pub value: String,
+}
+
+/// The notify hook: a command run for each new approval.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NotifyConfig {
+    /// Program and arguments (no shell).
+    pub command: Vec<String>,
+    /// How long it may run before it is killed (default 10s).
+    #[serde(default)]
+    pub timeout: Option<Limit>,
+}
+
+/// One configuration file.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ConfigFile {
+    #[serde(default)]
+    pub defaults: Settings,
+    #[serde(default)]
+    pub tools: BTreeMap<String, Settings>,
+    #[serde(default)]
+    pub prompt_rules: Vec<PromptRuleConfig>,
+    #[serde(default)]
+    pub policies: Vec<PolicyConfig>,
+    #[serde(default)]
+    pub notify: Option<NotifyConfig>,
+}
+
+impl ConfigFile {
+    /// Parses the text of `file`.
+    pub fn parse(file: &Path, text: &str) -> Result<Self, ConfigError> {
+        let invalid = |e: &toml::de::Error, key: Option<String>| ConfigError::Invalid {
+            file: file.to_path_buf(),
+            line: e.span().map(|s| line_of(text, s.start)),
+            key: key.filter(|k| !k.is_empty() && k != "."),
+            message: e.message().trim().to_owned(),
+        };
+        let de = toml::Deserializer::parse(text).map_err(|e| invalid(&e, None))?;
+        serde_path_to_error::deserialize(de).map_err(|e| {
+            let key = clean_path(&e.path().to_string());
+            invalid(e.inner(), Some(key))
+        })
+    }
+}
+
+fn clean_path(path: &str) -> String {
+    // serde_path_to_error prints sequence indexes as `[0]` and unknown steps as `?`.
+    path.replace(".?", "").trim_start_matches('?').to_owned()
+}
+
+fn line_of(text: &str, offset: usize) -> usize {
+    text.as_bytes()[..offset.min(text.len())]
+        .iter()
+        .filter(|&&b| b == b'\n')
+        .count()
+        + 1
+}
+
+/// All configuration files that apply, lowest precedence first.
+#[derive(Debug, Clone, Default)]
+pub struct Config {
+    pub layers: Vec<(PathBuf, ConfigFile)>,
+}
+
+impl Config {
+    /// Loads the user file (`HEADLESS_RUN_CONFIG`, else the XDG one) and the nearest project
+    /// file from `cwd` upward.
+    pub fn load(cwd: &Path, env: EnvLookup<'_>) -> Result<Self, ConfigError> {
+        let mut layers = Vec::new();
+        match env("HEADLESS_RUN_CONFIG").filter(|v| !v.is_empty()) {
+            Some(explicit) => {
+                let file = PathBuf::from(explicit);
+                layers.push((file.clone(), read_file(&file)?));
+            }
+            None => {
+                if let Some(file) = paths::user_config_file(env) {
+                    if let Some(cfg) = read_if_exists(&file)? {
+                        layers.push((file, cfg));
+                    }
+                }
+            }
+        }
+        for dir in cwd.ancestors() {
+            let file = dir.join(PROJECT_FILE);
+            if let Some(cfg) = read_if_exists(&file)? {
+                layers.push((file, cfg));
+                break;
+            }
+        }
+        Ok(Config { layers })
+    }
+
+    /// The files' settings for `tool`: each layer's defaults then its `[tools.TOOL]`.
+    pub fn settings_for(&self, tool: &str) -> Settings {
+        let mut s = Settings::default();
+        for (_, layer) in &self.layers {
+            s.overlay(&layer.defaults);
+            if let Some(t) = layer.tools.get(tool) {
+                s.overlay(t);
+            }
+        }
+        s
+    }
+
+    /// Prompt rules, most specific layer (the project file) first.
+    pub fn prompt_rules(&self) -> impl Iterator<Item = &PromptRuleConfig> {
+        self.layers
+            .iter()
+            .rev()
+            .flat_map(|(_, l)| l.prompt_rules.iter())
+    }
+
+    /// Policies, project file first.
+    pub fn policies(&self) -> impl Iterator<Item = &PolicyConfig> {
+        self.layers
+            .iter()
+            .rev()
+            .flat_map(|(_, l)| l.policies.iter())
+    }
+
+    /// The notify hook of the most specific layer that has one.
+    pub fn notify(&self) -> Option<&NotifyConfig> {
+        self.layers
+            .iter()
+            .rev()
+            .find_map(|(_, l)| l.notify.as_ref())
+    }
+}
+
+fn read_file(file: &Path) -> Result<ConfigFile, ConfigError> {
+    let text = std::fs::read_to_string(file).map_err(|source| ConfigError::Read {
+        file: file.to_path_buf(),
+        source,
+    })?;
+    ConfigFile::parse(file, &text)
+}
+
+fn read_if_exists(file: &Path) -> Result<Option<ConfigFile>, ConfigError> {
+    match std::fs::read_to_string(file) {
+        Ok(text) => ConfigFile::parse(file, &text).map(Some),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(source) => Err(ConfigError::Read {
+            file: file.to_path_buf(),
+            source,
+        }),
+    }
+}
+
+/// Settings from `HEADLESS_RUN_*` environment variables.
+pub fn env_settings(env: EnvLookup<'_>) -> Result<Settings, ConfigError> {
+    fn get<T>(
+        env: EnvLookup<'_>,
+        var: &str,
+        parse: impl Fn(&str) -> Result<T, String>,
+    ) -> Result<Option<T>, ConfigError> {
+        match env(var) {
+            None => Ok(None),
+            Some(v) if v.is_empty() => Ok(None),
+            Some(v) => parse(&v.to_string_lossy())
+                .map(Some)
+                .map_err(|message| ConfigError::Env {
+                    var: var.to_owned(),
+                    message,
+                }),
+        }
+    }
+    Ok(Settings {
+        timeout: get(env, "HEADLESS_RUN_TIMEOUT", Limit::parse)?,
+        stall_timeout: get(env, "HEADLESS_RUN_STALL_TIMEOUT", Limit::parse)?,
+        on_stall: get(env, "HEADLESS_RUN_ON_STALL", str::parse)?,
+        on_prompt: get(env, "HEADLESS_RUN_ON_PROMPT", str::parse)?,
+        prompt_idle: get(env, "HEADLESS_RUN_PROMPT_IDLE", Limit::parse)?,
+        kill_grace: get(env, "HEADLESS_RUN_KILL_GRACE", Limit::parse)?,
+        approval_ttl: get(env, "HEADLESS_RUN_APPROVAL_TTL", Limit::parse)?,
+        on_expire: get(env, "HEADLESS_RUN_ON_EXPIRE", str::parse)?,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+    use std::ffi::OsString;
+
+    fn parse(text: &str) -> Result<ConfigFile, ConfigError> {
+        ConfigFile::parse(Path::new("/etc/x.toml"), text)
+    }
+
+    #[test]
+    fn full_example_parses() {
+        let cfg = parse(
+            r#"
+[defaults]
+timeout = "30m"
+stall_timeout = 90
+on_stall = "mark"
+prompt_idle = "250ms"
+
+[tools.terraform]
+stall_timeout = "none"
+
+[[prompt_rules]]
+name = "deploy"
+tool = "deploy.sh"
+regex = 'Deploy to (\w+)\?'
+options = [{ value = "yes", keys = "yes\r" }, { value = "no", label = "No" }]
+default = "no"
+
+[[policies]]
+name = "tmp"
+tool = "rm"
+value = "y"
+when = [{ field = "prompt", op = "glob", value = "*.tmp'? " }]
+
+[notify]
+command = ["/bin/true"]
+"#,
+        )
+        .unwrap();
+        let s = cfg.defaults.resolve();
+        assert_eq!(s.timeout, Some(Duration::from_secs(1800)));
+        assert_eq!(s.stall_timeout, Some(Duration::from_secs(90)));
+        assert_eq!(s.on_stall, OnStall::Mark);
+        assert_eq!(s.prompt_idle, Duration::from_millis(250));
+        assert_eq!(cfg.tools["terraform"].stall_timeout, Some(Limit(None)));
+        assert_eq!(
+            cfg.prompt_rules[0].options[0].keys.as_deref(),
+            Some("yes\r")
+        );
+        assert!(cfg.prompt_rules[0].regex.regex.is_match("Deploy to prod?"));
+        assert_eq!(cfg.policies[0].when[0].op, CondOp::Glob);
+        assert_eq!(cfg.notify.unwrap().command, ["/bin/true"]);
+    }
+
+    fn invalid(text: &str) -> (Option<usize>, Option<String>, String) {
+        match parse(text).unwrap_err() {
+            ConfigError::Invalid {
+                line, key, message, ..
+            } => (line, key, message),
+            other => panic!("unexpected {other}"),
+        }
+    }
+
+    #[test]
+    fn bad_duration_names_line_and_key() {
+        let (line, key, msg) = invalid("[defaults]\n\nstall_timeout = \"ten minutes\"\n");
+        assert_eq!(line, Some(3));
+        assert_eq!(key.as_deref(), Some("defaults.stall_timeout"));
+        assert!(msg.contains("invalid duration"), "{msg}");
+        let err = parse("[defaults]\n\nstall_timeout = \"ten minutes\"\n")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.starts_with("config error in /etc/x.toml, line 3, key `defaults.stall_timeout`"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn unknown_key_is_an_error() {
+        let (line, key, msg) = invalid("[defaults]\nstal_timeout = \"1m\"\n");
+        assert_eq!(line, Some(2));
+        assert!(
+            msg.contains("unknown field `stal_timeout`"),
+            "{msg} {key:?}"
+        );
+    }
+
+    #[test]
+    fn bad_enum_and_syntax() {
+        let (line, key, _) = invalid("[tools.apt]\non_stall = \"explode\"\n");
+        assert_eq!(line, Some(2));
+        assert_eq!(key.as_deref(), Some("tools.apt.on_stall"));
+        let (line, _, _) = invalid("[defaults\ntimeout = 1\n");
+        assert_eq!(line, Some(1));
+    }
+
+    #[test]
+    fn bad_regex_and_rule_checks() {
+        let (line, key, msg) = invalid(
+            "[[prompt_rules]]\nname = \"x\"\nregex = \"(unclosed\"\noptions = [{value=\"y\"}]\n",
+        );
+        assert_eq!(line, Some(3));
+        assert_eq!(key.as_deref(), Some("prompt_rules[0].regex"));
+        assert!(msg.contains("invalid regex"), "{msg}");
+        let (_, _, msg) = invalid(
+            "[[prompt_rules]]\nname = \"x\"\nregex = \"y\"\noptions = [{value=\"y\"}]\ndefault = \"n\"\n",
+        );
+        assert!(
+            msg.contains("default `n` is not one of its option values"),
+            "{msg}"
+        );
+        let (_, key, msg) = invalid(
+            "[[policies]]\nname=\"p\"\nvalue=\"y\"\nwhen=[{field=\"argv\", op=\"eval\", value=\"x\"}]\n",
+        );
+        assert!(msg.contains("unknown variant `eval`"), "{msg}");
+        assert!(key.unwrap().starts_with("policies[0].when"));
+    }
+
+    #[test]
+    fn layers_and_env() {
+        let tmp = tempfile::tempdir().unwrap();
+        let user = tmp.path().join("user.toml");
+        std::fs::write(
+            &user,
+            "[defaults]\ntimeout = \"1h\"\nstall_timeout = \"5m\"\n[tools.apt]\ntimeout = \"2h\"\n",
+        )
+        .unwrap();
+        let proj = tmp.path().join("proj");
+        let deep = proj.join("a/b");
+        std::fs::create_dir_all(&deep).unwrap();
+        std::fs::write(
+            proj.join(PROJECT_FILE),
+            "[defaults]\nstall_timeout = \"1m\"\n",
+        )
+        .unwrap();
+        let vars: HashMap<&str, OsString> = [
+            ("HEADLESS_RUN_CONFIG", OsString::from(&user)),
+            ("HEADLESS_RUN_ON_PROMPT", OsString::from("wait")),
+        ]
+        .into_iter()
+        .collect();
+        let env = |k: &str| vars.get(k).cloned();
+        let cfg = Config::load(&deep, &env).unwrap();
+        assert_eq!(cfg.layers.len(), 2);
+        let mut s = cfg.settings_for("apt");
+        s.overlay(&env_settings(&env).unwrap());
+        let r = s.resolve();
+        assert_eq!(r.timeout, Some(Duration::from_secs(7200)));
+        assert_eq!(r.stall_timeout, Some(Duration::from_secs(60)));
+        assert_eq!(r.on_prompt, OnPrompt::Wait);
+        let bad = |k: &str| (k == "HEADLESS_RUN_TIMEOUT").then(|| OsString::from("soon"));
+        let err = env_settings(&bad).unwrap_err().to_string();
+        assert!(err.contains("HEADLESS_RUN_TIMEOUT"), "{err}");
+    }
+
+    #[test]
+    fn limits() {
+        assert_eq!(Limit::parse("none"), Ok(Limit(None)));
+        assert_eq!(Limit::parse("0"), Ok(Limit(None)));
+        assert_eq!(Limit::parse("2s"), Ok(Limit(Some(Duration::from_secs(2)))));
+    }
+}

@@ -1,0 +1,339 @@
+//! Opening the shared SQLite database: WAL mode, `synchronous=NORMAL`, a 10 s busy timeout,
+//! `BEGIN IMMEDIATE` for every write, and the schema migrated forward by `user_version`.
+
+use crate::paths;
+use rusqlite::{Connection, OpenFlags, Transaction, TransactionBehavior};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// How long a writer waits for the lock before giving up.
+pub const BUSY_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The schema, as an append-only list: entry N brings a database from version N to N+1.
+/// Never edit an entry that has shipped; add a new one.
+const MIGRATIONS: &[&str] = &[
+    // v1: runs, approvals, the audit chain and stored policies.
+    r#"
+    CREATE TABLE tool_runs (
+        tool_run_id             TEXT PRIMARY KEY,
+        tool_name               TEXT NOT NULL,
+        execution_id            TEXT,
+        status                  TEXT NOT NULL,
+        reason                  TEXT,
+        exit_code               INTEGER,
+        started_at              TEXT NOT NULL,
+        completed_at            TEXT,
+        last_output_at          TEXT,
+        last_heartbeat_at       TEXT,
+        supervisor_heartbeat_at TEXT,
+        last_error_msg          TEXT,
+        pid                     INTEGER,
+        shim_pid                INTEGER,
+        shim_start_time         INTEGER,
+        host                    TEXT,
+        argv_json               TEXT NOT NULL DEFAULT '[]',
+        cwd                     TEXT,
+        resumed_from            TEXT,
+        metadata                TEXT,
+        updated_at              TEXT NOT NULL
+    );
+    CREATE INDEX tool_runs_status ON tool_runs(status);
+    CREATE INDEX tool_runs_tool ON tool_runs(tool_name, tool_run_id);
+    CREATE INDEX tool_runs_execution ON tool_runs(execution_id);
+
+    CREATE TABLE approvals (
+        approval_id         TEXT PRIMARY KEY,
+        tool_run_id         TEXT NOT NULL,
+        tool_name           TEXT NOT NULL,
+        execution_id        TEXT,
+        question            TEXT NOT NULL,
+        context             TEXT,
+        options_json        TEXT NOT NULL DEFAULT '[]',
+        default_value       TEXT,
+        allows_text         INTEGER NOT NULL DEFAULT 0,
+        status              TEXT NOT NULL,
+        chosen_value        TEXT,
+        created_at          TEXT NOT NULL,
+        decided_at          TEXT,
+        expires_at          TEXT,
+        decided_by          TEXT,
+        decision_channel    TEXT,
+        comment             TEXT,
+        request_fingerprint TEXT,
+        prompt_fingerprint  TEXT,
+        consumed_at         TEXT,
+        prompt_kind         TEXT,
+        claimed_by          TEXT,
+        claimed_at          TEXT,
+        resumed_run_id      TEXT
+    );
+    CREATE INDEX approvals_status ON approvals(status);
+    CREATE INDEX approvals_run ON approvals(tool_run_id);
+    CREATE INDEX approvals_request ON approvals(request_fingerprint);
+
+    CREATE TABLE events (
+        id          INTEGER PRIMARY KEY AUTOINCREMENT,
+        at          TEXT NOT NULL,
+        event       TEXT NOT NULL,
+        tool_run_id TEXT,
+        approval_id TEXT,
+        actor       TEXT NOT NULL,
+        data        TEXT NOT NULL,
+        prev_hash   TEXT NOT NULL,
+        hash        TEXT NOT NULL
+    );
+    CREATE INDEX events_run ON events(tool_run_id);
+
+    CREATE TABLE policies (
+        policy_id          TEXT PRIMARY KEY,
+        name               TEXT NOT NULL,
+        tool_name          TEXT,
+        prompt_fingerprint TEXT,
+        prompt_regex       TEXT,
+        conditions_json    TEXT NOT NULL DEFAULT '[]',
+        value              TEXT NOT NULL,
+        source             TEXT NOT NULL,
+        source_approval_id TEXT,
+        created_at         TEXT NOT NULL,
+        created_by         TEXT NOT NULL,
+        enabled            INTEGER NOT NULL DEFAULT 1
+    );
+    "#,
+];
+
+/// The schema version this build writes.
+pub const SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;
+
+/// What went wrong with the state store.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("no database at {0} (nothing has run with this state dir yet?)")]
+    Missing(PathBuf),
+    #[error("{path}: not a usable SQLite database ({source}); move it aside to start afresh")]
+    Corrupt {
+        path: PathBuf,
+        source: rusqlite::Error,
+    },
+    #[error(
+        "{path}: schema version {found} is newer than this build understands ({supported}); upgrade headless-run"
+    )]
+    TooNew {
+        path: PathBuf,
+        found: i64,
+        supported: i64,
+    },
+    #[error("cannot create the state dir for {path}: {source}")]
+    Dir {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("database is locked (another process held it for more than {}s)", BUSY_TIMEOUT.as_secs())]
+    Locked,
+    #[error("database is read-only: {0}")]
+    ReadOnly(String),
+    #[error("database error: {0}")]
+    Sqlite(rusqlite::Error),
+}
+
+impl From<rusqlite::Error> for StoreError {
+    fn from(e: rusqlite::Error) -> Self {
+        use rusqlite::ErrorCode;
+        match e.sqlite_error_code() {
+            Some(ErrorCode::DatabaseBusy) | Some(ErrorCode::DatabaseLocked) => StoreError::Locked,
+            Some(ErrorCode::ReadOnly) => StoreError::ReadOnly(e.to_string()),
+            _ => StoreError::Sqlite(e),
+        }
+    }
+}
+
+/// Shorthand for store results.
+pub type Result<T, E = StoreError> = std::result::Result<T, E>;
+
+/// How to open the database.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OpenMode {
+    /// Create the database (and its dir) if missing; migrate forward.
+    Create,
+    /// The database must exist; migrate forward if it is older.
+    Existing,
+}
+
+/// Opens (and if needed creates and migrates) the database at `path`.
+pub fn open(path: &Path, mode: OpenMode) -> Result<Connection> {
+    let mut flags = OpenFlags::SQLITE_OPEN_READ_WRITE
+        | OpenFlags::SQLITE_OPEN_NO_MUTEX
+        | OpenFlags::SQLITE_OPEN_URI;
+    match mode {
+        OpenMode::Create => {
+            if let Some(dir) = path
+                .parent()
+                .filter(|d| !d.as_os_str().is_empty() && !d.exists())
+            {
+                paths::create_private_dir(dir).map_err(|source| StoreError::Dir {
+                    path: path.to_path_buf(),
+                    source,
+                })?;
+            }
+            paths::touch_private(path).map_err(|source| StoreError::Dir {
+                path: path.to_path_buf(),
+                source,
+            })?;
+            flags |= OpenFlags::SQLITE_OPEN_CREATE;
+        }
+        OpenMode::Existing => {
+            if !path.exists() {
+                return Err(StoreError::Missing(path.to_path_buf()));
+            }
+        }
+    }
+    let conn = Connection::open_with_flags(path, flags).map_err(|e| corrupt_or(path, e))?;
+    configure(&conn, path)?;
+    migrate(&conn, path)?;
+    Ok(conn)
+}
+
+fn corrupt_or(path: &Path, e: rusqlite::Error) -> StoreError {
+    use rusqlite::ErrorCode;
+    match e.sqlite_error_code() {
+        Some(ErrorCode::NotADatabase) | Some(ErrorCode::DatabaseCorrupt) => StoreError::Corrupt {
+            path: path.to_path_buf(),
+            source: e,
+        },
+        _ => StoreError::from(e),
+    }
+}
+
+fn configure(conn: &Connection, path: &Path) -> Result<()> {
+    conn.busy_timeout(BUSY_TIMEOUT)
+        .map_err(|e| corrupt_or(path, e))?;
+    // Changing the journal mode needs a write; on a read-only database keep what it has.
+    let current: String = conn
+        .query_row("PRAGMA journal_mode", [], |r| r.get(0))
+        .map_err(|e| corrupt_or(path, e))?;
+    if !current.eq_ignore_ascii_case("wal") && !conn.is_readonly(rusqlite::MAIN_DB).unwrap_or(true)
+    {
+        conn.query_row("PRAGMA journal_mode = WAL", [], |r| r.get::<_, String>(0))
+            .map_err(|e| corrupt_or(path, e))?;
+    }
+    conn.execute_batch("PRAGMA synchronous = NORMAL; PRAGMA temp_store = MEMORY;")
+        .map_err(|e| corrupt_or(path, e))?;
+    Ok(())
+}
+
+/// The schema version of an open database.
+pub fn schema_version(conn: &Connection) -> Result<i64> {
+    Ok(conn.query_row("PRAGMA user_version", [], |r| r.get(0))?)
+}
+
+fn migrate(conn: &Connection, path: &Path) -> Result<()> {
+    let found = schema_version(conn).map_err(|e| match e {
+        StoreError::Sqlite(e) => corrupt_or(path, e),
+        other => other,
+    })?;
+    if found == SCHEMA_VERSION {
+        return Ok(());
+    }
+    if found > SCHEMA_VERSION {
+        return Err(StoreError::TooNew {
+            path: path.to_path_buf(),
+            found,
+            supported: SCHEMA_VERSION,
+        });
+    }
+    // Another process may be migrating at the same moment: take the write lock, then look
+    // again.
+    conn.execute_batch("BEGIN IMMEDIATE")?;
+    let result = (|| -> Result<()> {
+        let mut version = schema_version(conn)?;
+        while version < SCHEMA_VERSION {
+            conn.execute_batch(MIGRATIONS[version as usize])?;
+            version += 1;
+            conn.pragma_update(None, "user_version", version)?;
+        }
+        Ok(())
+    })();
+    match result {
+        Ok(()) => conn.execute_batch("COMMIT")?,
+        Err(e) => {
+            let _ = conn.execute_batch("ROLLBACK");
+            return Err(e);
+        }
+    }
+    Ok(())
+}
+
+/// Runs `f` in a `BEGIN IMMEDIATE` transaction and commits it.
+pub fn write<T>(conn: &mut Connection, f: impl FnOnce(&Transaction<'_>) -> Result<T>) -> Result<T> {
+    let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+    let out = f(&tx)?;
+    tx.commit()?;
+    Ok(out)
+}
+
+/// A cheap counter that changes whenever another connection commits (`PRAGMA
+/// data_version`): poll it to notice changes without re-running queries.
+pub fn data_version(conn: &Connection) -> Result<i64> {
+    Ok(conn.query_row("PRAGMA data_version", [], |r| r.get(0))?)
+}
+
+/// Journal mode as SQLite reports it (`wal` expected).
+pub fn journal_mode(conn: &Connection) -> Result<String> {
+    Ok(conn.query_row("PRAGMA journal_mode", [], |r| r.get(0))?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::MetadataExt;
+
+    #[test]
+    fn creates_private_wal_database_at_latest_version() {
+        let tmp = tempfile::tempdir().unwrap();
+        let db = tmp.path().join("sub/state.db");
+        let conn = open(&db, OpenMode::Create).unwrap();
+        assert_eq!(schema_version(&conn).unwrap(), SCHEMA_VERSION);
+        assert_eq!(journal_mode(&conn).unwrap(), "wal");
+        assert_eq!(std::fs::metadata(&db).unwrap().mode() & 0o777, 0o600);
+        assert_eq!(
+            std::fs::metadata(db.parent().unwrap()).unwrap().mode() & 0o777,
+            0o700
+        );
+        drop(conn);
+        // Re-opening is a no-op migration.
+        let conn = open(&db, OpenMode::Existing).unwrap();
+        assert_eq!(schema_version(&conn).unwrap(), SCHEMA_VERSION);
+    }
+
+    #[test]
+    fn missing_database_is_reported() {
+        let tmp = tempfile::tempdir().unwrap();
+        let err = open(&tmp.path().join("nope.db"), OpenMode::Existing).unwrap_err();
+        assert!(matches!(err, StoreError::Missing(_)), "{err}");
+    }
+
+    #[test]
+    fn garbage_is_reported_as_corrupt() {
+        let tmp = tempfile::tempdir().unwrap();
+        let db = tmp.path().join("state.db");
+        std::fs::write(&db, vec![0x5a; 8192]).unwrap();
+        let err = open(&db, OpenMode::Create).unwrap_err();
+        assert!(matches!(err, StoreError::Corrupt { .. }), "{err}");
+        assert!(
+            err.to_string().contains("not a usable SQLite database"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn newer_schema_is_refused() {
+        let tmp = tempfile::tempdir().unwrap();
+        let db = tmp.path().join("state.db");
+        drop(open(&db, OpenMode::Create).unwrap());
+        let raw = Connection::open(&db).unwrap();
+        raw.pragma_update(None, "user_version", SCHEMA_VERSION + 5)
+            .unwrap();
+        drop(raw);
+        let err = open(&db, OpenMode::Existing).unwrap_err();
+        assert!(matches!(err, StoreError::TooNew { .. }), "{err}");
+    }
+}

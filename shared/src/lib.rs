@@ -1,0 +1,18 @@
+//! Everything `headless-run` and `monitor` must agree on: where state lives, the SQLite
+//! schema and its queries, statuses and exit codes, the JSON event protocol, ids and time.
+
+pub mod audit;
+pub mod config;
+pub mod db;
+pub mod event;
+pub mod exit;
+pub mod id;
+pub mod logfile;
+pub mod mode;
+pub mod paths;
+pub mod proc;
+pub mod resolve;
+pub mod runs;
+pub mod sanitize;
+pub mod status;
+pub mod time;

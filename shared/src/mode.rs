@@ -1,0 +1,85 @@
+//! Headless-mode and stdin-mode decisions, from the environment.
+
+use std::ffi::OsStr;
+
+/// What the environment says about headless mode: `Some(true)` headless, `Some(false)`
+/// forced interactive (`HEADLESS=0`), `None` when it does not say (then a terminal on stdin
+/// means interactive).
+pub fn headless_from_env(headless: Option<&OsStr>, ci: Option<&OsStr>) -> Option<bool> {
+    if let Some(v) = headless.map(|v| v.to_string_lossy()) {
+        let v = v.trim();
+        if is_false(v) {
+            return Some(false);
+        }
+        if !v.is_empty() {
+            return Some(true);
+        }
+    }
+    match ci.map(|v| v.to_string_lossy()) {
+        Some(v) if !v.trim().is_empty() && !is_false(v.trim()) => Some(true),
+        _ => None,
+    }
+}
+
+fn is_false(v: &str) -> bool {
+    v == "0"
+        || v.eq_ignore_ascii_case("false")
+        || v.eq_ignore_ascii_case("no")
+        || v.eq_ignore_ascii_case("off")
+}
+
+/// How the tool's stdin is wired in headless (pty) mode.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StdinMode {
+    /// Decide from what the shim's stdin carries.
+    Auto,
+    /// The tool reads the shim's stdin directly.
+    Pass,
+    /// The tool's stdin is the pty.
+    Pty,
+}
+
+impl StdinMode {
+    /// Parses `HEADLESS_RUN_STDIN`.
+    pub fn parse(v: &str) -> Result<Self, String> {
+        match v.trim() {
+            "" | "auto" => Ok(StdinMode::Auto),
+            "pass" => Ok(StdinMode::Pass),
+            "pty" => Ok(StdinMode::Pty),
+            other => Err(format!(
+                "HEADLESS_RUN_STDIN must be pass, pty or auto, not `{other}`"
+            )),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn h(headless: Option<&str>, ci: Option<&str>) -> Option<bool> {
+        headless_from_env(headless.map(OsStr::new), ci.map(OsStr::new))
+    }
+
+    #[test]
+    fn headless_rules() {
+        assert_eq!(h(None, None), None);
+        assert_eq!(h(Some("1"), None), Some(true));
+        assert_eq!(h(Some("0"), Some("true")), Some(false));
+        assert_eq!(h(None, Some("true")), Some(true));
+        assert_eq!(h(None, Some("1")), Some(true));
+        assert_eq!(h(None, Some("")), None);
+        assert_eq!(h(None, Some("0")), None);
+        assert_eq!(h(None, Some("false")), None);
+        assert_eq!(h(None, Some("FALSE")), None);
+        assert_eq!(h(Some(""), Some("yes")), Some(true));
+    }
+
+    #[test]
+    fn stdin_modes() {
+        assert_eq!(StdinMode::parse("pass"), Ok(StdinMode::Pass));
+        assert_eq!(StdinMode::parse("pty"), Ok(StdinMode::Pty));
+        assert_eq!(StdinMode::parse(""), Ok(StdinMode::Auto));
+        assert!(StdinMode::parse("tty").is_err());
+    }
+}

@@ -1,0 +1,260 @@
+//! The one resolver for where state, configuration and shim links live.
+//!
+//! State dir: `--state-dir`, else `HEADLESS_RUN_HOME`, else `$XDG_STATE_HOME/headless-run`,
+//! else `~/.local/state/headless-run`. `HEADLESS_RUN_DB` overrides only the database path.
+//! Directories are created 0700 and files 0600.
+
+use std::ffi::OsString;
+use std::fs::{self, DirBuilder, File, OpenOptions};
+use std::io;
+use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+
+/// Environment lookup, so resolution can be tested without touching the real environment.
+pub type EnvLookup<'a> = &'a dyn Fn(&str) -> Option<OsString>;
+
+/// Reads the real process environment.
+pub fn real_env(key: &str) -> Option<OsString> {
+    std::env::var_os(key)
+}
+
+/// Why no state location could be worked out.
+#[derive(Debug, thiserror::Error)]
+pub enum PathError {
+    #[error(
+        "cannot find a home directory for the state dir; set HEADLESS_RUN_HOME or pass --state-dir"
+    )]
+    NoHome,
+    #[error("cannot make {0} absolute: {1}")]
+    Absolute(PathBuf, io::Error),
+}
+
+/// Where one installation keeps its state.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StatePaths {
+    /// The state directory.
+    pub root: PathBuf,
+    /// The SQLite database (`root/state.db` unless `HEADLESS_RUN_DB` says otherwise).
+    pub db: PathBuf,
+}
+
+impl StatePaths {
+    /// Resolves from a `--state-dir` flag and the real environment.
+    pub fn resolve(flag: Option<&Path>) -> Result<Self, PathError> {
+        Self::resolve_with(flag, &real_env)
+    }
+
+    /// Resolves from a `--state-dir` flag and the given environment.
+    pub fn resolve_with(flag: Option<&Path>, env: EnvLookup<'_>) -> Result<Self, PathError> {
+        let root = match flag {
+            Some(dir) => dir.to_path_buf(),
+            None => match non_empty(env("HEADLESS_RUN_HOME")) {
+                Some(dir) => PathBuf::from(dir),
+                None => xdg_dir(env, "XDG_STATE_HOME", ".local/state")?.join("headless-run"),
+            },
+        };
+        let root = absolute(&root)?;
+        let db = match non_empty(env("HEADLESS_RUN_DB")) {
+            Some(db) => absolute(Path::new(&db))?,
+            None => root.join("state.db"),
+        };
+        Ok(StatePaths { root, db })
+    }
+
+    /// `root/logs`.
+    pub fn logs_dir(&self) -> PathBuf {
+        self.root.join("logs")
+    }
+
+    /// `root/logs/combined.log`: one JSON event per line.
+    pub fn combined_log(&self) -> PathBuf {
+        self.logs_dir().join("combined.log")
+    }
+
+    /// `root/logs/runs`: the raw output of each run.
+    pub fn runs_dir(&self) -> PathBuf {
+        self.logs_dir().join("runs")
+    }
+
+    /// The raw output log of one run.
+    pub fn run_log(&self, tool_run_id: &str) -> PathBuf {
+        self.runs_dir().join(format!("{tool_run_id}.log"))
+    }
+
+    /// Creates the state dir, its log dirs and the database's dir, all 0700.
+    pub fn ensure_dirs(&self) -> io::Result<()> {
+        create_private_dir(&self.root)?;
+        create_private_dir(&self.logs_dir())?;
+        create_private_dir(&self.runs_dir())?;
+        if let Some(parent) = self.db.parent() {
+            if !parent.as_os_str().is_empty() && !parent.exists() {
+                create_private_dir(parent)?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// `$XDG_CONFIG_HOME/headless-run/config.toml`, else `~/.config/headless-run/config.toml`.
+pub fn user_config_file(env: EnvLookup<'_>) -> Option<PathBuf> {
+    xdg_dir(env, "XDG_CONFIG_HOME", ".config")
+        .ok()
+        .map(|d| d.join("headless-run").join("config.toml"))
+}
+
+/// Where `monitor install` puts shim links by default:
+/// `$XDG_DATA_HOME/headless-run/bin`, else `~/.local/share/headless-run/bin`.
+pub fn default_shim_dir(env: EnvLookup<'_>) -> Result<PathBuf, PathError> {
+    Ok(xdg_dir(env, "XDG_DATA_HOME", ".local/share")?
+        .join("headless-run")
+        .join("bin"))
+}
+
+fn xdg_dir(env: EnvLookup<'_>, var: &str, fallback: &str) -> Result<PathBuf, PathError> {
+    // The XDG spec says relative values are invalid and must be ignored.
+    if let Some(dir) = non_empty(env(var)).map(PathBuf::from) {
+        if dir.is_absolute() {
+            return Ok(dir);
+        }
+    }
+    Ok(home_dir(env).ok_or(PathError::NoHome)?.join(fallback))
+}
+
+fn home_dir(env: EnvLookup<'_>) -> Option<PathBuf> {
+    if let Some(home) = non_empty(env("HOME")) {
+        return Some(PathBuf::from(home));
+    }
+    crate::proc::passwd_home(crate::proc::real_uid())
+}
+
+fn non_empty(v: Option<OsString>) -> Option<OsString> {
+    v.filter(|s| !s.is_empty())
+}
+
+fn absolute(p: &Path) -> Result<PathBuf, PathError> {
+    std::path::absolute(p).map_err(|e| PathError::Absolute(p.to_path_buf(), e))
+}
+
+/// Creates `path` (and missing parents) with mode 0700. An existing directory we own that
+/// is open to others is tightened to 0700.
+pub fn create_private_dir(path: &Path) -> io::Result<()> {
+    match DirBuilder::new().recursive(true).mode(0o700).create(path) {
+        Ok(()) => {}
+        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
+        Err(e) => return Err(e),
+    }
+    let meta = fs::metadata(path)?;
+    if !meta.is_dir() {
+        return Err(io::Error::new(
+            io::ErrorKind::AlreadyExists,
+            format!("{} exists and is not a directory", path.display()),
+        ));
+    }
+    if meta.mode() & 0o077 != 0 && meta.uid() == crate::proc::real_uid() {
+        fs::set_permissions(path, fs::Permissions::from_mode(0o700))?;
+    }
+    Ok(())
+}
+
+/// Opens `path` for appending, creating it with mode 0600.
+pub fn open_private_append(path: &Path) -> io::Result<File> {
+    OpenOptions::new()
+        .append(true)
+        .create(true)
+        .mode(0o600)
+        .custom_flags(libc::O_CLOEXEC)
+        .open(path)
+}
+
+/// Creates `path` empty with mode 0600 if it does not exist yet (so that SQLite, which copies
+/// the database file's mode to its `-wal` and `-shm` files, never creates them wider).
+pub fn touch_private(path: &Path) -> io::Result<()> {
+    match OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(path)
+    {
+        Ok(_) => Ok(()),
+        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => Ok(()),
+        Err(e) => Err(e),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    fn env_of(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<OsString> {
+        let map: HashMap<String, OsString> = pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), OsString::from(v)))
+            .collect();
+        move |k| map.get(k).cloned()
+    }
+
+    #[test]
+    fn flag_wins_over_env() {
+        let env = env_of(&[("HEADLESS_RUN_HOME", "/env/home"), ("HOME", "/h")]);
+        let p = StatePaths::resolve_with(Some(Path::new("/flag")), &env).unwrap();
+        assert_eq!(p.root, PathBuf::from("/flag"));
+        assert_eq!(p.db, PathBuf::from("/flag/state.db"));
+    }
+
+    #[test]
+    fn env_then_xdg_then_home() {
+        let env = env_of(&[("HEADLESS_RUN_HOME", "/env/home"), ("HOME", "/h")]);
+        assert_eq!(
+            StatePaths::resolve_with(None, &env).unwrap().root,
+            PathBuf::from("/env/home")
+        );
+        let env = env_of(&[("XDG_STATE_HOME", "/xdg"), ("HOME", "/h")]);
+        assert_eq!(
+            StatePaths::resolve_with(None, &env).unwrap().root,
+            PathBuf::from("/xdg/headless-run")
+        );
+        let env = env_of(&[("XDG_STATE_HOME", "relative"), ("HOME", "/h")]);
+        assert_eq!(
+            StatePaths::resolve_with(None, &env).unwrap().root,
+            PathBuf::from("/h/.local/state/headless-run")
+        );
+    }
+
+    #[test]
+    fn db_override_only_moves_the_db() {
+        let env = env_of(&[
+            ("HEADLESS_RUN_HOME", "/s"),
+            ("HEADLESS_RUN_DB", "/w/.worktrees/pipeline_state.db"),
+        ]);
+        let p = StatePaths::resolve_with(None, &env).unwrap();
+        assert_eq!(p.root, PathBuf::from("/s"));
+        assert_eq!(p.db, PathBuf::from("/w/.worktrees/pipeline_state.db"));
+        assert_eq!(p.combined_log(), PathBuf::from("/s/logs/combined.log"));
+        assert_eq!(p.run_log("TR-X"), PathBuf::from("/s/logs/runs/TR-X.log"));
+    }
+
+    #[test]
+    fn dirs_are_private() {
+        let tmp = tempfile::tempdir().unwrap();
+        let paths = StatePaths {
+            root: tmp.path().join("state"),
+            db: tmp.path().join("state/state.db"),
+        };
+        paths.ensure_dirs().unwrap();
+        for d in [paths.root.clone(), paths.logs_dir(), paths.runs_dir()] {
+            assert_eq!(
+                fs::metadata(&d).unwrap().mode() & 0o777,
+                0o700,
+                "{}",
+                d.display()
+            );
+        }
+        fs::set_permissions(&paths.root, fs::Permissions::from_mode(0o755)).unwrap();
+        paths.ensure_dirs().unwrap();
+        assert_eq!(fs::metadata(&paths.root).unwrap().mode() & 0o777, 0o700);
+        let f = paths.combined_log();
+        open_private_append(&f).unwrap();
+        assert_eq!(fs::metadata(&f).unwrap().mode() & 0o777, 0o600);
+    }
+}

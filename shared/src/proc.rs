@@ -1,0 +1,210 @@
+//! Facts about processes and users from the kernel: `/proc/PID/stat`, liveness, start
+//! times (to tell a reused pid apart), the real user behind a uid, and the host name.
+
+use std::ffi::{CStr, OsString};
+use std::os::unix::ffi::OsStringExt;
+use std::path::PathBuf;
+
+/// The fields of `/proc/PID/stat` (or `/proc/PID/task/TID/stat`) that we use.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProcStat {
+    pub pid: i32,
+    pub comm: String,
+    /// `R` running, `S` sleeping, `D` disk sleep, `T` stopped, `Z` zombie, …
+    pub state: char,
+    pub ppid: i32,
+    pub pgrp: i32,
+    pub session: i32,
+    pub tty_nr: i32,
+    /// User and system CPU time in clock ticks.
+    pub utime: u64,
+    pub stime: u64,
+    /// Start time after boot in clock ticks: with the pid, identifies a process uniquely.
+    pub start_time: u64,
+}
+
+impl ProcStat {
+    /// CPU time used, in clock ticks.
+    pub fn cpu_ticks(&self) -> u64 {
+        self.utime + self.stime
+    }
+}
+
+/// Parses the text of a `stat` file. The command name may hold spaces and parentheses, so
+/// the fields are counted from its last `)`.
+pub fn parse_stat(text: &str) -> Option<ProcStat> {
+    let open = text.find('(')?;
+    let close = text.rfind(')')?;
+    let pid = text[..open].trim().parse().ok()?;
+    let comm = text.get(open + 1..close)?.to_owned();
+    let rest: Vec<&str> = text.get(close + 1..)?.split_ascii_whitespace().collect();
+    let field = |i: usize| rest.get(i).copied();
+    Some(ProcStat {
+        pid,
+        comm,
+        state: field(0)?.chars().next()?,
+        ppid: field(1)?.parse().ok()?,
+        pgrp: field(2)?.parse().ok()?,
+        session: field(3)?.parse().ok()?,
+        tty_nr: field(4)?.parse().ok()?,
+        utime: field(11)?.parse().ok()?,
+        stime: field(12)?.parse().ok()?,
+        start_time: field(19)?.parse().ok()?,
+    })
+}
+
+/// Reads `/proc/PID/stat`.
+pub fn read_stat(pid: i32) -> Option<ProcStat> {
+    parse_stat(&std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?)
+}
+
+/// Whether a process with this pid exists (ours or not).
+pub fn pid_alive(pid: i32) -> bool {
+    if pid <= 0 {
+        return false;
+    }
+    // SAFETY: signal 0 only checks for existence and permission.
+    let rc = unsafe { libc::kill(pid, 0) };
+    rc == 0 || std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM)
+}
+
+/// Whether `pid` is still the process that had `start_time` (not a reused pid). Where
+/// `/proc` cannot say, liveness alone decides.
+pub fn same_process(pid: i32, start_time: Option<u64>) -> bool {
+    if !pid_alive(pid) {
+        return false;
+    }
+    match (start_time, read_stat(pid)) {
+        (Some(expected), Some(stat)) => stat.start_time == expected && stat.state != 'Z',
+        (_, Some(stat)) => stat.state != 'Z',
+        _ => true,
+    }
+}
+
+/// The pids of `pid`'s ancestors, nearest first (stops at pid 1 or an unreadable parent).
+pub fn ancestors(pid: i32) -> Vec<ProcStat> {
+    let mut out = Vec::new();
+    let mut next = read_stat(pid).map(|s| s.ppid);
+    while let Some(ppid) = next {
+        if ppid <= 1 || out.len() > 64 {
+            break;
+        }
+        match read_stat(ppid) {
+            Some(stat) => {
+                next = Some(stat.ppid);
+                out.push(stat);
+            }
+            None => break,
+        }
+    }
+    out
+}
+
+/// The real uid of this process (who really runs it, whatever `$USER` says).
+pub fn real_uid() -> u32 {
+    // SAFETY: getuid cannot fail.
+    unsafe { libc::getuid() }
+}
+
+struct Passwd {
+    name: OsString,
+    home: OsString,
+}
+
+fn passwd(uid: u32) -> Option<Passwd> {
+    let mut buf = vec![0u8; 4096];
+    loop {
+        // SAFETY: pwd, buf and result are valid for the call; getpwuid_r fills pwd with
+        // pointers into buf, which outlives their use below.
+        let mut pwd: libc::passwd = unsafe { std::mem::zeroed() };
+        let mut result: *mut libc::passwd = std::ptr::null_mut();
+        let rc = unsafe {
+            libc::getpwuid_r(
+                uid,
+                &mut pwd,
+                buf.as_mut_ptr().cast(),
+                buf.len(),
+                &mut result,
+            )
+        };
+        if rc == libc::ERANGE && buf.len() < 1 << 20 {
+            buf.resize(buf.len() * 2, 0);
+            continue;
+        }
+        if rc != 0 || result.is_null() {
+            return None;
+        }
+        // SAFETY: on success pw_name and pw_dir are NUL-terminated strings inside buf.
+        let (name, home) = unsafe {
+            (
+                CStr::from_ptr(pwd.pw_name).to_bytes().to_vec(),
+                CStr::from_ptr(pwd.pw_dir).to_bytes().to_vec(),
+            )
+        };
+        return Some(Passwd {
+            name: OsString::from_vec(name),
+            home: OsString::from_vec(home),
+        });
+    }
+}
+
+/// The home directory of `uid` from the password database.
+pub fn passwd_home(uid: u32) -> Option<PathBuf> {
+    passwd(uid).map(|p| PathBuf::from(p.home))
+}
+
+/// The user name of `uid` from the password database, else `uid:N`.
+pub fn user_name(uid: u32) -> String {
+    passwd(uid)
+        .map(|p| p.name.to_string_lossy().into_owned())
+        .unwrap_or_else(|| format!("uid:{uid}"))
+}
+
+/// The OS user running this process, by real uid.
+pub fn current_user() -> String {
+    user_name(real_uid())
+}
+
+/// This machine's host name.
+pub fn hostname() -> String {
+    let mut buf = [0u8; 256];
+    // SAFETY: buf is writable for its length; gethostname NUL-terminates on success.
+    let rc = unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) };
+    if rc != 0 {
+        return "localhost".into();
+    }
+    let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
+    String::from_utf8_lossy(&buf[..end]).into_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_stat_with_odd_command_names() {
+        let text = "4242 (my (odd) tool) S 100 4242 4242 34816 4242 4194304 100 0 0 0 7 3 0 0 20 0 1 0 98765 1000 100 0";
+        let st = parse_stat(text).unwrap();
+        assert_eq!(st.pid, 4242);
+        assert_eq!(st.comm, "my (odd) tool");
+        assert_eq!(st.state, 'S');
+        assert_eq!(st.ppid, 100);
+        assert_eq!(st.pgrp, 4242);
+        assert_eq!(st.session, 4242);
+        assert_eq!(st.cpu_ticks(), 10);
+        assert_eq!(st.start_time, 98765);
+        assert!(parse_stat("garbage").is_none());
+        assert!(parse_stat("1 (x) S").is_none());
+    }
+
+    #[test]
+    fn reads_our_own_process() {
+        let me = read_stat(std::process::id() as i32).unwrap();
+        assert_eq!(me.pid, std::process::id() as i32);
+        assert!(same_process(me.pid, Some(me.start_time)));
+        assert!(!same_process(me.pid, Some(me.start_time + 1)));
+        assert!(!pid_alive(0));
+        assert!(!current_user().is_empty());
+        assert!(!hostname().is_empty());
+    }
+}

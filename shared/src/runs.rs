@@ -1,0 +1,482 @@
+//! The `tool_runs` table: one row per supervised run, and the queries on it.
+
+use crate::audit::{self, AuditEntry};
+use crate::db::Result;
+use crate::status::RunStatus;
+use crate::time;
+use rusqlite::types::ToSql;
+use rusqlite::{Connection, OptionalExtension, Row, Transaction, params};
+use serde::{Deserialize, Serialize};
+
+/// A row of `tool_runs`. Serialized with the column names, as `--json` prints it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ToolRun {
+    pub tool_run_id: String,
+    pub tool_name: String,
+    pub execution_id: Option<String>,
+    pub status: RunStatus,
+    pub reason: Option<String>,
+    pub exit_code: Option<i32>,
+    pub started_at: String,
+    pub completed_at: Option<String>,
+    pub last_output_at: Option<String>,
+    pub last_heartbeat_at: Option<String>,
+    pub supervisor_heartbeat_at: Option<String>,
+    pub last_error_msg: Option<String>,
+    pub pid: Option<i64>,
+    pub shim_pid: Option<i64>,
+    pub shim_start_time: Option<i64>,
+    pub host: Option<String>,
+    /// The command line as a JSON array (program first).
+    pub argv_json: Vec<String>,
+    pub cwd: Option<String>,
+    pub resumed_from: Option<String>,
+    pub metadata: Option<serde_json::Value>,
+    pub updated_at: String,
+}
+
+const COLUMNS: &str = "tool_run_id, tool_name, execution_id, status, reason, exit_code, started_at, \
+     completed_at, last_output_at, last_heartbeat_at, supervisor_heartbeat_at, last_error_msg, pid, \
+     shim_pid, shim_start_time, host, argv_json, cwd, resumed_from, metadata, updated_at";
+
+fn from_row(r: &Row<'_>) -> rusqlite::Result<ToolRun> {
+    let status: String = r.get(3)?;
+    let argv: String = r.get(16)?;
+    let metadata: Option<String> = r.get(19)?;
+    Ok(ToolRun {
+        tool_run_id: r.get(0)?,
+        tool_name: r.get(1)?,
+        execution_id: r.get(2)?,
+        // A status written by a newer build is shown as failed rather than breaking reads.
+        status: status.parse().unwrap_or(RunStatus::Failed),
+        reason: r.get(4)?,
+        exit_code: r.get(5)?,
+        started_at: r.get(6)?,
+        completed_at: r.get(7)?,
+        last_output_at: r.get(8)?,
+        last_heartbeat_at: r.get(9)?,
+        supervisor_heartbeat_at: r.get(10)?,
+        last_error_msg: r.get(11)?,
+        pid: r.get(12)?,
+        shim_pid: r.get(13)?,
+        shim_start_time: r.get(14)?,
+        host: r.get(15)?,
+        argv_json: serde_json::from_str(&argv).unwrap_or_default(),
+        cwd: r.get(17)?,
+        resumed_from: r.get(18)?,
+        metadata: metadata.and_then(|m| serde_json::from_str(&m).ok()),
+        updated_at: r.get(20)?,
+    })
+}
+
+/// Inserts a new run and its first audit row.
+pub fn insert(tx: &Transaction<'_>, run: &ToolRun, actor: &str) -> Result<()> {
+    tx.execute(
+        &format!("INSERT INTO tool_runs ({COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21)"),
+        params![
+            run.tool_run_id,
+            run.tool_name,
+            run.execution_id,
+            run.status.as_str(),
+            run.reason,
+            run.exit_code,
+            run.started_at,
+            run.completed_at,
+            run.last_output_at,
+            run.last_heartbeat_at,
+            run.supervisor_heartbeat_at,
+            run.last_error_msg,
+            run.pid,
+            run.shim_pid,
+            run.shim_start_time,
+            run.host,
+            serde_json::to_string(&run.argv_json).unwrap_or_else(|_| "[]".into()),
+            run.cwd,
+            run.resumed_from,
+            run.metadata.as_ref().map(|m| m.to_string()),
+            run.updated_at,
+        ],
+    )?;
+    audit::append(
+        tx,
+        &AuditEntry {
+            event: "tool_status_change",
+            tool_run_id: Some(&run.tool_run_id),
+            approval_id: None,
+            actor,
+            data: serde_json::json!({
+                "status": run.status,
+                "tool": run.tool_name,
+                "argv": run.argv_json,
+                "cwd": run.cwd,
+                "resumed_from": run.resumed_from,
+            }),
+        },
+    )?;
+    Ok(())
+}
+
+/// A status change to apply.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StatusChange {
+    pub status: RunStatus,
+    pub reason: Option<String>,
+    pub exit_code: Option<i32>,
+    /// Set `completed_at` (the run has ended).
+    pub finished: bool,
+    pub error: Option<String>,
+}
+
+impl StatusChange {
+    /// A plain change to `status` with a reason.
+    pub fn to(status: RunStatus, reason: Option<String>) -> Self {
+        StatusChange {
+            status,
+            reason,
+            exit_code: None,
+            finished: status.is_final(),
+            error: None,
+        }
+    }
+}
+
+/// Which current statuses a change may replace.
+#[derive(Debug, Clone, Copy)]
+pub enum Guard<'a> {
+    /// Whatever it is.
+    Any,
+    /// Only a run that has not ended.
+    NotFinal,
+    /// Only from one of these.
+    From(&'a [RunStatus]),
+}
+
+/// Changes a run's status (with an audit row) if the guard allows; returns the previous
+/// status, or `None` when the run does not exist or the guard refused.
+pub fn change_status(
+    tx: &Transaction<'_>,
+    tool_run_id: &str,
+    change: &StatusChange,
+    actor: &str,
+    guard: Guard<'_>,
+) -> Result<Option<RunStatus>> {
+    let current: Option<String> = tx
+        .query_row(
+            "SELECT status FROM tool_runs WHERE tool_run_id = ?1",
+            [tool_run_id],
+            |r| r.get(0),
+        )
+        .optional()?;
+    let Some(current) = current.and_then(|s| s.parse::<RunStatus>().ok()) else {
+        return Ok(None);
+    };
+    let allowed = match guard {
+        Guard::Any => true,
+        Guard::NotFinal => !current.is_final(),
+        Guard::From(set) => set.contains(&current),
+    };
+    if !allowed {
+        return Ok(None);
+    }
+    let now = time::now_rfc3339();
+    tx.execute(
+        "UPDATE tool_runs SET status = ?2, reason = ?3,
+            exit_code = COALESCE(?4, exit_code),
+            completed_at = CASE WHEN ?5 THEN ?6 ELSE completed_at END,
+            last_error_msg = COALESCE(?7, last_error_msg),
+            updated_at = ?6
+         WHERE tool_run_id = ?1",
+        params![
+            tool_run_id,
+            change.status.as_str(),
+            change.reason,
+            change.exit_code,
+            change.finished,
+            now,
+            change.error,
+        ],
+    )?;
+    if current != change.status || change.finished {
+        audit::append(
+            tx,
+            &AuditEntry {
+                event: "tool_status_change",
+                tool_run_id: Some(tool_run_id),
+                approval_id: None,
+                actor,
+                data: serde_json::json!({
+                    "status": change.status,
+                    "previous_status": current,
+                    "reason": change.reason,
+                    "exit_code": change.exit_code,
+                }),
+            },
+        )?;
+    }
+    Ok(Some(current))
+}
+
+/// Liveness timestamps to record; `None` leaves a column as it is.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Touch {
+    pub last_output_at: Option<String>,
+    pub last_heartbeat_at: Option<String>,
+    pub supervisor_heartbeat_at: Option<String>,
+}
+
+impl Touch {
+    /// Nothing to write.
+    pub fn is_empty(&self) -> bool {
+        self.last_output_at.is_none()
+            && self.last_heartbeat_at.is_none()
+            && self.supervisor_heartbeat_at.is_none()
+    }
+}
+
+/// Records liveness timestamps (no audit row: these are not status changes).
+pub fn touch(conn: &Connection, tool_run_id: &str, t: &Touch) -> Result<()> {
+    conn.execute(
+        "UPDATE tool_runs SET
+            last_output_at = COALESCE(?2, last_output_at),
+            last_heartbeat_at = COALESCE(?3, last_heartbeat_at),
+            supervisor_heartbeat_at = COALESCE(?4, supervisor_heartbeat_at)
+         WHERE tool_run_id = ?1",
+        params![
+            tool_run_id,
+            t.last_output_at,
+            t.last_heartbeat_at,
+            t.supervisor_heartbeat_at
+        ],
+    )?;
+    Ok(())
+}
+
+/// Records the tool's pid once it has been spawned.
+pub fn set_pid(conn: &Connection, tool_run_id: &str, pid: i64) -> Result<()> {
+    conn.execute(
+        "UPDATE tool_runs SET pid = ?2 WHERE tool_run_id = ?1",
+        params![tool_run_id, pid],
+    )?;
+    Ok(())
+}
+
+/// One run by id.
+pub fn get(conn: &Connection, tool_run_id: &str) -> Result<Option<ToolRun>> {
+    Ok(conn
+        .query_row(
+            &format!("SELECT {COLUMNS} FROM tool_runs WHERE tool_run_id = ?1"),
+            [tool_run_id],
+            from_row,
+        )
+        .optional()?)
+}
+
+/// Which runs to list.
+#[derive(Debug, Clone, Default)]
+pub struct RunFilter {
+    /// Any of these statuses (empty: all).
+    pub statuses: Vec<RunStatus>,
+    pub tool: Option<String>,
+    pub execution_id: Option<String>,
+    /// Started at or after this RFC 3339 time.
+    pub since: Option<String>,
+    /// At most this many, newest first (`None`: all).
+    pub limit: Option<usize>,
+}
+
+/// Runs matching the filter, newest first.
+pub fn list(conn: &Connection, filter: &RunFilter) -> Result<Vec<ToolRun>> {
+    let mut sql = format!("SELECT {COLUMNS} FROM tool_runs WHERE 1=1");
+    let mut args: Vec<Box<dyn ToSql>> = Vec::new();
+    if !filter.statuses.is_empty() {
+        let marks = vec!["?"; filter.statuses.len()].join(",");
+        sql.push_str(&format!(" AND status IN ({marks})"));
+        for st in &filter.statuses {
+            args.push(Box::new(st.as_str()));
+        }
+    }
+    if let Some(tool) = &filter.tool {
+        sql.push_str(" AND tool_name = ?");
+        args.push(Box::new(tool.clone()));
+    }
+    if let Some(ex) = &filter.execution_id {
+        sql.push_str(" AND execution_id = ?");
+        args.push(Box::new(ex.clone()));
+    }
+    if let Some(since) = &filter.since {
+        sql.push_str(" AND started_at >= ?");
+        args.push(Box::new(since.clone()));
+    }
+    sql.push_str(" ORDER BY tool_run_id DESC");
+    if let Some(limit) = filter.limit {
+        sql.push_str(&format!(" LIMIT {limit}"));
+    }
+    let mut stmt = conn.prepare(&sql)?;
+    let rows = stmt
+        .query_map(rusqlite::params_from_iter(args.iter()), from_row)?
+        .collect::<rusqlite::Result<Vec<_>>>()?;
+    Ok(rows)
+}
+
+/// How many runs are in each status.
+pub fn count_by_status(conn: &Connection) -> Result<Vec<(RunStatus, i64)>> {
+    let mut stmt = conn.prepare("SELECT status, COUNT(*) FROM tool_runs GROUP BY status")?;
+    let rows = stmt
+        .query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)?)))?
+        .collect::<rusqlite::Result<Vec<_>>>()?;
+    Ok(rows
+        .into_iter()
+        .filter_map(|(s, n)| s.parse().ok().map(|st| (st, n)))
+        .collect())
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+    use crate::db::{self, OpenMode};
+
+    pub fn sample(id: &str, tool: &str, status: RunStatus) -> ToolRun {
+        let now = time::now_rfc3339();
+        ToolRun {
+            tool_run_id: id.into(),
+            tool_name: tool.into(),
+            execution_id: Some("EX-1".into()),
+            status,
+            reason: None,
+            exit_code: None,
+            started_at: now.clone(),
+            completed_at: None,
+            last_output_at: None,
+            last_heartbeat_at: None,
+            supervisor_heartbeat_at: None,
+            last_error_msg: None,
+            pid: Some(10),
+            shim_pid: Some(9),
+            shim_start_time: Some(1234),
+            host: Some("h".into()),
+            argv_json: vec![tool.into(), "--flag".into()],
+            cwd: Some("/tmp".into()),
+            resumed_from: None,
+            metadata: None,
+            updated_at: now,
+        }
+    }
+
+    #[test]
+    fn insert_get_change_list() {
+        let tmp = tempfile::tempdir().unwrap();
+        let mut conn = db::open(&tmp.path().join("s.db"), OpenMode::Create).unwrap();
+        db::write(&mut conn, |tx| {
+            insert(tx, &sample("TR-A", "rm", RunStatus::Running), "me")?;
+            insert(tx, &sample("TR-B", "apt", RunStatus::Running), "me")
+        })
+        .unwrap();
+        let got = get(&conn, "TR-A").unwrap().unwrap();
+        assert_eq!(got, sample_like(&got));
+        let prev = db::write(&mut conn, |tx| {
+            change_status(
+                tx,
+                "TR-A",
+                &StatusChange {
+                    status: RunStatus::Completed,
+                    reason: None,
+                    exit_code: Some(0),
+                    finished: true,
+                    error: None,
+                },
+                "me",
+                Guard::NotFinal,
+            )
+        })
+        .unwrap();
+        assert_eq!(prev, Some(RunStatus::Running));
+        // A finished run is not changed again under NotFinal.
+        let again = db::write(&mut conn, |tx| {
+            change_status(
+                tx,
+                "TR-A",
+                &StatusChange::to(RunStatus::Failed, None),
+                "me",
+                Guard::NotFinal,
+            )
+        })
+        .unwrap();
+        assert_eq!(again, None);
+        let a = get(&conn, "TR-A").unwrap().unwrap();
+        assert_eq!(a.status, RunStatus::Completed);
+        assert_eq!(a.exit_code, Some(0));
+        assert!(a.completed_at.is_some());
+
+        let running = list(
+            &conn,
+            &RunFilter {
+                statuses: vec![RunStatus::Running],
+                ..Default::default()
+            },
+        )
+        .unwrap();
+        assert_eq!(running.len(), 1);
+        assert_eq!(running[0].tool_run_id, "TR-B");
+        let by_tool = list(
+            &conn,
+            &RunFilter {
+                tool: Some("rm".into()),
+                ..Default::default()
+            },
+        )
+        .unwrap();
+        assert_eq!(by_tool.len(), 1);
+        let newest = list(
+            &conn,
+            &RunFilter {
+                limit: Some(1),
+                ..Default::default()
+            },
+        )
+        .unwrap();
+        assert_eq!(newest[0].tool_run_id, "TR-B");
+        let counts = count_by_status(&conn).unwrap();
+        assert!(counts.contains(&(RunStatus::Completed, 1)));
+
+        touch(
+            &conn,
+            "TR-B",
+            &Touch {
+                last_output_at: Some("x".into()),
+                ..Default::default()
+            },
+        )
+        .unwrap();
+        assert_eq!(
+            get(&conn, "TR-B")
+                .unwrap()
+                .unwrap()
+                .last_output_at
+                .as_deref(),
+            Some("x")
+        );
+        // Every change left an audit row, and the chain holds.
+        assert_eq!(audit::for_run(&conn, "TR-A").unwrap().len(), 2);
+        assert!(audit::verify(&conn).unwrap().intact());
+    }
+
+    fn sample_like(got: &ToolRun) -> ToolRun {
+        let mut s = sample("TR-A", "rm", RunStatus::Running);
+        s.started_at = got.started_at.clone();
+        s.updated_at = got.updated_at.clone();
+        s
+    }
+
+    #[test]
+    fn json_fields_are_the_columns() {
+        let run = sample("TR-A", "rm", RunStatus::Running);
+        let v = serde_json::to_value(&run).unwrap();
+        let keys: Vec<&str> = v.as_object().unwrap().keys().map(|k| k.as_str()).collect();
+        let cols: Vec<&str> = COLUMNS.split(',').map(|c| c.trim()).collect();
+        let mut a = keys.clone();
+        a.sort();
+        let mut b = cols.clone();
+        b.sort();
+        assert_eq!(a, b);
+    }
+}

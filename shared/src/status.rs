@@ -1,0 +1,167 @@
+//! The status enums of runs and approvals, with their stored spellings.
+
+use serde::{Deserialize, Serialize};
+use std::fmt;
+use std::str::FromStr;
+
+/// Where a tool run stands. Stored as the snake_case name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RunStatus {
+    Queued,
+    Running,
+    Completed,
+    Failed,
+    FailedTimeout,
+    Stalled,
+    WaitingApproval,
+    Cancelled,
+}
+
+impl RunStatus {
+    /// Every status, in the order the dashboard and docs list them.
+    pub const ALL: [RunStatus; 8] = [
+        RunStatus::Queued,
+        RunStatus::Running,
+        RunStatus::Completed,
+        RunStatus::Failed,
+        RunStatus::FailedTimeout,
+        RunStatus::Stalled,
+        RunStatus::WaitingApproval,
+        RunStatus::Cancelled,
+    ];
+
+    /// The stored spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RunStatus::Queued => "queued",
+            RunStatus::Running => "running",
+            RunStatus::Completed => "completed",
+            RunStatus::Failed => "failed",
+            RunStatus::FailedTimeout => "failed_timeout",
+            RunStatus::Stalled => "stalled",
+            RunStatus::WaitingApproval => "waiting_approval",
+            RunStatus::Cancelled => "cancelled",
+        }
+    }
+
+    /// A run in one of these states still has (or should have) a shim supervising it.
+    pub fn is_live(self) -> bool {
+        matches!(
+            self,
+            RunStatus::Running | RunStatus::Stalled | RunStatus::WaitingApproval
+        )
+    }
+
+    /// A run in one of these states has ended and will not change again by itself.
+    pub fn is_final(self) -> bool {
+        matches!(
+            self,
+            RunStatus::Completed
+                | RunStatus::Failed
+                | RunStatus::FailedTimeout
+                | RunStatus::Cancelled
+        )
+    }
+
+    /// Counted as a failure by alerts and summaries.
+    pub fn is_failure(self) -> bool {
+        matches!(self, RunStatus::Failed | RunStatus::FailedTimeout)
+    }
+}
+
+impl fmt::Display for RunStatus {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A stored status string that is not one of ours.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown status `{0}`")]
+pub struct UnknownStatus(pub String);
+
+impl FromStr for RunStatus {
+    type Err = UnknownStatus;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        RunStatus::ALL
+            .into_iter()
+            .find(|st| st.as_str() == s)
+            .ok_or_else(|| UnknownStatus(s.to_owned()))
+    }
+}
+
+/// Where an approval stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ApprovalStatus {
+    Pending,
+    Approved,
+    Rejected,
+    Expired,
+}
+
+impl ApprovalStatus {
+    /// Every status.
+    pub const ALL: [ApprovalStatus; 4] = [
+        ApprovalStatus::Pending,
+        ApprovalStatus::Approved,
+        ApprovalStatus::Rejected,
+        ApprovalStatus::Expired,
+    ];
+
+    /// The stored spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ApprovalStatus::Pending => "pending",
+            ApprovalStatus::Approved => "approved",
+            ApprovalStatus::Rejected => "rejected",
+            ApprovalStatus::Expired => "expired",
+        }
+    }
+}
+
+impl fmt::Display for ApprovalStatus {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for ApprovalStatus {
+    type Err = UnknownStatus;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        ApprovalStatus::ALL
+            .into_iter()
+            .find(|st| st.as_str() == s)
+            .ok_or_else(|| UnknownStatus(s.to_owned()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn run_status_round_trips() {
+        for st in RunStatus::ALL {
+            assert_eq!(st.as_str().parse::<RunStatus>(), Ok(st));
+            let json = serde_json::to_string(&st).unwrap();
+            assert_eq!(json, format!("\"{}\"", st.as_str()));
+        }
+        assert!("done".parse::<RunStatus>().is_err());
+    }
+
+    #[test]
+    fn approval_status_round_trips() {
+        for st in ApprovalStatus::ALL {
+            assert_eq!(st.as_str().parse::<ApprovalStatus>(), Ok(st));
+        }
+    }
+
+    #[test]
+    fn live_and_final_are_disjoint() {
+        for st in RunStatus::ALL {
+            assert!(!(st.is_live() && st.is_final()), "{st}");
+        }
+    }
+}

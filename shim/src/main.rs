@@ -1,0 +1,21 @@
+//! `headless-run`: runs a command-line tool in a pseudo-terminal, passes its output through
+//! unchanged, records the run, enforces hard and stall timeouts, and (in headless mode)
+//! turns a prompt nobody can see into an approval. See `headless-run --help`.
+
+mod blocked;
+mod cli;
+mod group;
+mod interactive;
+mod pty;
+mod recorder;
+mod run;
+mod screen;
+mod signals;
+mod store;
+mod supervise;
+
+use std::process::ExitCode;
+
+fn main() -> ExitCode {
+    ExitCode::from(run::main_with(std::env::args_os().collect()))
+}

@@ -1,0 +1,436 @@
+//! The output recorder thread: takes copies of what the tool wrote (after it has already
+//! gone to stdout) and appends them to the run log, splits lines for `tool_output` events,
+//! recognises heartbeat and `approval_needed` lines, and keeps the terminal screen model the
+//! prompt detector reads. The copy loop never waits for it: when it falls more than
+//! [`MAX_PENDING`] bytes behind, chunks are dropped from the logs (and said so), never from
+//! stdout.
+
+use crate::store::{StoreMsg, StoreSender, warn_once};
+use hr_shared::event::{self, EventBody, LogEvent, ToolSignal};
+use hr_shared::logfile::CombinedLog;
+use hr_shared::paths::{self, StatePaths};
+use hr_shared::runs::Touch;
+use hr_shared::sanitize;
+use hr_shared::time;
+use std::fs::File;
+use std::io::{BufWriter, Write};
+use std::num::NonZeroU16;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::mpsc::{self, Receiver, Sender, TryRecvError};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+/// How far the recorder may fall behind before chunks are dropped from the logs.
+pub const MAX_PENDING: usize = 2 * 1024 * 1024;
+/// The raw run log stops growing here.
+pub const MAX_RUN_LOG: u64 = 256 * 1024 * 1024;
+/// Output not yet fed to the screen model beyond this is cut to its tail: a flood of
+/// scrolling text decides the screen only through its last screenfuls.
+const SCREEN_BACKLOG: usize = 256 * 1024;
+/// `tool_output` events: a burst of this many lines, then this many per second.
+const EVENT_BURST: f64 = 1000.0;
+const EVENT_RATE: f64 = 200.0;
+
+/// What the supervisor reads from the recorder.
+pub struct RecorderShared {
+    /// The terminal screen as the tool drew it.
+    pub screen: Mutex<vt100::Parser>,
+    /// Bytes fed to the screen so far.
+    pub screened: AtomicU64,
+    /// Milliseconds after `epoch` of the last heartbeat line (0: none yet).
+    pub last_heartbeat_ms: AtomicU64,
+    pub epoch: Instant,
+}
+
+/// Something the supervisor must act on.
+pub enum RecorderEvent {
+    /// A cooperative tool printed an `approval_needed` line.
+    Approval(event::CooperativeRequest),
+}
+
+/// The supervisor's side of the recorder.
+pub struct Recorder {
+    tx: Option<Sender<Vec<u8>>>,
+    pending: Arc<AtomicUsize>,
+    dropped: Arc<AtomicU64>,
+    accepted: u64,
+    pub shared: Arc<RecorderShared>,
+    pub events: Receiver<RecorderEvent>,
+    thread: Option<JoinHandle<()>>,
+    done: Receiver<()>,
+}
+
+/// What the recorder needs to know about the run.
+pub struct RecorderSetup {
+    pub paths: Option<StatePaths>,
+    pub tool_run_id: String,
+    pub tool: String,
+    pub execution_id: String,
+    pub rows: u16,
+    pub cols: u16,
+    pub store: StoreSender,
+}
+
+impl Recorder {
+    /// Starts the recorder thread.
+    pub fn start(setup: RecorderSetup) -> Recorder {
+        let (tx, rx) = mpsc::channel::<Vec<u8>>();
+        let (ev_tx, events) = mpsc::channel();
+        let (done_tx, done) = mpsc::channel();
+        let shared = Arc::new(RecorderShared {
+            screen: Mutex::new(new_screen(setup.rows, setup.cols)),
+            screened: AtomicU64::new(0),
+            last_heartbeat_ms: AtomicU64::new(0),
+            epoch: Instant::now(),
+        });
+        let pending = Arc::new(AtomicUsize::new(0));
+        let dropped = Arc::new(AtomicU64::new(0));
+        let worker = Worker::new(
+            setup,
+            shared.clone(),
+            pending.clone(),
+            dropped.clone(),
+            ev_tx,
+        );
+        let thread = std::thread::Builder::new()
+            .name("recorder".into())
+            .spawn(move || {
+                worker.run(rx);
+                let _ = done_tx.send(());
+            })
+            .ok();
+        Recorder {
+            tx: Some(tx),
+            pending,
+            dropped,
+            accepted: 0,
+            shared,
+            events,
+            thread,
+            done,
+        }
+    }
+
+    /// Hands over a copy of output that has already been written to stdout.
+    pub fn push(&mut self, bytes: &[u8]) {
+        let Some(tx) = &self.tx else { return };
+        if self.pending.load(Ordering::Relaxed) + bytes.len() > MAX_PENDING {
+            self.dropped
+                .fetch_add(bytes.len() as u64, Ordering::Relaxed);
+            return;
+        }
+        self.pending.fetch_add(bytes.len(), Ordering::Relaxed);
+        self.accepted += bytes.len() as u64;
+        let _ = tx.send(bytes.to_vec());
+    }
+
+    /// Whether the screen model has seen everything handed over so far.
+    pub fn caught_up(&self) -> bool {
+        self.shared.screened.load(Ordering::Acquire) >= self.accepted
+    }
+
+    /// Resizes the screen model with the pty.
+    pub fn resize(&self, rows: u16, cols: u16) {
+        if let Ok(mut screen) = self.shared.screen.lock() {
+            screen.set_size(nz(rows), nz(cols));
+        }
+    }
+
+    /// When the last heartbeat line was seen.
+    pub fn last_heartbeat(&self) -> Option<Instant> {
+        match self.shared.last_heartbeat_ms.load(Ordering::Relaxed) {
+            0 => None,
+            ms => Some(self.shared.epoch + Duration::from_millis(ms)),
+        }
+    }
+
+    /// Processes what is queued, flushes the logs and stops (waiting at most `wait`).
+    pub fn finish(mut self, wait: Duration) {
+        self.tx.take();
+        if self.done.recv_timeout(wait).is_ok() {
+            if let Some(t) = self.thread.take() {
+                let _ = t.join();
+            }
+        }
+    }
+}
+
+fn nz(n: u16) -> NonZeroU16 {
+    NonZeroU16::new(n.max(2)).unwrap_or(NonZeroU16::MIN)
+}
+
+fn new_screen(rows: u16, cols: u16) -> vt100::Parser {
+    vt100::Parser::new(nz(rows), nz(cols), 0)
+}
+
+struct Worker {
+    setup: RecorderSetup,
+    shared: Arc<RecorderShared>,
+    pending: Arc<AtomicUsize>,
+    dropped: Arc<AtomicU64>,
+    events: Sender<RecorderEvent>,
+    run_log: Option<BufWriter<File>>,
+    run_log_bytes: u64,
+    combined: Option<CombinedLog>,
+    line: Vec<u8>,
+    line_overflow: bool,
+    screen_backlog: Vec<u8>,
+    screen_reset: bool,
+    tokens: f64,
+    last_refill: Instant,
+    skipped_lines: u64,
+    last_heartbeat_touch: Option<Instant>,
+    warned: AtomicBool,
+}
+
+impl Worker {
+    fn new(
+        setup: RecorderSetup,
+        shared: Arc<RecorderShared>,
+        pending: Arc<AtomicUsize>,
+        dropped: Arc<AtomicU64>,
+        events: Sender<RecorderEvent>,
+    ) -> Worker {
+        Worker {
+            setup,
+            shared,
+            pending,
+            dropped,
+            events,
+            run_log: None,
+            run_log_bytes: 0,
+            combined: None,
+            line: Vec::new(),
+            line_overflow: false,
+            screen_backlog: Vec::new(),
+            screen_reset: false,
+            tokens: EVENT_BURST,
+            last_refill: Instant::now(),
+            skipped_lines: 0,
+            last_heartbeat_touch: None,
+            warned: AtomicBool::new(false),
+        }
+    }
+
+    fn open_logs(&mut self) {
+        let Some(paths) = self.setup.paths.clone() else {
+            return;
+        };
+        if paths.ensure_dirs().is_err() {
+            return;
+        }
+        let run_log = paths.run_log(&self.setup.tool_run_id);
+        match paths::open_private_append(&run_log) {
+            Ok(f) => self.run_log = Some(BufWriter::with_capacity(64 * 1024, f)),
+            Err(e) => self.warn(format!(
+                "cannot write {}: {e}; output is not logged",
+                run_log.display()
+            )),
+        }
+        self.combined = CombinedLog::open(&paths.combined_log()).ok();
+    }
+
+    fn warn(&self, msg: String) {
+        warn_once(&self.warned, || msg);
+    }
+
+    fn run(mut self, rx: Receiver<Vec<u8>>) {
+        self.open_logs();
+        loop {
+            let chunk = match rx.try_recv() {
+                Ok(chunk) => chunk,
+                Err(TryRecvError::Empty) => {
+                    self.idle();
+                    match rx.recv() {
+                        Ok(chunk) => chunk,
+                        Err(_) => break,
+                    }
+                }
+                Err(TryRecvError::Disconnected) => break,
+            };
+            self.pending.fetch_sub(chunk.len(), Ordering::Relaxed);
+            self.take(&chunk);
+        }
+        if !self.line.is_empty() {
+            let line = std::mem::take(&mut self.line);
+            self.finish_line(&line);
+        }
+        self.idle();
+    }
+
+    fn take(&mut self, chunk: &[u8]) {
+        let dropped = self.dropped.swap(0, Ordering::Relaxed);
+        if dropped > 0 {
+            let note = format!(
+                "\n[headless-run: {dropped} bytes of output not logged: the logger fell behind]\n"
+            );
+            self.write_run_log(note.as_bytes());
+            self.screen_reset = true;
+            self.screen_backlog.clear();
+        }
+        self.write_run_log(chunk);
+        self.screen_backlog.extend_from_slice(chunk);
+        if self.screen_backlog.len() > SCREEN_BACKLOG {
+            let cut = self.screen_backlog.len() - SCREEN_BACKLOG / 2;
+            self.screen_backlog.drain(..cut);
+            self.screen_reset = true;
+            self.shared
+                .screened
+                .fetch_add(cut as u64, Ordering::Release);
+        }
+        let mut rest = chunk;
+        while let Some(nl) = rest.iter().position(|&b| b == b'\n') {
+            self.extend_line(&rest[..nl]);
+            let line = std::mem::take(&mut self.line);
+            self.finish_line(&line);
+            self.line = line;
+            self.line.clear();
+            self.line_overflow = false;
+            rest = &rest[nl + 1..];
+        }
+        self.extend_line(rest);
+    }
+
+    fn extend_line(&mut self, part: &[u8]) {
+        let room = (event::MAX_EVENT_LINE + 1).saturating_sub(self.line.len());
+        if part.len() > room {
+            self.line_overflow = true;
+        }
+        self.line.extend_from_slice(&part[..part.len().min(room)]);
+    }
+
+    fn write_run_log(&mut self, bytes: &[u8]) {
+        let Some(log) = self.run_log.as_mut() else {
+            return;
+        };
+        if self.run_log_bytes >= MAX_RUN_LOG {
+            return;
+        }
+        let room = (MAX_RUN_LOG - self.run_log_bytes) as usize;
+        let part = &bytes[..bytes.len().min(room)];
+        let result = log.write_all(part).and_then(|()| {
+            if part.len() < bytes.len() {
+                log.write_all(
+                    b"\n[headless-run: run log size limit reached; further output is not logged]\n",
+                )
+            } else {
+                Ok(())
+            }
+        });
+        self.run_log_bytes += part.len() as u64;
+        if part.len() < bytes.len() {
+            self.run_log_bytes = MAX_RUN_LOG;
+        }
+        if let Err(e) = result {
+            self.run_log = None;
+            self.warn(format!(
+                "cannot write the run log: {e}; output is not logged"
+            ));
+        }
+    }
+
+    fn finish_line(&mut self, raw: &[u8]) {
+        let line = raw.strip_suffix(b"\r").unwrap_or(raw);
+        if !self.line_overflow {
+            match event::parse_tool_line(line) {
+                Some(ToolSignal::Heartbeat { message }) => return self.heartbeat(message),
+                Some(ToolSignal::ApprovalNeeded(req)) => {
+                    let _ = self.events.send(RecorderEvent::Approval(req));
+                    return;
+                }
+                None => {}
+            }
+        }
+        self.output_event(line);
+    }
+
+    fn heartbeat(&mut self, message: Option<String>) {
+        let now = Instant::now();
+        let ms = now.duration_since(self.shared.epoch).as_millis().max(1) as u64;
+        self.shared.last_heartbeat_ms.store(ms, Ordering::Relaxed);
+        if self
+            .last_heartbeat_touch
+            .is_some_and(|t| now.duration_since(t) < Duration::from_secs(1))
+        {
+            return;
+        }
+        self.last_heartbeat_touch = Some(now);
+        let stamp = time::now_rfc3339();
+        self.setup.store.send(StoreMsg::Touch(Touch {
+            last_heartbeat_at: Some(stamp),
+            ..Touch::default()
+        }));
+        self.log_event(EventBody::Heartbeat {
+            source: "tool".into(),
+            message,
+        });
+    }
+
+    fn output_event(&mut self, line: &[u8]) {
+        let now = Instant::now();
+        self.tokens = (self.tokens
+            + now.duration_since(self.last_refill).as_secs_f64() * EVENT_RATE)
+            .min(EVENT_BURST);
+        self.last_refill = now;
+        if self.tokens < 1.0 {
+            self.skipped_lines += 1;
+            return;
+        }
+        self.tokens -= 1.0;
+        let cut = &line[..line.len().min(event::MAX_OUTPUT_TEXT * 2)];
+        let mut text = sanitize::sanitize_bytes(cut);
+        let truncated = event::truncate_utf8(&mut text, event::MAX_OUTPUT_TEXT)
+            || cut.len() < line.len()
+            || self.line_overflow;
+        let skipped_lines = std::mem::take(&mut self.skipped_lines);
+        self.log_event(EventBody::ToolOutput {
+            stream: "pty".into(),
+            text,
+            truncated,
+            skipped_lines,
+        });
+    }
+
+    fn log_event(&mut self, body: EventBody) {
+        let Some(log) = self.combined.as_mut() else {
+            return;
+        };
+        let event = LogEvent {
+            body,
+            timestamp: time::now_rfc3339(),
+            tool: self.setup.tool.clone(),
+            tool_run_id: self.setup.tool_run_id.clone(),
+            execution_id: Some(self.setup.execution_id.clone()),
+        };
+        if log.append(&event).is_err() {
+            self.combined = None;
+        }
+    }
+
+    /// Nothing queued: bring the screen up to date and flush the run log.
+    fn idle(&mut self) {
+        if let Some(log) = self.run_log.as_mut() {
+            if let Err(e) = log.flush() {
+                self.run_log = None;
+                self.warn(format!(
+                    "cannot write the run log: {e}; output is not logged"
+                ));
+            }
+        }
+        let backlog = std::mem::take(&mut self.screen_backlog);
+        if let Ok(mut screen) = self.shared.screen.lock() {
+            if self.screen_reset {
+                let (rows, cols) = screen.screen().size();
+                *screen = vt100::Parser::new(rows, cols, 0);
+                self.screen_reset = false;
+            }
+            crate::screen::feed(&mut screen, &backlog);
+        }
+        self.shared
+            .screened
+            .fetch_add(backlog.len() as u64, Ordering::Release);
+        self.screen_backlog = backlog;
+        self.screen_backlog.clear();
+    }
+}

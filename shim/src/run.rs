@@ -1,0 +1,301 @@
+//! From arguments to exit code: configuration, tool resolution, the run row, and the choice
+//! between supervised (pty) and interactive mode. The one place outcomes become exit codes.
+
+use crate::cli::{self, Invocation, Parsed};
+use crate::store::{Replace, RunIdentity, StoreHandle, StoreMsg};
+use crate::{interactive, pty, supervise};
+use hr_shared::config::{self, Config, Resolved};
+use hr_shared::exit::{RunOutcome, shim};
+use hr_shared::mode::{self, StdinMode};
+use hr_shared::paths::StatePaths;
+use hr_shared::resolve::{self, ResolveError, ShimIdentity};
+use hr_shared::runs::{StatusChange, ToolRun};
+use hr_shared::status::RunStatus;
+use hr_shared::{db, id, proc, time};
+use std::ffi::OsString;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+/// Everything known about the run before the tool starts.
+#[derive(Debug, Clone)]
+pub struct RunContext {
+    pub tool_run_id: String,
+    /// The tool's name as shown and stored (`terraform`, `deploy.sh`).
+    pub tool_name: String,
+    /// What the caller typed for the tool (becomes the tool's argv[0]).
+    pub argv0: OsString,
+    pub tool_path: PathBuf,
+    pub args: Vec<OsString>,
+    pub execution_id: String,
+    pub cwd: PathBuf,
+    pub settings: Resolved,
+    pub paths: Option<StatePaths>,
+    pub stdin_mode: StdinMode,
+}
+
+impl RunContext {
+    /// The command that starts the tool, with the environment the design promises it.
+    pub fn command(&self, headless: bool) -> Command {
+        let mut cmd = Command::new(&self.tool_path);
+        cmd.arg0(&self.argv0)
+            .args(&self.args)
+            .env("HEADLESS_RUN_TOOL_RUN_ID", &self.tool_run_id)
+            .env("HEADLESS_RUN_EXECUTION_ID", &self.execution_id);
+        if headless {
+            cmd.env("HEADLESS", "1");
+        }
+        cmd
+    }
+
+    /// The command line as stored.
+    pub fn argv(&self) -> Vec<String> {
+        std::iter::once(&self.argv0)
+            .chain(&self.args)
+            .map(|a| a.to_string_lossy().into_owned())
+            .collect()
+    }
+}
+
+/// A failure of the shim itself, with its exit code.
+#[derive(Debug)]
+pub struct Failure {
+    pub code: u8,
+    pub message: String,
+}
+
+impl Failure {
+    pub fn new(code: u8, message: impl Into<String>) -> Self {
+        Failure {
+            code,
+            message: message.into(),
+        }
+    }
+}
+
+/// Runs the shim for these arguments and returns its exit code.
+pub fn main_with(argv: Vec<OsString>) -> u8 {
+    let inv = match cli::parse(argv) {
+        Parsed::Run(inv) => inv,
+        Parsed::Exit { code, text } => {
+            if code == 0 {
+                print!("{text}");
+            } else {
+                eprint!("{text}");
+            }
+            return code;
+        }
+    };
+    match run(inv) {
+        Ok(code) => code,
+        Err(f) => {
+            eprintln!("headless-run: {}", f.message);
+            f.code
+        }
+    }
+}
+
+fn env(key: &str) -> Option<OsString> {
+    std::env::var_os(key)
+}
+
+fn run(inv: Invocation) -> Result<u8, Failure> {
+    let cwd = std::env::current_dir().map_err(|e| {
+        Failure::new(
+            shim::SHIM_FAILED,
+            format!("cannot read the working directory: {e}"),
+        )
+    })?;
+    let tool_name = Path::new(&inv.tool)
+        .file_name()
+        .unwrap_or(inv.tool.as_os_str())
+        .to_string_lossy()
+        .into_owned();
+    let config =
+        Config::load(&cwd, &env).map_err(|e| Failure::new(shim::SHIM_FAILED, e.to_string()))?;
+    let mut settings = config.settings_for(&tool_name);
+    settings.overlay(
+        &config::env_settings(&env).map_err(|e| Failure::new(shim::SHIM_FAILED, e.to_string()))?,
+    );
+    if let Some(flags) = &inv.flags {
+        settings.overlay(&flags.settings());
+    }
+    let stdin_mode = match env("HEADLESS_RUN_STDIN") {
+        Some(v) => StdinMode::parse(&v.to_string_lossy())
+            .map_err(|e| Failure::new(shim::SHIM_FAILED, e))?,
+        None => StdinMode::Auto,
+    };
+    let flags = inv.flags.as_ref();
+    let paths = match StatePaths::resolve(flags.and_then(|f| f.state_dir.as_deref())) {
+        Ok(p) => Some(p),
+        Err(e) => {
+            eprintln!("headless-run: warning: {e}; the run is not recorded");
+            None
+        }
+    };
+    let execution_id = flags
+        .and_then(|f| f.execution_id.clone())
+        .or_else(|| env("HEADLESS_RUN_EXECUTION_ID").map(|v| v.to_string_lossy().into_owned()))
+        .filter(|v| !v.is_empty())
+        .unwrap_or_else(id::new_execution_id);
+    let mut ctx = RunContext {
+        tool_run_id: id::new_run_id(),
+        tool_name,
+        argv0: inv.tool.clone(),
+        tool_path: PathBuf::new(),
+        args: inv.args,
+        execution_id,
+        cwd,
+        settings: settings.resolve(),
+        paths,
+        stdin_mode,
+    };
+    let headless = mode::headless_from_env(env("HEADLESS").as_deref(), env("CI").as_deref());
+    let interactive = match headless {
+        Some(h) => !h,
+        None => pty::is_tty(libc::STDIN_FILENO),
+    };
+    let store = StoreHandle::start(
+        ctx.paths.clone(),
+        RunIdentity {
+            tool_run_id: ctx.tool_run_id.clone(),
+            tool: ctx.tool_name.clone(),
+            execution_id: ctx.execution_id.clone(),
+        },
+    );
+    let skip_dir = env("HEADLESS_RUN_SHIM_DIR")
+        .filter(|d| !d.is_empty())
+        .map(PathBuf::from);
+    let path_var = env("PATH");
+    let resolved = resolve::resolve_tool(
+        &inv.tool,
+        path_var.as_deref(),
+        ShimIdentity::current().as_ref(),
+        skip_dir.as_deref(),
+    );
+    let outcome = match resolved {
+        Ok(path) => {
+            ctx.tool_path = path;
+            store.send(StoreMsg::Start(Box::new(run_row(&ctx, interactive))));
+            if interactive {
+                interactive::run(&ctx, &store)
+            } else {
+                supervise::run(&ctx, &store)
+            }
+        }
+        Err(e) => {
+            let code = match e {
+                ResolveError::NotFound { .. } => shim::NOT_FOUND,
+                ResolveError::NotExecutable { .. } => shim::NOT_EXECUTABLE,
+            };
+            store.send(StoreMsg::Start(Box::new(run_row(&ctx, interactive))));
+            Err(Failure::new(code, e.to_string()))
+        }
+    };
+    let (code, change) = match &outcome {
+        Ok(outcome) => (
+            outcome.exit_code(),
+            StatusChange {
+                status: outcome.status(),
+                reason: outcome.reason(),
+                exit_code: outcome.tool_exit_code(),
+                finished: outcome.status().is_final(),
+                error: None,
+            },
+        ),
+        Err(f) => (
+            f.code,
+            StatusChange {
+                status: RunStatus::Failed,
+                reason: Some(f.message.clone()),
+                exit_code: Some(i32::from(f.code)),
+                finished: true,
+                error: Some(f.message.clone()),
+            },
+        ),
+    };
+    store.send(StoreMsg::Status(change, Replace::AnyButCancelled));
+    store.finish(db::BUSY_TIMEOUT + Duration::from_secs(2));
+    match outcome {
+        Ok(outcome) => {
+            if let Some(note) = outcome_note(&ctx, &outcome) {
+                eprintln!("headless-run: {note}");
+            }
+            Ok(code)
+        }
+        Err(f) => Err(f),
+    }
+}
+
+fn run_row(ctx: &RunContext, interactive: bool) -> ToolRun {
+    let now = time::now_rfc3339();
+    let shim_pid = std::process::id() as i32;
+    ToolRun {
+        tool_run_id: ctx.tool_run_id.clone(),
+        tool_name: ctx.tool_name.clone(),
+        execution_id: Some(ctx.execution_id.clone()),
+        status: RunStatus::Running,
+        reason: None,
+        exit_code: None,
+        started_at: now.clone(),
+        completed_at: None,
+        last_output_at: None,
+        last_heartbeat_at: None,
+        supervisor_heartbeat_at: Some(now.clone()),
+        last_error_msg: None,
+        pid: None,
+        shim_pid: Some(i64::from(shim_pid)),
+        shim_start_time: proc::read_stat(shim_pid).map(|s| s.start_time as i64),
+        host: Some(proc::hostname()),
+        argv_json: ctx.argv(),
+        cwd: Some(ctx.cwd.to_string_lossy().into_owned()),
+        resumed_from: env("HEADLESS_RUN_RESUMED_FROM")
+            .map(|v| v.to_string_lossy().into_owned())
+            .filter(|v| id::has_shape(v, id::RUN_PREFIX)),
+        metadata: Some(serde_json::json!({
+            "mode": if interactive { "interactive" } else { "pty" },
+            "tool_path": ctx.tool_path.to_string_lossy(),
+        })),
+        updated_at: now,
+    }
+}
+
+/// One plain line on stderr for the outcomes a caller must understand.
+fn outcome_note(ctx: &RunContext, outcome: &RunOutcome) -> Option<String> {
+    let tool = &ctx.tool_name;
+    let fmt = |d: Option<Duration>| d.map(time::short_duration).unwrap_or_default();
+    match outcome {
+        RunOutcome::TimedOut => Some(format!(
+            "{tool}: hard timeout ({}) reached; the tool and its process group were ended (exit 124, run {})",
+            fmt(ctx.settings.timeout),
+            ctx.tool_run_id
+        )),
+        RunOutcome::Stalled => Some(format!(
+            "{tool}: no output and no heartbeat for {}; the tool was ended as stalled (exit 92, run {})",
+            fmt(ctx.settings.stall_timeout),
+            ctx.tool_run_id
+        )),
+        _ => None,
+    }
+}
+
+/// Maps an error from spawning the tool to the shim's exit code.
+pub fn spawn_failure(ctx: &RunContext, e: std::io::Error) -> Failure {
+    let path = ctx.tool_path.display();
+    match e.raw_os_error() {
+        Some(libc::ENOENT) => Failure::new(shim::NOT_FOUND, format!("{path}: cannot run: {e}")),
+        Some(libc::EACCES) | Some(libc::ENOEXEC) | Some(libc::EISDIR) | Some(libc::ETXTBSY) => {
+            Failure::new(shim::NOT_EXECUTABLE, format!("{path}: cannot run: {e}"))
+        }
+        _ => Failure::new(
+            shim::SHIM_FAILED,
+            format!("{path}: cannot start the tool: {e}"),
+        ),
+    }
+}
+
+/// The store's view of a status change from a running run.
+pub fn live_status(status: RunStatus, reason: Option<String>) -> StoreMsg {
+    StoreMsg::Status(StatusChange::to(status, reason), Replace::Live)
+}

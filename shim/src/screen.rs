@@ -1,0 +1,113 @@
+//! Reading the tool's screen as a person would: the terminal emulator has already applied
+//! colours, cursor moves and redraws; what is left is plain text, the cursor's line (the
+//! prompt line) and the last non-empty lines (the question).
+
+/// What the screen shows at one instant.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ScreenText {
+    /// The visible rows, trailing blanks removed.
+    pub rows: Vec<String>,
+    /// The cursor's row, up to the cursor.
+    pub prompt_line: String,
+    pub cursor_row: usize,
+}
+
+/// Feeds tool output to the emulator as a terminal with `ONLCR` would show it: the pty has
+/// output processing off (so stdout stays byte-identical), but the operator's terminal turns
+/// each `\n` into `\r\n`, and the screen model must match what a person would see.
+pub fn feed(parser: &mut vt100::Parser, bytes: &[u8]) {
+    let mut rest = bytes;
+    while let Some(nl) = rest.iter().position(|&b| b == b'\n') {
+        parser.process(&rest[..nl]);
+        parser.process(b"\r\n");
+        rest = &rest[nl + 1..];
+    }
+    parser.process(rest);
+}
+
+impl ScreenText {
+    /// Reads the emulator's screen.
+    pub fn read(parser: &vt100::Parser) -> ScreenText {
+        let screen = parser.screen();
+        let (_, cols) = screen.size();
+        let rows: Vec<String> = screen
+            .rows(0, cols.get())
+            .map(|r| r.trim_end().to_owned())
+            .collect();
+        let (crow, ccol) = screen.cursor_position();
+        let prompt_line = rows
+            .get(crow as usize)
+            .map(|r| r.chars().take(ccol as usize).collect::<String>())
+            .unwrap_or_default();
+        ScreenText {
+            rows,
+            prompt_line,
+            cursor_row: crow as usize,
+        }
+    }
+
+    /// The last `n` non-empty rows at or above the cursor, oldest first.
+    pub fn last_lines(&self, n: usize) -> Vec<&str> {
+        let end = (self.cursor_row + 1).min(self.rows.len());
+        let mut out: Vec<&str> = self.rows[..end]
+            .iter()
+            .rev()
+            .filter(|r| !r.trim().is_empty())
+            .take(n)
+            .map(String::as_str)
+            .collect();
+        out.reverse();
+        out
+    }
+
+    /// Whether anything that could be a question is showing: text on the cursor's line, or a
+    /// last line shaped like a question. A read with nothing like that showing gets EOF.
+    pub fn shows_question(&self) -> bool {
+        if !self.prompt_line.trim().is_empty() {
+            return true;
+        }
+        self.last_lines(1)
+            .first()
+            .is_some_and(|l| looks_like_question(l))
+    }
+}
+
+/// A line that ends the way questions and prompts end.
+pub fn looks_like_question(line: &str) -> bool {
+    let t = line.trim_end();
+    t.ends_with('?') || t.ends_with(':') || t.ends_with('>') || t.ends_with(']') || t.ends_with(')')
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::num::NonZeroU16;
+
+    fn screen(bytes: &[u8]) -> ScreenText {
+        let mut p =
+            vt100::Parser::new(NonZeroU16::new(5).unwrap(), NonZeroU16::new(40).unwrap(), 0);
+        feed(&mut p, bytes);
+        ScreenText::read(&p)
+    }
+
+    #[test]
+    fn prompt_line_is_the_cursor_line() {
+        let s = screen(b"working...\n\x1b[1mContinue? [y/N] \x1b[0m");
+        assert_eq!(s.prompt_line, "Continue? [y/N] ");
+        assert_eq!(s.last_lines(2), vec!["working...", "Continue? [y/N]"]);
+        assert!(s.shows_question());
+    }
+
+    #[test]
+    fn empty_and_plain_output_shows_no_question() {
+        assert!(!screen(b"").shows_question());
+        assert!(!screen(b"reading input from stdin\n").shows_question());
+        assert!(screen(b"Name:\n").shows_question());
+    }
+
+    #[test]
+    fn redraws_leave_only_the_final_text() {
+        let s = screen(b"10%\r50%\r\x1b[2K100% done\nProceed (Y/n)? ");
+        assert_eq!(s.last_lines(2), vec!["100% done", "Proceed (Y/n)?"]);
+    }
+}
