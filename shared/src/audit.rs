@@ -195,13 +195,13 @@ pub fn verify(conn: &Connection) -> Result<ChainReport> {
             |r| r.get(0),
         )
         .optional()?;
-    if let Some(highest) = highest {
-        if highest > prev_id {
-            report.problems.push((
-                highest,
-                format!("rows {}..{highest} at the end are missing", prev_id + 1),
-            ));
-        }
+    if let Some(highest) = highest
+        && highest > prev_id
+    {
+        report.problems.push((
+            highest,
+            format!("rows {}..{highest} at the end are missing", prev_id + 1),
+        ));
     }
     Ok(report)
 }

@@ -337,13 +337,13 @@ impl TryFrom<RawPromptRule> for PromptRuleConfig {
                 r.name, bad.value
             ));
         }
-        if let Some(d) = &r.default {
-            if !r.options.iter().any(|o| &o.value == d) {
-                return Err(format!(
-                    "prompt rule `{}`: default `{d}` is not one of its option values",
-                    r.name
-                ));
-            }
+        if let Some(d) = &r.default
+            && !r.options.iter().any(|o| &o.value == d)
+        {
+            return Err(format!(
+                "prompt rule `{}`: default `{d}` is not one of its option values",
+                r.name
+            ));
         }
         Ok(PromptRuleConfig {
             name: r.name,
@@ -518,10 +518,10 @@ impl Config {
                 layers.push((file.clone(), read_file(&file)?));
             }
             None => {
-                if let Some(file) = paths::user_config_file(env) {
-                    if let Some(cfg) = read_if_exists(&file)? {
-                        layers.push((file, cfg));
-                    }
+                if let Some(file) = paths::user_config_file(env)
+                    && let Some(cfg) = read_if_exists(&file)?
+                {
+                    layers.push((file, cfg));
                 }
             }
         }

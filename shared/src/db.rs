@@ -215,8 +215,25 @@ fn configure(conn: &Connection, path: &Path) -> Result<()> {
         conn.query_row("PRAGMA journal_mode = WAL", [], |r| r.get::<_, String>(0))
             .map_err(|e| corrupt_or(path, e))?;
     }
-    conn.execute_batch("PRAGMA synchronous = NORMAL; PRAGMA temp_store = MEMORY;")
-        .map_err(|e| corrupt_or(path, e))?;
+    conn.execute_batch(
+        "PRAGMA synchronous = NORMAL; PRAGMA temp_store = MEMORY; PRAGMA wal_autocheckpoint = 100;",
+    )
+    .map_err(|e| corrupt_or(path, e))?;
+    // Short-lived connections are the norm (one per shim). By default the last one to close
+    // checkpoints with fsyncs and deletes the WAL, which the next one recreates (another
+    // directory fsync): that was most of a shim's start-up cost. Keep the WAL and let
+    // SQLite's automatic checkpoint do the work instead, every 100 pages: the first
+    // connection to open the database rebuilds the WAL index by reading the whole WAL, so
+    // a short WAL keeps every shim's open cheap.
+    let _ = conn.set_db_config(
+        rusqlite::config::DbConfig::SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE,
+        true,
+    );
+    let mut persist: libc::c_int = 1;
+    let _ = conn.file_control(
+        Some(rusqlite::MAIN_DB),
+        rusqlite::FileControl::PersistWal(&mut persist),
+    );
     Ok(())
 }
 

@@ -86,12 +86,27 @@ impl StatePaths {
         create_private_dir(&self.root)?;
         create_private_dir(&self.logs_dir())?;
         create_private_dir(&self.runs_dir())?;
-        if let Some(parent) = self.db.parent() {
-            if !parent.as_os_str().is_empty() && !parent.exists() {
-                create_private_dir(parent)?;
-            }
+        if let Some(parent) = self.db.parent()
+            && !parent.as_os_str().is_empty()
+            && !parent.exists()
+        {
+            create_private_dir(parent)?;
         }
         Ok(())
+    }
+}
+
+impl StatePaths {
+    /// Runs `open`; when it fails because a directory is missing, creates the state dirs and
+    /// runs it once more (so the usual case, dirs that exist, costs no `mkdir`).
+    pub fn open_creating<T>(&self, open: impl Fn() -> io::Result<T>) -> io::Result<T> {
+        match open() {
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                self.ensure_dirs()?;
+                open()
+            }
+            other => other,
+        }
     }
 }
 
@@ -112,10 +127,10 @@ pub fn default_shim_dir(env: EnvLookup<'_>) -> Result<PathBuf, PathError> {
 
 fn xdg_dir(env: EnvLookup<'_>, var: &str, fallback: &str) -> Result<PathBuf, PathError> {
     // The XDG spec says relative values are invalid and must be ignored.
-    if let Some(dir) = non_empty(env(var)).map(PathBuf::from) {
-        if dir.is_absolute() {
-            return Ok(dir);
-        }
+    if let Some(dir) = non_empty(env(var)).map(PathBuf::from)
+        && dir.is_absolute()
+    {
+        return Ok(dir);
     }
     Ok(home_dir(env).ok_or(PathError::NoHome)?.join(fallback))
 }

@@ -153,11 +153,29 @@ pub fn passwd_home(uid: u32) -> Option<PathBuf> {
     passwd(uid).map(|p| PathBuf::from(p.home))
 }
 
-/// The user name of `uid` from the password database, else `uid:N`.
+/// The user name of `uid`: from `/etc/passwd` directly (cheap, and what NSS would answer
+/// for local users), else from the password database through NSS, else `uid:N`.
 pub fn user_name(uid: u32) -> String {
+    if let Some(name) = std::fs::read_to_string("/etc/passwd")
+        .ok()
+        .and_then(|t| passwd_file_name(&t, uid))
+    {
+        return name;
+    }
     passwd(uid)
         .map(|p| p.name.to_string_lossy().into_owned())
         .unwrap_or_else(|| format!("uid:{uid}"))
+}
+
+/// The name of `uid` in the text of a passwd file (`name:x:uid:gid:…`).
+pub fn passwd_file_name(text: &str, uid: u32) -> Option<String> {
+    text.lines().find_map(|line| {
+        let mut f = line.split(':');
+        let name = f.next()?;
+        let _password = f.next()?;
+        let id: u32 = f.next()?.parse().ok()?;
+        (id == uid && !name.is_empty() && !name.starts_with('+')).then(|| name.to_owned())
+    })
 }
 
 /// The OS user running this process, by real uid.
@@ -195,6 +213,14 @@ mod tests {
         assert_eq!(st.start_time, 98765);
         assert!(parse_stat("garbage").is_none());
         assert!(parse_stat("1 (x) S").is_none());
+    }
+
+    #[test]
+    fn passwd_file_lookup() {
+        let text = "root:x:0:0:root:/root:/bin/bash\n+nis::::::\nbad line\nalice:x:1000:1000::/home/alice:/bin/sh\n";
+        assert_eq!(passwd_file_name(text, 0).as_deref(), Some("root"));
+        assert_eq!(passwd_file_name(text, 1000).as_deref(), Some("alice"));
+        assert_eq!(passwd_file_name(text, 7), None);
     }
 
     #[test]

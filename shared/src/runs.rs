@@ -125,6 +125,8 @@ pub struct StatusChange {
     /// Set `completed_at` (the run has ended).
     pub finished: bool,
     pub error: Option<String>,
+    /// When it happened, if not now (a write delayed by a lock keeps the true time).
+    pub at: Option<String>,
 }
 
 impl StatusChange {
@@ -136,6 +138,7 @@ impl StatusChange {
             exit_code: None,
             finished: status.is_final(),
             error: None,
+            at: None,
         }
     }
 }
@@ -178,7 +181,7 @@ pub fn change_status(
     if !allowed {
         return Ok(None);
     }
-    let now = time::now_rfc3339();
+    let now = change.at.clone().unwrap_or_else(time::now_rfc3339);
     tx.execute(
         "UPDATE tool_runs SET status = ?2, reason = ?3,
             exit_code = COALESCE(?4, exit_code),
@@ -383,6 +386,7 @@ pub(crate) mod tests {
                     exit_code: Some(0),
                     finished: true,
                     error: None,
+                    at: None,
                 },
                 "me",
                 Guard::NotFinal,

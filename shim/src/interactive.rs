@@ -2,15 +2,14 @@
 //! as it would without the shim, no pty and no prompt detection; the run is still recorded
 //! and the hard timeout still applies.
 
-use crate::run::{self, Failure, RunContext};
+use crate::run::{self, Failure, RunContext, RunStart};
 use crate::signals::SignalPipe;
-use crate::store::{StoreHandle, StoreMsg};
 use hr_shared::exit::{RunOutcome, shim};
 use std::os::unix::process::ExitStatusExt;
 use std::time::{Duration, Instant};
 
 /// Runs the tool with inherited stdio until it ends.
-pub fn run(ctx: &RunContext, store: &StoreHandle) -> Result<RunOutcome, Failure> {
+pub fn run(ctx: &RunContext, start: &mut RunStart<'_>) -> Result<RunOutcome, Failure> {
     // SIGINT and SIGQUIT from the keyboard reach the tool directly (same foreground group);
     // the shim only must not die of them. TERM and HUP are forwarded.
     let signals = SignalPipe::install(&[
@@ -27,11 +26,11 @@ pub fn run(ctx: &RunContext, store: &StoreHandle) -> Result<RunOutcome, Failure>
         )
     })?;
     let mut child = ctx
-        .command(false)
+        .command()
         .spawn()
         .map_err(|e| run::spawn_failure(ctx, e))?;
     let pid = child.id() as i32;
-    store.send(StoreMsg::Pid(i64::from(pid)));
+    start.send(Some(pid));
     let started = Instant::now();
     let mut ending: Option<Instant> = None;
     loop {

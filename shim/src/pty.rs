@@ -1,17 +1,13 @@
 //! The pseudo-terminal the tool runs in: opened through portable-pty, output
 //! post-processing switched off so line output passes byte for byte, and the tool spawned
-//! as a session leader with the pty as its controlling terminal.
+//! as a session leader with the pty as its controlling terminal (see `spawn`).
 
+use crate::spawn::{self, SpawnSpec};
 use portable_pty::{MasterPty, PtySize, native_pty_system};
-use std::ffi::CString;
-use std::fs::File;
 use std::io;
-use std::os::fd::{AsRawFd, FromRawFd, RawFd};
-use std::os::unix::ffi::OsStrExt;
+use std::os::fd::RawFd;
 use std::os::unix::fs::MetadataExt;
-use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
 
 /// The size used when the shim has no terminal of its own.
 pub const DEFAULT_SIZE: (u16, u16) = (50, 200);
@@ -80,48 +76,18 @@ impl Pty {
         self.slave_rdev
     }
 
-    fn open_slave(&self) -> io::Result<File> {
-        let path = CString::new(self.slave_path.as_os_str().as_bytes())
-            .map_err(|_| io::Error::other("pty name has a NUL byte"))?;
-        // SAFETY: path is a valid C string; the returned descriptor is owned by the File.
-        let fd = unsafe {
-            libc::open(
-                path.as_ptr(),
-                libc::O_RDWR | libc::O_NOCTTY | libc::O_CLOEXEC,
-            )
-        };
-        if fd < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        Ok(unsafe { File::from_raw_fd(fd) })
+    /// Spawns the tool as a session leader whose stdout, stderr and controlling terminal are
+    /// the pty; its stdin is the pty too unless `pass_stdin`, when it keeps the shim's.
+    /// `spec.tty` must be [`Pty::slave_path`].
+    pub fn spawn(&self, spec: &SpawnSpec<'_>) -> io::Result<i32> {
+        // Termios requests on the master act on the slave.
+        disable_output_processing(self.fd)?;
+        spawn::spawn(spec)
     }
 
-    /// Spawns `cmd` as a session leader whose stdout, stderr and controlling terminal are the
-    /// pty; its stdin is the pty too unless `pass_stdin`, when it inherits the shim's.
-    pub fn spawn(&self, mut cmd: Command, pass_stdin: bool) -> io::Result<Child> {
-        let slave = self.open_slave()?;
-        disable_output_processing(slave.as_raw_fd())?;
-        cmd.stdout(Stdio::from(slave.try_clone()?))
-            .stderr(Stdio::from(slave.try_clone()?));
-        if pass_stdin {
-            cmd.stdin(Stdio::inherit());
-        } else {
-            cmd.stdin(Stdio::from(slave));
-        }
-        // SAFETY: only async-signal-safe calls (setsid, ioctl) run between fork and exec.
-        unsafe {
-            cmd.pre_exec(|| {
-                if libc::setsid() == -1 {
-                    return Err(io::Error::last_os_error());
-                }
-                // stdout is the slave whatever stdin is: make it the controlling terminal.
-                if libc::ioctl(libc::STDOUT_FILENO, libc::TIOCSCTTY as _, 0) == -1 {
-                    return Err(io::Error::last_os_error());
-                }
-                Ok(())
-            });
-        }
-        cmd.spawn()
+    /// The slave's device path (`/dev/pts/N`).
+    pub fn slave_path(&self) -> &std::path::Path {
+        &self.slave_path
     }
 
     /// The terminal's foreground process group.

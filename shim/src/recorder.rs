@@ -15,7 +15,7 @@ use hr_shared::time;
 use std::fs::File;
 use std::io::{BufWriter, Write};
 use std::num::NonZeroU16;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::mpsc::{self, Receiver, Sender, TryRecvError};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
@@ -34,8 +34,9 @@ const EVENT_RATE: f64 = 200.0;
 
 /// What the supervisor reads from the recorder.
 pub struct RecorderShared {
-    /// The terminal screen as the tool drew it.
-    pub screen: Mutex<vt100::Parser>,
+    /// The terminal screen as the tool drew it (built by the recorder thread on its first
+    /// idle moment, so the shim's start-up does not pay for it).
+    pub screen: Mutex<Option<vt100::Parser>>,
     /// Bytes fed to the screen so far.
     pub screened: AtomicU64,
     /// Milliseconds after `epoch` of the last heartbeat line (0: none yet).
@@ -52,6 +53,10 @@ pub enum RecorderEvent {
 /// The supervisor's side of the recorder.
 pub struct Recorder {
     tx: Option<Sender<Vec<u8>>>,
+    /// The worker, until the first output starts its thread.
+    idle: Option<(Worker, Receiver<Vec<u8>>, Sender<()>)>,
+    /// The pty size as `rows << 16 | cols`, for the screen model.
+    size: Arc<AtomicU32>,
     pending: Arc<AtomicUsize>,
     dropped: Arc<AtomicU64>,
     accepted: u64,
@@ -79,41 +84,54 @@ impl Recorder {
         let (ev_tx, events) = mpsc::channel();
         let (done_tx, done) = mpsc::channel();
         let shared = Arc::new(RecorderShared {
-            screen: Mutex::new(new_screen(setup.rows, setup.cols)),
+            screen: Mutex::new(None),
             screened: AtomicU64::new(0),
             last_heartbeat_ms: AtomicU64::new(0),
             epoch: Instant::now(),
         });
         let pending = Arc::new(AtomicUsize::new(0));
         let dropped = Arc::new(AtomicU64::new(0));
+        let size = Arc::new(AtomicU32::new(
+            u32::from(setup.rows) << 16 | u32::from(setup.cols),
+        ));
         let worker = Worker::new(
             setup,
             shared.clone(),
             pending.clone(),
             dropped.clone(),
             ev_tx,
+            size.clone(),
         );
-        let thread = std::thread::Builder::new()
-            .name("recorder".into())
-            .spawn(move || {
-                worker.run(rx);
-                let _ = done_tx.send(());
-            })
-            .ok();
         Recorder {
             tx: Some(tx),
+            idle: Some((worker, rx, done_tx)),
+            size,
             pending,
             dropped,
             accepted: 0,
             shared,
             events,
-            thread,
+            thread: None,
             done,
+        }
+    }
+
+    /// Starts the thread on the first output: a tool that prints nothing costs no thread.
+    fn ensure_thread(&mut self) {
+        if let Some((worker, rx, done_tx)) = self.idle.take() {
+            self.thread = std::thread::Builder::new()
+                .name("recorder".into())
+                .spawn(move || {
+                    worker.run(rx);
+                    let _ = done_tx.send(());
+                })
+                .ok();
         }
     }
 
     /// Hands over a copy of output that has already been written to stdout.
     pub fn push(&mut self, bytes: &[u8]) {
+        self.ensure_thread();
         let Some(tx) = &self.tx else { return };
         if self.pending.load(Ordering::Relaxed) + bytes.len() > MAX_PENDING {
             self.dropped
@@ -132,9 +150,13 @@ impl Recorder {
 
     /// Resizes the screen model with the pty.
     pub fn resize(&self, rows: u16, cols: u16) {
-        if let Ok(mut screen) = self.shared.screen.lock() {
+        if let Ok(mut screen) = self.shared.screen.lock()
+            && let Some(screen) = screen.as_mut()
+        {
             screen.set_size(nz(rows), nz(cols));
         }
+        self.size
+            .store(u32::from(rows) << 16 | u32::from(cols), Ordering::Relaxed);
     }
 
     /// When the last heartbeat line was seen.
@@ -148,10 +170,11 @@ impl Recorder {
     /// Processes what is queued, flushes the logs and stops (waiting at most `wait`).
     pub fn finish(mut self, wait: Duration) {
         self.tx.take();
-        if self.done.recv_timeout(wait).is_ok() {
-            if let Some(t) = self.thread.take() {
-                let _ = t.join();
-            }
+        if self.thread.is_some()
+            && self.done.recv_timeout(wait).is_ok()
+            && let Some(t) = self.thread.take()
+        {
+            let _ = t.join();
         }
     }
 }
@@ -170,6 +193,8 @@ struct Worker {
     pending: Arc<AtomicUsize>,
     dropped: Arc<AtomicU64>,
     events: Sender<RecorderEvent>,
+    size: Arc<AtomicU32>,
+    logs_opened: bool,
     run_log: Option<BufWriter<File>>,
     run_log_bytes: u64,
     combined: Option<CombinedLog>,
@@ -191,6 +216,7 @@ impl Worker {
         pending: Arc<AtomicUsize>,
         dropped: Arc<AtomicU64>,
         events: Sender<RecorderEvent>,
+        size: Arc<AtomicU32>,
     ) -> Worker {
         Worker {
             setup,
@@ -198,6 +224,8 @@ impl Worker {
             pending,
             dropped,
             events,
+            size,
+            logs_opened: false,
             run_log: None,
             run_log_bytes: 0,
             combined: None,
@@ -213,22 +241,24 @@ impl Worker {
         }
     }
 
+    /// Opens the logs when the first output arrives: a run that prints nothing costs no
+    /// files.
     fn open_logs(&mut self) {
+        self.logs_opened = true;
         let Some(paths) = self.setup.paths.clone() else {
             return;
         };
-        if paths.ensure_dirs().is_err() {
-            return;
-        }
         let run_log = paths.run_log(&self.setup.tool_run_id);
-        match paths::open_private_append(&run_log) {
+        match paths.open_creating(|| paths::open_private_append(&run_log)) {
             Ok(f) => self.run_log = Some(BufWriter::with_capacity(64 * 1024, f)),
             Err(e) => self.warn(format!(
                 "cannot write {}: {e}; output is not logged",
                 run_log.display()
             )),
         }
-        self.combined = CombinedLog::open(&paths.combined_log()).ok();
+        self.combined = paths
+            .open_creating(|| CombinedLog::open(&paths.combined_log()))
+            .ok();
     }
 
     fn warn(&self, msg: String) {
@@ -236,7 +266,6 @@ impl Worker {
     }
 
     fn run(mut self, rx: Receiver<Vec<u8>>) {
-        self.open_logs();
         loop {
             let chunk = match rx.try_recv() {
                 Ok(chunk) => chunk,
@@ -260,6 +289,9 @@ impl Worker {
     }
 
     fn take(&mut self, chunk: &[u8]) {
+        if !self.logs_opened {
+            self.open_logs();
+        }
         let dropped = self.dropped.swap(0, Ordering::Relaxed);
         if dropped > 0 {
             let note = format!(
@@ -410,22 +442,28 @@ impl Worker {
 
     /// Nothing queued: bring the screen up to date and flush the run log.
     fn idle(&mut self) {
-        if let Some(log) = self.run_log.as_mut() {
-            if let Err(e) = log.flush() {
-                self.run_log = None;
-                self.warn(format!(
-                    "cannot write the run log: {e}; output is not logged"
-                ));
-            }
+        if let Some(log) = self.run_log.as_mut()
+            && let Err(e) = log.flush()
+        {
+            self.run_log = None;
+            self.warn(format!(
+                "cannot write the run log: {e}; output is not logged"
+            ));
+        }
+        if self.screen_backlog.is_empty() && !self.screen_reset {
+            return;
         }
         let backlog = std::mem::take(&mut self.screen_backlog);
-        if let Ok(mut screen) = self.shared.screen.lock() {
-            if self.screen_reset {
-                let (rows, cols) = screen.screen().size();
-                *screen = vt100::Parser::new(rows, cols, 0);
+        if let Ok(mut guard) = self.shared.screen.lock() {
+            let size = self.size.load(Ordering::Relaxed);
+            let (rows, cols) = ((size >> 16) as u16, size as u16);
+            if self.screen_reset || guard.is_none() {
+                *guard = Some(new_screen(rows, cols));
                 self.screen_reset = false;
             }
-            crate::screen::feed(&mut screen, &backlog);
+            if let Some(screen) = guard.as_mut() {
+                crate::screen::feed(screen, &backlog);
+            }
         }
         self.shared
             .screened

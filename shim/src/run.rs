@@ -12,7 +12,7 @@ use hr_shared::resolve::{self, ResolveError, ShimIdentity};
 use hr_shared::runs::{StatusChange, ToolRun};
 use hr_shared::status::RunStatus;
 use hr_shared::{db, id, proc, time};
-use std::ffi::OsString;
+use std::ffi::{OsStr, OsString};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -36,16 +36,24 @@ pub struct RunContext {
 }
 
 impl RunContext {
-    /// The command that starts the tool, with the environment the design promises it.
-    pub fn command(&self, headless: bool) -> Command {
+    /// What the tool's environment gets on top of the shim's.
+    pub fn tool_env(&self, headless: bool) -> Vec<(&'static str, &OsStr)> {
+        let mut env = vec![
+            ("HEADLESS_RUN_TOOL_RUN_ID", OsStr::new(&self.tool_run_id)),
+            ("HEADLESS_RUN_EXECUTION_ID", OsStr::new(&self.execution_id)),
+        ];
+        if headless {
+            env.push(("HEADLESS", OsStr::new("1")));
+        }
+        env
+    }
+
+    /// The command that starts the tool with inherited stdio (interactive mode).
+    pub fn command(&self) -> Command {
         let mut cmd = Command::new(&self.tool_path);
         cmd.arg0(&self.argv0)
             .args(&self.args)
-            .env("HEADLESS_RUN_TOOL_RUN_ID", &self.tool_run_id)
-            .env("HEADLESS_RUN_EXECUTION_ID", &self.execution_id);
-        if headless {
-            cmd.env("HEADLESS", "1");
-        }
+            .envs(self.tool_env(false));
         cmd
     }
 
@@ -174,25 +182,26 @@ fn run(inv: Invocation) -> Result<u8, Failure> {
         ShimIdentity::current().as_ref(),
         skip_dir.as_deref(),
     );
+    if let Ok(path) = &resolved {
+        ctx.tool_path = path.clone();
+    }
+    let mut start = RunStart {
+        store: &store,
+        row: Some(run_row(&ctx, interactive)),
+    };
     let outcome = match resolved {
-        Ok(path) => {
-            ctx.tool_path = path;
-            store.send(StoreMsg::Start(Box::new(run_row(&ctx, interactive))));
-            if interactive {
-                interactive::run(&ctx, &store)
-            } else {
-                supervise::run(&ctx, &store)
-            }
-        }
+        Ok(_) if interactive => interactive::run(&ctx, &mut start),
+        Ok(_) => supervise::run(&ctx, &store, &mut start),
         Err(e) => {
             let code = match e {
                 ResolveError::NotFound { .. } => shim::NOT_FOUND,
                 ResolveError::NotExecutable { .. } => shim::NOT_EXECUTABLE,
             };
-            store.send(StoreMsg::Start(Box::new(run_row(&ctx, interactive))));
             Err(Failure::new(code, e.to_string()))
         }
     };
+    // A run that never started still gets its row.
+    start.send(None);
     let (code, change) = match &outcome {
         Ok(outcome) => (
             outcome.exit_code(),
@@ -200,8 +209,10 @@ fn run(inv: Invocation) -> Result<u8, Failure> {
                 status: outcome.status(),
                 reason: outcome.reason(),
                 exit_code: outcome.tool_exit_code(),
-                finished: outcome.status().is_final(),
+                // The shim is exiting: the run is over unless it is parked on an approval.
+                finished: !matches!(outcome, RunOutcome::ApprovalPending { .. }),
                 error: None,
+                at: Some(time::now_rfc3339()),
             },
         ),
         Err(f) => (
@@ -212,6 +223,7 @@ fn run(inv: Invocation) -> Result<u8, Failure> {
                 exit_code: Some(i32::from(f.code)),
                 finished: true,
                 error: Some(f.message.clone()),
+                at: Some(time::now_rfc3339()),
             },
         ),
     };
@@ -225,6 +237,23 @@ fn run(inv: Invocation) -> Result<u8, Failure> {
             Ok(code)
         }
         Err(f) => Err(f),
+    }
+}
+
+/// Sends the run's row once, as soon as the tool's pid is known: one write where a row and
+/// a later pid update would be two.
+pub struct RunStart<'a> {
+    store: &'a StoreHandle,
+    row: Option<ToolRun>,
+}
+
+impl RunStart<'_> {
+    /// Records the run as started (by `pid`, if it got that far). Only the first call counts.
+    pub fn send(&mut self, pid: Option<i32>) {
+        if let Some(mut row) = self.row.take() {
+            row.pid = pid.map(i64::from);
+            self.store.send(StoreMsg::Start(Box::new(row)));
+        }
     }
 }
 
@@ -284,7 +313,11 @@ fn outcome_note(ctx: &RunContext, outcome: &RunOutcome) -> Option<String> {
 pub fn spawn_failure(ctx: &RunContext, e: std::io::Error) -> Failure {
     let path = ctx.tool_path.display();
     match e.raw_os_error() {
-        Some(libc::ENOENT) => Failure::new(shim::NOT_FOUND, format!("{path}: cannot run: {e}")),
+        // The file was found, so ENOENT here is its interpreter or loader: not executable.
+        Some(libc::ENOENT) => Failure::new(
+            shim::NOT_EXECUTABLE,
+            format!("{path}: cannot run: bad interpreter or missing loader ({e})"),
+        ),
         Some(libc::EACCES) | Some(libc::ENOEXEC) | Some(libc::EISDIR) | Some(libc::ETXTBSY) => {
             Failure::new(shim::NOT_EXECUTABLE, format!("{path}: cannot run: {e}"))
         }

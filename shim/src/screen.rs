@@ -7,7 +7,7 @@
 pub struct ScreenText {
     /// The visible rows, trailing blanks removed.
     pub rows: Vec<String>,
-    /// The cursor's row, up to the cursor.
+    /// The cursor's row up to the cursor, trailing blanks removed.
     pub prompt_line: String,
     pub cursor_row: usize,
 }
@@ -93,7 +93,7 @@ mod tests {
     #[test]
     fn prompt_line_is_the_cursor_line() {
         let s = screen(b"working...\n\x1b[1mContinue? [y/N] \x1b[0m");
-        assert_eq!(s.prompt_line, "Continue? [y/N] ");
+        assert_eq!(s.prompt_line, "Continue? [y/N]");
         assert_eq!(s.last_lines(2), vec!["working...", "Continue? [y/N]"]);
         assert!(s.shows_question());
     }

@@ -42,7 +42,6 @@ type Call = Box<dyn FnOnce(Option<&mut Connection>) + Send>;
 /// A request to the store thread.
 pub enum StoreMsg {
     Start(Box<ToolRun>),
-    Pid(i64),
     Touch(Touch),
     Status(StatusChange, Replace),
     Call(Call),
@@ -124,10 +123,10 @@ impl StoreHandle {
     /// Flushes what is queued and stops, waiting at most `wait` for the thread.
     pub fn finish(mut self, wait: Duration) {
         self.send(StoreMsg::Shutdown);
-        if self.done.recv_timeout(wait).is_ok() {
-            if let Some(t) = self.thread.take() {
-                let _ = t.join();
-            }
+        if self.done.recv_timeout(wait).is_ok()
+            && let Some(t) = self.thread.take()
+        {
+            let _ = t.join();
         }
     }
 }
@@ -135,7 +134,6 @@ impl StoreHandle {
 /// A write waiting for the database.
 enum Op {
     Start(Box<ToolRun>),
-    Pid(i64),
     Touch(Touch),
     Status(StatusChange, Replace),
 }
@@ -195,7 +193,7 @@ impl StoreThread {
             Ok(conn) => self.conn = Some(conn),
             Err(e) => self.db_warning(&e),
         }
-        match CombinedLog::open(&paths.combined_log()) {
+        match paths.open_creating(|| CombinedLog::open(&paths.combined_log())) {
             Ok(log) => self.log = Some(log),
             Err(e) => warn_once(&self.warned_log, || {
                 format!(
@@ -243,7 +241,6 @@ impl StoreThread {
             for msg in batch {
                 match msg {
                     StoreMsg::Start(run) => ops.push(Op::Start(run)),
-                    StoreMsg::Pid(pid) => ops.push(Op::Pid(pid)),
                     StoreMsg::Touch(t) => ops.push(Op::Touch(t)),
                     StoreMsg::Status(change, replace) => ops.push(Op::Status(change, replace)),
                     StoreMsg::Call(call) => {
@@ -285,12 +282,6 @@ impl StoreThread {
                             inserted = true;
                         }
                     }
-                    Op::Pid(pid) => {
-                        tx.execute(
-                            "UPDATE tool_runs SET pid = ?2 WHERE tool_run_id = ?1",
-                            rusqlite::params![id, pid],
-                        )?;
-                    }
                     Op::Touch(t) => runs::touch(tx, &id, t)?,
                     Op::Status(change, replace) => {
                         let guard = match replace {
@@ -310,7 +301,7 @@ impl StoreThread {
                 // Keep what matters for a later attempt: the row itself and status changes.
                 self.backlog = all
                     .into_iter()
-                    .filter(|op| matches!(op, Op::Start(_) | Op::Status(..) | Op::Pid(_)))
+                    .filter(|op| matches!(op, Op::Start(_) | Op::Status(..)))
                     .collect();
             }
         }

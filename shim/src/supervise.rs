@@ -7,9 +7,10 @@ use crate::blocked::{self, Reading};
 use crate::group;
 use crate::pty::{self, Pty};
 use crate::recorder::{Recorder, RecorderSetup};
-use crate::run::{self, Failure, RunContext};
+use crate::run::{self, Failure, RunContext, RunStart};
 use crate::screen::ScreenText;
 use crate::signals::SignalPipe;
+use crate::spawn::{self, SpawnSpec};
 use crate::store::{StoreHandle, StoreMsg};
 use hr_shared::config::OnStall;
 use hr_shared::exit::{RunOutcome, shim};
@@ -20,8 +21,6 @@ use hr_shared::time;
 use std::io;
 use std::os::fd::RawFd;
 use std::os::unix::fs::FileTypeExt;
-use std::os::unix::process::ExitStatusExt;
-use std::process::{Child, ExitStatus};
 use std::time::{Duration, Instant};
 
 /// How often liveness timestamps of output are written at most.
@@ -34,7 +33,11 @@ const DRAIN_QUIET: Duration = Duration::from_millis(100);
 const DRAIN_MAX: Duration = Duration::from_secs(2);
 
 /// Runs the tool under supervision until it ends.
-pub fn run(ctx: &RunContext, store: &StoreHandle) -> Result<RunOutcome, Failure> {
+pub fn run(
+    ctx: &RunContext,
+    store: &StoreHandle,
+    start: &mut RunStart<'_>,
+) -> Result<RunOutcome, Failure> {
     let own_size = pty::own_terminal_size();
     let (rows, cols) = own_size
         .map(|(r, c, _)| (r, c))
@@ -59,11 +62,17 @@ pub fn run(ctx: &RunContext, store: &StoreHandle) -> Result<RunOutcome, Failure>
         StdinMode::Pty => false,
         StdinMode::Auto => stdin_carries_data(),
     };
-    let child = pty
-        .spawn(ctx.command(true), pass_stdin)
-        .map_err(|e| run::spawn_failure(ctx, e))?;
-    let pid = child.id() as i32;
-    store.send(StoreMsg::Pid(i64::from(pid)));
+    let env = ctx.tool_env(true);
+    let spec = SpawnSpec {
+        program: &ctx.tool_path,
+        argv0: &ctx.argv0,
+        args: &ctx.args,
+        env: &env,
+        tty: pty.slave_path(),
+        pass_stdin,
+    };
+    let pid = pty.spawn(&spec).map_err(|e| run::spawn_failure(ctx, e))?;
+    start.send(Some(pid));
     let recorder = Recorder::start(RecorderSetup {
         paths: ctx.paths.clone(),
         tool_run_id: ctx.tool_run_id.clone(),
@@ -78,7 +87,6 @@ pub fn run(ctx: &RunContext, store: &StoreHandle) -> Result<RunOutcome, Failure>
         ctx,
         store,
         pty,
-        child,
         pid,
         signals,
         recorder,
@@ -169,7 +177,6 @@ struct Supervisor<'a> {
     ctx: &'a RunContext,
     store: &'a StoreHandle,
     pty: Pty,
-    child: Child,
     pid: i32,
     signals: SignalPipe,
     recorder: Recorder,
@@ -179,7 +186,8 @@ struct Supervisor<'a> {
     last_output: Instant,
     last_touch: Option<Instant>,
     touch_pending: bool,
-    exited: Option<(ExitStatus, Instant)>,
+    /// The raw wait status and when it came.
+    exited: Option<(i32, Instant)>,
     master_eof: bool,
     ending: Option<Ending>,
     stalled: bool,
@@ -224,18 +232,20 @@ impl Supervisor<'_> {
             }
             return Some(ending.outcome.clone());
         }
-        Some(match (status.code(), status.signal()) {
-            (Some(code), _) => RunOutcome::Exited(code),
-            (None, Some(sig)) => RunOutcome::Signaled(sig),
-            (None, None) => RunOutcome::Exited(shim::SHIM_FAILED.into()),
+        Some(if libc::WIFEXITED(status) {
+            RunOutcome::Exited(libc::WEXITSTATUS(status))
+        } else if libc::WIFSIGNALED(status) {
+            RunOutcome::Signaled(libc::WTERMSIG(status))
+        } else {
+            RunOutcome::Exited(shim::SHIM_FAILED.into())
         })
     }
 
     fn reap(&mut self) {
-        if self.exited.is_none() {
-            if let Ok(Some(status)) = self.child.try_wait() {
-                self.exited = Some((status, Instant::now()));
-            }
+        if self.exited.is_none()
+            && let Some(status) = spawn::try_wait(self.pid)
+        {
+            self.exited = Some((status, Instant::now()));
         }
     }
 
@@ -262,22 +272,22 @@ impl Supervisor<'_> {
             self.end_tool(RunOutcome::TimedOut);
             return;
         }
-        if let Some(stall) = s.stall_timeout {
-            if now >= self.last_activity() + stall {
-                match s.on_stall {
-                    OnStall::Kill => self.end_tool(RunOutcome::Stalled),
-                    OnStall::Mark if !self.stalled => {
-                        self.stalled = true;
-                        self.store.send(run::live_status(
-                            RunStatus::Stalled,
-                            Some(format!(
-                                "no output and no heartbeat for {}",
-                                time::short_duration(stall)
-                            )),
-                        ));
-                    }
-                    OnStall::Mark => {}
+        if let Some(stall) = s.stall_timeout
+            && now >= self.last_activity() + stall
+        {
+            match s.on_stall {
+                OnStall::Kill => self.end_tool(RunOutcome::Stalled),
+                OnStall::Mark if !self.stalled => {
+                    self.stalled = true;
+                    self.store.send(run::live_status(
+                        RunStatus::Stalled,
+                        Some(format!(
+                            "no output and no heartbeat for {}",
+                            time::short_duration(stall)
+                        )),
+                    ));
                 }
+                OnStall::Mark => {}
             }
         }
     }
@@ -317,10 +327,10 @@ impl Supervisor<'_> {
             if let Some(t) = s.timeout {
                 deadlines.push(self.started + t);
             }
-            if let Some(stall) = s.stall_timeout {
-                if !self.stalled {
-                    deadlines.push(self.last_activity() + stall);
-                }
+            if let Some(stall) = s.stall_timeout
+                && !self.stalled
+            {
+                deadlines.push(self.last_activity() + stall);
             }
             // Sample a little before the idle window closes so that two samples agree by then.
             let idle_at = self.last_output + s.prompt_idle / 2;
@@ -332,10 +342,10 @@ impl Supervisor<'_> {
             };
             deadlines.push(idle_at.max(now + tick));
         }
-        if let Some(e) = &self.ending {
-            if !e.killed {
-                deadlines.push(e.kill_at);
-            }
+        if let Some(e) = &self.ending
+            && !e.killed
+        {
+            deadlines.push(e.kill_at);
         }
         if self.touch_pending {
             deadlines.push(self.last_touch.map_or(now, |t| t + TOUCH_EVERY));
@@ -455,7 +465,7 @@ impl Supervisor<'_> {
         };
         let canonical = termios.c_lflag & libc::ICANON != 0;
         let shown = match self.recorder.shared.screen.lock() {
-            Ok(screen) => ScreenText::read(&screen),
+            Ok(guard) => guard.as_ref().map(ScreenText::read).unwrap_or_default(),
             Err(_) => return,
         };
         if !shown.shows_question() && canonical {

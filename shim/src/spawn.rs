@@ -1,0 +1,154 @@
+//! Starting the tool in its pty with `posix_spawn` (vfork-based in glibc): a `fork()` of
+//! the multi-threaded shim copies its page tables and cost most of its start-up time.
+//! `POSIX_SPAWN_SETSID` makes the tool a session leader; the first file action then opens
+//! the pty slave *without* `O_NOCTTY`, which on Linux makes it the session's controlling
+//! terminal — everything `setsid(); ioctl(TIOCSCTTY)` in a `pre_exec` hook would do.
+
+use std::ffi::{CString, OsStr, OsString};
+use std::io;
+use std::os::unix::ffi::{OsStrExt, OsStringExt};
+use std::path::Path;
+
+/// What to start.
+pub struct SpawnSpec<'a> {
+    pub program: &'a Path,
+    pub argv0: &'a OsStr,
+    pub args: &'a [OsString],
+    /// Variables to set (or replace) in the inherited environment.
+    pub env: &'a [(&'a str, &'a OsStr)],
+    /// The pty slave.
+    pub tty: &'a Path,
+    /// The tool keeps the shim's stdin instead of reading the pty.
+    pub pass_stdin: bool,
+}
+
+fn cstr(b: &[u8]) -> io::Result<CString> {
+    CString::new(b)
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "argument contains a NUL byte"))
+}
+
+/// Spawns the tool; returns its pid.
+pub fn spawn(spec: &SpawnSpec<'_>) -> io::Result<i32> {
+    let mut argv: Vec<CString> = Vec::with_capacity(spec.args.len() + 1);
+    argv.push(cstr(spec.argv0.as_bytes())?);
+    for a in spec.args {
+        argv.push(cstr(a.as_bytes())?);
+    }
+    let mut env: Vec<CString> = Vec::new();
+    for (k, v) in std::env::vars_os() {
+        if spec.env.iter().any(|(name, _)| OsStr::new(name) == k) {
+            continue;
+        }
+        let mut kv = k.into_vec();
+        kv.push(b'=');
+        kv.extend(v.into_vec());
+        if let Ok(c) = CString::new(kv) {
+            env.push(c);
+        }
+    }
+    for (k, v) in spec.env {
+        let mut kv = k.as_bytes().to_vec();
+        kv.push(b'=');
+        kv.extend_from_slice(v.as_bytes());
+        env.push(cstr(&kv)?);
+    }
+    let program = cstr(spec.program.as_os_str().as_bytes())?;
+    match spawn_raw(&program, &argv, &env, spec) {
+        // No `#!` line and not a binary: run it with sh, as execvp (and shells) would.
+        Err(e) if e.raw_os_error() == Some(libc::ENOEXEC) => {
+            let mut sh_argv = vec![cstr(b"sh")?, program.clone()];
+            sh_argv.extend(argv.into_iter().skip(1));
+            spawn_raw(&cstr(b"/bin/sh")?, &sh_argv, &env, spec)
+        }
+        other => other,
+    }
+}
+
+fn spawn_raw(
+    program: &CString,
+    argv: &[CString],
+    env: &[CString],
+    spec: &SpawnSpec<'_>,
+) -> io::Result<i32> {
+    let tty = cstr(spec.tty.as_os_str().as_bytes())?;
+    let mut argv_ptrs: Vec<*mut libc::c_char> = argv.iter().map(|a| a.as_ptr() as *mut _).collect();
+    argv_ptrs.push(std::ptr::null_mut());
+    let mut env_ptrs: Vec<*mut libc::c_char> = env.iter().map(|a| a.as_ptr() as *mut _).collect();
+    env_ptrs.push(std::ptr::null_mut());
+
+    // SAFETY: the attr and file-action objects are initialised before use and destroyed on
+    // every path; all pointers handed to posix_spawn outlive the call.
+    unsafe {
+        let mut attr: libc::posix_spawnattr_t = std::mem::zeroed();
+        let mut actions: libc::posix_spawn_file_actions_t = std::mem::zeroed();
+        check(libc::posix_spawnattr_init(&mut attr))?;
+        if let Err(e) = check(libc::posix_spawn_file_actions_init(&mut actions)) {
+            libc::posix_spawnattr_destroy(&mut attr);
+            return Err(e);
+        }
+        let result = (|| -> io::Result<i32> {
+            let mut empty: libc::sigset_t = std::mem::zeroed();
+            libc::sigemptyset(&mut empty);
+            check(libc::posix_spawnattr_setsigmask(&mut attr, &empty))?;
+            // The Rust runtime ignores SIGPIPE; the tool must get the default back.
+            let mut defaults: libc::sigset_t = std::mem::zeroed();
+            libc::sigemptyset(&mut defaults);
+            libc::sigaddset(&mut defaults, libc::SIGPIPE);
+            check(libc::posix_spawnattr_setsigdefault(&mut attr, &defaults))?;
+            let flags = libc::POSIX_SPAWN_SETSID
+                | libc::POSIX_SPAWN_SETSIGMASK as libc::c_short
+                | libc::POSIX_SPAWN_SETSIGDEF as libc::c_short;
+            check(libc::posix_spawnattr_setflags(&mut attr, flags))?;
+            // The first open of a terminal by a new session leader makes it the controlling
+            // terminal: open the slave on stdout first, then dup it where needed.
+            check(libc::posix_spawn_file_actions_addopen(
+                &mut actions,
+                libc::STDOUT_FILENO,
+                tty.as_ptr(),
+                libc::O_RDWR,
+                0,
+            ))?;
+            check(libc::posix_spawn_file_actions_adddup2(
+                &mut actions,
+                libc::STDOUT_FILENO,
+                libc::STDERR_FILENO,
+            ))?;
+            if !spec.pass_stdin {
+                check(libc::posix_spawn_file_actions_adddup2(
+                    &mut actions,
+                    libc::STDOUT_FILENO,
+                    libc::STDIN_FILENO,
+                ))?;
+            }
+            let mut pid: libc::pid_t = 0;
+            check(libc::posix_spawn(
+                &mut pid,
+                program.as_ptr(),
+                &actions,
+                &attr,
+                argv_ptrs.as_ptr(),
+                env_ptrs.as_ptr(),
+            ))?;
+            Ok(pid)
+        })();
+        libc::posix_spawn_file_actions_destroy(&mut actions);
+        libc::posix_spawnattr_destroy(&mut attr);
+        result
+    }
+}
+
+fn check(rc: libc::c_int) -> io::Result<()> {
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::from_raw_os_error(rc))
+    }
+}
+
+/// `waitpid(pid, WNOHANG)`: the raw wait status once the process has ended.
+pub fn try_wait(pid: i32) -> Option<i32> {
+    let mut status = 0;
+    // SAFETY: status is a valid int for waitpid to fill.
+    let rc = unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) };
+    (rc == pid).then_some(status)
+}
