@@ -1,1 +1,21 @@
-fn main() {}
+//! `monitor`: the dashboard and command line over headless-run's state. One module per
+//! subcommand under `cmd/`; `error` is the one place failures become exit codes.
+
+mod cli;
+mod cmd;
+mod error;
+mod output;
+
+use std::process::ExitCode;
+
+fn main() -> ExitCode {
+    match cli::run() {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            if !e.message.is_empty() {
+                eprintln!("monitor: {}", e.message);
+            }
+            ExitCode::from(e.code)
+        }
+    }
+}

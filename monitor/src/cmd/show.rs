@@ -1,0 +1,101 @@
+//! `monitor show ID`: one run with its output tail and audit trail, or one approval.
+
+use crate::cli::Ctx;
+use crate::cmd::runs::require_id;
+use crate::error::{CliError, CliResult};
+use crate::output;
+use hr_shared::audit;
+use hr_shared::runs;
+use hr_shared::sanitize::{sanitize_line, sanitize_text};
+use std::io::{Read, Seek, SeekFrom};
+
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// A run id (TR-…) or an approval id (AP-…)
+    id: String,
+    /// Lines of output to show
+    #[arg(long, value_name = "N", default_value_t = 20)]
+    tail: usize,
+    /// Print JSON: the run's columns plus `output_tail` and `events`
+    #[arg(long)]
+    json: bool,
+}
+
+pub fn run(ctx: &Ctx, args: Args) -> CliResult {
+    let id = require_id(&args.id)?;
+    let conn = ctx.open()?;
+    let Some(run) = runs::get(&conn, id)? else {
+        return Err(CliError::not_found(format!("no run {id}")));
+    };
+    let tail = output_tail(&ctx.paths.run_log(id), args.tail);
+    let events = audit::for_run(&conn, id)?;
+    if args.json {
+        let mut value = serde_json::to_value(&run).map_err(|e| CliError::error(e.to_string()))?;
+        if let Some(obj) = value.as_object_mut() {
+            obj.insert("output_tail".into(), tail.clone().into());
+            obj.insert(
+                "events".into(),
+                serde_json::to_value(&events).map_err(|e| CliError::error(e.to_string()))?,
+            );
+        }
+        return Ok(output::print_json(&value)?);
+    }
+    let field = |name: &str, value: Option<String>| {
+        println!(
+            "{name:<24} {}",
+            value
+                .map(|v| sanitize_line(&v))
+                .unwrap_or_else(|| "-".into())
+        );
+    };
+    field("tool_run_id", Some(run.tool_run_id.clone()));
+    field("tool_name", Some(run.tool_name.clone()));
+    field("status", Some(run.status.to_string()));
+    field("reason", run.reason.clone());
+    field("exit_code", run.exit_code.map(|c| c.to_string()));
+    field("argv", Some(run.argv_json.join(" ")));
+    field("cwd", run.cwd.clone());
+    field("execution_id", run.execution_id.clone());
+    field("started_at", Some(run.started_at.clone()));
+    field("completed_at", run.completed_at.clone());
+    field("last_output_at", run.last_output_at.clone());
+    field("last_heartbeat_at", run.last_heartbeat_at.clone());
+    field(
+        "supervisor_heartbeat_at",
+        run.supervisor_heartbeat_at.clone(),
+    );
+    field(
+        "pid / shim_pid",
+        Some(format!("{} / {}", opt(run.pid), opt(run.shim_pid))),
+    );
+    field("host", run.host.clone());
+    field("resumed_from", run.resumed_from.clone());
+    println!("\nevents:");
+    for e in &events {
+        println!("  {}  {}  {}", e.at, e.event, sanitize_line(&e.data));
+    }
+    println!("\noutput (last {} lines):", args.tail);
+    for line in tail.lines() {
+        println!("  {line}");
+    }
+    Ok(())
+}
+
+fn opt(v: Option<i64>) -> String {
+    v.map(|v| v.to_string()).unwrap_or_else(|| "-".into())
+}
+
+/// The last `lines` lines of a run log, with control characters removed.
+pub fn output_tail(path: &std::path::Path, lines: usize) -> String {
+    const WINDOW: u64 = 64 * 1024;
+    let Ok(mut f) = std::fs::File::open(path) else {
+        return String::new();
+    };
+    let len = f.metadata().map(|m| m.len()).unwrap_or(0);
+    let _ = f.seek(SeekFrom::Start(len.saturating_sub(WINDOW)));
+    let mut buf = Vec::new();
+    let _ = f.take(WINDOW).read_to_end(&mut buf);
+    let text = sanitize_text(&String::from_utf8_lossy(&buf).replace('\r', "\n"));
+    let all: Vec<&str> = text.lines().collect();
+    all[all.len().saturating_sub(lines)..].join("\n")
+}
