@@ -1,1 +1,554 @@
+//! The end-to-end harness: real binaries, a fresh state dir per test, commands that can
+//! never hang a test run, a pty runner, and direct SQL on the database (independent of the
+//! `shared` crate, so the tests check what is really stored).
 
+use rusqlite::Connection;
+use serde_json::{Map, Value};
+use std::ffi::OsStr;
+use std::io::{Read, Write};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+/// The directory holding the built binaries (`target/debug`).
+pub fn target_dir() -> PathBuf {
+    let exe = std::env::current_exe().expect("current exe");
+    // target/debug/deps/e2e-HASH → target/debug
+    exe.parent()
+        .and_then(Path::parent)
+        .expect("target dir")
+        .to_path_buf()
+}
+
+/// A built binary; tells how to build it when missing.
+pub fn bin(name: &str) -> PathBuf {
+    let p = target_dir().join(name);
+    assert!(
+        p.exists(),
+        "{} is missing: run `cargo build --workspace` before the tests",
+        p.display()
+    );
+    p
+}
+
+/// A fixture tool in `tests/fixtures`.
+pub fn fixture(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("fixtures")
+        .join(name)
+}
+
+/// The multi-purpose fixture tool (`tests/fixtures/tool.py`).
+pub fn tool() -> PathBuf {
+    fixture("tool.py")
+}
+
+/// Polls `cond` every 20 ms until it holds or `limit` passes.
+pub fn wait_until(limit: Duration, mut cond: impl FnMut() -> bool) -> bool {
+    let deadline = Instant::now() + limit;
+    loop {
+        if cond() {
+            return true;
+        }
+        if Instant::now() >= deadline {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// A test's private world: a temp dir with a state dir and an empty config dir.
+pub struct TestEnv {
+    pub tmp: tempfile::TempDir,
+}
+
+impl Default for TestEnv {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl TestEnv {
+    pub fn new() -> Self {
+        let tmp = tempfile::Builder::new()
+            .prefix("hr-e2e-")
+            .tempdir()
+            .expect("tempdir");
+        std::fs::create_dir_all(tmp.path().join("config")).unwrap();
+        std::fs::create_dir_all(tmp.path().join("work")).unwrap();
+        TestEnv { tmp }
+    }
+
+    pub fn path(&self) -> &Path {
+        self.tmp.path()
+    }
+
+    /// The state dir (`HEADLESS_RUN_HOME`).
+    pub fn state(&self) -> PathBuf {
+        self.path().join("state")
+    }
+
+    /// A scratch working directory.
+    pub fn work(&self) -> PathBuf {
+        self.path().join("work")
+    }
+
+    /// A command with this env's state dir, `CI` and `HEADLESS*` from the outside removed.
+    pub fn command(&self, program: impl AsRef<OsStr>) -> Cmd {
+        let mut cmd = Command::new(program);
+        for (k, _) in std::env::vars_os() {
+            let k = k.to_string_lossy().into_owned();
+            if k == "CI"
+                || k.starts_with("HEADLESS")
+                || k == "AUTO_APPROVAL"
+                || k.starts_with("GITHUB_")
+            {
+                cmd.env_remove(&k);
+            }
+        }
+        cmd.env("HEADLESS_RUN_HOME", self.state())
+            .env("XDG_CONFIG_HOME", self.path().join("config"))
+            .env("XDG_DATA_HOME", self.path().join("data"))
+            .current_dir(self.work());
+        Cmd {
+            cmd,
+            stdin: Input::Null,
+            timeout: Duration::from_secs(60),
+        }
+    }
+
+    /// `headless-run` in headless mode (`HEADLESS=1`).
+    pub fn shim(&self) -> Cmd {
+        let mut c = self.command(bin("headless-run"));
+        c.env("HEADLESS", "1");
+        c
+    }
+
+    /// `monitor`.
+    pub fn monitor(&self) -> Cmd {
+        self.command(bin("monitor"))
+    }
+
+    /// The database, opened directly.
+    pub fn db(&self) -> Connection {
+        let c = Connection::open(self.state().join("state.db")).expect("open state.db");
+        c.busy_timeout(Duration::from_secs(20)).unwrap();
+        c
+    }
+
+    /// Every row of a table as JSON objects keyed by column, in rowid order.
+    pub fn rows(&self, table: &str) -> Vec<Map<String, Value>> {
+        rows_of(&self.db(), &format!("SELECT * FROM {table} ORDER BY rowid"))
+    }
+
+    /// The runs, oldest first.
+    pub fn runs(&self) -> Vec<Map<String, Value>> {
+        self.rows("tool_runs")
+    }
+
+    /// The only run; fails the test if there is not exactly one.
+    pub fn only_run(&self) -> Map<String, Value> {
+        let mut runs = self.runs();
+        assert_eq!(runs.len(), 1, "expected one run, found {runs:#?}");
+        runs.remove(0)
+    }
+
+    /// The events of `logs/combined.log`.
+    pub fn log_events(&self) -> Vec<Value> {
+        let text =
+            std::fs::read_to_string(self.state().join("logs/combined.log")).unwrap_or_default();
+        text.lines()
+            .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("bad log line {l:?}: {e}")))
+            .collect()
+    }
+
+    /// The raw output log of a run.
+    pub fn run_log(&self, id: &str) -> Vec<u8> {
+        std::fs::read(self.state().join("logs/runs").join(format!("{id}.log"))).unwrap_or_default()
+    }
+}
+
+/// Every row of a query as JSON objects.
+pub fn rows_of(conn: &Connection, sql: &str) -> Vec<Map<String, Value>> {
+    let mut stmt = conn.prepare(sql).expect("prepare");
+    let names: Vec<String> = stmt.column_names().map(|s| s.to_string()).collect();
+    stmt.query_map([], |r| {
+        let mut m = Map::new();
+        for (i, name) in names.iter().enumerate() {
+            let v = match r.get_ref(i)? {
+                rusqlite::types::ValueRef::Null => Value::Null,
+                rusqlite::types::ValueRef::Integer(n) => Value::from(n),
+                rusqlite::types::ValueRef::Real(f) => Value::from(f),
+                rusqlite::types::ValueRef::Text(t) => {
+                    Value::from(String::from_utf8_lossy(t).into_owned())
+                }
+                rusqlite::types::ValueRef::Blob(b) => Value::from(format!("<{} bytes>", b.len())),
+            };
+            m.insert(name.clone(), v);
+        }
+        Ok(m)
+    })
+    .expect("query")
+    .collect::<Result<Vec<_>, _>>()
+    .expect("rows")
+}
+
+/// A string field of a row.
+pub fn s<'a>(row: &'a Map<String, Value>, key: &str) -> &'a str {
+    row.get(key)
+        .and_then(Value::as_str)
+        .unwrap_or_else(|| panic!("{key} is not a string in {row:#?}"))
+}
+
+/// An integer field of a row.
+pub fn n(row: &Map<String, Value>, key: &str) -> i64 {
+    row.get(key)
+        .and_then(Value::as_i64)
+        .unwrap_or_else(|| panic!("{key} is not an integer in {row:#?}"))
+}
+
+enum Input {
+    Null,
+    Bytes(Vec<u8>),
+    File(PathBuf),
+    Inherit,
+}
+
+/// A command that is always waited for with a limit.
+pub struct Cmd {
+    pub cmd: Command,
+    stdin: Input,
+    timeout: Duration,
+}
+
+impl Cmd {
+    pub fn arg(&mut self, a: impl AsRef<OsStr>) -> &mut Self {
+        self.cmd.arg(a);
+        self
+    }
+    pub fn args<I: IntoIterator<Item = S>, S: AsRef<OsStr>>(&mut self, a: I) -> &mut Self {
+        self.cmd.args(a);
+        self
+    }
+    pub fn env(&mut self, k: impl AsRef<OsStr>, v: impl AsRef<OsStr>) -> &mut Self {
+        self.cmd.env(k, v);
+        self
+    }
+    pub fn env_remove(&mut self, k: impl AsRef<OsStr>) -> &mut Self {
+        self.cmd.env_remove(k);
+        self
+    }
+    pub fn current_dir(&mut self, d: impl AsRef<Path>) -> &mut Self {
+        self.cmd.current_dir(d);
+        self
+    }
+    /// Feed these bytes on stdin (through a pipe that closes after them).
+    pub fn stdin_bytes(&mut self, b: impl Into<Vec<u8>>) -> &mut Self {
+        self.stdin = Input::Bytes(b.into());
+        self
+    }
+    /// Stdin from a file.
+    pub fn stdin_file(&mut self, p: impl Into<PathBuf>) -> &mut Self {
+        self.stdin = Input::File(p.into());
+        self
+    }
+    /// Stdin inherited (for pty runs).
+    pub fn stdin_inherit(&mut self) -> &mut Self {
+        self.stdin = Input::Inherit;
+        self
+    }
+    pub fn timeout(&mut self, d: Duration) -> &mut Self {
+        self.timeout = d;
+        self
+    }
+
+    /// Starts it with piped stdout/stderr.
+    pub fn spawn(&mut self) -> Running {
+        let (stdin, feed) = match std::mem::replace(&mut self.stdin, Input::Null) {
+            Input::Null => (Stdio::null(), None),
+            Input::Bytes(b) => (Stdio::piped(), Some(b)),
+            Input::File(p) => (
+                Stdio::from(std::fs::File::open(p).expect("stdin file")),
+                None,
+            ),
+            Input::Inherit => (Stdio::inherit(), None),
+        };
+        let mut child = self
+            .cmd
+            .stdin(stdin)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot start {:?}: {e}", self.cmd));
+        if let Some(bytes) = feed {
+            let mut w = child.stdin.take().unwrap();
+            std::thread::spawn(move || {
+                let _ = w.write_all(&bytes);
+            });
+        }
+        let out = reader(child.stdout.take().unwrap());
+        let err = reader(child.stderr.take().unwrap());
+        Running {
+            child,
+            out: Some(out),
+            err: Some(err),
+            timeout: self.timeout,
+            what: format!("{:?}", self.cmd),
+        }
+    }
+
+    /// Runs to completion (panics, after killing it, if it outlives the timeout).
+    pub fn run(&mut self) -> Outcome {
+        self.spawn().wait()
+    }
+}
+
+type Collected = Arc<Mutex<Vec<u8>>>;
+
+fn reader(mut r: impl Read + Send + 'static) -> (JoinHandle<()>, Collected) {
+    let buf: Collected = Arc::default();
+    let sink = buf.clone();
+    let handle = std::thread::spawn(move || {
+        let mut chunk = [0u8; 65536];
+        loop {
+            match r.read(&mut chunk) {
+                Ok(0) | Err(_) => break,
+                Ok(n) => sink.lock().unwrap().extend_from_slice(&chunk[..n]),
+            }
+        }
+    });
+    (handle, buf)
+}
+
+fn collect(r: Option<(JoinHandle<()>, Collected)>) -> Vec<u8> {
+    match r {
+        Some((h, buf)) => {
+            let _ = h.join();
+            std::mem::take(&mut *buf.lock().unwrap())
+        }
+        None => Vec::new(),
+    }
+}
+
+/// A started command.
+pub struct Running {
+    pub child: Child,
+    out: Option<(JoinHandle<()>, Collected)>,
+    err: Option<(JoinHandle<()>, Collected)>,
+    timeout: Duration,
+    what: String,
+}
+
+impl Running {
+    /// What it has written to stdout so far.
+    pub fn stdout_now(&self) -> Vec<u8> {
+        self.out
+            .as_ref()
+            .map(|(_, b)| b.lock().unwrap().clone())
+            .unwrap_or_default()
+    }
+
+    /// What it has written to stderr so far.
+    pub fn stderr_now(&self) -> String {
+        self.err
+            .as_ref()
+            .map(|(_, b)| String::from_utf8_lossy(&b.lock().unwrap()).into_owned())
+            .unwrap_or_default()
+    }
+
+    pub fn pid(&self) -> i32 {
+        self.child.id() as i32
+    }
+
+    /// Sends a signal to the process.
+    pub fn signal(&self, sig: i32) {
+        // SAFETY: kill(2) of our own child.
+        unsafe { libc::kill(self.pid(), sig) };
+    }
+
+    /// Waits for it (killing it and failing the test after the timeout).
+    pub fn wait(mut self) -> Outcome {
+        let deadline = Instant::now() + self.timeout;
+        let status = loop {
+            if let Some(st) = self.child.try_wait().expect("try_wait") {
+                break st;
+            }
+            if Instant::now() >= deadline {
+                let _ = self.child.kill();
+                let _ = self.child.wait();
+                let err = collect(self.err.take());
+                panic!(
+                    "{} did not finish within {:?}; stderr: {}",
+                    self.what,
+                    self.timeout,
+                    String::from_utf8_lossy(&err)
+                );
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        };
+        let stdout = collect(self.out.take());
+        let stderr = collect(self.err.take());
+        Outcome {
+            code: status.code(),
+            signal: status.signal(),
+            stdout,
+            stderr: String::from_utf8_lossy(&stderr).into_owned(),
+            what: self.what.clone(),
+        }
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+/// How a command ended and what it printed.
+#[derive(Debug)]
+pub struct Outcome {
+    pub code: Option<i32>,
+    pub signal: Option<i32>,
+    pub stdout: Vec<u8>,
+    pub stderr: String,
+    what: String,
+}
+
+impl Outcome {
+    /// The exit code; fails the test (showing the output) if it died of a signal.
+    pub fn code(&self) -> i32 {
+        self.code.unwrap_or_else(|| {
+            panic!(
+                "{} died of signal {:?}; {}",
+                self.what,
+                self.signal,
+                self.context()
+            )
+        })
+    }
+
+    /// Stdout as text.
+    pub fn out(&self) -> String {
+        String::from_utf8_lossy(&self.stdout).into_owned()
+    }
+
+    /// Asserts the exit code, showing the output when it differs.
+    #[track_caller]
+    pub fn expect_code(&self, expected: i32) -> &Self {
+        assert_eq!(
+            self.code,
+            Some(expected),
+            "{} exited {:?} (signal {:?}); {}",
+            self.what,
+            self.code,
+            self.signal,
+            self.context()
+        );
+        self
+    }
+
+    pub fn context(&self) -> String {
+        format!(
+            "stdout: {:?}\nstderr: {}",
+            String::from_utf8_lossy(&self.stdout),
+            self.stderr
+        )
+    }
+}
+
+/// Runs `cmd` with a fresh pty as its stdin, stdout, stderr and controlling terminal (as a
+/// person in a terminal would), optionally typing `input` after `delay`. Returns the exit
+/// status and everything the terminal showed.
+pub fn run_in_pty(
+    mut cmd: Command,
+    input: Option<(Duration, &[u8])>,
+    timeout: Duration,
+) -> (Option<i32>, Vec<u8>) {
+    let (mut master, mut slave) = (0, 0);
+    let ws = libc::winsize {
+        ws_row: 30,
+        ws_col: 100,
+        ws_xpixel: 0,
+        ws_ypixel: 0,
+    };
+    // SAFETY: openpty fills both descriptors; the winsize is valid.
+    let rc = unsafe {
+        libc::openpty(
+            &mut master,
+            &mut slave,
+            std::ptr::null_mut(),
+            std::ptr::null_mut(),
+            &ws,
+        )
+    };
+    assert_eq!(rc, 0, "openpty failed");
+    // SAFETY: openpty returned these descriptors and nothing else owns them.
+    let master = unsafe { OwnedFd::from_raw_fd(master) };
+    let slave = unsafe { OwnedFd::from_raw_fd(slave) };
+    let sfd = slave.as_raw_fd();
+    cmd.stdin(Stdio::from(slave.try_clone().unwrap()))
+        .stdout(Stdio::from(slave.try_clone().unwrap()))
+        .stderr(Stdio::from(slave));
+    // SAFETY: setsid and ioctl are async-signal-safe.
+    unsafe {
+        cmd.pre_exec(|| {
+            libc::setsid();
+            libc::ioctl(0, libc::TIOCSCTTY as _, 0);
+            Ok(())
+        });
+    }
+    let _ = sfd;
+    let mut child = cmd.spawn().expect("spawn in pty");
+    drop(cmd);
+    let mut file = std::fs::File::from(master);
+    let mut writer = file.try_clone().unwrap();
+    let out = std::thread::spawn(move || {
+        let mut buf = Vec::new();
+        let mut chunk = [0u8; 4096];
+        loop {
+            match file.read(&mut chunk) {
+                Ok(0) | Err(_) => break,
+                Ok(n) => buf.extend_from_slice(&chunk[..n]),
+            }
+        }
+        buf
+    });
+    if let Some((delay, bytes)) = input {
+        std::thread::sleep(delay);
+        let _ = writer.write_all(bytes);
+    }
+    let deadline = Instant::now() + timeout;
+    let status = loop {
+        if let Some(st) = child.try_wait().unwrap() {
+            break st;
+        }
+        if Instant::now() >= deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("command in pty did not finish within {timeout:?}");
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    drop(writer);
+    (status.code(), out.join().unwrap_or_default())
+}
+
+/// Whether a process exists (and is not a zombie).
+pub fn alive(pid: i32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(stat) => {
+            stat.rsplit(')')
+                .next()
+                .and_then(|r| r.split_whitespace().next())
+                != Some("Z")
+        }
+        Err(_) => false,
+    }
+}

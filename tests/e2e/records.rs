@@ -1,0 +1,195 @@
+//! What is stored: the tool_runs row, the combined log events and the audit chain match
+//! DESIGN section 7, and `monitor runs` / `monitor show` read them back.
+
+use headless_run_e2e::*;
+use std::os::unix::fs::PermissionsExt;
+
+fn is_rfc3339_millis(v: &serde_json::Value) -> bool {
+    let Some(s) = v.as_str() else { return false };
+    s.len() == 24 && s.ends_with('Z') && s.as_bytes()[10] == b'T' && s.as_bytes()[19] == b'.'
+}
+
+#[test]
+fn a_completed_run_has_every_column() {
+    let env = TestEnv::new();
+    let out = env
+        .shim()
+        .args(["--execution-id", "EX-rows"])
+        .arg(tool())
+        .args(["print", "hello", "world"])
+        .run();
+    out.expect_code(0);
+    let run = env.only_run();
+    let id = s(&run, "tool_run_id");
+    assert!(id.starts_with("TR-") && id.len() == 29, "{id}");
+    assert_eq!(s(&run, "tool_name"), "tool.py");
+    assert_eq!(s(&run, "execution_id"), "EX-rows");
+    assert_eq!(s(&run, "status"), "completed");
+    assert!(run["reason"].is_null());
+    assert_eq!(n(&run, "exit_code"), 0);
+    for col in [
+        "started_at",
+        "completed_at",
+        "updated_at",
+        "supervisor_heartbeat_at",
+    ] {
+        assert!(is_rfc3339_millis(&run[col]), "{col} = {:?}", run[col]);
+    }
+    assert!(n(&run, "pid") > 1);
+    assert!(n(&run, "shim_pid") > 1);
+    assert_ne!(n(&run, "pid"), n(&run, "shim_pid"));
+    assert!(!s(&run, "host").is_empty());
+    assert_eq!(s(&run, "cwd"), env.work().to_str().unwrap());
+    let argv: Vec<String> = serde_json::from_str(s(&run, "argv_json")).unwrap();
+    assert_eq!(argv[1..], ["print", "hello", "world"]);
+    assert_eq!(env.run_log(id), b"hello world\n");
+}
+
+#[test]
+fn files_are_private() {
+    let env = TestEnv::new();
+    env.shim().args(["echo", "x"]).run().expect_code(0);
+    let mode = |p: std::path::PathBuf| std::fs::metadata(&p).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode(env.state()), 0o700);
+    assert_eq!(mode(env.state().join("logs")), 0o700);
+    assert_eq!(mode(env.state().join("logs/runs")), 0o700);
+    assert_eq!(mode(env.state().join("state.db")), 0o600);
+    assert_eq!(mode(env.state().join("logs/combined.log")), 0o600);
+    let id = s(&env.only_run(), "tool_run_id").to_owned();
+    assert_eq!(mode(env.state().join(format!("logs/runs/{id}.log"))), 0o600);
+    for f in std::fs::read_dir(env.state()).unwrap().flatten() {
+        let m = f.metadata().unwrap().permissions().mode() & 0o777;
+        assert!(m & 0o077 == 0, "{} is {m:o}", f.path().display());
+    }
+}
+
+#[test]
+fn events_and_audit_chain() {
+    let env = TestEnv::new();
+    env.shim()
+        .args(["--execution-id", "EX-ev"])
+        .arg(tool())
+        .args(["exit", "3"])
+        .run()
+        .expect_code(3);
+    let run = env.only_run();
+    let id = s(&run, "tool_run_id");
+    let events = env.log_events();
+    for e in &events {
+        assert_eq!(e["tool_run_id"], id);
+        assert_eq!(e["tool"], "tool.py");
+        assert_eq!(e["execution_id"], "EX-ev");
+        assert!(is_rfc3339_millis(&e["timestamp"]), "{e}");
+    }
+    let kinds: Vec<&str> = events
+        .iter()
+        .map(|e| e["event"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        kinds,
+        ["tool_status_change", "tool_output", "tool_status_change"]
+    );
+    assert_eq!(events[1]["text"], "exiting with 3");
+    assert_eq!(events[1]["stream"], "pty");
+    assert_eq!(events[2]["status"], "failed");
+    assert_eq!(events[2]["previous_status"], "running");
+    assert_eq!(events[2]["exit_code"], 3);
+    assert_eq!(events[2]["reason"], "exited with code 3");
+    // The audit table has the same changes, chained.
+    let audit = env.rows("events");
+    assert_eq!(audit.len(), 2);
+    assert_eq!(s(&audit[0], "event"), "tool_status_change");
+    assert_eq!(s(&audit[0], "prev_hash"), "0".repeat(64));
+    assert_eq!(s(&audit[1], "prev_hash"), s(&audit[0], "hash"));
+    assert!(s(&audit[1], "data").contains("\"failed\""));
+}
+
+#[test]
+fn monitor_runs_lists_statuses() {
+    let env = TestEnv::new();
+    env.shim().arg("true").run().expect_code(0);
+    env.shim().arg("false").run().expect_code(1);
+    env.shim()
+        .args(["--timeout", "300ms", "sleep", "5"])
+        .run()
+        .expect_code(124);
+    let out = env.monitor().args(["runs", "--json"]).run();
+    out.expect_code(0);
+    let runs: Vec<serde_json::Value> = serde_json::from_slice(&out.stdout).unwrap();
+    let mut got: Vec<(String, String)> = runs
+        .iter()
+        .map(|r| {
+            (
+                r["tool_name"].as_str().unwrap().into(),
+                r["status"].as_str().unwrap().into(),
+            )
+        })
+        .collect();
+    got.sort();
+    assert_eq!(
+        got,
+        [
+            ("false".into(), "failed".into()),
+            ("sleep".into(), "failed_timeout".into()),
+            ("true".into(), "completed".into())
+        ]
+    );
+    // Filters and the human table.
+    let out = env
+        .monitor()
+        .args(["runs", "--status", "failed_timeout", "--json"])
+        .run();
+    let runs: Vec<serde_json::Value> = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(runs.len(), 1);
+    let out = env.monitor().arg("runs").run();
+    out.expect_code(0);
+    assert!(out.out().starts_with("RUN"), "{}", out.out());
+    assert_eq!(out.out().lines().count(), 4);
+    // show: found, JSON, not found, bad id.
+    let id = runs[0]["tool_run_id"].as_str().unwrap();
+    let out = env.monitor().args(["show", id, "--json"]).run();
+    out.expect_code(0);
+    let shown: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(shown["status"], "failed_timeout");
+    assert!(shown["events"].as_array().unwrap().len() >= 2);
+    env.monitor()
+        .args(["show", "TR-00000000000000000000000000"])
+        .run()
+        .expect_code(4);
+    env.monitor()
+        .args(["show", "nonsense"])
+        .run()
+        .expect_code(2);
+    env.monitor()
+        .args(["runs", "--status", "bogus"])
+        .run()
+        .expect_code(2);
+}
+
+#[test]
+fn a_schema_v1_database_still_works_after_an_upgrade() {
+    let env = TestEnv::new();
+    std::fs::create_dir_all(env.state()).unwrap();
+    std::fs::copy(fixture("db/v1.db"), env.state().join("state.db")).unwrap();
+    let out = env.monitor().args(["runs", "--json"]).run();
+    out.expect_code(0);
+    let runs: Vec<serde_json::Value> = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(
+        runs.len(),
+        4,
+        "the runs recorded by schema v1 are all readable"
+    );
+    assert!(runs.iter().any(|r| r["status"] == "failed_timeout"));
+    // A new run lands beside them, and the audit chain across old and new rows holds.
+    env.shim().arg("true").run().expect_code(0);
+    assert_eq!(env.runs().len(), 5);
+    let audit = env.rows("events");
+    for pair in audit.windows(2) {
+        assert_eq!(s(&pair[1], "prev_hash"), s(&pair[0], "hash"));
+    }
+    let version: i64 = env
+        .db()
+        .query_row("PRAGMA user_version", [], |r| r.get(0))
+        .unwrap();
+    assert!(version >= 1);
+}

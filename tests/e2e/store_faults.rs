@@ -1,0 +1,134 @@
+//! The state store never changes what the tool does: with the database corrupt,
+//! unwritable, read-only or locked, output and exit code are intact and the shim warns
+//! once; what could not be written is written once the lock goes.
+
+use headless_run_e2e::*;
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::process::CommandExt;
+use std::time::{Duration, Instant};
+
+#[test]
+fn corrupt_database_leaves_output_and_exit_code_intact() {
+    let env = TestEnv::new();
+    std::fs::create_dir_all(env.state()).unwrap();
+    std::fs::write(env.state().join("state.db"), vec![b'Z'; 16384]).unwrap();
+    let out = env.shim().arg(tool()).args(["exit", "7"]).run();
+    out.expect_code(7);
+    assert_eq!(out.out(), "exiting with 7\n");
+    assert_eq!(out.stderr.matches("warning").count(), 1, "{}", out.stderr);
+    assert!(
+        out.stderr.contains("not a usable SQLite database"),
+        "{}",
+        out.stderr
+    );
+    // The monitor reports it clearly and exits 1.
+    let m = env.monitor().arg("runs").run();
+    m.expect_code(1);
+    assert!(
+        m.stderr.contains("not a usable SQLite database"),
+        "{}",
+        m.stderr
+    );
+}
+
+#[test]
+fn database_path_that_cannot_be_created_leaves_the_tool_alone() {
+    let env = TestEnv::new();
+    let blocker = env.path().join("file-not-dir");
+    std::fs::write(&blocker, "x").unwrap();
+    let out = env
+        .shim()
+        .env("HEADLESS_RUN_DB", blocker.join("state.db"))
+        .args(["sh", "-c", "echo ok; exit 5"])
+        .run();
+    out.expect_code(5);
+    assert_eq!(out.out(), "ok\n");
+    assert_eq!(out.stderr.matches("warning").count(), 1, "{}", out.stderr);
+}
+
+#[test]
+fn read_only_database_leaves_output_and_exit_code_intact() {
+    let env = TestEnv::new();
+    // A first run creates the database; then it is made read-only for an unprivileged user.
+    env.shim().arg("true").run().expect_code(0);
+    let shared = env.path().join("shared-state");
+    std::fs::create_dir_all(shared.join("logs/runs")).unwrap();
+    std::fs::copy(env.state().join("state.db"), shared.join("state.db")).unwrap();
+    for (p, mode) in [
+        (shared.clone(), 0o755),
+        (shared.join("logs"), 0o755),
+        (shared.join("logs/runs"), 0o755),
+        (shared.join("state.db"), 0o644),
+    ] {
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(mode)).unwrap();
+    }
+    std::fs::set_permissions(env.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let mut cmd = env.shim();
+    cmd.env("HEADLESS_RUN_HOME", &shared)
+        .current_dir("/")
+        .args(["sh", "-c", "echo still here; exit 9"]);
+    cmd.cmd.uid(65534).gid(65534);
+    let out = cmd.run();
+    out.expect_code(9);
+    assert_eq!(out.out(), "still here\n");
+    assert!(out.stderr.contains("warning"), "{}", out.stderr);
+    assert!(
+        out.stderr
+            .lines()
+            .filter(|l| l.contains("state store"))
+            .count()
+            <= 1,
+        "{}",
+        out.stderr
+    );
+}
+
+#[test]
+fn a_locked_database_delays_nothing_and_loses_nothing() {
+    let env = TestEnv::new();
+    env.shim().arg("true").run().expect_code(0);
+    let conn = env.db();
+    conn.execute_batch("BEGIN EXCLUSIVE").unwrap();
+    let locked_at = Instant::now();
+    let running = env
+        .shim()
+        .args(["sh", "-c", "echo through; exit 4"])
+        .spawn();
+    // Output arrives while the lock is held.
+    let seen = wait_until(Duration::from_secs(2), || {
+        running.stdout_now() == b"through\n"
+    });
+    assert!(
+        seen,
+        "output waited for the database: {:?}",
+        running.stdout_now()
+    );
+    assert!(locked_at.elapsed() < Duration::from_secs(3));
+    std::thread::sleep(Duration::from_secs(3).saturating_sub(locked_at.elapsed()));
+    conn.execute_batch("COMMIT").unwrap();
+    drop(conn);
+    let out = running.wait();
+    out.expect_code(4);
+    assert_eq!(out.out(), "through\n");
+    // The row is written once the lock goes, with the time the run really ended.
+    let runs = env.runs();
+    assert_eq!(runs.len(), 2, "{runs:?}");
+    let run = &runs[1];
+    assert_eq!(s(run, "status"), "failed");
+    assert_eq!(n(run, "exit_code"), 4);
+    let started = hr_time(s(run, "started_at"));
+    let completed = hr_time(s(run, "completed_at"));
+    assert!(
+        completed - started < 2.0,
+        "completed_at is when the write landed, not when the run ended: {run:?}"
+    );
+}
+
+fn hr_time(stamp: &str) -> f64 {
+    // seconds within the day are enough here: the runs are seconds apart
+    let t = &stamp[11..23];
+    let h: f64 = t[0..2].parse().unwrap();
+    let m: f64 = t[3..5].parse().unwrap();
+    let sec: f64 = t[6..].parse().unwrap();
+    h * 3600.0 + m * 60.0 + sec
+}

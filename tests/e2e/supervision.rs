@@ -1,0 +1,181 @@
+//! Signals, hard timeouts, stalls and heartbeats.
+
+use headless_run_e2e::*;
+use std::time::Duration;
+
+#[test]
+fn sigterm_to_the_shim_reaches_the_tools_whole_group() {
+    let env = TestEnv::new();
+    let markers = env.path().join("markers");
+    let running = env
+        .shim()
+        .arg(tool())
+        .arg("trap-term")
+        .arg(&markers)
+        .spawn();
+    // Wait until both parent and child have installed their handlers.
+    let db_ready = wait_until(Duration::from_secs(20), || {
+        std::fs::read_to_string(env.state().join("logs/combined.log"))
+            .unwrap_or_default()
+            .contains("ready ")
+    });
+    assert!(db_ready, "the tool never became ready");
+    std::thread::sleep(Duration::from_millis(300));
+    running.signal(libc::SIGTERM);
+    let out = running.wait();
+    out.expect_code(42);
+    let parent = std::fs::read_to_string(markers.join("parent")).unwrap_or_default();
+    let child = std::fs::read_to_string(markers.join("child")).unwrap_or_default();
+    assert!(
+        parent.contains("got 15"),
+        "parent did not get TERM: {parent:?}"
+    );
+    assert!(
+        child.contains("got 15"),
+        "child did not get TERM: {child:?}"
+    );
+}
+
+#[test]
+fn hard_timeout_ends_the_group_and_exits_124() {
+    let env = TestEnv::new();
+    let pidfile = env.path().join("orphan.pid");
+    let out = env
+        .shim()
+        .args(["--timeout", "1s", "--"])
+        .arg(tool())
+        .arg("spawn-orphan")
+        .arg(&pidfile)
+        .run();
+    out.expect_code(124);
+    assert!(out.stderr.contains("hard timeout"), "{}", out.stderr);
+    let orphan: i32 = std::fs::read_to_string(&pidfile)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    assert!(
+        wait_until(Duration::from_secs(5), || !alive(orphan)),
+        "background child {orphan} survived"
+    );
+    let run = env.only_run();
+    assert_eq!(s(&run, "status"), "failed_timeout");
+    assert_eq!(n(&run, "exit_code"), 124);
+    assert!(run["completed_at"].is_string());
+}
+
+#[test]
+fn a_child_ignoring_term_is_killed_after_the_grace_period() {
+    let env = TestEnv::new();
+    let pidfile = env.path().join("orphan.pid");
+    let out = env
+        .shim()
+        .env("HEADLESS_RUN_KILL_GRACE", "500ms")
+        .args(["--timeout", "1s", "--"])
+        .arg(tool())
+        .arg("spawn-orphan")
+        .arg(&pidfile)
+        .arg("ignore-term")
+        .run();
+    out.expect_code(124);
+    let orphan: i32 = std::fs::read_to_string(&pidfile)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    assert!(
+        wait_until(Duration::from_secs(5), || !alive(orphan)),
+        "TERM-ignoring child {orphan} survived"
+    );
+}
+
+#[test]
+fn a_tool_ignoring_term_is_killed_on_timeout() {
+    let env = TestEnv::new();
+    let out = env
+        .shim()
+        .env("HEADLESS_RUN_KILL_GRACE", "300ms")
+        .args(["--timeout", "700ms"])
+        .arg(tool())
+        .arg("ignore-term")
+        .run();
+    out.expect_code(124);
+    assert_eq!(s(&env.only_run(), "status"), "failed_timeout");
+}
+
+#[test]
+fn stall_kills_with_92() {
+    let env = TestEnv::new();
+    let out = env
+        .shim()
+        .args(["--stall-timeout", "1s"])
+        .arg(tool())
+        .args(["sleep", "30"])
+        .run();
+    out.expect_code(92);
+    assert!(
+        out.stderr.contains("no output and no heartbeat"),
+        "{}",
+        out.stderr
+    );
+    let run = env.only_run();
+    assert_eq!(s(&run, "status"), "stalled");
+    assert_eq!(n(&run, "exit_code"), 92);
+    assert!(run["completed_at"].is_string());
+}
+
+#[test]
+fn stall_mark_mode_recovers_to_running() {
+    let env = TestEnv::new();
+    let mut running = env
+        .shim()
+        .args(["--stall-timeout", "700ms", "--on-stall", "mark"])
+        .arg(tool())
+        .args(["silent-then", "3", "back"])
+        .spawn();
+    // While silent, the run is marked stalled but keeps running.
+    let marked = wait_until(Duration::from_secs(10), || {
+        env.state().join("state.db").exists()
+            && env.runs().first().is_some_and(|r| r["status"] == "stalled")
+    });
+    assert!(marked, "never marked stalled: {:?}", env.runs());
+    assert!(
+        running.child.try_wait().unwrap().is_none(),
+        "mark mode must not end the tool"
+    );
+    let out = running.wait();
+    out.expect_code(0);
+    assert!(out.out().ends_with("back\n"));
+    let run = env.only_run();
+    assert_eq!(s(&run, "status"), "completed");
+    // The audit trail shows running → stalled → running → completed.
+    let statuses: Vec<String> = env
+        .log_events()
+        .into_iter()
+        .filter(|e| e["event"] == "tool_status_change")
+        .map(|e| e["status"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(statuses, ["running", "stalled", "running", "completed"]);
+}
+
+#[test]
+fn heartbeats_keep_a_silent_tool_alive() {
+    let env = TestEnv::new();
+    // 8 heartbeats 400 ms apart: 3.2 s in all, far past the 1 s stall timeout.
+    let out = env
+        .shim()
+        .args(["--stall-timeout", "1s"])
+        .arg(tool())
+        .args(["heartbeat", "0.4", "8"])
+        .run();
+    out.expect_code(0);
+    let run = env.only_run();
+    assert_eq!(s(&run, "status"), "completed");
+    assert!(run["last_heartbeat_at"].is_string(), "{run:?}");
+    let beats = env
+        .log_events()
+        .into_iter()
+        .filter(|e| e["event"] == "heartbeat")
+        .count();
+    assert!(beats >= 2, "expected heartbeat events in the log");
+}
