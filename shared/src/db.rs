@@ -99,6 +99,19 @@ const MIGRATIONS: &[&str] = &[
         enabled            INTEGER NOT NULL DEFAULT 1
     );
     "#,
+    // v2: what an approval needs to be answered and expired without the config that made
+    // it (the rule, the prompt line, the expiry action), who consumed it, and lookups by
+    // fingerprint for resumes and remembered decisions.
+    r#"
+    ALTER TABLE approvals ADD COLUMN prompt_line TEXT;
+    ALTER TABLE approvals ADD COLUMN rule_name TEXT;
+    ALTER TABLE approvals ADD COLUMN expire_action TEXT NOT NULL DEFAULT 'reject';
+    ALTER TABLE approvals ADD COLUMN consumed_by TEXT;
+    CREATE INDEX approvals_resume ON approvals(request_fingerprint, prompt_fingerprint);
+    CREATE INDEX approvals_expiry ON approvals(status, expires_at);
+    CREATE INDEX policies_lookup ON policies(tool_name, prompt_fingerprint);
+    CREATE INDEX tool_runs_started ON tool_runs(started_at);
+    "#,
 ];
 
 /// The schema version this build writes.

@@ -31,7 +31,8 @@ pub fn new_execution_id() -> String {
     new_id(EXECUTION_PREFIX)
 }
 
-fn new_id(prefix: &str) -> String {
+/// A new id with any prefix (`PO-` for policies).
+pub fn new_id(prefix: &str) -> String {
     let millis = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map(|d| d.as_millis() as u64)

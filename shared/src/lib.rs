@@ -1,16 +1,20 @@
 //! Everything `headless-run` and `monitor` must agree on: where state lives, the SQLite
 //! schema and its queries, statuses and exit codes, the JSON event protocol, ids and time.
 
+pub mod approvals;
 pub mod audit;
 pub mod config;
 pub mod db;
 pub mod event;
 pub mod exit;
+pub mod fingerprint;
 pub mod id;
 pub mod logfile;
 pub mod mode;
 pub mod paths;
+pub mod policy;
 pub mod proc;
+pub mod prompt;
 pub mod resolve;
 pub mod runs;
 pub mod sanitize;

@@ -1,6 +1,23 @@
-//! Headless-mode and stdin-mode decisions, from the environment.
+//! Headless-mode and stdin-mode decisions from the environment, and the names of the
+//! variables and signals by which the shim, the tool and the monitor talk.
 
 use std::ffi::OsStr;
+
+/// The run id, given to the tool (and refused by `monitor decide` when set: no
+/// self-approval).
+pub const ENV_TOOL_RUN_ID: &str = "HEADLESS_RUN_TOOL_RUN_ID";
+/// The execution id, given to the tool and passed on to nested runs.
+pub const ENV_EXECUTION_ID: &str = "HEADLESS_RUN_EXECUTION_ID";
+/// Set by `monitor worker` on a re-run: the run it resumes (recorded as `resumed_from`).
+pub const ENV_RESUMED_FROM: &str = "HEADLESS_RUN_RESUMED_FROM";
+/// Set by `monitor worker` on a re-run: the approval being resumed.
+pub const ENV_APPROVAL_ID: &str = "HEADLESS_RUN_APPROVAL_ID";
+/// Set by `monitor worker` on a re-run: the decided value, for cooperative tools. The shim
+/// passes it to the tool only when `HEADLESS_RUN_APPROVAL_ID` names a decided approval of
+/// this very command with this value; a bare one is removed (no self-approval).
+pub const ENV_AUTO_APPROVAL: &str = "AUTO_APPROVAL";
+/// The signal `monitor cancel` sends to a run's shim: end the tool, status `cancelled`.
+pub const CANCEL_SIGNAL: i32 = libc::SIGUSR1;
 
 /// What the environment says about headless mode: `Some(true)` headless, `Some(false)`
 /// forced interactive (`HEADLESS=0`), `None` when it does not say (then a terminal on stdin

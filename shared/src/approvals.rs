@@ -1,0 +1,935 @@
+//! The `approvals` table: a question a tool asked, the answers it allows, and the one
+//! decision it gets. Deciding is first-writer-wins (`UPDATE … WHERE status = 'pending'`),
+//! answering a prompt from a decision is single use (`consumed_at`), and every change leaves
+//! an audit row.
+//!
+//! What a decider may pass as the value: `approve` (the approving option: the first one, or
+//! the default of a text prompt), `reject` (or `abort`: end the tool), one of the option
+//! values, or free text where the approval allows it.
+
+use crate::audit::{self, AuditEntry};
+use crate::db::Result;
+use crate::event::ApprovalOption;
+use crate::status::ApprovalStatus;
+use crate::time;
+use rusqlite::types::ToSql;
+use rusqlite::{Connection, OptionalExtension, Row, Transaction, params};
+use serde::{Deserialize, Serialize};
+
+/// The longest free-text answer accepted.
+pub const MAX_TEXT_ANSWER: usize = 1024;
+
+/// How a prompt is answered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PromptKind {
+    /// A choice between options (yes/no, a letter menu).
+    Choice,
+    /// A numbered or full-screen menu.
+    Menu,
+    /// A line of text (with an optional default).
+    Text,
+    /// Press Enter / any key.
+    Acknowledge,
+    /// A question no rule knows: abort, or a free-text answer.
+    Unknown,
+    /// A cooperative tool's `approval_needed` line.
+    Cooperative,
+}
+
+impl PromptKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            PromptKind::Choice => "choice",
+            PromptKind::Menu => "menu",
+            PromptKind::Text => "text",
+            PromptKind::Acknowledge => "acknowledge",
+            PromptKind::Unknown => "unknown",
+            PromptKind::Cooperative => "cooperative",
+        }
+    }
+
+    fn parse(s: &str) -> Option<Self> {
+        [
+            PromptKind::Choice,
+            PromptKind::Menu,
+            PromptKind::Text,
+            PromptKind::Acknowledge,
+            PromptKind::Unknown,
+            PromptKind::Cooperative,
+        ]
+        .into_iter()
+        .find(|k| k.as_str() == s)
+    }
+}
+
+/// A row of `approvals`. Serialized with the column names (`options_json` as the array it
+/// holds), as `--json` prints it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Approval {
+    pub approval_id: String,
+    pub tool_run_id: String,
+    pub tool_name: String,
+    pub execution_id: Option<String>,
+    pub question: String,
+    pub context: Option<String>,
+    /// The answers offered (`value`, `label`; never the keys typed).
+    pub options_json: Vec<ApprovalOption>,
+    pub default_value: Option<String>,
+    pub allows_text: bool,
+    pub status: ApprovalStatus,
+    pub chosen_value: Option<String>,
+    pub created_at: String,
+    pub decided_at: Option<String>,
+    pub expires_at: Option<String>,
+    pub decided_by: Option<String>,
+    pub decision_channel: Option<String>,
+    pub comment: Option<String>,
+    pub request_fingerprint: Option<String>,
+    pub prompt_fingerprint: Option<String>,
+    pub consumed_at: Option<String>,
+    pub consumed_by: Option<String>,
+    pub prompt_kind: Option<PromptKind>,
+    pub prompt_line: Option<String>,
+    pub rule_name: Option<String>,
+    /// `reject` or `default`: what expiry means for this approval.
+    pub expire_action: String,
+    pub claimed_by: Option<String>,
+    pub claimed_at: Option<String>,
+    pub resumed_run_id: Option<String>,
+}
+
+const COLUMNS: &str = "approval_id, tool_run_id, tool_name, execution_id, question, context, \
+    options_json, default_value, allows_text, status, chosen_value, created_at, decided_at, \
+    expires_at, decided_by, decision_channel, comment, request_fingerprint, prompt_fingerprint, \
+    consumed_at, consumed_by, prompt_kind, prompt_line, rule_name, expire_action, claimed_by, \
+    claimed_at, resumed_run_id";
+
+fn from_row(r: &Row<'_>) -> rusqlite::Result<Approval> {
+    let options: String = r.get(6)?;
+    let status: String = r.get(9)?;
+    let kind: Option<String> = r.get(21)?;
+    Ok(Approval {
+        approval_id: r.get(0)?,
+        tool_run_id: r.get(1)?,
+        tool_name: r.get(2)?,
+        execution_id: r.get(3)?,
+        question: r.get(4)?,
+        context: r.get(5)?,
+        options_json: serde_json::from_str(&options).unwrap_or_default(),
+        default_value: r.get(7)?,
+        allows_text: r.get::<_, i64>(8)? != 0,
+        // A status written by a newer build reads as expired: never answerable.
+        status: status.parse().unwrap_or(ApprovalStatus::Expired),
+        chosen_value: r.get(10)?,
+        created_at: r.get(11)?,
+        decided_at: r.get(12)?,
+        expires_at: r.get(13)?,
+        decided_by: r.get(14)?,
+        decision_channel: r.get(15)?,
+        comment: r.get(16)?,
+        request_fingerprint: r.get(17)?,
+        prompt_fingerprint: r.get(18)?,
+        consumed_at: r.get(19)?,
+        consumed_by: r.get(20)?,
+        prompt_kind: kind.as_deref().and_then(PromptKind::parse),
+        prompt_line: r.get(22)?,
+        rule_name: r.get(23)?,
+        expire_action: r.get(24)?,
+        claimed_by: r.get(25)?,
+        claimed_at: r.get(26)?,
+        resumed_run_id: r.get(27)?,
+    })
+}
+
+impl Approval {
+    /// The value `approve` stands for: the first option, or a text prompt's default.
+    pub fn approve_value(&self) -> Option<&str> {
+        match self.prompt_kind {
+            Some(PromptKind::Text) | Some(PromptKind::Unknown) => self.default_value.as_deref(),
+            _ => self
+                .options_json
+                .iter()
+                .map(|o| o.value.as_str())
+                .find(|v| !is_abort_word(v)),
+        }
+    }
+
+    /// The values a decider may pass, for error messages and help.
+    pub fn valid_values(&self) -> Vec<String> {
+        let mut v = Vec::new();
+        if self.approve_value().is_some() {
+            v.push("approve".to_owned());
+        }
+        v.push("reject".to_owned());
+        for o in &self.options_json {
+            if !v.contains(&o.value) {
+                v.push(o.value.clone());
+            }
+        }
+        if self.allows_text {
+            v.push("any text".to_owned());
+        }
+        v
+    }
+
+    /// Whether this decision answers the prompt (rather than ending the tool).
+    pub fn answers(&self) -> bool {
+        match self.status {
+            ApprovalStatus::Approved => true,
+            ApprovalStatus::Expired => self.chosen_value.is_some(),
+            _ => false,
+        }
+    }
+
+    /// Whether the approval is still pending but past its expiry time.
+    pub fn is_overdue(&self, now: &str) -> bool {
+        self.status == ApprovalStatus::Pending
+            && self.expires_at.as_deref().is_some_and(|e| e <= now)
+    }
+}
+
+impl Approval {
+    /// The `approval_needed` event of `logs/combined.log`.
+    pub fn needed_event(&self) -> crate::event::LogEvent {
+        self.log_event(crate::event::EventBody::ApprovalNeeded {
+            approval_id: self.approval_id.clone(),
+            question: self.question.clone(),
+            options: self
+                .options_json
+                .iter()
+                .map(|o| ApprovalOption {
+                    keys: None,
+                    ..o.clone()
+                })
+                .collect(),
+            default: self.default_value.clone(),
+            allows_text: self.allows_text,
+            expires_at: self.expires_at.clone(),
+        })
+    }
+
+    /// The `approval_status_change` event of `logs/combined.log`, for its current status.
+    pub fn status_event(&self) -> crate::event::LogEvent {
+        self.log_event(crate::event::EventBody::ApprovalStatusChange {
+            approval_id: self.approval_id.clone(),
+            status: self.status,
+            chosen_value: self.chosen_value.clone(),
+            decided_by: self.decided_by.clone(),
+            decision_channel: self.decision_channel.clone(),
+            comment: self.comment.clone(),
+        })
+    }
+
+    fn log_event(&self, body: crate::event::EventBody) -> crate::event::LogEvent {
+        crate::event::LogEvent {
+            body,
+            timestamp: time::now_rfc3339(),
+            tool: self.tool_name.clone(),
+            tool_run_id: self.tool_run_id.clone(),
+            execution_id: self.execution_id.clone(),
+        }
+    }
+}
+
+fn is_abort_word(v: &str) -> bool {
+    v.eq_ignore_ascii_case("reject") || v.eq_ignore_ascii_case("abort")
+}
+
+/// What a decider's value resolves to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Resolution {
+    pub status: ApprovalStatus,
+    pub chosen_value: Option<String>,
+}
+
+/// A value that is not a valid decision for this approval.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("`{value}` is not a valid answer; valid: {}", valid.join(", "))]
+pub struct InvalidValue {
+    pub value: String,
+    pub valid: Vec<String>,
+}
+
+/// Resolves a decider's value against the approval's options.
+pub fn resolve_value(a: &Approval, input: &str) -> std::result::Result<Resolution, InvalidValue> {
+    let invalid = || InvalidValue {
+        value: input.to_owned(),
+        valid: a.valid_values(),
+    };
+    let approved = |v: &str| Resolution {
+        status: ApprovalStatus::Approved,
+        chosen_value: Some(v.to_owned()),
+    };
+    // An exact option value wins over the keywords (a cooperative tool may offer `approve`).
+    if let Some(o) = a.options_json.iter().find(|o| o.value == input) {
+        if is_abort_word(&o.value) {
+            return Ok(Resolution {
+                status: ApprovalStatus::Rejected,
+                chosen_value: Some(o.value.clone()),
+            });
+        }
+        return Ok(approved(&o.value));
+    }
+    if input.eq_ignore_ascii_case("approve") {
+        return a.approve_value().map(approved).ok_or_else(invalid);
+    }
+    if is_abort_word(input) {
+        return Ok(Resolution {
+            status: ApprovalStatus::Rejected,
+            chosen_value: None,
+        });
+    }
+    // Options are matched case-insensitively when that is unambiguous (`Y` for `y`).
+    let folded: Vec<&ApprovalOption> = a
+        .options_json
+        .iter()
+        .filter(|o| o.value.eq_ignore_ascii_case(input))
+        .collect();
+    if let [one] = folded.as_slice() {
+        return Ok(approved(&one.value));
+    }
+    if a.allows_text && is_acceptable_text(input) {
+        return Ok(approved(input));
+    }
+    Err(invalid())
+}
+
+/// Free text that may be typed into a terminal: one line, no control characters, bounded.
+pub fn is_acceptable_text(s: &str) -> bool {
+    !s.is_empty() && s.len() <= MAX_TEXT_ANSWER && !s.chars().any(char::is_control)
+}
+
+/// Inserts a new approval and its `approval_needed` audit row.
+pub fn insert(tx: &Transaction<'_>, a: &Approval, actor: &str) -> Result<()> {
+    let options: Vec<ApprovalOption> = a
+        .options_json
+        .iter()
+        .map(|o| ApprovalOption {
+            keys: None,
+            ..o.clone()
+        })
+        .collect();
+    tx.execute(
+        &format!(
+            "INSERT INTO approvals ({COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, \
+             ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21, ?22, ?23, ?24, ?25, ?26, ?27, ?28)"
+        ),
+        params![
+            a.approval_id,
+            a.tool_run_id,
+            a.tool_name,
+            a.execution_id,
+            a.question,
+            a.context,
+            serde_json::to_string(&options).unwrap_or_else(|_| "[]".into()),
+            a.default_value,
+            a.allows_text,
+            a.status.as_str(),
+            a.chosen_value,
+            a.created_at,
+            a.decided_at,
+            a.expires_at,
+            a.decided_by,
+            a.decision_channel,
+            a.comment,
+            a.request_fingerprint,
+            a.prompt_fingerprint,
+            a.consumed_at,
+            a.consumed_by,
+            a.prompt_kind.map(PromptKind::as_str),
+            a.prompt_line,
+            a.rule_name,
+            a.expire_action,
+            a.claimed_by,
+            a.claimed_at,
+            a.resumed_run_id,
+        ],
+    )?;
+    audit::append(
+        tx,
+        &AuditEntry {
+            event: "approval_needed",
+            tool_run_id: Some(&a.tool_run_id),
+            approval_id: Some(&a.approval_id),
+            actor,
+            data: serde_json::json!({
+                "question": a.question,
+                "options": options,
+                "default": a.default_value,
+                "allows_text": a.allows_text,
+                "prompt_kind": a.prompt_kind,
+                "rule": a.rule_name,
+                "expires_at": a.expires_at,
+                "status": a.status,
+            }),
+        },
+    )?;
+    if a.status != ApprovalStatus::Pending {
+        audit_status(tx, a, actor)?;
+    }
+    Ok(())
+}
+
+fn audit_status(tx: &Transaction<'_>, a: &Approval, actor: &str) -> Result<()> {
+    audit::append(
+        tx,
+        &AuditEntry {
+            event: "approval_status_change",
+            tool_run_id: Some(&a.tool_run_id),
+            approval_id: Some(&a.approval_id),
+            actor,
+            data: serde_json::json!({
+                "status": a.status,
+                "chosen_value": a.chosen_value,
+                "decided_by": a.decided_by,
+                "decision_channel": a.decision_channel,
+                "comment": a.comment,
+            }),
+        },
+    )?;
+    Ok(())
+}
+
+/// One approval by id.
+pub fn get(conn: &Connection, approval_id: &str) -> Result<Option<Approval>> {
+    Ok(conn
+        .query_row(
+            &format!("SELECT {COLUMNS} FROM approvals WHERE approval_id = ?1"),
+            [approval_id],
+            from_row,
+        )
+        .optional()?)
+}
+
+/// Which approvals to list.
+#[derive(Debug, Clone, Default)]
+pub struct ApprovalFilter {
+    /// Any of these statuses (empty: all).
+    pub statuses: Vec<ApprovalStatus>,
+    pub tool: Option<String>,
+    pub tool_run_id: Option<String>,
+    /// At most this many, newest first.
+    pub limit: Option<usize>,
+}
+
+/// Approvals matching the filter, newest first.
+pub fn list(conn: &Connection, filter: &ApprovalFilter) -> Result<Vec<Approval>> {
+    let mut sql = format!("SELECT {COLUMNS} FROM approvals WHERE 1=1");
+    let mut args: Vec<Box<dyn ToSql>> = Vec::new();
+    if !filter.statuses.is_empty() {
+        let marks = vec!["?"; filter.statuses.len()].join(",");
+        sql.push_str(&format!(" AND status IN ({marks})"));
+        for st in &filter.statuses {
+            args.push(Box::new(st.as_str()));
+        }
+    }
+    if let Some(tool) = &filter.tool {
+        sql.push_str(" AND tool_name = ?");
+        args.push(Box::new(tool.clone()));
+    }
+    if let Some(run) = &filter.tool_run_id {
+        sql.push_str(" AND tool_run_id = ?");
+        args.push(Box::new(run.clone()));
+    }
+    sql.push_str(" ORDER BY approval_id DESC");
+    if let Some(limit) = filter.limit {
+        sql.push_str(&format!(" LIMIT {limit}"));
+    }
+    let mut stmt = conn.prepare(&sql)?;
+    let rows = stmt
+        .query_map(rusqlite::params_from_iter(args.iter()), from_row)?
+        .collect::<rusqlite::Result<Vec<_>>>()?;
+    Ok(rows)
+}
+
+/// Who decides, and how.
+#[derive(Debug, Clone)]
+pub struct Decider<'a> {
+    /// The OS user (or `policy:NAME`, `system:expiry`).
+    pub by: &'a str,
+    /// `cli`, `tui`, `policy:NAME`, `system:expiry`.
+    pub channel: &'a str,
+    pub comment: Option<&'a str>,
+}
+
+/// How a decision attempt ended.
+#[derive(Debug, Clone, PartialEq)]
+pub enum DecideOutcome {
+    /// This call decided it.
+    Decided(Box<Approval>),
+    /// It was already decided the same way: nothing changed.
+    AlreadySame(Box<Approval>),
+    /// Someone else decided it first (or it expired).
+    Conflict(Box<Approval>),
+    NotFound,
+    Invalid(InvalidValue),
+}
+
+/// Decides approval `id` with `value`, first writer wins. Run inside a write transaction.
+/// A pending approval past its expiry is expired first (and the decider told so).
+pub fn decide(
+    tx: &Transaction<'_>,
+    id: &str,
+    value: &str,
+    who: &Decider<'_>,
+) -> Result<DecideOutcome> {
+    let Some(current) = get(tx, id)? else {
+        return Ok(DecideOutcome::NotFound);
+    };
+    let now = time::now_rfc3339();
+    if current.is_overdue(&now) {
+        expire_one(tx, &current, &now)?;
+        let expired = get(tx, id)?.unwrap_or(current);
+        return Ok(DecideOutcome::Conflict(Box::new(expired)));
+    }
+    let resolution = match resolve_value(&current, value) {
+        Ok(r) => r,
+        Err(e) => {
+            // A finished approval reports who decided it, whatever the value.
+            if current.status != ApprovalStatus::Pending {
+                return Ok(DecideOutcome::Conflict(Box::new(current)));
+            }
+            return Ok(DecideOutcome::Invalid(e));
+        }
+    };
+    if current.status != ApprovalStatus::Pending {
+        let same = current.status == resolution.status
+            && (resolution.status == ApprovalStatus::Rejected
+                || current.chosen_value == resolution.chosen_value);
+        return Ok(if same {
+            DecideOutcome::AlreadySame(Box::new(current))
+        } else {
+            DecideOutcome::Conflict(Box::new(current))
+        });
+    }
+    let changed = tx.execute(
+        "UPDATE approvals SET status = ?2, chosen_value = ?3, decided_at = ?4, decided_by = ?5,
+            decision_channel = ?6, comment = ?7
+         WHERE approval_id = ?1 AND status = 'pending'",
+        params![
+            id,
+            resolution.status.as_str(),
+            resolution.chosen_value,
+            now,
+            who.by,
+            who.channel,
+            who.comment,
+        ],
+    )?;
+    let after = get(tx, id)?.unwrap_or(current);
+    if changed == 0 {
+        return Ok(DecideOutcome::Conflict(Box::new(after)));
+    }
+    audit_status(tx, &after, who.by)?;
+    Ok(DecideOutcome::Decided(Box::new(after)))
+}
+
+fn expire_one(tx: &Transaction<'_>, a: &Approval, now: &str) -> Result<bool> {
+    let chosen = (a.expire_action == "default")
+        .then(|| a.default_value.clone())
+        .flatten();
+    let comment = match &chosen {
+        Some(v) => format!("expired at {}; answered with the default `{v}`", now),
+        None => format!("expired at {now} without a decision"),
+    };
+    let changed = tx.execute(
+        "UPDATE approvals SET status = 'expired', chosen_value = ?2, decided_at = ?3,
+            decided_by = 'system:expiry', decision_channel = 'system:expiry', comment = ?4
+         WHERE approval_id = ?1 AND status = 'pending'",
+        params![a.approval_id, chosen, now, comment],
+    )?;
+    if changed > 0 {
+        if let Some(after) = get(tx, &a.approval_id)? {
+            audit_status(tx, &after, "system:expiry")?;
+        }
+    }
+    Ok(changed > 0)
+}
+
+/// Expires every pending approval past its `expires_at`; returns them as they are now.
+pub fn expire_due(tx: &Transaction<'_>) -> Result<Vec<Approval>> {
+    let now = time::now_rfc3339();
+    let due: Vec<Approval> = {
+        let mut stmt = tx.prepare(&format!(
+            "SELECT {COLUMNS} FROM approvals
+             WHERE status = 'pending' AND expires_at IS NOT NULL AND expires_at <= ?1"
+        ))?;
+        stmt.query_map([&now], from_row)?
+            .collect::<rusqlite::Result<Vec<_>>>()?
+    };
+    let mut out = Vec::new();
+    for a in due {
+        if expire_one(tx, &a, &now)? {
+            if let Some(after) = get(tx, &a.approval_id)? {
+                out.push(after);
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// A decided, unconsumed approval that answers this prompt of this command, if any (the
+/// newest). Run inside the write transaction that will consume it.
+pub fn find_answer(
+    conn: &Connection,
+    request_fingerprint: &str,
+    prompt_fingerprint: &str,
+) -> Result<Option<Approval>> {
+    Ok(conn
+        .query_row(
+            &format!(
+                "SELECT {COLUMNS} FROM approvals
+                 WHERE request_fingerprint = ?1 AND prompt_fingerprint = ?2
+                   AND status != 'pending' AND consumed_at IS NULL
+                 ORDER BY decided_at DESC, approval_id DESC LIMIT 1"
+            ),
+            params![request_fingerprint, prompt_fingerprint],
+            from_row,
+        )
+        .optional()?)
+}
+
+/// A pending approval for this prompt of this command (a retry asking again), if any.
+pub fn find_pending(
+    conn: &Connection,
+    request_fingerprint: &str,
+    prompt_fingerprint: &str,
+) -> Result<Option<Approval>> {
+    Ok(conn
+        .query_row(
+            &format!(
+                "SELECT {COLUMNS} FROM approvals
+                 WHERE request_fingerprint = ?1 AND prompt_fingerprint = ?2 AND status = 'pending'
+                 ORDER BY approval_id DESC LIMIT 1"
+            ),
+            params![request_fingerprint, prompt_fingerprint],
+            from_row,
+        )
+        .optional()?)
+}
+
+/// Marks a decided approval used by run `by_run` (single use); false when it was already
+/// consumed or is not decided.
+pub fn consume(tx: &Transaction<'_>, approval_id: &str, by_run: &str, actor: &str) -> Result<bool> {
+    let changed = tx.execute(
+        "UPDATE approvals SET consumed_at = ?2, consumed_by = ?3
+         WHERE approval_id = ?1 AND consumed_at IS NULL AND status != 'pending'",
+        params![approval_id, time::now_rfc3339(), by_run],
+    )?;
+    if changed > 0 {
+        audit::append(
+            tx,
+            &AuditEntry {
+                event: "approval_consumed",
+                tool_run_id: Some(by_run),
+                approval_id: Some(approval_id),
+                actor,
+                data: serde_json::json!({ "consumed_by": by_run }),
+            },
+        )?;
+    }
+    Ok(changed > 0)
+}
+
+/// Gives back the approvals run `by_run` consumed: it stopped at a later prompt (exit 90),
+/// and its re-run must be able to answer the earlier prompts again.
+pub fn release_consumed(tx: &Transaction<'_>, by_run: &str, actor: &str) -> Result<usize> {
+    let ids: Vec<String> = {
+        let mut stmt = tx.prepare("SELECT approval_id FROM approvals WHERE consumed_by = ?1")?;
+        stmt.query_map([by_run], |r| r.get(0))?
+            .collect::<rusqlite::Result<Vec<_>>>()?
+    };
+    for id in &ids {
+        tx.execute(
+            "UPDATE approvals SET consumed_at = NULL, consumed_by = NULL WHERE approval_id = ?1",
+            [id],
+        )?;
+        audit::append(
+            tx,
+            &AuditEntry {
+                event: "approval_released",
+                tool_run_id: Some(by_run),
+                approval_id: Some(id),
+                actor,
+                data: serde_json::json!({ "released_by": by_run, "why": "the run stopped at a later prompt" }),
+            },
+        )?;
+    }
+    Ok(ids.len())
+}
+
+/// Claims an approved approval for a resume by `worker`; false when another worker has it.
+pub fn claim(tx: &Transaction<'_>, approval_id: &str, worker: &str) -> Result<bool> {
+    let changed = tx.execute(
+        "UPDATE approvals SET claimed_by = ?2, claimed_at = ?3
+         WHERE approval_id = ?1 AND claimed_at IS NULL AND consumed_at IS NULL
+           AND status != 'pending'",
+        params![approval_id, worker, time::now_rfc3339()],
+    )?;
+    Ok(changed > 0)
+}
+
+/// Records the run that resumed an approval.
+pub fn set_resumed_run(tx: &Transaction<'_>, approval_id: &str, run: &str) -> Result<()> {
+    tx.execute(
+        "UPDATE approvals SET resumed_run_id = ?2 WHERE approval_id = ?1",
+        params![approval_id, run],
+    )?;
+    Ok(())
+}
+
+/// Moves a pending approval to another run (a retry of the same command asking the same
+/// question takes it over).
+pub fn move_to_run(tx: &Transaction<'_>, approval_id: &str, run: &str) -> Result<()> {
+    tx.execute(
+        "UPDATE approvals SET tool_run_id = ?2 WHERE approval_id = ?1",
+        params![approval_id, run],
+    )?;
+    Ok(())
+}
+
+/// How many approvals are pending, and how many of those expire within `soon`.
+pub fn pending_counts(conn: &Connection, soon: std::time::Duration) -> Result<(i64, i64)> {
+    let cutoff = time::to_rfc3339(std::time::SystemTime::now() + soon);
+    Ok(conn.query_row(
+        "SELECT COUNT(*), COALESCE(SUM(expires_at IS NOT NULL AND expires_at <= ?1), 0)
+         FROM approvals WHERE status = 'pending'",
+        [cutoff],
+        |r| Ok((r.get(0)?, r.get(1)?)),
+    )?)
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+    use crate::db::{self, OpenMode};
+
+    pub fn sample(id: &str, kind: PromptKind) -> Approval {
+        let opt = |v: &str, l: &str| ApprovalOption {
+            value: v.into(),
+            label: l.into(),
+            keys: Some(format!("{v}\r")),
+        };
+        Approval {
+            approval_id: id.into(),
+            tool_run_id: "TR-1".into(),
+            tool_name: "rm".into(),
+            execution_id: Some("EX-1".into()),
+            question: "rm: remove regular file 'a'?".into(),
+            context: Some("ctx".into()),
+            options_json: vec![opt("y", "Yes"), opt("n", "No")],
+            default_value: Some("n".into()),
+            allows_text: false,
+            status: ApprovalStatus::Pending,
+            chosen_value: None,
+            created_at: time::now_rfc3339(),
+            decided_at: None,
+            expires_at: None,
+            decided_by: None,
+            decision_channel: None,
+            comment: None,
+            request_fingerprint: Some("req".into()),
+            prompt_fingerprint: Some("prm".into()),
+            consumed_at: None,
+            consumed_by: None,
+            prompt_kind: Some(kind),
+            prompt_line: Some("rm: remove regular file 'a'?".into()),
+            rule_name: Some("builtin:rm".into()),
+            expire_action: "reject".into(),
+            claimed_by: None,
+            claimed_at: None,
+            resumed_run_id: None,
+        }
+    }
+
+    fn who(by: &str) -> Decider<'_> {
+        Decider {
+            by,
+            channel: "cli",
+            comment: None,
+        }
+    }
+
+    fn setup(a: &Approval) -> (tempfile::TempDir, Connection) {
+        let tmp = tempfile::tempdir().unwrap();
+        let mut conn = db::open(&tmp.path().join("s.db"), OpenMode::Create).unwrap();
+        db::write(&mut conn, |tx| insert(tx, a, "shim")).unwrap();
+        (tmp, conn)
+    }
+
+    #[test]
+    fn values_resolve_against_options() {
+        let a = sample("AP-1", PromptKind::Choice);
+        let ok = |v: &str| resolve_value(&a, v).unwrap();
+        assert_eq!(ok("approve").chosen_value.as_deref(), Some("y"));
+        assert_eq!(ok("n").status, ApprovalStatus::Approved);
+        assert_eq!(ok("Y").chosen_value.as_deref(), Some("y"));
+        assert_eq!(ok("reject").status, ApprovalStatus::Rejected);
+        assert_eq!(ok("abort").status, ApprovalStatus::Rejected);
+        let err = resolve_value(&a, "maybe").unwrap_err();
+        assert_eq!(err.valid, ["approve", "reject", "y", "n"]);
+        assert!(err.to_string().contains("valid: approve, reject, y, n"));
+
+        let mut text = sample("AP-2", PromptKind::Unknown);
+        text.options_json = vec![ApprovalOption {
+            value: "abort".into(),
+            label: "Abort".into(),
+            keys: None,
+        }];
+        text.default_value = None;
+        text.allows_text = true;
+        assert!(resolve_value(&text, "approve").is_err());
+        assert_eq!(
+            resolve_value(&text, "alice").unwrap().chosen_value.as_deref(),
+            Some("alice")
+        );
+        assert_eq!(
+            resolve_value(&text, "abort").unwrap().status,
+            ApprovalStatus::Rejected
+        );
+        assert!(resolve_value(&text, "two\nlines").is_err());
+        assert!(resolve_value(&text, &"x".repeat(MAX_TEXT_ANSWER + 1)).is_err());
+    }
+
+    #[test]
+    fn first_decider_wins_and_repeats_are_no_ops() {
+        let (_tmp, mut conn) = setup(&sample("AP-1", PromptKind::Choice));
+        let first = db::write(&mut conn, |tx| decide(tx, "AP-1", "y", &who("alice"))).unwrap();
+        let DecideOutcome::Decided(a) = first else {
+            panic!("{first:?}")
+        };
+        assert_eq!(a.status, ApprovalStatus::Approved);
+        assert_eq!(a.decided_by.as_deref(), Some("alice"));
+        let again = db::write(&mut conn, |tx| decide(tx, "AP-1", "approve", &who("bob"))).unwrap();
+        assert!(matches!(again, DecideOutcome::AlreadySame(_)), "{again:?}");
+        let other = db::write(&mut conn, |tx| decide(tx, "AP-1", "reject", &who("bob"))).unwrap();
+        let DecideOutcome::Conflict(c) = other else {
+            panic!("{other:?}")
+        };
+        assert_eq!(c.decided_by.as_deref(), Some("alice"));
+        let missing = db::write(&mut conn, |tx| decide(tx, "AP-9", "y", &who("bob"))).unwrap();
+        assert_eq!(missing, DecideOutcome::NotFound);
+        // Audit: needed, then one status change.
+        let events = audit::for_run(&conn, "TR-1").unwrap();
+        let kinds: Vec<&str> = events.iter().map(|e| e.event.as_str()).collect();
+        assert_eq!(kinds, ["approval_needed", "approval_status_change"]);
+        assert!(audit::verify(&conn).unwrap().intact());
+    }
+
+    #[test]
+    fn invalid_value_on_pending_is_reported() {
+        let (_tmp, mut conn) = setup(&sample("AP-1", PromptKind::Choice));
+        let out = db::write(&mut conn, |tx| decide(tx, "AP-1", "maybe", &who("a"))).unwrap();
+        assert!(matches!(out, DecideOutcome::Invalid(_)), "{out:?}");
+        assert_eq!(
+            get(&conn, "AP-1").unwrap().unwrap().status,
+            ApprovalStatus::Pending
+        );
+    }
+
+    #[test]
+    fn expiry_rejects_or_takes_the_default() {
+        let mut a = sample("AP-1", PromptKind::Choice);
+        a.expires_at = Some("2000-01-01T00:00:00.000Z".into());
+        let mut b = sample("AP-2", PromptKind::Choice);
+        b.expires_at = Some("2000-01-01T00:00:00.000Z".into());
+        b.expire_action = "default".into();
+        let mut c = sample("AP-3", PromptKind::Choice);
+        c.expires_at = Some("2999-01-01T00:00:00.000Z".into());
+        let (_tmp, mut conn) = setup(&a);
+        db::write(&mut conn, |tx| {
+            insert(tx, &b, "shim")?;
+            insert(tx, &c, "shim")
+        })
+        .unwrap();
+        let expired = db::write(&mut conn, |tx| expire_due(tx)).unwrap();
+        assert_eq!(expired.len(), 2);
+        let a = get(&conn, "AP-1").unwrap().unwrap();
+        assert_eq!(a.status, ApprovalStatus::Expired);
+        assert_eq!(a.decided_by.as_deref(), Some("system:expiry"));
+        assert!(!a.answers());
+        let b = get(&conn, "AP-2").unwrap().unwrap();
+        assert_eq!(b.chosen_value.as_deref(), Some("n"));
+        assert!(b.answers());
+        assert_eq!(
+            get(&conn, "AP-3").unwrap().unwrap().status,
+            ApprovalStatus::Pending
+        );
+    }
+
+    #[test]
+    fn deciding_an_overdue_approval_expires_it() {
+        let mut a = sample("AP-1", PromptKind::Choice);
+        a.expires_at = Some("2000-01-01T00:00:00.000Z".into());
+        let (_tmp, mut conn) = setup(&a);
+        let out = db::write(&mut conn, |tx| decide(tx, "AP-1", "y", &who("late"))).unwrap();
+        let DecideOutcome::Conflict(c) = out else {
+            panic!("{out:?}")
+        };
+        assert_eq!(c.status, ApprovalStatus::Expired);
+    }
+
+    #[test]
+    fn answers_are_single_use_until_released() {
+        let (_tmp, mut conn) = setup(&sample("AP-1", PromptKind::Choice));
+        assert!(
+            find_answer(&conn, "req", "prm").unwrap().is_none(),
+            "pending is not an answer"
+        );
+        assert!(find_pending(&conn, "req", "prm").unwrap().is_some());
+        db::write(&mut conn, |tx| decide(tx, "AP-1", "y", &who("a"))).unwrap();
+        let found = find_answer(&conn, "req", "prm").unwrap().unwrap();
+        assert_eq!(found.chosen_value.as_deref(), Some("y"));
+        assert!(db::write(&mut conn, |tx| consume(tx, "AP-1", "TR-2", "shim")).unwrap());
+        assert!(!db::write(&mut conn, |tx| consume(tx, "AP-1", "TR-3", "shim")).unwrap());
+        assert!(find_answer(&conn, "req", "prm").unwrap().is_none());
+        assert_eq!(
+            db::write(&mut conn, |tx| release_consumed(tx, "TR-2", "shim")).unwrap(),
+            1
+        );
+        assert!(find_answer(&conn, "req", "prm").unwrap().is_some());
+        assert!(audit::verify(&conn).unwrap().intact());
+    }
+
+    #[test]
+    fn claims_are_exclusive() {
+        let (_tmp, mut conn) = setup(&sample("AP-1", PromptKind::Choice));
+        assert!(
+            !db::write(&mut conn, |tx| claim(tx, "AP-1", "w1")).unwrap(),
+            "pending cannot be claimed"
+        );
+        db::write(&mut conn, |tx| decide(tx, "AP-1", "y", &who("a"))).unwrap();
+        assert!(db::write(&mut conn, |tx| claim(tx, "AP-1", "w1")).unwrap());
+        assert!(!db::write(&mut conn, |tx| claim(tx, "AP-1", "w2")).unwrap());
+    }
+
+    #[test]
+    fn keys_are_never_stored_and_json_fields_are_the_columns() {
+        let (_tmp, conn) = setup(&sample("AP-1", PromptKind::Choice));
+        let raw: String = conn
+            .query_row("SELECT options_json FROM approvals", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(
+            raw,
+            r#"[{"value":"y","label":"Yes"},{"value":"n","label":"No"}]"#
+        );
+        let a = get(&conn, "AP-1").unwrap().unwrap();
+        let v = serde_json::to_value(&a).unwrap();
+        let mut keys: Vec<&str> = v.as_object().unwrap().keys().map(|k| k.as_str()).collect();
+        let mut cols: Vec<&str> = COLUMNS.split(',').map(str::trim).collect();
+        keys.sort();
+        cols.sort();
+        assert_eq!(keys, cols);
+        let listed = list(
+            &conn,
+            &ApprovalFilter {
+                statuses: vec![ApprovalStatus::Pending],
+                ..Default::default()
+            },
+        )
+        .unwrap();
+        assert_eq!(listed.len(), 1);
+        assert_eq!(pending_counts(&conn, std::time::Duration::ZERO).unwrap(), (1, 0));
+    }
+}

@@ -1,0 +1,140 @@
+//! Fingerprints that let a decision find its way back to the prompt it answers.
+//!
+//! * The **request fingerprint** names the command: tool, argv and working directory. A
+//!   re-run of the same command (by `monitor worker` or a CI retry) has the same one.
+//! * The **prompt fingerprint** names the question: the tool and its prompt line, with the
+//!   parts that change between runs of the same question collapsed (digits, hashes,
+//!   directories of paths, spacing), so `rm: remove regular file '/tmp/tmp.x81/a.txt'? `
+//!   and the same prompt in tomorrow's temp dir match.
+
+use crate::audit::hex;
+use crate::sanitize::sanitize_line;
+use sha2::{Digest, Sha256};
+
+/// SHA-256 over length-prefixed fields, as lower-case hex.
+fn digest(kind: &str, fields: &[&str]) -> String {
+    let mut h = Sha256::new();
+    h.update(kind.as_bytes());
+    for f in fields {
+        h.update((f.len() as u64).to_le_bytes());
+        h.update(f.as_bytes());
+    }
+    hex(&h.finalize())
+}
+
+/// The fingerprint of a command: tool name, every argument, and the working directory.
+pub fn request(tool: &str, argv: &[String], cwd: &str) -> String {
+    let argv_json = serde_json::to_string(argv).unwrap_or_default();
+    digest("request/v1", &[tool, &argv_json, cwd])
+}
+
+/// The fingerprint of a prompt line shown by `tool`.
+pub fn prompt(tool: &str, prompt_line: &str) -> String {
+    digest("prompt/v1", &[tool, &normalize_prompt(prompt_line)])
+}
+
+/// The prompt line with what varies between runs collapsed: directories of paths (`…/`),
+/// runs of hex that look like hashes or ids (`#`), digit runs (`0`), spacing (one space),
+/// control characters (gone).
+pub fn normalize_prompt(line: &str) -> String {
+    let clean = sanitize_line(line);
+    let mut words = Vec::new();
+    for word in clean.split_whitespace() {
+        words.push(normalize_word(word));
+    }
+    words.join(" ")
+}
+
+fn normalize_word(word: &str) -> String {
+    // A path: keep only its last component, so the same file in another directory matches.
+    let word = match word.rfind('/') {
+        Some(i) if word[..i].contains('/') || word.starts_with('/') || word.starts_with("'/") => {
+            let (lead, _) = split_leading_quote(word);
+            format!("{lead}…/{}", &word[i + 1..])
+        }
+        _ => word.to_owned(),
+    };
+    let mut out = String::with_capacity(word.len());
+    let chars: Vec<char> = word.chars().collect();
+    let mut i = 0;
+    while i < chars.len() {
+        if chars[i].is_ascii_hexdigit() {
+            let start = i;
+            while i < chars.len() && chars[i].is_ascii_hexdigit() {
+                i += 1;
+            }
+            let run: String = chars[start..i].iter().collect();
+            let digits = run.chars().filter(char::is_ascii_digit).count();
+            if run.len() >= 8 && digits > 0 && digits < run.len() {
+                out.push('#');
+            } else {
+                // Not a hash: collapse only its digit runs.
+                let mut prev_digit = false;
+                for c in run.chars() {
+                    if c.is_ascii_digit() {
+                        if !prev_digit {
+                            out.push('0');
+                        }
+                        prev_digit = true;
+                    } else {
+                        out.push(c);
+                        prev_digit = false;
+                    }
+                }
+            }
+        } else {
+            out.push(chars[i]);
+            i += 1;
+        }
+    }
+    out
+}
+
+fn split_leading_quote(word: &str) -> (&str, &str) {
+    let n = word
+        .char_indices()
+        .find(|(_, c)| !matches!(c, '\'' | '"' | '`' | '(' | '['))
+        .map_or(word.len(), |(i, _)| i);
+    word.split_at(n)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn prompts_differing_only_in_temp_dirs_and_numbers_match() {
+        let a = "rm: remove regular file '/tmp/tmp.x81Qa/a.txt'? ";
+        let b = "rm: remove regular file '/tmp/tmp.Zz9/a.txt'?";
+        assert_eq!(prompt("rm", a), prompt("rm", b));
+        assert_eq!(normalize_prompt(a), "rm: remove regular file '…/a.txt'?");
+        assert_ne!(
+            prompt("rm", a),
+            prompt("rm", "rm: remove regular file '/tmp/x/b.txt'? ")
+        );
+        assert_ne!(prompt("rm", a), prompt("cp", a));
+        assert_eq!(
+            normalize_prompt("Retry 3 of 10 (id 9f86d081884c7d65)?"),
+            "Retry 0 of 0 (id #)?"
+        );
+        assert_eq!(
+            normalize_prompt("\x1b[1mProceed\x1b[0m   (Y/n)?  "),
+            "Proceed (Y/n)?"
+        );
+    }
+
+    #[test]
+    fn request_depends_on_every_part() {
+        let argv = vec!["rm".to_string(), "-i".to_string(), "a".to_string()];
+        let base = request("rm", &argv, "/w");
+        assert_eq!(base, request("rm", &argv, "/w"));
+        assert_ne!(base, request("rm", &argv, "/x"));
+        assert_ne!(base, request("rm", &argv[..2], "/w"));
+        // Field boundaries cannot be shifted to forge a match.
+        assert_ne!(
+            request("a", &["b".into()], "c"),
+            request("ab", &[String::new()], "c")
+        );
+        assert_eq!(base.len(), 64);
+    }
+}

@@ -1,0 +1,291 @@
+//! Automatic decisions: policies from config (tool, prompt regex, argv match, structured
+//! conditions → value) and decisions remembered with `monitor decide --remember` (the
+//! `policies` table, keyed by tool and prompt fingerprint). Conditions are compared, never
+//! evaluated as code. Each automatic decision is still an approval row, decided by
+//! `policy:NAME`.
+
+use crate::config::{CondField, CondOp, Condition, PolicyConfig};
+use crate::db::Result;
+use crate::{id, time};
+use rusqlite::{Connection, OptionalExtension, Transaction, params};
+use serde::Serialize;
+
+/// What a policy looks at.
+#[derive(Debug, Clone)]
+pub struct PromptFacts<'a> {
+    pub tool: &'a str,
+    pub prompt_line: &'a str,
+    pub question: &'a str,
+    /// The command line (program first).
+    pub argv: &'a [String],
+    pub cwd: &'a str,
+}
+
+/// Whether every condition of a config policy holds.
+pub fn config_matches(p: &PolicyConfig, facts: &PromptFacts<'_>) -> bool {
+    if p.tool.as_deref().is_some_and(|t| t != facts.tool) {
+        return false;
+    }
+    if p
+        .prompt
+        .as_ref()
+        .is_some_and(|re| !re.regex.is_match(facts.prompt_line))
+    {
+        return false;
+    }
+    if p
+        .argv
+        .as_ref()
+        .is_some_and(|re| !re.regex.is_match(&facts.argv.join(" ")))
+    {
+        return false;
+    }
+    p.when.iter().all(|c| condition_holds(c, facts))
+}
+
+fn condition_holds(c: &Condition, facts: &PromptFacts<'_>) -> bool {
+    let test = |text: &str| compare(c, text);
+    match c.field {
+        CondField::Tool => test(facts.tool),
+        CondField::Prompt => test(facts.prompt_line),
+        CondField::Question => test(facts.question),
+        CondField::Argv => test(&facts.argv.join(" ")),
+        CondField::Arg => {
+            // "Any argument matches", except `not_equals`: "no argument equals".
+            if c.op == CondOp::NotEquals {
+                facts.argv.iter().skip(1).all(|a| a != &c.value)
+            } else {
+                facts.argv.iter().skip(1).any(|a| test(a))
+            }
+        }
+        CondField::Cwd => test(facts.cwd),
+    }
+}
+
+fn compare(c: &Condition, text: &str) -> bool {
+    match c.op {
+        CondOp::Equals => text == c.value,
+        CondOp::NotEquals => text != c.value,
+        CondOp::Contains => text.contains(&c.value),
+        CondOp::StartsWith => text.starts_with(&c.value),
+        CondOp::EndsWith => text.ends_with(&c.value),
+        CondOp::Matches => c.regex.as_ref().is_some_and(|re| re.regex.is_match(text)),
+        CondOp::Glob => glob_match(&c.value, text),
+    }
+}
+
+/// Shell-style glob over the whole text: `*` any run, `?` one character, anything else
+/// literally.
+pub fn glob_match(pattern: &str, text: &str) -> bool {
+    let p: Vec<char> = pattern.chars().collect();
+    let t: Vec<char> = text.chars().collect();
+    let (mut pi, mut ti) = (0, 0);
+    let mut star: Option<(usize, usize)> = None;
+    while ti < t.len() {
+        if pi < p.len() && (p[pi] == '?' || p[pi] == t[ti]) {
+            pi += 1;
+            ti += 1;
+        } else if pi < p.len() && p[pi] == '*' {
+            star = Some((pi, ti));
+            pi += 1;
+        } else if let Some((sp, st)) = star {
+            pi = sp + 1;
+            ti = st + 1;
+            star = Some((sp, st + 1));
+        } else {
+            return false;
+        }
+    }
+    p[pi..].iter().all(|&c| c == '*')
+}
+
+/// A decision remembered with `monitor decide --remember`.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct RememberedPolicy {
+    pub policy_id: String,
+    pub name: String,
+    pub tool_name: Option<String>,
+    pub prompt_fingerprint: Option<String>,
+    pub value: String,
+    pub source: String,
+    pub source_approval_id: Option<String>,
+    pub created_at: String,
+    pub created_by: String,
+}
+
+/// Stores a remembered decision: prompts of `tool` with this fingerprint get `value`.
+pub fn remember(
+    tx: &Transaction<'_>,
+    tool: &str,
+    prompt_fingerprint: &str,
+    value: &str,
+    approval_id: &str,
+    by: &str,
+) -> Result<RememberedPolicy> {
+    let policy = RememberedPolicy {
+        policy_id: id::new_id("PO-"),
+        name: format!("remembered:{approval_id}"),
+        tool_name: Some(tool.to_owned()),
+        prompt_fingerprint: Some(prompt_fingerprint.to_owned()),
+        value: value.to_owned(),
+        source: "remembered".into(),
+        source_approval_id: Some(approval_id.to_owned()),
+        created_at: time::now_rfc3339(),
+        created_by: by.to_owned(),
+    };
+    // The newest remembered decision for a prompt replaces older ones.
+    tx.execute(
+        "UPDATE policies SET enabled = 0
+         WHERE source = 'remembered' AND tool_name = ?1 AND prompt_fingerprint = ?2",
+        params![tool, prompt_fingerprint],
+    )?;
+    tx.execute(
+        "INSERT INTO policies (policy_id, name, tool_name, prompt_fingerprint, value, source,
+            source_approval_id, created_at, created_by, enabled)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, 1)",
+        params![
+            policy.policy_id,
+            policy.name,
+            policy.tool_name,
+            policy.prompt_fingerprint,
+            policy.value,
+            policy.source,
+            policy.source_approval_id,
+            policy.created_at,
+            policy.created_by,
+        ],
+    )?;
+    crate::audit::append(
+        tx,
+        &crate::audit::AuditEntry {
+            event: "policy_remembered",
+            tool_run_id: None,
+            approval_id: Some(approval_id),
+            actor: by,
+            data: serde_json::json!({
+                "policy_id": policy.policy_id,
+                "tool": tool,
+                "prompt_fingerprint": prompt_fingerprint,
+                "value": value,
+            }),
+        },
+    )?;
+    Ok(policy)
+}
+
+/// The enabled remembered decision for this prompt of this tool, if any.
+pub fn find_remembered(
+    conn: &Connection,
+    tool: &str,
+    prompt_fingerprint: &str,
+) -> Result<Option<RememberedPolicy>> {
+    Ok(conn
+        .query_row(
+            "SELECT policy_id, name, tool_name, prompt_fingerprint, value, source,
+                source_approval_id, created_at, created_by
+             FROM policies
+             WHERE enabled = 1 AND tool_name = ?1 AND prompt_fingerprint = ?2
+             ORDER BY created_at DESC LIMIT 1",
+            params![tool, prompt_fingerprint],
+            |r| {
+                Ok(RememberedPolicy {
+                    policy_id: r.get(0)?,
+                    name: r.get(1)?,
+                    tool_name: r.get(2)?,
+                    prompt_fingerprint: r.get(3)?,
+                    value: r.get(4)?,
+                    source: r.get(5)?,
+                    source_approval_id: r.get(6)?,
+                    created_at: r.get(7)?,
+                    created_by: r.get(8)?,
+                })
+            },
+        )
+        .optional()?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::ConfigFile;
+    use std::path::Path;
+
+    fn policies(text: &str) -> Vec<PolicyConfig> {
+        ConfigFile::parse(Path::new("/x.toml"), text)
+            .unwrap()
+            .policies
+    }
+
+    fn facts<'a>(tool: &'a str, prompt: &'a str, argv: &'a [String]) -> PromptFacts<'a> {
+        PromptFacts {
+            tool,
+            prompt_line: prompt,
+            question: prompt,
+            argv,
+            cwd: "/work",
+        }
+    }
+
+    #[test]
+    fn globs() {
+        assert!(glob_match("*.tmp'?", "rm: remove regular file 'a.tmp'?"));
+        assert!(!glob_match("*.tmp'?", "rm: remove regular file 'a.txt'?"));
+        assert!(glob_match("a?c", "abc"));
+        assert!(glob_match("*", ""));
+        assert!(!glob_match("a", ""));
+        assert!(glob_match("**x*", "yyxyy"));
+    }
+
+    #[test]
+    fn config_policies_match_on_every_condition() {
+        let p = policies(
+            r#"
+[[policies]]
+name = "tmp-files"
+tool = "rm"
+value = "y"
+when = [{ field = "prompt", op = "glob", value = "*.tmp'?" }]
+
+[[policies]]
+name = "deploy-staging"
+prompt = 'Deploy\?'
+argv = '--env staging'
+value = "yes"
+when = [{ field = "cwd", op = "starts_with", value = "/work" }, { field = "arg", op = "not_equals", value = "--force" }]
+"#,
+        );
+        let argv: Vec<String> = ["rm", "-i", "a.tmp"].map(String::from).to_vec();
+        assert!(config_matches(
+            &p[0],
+            &facts("rm", "rm: remove regular file 'a.tmp'?", &argv)
+        ));
+        assert!(!config_matches(
+            &p[0],
+            &facts("rm", "rm: remove regular file 'a.txt'?", &argv)
+        ));
+        assert!(!config_matches(
+            &p[0],
+            &facts("cp", "rm: remove regular file 'a.tmp'?", &argv)
+        ));
+        let deploy: Vec<String> = ["deploy", "--env staging"].map(String::from).to_vec();
+        assert!(config_matches(&p[1], &facts("deploy", "Deploy?", &deploy)));
+        let forced: Vec<String> = ["deploy", "--env staging", "--force"]
+            .map(String::from)
+            .to_vec();
+        assert!(!config_matches(&p[1], &facts("deploy", "Deploy?", &forced)));
+    }
+
+    #[test]
+    fn remembered_decisions_replace_older_ones() {
+        let tmp = tempfile::tempdir().unwrap();
+        let mut conn =
+            crate::db::open(&tmp.path().join("s.db"), crate::db::OpenMode::Create).unwrap();
+        assert!(find_remembered(&conn, "rm", "fp").unwrap().is_none());
+        crate::db::write(&mut conn, |tx| remember(tx, "rm", "fp", "y", "AP-1", "alice")).unwrap();
+        crate::db::write(&mut conn, |tx| remember(tx, "rm", "fp", "n", "AP-2", "bob")).unwrap();
+        let p = find_remembered(&conn, "rm", "fp").unwrap().unwrap();
+        assert_eq!(p.value, "n");
+        assert_eq!(p.name, "remembered:AP-2");
+        assert!(find_remembered(&conn, "cp", "fp").unwrap().is_none());
+    }
+}

@@ -1,0 +1,742 @@
+//! The prompt matcher: given what the screen shows while a tool is blocked reading its
+//! terminal (and the terminal's modes), what is it asking, which answers does it take, and
+//! which keys give each answer?
+//!
+//! In order: a secret (ECHO off in line mode, or a password-shaped prompt) is refused; user
+//! rules from config; built-in rules for tools whose prompts have no generic shape
+//! (`rm -i`, terraform, Codex); generic shapes (`[y/N]`, `(Y/n)`, `(yes/no)`, `([y]/n)`,
+//! `(Y)es/(N)o/…`, numbered menus, "Press Enter", `Name [default]:`); otherwise a question
+//! no rule knows, answered by `abort` or free text. The capital letter (or the bracketed
+//! word) is the default.
+//!
+//! Keys: in line mode an answer is its text and Enter; in raw mode (ICANON off) only the
+//! text, since single-key prompts and full-screen menus act on the key itself. (The shim
+//! adds Enter when the text shows up echoed on a prompt line that still waits.)
+
+use crate::approvals::PromptKind;
+use crate::config::PromptRuleConfig;
+use crate::event::ApprovalOption;
+use crate::sanitize::sanitize_line;
+use regex::Regex;
+use std::sync::LazyLock;
+
+/// The most screen lines kept as an approval's context.
+pub const CONTEXT_LINES: usize = 20;
+/// The most lines taken as the question.
+pub const QUESTION_LINES: usize = 6;
+
+/// What the shim saw while the tool was blocked reading.
+#[derive(Debug, Clone)]
+pub struct ScreenFacts<'a> {
+    /// The tool's name (`rm`, `terraform`).
+    pub tool: &'a str,
+    /// The screen's rows from the top down to the cursor's row, trailing blanks trimmed.
+    pub rows: &'a [String],
+    /// The cursor's row up to the cursor.
+    pub prompt_line: &'a str,
+    /// Terminal modes while blocked.
+    pub echo: bool,
+    pub canonical: bool,
+}
+
+/// A recognised prompt.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Prompt {
+    pub kind: PromptKind,
+    /// A password, passphrase or token: never recorded, never answered.
+    pub secret: bool,
+    /// Which rule recognised it (`builtin:rm`, `generic:yes-no`, `user:NAME`, `unknown`).
+    pub rule: String,
+    /// The question: the last lines of the screen up to the prompt.
+    pub question: String,
+    /// The line the answer is typed on (or the last line, when the cursor's is empty).
+    pub prompt_line: String,
+    /// Up to [`CONTEXT_LINES`] lines of the screen.
+    pub context: String,
+    /// The answers, each with the keys that give it.
+    pub options: Vec<ApprovalOption>,
+    pub default: Option<String>,
+    pub allows_text: bool,
+    /// The tool's non-interactive alternative, for messages.
+    pub alternative: Option<String>,
+}
+
+impl Prompt {
+    /// The bytes to type for a chosen value: an option's keys, or free text where allowed.
+    /// `None` for a value that does not answer (`abort`) or is not acceptable.
+    pub fn keys_for(&self, value: &str, canonical: bool) -> Option<Vec<u8>> {
+        if let Some(o) = self.options.iter().find(|o| o.value == value) {
+            return o.keys.as_ref().map(|k| k.as_bytes().to_vec());
+        }
+        if self.allows_text && crate::approvals::is_acceptable_text(value) {
+            return Some(line_keys(value, canonical).into_bytes());
+        }
+        None
+    }
+}
+
+fn line_keys(text: &str, canonical: bool) -> String {
+    if canonical {
+        format!("{text}\r")
+    } else {
+        text.to_owned()
+    }
+}
+
+fn opt(value: &str, label: &str, keys: Option<String>) -> ApprovalOption {
+    ApprovalOption {
+        value: value.to_owned(),
+        label: label.to_owned(),
+        keys,
+    }
+}
+
+fn abort_option() -> ApprovalOption {
+    opt("abort", "Abort: end the tool", None)
+}
+
+/// Recognises the prompt on the screen. `user_rules` come from config, most specific
+/// first.
+pub fn classify<'r>(
+    facts: &ScreenFacts<'_>,
+    user_rules: impl IntoIterator<Item = &'r PromptRuleConfig>,
+) -> Prompt {
+    let rows: Vec<String> = facts.rows.iter().map(|r| sanitize_line(r)).collect();
+    let nonempty: Vec<&str> = rows
+        .iter()
+        .map(|r| r.trim_end())
+        .filter(|r| !r.trim().is_empty())
+        .collect();
+    let cursor_line = sanitize_line(facts.prompt_line).trim_end().to_owned();
+    let prompt_line = if cursor_line.trim().is_empty() {
+        nonempty.last().map(|s| s.to_string()).unwrap_or_default()
+    } else {
+        cursor_line
+    };
+    let question = question_of(&rows, &prompt_line);
+    let context = nonempty[nonempty.len().saturating_sub(CONTEXT_LINES)..].join("\n");
+    let mut p = Prompt {
+        kind: PromptKind::Unknown,
+        secret: false,
+        rule: "unknown".into(),
+        question,
+        prompt_line: prompt_line.trim().to_owned(),
+        context,
+        options: Vec::new(),
+        default: None,
+        allows_text: false,
+        alternative: alternative_for(facts.tool).map(str::to_owned),
+    };
+    let canonical = facts.canonical;
+
+    // ECHO off in line mode is how every password prompt reads (getpass, ssh, sudo, git).
+    if !facts.echo && canonical {
+        p.secret = true;
+        p.rule = "secret:echo-off".into();
+        return p;
+    }
+    for rule in user_rules {
+        if rule.tool.as_deref().is_some_and(|t| t != facts.tool) {
+            continue;
+        }
+        if !(rule.regex.regex.is_match(&p.prompt_line) || rule.regex.regex.is_match(&p.question))
+        {
+            continue;
+        }
+        p.rule = format!("user:{}", rule.name);
+        if let Some(alt) = &rule.alternative {
+            p.alternative = Some(alt.clone());
+        }
+        if rule.secret {
+            p.secret = true;
+            return p;
+        }
+        p.options = rule
+            .options
+            .iter()
+            .map(|o| {
+                let keys = o.keys.clone().unwrap_or_else(|| line_keys(&o.value, canonical));
+                opt(&o.value, o.label.as_deref().unwrap_or(&o.value), Some(keys))
+            })
+            .collect();
+        p.default = rule.default.clone();
+        p.allows_text = rule.allows_text;
+        p.kind = if p.options.is_empty() {
+            PromptKind::Text
+        } else {
+            PromptKind::Choice
+        };
+        if p.allows_text && p.options.is_empty() {
+            p.options.push(abort_option());
+        }
+        return p;
+    }
+    if is_secret_text(&p.prompt_line) {
+        p.secret = true;
+        p.rule = "secret:text".into();
+        return p;
+    }
+    if builtin(facts.tool, &mut p, canonical) {
+        return p;
+    }
+    if let Some((options, default)) = letter_menu(&p.prompt_line, canonical) {
+        p.kind = PromptKind::Choice;
+        p.rule = "generic:letter-menu".into();
+        p.options = options;
+        p.default = default;
+        return p;
+    }
+    if let Some((options, default)) = yes_no(&p.prompt_line, canonical) {
+        p.kind = PromptKind::Choice;
+        p.rule = "generic:yes-no".into();
+        p.options = options;
+        p.default = default;
+        return p;
+    }
+    let tail = &nonempty[nonempty.len().saturating_sub(12)..];
+    if let Some((options, default)) = numbered_menu(tail, canonical) {
+        p.kind = PromptKind::Menu;
+        p.rule = "generic:numbered-menu".into();
+        p.options = options;
+        p.default = default;
+        return p;
+    }
+    if PRESS_ENTER.is_match(&p.prompt_line) || PRESS_ENTER.is_match(&p.question) {
+        p.kind = PromptKind::Acknowledge;
+        p.rule = "generic:press-enter".into();
+        p.options = vec![opt("continue", "Continue (Enter)", Some("\r".into()))];
+        p.default = Some("continue".into());
+        return p;
+    }
+    if let Some(c) = TEXT_DEFAULT.captures(&p.prompt_line) {
+        let default = c[1].trim().to_owned();
+        p.kind = PromptKind::Text;
+        p.rule = "generic:text-default".into();
+        p.allows_text = true;
+        if default.is_empty() {
+            p.options = vec![opt("empty", "Empty answer (Enter)", Some("\r".into()))];
+        } else {
+            p.options = vec![opt(
+                &default,
+                &format!("The default ({default})"),
+                Some("\r".into()),
+            )];
+            p.default = Some(default);
+        }
+        return p;
+    }
+    p.kind = PromptKind::Unknown;
+    p.allows_text = true;
+    p.options = vec![abort_option()];
+    p
+}
+
+/// The question: the prompt's paragraph (the lines above it back to a blank line), at most
+/// [`QUESTION_LINES`] lines. A paragraph that is only a bare prompt line (`Enter a value:`)
+/// takes the paragraph before it too, where the real question is.
+fn question_of(rows: &[String], prompt_line: &str) -> String {
+    let mut lines: Vec<&str> = Vec::new();
+    let mut paragraphs = 0;
+    let mut in_paragraph = false;
+    for r in rows.iter().rev() {
+        let r = r.trim();
+        if r.is_empty() {
+            if in_paragraph {
+                in_paragraph = false;
+                paragraphs += 1;
+                let bare = lines.len() == 1 && !lines[0].contains('?');
+                if paragraphs >= 2 || !bare {
+                    break;
+                }
+            }
+            continue;
+        }
+        in_paragraph = true;
+        lines.push(r);
+        if lines.len() == QUESTION_LINES {
+            break;
+        }
+    }
+    lines.reverse();
+    if lines.is_empty() {
+        return prompt_line.trim().to_owned();
+    }
+    lines.join("\n")
+}
+
+static SECRET: LazyLock<Regex> = LazyLock::new(|| {
+    Regex::new(
+        r"(?i)\b(password|passphrase|pass phrase|passcode|passwort|pin|token|secret|api[ _-]?key|otp|verification code)\b.*:\s*$",
+    )
+    .expect("secret regex")
+});
+
+static PRESS_ENTER: LazyLock<Regex> = LazyLock::new(|| {
+    Regex::new(r"(?i)\bpress\s+(enter|return|any key|<enter>|\[enter\])").expect("press regex")
+});
+
+/// `Country Name (2 letter code) [AU]:` — a text prompt with its default in brackets.
+static TEXT_DEFAULT: LazyLock<Regex> =
+    LazyLock::new(|| Regex::new(r"\[([^\[\]]{0,80})\]\s*:\s*$").expect("text default regex"));
+
+fn is_secret_text(line: &str) -> bool {
+    SECRET.is_match(line) && yes_no(line, true).is_none()
+}
+
+/// `[y/N]`, `(Y/n)`, `[yes/no]`, `(yes/no/[fingerprint])`, `([y]/n)`, `(y)`, `(yes)`.
+fn yes_no(line: &str, canonical: bool) -> Option<(Vec<ApprovalOption>, Option<String>)> {
+    static GROUP: LazyLock<Regex> =
+        LazyLock::new(|| Regex::new(r"[\[(]([^\[\]()]*(?:\[[^\]]*\][^\[\]()]*)*)[\])]").unwrap());
+    // The last bracketed group that reads as yes/no.
+    for c in GROUP.captures_iter(line).collect::<Vec<_>>().into_iter().rev() {
+        let inner = &c[1];
+        let mut yes = None;
+        let mut no = None;
+        let mut default = None;
+        let mut other = false;
+        for raw in inner.split('/') {
+            let t = raw.trim();
+            let bracketed = t.starts_with('[') && t.ends_with(']');
+            let word = t.trim_matches(|c| c == '[' || c == ']');
+            let lower = word.to_ascii_lowercase();
+            let is_default = bracketed
+                || (word.len() == 1 && word.chars().all(|c| c.is_ascii_uppercase()))
+                || (word.len() > 1
+                    && word.chars().next().is_some_and(|c| c.is_ascii_uppercase())
+                    && inner.split('/').count() > 1
+                    && !inner.split('/').all(|w| {
+                        w.trim()
+                            .trim_matches(|c| c == '[' || c == ']')
+                            .chars()
+                            .next()
+                            .is_some_and(|c| c.is_ascii_uppercase())
+                    }));
+            match lower.as_str() {
+                "y" | "yes" => {
+                    yes = Some(lower.clone());
+                    if is_default {
+                        default = Some(lower.clone());
+                    }
+                }
+                "n" | "no" => {
+                    no = Some(lower.clone());
+                    if is_default {
+                        default = Some(lower.clone());
+                    }
+                }
+                "fingerprint" if bracketed => {}
+                _ => other = true,
+            }
+        }
+        if other {
+            continue;
+        }
+        let Some(yes) = yes else { continue };
+        let single = no.is_none();
+        let no = no.unwrap_or_else(|| if yes == "y" { "n".into() } else { "no".into() });
+        if single {
+            // `(y)` / `(yes)`: the one shown is what Enter gives.
+            default = Some(yes.clone());
+        }
+        let options = vec![
+            opt(&yes, "Yes", Some(line_keys(&yes, canonical))),
+            opt(&no, "No", Some(line_keys(&no, canonical))),
+        ];
+        return Some((options, default));
+    }
+    None
+}
+
+/// `(i)gnore, (w)ipe, (b)ackup` and `(Y)es/(N)o/(A)ll/(S)kip all/(D)on't ask again [Yes]:`.
+fn letter_menu(line: &str, canonical: bool) -> Option<(Vec<ApprovalOption>, Option<String>)> {
+    static ITEM: LazyLock<Regex> =
+        LazyLock::new(|| Regex::new(r"\(([A-Za-z])\)([A-Za-z' ]*[A-Za-z'])?").unwrap());
+    static DEFAULT: LazyLock<Regex> =
+        LazyLock::new(|| Regex::new(r"\[([A-Za-z' ]+)\]\s*:?\s*$").unwrap());
+    let mut options: Vec<ApprovalOption> = Vec::new();
+    for c in ITEM.captures_iter(line) {
+        let letter = c[1].to_ascii_lowercase();
+        let label = format!("{}{}", &c[1], c.get(2).map_or("", |m| m.as_str()));
+        if options.iter().any(|o| o.value == letter) {
+            continue;
+        }
+        options.push(opt(&letter, &label, Some(line_keys(&letter, canonical))));
+    }
+    if options.len() < 2 {
+        return None;
+    }
+    let default = DEFAULT.captures(line).and_then(|c| {
+        let word = c[1].trim().to_ascii_lowercase();
+        options
+            .iter()
+            .find(|o| o.label.to_ascii_lowercase() == word || o.value == word)
+            .map(|o| o.value.clone())
+    });
+    Some((options, default))
+}
+
+/// Lines such as `1) Proceed`, `2. Yes`, `❯ 1. Yes`, `[3] Cancel`, numbered from 1.
+fn numbered_menu(lines: &[&str], canonical: bool) -> Option<(Vec<ApprovalOption>, Option<String>)> {
+    static ITEM: LazyLock<Regex> = LazyLock::new(|| {
+        Regex::new(r"^\s*([❯>›▶→*]\s*)?(?:\[(\d{1,2})\]|(\d{1,2})[.)])\s+(\S.*?)\s*$").unwrap()
+    });
+    let mut options: Vec<ApprovalOption> = Vec::new();
+    let mut default = None;
+    for line in lines {
+        let Some(c) = ITEM.captures(line) else {
+            continue;
+        };
+        let n = c.get(2).or(c.get(3)).map_or("", |m| m.as_str());
+        let label = c[4].to_owned();
+        if n.parse::<usize>().ok() != Some(options.len() + 1) {
+            // A restart at 1 starts a new menu; anything else is not a menu item.
+            if n == "1" {
+                options.clear();
+                default = None;
+            } else {
+                continue;
+            }
+        }
+        let lower = label.to_ascii_lowercase();
+        if c.get(1).is_some() || lower.contains("(default") || lower.contains("[default") {
+            default = Some(n.to_owned());
+        }
+        options.push(opt(n, &label, Some(line_keys(n, canonical))));
+    }
+    (options.len() >= 2).then_some((options, default))
+}
+
+/// Tools whose prompts have no generic shape, or whose answers are special.
+fn builtin(tool: &str, p: &mut Prompt, canonical: bool) -> bool {
+    static COREUTILS: LazyLock<Regex> = LazyLock::new(|| {
+        Regex::new(r"^(rm|cp|mv|ln): (remove|overwrite|replace|descend into|unlink)\b.*\?\s*$")
+            .unwrap()
+    });
+    let line = p.prompt_line.clone();
+    if let Some(c) = COREUTILS.captures(&line) {
+        p.kind = PromptKind::Choice;
+        p.rule = format!("builtin:{}", &c[1]);
+        p.options = vec![
+            opt("y", "Yes", Some(line_keys("y", canonical))),
+            opt("n", "No", Some(line_keys("n", canonical))),
+        ];
+        p.default = Some("n".into());
+        return true;
+    }
+    if line.trim_end().ends_with("Enter a value:")
+        && (p.question.contains("Only 'yes' will be accepted") || tool == "terraform")
+    {
+        p.kind = PromptKind::Choice;
+        p.rule = "builtin:terraform".into();
+        p.options = vec![
+            opt("yes", "Yes (only 'yes' approves)", Some(line_keys("yes", canonical))),
+            opt("no", "No", Some(line_keys("no", canonical))),
+        ];
+        p.default = None;
+        return true;
+    }
+    if tool == "codex" && p.question.contains("Would you like to run the following command?") {
+        p.kind = PromptKind::Menu;
+        p.rule = "builtin:codex".into();
+        p.options = vec![
+            opt("1", "Yes, proceed", Some("y".into())),
+            opt("2", "Yes, and don't ask again for these commands", Some("p".into())),
+            opt("3", "No, tell Codex what to do differently", Some("\x1b".into())),
+        ];
+        p.default = None;
+        return true;
+    }
+    false
+}
+
+/// The usual non-interactive way out, by tool (from PROMPTS.md).
+pub fn alternative_for(tool: &str) -> Option<&'static str> {
+    Some(match tool {
+        "apt" | "apt-get" => "pass -y and set DEBIAN_FRONTEND=noninteractive",
+        "pip" | "pip3" => "pass -y (uninstall), --exists-action, or set PIP_NO_INPUT=1",
+        "conda" | "mamba" => "pass -y",
+        "npx" => "pass --yes",
+        "npm" => "use npm init -y",
+        "rm" => "drop -i (or pass -f)",
+        "cp" | "mv" => "pass -f (overwrite) or -n (never overwrite)",
+        "ssh" | "scp" | "sftp" => {
+            "use a key with ssh-agent, -o BatchMode=yes, -o StrictHostKeyChecking=accept-new"
+        }
+        "ssh-keygen" => "pass -N '' (no passphrase) or -N from a secret store, and remove an existing key file first",
+        "git" => "configure a credential helper or GIT_ASKPASS; GIT_TERMINAL_PROMPT=0 fails fast",
+        "sudo" => "use sudo -n with a NOPASSWD rule",
+        "docker" => "use docker login --password-stdin; pass -f to prune",
+        "terraform" => "pass -auto-approve (apply/destroy) and -input=false",
+        "gcloud" => "pass --quiet",
+        "rustup-init" => "pass -y",
+        "openssl" => "pass -subj '/C=…/CN=…' (and -passout/-passin for passphrases)",
+        "aider" => "pass --yes-always",
+        "claude" => "run with -p and --allowedTools or --permission-mode",
+        "codex" => "use codex exec, or -a never",
+        _ => return None,
+    })
+}
+
+/// The alternative for a refused secret prompt: the tool's own, or the general advice.
+pub fn secret_alternative(tool: &str) -> String {
+    alternative_for(tool)
+        .unwrap_or("give the secret through an environment variable, a file or the tool's non-interactive option")
+        .to_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::ConfigFile;
+    use std::path::Path;
+
+    fn screen(tool: &str, text: &str, echo: bool, canonical: bool) -> Prompt {
+        let rows: Vec<String> = text.split('\n').map(str::to_owned).collect();
+        let prompt_line = rows.last().cloned().unwrap_or_default();
+        classify(
+            &ScreenFacts {
+                tool,
+                rows: &rows,
+                prompt_line: &prompt_line,
+                echo,
+                canonical,
+            },
+            &[],
+        )
+    }
+
+    fn line(tool: &str, text: &str) -> Prompt {
+        screen(tool, text, true, true)
+    }
+
+    fn values(p: &Prompt) -> Vec<&str> {
+        p.options.iter().map(|o| o.value.as_str()).collect()
+    }
+
+    #[test]
+    fn yes_no_shapes_and_their_defaults() {
+        for (text, vals, default) in [
+            ("Do you want to continue? [Y/n] ", ["y", "n"], Some("y")),
+            ("Are you sure you want to continue? [y/N] ", ["y", "n"], Some("n")),
+            ("Proceed (Y/n)? ", ["y", "n"], Some("y")),
+            ("Overwrite (y/n)? ", ["y", "n"], None),
+            ("Proceed ([y]/n)? ", ["y", "n"], Some("y")),
+            ("Ok to proceed? (y) ", ["y", "n"], Some("y")),
+            ("Is this OK? (yes) ", ["yes", "no"], Some("yes")),
+            (
+                "Are you sure you want to continue connecting (yes/no/[fingerprint])? ",
+                ["yes", "no"],
+                None,
+            ),
+            ("Continue? [yes/no]: ", ["yes", "no"], None),
+            ("Delete it? [Yes/no] ", ["yes", "no"], Some("yes")),
+        ] {
+            let p = line("x", text);
+            assert_eq!(p.rule, "generic:yes-no", "{text}");
+            assert_eq!(values(&p), vals, "{text}");
+            assert_eq!(p.default.as_deref(), default, "{text}");
+            assert!(!p.secret);
+            assert_eq!(p.keys_for(vals[0], true), Some(format!("{}\r", vals[0]).into_bytes()));
+        }
+    }
+
+    #[test]
+    fn raw_mode_types_no_enter() {
+        let p = screen("x", "Continue? [y/N] ", false, false);
+        assert!(!p.secret, "raw mode with echo off is a key prompt, not a secret");
+        assert_eq!(p.keys_for("y", false), Some(b"y".to_vec()));
+    }
+
+    #[test]
+    fn builtin_coreutils_and_terraform() {
+        let p = line("rm", "rm: remove regular file 'a.txt'? ");
+        assert_eq!(p.rule, "builtin:rm");
+        assert_eq!(p.default.as_deref(), Some("n"));
+        let p = line("cp", "cp: overwrite 'b'? ");
+        assert_eq!(p.rule, "builtin:cp");
+        let p = line(
+            "terraform",
+            "Do you want to perform these actions?\n  Terraform will perform the actions described above.\n  Only 'yes' will be accepted to approve.\n\n  Enter a value: ",
+        );
+        assert_eq!(p.rule, "builtin:terraform");
+        assert_eq!(values(&p), ["yes", "no"]);
+        assert_eq!(p.prompt_line, "Enter a value:");
+        assert_eq!(
+            p.question,
+            "Do you want to perform these actions?\nTerraform will perform the actions described above.\nOnly 'yes' will be accepted to approve.\nEnter a value:"
+        );
+        assert!(p.context.contains("Only 'yes' will be accepted"));
+    }
+
+    #[test]
+    fn menus() {
+        let p = line(
+            "aider",
+            "Add file to the chat? (Y)es/(N)o/(A)ll/(S)kip all/(D)on't ask again [Yes]: ",
+        );
+        assert_eq!(p.rule, "generic:letter-menu");
+        assert_eq!(values(&p), ["y", "n", "a", "s", "d"]);
+        assert_eq!(p.default.as_deref(), Some("y"));
+        assert_eq!(p.options[3].label, "Skip all");
+        let p = line("pip", "(i)gnore, (w)ipe, (b)ackup ");
+        assert_eq!(values(&p), ["i", "w", "b"]);
+        let p = line(
+            "rustup-init",
+            "Current installation options:\n\n1) Proceed with standard installation (default - just press enter)\n2) Customize installation\n3) Cancel installation\n>",
+        );
+        assert_eq!(p.rule, "generic:numbered-menu");
+        assert_eq!(values(&p), ["1", "2", "3"]);
+        assert_eq!(p.default.as_deref(), Some("1"));
+        assert_eq!(p.keys_for("2", true), Some(b"2\r".to_vec()));
+        // A full-screen raw-mode menu (Claude Code): the digit alone.
+        let p = screen(
+            "claude",
+            "Do you want to proceed?\n❯ 1. Yes\n  2. Yes, and don't ask again for ls commands\n  3. No, and tell Claude what to do differently (esc)\n",
+            false,
+            false,
+        );
+        assert_eq!(p.kind, PromptKind::Menu);
+        assert_eq!(values(&p), ["1", "2", "3"]);
+        assert_eq!(p.default.as_deref(), Some("1"));
+        assert_eq!(p.keys_for("3", false), Some(b"3".to_vec()));
+        let p = screen(
+            "codex",
+            "Would you like to run the following command?\n1. Yes, proceed (y)\n2. Yes, and don't ask again (p)\n3. No (esc)\n",
+            false,
+            false,
+        );
+        assert_eq!(p.rule, "builtin:codex");
+        assert_eq!(p.keys_for("3", false), Some(b"\x1b".to_vec()));
+    }
+
+    #[test]
+    fn secrets_are_recognised_and_never_get_keys() {
+        let p = screen("ssh-keygen", "Enter passphrase (empty for no passphrase): ", false, true);
+        assert!(p.secret);
+        assert_eq!(p.rule, "secret:echo-off");
+        assert!(p.options.is_empty());
+        for text in [
+            "[sudo] password for alice: ",
+            "Password for 'https://bob@example.com': ",
+            "Enter API token: ",
+        ] {
+            assert!(line("x", text).secret, "{text}");
+        }
+        assert!(!line("x", "Save the token to disk? [y/N] ").secret);
+        assert!(!line("x", "Reset password? ").secret);
+    }
+
+    #[test]
+    fn text_prompts() {
+        let p = line("openssl", "Country Name (2 letter code) [AU]:");
+        assert_eq!(p.kind, PromptKind::Text);
+        assert_eq!(p.default.as_deref(), Some("AU"));
+        assert!(p.allows_text);
+        assert_eq!(p.keys_for("AU", true), Some(b"\r".to_vec()));
+        assert_eq!(p.keys_for("NZ", true), Some(b"NZ\r".to_vec()));
+        assert_eq!(p.keys_for("bad\nline", true), None);
+        let p = line("openssl", "Email Address []:");
+        assert_eq!(values(&p), ["empty"]);
+        let p = line("git", "Username for 'https://example.com': ");
+        assert_eq!(p.kind, PromptKind::Unknown);
+        assert_eq!(values(&p), ["abort"]);
+        assert!(p.allows_text);
+        assert_eq!(p.keys_for("abort", true), None);
+        assert_eq!(p.alternative.as_deref(), alternative_for("git"));
+        let p = line("x", "Press Enter to continue...");
+        assert_eq!(p.kind, PromptKind::Acknowledge);
+        assert_eq!(p.keys_for("continue", true), Some(b"\r".to_vec()));
+    }
+
+    #[test]
+    fn colour_and_cursor_moves_are_plain_text_by_now() {
+        // The shim renders the screen first; escapes left in rows are still removed.
+        let p = line("x", "\x1b[1;33mContinue?\x1b[0m [y/N] ");
+        assert_eq!(p.prompt_line, "Continue? [y/N]");
+        assert_eq!(p.rule, "generic:yes-no");
+    }
+
+    #[test]
+    fn question_is_the_prompts_paragraph() {
+        let p = line(
+            "apt-get",
+            "Reading package lists...\n\nThe following packages will be installed:\n  curl\nDo you want to continue? [Y/n] ",
+        );
+        assert_eq!(
+            p.question,
+            "The following packages will be installed:\ncurl\nDo you want to continue? [Y/n]"
+        );
+        assert!(p.context.starts_with("Reading package lists..."));
+    }
+
+    #[test]
+    fn user_rules_come_first() {
+        let cfg = ConfigFile::parse(
+            Path::new("/x.toml"),
+            r#"
+[[prompt_rules]]
+name = "deploy"
+tool = "deploy.sh"
+regex = 'Deploy to (\w+)\?'
+options = [{ value = "go", label = "Ship it", keys = "GO\r" }, { value = "stop" }]
+default = "stop"
+
+[[prompt_rules]]
+name = "vault"
+regex = 'Vault unseal key'
+secret = true
+alternative = "use VAULT_TOKEN"
+"#,
+        )
+        .unwrap();
+        let rows = vec!["Deploy to prod? [y/N] ".to_string()];
+        let p = classify(
+            &ScreenFacts {
+                tool: "deploy.sh",
+                rows: &rows,
+                prompt_line: &rows[0],
+                echo: true,
+                canonical: true,
+            },
+            &cfg.prompt_rules,
+        );
+        assert_eq!(p.rule, "user:deploy");
+        assert_eq!(p.keys_for("go", true), Some(b"GO\r".to_vec()));
+        assert_eq!(p.keys_for("stop", true), Some(b"stop\r".to_vec()));
+        assert_eq!(p.default.as_deref(), Some("stop"));
+        // Another tool: the rule does not apply, the generic shape does.
+        let p = classify(
+            &ScreenFacts {
+                tool: "other",
+                rows: &rows,
+                prompt_line: &rows[0],
+                echo: true,
+                canonical: true,
+            },
+            &cfg.prompt_rules,
+        );
+        assert_eq!(p.rule, "generic:yes-no");
+        let rows = vec!["Vault unseal key (will be hidden): ".to_string()];
+        let p = classify(
+            &ScreenFacts {
+                tool: "vault",
+                rows: &rows,
+                prompt_line: &rows[0],
+                echo: true,
+                canonical: true,
+            },
+            &cfg.prompt_rules,
+        );
+        assert!(p.secret);
+        assert_eq!(p.alternative.as_deref(), Some("use VAULT_TOKEN"));
+    }
+
+    #[test]
+    fn an_unknown_question_offers_abort_and_text() {
+        let p = line("x", "What is your quest? ");
+        assert_eq!(p.kind, PromptKind::Unknown);
+        assert_eq!(p.rule, "unknown");
+        assert!(p.allows_text);
+        assert_eq!(p.keys_for("to seek the grail", true), Some(b"to seek the grail\r".to_vec()));
+    }
+}
