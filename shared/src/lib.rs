@@ -4,6 +4,7 @@
 pub mod approvals;
 pub mod audit;
 pub mod config;
+pub mod control;
 pub mod db;
 pub mod event;
 pub mod exit;

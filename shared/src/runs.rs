@@ -8,6 +8,9 @@ use rusqlite::types::ToSql;
 use rusqlite::{Connection, OptionalExtension, Row, Transaction, params};
 use serde::{Deserialize, Serialize};
 
+/// How often a shim records `supervisor_heartbeat_at` while it supervises a run.
+pub const SUPERVISOR_HEARTBEAT: std::time::Duration = std::time::Duration::from_secs(3);
+
 /// A row of `tool_runs`. Serialized with the column names, as `--json` prints it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ToolRun {

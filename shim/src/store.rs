@@ -8,7 +8,7 @@ use hr_shared::db::{self, OpenMode, StoreError};
 use hr_shared::event::{EventBody, LogEvent};
 use hr_shared::logfile::CombinedLog;
 use hr_shared::paths::StatePaths;
-use hr_shared::runs::{self, Guard, StatusChange, ToolRun, Touch};
+use hr_shared::runs::{self, Guard, SUPERVISOR_HEARTBEAT, StatusChange, ToolRun, Touch};
 use hr_shared::status::RunStatus;
 use hr_shared::{proc, time};
 use rusqlite::Connection;
@@ -17,8 +17,6 @@ use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-/// How often the shim records that it is alive.
-pub const SUPERVISOR_HEARTBEAT: Duration = Duration::from_secs(3);
 
 /// Names a run in events.
 #[derive(Debug, Clone)]
