@@ -4,7 +4,11 @@
 mod cli;
 mod cmd;
 mod error;
+mod locate;
 mod output;
+mod parse;
+mod stop;
+mod worker;
 
 use std::process::ExitCode;
 

@@ -2,9 +2,20 @@
 //! fixture tools that prompt, hang, stall, crash, flood output and lie. Build the binaries
 //! first (`cargo build --workspace`). Each module says what it covers.
 
+mod cancel;
+mod decide;
+mod doctor;
+mod gc;
+mod install;
+mod listing;
+mod logs;
 mod passthrough;
+mod reconcile;
 mod records;
+mod resume;
+mod rows;
 mod stdin;
 mod store_faults;
 mod supervision;
 mod symlink;
+mod wait;
