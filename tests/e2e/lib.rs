@@ -140,9 +140,24 @@ impl TestEnv {
         c
     }
 
-    /// Every row of a table as JSON objects keyed by column, in rowid order.
+    /// Every row of a table as JSON objects keyed by column, in rowid order; none while the
+    /// database or the table does not exist yet (tests poll while a shim creates them).
     pub fn rows(&self, table: &str) -> Vec<Map<String, Value>> {
-        rows_of(&self.db(), &format!("SELECT * FROM {table} ORDER BY rowid"))
+        if !self.state().join("state.db").exists() {
+            return Vec::new();
+        }
+        let conn = self.db();
+        let exists = conn
+            .query_row(
+                "SELECT COUNT(*) FROM sqlite_master WHERE type = 'table' AND name = ?1",
+                [table],
+                |r| r.get::<_, i64>(0),
+            )
+            .is_ok_and(|n| n == 1);
+        if !exists {
+            return Vec::new();
+        }
+        rows_of(&conn, &format!("SELECT * FROM {table} ORDER BY rowid"))
     }
 
     /// The runs, oldest first.
@@ -168,9 +183,6 @@ impl TestEnv {
 
     /// The approvals, oldest first.
     pub fn approvals(&self) -> Vec<Map<String, Value>> {
-        if !self.state().join("state.db").exists() {
-            return Vec::new();
-        }
         self.rows("approvals")
     }
 
@@ -185,7 +197,11 @@ impl TestEnv {
                 .find(|a| a["status"] == "pending");
             found.is_some()
         });
-        assert!(seen, "no pending approval appeared: {:#?}", self.approvals());
+        assert!(
+            seen,
+            "no pending approval appeared: {:#?}",
+            self.approvals()
+        );
         found.unwrap_or_default()
     }
 

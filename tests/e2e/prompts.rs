@@ -26,7 +26,10 @@ fn expect_approval(
     assert_eq!(s(&a, "status"), "pending");
     assert_eq!(s(&a, "prompt_line"), prompt_line, "{a:#?}");
     let options: Vec<Value> = serde_json::from_str(s(&a, "options_json")).unwrap();
-    let got: Vec<&str> = options.iter().map(|o| o["value"].as_str().unwrap()).collect();
+    let got: Vec<&str> = options
+        .iter()
+        .map(|o| o["value"].as_str().unwrap())
+        .collect();
     assert_eq!(got, values, "{a:#?}");
     assert!(
         options.iter().all(|o| o.get("keys").is_none()),
@@ -138,7 +141,11 @@ fn expect_secret_refused(env: &TestEnv, out: &Outcome, prompt: &str) {
     assert_eq!(n(&run, "exit_code"), 93);
     assert!(s(&run, "reason").contains(prompt), "{run:#?}");
     assert!(s(&run, "reason").contains("secret"), "{run:#?}");
-    assert!(out.stderr.contains("never types or stores secrets"), "{}", out.stderr);
+    assert!(
+        out.stderr.contains("never types or stores secrets"),
+        "{}",
+        out.stderr
+    );
     assert!(
         !out.out().contains("typed"),
         "nothing was typed into the prompt"
@@ -150,11 +157,7 @@ fn pip_uninstall_in_a_venv_is_an_approval() {
     let env = TestEnv::new();
     let venv = env.work().join("venv");
     let pip = make_venv_with_fake_package(&venv);
-    let out = env
-        .shim()
-        .arg(&pip)
-        .args(["uninstall", "hrfixture"])
-        .run();
+    let out = env.shim().arg(&pip).args(["uninstall", "hrfixture"]).run();
     let a = expect_approval(&env, &out, "Proceed (Y/n)?", &["y", "n"]);
     assert_eq!(s(&a, "default_value"), "y");
     assert!(installed(&venv));
@@ -170,7 +173,10 @@ fn make_venv_with_fake_package(venv: &Path) -> std::path::PathBuf {
         .expect("python3 -m venv");
     assert!(ok.success(), "python3 -m venv failed");
     let site = Command::new(venv.join("bin/python"))
-        .args(["-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"])
+        .args([
+            "-c",
+            "import sysconfig; print(sysconfig.get_paths()['purelib'])",
+        ])
         .output()
         .expect("venv python");
     let site = std::path::PathBuf::from(String::from_utf8_lossy(&site.stdout).trim());
@@ -205,7 +211,11 @@ fn bash_read_p_is_an_approval() {
     let env = TestEnv::new();
     let out = env
         .shim()
-        .args(["bash", "-c", "read -p 'Continue? [y/N] ' a; echo \"got $a\""])
+        .args([
+            "bash",
+            "-c",
+            "read -p 'Continue? [y/N] ' a; echo \"got $a\"",
+        ])
         .run();
     let a = expect_approval(&env, &out, "Continue? [y/N]", &["y", "n"]);
     assert_eq!(s(&a, "rule_name"), "generic:yes-no");
@@ -322,5 +332,9 @@ fn a_prompt_that_cannot_be_recorded_is_exit_125() {
         .args(["bash", "-c", "read -p 'Continue? [y/N] ' a"])
         .run();
     out.expect_code(125);
-    assert!(out.stderr.contains("could not be recorded"), "{}", out.stderr);
+    assert!(
+        out.stderr.contains("could not be recorded"),
+        "{}",
+        out.stderr
+    );
 }
