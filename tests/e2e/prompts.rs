@@ -338,3 +338,43 @@ fn a_prompt_that_cannot_be_recorded_is_exit_125() {
         out.stderr
     );
 }
+
+/// A tool whose `/proc` the shim may not read (non-dumpable, as setuid tools are), with the
+/// shim running as an unprivileged user: only the thread states, steady CPU time and a
+/// prompt-shaped last line are left to go on.
+fn non_dumpable(env: &TestEnv, script: &str) -> Outcome {
+    let home = env.path().join("unprivileged");
+    std::fs::create_dir_all(&home).unwrap();
+    for dir in [env.path(), home.as_path()] {
+        std::fs::set_permissions(dir, std::os::unix::fs::PermissionsExt::from_mode(0o777))
+            .unwrap();
+    }
+    let code = format!("import ctypes\nctypes.CDLL(None).prctl(4, 0, 0, 0, 0)\n{script}\n");
+    std::fs::write(home.join("tool.py"), code).unwrap();
+    let mut cmd = env.shim();
+    cmd.env("HEADLESS_RUN_HOME", home.join("state"))
+        .current_dir(&home)
+        .args(["/usr/bin/python3", "tool.py"]);
+    std::os::unix::process::CommandExt::uid(&mut cmd.cmd, 65534);
+    std::os::unix::process::CommandExt::gid(&mut cmd.cmd, 65534);
+    cmd.run()
+}
+
+#[test]
+fn a_tool_whose_proc_is_refused_is_still_detected_by_the_fallback() {
+    if !Path::new("/usr/bin/python3").exists() {
+        eprintln!("skipped: needs /usr/bin/python3, readable by an unprivileged user");
+        return;
+    }
+    let env = TestEnv::new();
+    let out = non_dumpable(&env, "print('got', input('Continue? [y/N] '))");
+    out.expect_code(90);
+    assert!(out.stderr.contains("asks \"Continue? [y/N]\""), "{}", out.stderr);
+    // Busy on the CPU after a question-shaped line: not a prompt.
+    let env = TestEnv::new();
+    let out = non_dumpable(
+        &env,
+        "import time\nprint('Proceed? [y/N] ', end='', flush=True)\nend = time.time() + 1.5\nwhile time.time() < end: pass\nprint('done')",
+    );
+    out.expect_code(0);
+}
