@@ -445,3 +445,31 @@ command = ["sh", "-c", "{{ echo \"id=$HEADLESS_RUN_APPROVAL_ID tool=$HEADLESS_RU
     out.expect_code(90);
     assert!(out.stderr.contains("notify hook"), "{}", out.stderr);
 }
+
+#[test]
+fn a_remembered_decision_answers_the_same_prompt_later() {
+    let env = TestEnv::new();
+    let file = env.work().join("h.txt");
+    std::fs::write(&file, "x").unwrap();
+    rm_i(&env, "h.txt").run().expect_code(90);
+    let id = s(&env.pending_approval(), "approval_id").to_owned();
+    env.monitor()
+        .args(["decide", &id, "y", "--remember"])
+        .run()
+        .expect_code(0);
+    // The decision itself answers the retry…
+    rm_i(&env, "h.txt").run().expect_code(0);
+    assert!(!file.exists());
+    // …and the remembered policy every later run of that prompt, in another directory too.
+    let elsewhere = env.work().join("sub");
+    std::fs::create_dir_all(&elsewhere).unwrap();
+    std::fs::write(elsewhere.join("h.txt"), "x").unwrap();
+    let out = rm_i(&env, "h.txt").current_dir(&elsewhere).run();
+    out.expect_code(0);
+    assert!(!elsewhere.join("h.txt").exists());
+    let approvals = env.approvals();
+    assert_eq!(approvals.len(), 2, "{approvals:#?}");
+    let auto = &approvals[1];
+    assert_eq!(s(auto, "decided_by"), format!("policy:remembered:{id}"));
+    assert_eq!(s(auto, "chosen_value"), "y");
+}
