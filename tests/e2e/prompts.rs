@@ -346,8 +346,7 @@ fn non_dumpable(env: &TestEnv, script: &str) -> Outcome {
     let home = env.path().join("unprivileged");
     std::fs::create_dir_all(&home).unwrap();
     for dir in [env.path(), home.as_path()] {
-        std::fs::set_permissions(dir, std::os::unix::fs::PermissionsExt::from_mode(0o777))
-            .unwrap();
+        std::fs::set_permissions(dir, std::os::unix::fs::PermissionsExt::from_mode(0o777)).unwrap();
     }
     let code = format!("import ctypes\nctypes.CDLL(None).prctl(4, 0, 0, 0, 0)\n{script}\n");
     std::fs::write(home.join("tool.py"), code).unwrap();
@@ -369,7 +368,11 @@ fn a_tool_whose_proc_is_refused_is_still_detected_by_the_fallback() {
     let env = TestEnv::new();
     let out = non_dumpable(&env, "print('got', input('Continue? [y/N] '))");
     out.expect_code(90);
-    assert!(out.stderr.contains("asks \"Continue? [y/N]\""), "{}", out.stderr);
+    assert!(
+        out.stderr.contains("asks \"Continue? [y/N]\""),
+        "{}",
+        out.stderr
+    );
     // Busy on the CPU after a question-shaped line: not a prompt.
     let env = TestEnv::new();
     let out = non_dumpable(
