@@ -233,11 +233,7 @@ pub fn reconcile(conn: &mut Connection, log: &Path, actor: &str) -> Result<Recon
             error: Some(why.clone()),
             ..StatusChange::to(RunStatus::Failed, Some(why.clone()))
         };
-        let guard = [run.status];
-        let previous = db::write(conn, |tx| {
-            runs::change_status(tx, &run.tool_run_id, &change, actor, Guard::From(&guard))
-        })?;
-        if let Some(previous) = previous {
+        if let Some(previous) = fail_vanished(conn, &run, &change, actor)? {
             events.push(status_event(&run, previous, &change));
             report.vanished.push((run.tool_run_id.clone(), why));
         }
@@ -246,6 +242,26 @@ pub fn reconcile(conn: &mut Connection, log: &Path, actor: &str) -> Result<Recon
     events.extend(report.expired.iter().map(Approval::status_event));
     log_events(log, &events);
     Ok(report)
+}
+
+/// Fails `seen` (a live run as listed at the start of the pass, whose shim has since been
+/// found gone) unless, read again under the write lock, it has moved on. A shim in exit
+/// mode parks its run (exit code 90) and then exits: between the list and this write it
+/// may have done both, and its run is then parked, not vanished.
+fn fail_vanished(
+    conn: &mut Connection,
+    seen: &ToolRun,
+    change: &StatusChange,
+    actor: &str,
+) -> Result<Option<RunStatus>> {
+    db::write(conn, |tx| {
+        match runs::get(tx, &seen.tool_run_id)? {
+            Some(now) if now.status == seen.status && !is_parked(&now) => {}
+            _ => return Ok(None),
+        }
+        let guard = [seen.status];
+        runs::change_status(tx, &seen.tool_run_id, change, actor, Guard::From(&guard))
+    })
 }
 
 #[cfg(test)]
@@ -334,6 +350,44 @@ mod tests {
                 .unwrap()
                 .vanished
                 .is_empty()
+        );
+    }
+
+    /// Found by scripts/stress at 256 shims: a run listed as `waiting_approval` whose shim
+    /// then parked it (exit code 90) and exited was failed as `supervisor vanished`, so its
+    /// decision was never resumed.
+    #[test]
+    fn reconcile_race_with_a_shim_parking_its_run() {
+        let (_tmp, mut conn) = setup();
+        let mut run = sample("TR-PARKING", "x", RunStatus::WaitingApproval);
+        run.host = Some(proc::hostname());
+        run.shim_pid = Some(i32::MAX as i64 - 7);
+        db::write(&mut conn, |tx| runs::insert(tx, &run, "t")).unwrap();
+        // The pass lists the run before the shim's last write…
+        let seen = runs::get(&conn, "TR-PARKING").unwrap().unwrap();
+        assert!(!is_parked(&seen));
+        let why = shim_gone(&seen, &proc::hostname()).expect("the shim is gone");
+        // …which parks it, and then the shim exits.
+        let park = StatusChange {
+            exit_code: Some(90),
+            ..StatusChange::to(RunStatus::WaitingApproval, Some("waiting".into()))
+        };
+        db::write(&mut conn, |tx| {
+            runs::change_status(tx, "TR-PARKING", &park, "shim", Guard::NotFinal)
+        })
+        .unwrap();
+        let change = StatusChange::to(RunStatus::Failed, Some(why));
+        assert_eq!(fail_vanished(&mut conn, &seen, &change, "w").unwrap(), None);
+        let now = runs::get(&conn, "TR-PARKING").unwrap().unwrap();
+        assert!(is_parked(&now), "{now:?}");
+        // A run that really lost its shim still fails.
+        let mut lost = sample("TR-LOST", "x", RunStatus::WaitingApproval);
+        lost.shim_pid = run.shim_pid;
+        db::write(&mut conn, |tx| runs::insert(tx, &lost, "t")).unwrap();
+        let seen = runs::get(&conn, "TR-LOST").unwrap().unwrap();
+        assert_eq!(
+            fail_vanished(&mut conn, &seen, &change, "w").unwrap(),
+            Some(RunStatus::WaitingApproval)
         );
     }
 
