@@ -85,10 +85,11 @@ fn strip(s: &str, one_line: bool) -> String {
 }
 
 /// Control characters (C0 except newline and tab, DEL, C1) and bidirectional controls
-/// that could reorder what the operator reads.
+/// that could reorder what the operator reads (Unicode's Bidi_Control set: the Arabic
+/// letter mark, LRM/RLM, embeddings and overrides, isolates).
 fn is_unsafe(c: char) -> bool {
     c.is_control()
-        || matches!(c, '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
+        || matches!(c, '\u{061c}' | '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
 }
 
 #[cfg(test)]
@@ -122,6 +123,14 @@ mod tests {
         assert_eq!(sanitize_text("safe\u{202e}txt.exe"), "safetxt.exe");
         assert_eq!(sanitize_text("a\tb\nc"), "a b\nc");
         assert_eq!(sanitize_line("a\nb"), "a b");
+    }
+
+    /// Found by the fuzz target (shared/tests/fuzz.rs): U+061C ARABIC LETTER MARK, a
+    /// bidi control like RLM, went through untouched.
+    #[test]
+    fn arabic_letter_mark_is_removed() {
+        assert_eq!(sanitize_text("a\u{61c}b"), "ab");
+        assert_eq!(sanitize_line("\u{61c}"), "");
     }
 
     #[test]
