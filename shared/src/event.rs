@@ -224,9 +224,11 @@ pub fn parse_tool_line(line: &[u8]) -> Option<ToolSignal> {
                     };
                     clean_option(value, label)
                 })
-                .take(MAX_OPTIONS)
                 .collect();
-            options.dedup_by(|a, b| a.value == b.value);
+            // Each value once (the first label wins), so a decision names one option.
+            let mut seen = std::collections::HashSet::new();
+            options.retain(|o| seen.insert(o.value.clone()));
+            options.truncate(MAX_OPTIONS);
             if options.is_empty() {
                 options = vec![
                     ApprovalOption {
@@ -444,6 +446,19 @@ mod tests {
         assert_eq!(req.options.len(), 1);
         assert_eq!(req.options[0].value, "fine");
         assert_eq!(req.default, None);
+    }
+
+    /// Found by the fuzz target (shared/tests/fuzz.rs): only adjacent duplicates were
+    /// dropped, so `["yes","no","yes"]` offered `yes` twice.
+    #[test]
+    fn duplicate_option_values_are_offered_once() {
+        let line = r#"{"event":"approval_needed","question":"Go?","options":["yes","no",{"value":"yes","label":"Again"}," no "]}"#;
+        let Some(ToolSignal::ApprovalNeeded(req)) = parse_tool_line(line.as_bytes()) else {
+            panic!("not parsed");
+        };
+        let values: Vec<&str> = req.options.iter().map(|o| o.value.as_str()).collect();
+        assert_eq!(values, ["yes", "no"]);
+        assert_eq!(req.options[0].label, "yes");
     }
 
     #[test]
