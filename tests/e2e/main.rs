@@ -18,6 +18,7 @@ mod resume;
 mod rows;
 mod stdin;
 mod store_faults;
+mod stress;
 mod supervision;
 mod symlink;
 mod wait;
