@@ -21,5 +21,6 @@ pub mod resolve;
 pub mod resume;
 pub mod runs;
 pub mod sanitize;
+pub mod spool;
 pub mod status;
 pub mod time;

@@ -6,6 +6,7 @@ mod approval_flow;
 mod cancel;
 mod decide;
 mod doctor;
+mod faults;
 mod gc;
 mod install;
 mod listing;
