@@ -8,6 +8,7 @@ mod decide;
 mod doctor;
 mod faults;
 mod gc;
+mod hostile;
 mod install;
 mod listing;
 mod logs;
