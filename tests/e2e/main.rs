@@ -18,6 +18,7 @@ mod reconcile;
 mod records;
 mod resume;
 mod rows;
+mod security;
 mod stdin;
 mod store_faults;
 mod supervision;
