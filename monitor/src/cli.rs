@@ -69,8 +69,6 @@ pub fn run() -> CliResult {
     match cli.command {
         Some(Command::Runs(args)) => cmd::runs::run(&ctx, args),
         Some(Command::Show(args)) => cmd::show::run(&ctx, args),
-        None => Err(CliError::usage(
-            "the dashboard is not built yet; try `monitor runs`",
-        )),
+        None => crate::tui::run(&ctx.paths),
     }
 }

@@ -5,6 +5,7 @@ mod cli;
 mod cmd;
 mod error;
 mod output;
+mod tui;
 
 use std::process::ExitCode;
 
