@@ -285,7 +285,7 @@ impl App {
         self.data
             .as_ref()
             .and_then(|d| d.vanished.get(&run.tool_run_id))
-            .map(String::as_str)
+            .map(|v| v.why.as_str())
     }
 
     /// The approval decision keys act on here, if any.
@@ -362,11 +362,15 @@ fn on_snapshot(app: &mut App, snap: Snapshot) {
     let old_run = app.selected_run().map(|r| r.tool_run_id.clone());
     let old_approval = app.selected_approval().map(|a| a.approval_id.clone());
     app.problem = None;
-    // Keep the selection on the same run and approval as the lists change under it.
-    app.run_sel = old_run
-        .and_then(|id| snap.runs.iter().position(|r| r.tool_run_id == id))
-        .unwrap_or(app.run_sel)
-        .min(snap.runs.len().saturating_sub(1));
+    // At the top of the runs, follow the newest run (a dashboard left open shows what is
+    // new); anywhere else, and always for approvals (a decision key must never land on an
+    // approval that slid under the cursor), keep the selection on the same item.
+    if app.run_sel > 0 {
+        app.run_sel = old_run
+            .and_then(|id| snap.runs.iter().position(|r| r.tool_run_id == id))
+            .unwrap_or(app.run_sel);
+    }
+    app.run_sel = app.run_sel.min(snap.runs.len().saturating_sub(1));
     app.approval_sel = old_approval
         .and_then(|id| snap.approvals.iter().position(|a| a.approval_id == id))
         .unwrap_or(app.approval_sel)

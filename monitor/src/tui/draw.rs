@@ -120,21 +120,17 @@ pub fn draw(app: &App, f: &mut Frame) {
     }
 }
 
+/// Runs in a live status, less those whose shim vanished (they count as failed).
 fn count(app: &App, status: RunStatus) -> i64 {
     let Some(d) = &app.data else { return 0 };
     let stored = d
-        .counts
+        .live
         .iter()
         .find(|(s, _)| *s == status)
         .map(|(_, n)| *n)
         .unwrap_or(0);
-    // Vanished runs are counted as failed, not as what they claim to be.
-    let vanished = d
-        .runs
-        .iter()
-        .filter(|r| r.status == status && d.vanished.contains_key(&r.tool_run_id))
-        .count() as i64;
-    (stored - vanished.max(0)).max(0)
+    let vanished = d.vanished.values().filter(|v| v.status == status).count() as i64;
+    (stored - vanished).max(0)
 }
 
 fn draw_alerts(app: &App, f: &mut Frame, area: Rect) {
@@ -154,7 +150,7 @@ fn draw_alerts(app: &App, f: &mut Frame, area: Rect) {
         f.render_widget(Paragraph::new(" reading the database…").dim(), area);
         return;
     };
-    let failed = d.failed_recent + d.vanished.len() as i64;
+    let failed = d.aggregates.failed_recent + d.vanished.len() as i64;
     let stalled = count(app, RunStatus::Stalled);
     let waiting = count(app, RunStatus::WaitingApproval);
     // (count, full text, compact text, style): the compact words are used when the full
@@ -216,7 +212,7 @@ fn draw_alerts(app: &App, f: &mut Frame, area: Rect) {
         spans.extend(alerts);
     }
     let running = count(app, RunStatus::Running);
-    let total: i64 = d.counts.iter().map(|(_, n)| n).sum();
+    let total: i64 = d.aggregates.totals.iter().map(|(_, n)| n).sum();
     let mut tail = vec![
         sep(),
         Span::raw(format!(

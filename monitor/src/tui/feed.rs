@@ -44,15 +44,35 @@ const LOG_LINES: usize = 200;
 /// Lines of a run's rendered output kept.
 const OUTPUT_LINES: usize = 200;
 
-/// Everything the dashboard shows, read in one go.
+/// How often the whole-database aggregates are read again when no run changed status
+/// (they scan an index of every run: tens of milliseconds at 100 000 runs).
+const AGGREGATES_EVERY: Duration = Duration::from_secs(5);
+
+/// A live run whose shim is gone: shown, and counted, as failed.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Vanished {
+    /// What it is stored as.
+    pub status: RunStatus,
+    pub why: String,
+}
+
+/// Counts over the whole database, read less often than the rest (see [`AGGREGATES_EVERY`]).
 #[derive(Debug, Clone, Default, PartialEq)]
-pub struct Snapshot {
-    /// Runs per stored status, over the whole database.
-    pub counts: Vec<(RunStatus, i64)>,
-    /// Live runs whose shim is gone (run id → why): shown, and counted, as failed.
-    pub vanished: BTreeMap<String, String>,
+pub struct Aggregates {
+    /// Runs per stored status (`count_by_status`).
+    pub totals: Vec<(RunStatus, i64)>,
     /// Failures within [`FAILED_WINDOW`] (vanished runs not included).
     pub failed_recent: i64,
+}
+
+/// Everything the dashboard shows.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Snapshot {
+    /// Runs per live status (queued, running, stalled, waiting for approval).
+    pub live: Vec<(RunStatus, i64)>,
+    pub aggregates: Aggregates,
+    /// Live runs whose shim is gone, by run id.
+    pub vanished: BTreeMap<String, Vanished>,
     /// Pending approvals, and how many expire within [`EXPIRY_SOON`].
     pub pending: i64,
     pub expiring: i64,
@@ -64,6 +84,28 @@ pub struct Snapshot {
     pub log: Vec<tail::LogLine>,
     /// The open run, if one is open.
     pub detail: Option<RunDetail>,
+}
+
+impl Snapshot {
+    /// What says whether a run was added or changed status (timestamps left out, so
+    /// heartbeats do not count): when it changes, the aggregates are read again at once.
+    fn status_mark(&self) -> StatusMark {
+        StatusMark {
+            runs: self
+                .runs
+                .iter()
+                .map(|r| (r.tool_run_id.clone(), r.status))
+                .collect(),
+            live: self.live.clone(),
+        }
+    }
+}
+
+/// The runs' ids and statuses, and the live counts: see [`Snapshot::status_mark`].
+#[derive(Debug, Clone, Default, PartialEq)]
+struct StatusMark {
+    runs: Vec<(String, RunStatus)>,
+    live: Vec<(RunStatus, i64)>,
 }
 
 /// One run with what its detail view shows.
@@ -78,17 +120,25 @@ pub struct RunDetail {
     pub output: Vec<String>,
 }
 
-/// Reads a snapshot. `vanished` is worked out by the caller (it needs `/proc`, not SQL).
-pub fn load(
+/// Reads the whole-database counts.
+pub fn load_aggregates(conn: &Connection, now: SystemTime) -> db::Result<Aggregates> {
+    let since = time::to_rfc3339(now.checked_sub(FAILED_WINDOW).unwrap_or(now));
+    Ok(Aggregates {
+        totals: runs::count_by_status(conn)?,
+        failed_recent: alerts::failed_since(conn, &since)?,
+    })
+}
+
+/// Reads what changes with every write, bounded whatever the size of the database: the
+/// newest runs, live counts, pending approvals, the log's tail and the open run. The
+/// aggregates are left empty, and `vanished` (it needs `/proc`, not SQL) to the caller.
+pub fn load_view(
     conn: &Connection,
     paths: &StatePaths,
     query: &RunQuery,
     open_run: Option<&str>,
-    now: SystemTime,
 ) -> db::Result<Snapshot> {
-    let counts = runs::count_by_status(conn)?;
-    let since = time::to_rfc3339(now.checked_sub(FAILED_WINDOW).unwrap_or(now));
-    let failed_recent = alerts::failed_since(conn, &since)?;
+    let live = alerts::live_counts(conn)?;
     let (pending, expiring) = approvals::pending_counts(conn, EXPIRY_SOON)?;
     let runs = runs::list(
         conn,
@@ -112,9 +162,9 @@ pub fn load(
         None => None,
     };
     Ok(Snapshot {
-        counts,
+        live,
+        aggregates: Aggregates::default(),
         vanished: BTreeMap::new(),
-        failed_recent,
         pending,
         expiring,
         runs,
@@ -122,6 +172,19 @@ pub fn load(
         log: tail::combined_log(&paths.combined_log(), LOG_LINES),
         detail,
     })
+}
+
+/// Reads a whole snapshot (the view and the aggregates) at once.
+pub fn load(
+    conn: &Connection,
+    paths: &StatePaths,
+    query: &RunQuery,
+    open_run: Option<&str>,
+    now: SystemTime,
+) -> db::Result<Snapshot> {
+    let mut snap = load_view(conn, paths, query, open_run)?;
+    snap.aggregates = load_aggregates(conn, now)?;
+    Ok(snap)
 }
 
 fn load_detail(conn: &Connection, paths: &StatePaths, id: &str) -> db::Result<Option<RunDetail>> {
@@ -149,7 +212,7 @@ fn load_detail(conn: &Connection, paths: &StatePaths, id: &str) -> db::Result<Op
 
 /// The live runs (running, stalled, waiting for approval) whose shim is gone, with why.
 /// Runs parked on an approval (exit mode) have no shim on purpose.
-pub fn vanished(conn: &Connection) -> db::Result<BTreeMap<String, String>> {
+pub fn vanished(conn: &Connection) -> db::Result<BTreeMap<String, Vanished>> {
     let live = runs::list(
         conn,
         &RunFilter {
@@ -166,7 +229,17 @@ pub fn vanished(conn: &Connection) -> db::Result<BTreeMap<String, String>> {
     Ok(live
         .iter()
         .filter(|r| !control::is_parked(r))
-        .filter_map(|r| control::shim_gone(r, &host).map(|why| (r.tool_run_id.clone(), why)))
+        .filter_map(|r| {
+            control::shim_gone(r, &host).map(|why| {
+                (
+                    r.tool_run_id.clone(),
+                    Vanished {
+                        status: r.status,
+                        why,
+                    },
+                )
+            })
+        })
         .collect())
 }
 
@@ -199,7 +272,9 @@ struct Feed {
     query: RunQuery,
     open_run: Option<String>,
     marks: Marks,
-    vanished: BTreeMap<String, String>,
+    vanished: BTreeMap<String, Vanished>,
+    aggregates: Option<(Instant, Aggregates)>,
+    status_mark: StatusMark,
     last_open_attempt: Option<Instant>,
     last_liveness: Instant,
     last_problem: Option<String>,
@@ -227,6 +302,8 @@ pub fn spawn(
                 open_run: None,
                 marks: Marks::default(),
                 vanished: BTreeMap::new(),
+                aggregates: None,
+                status_mark: StatusMark::default(),
                 last_open_attempt: None,
                 last_liveness: Instant::now(),
                 last_problem: None,
@@ -322,25 +399,38 @@ impl Feed {
             return true;
         }
         self.marks = marks;
-        match load(
-            conn,
-            &self.paths,
-            &self.query,
-            self.open_run.as_deref(),
-            SystemTime::now(),
-        ) {
-            Ok(mut snap) => {
-                snap.vanished = self.vanished.clone();
-                self.last_problem = None;
-                self.tx.send(Msg::Snapshot(Box::new(snap))).is_ok()
+        let mut snap = match load_view(conn, &self.paths, &self.query, self.open_run.as_deref()) {
+            Ok(snap) => snap,
+            Err(e) => return self.lost(e.to_string()),
+        };
+        // The aggregates scan every run: read them when a run was added or changed status
+        // (or the filter changed), else at most every few seconds.
+        let mark = snap.status_mark();
+        let stale = self
+            .aggregates
+            .as_ref()
+            .is_none_or(|(at, _)| at.elapsed() >= AGGREGATES_EVERY);
+        if force || stale || mark != self.status_mark {
+            match load_aggregates(conn, SystemTime::now()) {
+                Ok(a) => self.aggregates = Some((Instant::now(), a)),
+                Err(e) => return self.lost(e.to_string()),
             }
-            Err(e) => self.lost(e.to_string()),
         }
+        self.status_mark = mark;
+        snap.aggregates = self
+            .aggregates
+            .as_ref()
+            .map(|(_, a)| a.clone())
+            .unwrap_or_default();
+        snap.vanished = self.vanished.clone();
+        self.last_problem = None;
+        self.tx.send(Msg::Snapshot(Box::new(snap))).is_ok()
     }
 
     /// The connection failed: drop it and report; the next poll reopens.
     fn lost(&mut self, why: String) -> bool {
         self.conn = None;
+        self.aggregates = None;
         self.marks = Marks::default();
         self.last_open_attempt = Some(Instant::now());
         self.problem(why)

@@ -727,7 +727,9 @@ fn the_feed_notices_changes_quickly_and_decides() {
     };
     assert_eq!(snap.runs.len(), 1);
     assert_eq!(snap.approvals.len(), 1);
-    assert!(took < Duration::from_millis(250), "took {took:?}");
+    // The feed polls every 100 ms (scripts/bench measures the latency); this bound only
+    // catches a feed that stopped noticing changes.
+    assert!(took < Duration::from_secs(2), "took {took:?}");
     req_tx
         .send(Request::Decide {
             approval_id: "AP-00000000000000000000000NEW".into(),
@@ -782,4 +784,45 @@ fn the_feed_reports_a_missing_database_and_recovers() {
     drop(req_tx);
     drop(rx);
     handle.join().unwrap();
+}
+
+#[test]
+fn the_top_follows_new_runs_but_a_chosen_run_or_approval_stays_chosen() {
+    let mut w = World::new();
+    let a = w.run("TR-10000000000000000000000001", "a", RunStatus::Running, 30);
+    let b = w.run(
+        "TR-20000000000000000000000002",
+        "b",
+        RunStatus::WaitingApproval,
+        20,
+    );
+    w.insert_runs(&[a, b.clone()]);
+    let ap1 = w.approval("AP-10000000000000000000000001", &b, "first?", 20);
+    w.insert_approvals(&[ap1]);
+    let mut app = w.app(w.snapshot(&RunQuery::default(), None));
+    assert_eq!(app.selected_run().map(|r| r.tool_name.as_str()), Some("b"));
+    let c = w.run("TR-30000000000000000000000003", "c", RunStatus::Running, 10);
+    w.insert_runs(&[c.clone()]);
+    let ap2 = w.approval("AP-20000000000000000000000002", &c, "second?", 10);
+    w.insert_approvals(&[ap2]);
+    update(
+        &mut app,
+        Msg::Snapshot(Box::new(w.snapshot(&RunQuery::default(), None))),
+    );
+    // At the top: the newest run. The approval chosen before stays chosen.
+    assert_eq!(app.selected_run().map(|r| r.tool_name.as_str()), Some("c"));
+    assert_eq!(
+        app.selected_approval().map(|a| a.question.as_str()),
+        Some("first?")
+    );
+    // Moved down to a run: it stays selected as newer runs arrive.
+    update(&mut app, code(KeyCode::Down));
+    assert_eq!(app.selected_run().map(|r| r.tool_name.as_str()), Some("b"));
+    let d = w.run("TR-40000000000000000000000004", "d", RunStatus::Running, 5);
+    w.insert_runs(&[d]);
+    update(
+        &mut app,
+        Msg::Snapshot(Box::new(w.snapshot(&RunQuery::default(), None))),
+    );
+    assert_eq!(app.selected_run().map(|r| r.tool_name.as_str()), Some("b"));
 }
