@@ -174,7 +174,8 @@ pub fn load_view(
     })
 }
 
-/// Reads a whole snapshot (the view and the aggregates) at once.
+/// Reads a whole snapshot (the view and the aggregates) at once, as the tests want it.
+#[cfg(test)]
 pub fn load(
     conn: &Connection,
     paths: &StatePaths,
