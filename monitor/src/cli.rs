@@ -34,8 +34,28 @@ struct Cli {
 enum Command {
     /// List tool runs, newest first
     Runs(cmd::runs::Args),
-    /// Show one run (with its output tail) or one approval
+    /// List approvals (pending ones by default)
+    Approvals(cmd::approvals::Args),
+    /// Show one run (with its approvals and output tail) or one approval
     Show(cmd::show::Args),
+    /// Decide an approval: approve, reject, or pick an option
+    Decide(cmd::decide::Args),
+    /// Block until an approval is decided or a run ends
+    Wait(cmd::wait::Args),
+    /// The combined event log, or one run's output; -f follows
+    Logs(cmd::logs::Args),
+    /// Resume runs whose approval was decided; reconcile and expire on every pass
+    Worker(cmd::worker::Args),
+    /// One pass: fail runs whose headless-run vanished, expire overdue approvals
+    Reconcile(cmd::reconcile::Args),
+    /// End a live run: its tool's process group is ended, status cancelled
+    Cancel(cmd::cancel::Args),
+    /// Create (or --list, --remove) links that run tools through headless-run
+    Install(cmd::install::Args),
+    /// Check permissions, schema, PATH, /proc access and the audit chain
+    Doctor(cmd::doctor::Args),
+    /// Delete finished runs older than a duration, with their approvals and logs
+    Gc(cmd::gc::Args),
 }
 
 /// Where the state lives, and the database opened on demand.
@@ -46,7 +66,12 @@ pub struct Ctx {
 impl Ctx {
     /// Opens the existing database (migrating it forward if it is older).
     pub fn open(&self) -> CliResult<Connection> {
-        Ok(db::open(&self.paths.db, OpenMode::Existing)?)
+        let mut conn = db::open(&self.paths.db, OpenMode::Existing)?;
+        // Final rows a shim had to leave in the spool (the database was locked when it
+        // exited) are written now, so that what is shown is complete. A read-only
+        // database leaves them for a writer.
+        let _ = hr_shared::spool::replay(&mut conn, &self.paths, &hr_shared::proc::current_user());
+        Ok(conn)
     }
 }
 
@@ -68,7 +93,17 @@ pub fn run() -> CliResult {
     let ctx = Ctx { paths };
     match cli.command {
         Some(Command::Runs(args)) => cmd::runs::run(&ctx, args),
+        Some(Command::Approvals(args)) => cmd::approvals::run(&ctx, args),
         Some(Command::Show(args)) => cmd::show::run(&ctx, args),
+        Some(Command::Decide(args)) => cmd::decide::run(&ctx, args),
+        Some(Command::Wait(args)) => cmd::wait::run(&ctx, args),
+        Some(Command::Logs(args)) => cmd::logs::run(&ctx, args),
+        Some(Command::Worker(args)) => cmd::worker::run(&ctx, args),
+        Some(Command::Reconcile(args)) => cmd::reconcile::run(&ctx, args),
+        Some(Command::Cancel(args)) => cmd::cancel::run(&ctx, args),
+        Some(Command::Install(args)) => cmd::install::run(args),
+        Some(Command::Doctor(args)) => cmd::doctor::run(&ctx, args),
+        Some(Command::Gc(args)) => cmd::gc::run(&ctx, args),
         None => crate::tui::run(&ctx.paths),
     }
 }

@@ -4,8 +4,12 @@
 mod cli;
 mod cmd;
 mod error;
+mod locate;
 mod output;
+mod parse;
+mod stop;
 mod tui;
+mod worker;
 
 use std::process::ExitCode;
 

@@ -14,13 +14,46 @@ pub fn terminal_width() -> Option<usize> {
     None
 }
 
-/// Prints `value` as one JSON document.
+/// Whether stdout is a terminal (a person reading, not a script).
+pub fn stdout_is_terminal() -> bool {
+    // SAFETY: isatty only inspects the descriptor.
+    unsafe { libc::isatty(libc::STDOUT_FILENO) == 1 }
+}
+
+/// Prints `value` as one JSON document (characters that could drive a terminal escaped, see
+/// [`escape_terminal_controls`]).
 pub fn print_json<T: Serialize + ?Sized>(value: &T) -> io::Result<()> {
+    let json = serde_json::to_vec(value).map_err(io::Error::other)?;
     let stdout = io::stdout();
-    let mut out = io::BufWriter::with_capacity(256 * 1024, stdout.lock());
-    serde_json::to_writer(&mut out, value).map_err(io::Error::other)?;
+    let mut out = stdout.lock();
+    match escape_terminal_controls(&json) {
+        Some(escaped) => out.write_all(escaped.as_bytes())?,
+        None => out.write_all(&json)?,
+    }
     out.write_all(b"\n")?;
     out.flush()
+}
+
+/// JSON text with DEL, the C1 controls and the bidirectional overrides written as `\uXXXX`
+/// escapes, or `None` when it holds none. serde_json escapes only C0 controls; the others
+/// are legal raw in JSON strings but a terminal may act on them. In JSON they can only occur
+/// inside strings, so the escaped text parses to the same value.
+pub fn escape_terminal_controls(json: &[u8]) -> Option<String> {
+    let text = std::str::from_utf8(json).ok()?;
+    let risky = |c: char| matches!(c, '\u{7f}'..='\u{9f}' | '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}');
+    // Fast path: every risky character is encoded with a 0x7f, 0xc2 or 0xe2 byte.
+    if !json.iter().any(|&b| b == 0x7f || b == 0xc2 || b == 0xe2) || !text.chars().any(risky) {
+        return None;
+    }
+    let mut out = String::with_capacity(text.len() + 16);
+    for c in text.chars() {
+        if risky(c) {
+            out.push_str(&format!("\\u{:04x}", c as u32));
+        } else {
+            out.push(c);
+        }
+    }
+    Some(out)
 }
 
 /// A text table: columns sized to their content; the last column is cut to fit `width`.
@@ -89,6 +122,18 @@ impl Table {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn terminal_controls_in_json_are_escaped() {
+        let v = serde_json::json!({"q": "a\u{9b}31mb\u{202e}c\u{1b}d"});
+        let raw = serde_json::to_vec(&v).unwrap();
+        let escaped = escape_terminal_controls(&raw).unwrap();
+        assert_eq!(escaped, r#"{"q":"a\u009b31mb\u202ec\u001bd"}"#);
+        let back: serde_json::Value = serde_json::from_str(&escaped).unwrap();
+        assert_eq!(back, v);
+        assert!(escape_terminal_controls(br#"{"q":"caf\u00e9 \u2014"}"#).is_none());
+        assert!(escape_terminal_controls("{\"q\":\"café — ok\"}".as_bytes()).is_none());
+    }
 
     #[test]
     fn table_aligns_and_fits() {

@@ -781,4 +781,230 @@ alternative = "use VAULT_TOKEN"
             Some(b"to seek the grail\r".to_vec())
         );
     }
+
+    /// Every prompt of PROMPTS.md: (tool, screen, echo, canonical) → secret, or the option
+    /// values and default.
+    #[test]
+    fn every_prompt_in_prompts_md() {
+        type Want<'a> = Option<(&'a [&'a str], Option<&'a str>)>;
+        let cases: Vec<(&str, &str, bool, bool, Want<'_>)> = vec![
+            (
+                "apt-get",
+                "Do you want to continue? [Y/n] ",
+                true,
+                true,
+                Some((&["y", "n"], Some("y"))),
+            ),
+            (
+                "pip",
+                "Proceed (Y/n)? ",
+                true,
+                true,
+                Some((&["y", "n"], Some("y"))),
+            ),
+            (
+                "pip",
+                "(i)gnore, (w)ipe, (b)ackup ",
+                true,
+                true,
+                Some((&["i", "w", "b"], None)),
+            ),
+            (
+                "conda",
+                "Proceed ([y]/n)? ",
+                true,
+                true,
+                Some((&["y", "n"], Some("y"))),
+            ),
+            (
+                "npx",
+                "Need to install the following packages:\n  cowsay@1.6.0\nOk to proceed? (y) ",
+                true,
+                true,
+                Some((&["y", "n"], Some("y"))),
+            ),
+            (
+                "npm",
+                "Is this OK? (yes) ",
+                true,
+                true,
+                Some((&["yes", "no"], Some("yes"))),
+            ),
+            (
+                "rm",
+                "rm: remove regular empty file 'x'? ",
+                true,
+                true,
+                Some((&["y", "n"], Some("n"))),
+            ),
+            (
+                "rm",
+                "rm: remove write-protected regular file 'x'? ",
+                true,
+                true,
+                Some((&["y", "n"], Some("n"))),
+            ),
+            (
+                "cp",
+                "cp: overwrite 'b'? ",
+                true,
+                true,
+                Some((&["y", "n"], Some("n"))),
+            ),
+            (
+                "mv",
+                "mv: overwrite 'b'? ",
+                true,
+                true,
+                Some((&["y", "n"], Some("n"))),
+            ),
+            (
+                "ssh",
+                "Are you sure you want to continue connecting (yes/no/[fingerprint])? ",
+                true,
+                true,
+                Some((&["yes", "no"], None)),
+            ),
+            ("ssh", "alice@example.com's password: ", false, true, None),
+            (
+                "ssh",
+                "Enter passphrase for key '/home/a/.ssh/id_ed25519': ",
+                false,
+                true,
+                None,
+            ),
+            (
+                "ssh-keygen",
+                "/tmp/k already exists.\nOverwrite (y/n)? ",
+                true,
+                true,
+                Some((&["y", "n"], None)),
+            ),
+            (
+                "ssh-keygen",
+                "Enter passphrase (empty for no passphrase): ",
+                false,
+                true,
+                None,
+            ),
+            (
+                "git",
+                "Username for 'https://example.com': ",
+                true,
+                true,
+                Some((&["abort"], None)),
+            ),
+            (
+                "git",
+                "Password for 'https://alice@example.com': ",
+                false,
+                true,
+                None,
+            ),
+            ("sudo", "[sudo] password for alice: ", false, true, None),
+            ("sudo", "[sudo: authenticate] Password: ", false, true, None),
+            ("docker", "Username: ", true, true, Some((&["abort"], None))),
+            ("docker", "Password: ", false, true, None),
+            (
+                "docker",
+                "Are you sure you want to continue? [y/N] ",
+                true,
+                true,
+                Some((&["y", "n"], Some("n"))),
+            ),
+            (
+                "terraform",
+                "Do you want to perform these actions?\n  Terraform will perform the actions described above.\n  Only 'yes' will be accepted to approve.\n\n  \x1b[1mEnter a value:\x1b[0m ",
+                true,
+                true,
+                Some((&["yes", "no"], None)),
+            ),
+            (
+                "gcloud",
+                "Do you want to continue (Y/n)? ",
+                true,
+                true,
+                Some((&["y", "n"], Some("y"))),
+            ),
+            (
+                "rustup-init",
+                "1) Proceed with standard installation (default - just press enter)\n2) Customize installation\n3) Cancel installation\n>",
+                true,
+                true,
+                Some((&["1", "2", "3"], Some("1"))),
+            ),
+            (
+                "openssl",
+                "Country Name (2 letter code) [AU]:",
+                true,
+                true,
+                Some((&["AU"], Some("AU"))),
+            ),
+            (
+                "openssl",
+                "State or Province Name (full name) [Some-State]:",
+                true,
+                true,
+                Some((&["Some-State"], Some("Some-State"))),
+            ),
+            (
+                "aider",
+                "Create new file? (Y)es/(N)o [Yes]: ",
+                true,
+                true,
+                Some((&["y", "n"], Some("y"))),
+            ),
+            (
+                "aider",
+                "Run shell command? (Y)es/(N)o/(D)on't ask again [Yes]: ",
+                true,
+                true,
+                Some((&["y", "n", "d"], Some("y"))),
+            ),
+            (
+                "claude",
+                "Do you want to proceed?\n\u{276f} 1. Yes\n  2. Yes, and don't ask again for this command\n  3. No, and tell Claude what to do differently (esc)",
+                false,
+                false,
+                Some((&["1", "2", "3"], Some("1"))),
+            ),
+            (
+                "codex",
+                "Would you like to run the following command?\n1. Yes, proceed (y)\n2. Yes, and don't ask again for commands that start with git (p)\n3. No, and tell Codex what to do differently (esc)",
+                false,
+                false,
+                Some((&["1", "2", "3"], None)),
+            ),
+            (
+                "x",
+                "Press Enter to continue",
+                true,
+                true,
+                Some((&["continue"], Some("continue"))),
+            ),
+            (
+                "x",
+                "Press any key to continue . . .",
+                true,
+                false,
+                Some((&["continue"], Some("continue"))),
+            ),
+        ];
+        for (tool, text, echo, canonical, want) in cases {
+            let p = screen(tool, text, echo, canonical);
+            match want {
+                None => assert!(p.secret, "{tool}: {text:?} should be a secret: {p:?}"),
+                Some((vals, default)) => {
+                    assert!(!p.secret, "{tool}: {text:?}");
+                    assert_eq!(values(&p), vals, "{tool}: {text:?} → {}", p.rule);
+                    assert_eq!(p.default.as_deref(), default, "{tool}: {text:?}");
+                    for o in &p.options {
+                        if o.value != "abort" {
+                            assert!(o.keys.is_some(), "{tool}: {} has no keys", o.value);
+                        }
+                    }
+                }
+            }
+        }
+    }
 }

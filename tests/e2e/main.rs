@@ -2,10 +2,26 @@
 //! fixture tools that prompt, hang, stall, crash, flood output and lie. Build the binaries
 //! first (`cargo build --workspace`). Each module says what it covers.
 
+mod approval_flow;
+mod cancel;
 mod dashboard;
+mod decide;
+mod doctor;
+mod faults;
+mod gc;
+mod hostile;
+mod install;
+mod listing;
+mod logs;
 mod passthrough;
+mod prompts;
+mod reconcile;
 mod records;
+mod resume;
+mod rows;
+mod security;
 mod stdin;
 mod store_faults;
 mod supervision;
 mod symlink;
+mod wait;

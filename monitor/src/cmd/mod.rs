@@ -1,4 +1,14 @@
 //! One module per subcommand.
 
+pub mod approvals;
+pub mod cancel;
+pub mod decide;
+pub mod doctor;
+pub mod gc;
+pub mod install;
+pub mod logs;
+pub mod reconcile;
 pub mod runs;
 pub mod show;
+pub mod wait;
+pub mod worker;

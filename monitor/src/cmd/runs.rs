@@ -1,7 +1,7 @@
 //! `monitor runs`: the runs, newest first, as a table or JSON.
 
 use crate::cli::Ctx;
-use crate::error::{CliError, CliResult};
+use crate::error::CliResult;
 use crate::output::{self, Table};
 use hr_shared::runs::{self, RunFilter, ToolRun};
 use hr_shared::sanitize::sanitize_line;
@@ -9,6 +9,10 @@ use hr_shared::status::RunStatus;
 use hr_shared::time;
 
 #[derive(Debug, clap::Args)]
+#[command(after_help = "\
+Filters combine (all must hold); --status may be given several times (any of them).
+--json prints an array of objects whose fields are the tool_runs columns (argv_json as the
+array it holds, metadata as the object it holds), newest first.")]
 pub struct Args {
     /// Only runs in this status (repeatable): running, completed, failed, failed_timeout,
     /// stalled, waiting_approval, cancelled, queued
@@ -17,6 +21,12 @@ pub struct Args {
     /// Only runs of this tool
     #[arg(long, value_name = "T")]
     tool: Option<String>,
+    /// Only runs of this execution (HEADLESS_RUN_EXECUTION_ID)
+    #[arg(long, value_name = "ID")]
+    execution: Option<String>,
+    /// Only runs started since then: a duration back from now (2h, 30m) or an RFC 3339 time
+    #[arg(long, value_name = "WHEN", value_parser = crate::parse::since)]
+    since: Option<String>,
     /// At most N runs (0: all)
     #[arg(long, value_name = "N", default_value_t = 50)]
     limit: usize,
@@ -30,8 +40,9 @@ pub fn run(ctx: &Ctx, args: Args) -> CliResult {
     let filter = RunFilter {
         statuses: args.status,
         tool: args.tool,
+        execution_id: args.execution,
+        since: args.since,
         limit: (args.limit > 0).then_some(args.limit),
-        ..RunFilter::default()
     };
     let runs = runs::list(&conn, &filter)?;
     if args.json {
@@ -78,16 +89,5 @@ fn took(r: &ToolRun) -> String {
             .map(time::short_duration)
             .unwrap_or_default(),
         _ => String::new(),
-    }
-}
-
-/// Parses an id argument, or says what was expected.
-pub fn require_id(id: &str) -> CliResult<&str> {
-    if id.starts_with("TR-") || id.starts_with("AP-") {
-        Ok(id)
-    } else {
-        Err(CliError::usage(format!(
-            "`{id}` is not a run id (TR-…) or an approval id (AP-…)"
-        )))
     }
 }

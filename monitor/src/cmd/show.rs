@@ -1,9 +1,12 @@
-//! `monitor show ID`: one run with its output tail and audit trail, or one approval.
+//! `monitor show ID`: one run with its approvals, output tail and audit trail, or one
+//! approval.
 
 use crate::cli::Ctx;
-use crate::cmd::runs::require_id;
+use crate::cmd::approvals::{clip, options_summary};
 use crate::error::{CliError, CliResult};
 use crate::output;
+use crate::parse::{self, IdKind};
+use hr_shared::approvals::{self, ApprovalFilter};
 use hr_shared::audit;
 use hr_shared::runs;
 use hr_shared::sanitize::{sanitize_line, sanitize_text};
@@ -16,22 +19,38 @@ pub struct Args {
     /// Lines of output to show
     #[arg(long, value_name = "N", default_value_t = 20)]
     tail: usize,
-    /// Print JSON: the run's columns plus `output_tail` and `events`
+    /// Print JSON: a run's columns plus `approvals`, `output_tail` and `events`; an
+    /// approval's columns
     #[arg(long)]
     json: bool,
 }
 
 pub fn run(ctx: &Ctx, args: Args) -> CliResult {
-    let id = require_id(&args.id)?;
+    let id = args.id.as_str();
+    if parse::id_kind(id)? == IdKind::Approval {
+        return crate::cmd::approvals::show(ctx, id, args.json);
+    }
     let conn = ctx.open()?;
     let Some(run) = runs::get(&conn, id)? else {
         return Err(CliError::not_found(format!("no run {id}")));
     };
     let tail = output_tail(&ctx.paths.run_log(id), args.tail);
     let events = audit::for_run(&conn, id)?;
+    let mut approvals = approvals::list(
+        &conn,
+        &ApprovalFilter {
+            tool_run_id: Some(id.to_owned()),
+            ..Default::default()
+        },
+    )?;
+    approvals.reverse();
     if args.json {
         let mut value = serde_json::to_value(&run).map_err(|e| CliError::error(e.to_string()))?;
         if let Some(obj) = value.as_object_mut() {
+            obj.insert(
+                "approvals".into(),
+                serde_json::to_value(&approvals).map_err(|e| CliError::error(e.to_string()))?,
+            );
             obj.insert("output_tail".into(), tail.clone().into());
             obj.insert(
                 "events".into(),
@@ -70,6 +89,25 @@ pub fn run(ctx: &Ctx, args: Args) -> CliResult {
     );
     field("host", run.host.clone());
     field("resumed_from", run.resumed_from.clone());
+    if !approvals.is_empty() {
+        println!("\napprovals:");
+        for a in &approvals {
+            println!(
+                "  {}  {:<8}  {:<12}  {}  {}",
+                a.approval_id,
+                a.status,
+                clip(
+                    &a.chosen_value
+                        .as_deref()
+                        .map(sanitize_line)
+                        .unwrap_or_else(|| options_summary(a)),
+                    12
+                ),
+                clip(&sanitize_line(a.decided_by.as_deref().unwrap_or("-")), 16),
+                clip(sanitize_line(&a.question).trim(), 60),
+            );
+        }
+    }
     println!("\nevents:");
     for e in &events {
         println!("  {}  {}  {}", e.at, e.event, sanitize_line(&e.data));

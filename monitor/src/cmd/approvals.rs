@@ -1,0 +1,265 @@
+//! `monitor approvals`: the approvals, pending ones by default, as a table or JSON.
+
+use crate::cli::Ctx;
+use crate::error::{CliError, CliResult};
+use crate::output::{self, Table};
+use hr_shared::approvals::{self, Approval, ApprovalFilter};
+use hr_shared::sanitize::sanitize_line;
+use hr_shared::status::ApprovalStatus;
+use hr_shared::time;
+use std::time::SystemTime;
+
+/// Which statuses `--status` selects.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum StatusArg {
+    Pending,
+    Approved,
+    Rejected,
+    Expired,
+    All,
+}
+
+#[derive(Debug, clap::Args)]
+#[command(after_help = "\
+The table shows, per approval: its id, the tool, how long ago it was asked, the time left
+before it expires, the options (the default in brackets, `+text` where free text is
+allowed) and the question on one line. Decide with `monitor decide AP-… VALUE`; see one in
+full with `monitor show AP-…`.
+
+--json prints an array of objects whose fields are the approvals columns (options_json as
+the array it holds).")]
+pub struct Args {
+    /// Which approvals to list
+    #[arg(long, value_enum, value_name = "STATUS", default_value = "pending")]
+    status: StatusArg,
+    /// Only approvals of this tool
+    #[arg(long, value_name = "T")]
+    tool: Option<String>,
+    /// Only approvals of this run (TR-…)
+    #[arg(long, value_name = "TR")]
+    run: Option<String>,
+    /// At most N approvals, newest first (0: all)
+    #[arg(long, value_name = "N", default_value_t = 50)]
+    limit: usize,
+    /// Print JSON
+    #[arg(long)]
+    json: bool,
+}
+
+pub fn run(ctx: &Ctx, args: Args) -> CliResult {
+    if let Some(run) = &args.run {
+        crate::parse::run_id(run)?;
+    }
+    let conn = ctx.open()?;
+    let statuses = match args.status {
+        StatusArg::Pending => vec![ApprovalStatus::Pending],
+        StatusArg::Approved => vec![ApprovalStatus::Approved],
+        StatusArg::Rejected => vec![ApprovalStatus::Rejected],
+        StatusArg::Expired => vec![ApprovalStatus::Expired],
+        StatusArg::All => Vec::new(),
+    };
+    let list = approvals::list(
+        &conn,
+        &ApprovalFilter {
+            statuses,
+            tool: args.tool,
+            tool_run_id: args.run,
+            limit: (args.limit > 0).then_some(args.limit),
+        },
+    )?;
+    if args.json {
+        return Ok(output::print_json(&list)?);
+    }
+    if list.is_empty() {
+        println!(
+            "no {}approvals",
+            match args.status {
+                StatusArg::All => String::new(),
+                other => format!("{} ", status_word(other)),
+            }
+        );
+        return Ok(());
+    }
+    let decided = args.status != StatusArg::Pending;
+    let width = output::terminal_width();
+    print!("{}", table(&list, decided).render(width));
+    Ok(())
+}
+
+fn status_word(s: StatusArg) -> &'static str {
+    match s {
+        StatusArg::Pending => "pending",
+        StatusArg::Approved => "approved",
+        StatusArg::Rejected => "rejected",
+        StatusArg::Expired => "expired",
+        StatusArg::All => "",
+    }
+}
+
+/// The human table; with `decided`, the status and who decided are shown too.
+pub fn table(list: &[Approval], decided: bool) -> Table {
+    let mut headers = vec!["APPROVAL", "TOOL", "AGE", "LEFT"];
+    if decided {
+        headers.extend(["STATUS", "VALUE", "BY"]);
+    }
+    headers.extend(["OPTIONS", "QUESTION"]);
+    let mut t = Table::new(headers);
+    for a in list {
+        let mut row = vec![
+            a.approval_id.clone(),
+            clip(&sanitize_line(&a.tool_name), 16),
+            time::age_of(&a.created_at)
+                .map(time::short_duration)
+                .unwrap_or_default(),
+            time_left(a),
+        ];
+        if decided {
+            row.push(a.status.to_string());
+            row.push(clip(
+                &a.chosen_value
+                    .as_deref()
+                    .map(sanitize_line)
+                    .unwrap_or_default(),
+                16,
+            ));
+            row.push(clip(
+                &sanitize_line(a.decided_by.as_deref().unwrap_or("")),
+                20,
+            ));
+        }
+        row.push(clip(&options_summary(a), 32));
+        row.push(sanitize_line(&a.question).trim().to_owned());
+        t.row(row);
+    }
+    t
+}
+
+/// `y/[n]`, `1/2/3`, `abort+text`: the values, the default in brackets.
+pub fn options_summary(a: &Approval) -> String {
+    let mut s = a
+        .options_json
+        .iter()
+        .map(|o| {
+            let v = sanitize_line(&o.value);
+            if a.default_value.as_deref() == Some(o.value.as_str()) {
+                format!("[{v}]")
+            } else {
+                v
+            }
+        })
+        .collect::<Vec<_>>()
+        .join("/");
+    if a.allows_text {
+        s.push_str("+text");
+    }
+    s
+}
+
+/// Time until a pending approval expires: `23h59m`, `expired`, or `-` (never / decided).
+pub fn time_left(a: &Approval) -> String {
+    if a.status != ApprovalStatus::Pending {
+        return "-".into();
+    }
+    let Some(at) = a.expires_at.as_deref().and_then(time::parse_rfc3339) else {
+        return "-".into();
+    };
+    match at.duration_since(SystemTime::now()) {
+        Ok(d) => time::short_duration(d),
+        Err(_) => "expired".into(),
+    }
+}
+
+/// At most `max` characters, with `…` when cut.
+pub fn clip(s: &str, max: usize) -> String {
+    if s.chars().count() <= max {
+        return s.to_owned();
+    }
+    let mut out: String = s.chars().take(max.saturating_sub(1)).collect();
+    out.push('…');
+    out
+}
+
+/// One approval for `monitor show AP-…`.
+pub fn show(ctx: &Ctx, id: &str, json: bool) -> CliResult {
+    let conn = ctx.open()?;
+    let Some(a) = approvals::get(&conn, id)? else {
+        return Err(CliError::not_found(format!("no approval {id}")));
+    };
+    if json {
+        return Ok(output::print_json(&a)?);
+    }
+    let field = |name: &str, value: Option<&str>| {
+        println!(
+            "{name:<20} {}",
+            value.map(sanitize_line).unwrap_or_else(|| "-".into())
+        );
+    };
+    field("approval_id", Some(&a.approval_id));
+    field("status", Some(a.status.as_str()));
+    field("tool_name", Some(&a.tool_name));
+    field("tool_run_id", Some(&a.tool_run_id));
+    field("execution_id", a.execution_id.as_deref());
+    field("question", Some(&a.question));
+    field("prompt_line", a.prompt_line.as_deref());
+    field("prompt_kind", a.prompt_kind.map(|k| k.as_str()));
+    field("rule_name", a.rule_name.as_deref());
+    field("default_value", a.default_value.as_deref());
+    field(
+        "allows_text",
+        Some(if a.allows_text { "yes" } else { "no" }),
+    );
+    field("created_at", Some(&a.created_at));
+    let left = time_left(&a);
+    field(
+        "expires_at",
+        a.expires_at
+            .as_deref()
+            .map(|e| format!("{e} ({left} left, then {})", a.expire_action))
+            .as_deref(),
+    );
+    field("chosen_value", a.chosen_value.as_deref());
+    field("decided_at", a.decided_at.as_deref());
+    field("decided_by", a.decided_by.as_deref());
+    field("decision_channel", a.decision_channel.as_deref());
+    field("comment", a.comment.as_deref());
+    field("consumed_at", a.consumed_at.as_deref());
+    field("consumed_by", a.consumed_by.as_deref());
+    field("claimed_by", a.claimed_by.as_deref());
+    field("resumed_run_id", a.resumed_run_id.as_deref());
+    field("request_fingerprint", a.request_fingerprint.as_deref());
+    field("prompt_fingerprint", a.prompt_fingerprint.as_deref());
+    println!("\noptions:");
+    for o in &a.options_json {
+        let default = if a.default_value.as_deref() == Some(o.value.as_str()) {
+            "  (default)"
+        } else {
+            ""
+        };
+        println!(
+            "  {:<12} {}{default}",
+            sanitize_line(&o.value),
+            sanitize_line(&o.label)
+        );
+    }
+    if a.allows_text {
+        println!("  (or any one line of text)");
+    }
+    if let Some(ctx_text) = &a.context {
+        println!("\ncontext:");
+        for line in hr_shared::sanitize::sanitize_text(ctx_text).lines() {
+            println!("  {line}");
+        }
+    }
+    if a.status == ApprovalStatus::Pending {
+        println!(
+            "\ndecide: monitor decide {} {}",
+            a.approval_id,
+            a.valid_values()
+                .iter()
+                .map(|v| sanitize_line(v))
+                .collect::<Vec<_>>()
+                .join("|")
+        );
+    }
+    Ok(())
+}

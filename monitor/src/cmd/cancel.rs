@@ -1,0 +1,71 @@
+//! `monitor cancel TR-ID [--reason T]`: ends a live run.
+
+use crate::cli::Ctx;
+use crate::error::{CliError, CliResult};
+use crate::parse;
+use hr_shared::approvals::Decider;
+use hr_shared::control::{self, CancelOutcome};
+use hr_shared::proc;
+use hr_shared::sanitize::sanitize_line;
+
+#[derive(Debug, clap::Args)]
+#[command(after_help = "\
+The run becomes cancelled (reason: `cancelled by USER: REASON`, the user from this
+process's uid), its pending approvals are rejected, and its headless-run is signalled
+(SIGUSR1) to end the tool's whole process group; headless-run then exits 143. A run parked
+on an approval (exit 90) has no live process: it is only marked. A run that has already
+ended exits 3; an unknown id exits 4.")]
+pub struct Args {
+    /// The run to cancel (TR-…)
+    id: String,
+    /// Why (stored in the run's reason)
+    #[arg(long, value_name = "T")]
+    reason: Option<String>,
+}
+
+pub fn run(ctx: &Ctx, args: Args) -> CliResult {
+    let id = parse::run_id(&args.id)?;
+    let mut conn = ctx.open()?;
+    let by = proc::current_user();
+    let reason = args.reason.as_deref().map(sanitize_line);
+    let who = Decider {
+        by: &by,
+        channel: "cli",
+        comment: reason.as_deref(),
+    };
+    match control::cancel_run(
+        &mut conn,
+        &ctx.paths.combined_log(),
+        id,
+        reason.as_deref(),
+        &who,
+    )? {
+        CancelOutcome::Signalled { run, shim_pid } => {
+            println!(
+                "{id} {}; headless-run (pid {shim_pid}) told to end the tool",
+                sanitize_line(run.reason.as_deref().unwrap_or("cancelled"))
+            );
+            Ok(())
+        }
+        CancelOutcome::Marked { run } => {
+            println!(
+                "{id} {}; no live headless-run to signal (parked on an approval, or gone)",
+                sanitize_line(run.reason.as_deref().unwrap_or("cancelled"))
+            );
+            Ok(())
+        }
+        CancelOutcome::AlreadyFinal { run } => Err(CliError::conflict(format!(
+            "{id} has already ended: {}{}{}",
+            run.status,
+            run.completed_at
+                .as_deref()
+                .map(|t| format!(" at {t}"))
+                .unwrap_or_default(),
+            run.reason
+                .as_deref()
+                .map(|r| format!(" ({})", sanitize_line(r)))
+                .unwrap_or_default()
+        ))),
+        CancelOutcome::NotFound => Err(CliError::not_found(format!("no run {id}"))),
+    }
+}

@@ -1,0 +1,203 @@
+//! `monitor decide AP-ID VALUE`: one decision, first writer wins, never from inside a
+//! supervised tool (no self-approval).
+
+use crate::cli::Ctx;
+use crate::error::{CliError, CliResult};
+use crate::parse;
+use hr_shared::approvals::{self, Approval, DecideOutcome, Decider};
+use hr_shared::mode::ENV_TOOL_RUN_ID;
+use hr_shared::resolve::SHIM_NAME;
+use hr_shared::sanitize::sanitize_line;
+use hr_shared::status::ApprovalStatus;
+use hr_shared::{control, db, policy, proc};
+
+const AFTER_HELP: &str = "\
+VALUE is `approve` (the approving option), `reject` (or `abort`: end the tool), one of
+the approval's option values (`monitor show AP-…` lists them), or free text where the
+approval allows it.
+
+The first decision wins: deciding an approval someone else already decided exits 3 and
+says who decided it and when; repeating the same decision is a no-op (exit 0). A value
+that is not valid exits 2 and lists the valid ones; an unknown id exits 4.
+
+decided_by is the OS user running this command (from its uid, not $USER). Deciding is
+refused inside a tool supervised by headless-run (HEADLESS_RUN_TOOL_RUN_ID set, or a
+headless-run ancestor process): a tool cannot approve its own prompts.
+
+--remember stores the decision as a policy: later prompts of the same tool with the same
+prompt fingerprint are answered the same way (each still gets its own approval row,
+decided by policy:remembered:AP-…).";
+
+#[derive(Debug, clap::Args)]
+#[command(after_help = AFTER_HELP)]
+pub struct Args {
+    /// The approval to decide (AP-…)
+    id: String,
+    /// approve, reject, an option value, or free text where allowed
+    value: String,
+    /// A comment stored with the decision
+    #[arg(long, value_name = "T")]
+    comment: Option<String>,
+    /// Also answer this prompt of this tool the same way from now on
+    #[arg(long)]
+    remember: bool,
+}
+
+pub fn run(ctx: &Ctx, args: Args) -> CliResult {
+    refuse_inside_supervised_tool()?;
+    let id = parse::approval_id(&args.id)?;
+    if args
+        .comment
+        .as_deref()
+        .is_some_and(|c| c.chars().any(|ch| ch.is_control() && ch != '\n'))
+    {
+        return Err(CliError::usage(
+            "--comment must not hold control characters",
+        ));
+    }
+    let mut conn = ctx.open()?;
+    let Some(before) = approvals::get(&conn, id)? else {
+        return Err(CliError::not_found(format!("no approval {id}")));
+    };
+    if args.remember && before.prompt_fingerprint.is_none() {
+        return Err(CliError::usage(format!(
+            "{id} has no prompt fingerprint (a cooperative tool's request), so there is nothing to remember; decide without --remember"
+        )));
+    }
+    let by = proc::current_user();
+    let who = Decider {
+        by: &by,
+        channel: "cli",
+        comment: args.comment.as_deref(),
+    };
+    let out = control::decide_logged(&mut conn, &ctx.paths.combined_log(), id, &args.value, &who)?;
+    let decided = match out {
+        DecideOutcome::Decided(a) => {
+            println!("{}", decided_line(&a));
+            a
+        }
+        DecideOutcome::AlreadySame(a) => {
+            println!("already {}", decision_summary(&a));
+            a
+        }
+        DecideOutcome::Conflict(a) => {
+            return Err(CliError::conflict(format!(
+                "{id} was already decided by {} at {} ({}, {})",
+                sanitize_line(a.decided_by.as_deref().unwrap_or("?")),
+                a.decided_at.as_deref().unwrap_or("?"),
+                a.status,
+                a.chosen_value
+                    .as_deref()
+                    .map(sanitize_line)
+                    .unwrap_or_else(|| "no value".into())
+            )));
+        }
+        DecideOutcome::NotFound => return Err(CliError::not_found(format!("no approval {id}"))),
+        DecideOutcome::Invalid(e) => {
+            return Err(CliError::usage(format!(
+                "`{}` is not a valid answer for {id}; valid values: {}",
+                sanitize_line(&e.value),
+                e.valid
+                    .iter()
+                    .map(|v| sanitize_line(v))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )));
+        }
+    };
+    if args.remember {
+        remember(&mut conn, &decided, &by)?;
+    }
+    Ok(())
+}
+
+/// `approved AP-… with `y` (by alice via cli)` / `rejected AP-… (by alice via cli)`.
+fn decided_line(a: &Approval) -> String {
+    let by = sanitize_line(a.decided_by.as_deref().unwrap_or("?"));
+    let channel = sanitize_line(a.decision_channel.as_deref().unwrap_or("?"));
+    let tail = match a.status {
+        ApprovalStatus::Approved => "; `monitor worker` resumes a run that exited 90",
+        _ => "",
+    };
+    match &a.chosen_value {
+        Some(v) if a.status == ApprovalStatus::Approved => format!(
+            "approved {} with `{}` (by {by} via {channel}){tail}",
+            a.approval_id,
+            sanitize_line(v)
+        ),
+        _ => format!("{} {} (by {by} via {channel})", a.status, a.approval_id),
+    }
+}
+
+/// `approved: y by alice at T`.
+fn decision_summary(a: &Approval) -> String {
+    format!(
+        "{}{} by {} at {}",
+        a.status,
+        a.chosen_value
+            .as_deref()
+            .map(|v| format!(": {}", sanitize_line(v)))
+            .unwrap_or_default(),
+        sanitize_line(a.decided_by.as_deref().unwrap_or("?")),
+        a.decided_at.as_deref().unwrap_or("?")
+    )
+}
+
+fn remember(conn: &mut rusqlite::Connection, a: &Approval, by: &str) -> CliResult {
+    let Some(fp) = a.prompt_fingerprint.as_deref() else {
+        return Ok(());
+    };
+    let value = match a.status {
+        ApprovalStatus::Approved => a.chosen_value.clone().unwrap_or_else(|| "approve".into()),
+        ApprovalStatus::Rejected => "reject".into(),
+        // Expired: nobody decided, nothing to remember.
+        _ => {
+            return Err(CliError::conflict(format!(
+                "{} {}; nothing to remember",
+                a.approval_id, a.status
+            )));
+        }
+    };
+    let policy = db::write(conn, |tx| {
+        policy::remember(tx, &a.tool_name, fp, &value, &a.approval_id, by)
+    })?;
+    println!(
+        "remembered: `{}` prompts like this one are answered `{}` ({})",
+        sanitize_line(&a.tool_name),
+        sanitize_line(&value),
+        policy.policy_id
+    );
+    Ok(())
+}
+
+/// No self-approval: a tool supervised by headless-run must not decide its own prompts.
+fn refuse_inside_supervised_tool() -> CliResult {
+    if let Some(run) = std::env::var_os(ENV_TOOL_RUN_ID) {
+        return Err(CliError::error(format!(
+            "refusing to decide from inside a supervised tool ({ENV_TOOL_RUN_ID}={} is set): a tool cannot approve its own prompts; decide from another terminal",
+            sanitize_line(&run.to_string_lossy())
+        )));
+    }
+    if let Some(anc) = supervised_by() {
+        return Err(CliError::error(format!(
+            "refusing to decide from inside a supervised tool ({SHIM_NAME} is an ancestor process, pid {anc}): a tool cannot approve its own prompts; decide from another terminal"
+        )));
+    }
+    Ok(())
+}
+
+/// The pid of a `headless-run` ancestor, if any (by command name, or by the executable a
+/// link-named shim runs).
+fn supervised_by() -> Option<i32> {
+    proc::ancestors(std::process::id() as i32)
+        .into_iter()
+        .find(|p| {
+            p.comm == SHIM_NAME
+                || std::fs::read_link(format!("/proc/{}/exe", p.pid))
+                    .ok()
+                    .and_then(|exe| exe.file_name().map(|n| n.to_string_lossy().into_owned()))
+                    // A binary replaced since it started reads `headless-run (deleted)`.
+                    .is_some_and(|n| n == SHIM_NAME || n.starts_with(&format!("{SHIM_NAME} (")))
+        })
+        .map(|p| p.pid)
+}

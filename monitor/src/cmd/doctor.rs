@@ -1,0 +1,333 @@
+//! `monitor doctor`: checks the set-up and names every problem. Read-only: the database is
+//! opened read-only, nothing is created or migrated.
+
+use crate::cli::Ctx;
+use crate::cmd::install::{self, Entry};
+use crate::error::{CliError, CliResult};
+use crate::locate;
+use hr_shared::sanitize::sanitize_line;
+use hr_shared::{audit, config, db, paths};
+use rusqlite::{Connection, OpenFlags};
+use std::fs;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+const AFTER_HELP: &str = "\
+Checks, one line each (ok / FAIL / info):
+  * the state dir is 0700 and every file in it 0600 (each one that is not is named);
+  * the database opens, its schema version is the one this build writes, it is in WAL mode;
+  * the configuration files parse;
+  * headless-run is found (beside monitor or on PATH);
+  * the shim dir (--dir, default ~/.local/share/headless-run/bin) is on PATH, before the
+    real tools, and what each shimmed tool resolves to;
+  * /proc/PID/syscall of a child process is readable (prompt detection needs it; without
+    it the shim falls back to slower heuristics);
+  * the audit chain (the events table) is intact: no row edited or deleted.
+Exit 1 when any check fails.";
+
+#[derive(Debug, clap::Args)]
+#[command(after_help = AFTER_HELP)]
+pub struct Args {
+    /// The shim dir to check (default: the one `monitor install` uses)
+    #[arg(long, value_name = "DIR")]
+    dir: Option<PathBuf>,
+}
+
+struct Report {
+    problems: usize,
+}
+
+impl Report {
+    fn ok(&self, what: impl AsRef<str>) {
+        println!("ok    {}", what.as_ref());
+    }
+    fn info(&self, what: impl AsRef<str>) {
+        println!("info  {}", what.as_ref());
+    }
+    fn fail(&mut self, what: impl AsRef<str>) {
+        self.problems += 1;
+        println!("FAIL  {}", what.as_ref());
+    }
+}
+
+pub fn run(ctx: &Ctx, args: Args) -> CliResult {
+    let mut r = Report { problems: 0 };
+    check_permissions(ctx, &mut r);
+    check_database(ctx, &mut r);
+    check_config(&mut r);
+    check_shims(args.dir.as_deref(), &mut r)?;
+    check_proc(&mut r);
+    if r.problems > 0 {
+        return Err(CliError::error(format!(
+            "{} problem{} found",
+            r.problems,
+            if r.problems == 1 { "" } else { "s" }
+        )));
+    }
+    println!("all checks passed");
+    Ok(())
+}
+
+fn mode_of(p: &Path) -> Option<u32> {
+    fs::symlink_metadata(p)
+        .ok()
+        .map(|m| m.permissions().mode() & 0o777)
+}
+
+fn check_permissions(ctx: &Ctx, r: &mut Report) {
+    let root = &ctx.paths.root;
+    match mode_of(root) {
+        None => {
+            r.fail(format!(
+                "state dir {} does not exist (nothing has run with it yet?)",
+                root.display()
+            ));
+            return;
+        }
+        Some(0o700) => r.ok(format!("state dir {} is 0700", root.display())),
+        Some(m) => r.fail(format!(
+            "state dir {} is {m:04o}, not 0700 (chmod 700 {})",
+            root.display(),
+            root.display()
+        )),
+    }
+    let mut bad = Vec::new();
+    let mut files = 0usize;
+    walk(root, &mut |path, meta| {
+        let mode = meta.permissions().mode() & 0o777;
+        if meta.is_dir() {
+            if mode & 0o077 != 0 {
+                bad.push(format!("{} is {mode:04o} (want 0700)", path.display()));
+            }
+        } else if meta.is_file() {
+            files += 1;
+            if mode & 0o077 != 0 {
+                bad.push(format!("{} is {mode:04o} (want 0600)", path.display()));
+            }
+        }
+    });
+    // The database may live elsewhere (HEADLESS_RUN_DB).
+    if !ctx.paths.db.starts_with(root) {
+        for suffix in ["", "-wal", "-shm"] {
+            let mut p = ctx.paths.db.as_os_str().to_owned();
+            p.push(suffix);
+            let p = PathBuf::from(p);
+            if let Some(mode) = mode_of(&p) {
+                files += 1;
+                if mode & 0o077 != 0 {
+                    bad.push(format!("{} is {mode:04o} (want 0600)", p.display()));
+                }
+            }
+        }
+    }
+    if bad.is_empty() {
+        r.ok(format!("{files} state files are private (0600, dirs 0700)"));
+    }
+    for b in bad {
+        r.fail(format!("{b}: readable by others"));
+    }
+}
+
+/// Visits everything under `dir` (not following links).
+fn walk(dir: &Path, f: &mut dyn FnMut(&Path, &fs::Metadata)) {
+    let Ok(entries) = fs::read_dir(dir) else {
+        return;
+    };
+    for e in entries.flatten() {
+        let path = e.path();
+        let Ok(meta) = fs::symlink_metadata(&path) else {
+            continue;
+        };
+        f(&path, &meta);
+        if meta.is_dir() {
+            walk(&path, f);
+        }
+    }
+}
+
+fn check_database(ctx: &Ctx, r: &mut Report) {
+    let path = &ctx.paths.db;
+    if !path.exists() {
+        r.fail(format!(
+            "no database at {} (run any tool through headless-run to create it)",
+            path.display()
+        ));
+        return;
+    }
+    let conn = match Connection::open_with_flags(
+        path,
+        OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+    ) {
+        Ok(c) => c,
+        Err(e) => {
+            r.fail(format!("cannot open {}: {e}", path.display()));
+            return;
+        }
+    };
+    let _ = conn.busy_timeout(db::BUSY_TIMEOUT);
+    match db::schema_version(&conn) {
+        Ok(v) if v == db::SCHEMA_VERSION => r.ok(format!(
+            "database {} at schema version {v}",
+            path.display()
+        )),
+        Ok(v) if v < db::SCHEMA_VERSION => r.fail(format!(
+            "database {} is at schema version {v}, this build writes {} (any monitor or headless-run command migrates it)",
+            path.display(),
+            db::SCHEMA_VERSION
+        )),
+        Ok(v) => r.fail(format!(
+            "database {} is at schema version {v}, newer than this build ({}): upgrade headless-run and monitor",
+            path.display(),
+            db::SCHEMA_VERSION
+        )),
+        Err(e) => {
+            r.fail(format!("{}: not a usable database: {e}", path.display()));
+            return;
+        }
+    }
+    match db::journal_mode(&conn) {
+        Ok(m) if m.eq_ignore_ascii_case("wal") => r.ok("database in WAL mode"),
+        Ok(m) => r.fail(format!(
+            "database journal mode is {m}, not wal (any headless-run command sets it)"
+        )),
+        Err(e) => r.fail(format!("cannot read the journal mode: {e}")),
+    }
+    match audit::verify(&conn) {
+        Ok(report) if report.intact() => r.ok(format!("audit chain intact ({} rows)", report.rows)),
+        Ok(report) => {
+            for (id, why) in report.problems.iter().take(20) {
+                r.fail(format!("audit chain broken at row {id}: {why}"));
+            }
+            if report.problems.len() > 20 {
+                r.fail(format!(
+                    "audit chain: {} more problems",
+                    report.problems.len() - 20
+                ));
+            }
+        }
+        Err(e) => r.fail(format!("cannot verify the audit chain: {e}")),
+    }
+    match audit::unrecorded_decisions(&conn) {
+        Ok(found) if found.is_empty() => r.ok("every decision is in the audit chain"),
+        Ok(found) => {
+            for (id, what) in found.iter().take(20) {
+                r.fail(format!(
+                    "approval {id} says `{what}` but no decision like that was recorded (written past monitor?)"
+                ));
+            }
+        }
+        Err(e) => r.fail(format!(
+            "cannot check decisions against the audit chain: {e}"
+        )),
+    }
+}
+
+fn check_config(r: &mut Report) {
+    let cwd = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("/"));
+    match config::Config::load(&cwd, &paths::real_env) {
+        Ok(_) => r.ok("configuration parses"),
+        Err(e) => r.fail(sanitize_line(&e.to_string())),
+    }
+}
+
+fn check_shims(dir: Option<&Path>, r: &mut Report) -> CliResult {
+    match locate::shim_binary() {
+        Ok(p) => r.ok(format!("headless-run: {}", p.display())),
+        Err(e) => r.fail(e.to_string()),
+    }
+    let dir = install::shim_dir(dir)?;
+    let entries = match install::links(&dir) {
+        Ok(e) => e,
+        Err(_) => {
+            r.info(format!(
+                "no shim dir at {} (no tools shimmed; `monitor install TOOL` adds some)",
+                dir.display()
+            ));
+            return Ok(());
+        }
+    };
+    let ours: Vec<String> = entries
+        .iter()
+        .filter(|(_, k)| *k == Entry::Ours)
+        .map(|(n, _)| n.clone())
+        .collect();
+    for (name, kind) in &entries {
+        let name_s = sanitize_line(name);
+        match kind {
+            Entry::Ours => match install::real_tool(name, &dir) {
+                Ok(real) => r.ok(format!(
+                    "{name_s} is shimmed; the real one is {}",
+                    real.display()
+                )),
+                Err(e) => r.fail(format!(
+                    "{name_s} is shimmed but resolves to nothing: {}",
+                    sanitize_line(&e.to_string())
+                )),
+            },
+            Entry::Dangling(t) => r.fail(format!(
+                "{} is a broken link to {} (monitor install {name_s})",
+                dir.join(name).display(),
+                t.display()
+            )),
+            Entry::Foreign => {}
+        }
+    }
+    if ours.is_empty() {
+        r.info(format!(
+            "no tools shimmed in {} (`monitor install TOOL` adds some)",
+            dir.display()
+        ));
+        return Ok(());
+    }
+    match install::path_order(&dir, &ours) {
+        Ok(()) => r.ok(format!(
+            "shim dir {} is on PATH before the real tools",
+            dir.display()
+        )),
+        Err(why) => r.fail(format!(
+            "{why}: the shimmed tools do not go through headless-run; add export PATH=\"{}:$PATH\"",
+            dir.display()
+        )),
+    }
+    Ok(())
+}
+
+fn check_proc(r: &mut Report) {
+    let child = Command::new("sleep")
+        .arg("5")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn();
+    let mut child = match child {
+        Ok(c) => c,
+        Err(e) => {
+            r.fail(format!("cannot start `sleep` to test /proc access: {e}"));
+            return;
+        }
+    };
+    let path = format!("/proc/{}/syscall", child.id());
+    // Right after the fork the child may still be running; its syscall reads `running`.
+    let deadline = Instant::now() + Duration::from_secs(2);
+    let result = loop {
+        match fs::read_to_string(&path) {
+            Ok(text) if text.starts_with("running") && Instant::now() < deadline => {
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            other => break other,
+        }
+    };
+    let _ = child.kill();
+    let _ = child.wait();
+    match result {
+        Ok(text) if !text.trim().is_empty() => r.ok(format!(
+            "{path} of a child is readable (prompt detection can see blocked reads)"
+        )),
+        Ok(_) => r.fail(format!("{path} is empty: prompt detection falls back to heuristics")),
+        Err(e) => r.fail(format!(
+            "{path} is not readable ({e}): prompt detection falls back to heuristics (ptrace restrictions? try kernel.yama.ptrace_scope=0)"
+        )),
+    }
+}

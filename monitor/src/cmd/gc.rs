@@ -1,0 +1,71 @@
+//! `monitor gc --older-than DUR`: deletes finished runs, their decided approvals and their
+//! run logs.
+
+use crate::cli::Ctx;
+use crate::error::CliResult;
+use crate::parse;
+use hr_shared::{db, gc, proc, time};
+use std::time::{Duration, SystemTime};
+
+#[derive(Debug, clap::Args)]
+#[command(after_help = "\
+Deletes runs that ended (completed, failed, failed_timeout, cancelled) more than DUR ago,
+their decided approvals and their output logs (logs/runs/TR-….log). Live runs, runs parked
+on an approval and pending approvals are kept.
+
+The audit table (events) is NOT pruned: it is append-only and hash-chained, so deleting
+from it would break the chain `monitor doctor` verifies. A `gc` row records each
+collection. logs/combined.log rotates by itself (at 64 MB, to combined.log.1).")]
+pub struct Args {
+    /// Delete what ended longer ago than this (e.g. 30d, 12h)
+    #[arg(long, value_name = "DUR", value_parser = parse::duration)]
+    older_than: Duration,
+    /// Only say what would be deleted
+    #[arg(long)]
+    dry_run: bool,
+}
+
+pub fn run(ctx: &Ctx, args: Args) -> CliResult {
+    let mut conn = ctx.open()?;
+    let cutoff = time::to_rfc3339(
+        SystemTime::now()
+            .checked_sub(args.older_than)
+            .unwrap_or(SystemTime::UNIX_EPOCH),
+    );
+    if args.dry_run {
+        let runs = gc::finished_before(&conn, &cutoff)?;
+        let approvals = gc::approvals_of(&conn, &runs)?;
+        let logs = runs
+            .iter()
+            .filter(|id| ctx.paths.run_log(id).exists())
+            .count();
+        println!(
+            "would delete {} runs, {approvals} approvals and {logs} run logs (ended before {cutoff})",
+            runs.len()
+        );
+        return Ok(());
+    }
+    let actor = proc::current_user();
+    let report = db::write(&mut conn, |tx| gc::collect(tx, &cutoff, &actor))?;
+    let mut logs = 0usize;
+    let mut bytes = 0u64;
+    for id in &report.runs {
+        let path = ctx.paths.run_log(id);
+        let size = std::fs::metadata(&path).map(|m| m.len()).unwrap_or(0);
+        match std::fs::remove_file(&path) {
+            Ok(()) => {
+                logs += 1;
+                bytes += size;
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => eprintln!("monitor: cannot delete {}: {e}", path.display()),
+        }
+    }
+    println!(
+        "deleted {} runs, {} approvals and {logs} run logs ({:.1} MB) that ended before {cutoff}",
+        report.runs.len(),
+        report.approvals,
+        bytes as f64 / 1e6
+    );
+    Ok(())
+}

@@ -1,0 +1,171 @@
+//! `monitor wait ID [--timeout DUR]`: blocks until an approval is decided or a run ends.
+
+use crate::cli::Ctx;
+use crate::error::{CliError, CliResult};
+use crate::parse::{self, IdKind};
+use crate::stop;
+use hr_shared::approvals::{self, Approval};
+use hr_shared::runs::{self, ToolRun};
+use hr_shared::sanitize::sanitize_line;
+use hr_shared::status::ApprovalStatus;
+use hr_shared::{control, db, proc};
+use rusqlite::Connection;
+use std::time::{Duration, Instant};
+
+/// How often the database is looked at (a cheap `PRAGMA data_version` unless it changed).
+const POLL: Duration = Duration::from_millis(50);
+/// How often a live run's headless-run is checked for having vanished.
+const LIVENESS: Duration = Duration::from_secs(1);
+
+#[derive(Debug, clap::Args)]
+#[command(after_help = "\
+For an approval (AP-…): until it is approved, rejected or expired. For a run (TR-…): until
+it ends (completed, failed, failed_timeout, cancelled) or is parked on an approval (its
+headless-run exited 90; the approval id is printed). Prints the outcome on one line.
+
+Exit codes: 0 when it happened (whatever the outcome), 1 on --timeout (or when the run's
+headless-run vanished without recording an end: run `monitor reconcile`), 4 for an unknown
+id.")]
+pub struct Args {
+    /// An approval (AP-…) or a run (TR-…)
+    id: String,
+    /// Give up after this long (default: wait for ever)
+    #[arg(long, value_name = "DUR", value_parser = parse::duration)]
+    timeout: Option<Duration>,
+}
+
+enum Look {
+    Done(String),
+    Vanished(String),
+    NotYet(String),
+}
+
+pub fn run(ctx: &Ctx, args: Args) -> CliResult {
+    let kind = parse::id_kind(&args.id)?;
+    let id = args.id.as_str();
+    let conn = ctx.open()?;
+    stop::install();
+    let deadline = args.timeout.map(|t| Instant::now() + t);
+    let mut seen_version = None;
+    let mut last_liveness = Instant::now();
+    let mut state = String::new();
+    loop {
+        let version = db::data_version(&conn)?;
+        let check_live = last_liveness.elapsed() >= LIVENESS;
+        if seen_version != Some(version) || check_live {
+            seen_version = Some(version);
+            if check_live {
+                last_liveness = Instant::now();
+            }
+            let look = match kind {
+                IdKind::Approval => look_approval(&conn, id)?,
+                IdKind::Run => look_run(&conn, id, check_live)?,
+            };
+            match look {
+                Look::Done(line) => {
+                    println!("{line}");
+                    return Ok(());
+                }
+                Look::Vanished(line) => return Err(CliError::error(line)),
+                Look::NotYet(s) => state = s,
+            }
+        }
+        if stop::requested() {
+            return Err(CliError::error(format!(
+                "interrupted; {id} is still {state}"
+            )));
+        }
+        if let Some(d) = deadline
+            && Instant::now() >= d
+        {
+            return Err(CliError::error(format!(
+                "timed out after {}: {id} is still {state}",
+                hr_shared::time::short_duration(args.timeout.unwrap_or_default())
+            )));
+        }
+        std::thread::sleep(POLL);
+    }
+}
+
+fn look_approval(conn: &Connection, id: &str) -> CliResult<Look> {
+    let Some(a) = approvals::get(conn, id)? else {
+        return Err(CliError::not_found(format!("no approval {id}")));
+    };
+    if a.status == ApprovalStatus::Pending {
+        return Ok(Look::NotYet("pending".into()));
+    }
+    Ok(Look::Done(approval_outcome(&a)))
+}
+
+/// `AP-… approved: y by alice at T` (with the comment, if any).
+pub fn approval_outcome(a: &Approval) -> String {
+    format!(
+        "{} {}{} by {} at {}{}",
+        a.approval_id,
+        a.status,
+        a.chosen_value
+            .as_deref()
+            .map(|v| format!(": {}", sanitize_line(v)))
+            .unwrap_or_default(),
+        sanitize_line(a.decided_by.as_deref().unwrap_or("?")),
+        a.decided_at.as_deref().unwrap_or("?"),
+        a.comment
+            .as_deref()
+            .map(|c| format!(" ({})", sanitize_line(c)))
+            .unwrap_or_default()
+    )
+}
+
+fn look_run(conn: &Connection, id: &str, check_live: bool) -> CliResult<Look> {
+    let Some(run) = runs::get(conn, id)? else {
+        return Err(CliError::not_found(format!("no run {id}")));
+    };
+    if run.status.is_final() {
+        return Ok(Look::Done(run_outcome(&run)));
+    }
+    if control::is_parked(&run) {
+        let pending = approvals::list(
+            conn,
+            &approvals::ApprovalFilter {
+                tool_run_id: Some(id.to_owned()),
+                statuses: vec![ApprovalStatus::Pending],
+                limit: Some(1),
+                ..Default::default()
+            },
+        )?;
+        let hint = match pending.first() {
+            Some(a) => format!(
+                ": approval {} pending (monitor decide {} VALUE)",
+                a.approval_id, a.approval_id
+            ),
+            None => ": its approval is decided; `monitor worker` resumes it".into(),
+        };
+        return Ok(Look::Done(format!(
+            "{id} waiting_approval (exited 90){hint}"
+        )));
+    }
+    if check_live && let Some(why) = control::shim_gone(&run, &proc::hostname()) {
+        return Ok(Look::Vanished(format!(
+            "{id} is still {} but {}; `monitor reconcile` marks it failed",
+            run.status,
+            sanitize_line(&why)
+        )));
+    }
+    Ok(Look::NotYet(run.status.to_string()))
+}
+
+/// `TR-… completed (exit 0)` / `TR-… failed (exit 3): exited with code 3`.
+pub fn run_outcome(run: &ToolRun) -> String {
+    format!(
+        "{} {}{}{}",
+        run.tool_run_id,
+        run.status,
+        run.exit_code
+            .map(|c| format!(" (exit {c})"))
+            .unwrap_or_default(),
+        run.reason
+            .as_deref()
+            .map(|r| format!(": {}", sanitize_line(r)))
+            .unwrap_or_default()
+    )
+}

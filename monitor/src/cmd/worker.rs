@@ -1,0 +1,115 @@
+//! `monitor worker [--once] [--interval DUR]`: the resume worker loop (see `crate::worker`).
+
+use crate::cli::Ctx;
+use crate::error::{CliError, CliResult};
+use crate::worker::Worker;
+use crate::{locate, stop};
+use std::time::Duration;
+
+const AFTER_HELP: &str = "\
+Every pass:
+  * reconciles: a running/stalled/waiting run whose headless-run is gone becomes failed
+    (`supervisor vanished`); pending approvals past expires_at expire;
+  * a run parked on an approval (it exited 90) whose approval was rejected, or expired
+    without a default, becomes failed with that reason;
+  * one whose approval was approved (or expired with its default) is claimed (two workers
+    never resume the same run) and re-run: its stored command, in its stored directory,
+    through headless-run (the one beside monitor, else on PATH) with HEADLESS=1,
+    AUTO_APPROVAL=<value>, HEADLESS_RUN_APPROVAL_ID=<AP-…> and
+    HEADLESS_RUN_RESUMED_FROM=<TR-…>. The re-run answers the prompt itself and is linked
+    by resumed_from; its output goes to its own run log. A re-run that fails to start is
+    tried again 3 times, then the waiting run fails.
+
+Re-runs run in their own process group and are not waited for inside a pass. A database
+error is reported on stderr and the next pass goes on. SIGINT/SIGTERM stop the worker
+between passes: it then waits for the re-runs it started (a second signal leaves them
+running; a later worker closes their waiting runs).
+
+--once does one pass, waits for the re-runs it started (retrying failed starts), and exits:
+0, or 1 when the database could not be used.";
+
+#[derive(Debug, clap::Args)]
+#[command(after_help = AFTER_HELP)]
+pub struct Args {
+    /// One pass, wait for the re-runs it started, then exit
+    #[arg(long)]
+    once: bool,
+    /// Time between passes
+    #[arg(long, value_name = "DUR", default_value = "1s", value_parser = crate::parse::duration)]
+    interval: Duration,
+}
+
+pub fn run(ctx: &Ctx, args: Args) -> CliResult {
+    let shim = locate::shim_binary().map_err(|e| CliError::error(e.to_string()))?;
+    stop::install();
+    let mut worker = Worker::new(ctx.paths.clone(), shim);
+    if args.once {
+        return once(&mut worker);
+    }
+    eprintln!(
+        "monitor worker: started as {} (every {}, database {})",
+        worker.name(),
+        hr_shared::time::short_duration(args.interval),
+        ctx.paths.db.display()
+    );
+    let interval = args.interval.max(Duration::from_millis(10));
+    while !stop::requested() {
+        if let Err(e) = worker.pass(false) {
+            eprintln!(
+                "monitor worker: {e}; trying again in {}",
+                hr_shared::time::short_duration(interval)
+            );
+        }
+        stop::sleep(interval, 0);
+    }
+    drain(&mut worker);
+    eprintln!("monitor worker: stopped");
+    Ok(())
+}
+
+fn once(worker: &mut Worker) -> CliResult {
+    worker.pass(false)?;
+    let mut backoff = Duration::from_millis(50);
+    while worker.in_flight() > 0 && !stop::requested() {
+        stop::sleep(backoff, 0);
+        backoff = (backoff * 2).min(Duration::from_millis(250));
+        worker.tend()?;
+    }
+    if stop::requested() {
+        drain(worker);
+    }
+    if worker.take_actions() == 0 {
+        println!("nothing to resume or reconcile");
+    }
+    Ok(())
+}
+
+/// After a stop request: waits for the re-runs in flight, until a second request.
+fn drain(worker: &mut Worker) {
+    if worker.in_flight() == 0 {
+        return;
+    }
+    let ids = worker.running_ids();
+    if !ids.is_empty() {
+        eprintln!(
+            "monitor worker: stopping; waiting for the resumes of {} to finish (signal again to leave them running)",
+            ids.join(", ")
+        );
+    }
+    while worker.in_flight() > 0 && stop::requests() < 2 {
+        if let Err(e) = worker.pass(true) {
+            eprintln!("monitor worker: {e}");
+        }
+        // Failed starts are not retried while stopping.
+        if worker.running_ids().is_empty() {
+            break;
+        }
+        stop::sleep(Duration::from_millis(100), 1);
+    }
+    if !worker.running_ids().is_empty() {
+        eprintln!(
+            "monitor worker: leaving {} running; a later worker closes their waiting runs",
+            worker.running_ids().join(", ")
+        );
+    }
+}

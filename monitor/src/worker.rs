@@ -1,0 +1,669 @@
+//! The resume worker. Each pass: reconcile (vanished shims, expiry), then act on parked
+//! runs (exit mode, exit 90) whose approval has been decided:
+//!
+//! * rejected, or expired without an answer → the waiting run becomes `failed`;
+//! * approved (or expired with the default) → the approval is claimed atomically (of two
+//!   workers exactly one wins) and the stored command is re-run in its stored directory
+//!   through `headless-run`, with `AUTO_APPROVAL`, `HEADLESS_RUN_APPROVAL_ID` and
+//!   `HEADLESS_RUN_RESUMED_FROM` set. The re-run shim answers the prompt itself, consumes
+//!   the approval and closes the waiting run; when the re-run ends without reaching the
+//!   prompt, the worker closes the waiting run from the re-run's exit code.
+//!
+//! Children are never waited for inside a pass: they run in their own process group (an
+//! operator's Ctrl-C to the worker does not reach the tools) and are reaped with
+//! `try_wait` on later passes. A failure to start one (exec error, or `headless-run`
+//! exiting 125/126/127 at once, before the prompt) is retried [`SPAWN_RETRIES`] times,
+//! then the waiting run fails.
+
+use hr_shared::approvals::{self, Approval};
+use hr_shared::control::{self, ReconcileReport};
+use hr_shared::db::{self, OpenMode, StoreError};
+use hr_shared::event::{EventBody, LogEvent};
+use hr_shared::mode::{
+    ENV_APPROVAL_ID, ENV_AUTO_APPROVAL, ENV_EXECUTION_ID, ENV_RESUMED_FROM, ENV_TOOL_RUN_ID,
+};
+use hr_shared::paths::StatePaths;
+use hr_shared::resume::{self, ParkedRun};
+use hr_shared::runs::{self, Guard, StatusChange, ToolRun};
+use hr_shared::sanitize::sanitize_line;
+use hr_shared::status::{ApprovalStatus, RunStatus};
+use hr_shared::{proc, time};
+use rusqlite::Connection;
+use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// How many times a resume that failed to start is tried again before the run fails.
+pub const SPAWN_RETRIES: u32 = 3;
+
+/// A re-run ending with one of these codes this soon, before it reached the prompt, is a
+/// failure to start (the shim itself, or the tool not executable / not found).
+const SPAWN_FAILURE_CODES: [i32; 3] = [125, 126, 127];
+const SPAWN_FAILURE_WINDOW: Duration = Duration::from_secs(5);
+
+/// A claim older than this whose worker is gone may be taken over.
+const STALE_CLAIM: Duration = Duration::from_secs(10);
+
+/// The shim's exit code for a rejected or expired approval: recorded on a waiting run the
+/// worker fails for that reason.
+const REJECTED_EXIT: i32 = hr_shared::exit::shim::REJECTED as i32;
+
+/// What to resume: the parked run and the approval that answers it.
+#[derive(Debug, Clone)]
+struct Job {
+    run: ToolRun,
+    approval: Approval,
+}
+
+/// A resume in flight.
+struct Resume {
+    job: Job,
+    child: Child,
+    started: Instant,
+    attempt: u32,
+}
+
+/// A resume that failed to start, to try again.
+struct Retry {
+    job: Job,
+    attempts: u32,
+    last_error: String,
+}
+
+/// The worker's state across passes.
+pub struct Worker {
+    paths: StatePaths,
+    shim: PathBuf,
+    name: String,
+    host: String,
+    conn: Option<Connection>,
+    /// The database file the connection is open on (device, inode): a database moved
+    /// aside and replaced is noticed and reopened.
+    conn_file: Option<(u64, u64)>,
+    children: Vec<Resume>,
+    retries: Vec<Retry>,
+    noted_missing_db: bool,
+    /// Lines printed since the last call to [`Worker::take_actions`].
+    actions: usize,
+}
+
+impl Worker {
+    pub fn new(paths: StatePaths, shim: PathBuf) -> Self {
+        Worker {
+            paths,
+            shim,
+            name: resume::worker_name(),
+            host: proc::hostname(),
+            conn: None,
+            conn_file: None,
+            children: Vec::new(),
+            retries: Vec::new(),
+            noted_missing_db: false,
+            actions: 0,
+        }
+    }
+
+    /// The name this worker claims approvals under.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Resumes started and not yet reaped, plus those waiting for a retry.
+    pub fn in_flight(&self) -> usize {
+        self.children.len() + self.retries.len()
+    }
+
+    /// The runs being resumed right now.
+    pub fn running_ids(&self) -> Vec<String> {
+        self.children
+            .iter()
+            .map(|c| c.job.run.tool_run_id.clone())
+            .collect()
+    }
+
+    /// How many things this worker reported since the last call.
+    pub fn take_actions(&mut self) -> usize {
+        std::mem::take(&mut self.actions)
+    }
+
+    fn say(&mut self, line: String) {
+        self.actions += 1;
+        println!("{} {line}", time::now_rfc3339());
+    }
+
+    fn log(&self, events: &[LogEvent]) {
+        control::log_events(&self.paths.combined_log(), events);
+    }
+
+    /// The database, opened on first use (and again after an error).
+    fn conn(&mut self) -> Result<&mut Connection, StoreError> {
+        if self.conn.is_none() {
+            let c = db::open(&self.paths.db, OpenMode::Existing)?;
+            self.noted_missing_db = false;
+            self.conn_file = db_file_id(&self.paths.db);
+            self.conn = Some(c);
+        }
+        self.conn
+            .as_mut()
+            .ok_or_else(|| StoreError::Missing(self.paths.db.clone()))
+    }
+
+    /// One full pass. A database error is returned after the connection is dropped, so the
+    /// next pass opens it afresh; a database that does not exist yet is not an error.
+    pub fn pass(&mut self, stopping: bool) -> Result<(), StoreError> {
+        let out = self.pass_inner(stopping);
+        match &out {
+            Err(StoreError::Missing(path)) => {
+                if !self.noted_missing_db {
+                    eprintln!(
+                        "monitor worker: no database at {} yet; waiting for the first run",
+                        path.display()
+                    );
+                    self.noted_missing_db = true;
+                }
+                self.conn = None;
+                return Ok(());
+            }
+            Err(_) => self.conn = None,
+            Ok(()) => {}
+        }
+        out
+    }
+
+    fn pass_inner(&mut self, stopping: bool) -> Result<(), StoreError> {
+        if self.conn.is_some() && db_file_id(&self.paths.db) != self.conn_file {
+            self.conn = None;
+        }
+        let log = self.paths.combined_log();
+        let actor = self.name.clone();
+        let report = control::reconcile(self.conn()?, &log, &actor)?;
+        self.report_reconcile(&report);
+        self.reap()?;
+        if stopping {
+            return Ok(());
+        }
+        self.retry_failed_starts()?;
+        self.scan()
+    }
+
+    /// Only reaps children and retries failed starts (between passes of `--once`).
+    pub fn tend(&mut self) -> Result<(), StoreError> {
+        let out = (|| {
+            self.reap()?;
+            self.retry_failed_starts()
+        })();
+        if out.is_err() {
+            self.conn = None;
+        }
+        out
+    }
+
+    fn report_reconcile(&mut self, r: &ReconcileReport) {
+        for (run, why) in &r.vanished {
+            self.say(format!("{run} failed: {}", sanitize_line(why)));
+        }
+        for a in &r.expired {
+            let how = match &a.chosen_value {
+                Some(v) => format!("answered with the default `{}`", sanitize_line(v)),
+                None => "without a decision".into(),
+            };
+            self.say(format!(
+                "{} expired {how} (run {})",
+                a.approval_id, a.tool_run_id
+            ));
+        }
+    }
+
+    fn handling(&self, approval_id: &str) -> bool {
+        self.children
+            .iter()
+            .any(|c| c.job.approval.approval_id == approval_id)
+            || self
+                .retries
+                .iter()
+                .any(|r| r.job.approval.approval_id == approval_id)
+    }
+
+    /// Acts on every parked run with a decided approval.
+    fn scan(&mut self) -> Result<(), StoreError> {
+        let parked = resume::decided_parked(self.conn()?)?;
+        for p in parked {
+            self.act_on(p)?;
+        }
+        Ok(())
+    }
+
+    fn act_on(&mut self, p: ParkedRun) -> Result<(), StoreError> {
+        // A decision that ends the tool settles the run, whatever else is pending.
+        if let Some(no) = p.decided.iter().find(|a| !a.answers()) {
+            let reason = refusal_reason(no);
+            self.close_waiting(&p.run, RunStatus::Failed, reason, Some(REJECTED_EXIT), None)?;
+            return Ok(());
+        }
+        if p.pending > 0 {
+            return Ok(());
+        }
+        let Some(approval) = p.decided.last().cloned() else {
+            return Ok(());
+        };
+        if self.handling(&approval.approval_id) {
+            return Ok(());
+        }
+        let id = approval.approval_id.clone();
+        let job = Job {
+            run: p.run,
+            approval,
+        };
+        match job.approval.claimed_by.clone() {
+            None => {
+                let me = self.name.clone();
+                let won = db::write(self.conn()?, |tx| approvals::claim(tx, &id, &me))?;
+                if won {
+                    self.start(job, 1);
+                }
+            }
+            Some(by) if by == self.name => self.start(job, 1),
+            Some(by) => self.take_over_if_abandoned(job, &by)?,
+        }
+        Ok(())
+    }
+
+    /// A claim whose worker died: finish what it left, or resume in its place.
+    fn take_over_if_abandoned(&mut self, job: Job, claimed_by: &str) -> Result<(), StoreError> {
+        if !resume::claimer_gone(claimed_by, &self.host) {
+            return Ok(());
+        }
+        let old_enough = job
+            .approval
+            .claimed_at
+            .as_deref()
+            .and_then(time::age_of)
+            .is_none_or(|age| age >= STALE_CLAIM);
+        if !old_enough {
+            return Ok(());
+        }
+        let run_id = job.run.tool_run_id.clone();
+        let resumes = resume::resumes_of(self.conn()?, &run_id)?;
+        let latest = resumes.last().cloned();
+        if let Some(r) = &latest
+            && r.status.is_live()
+            && !control::is_parked(r)
+            && control::shim_gone(r, &self.host).is_none()
+        {
+            // Its re-run is still going; it will close the waiting run, or a later pass will.
+            return Ok(());
+        }
+        let id = job.approval.approval_id.clone();
+        let me = self.name.clone();
+        let took = db::write(self.conn()?, |tx| {
+            resume::take_over_claim(tx, &id, claimed_by, &me)
+        })?;
+        if !took {
+            return Ok(());
+        }
+        self.say(format!(
+            "{id}: took over the claim of {} (gone)",
+            sanitize_line(claimed_by)
+        ));
+        match latest {
+            Some(r) if r.status.is_final() || control::is_parked(&r) => {
+                let code = r.exit_code.unwrap_or(1);
+                self.finish(&job, code, Some(r))
+            }
+            _ => {
+                self.start(job, 1);
+                Ok(())
+            }
+        }
+    }
+
+    /// Starts the re-run of a claimed job (attempt `attempt`); a failure to start is queued
+    /// for a retry.
+    fn start(&mut self, job: Job, attempt: u32) {
+        match self.spawn(&job) {
+            Ok(child) => {
+                self.say(format!(
+                    "resuming {} ({}) with {} = `{}`: headless-run pid {}{}",
+                    job.run.tool_run_id,
+                    sanitize_line(&job.run.tool_name),
+                    job.approval.approval_id,
+                    sanitize_line(job.approval.chosen_value.as_deref().unwrap_or("")),
+                    child.id(),
+                    if attempt > 1 {
+                        format!(" (attempt {attempt})")
+                    } else {
+                        String::new()
+                    }
+                ));
+                self.children.push(Resume {
+                    job,
+                    child,
+                    started: Instant::now(),
+                    attempt,
+                });
+            }
+            Err(why) => {
+                self.say(format!(
+                    "cannot start the resume of {}: {why}",
+                    job.run.tool_run_id
+                ));
+                self.retries.push(Retry {
+                    job,
+                    attempts: attempt,
+                    last_error: why,
+                });
+            }
+        }
+    }
+
+    fn spawn(&self, job: &Job) -> Result<Child, String> {
+        let run = &job.run;
+        if run.argv_json.is_empty() {
+            return Err("the run has no stored command line".into());
+        }
+        let mut cmd = Command::new(&self.shim);
+        cmd.arg("--")
+            .args(&run.argv_json)
+            .env_remove(ENV_TOOL_RUN_ID)
+            .env("HEADLESS", "1")
+            .env(ENV_RESUMED_FROM, &run.tool_run_id)
+            .env(ENV_APPROVAL_ID, &job.approval.approval_id)
+            .env(
+                ENV_AUTO_APPROVAL,
+                job.approval.chosen_value.as_deref().unwrap_or(""),
+            )
+            .env("HEADLESS_RUN_HOME", &self.paths.root)
+            .env("HEADLESS_RUN_DB", &self.paths.db)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            // Its own process group: a Ctrl-C meant for the worker must not end the tools.
+            .process_group(0);
+        match &run.execution_id {
+            Some(ex) => cmd.env(ENV_EXECUTION_ID, ex),
+            None => cmd.env_remove(ENV_EXECUTION_ID),
+        };
+        if let Some(cwd) = &run.cwd {
+            cmd.current_dir(cwd);
+        }
+        cmd.spawn().map_err(|e| match &run.cwd {
+            Some(cwd) if !std::path::Path::new(cwd).is_dir() => {
+                format!("its working directory {} is gone ({e})", sanitize_line(cwd))
+            }
+            _ => format!("{}: {e}", self.shim.display()),
+        })
+    }
+
+    /// Collects children that have exited.
+    fn reap(&mut self) -> Result<(), StoreError> {
+        let mut i = 0;
+        while i < self.children.len() {
+            let status = match self.children[i].child.try_wait() {
+                Ok(Some(st)) => st,
+                Ok(None) => {
+                    i += 1;
+                    continue;
+                }
+                Err(e) => {
+                    eprintln!(
+                        "monitor worker: cannot wait for pid {}: {e}",
+                        self.children[i].child.id()
+                    );
+                    i += 1;
+                    continue;
+                }
+            };
+            let done = self.children.swap_remove(i);
+            let code = status
+                .code()
+                .unwrap_or_else(|| 128 + status.signal().unwrap_or(0));
+            self.after_exit(done, code)?;
+        }
+        Ok(())
+    }
+
+    fn after_exit(&mut self, done: Resume, code: i32) -> Result<(), StoreError> {
+        let run_id = done.job.run.tool_run_id.clone();
+        let conn = self.conn()?;
+        let still_waiting =
+            runs::get(conn, &run_id)?.is_some_and(|r| r.status == RunStatus::WaitingApproval);
+        let consumed = approvals::get(conn, &done.job.approval.approval_id)?
+            .is_some_and(|a| a.consumed_at.is_some());
+        let resumed = resume::resumes_of(conn, &run_id)?.pop();
+        if still_waiting
+            && !consumed
+            && SPAWN_FAILURE_CODES.contains(&code)
+            && done.started.elapsed() < SPAWN_FAILURE_WINDOW
+        {
+            let why = format!(
+                "headless-run exited {code} before reaching the prompt{}",
+                resumed
+                    .as_ref()
+                    .map(|r| format!(" (run {})", r.tool_run_id))
+                    .unwrap_or_default()
+            );
+            self.say(format!("resume of {run_id} failed to start: {why}"));
+            self.retries.push(Retry {
+                job: done.job,
+                attempts: done.attempt,
+                last_error: why,
+            });
+            return Ok(());
+        }
+        match &resumed {
+            Some(r) => self.say(format!(
+                "{run_id} resumed as {}: headless-run exited {code}",
+                r.tool_run_id
+            )),
+            None => self.say(format!(
+                "{run_id}: resume exited {code} without recording a run"
+            )),
+        }
+        if still_waiting {
+            self.finish(&done.job, code, resumed)?;
+        }
+        Ok(())
+    }
+
+    /// Closes a waiting run whose re-run ended without answering its prompt.
+    fn finish(&mut self, job: &Job, code: i32, resumed: Option<ToolRun>) -> Result<(), StoreError> {
+        let ap = &job.approval.approval_id;
+        let (status, reason) = match &resumed {
+            Some(r) => {
+                let outcome = if control::is_parked(r) {
+                    "stopped at another prompt (exit 90)".to_owned()
+                } else if code == 0 {
+                    "completed; the prompt did not appear again".to_owned()
+                } else {
+                    format!("exited {code} before reaching the prompt")
+                };
+                let status = if code == 0 {
+                    RunStatus::Completed
+                } else {
+                    RunStatus::Failed
+                };
+                (
+                    status,
+                    format!(
+                        "approval {ap} approved; resumed as {}, which {outcome}",
+                        r.tool_run_id
+                    ),
+                )
+            }
+            None => (
+                if code == 0 {
+                    RunStatus::Completed
+                } else {
+                    RunStatus::Failed
+                },
+                format!("approval {ap} approved; the resume exited {code} without recording a run"),
+            ),
+        };
+        if let Some(r) = &resumed
+            && job.approval.resumed_run_id.is_none()
+        {
+            let rid = r.tool_run_id.clone();
+            db::write(self.conn()?, |tx| approvals::set_resumed_run(tx, ap, &rid))?;
+        }
+        self.close_waiting(&job.run, status, reason, Some(code), None)
+    }
+
+    /// Moves a run out of `waiting_approval` (only if it is still there).
+    fn close_waiting(
+        &mut self,
+        run: &ToolRun,
+        status: RunStatus,
+        reason: String,
+        exit_code: Option<i32>,
+        error: Option<String>,
+    ) -> Result<(), StoreError> {
+        let change = StatusChange {
+            exit_code,
+            error,
+            ..StatusChange::to(status, Some(reason.clone()))
+        };
+        let actor = self.name.clone();
+        let previous = db::write(self.conn()?, |tx| {
+            runs::change_status(
+                tx,
+                &run.tool_run_id,
+                &change,
+                &actor,
+                Guard::From(&[RunStatus::WaitingApproval]),
+            )
+        })?;
+        if let Some(previous) = previous {
+            self.log(&[LogEvent {
+                body: EventBody::ToolStatusChange {
+                    status,
+                    previous_status: Some(previous),
+                    reason: Some(reason.clone()),
+                    exit_code,
+                },
+                timestamp: time::now_rfc3339(),
+                tool: run.tool_name.clone(),
+                tool_run_id: run.tool_run_id.clone(),
+                execution_id: run.execution_id.clone(),
+            }]);
+            self.say(format!(
+                "{} {status}: {}",
+                run.tool_run_id,
+                sanitize_line(&reason)
+            ));
+        }
+        Ok(())
+    }
+
+    /// Starts again the resumes that failed to start, or gives up on them.
+    fn retry_failed_starts(&mut self) -> Result<(), StoreError> {
+        for r in std::mem::take(&mut self.retries) {
+            let run_id = r.job.run.tool_run_id.clone();
+            let conn = self.conn()?;
+            let still_waiting = runs::get(conn, &run_id)?
+                .is_some_and(|run| run.status == RunStatus::WaitingApproval);
+            let ours = approvals::get(conn, &r.job.approval.approval_id)?.is_some_and(|a| {
+                a.consumed_at.is_none() && a.claimed_by.as_deref() == Some(self.name.as_str())
+            });
+            if !still_waiting || !ours {
+                continue;
+            }
+            if r.attempts > SPAWN_RETRIES {
+                let reason = format!(
+                    "approval {} approved, but the resume failed to start {} times: {}",
+                    r.job.approval.approval_id, r.attempts, r.last_error
+                );
+                self.close_waiting(
+                    &r.job.run,
+                    RunStatus::Failed,
+                    reason,
+                    None,
+                    Some(r.last_error.clone()),
+                )?;
+                continue;
+            }
+            self.start(r.job, r.attempts + 1);
+        }
+        Ok(())
+    }
+}
+
+/// The device and inode of the database file, if it exists.
+fn db_file_id(path: &std::path::Path) -> Option<(u64, u64)> {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata(path).ok().map(|m| (m.dev(), m.ino()))
+}
+
+/// Why a decision ends the waiting run: `approval AP-… rejected by alice: not now`.
+fn refusal_reason(a: &Approval) -> String {
+    let by = sanitize_line(a.decided_by.as_deref().unwrap_or("?"));
+    match a.status {
+        ApprovalStatus::Expired => format!("approval {} expired without a decision", a.approval_id),
+        _ => match a.comment.as_deref().filter(|c| !c.trim().is_empty()) {
+            Some(c) => format!(
+                "approval {} rejected by {by}: {}",
+                a.approval_id,
+                sanitize_line(c.trim())
+            ),
+            None => format!("approval {} rejected by {by}", a.approval_id),
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn approval(status: ApprovalStatus, by: &str, comment: Option<&str>) -> Approval {
+        Approval {
+            approval_id: "AP-1".into(),
+            tool_run_id: "TR-1".into(),
+            tool_name: "rm".into(),
+            execution_id: None,
+            question: "q".into(),
+            context: None,
+            options_json: vec![],
+            default_value: None,
+            allows_text: false,
+            status,
+            chosen_value: None,
+            created_at: time::now_rfc3339(),
+            decided_at: None,
+            expires_at: None,
+            decided_by: Some(by.into()),
+            decision_channel: None,
+            comment: comment.map(String::from),
+            request_fingerprint: None,
+            prompt_fingerprint: None,
+            consumed_at: None,
+            consumed_by: None,
+            prompt_kind: None,
+            prompt_line: None,
+            rule_name: None,
+            expire_action: "reject".into(),
+            claimed_by: None,
+            claimed_at: None,
+            resumed_run_id: None,
+        }
+    }
+
+    #[test]
+    fn refusal_reasons_name_the_decider() {
+        assert_eq!(
+            refusal_reason(&approval(ApprovalStatus::Rejected, "alice", None)),
+            "approval AP-1 rejected by alice"
+        );
+        assert_eq!(
+            refusal_reason(&approval(
+                ApprovalStatus::Rejected,
+                "bob",
+                Some("not\x1b[31m today")
+            )),
+            "approval AP-1 rejected by bob: not today"
+        );
+        assert_eq!(
+            refusal_reason(&approval(ApprovalStatus::Expired, "system:expiry", None)),
+            "approval AP-1 expired without a decision"
+        );
+    }
+}

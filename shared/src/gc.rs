@@ -1,0 +1,144 @@
+//! Garbage collection of finished runs: their rows and their decided approvals go; the
+//! audit table `events` stays whole (it is append-only and hash-chained: deleting from it
+//! would break the chain that `monitor doctor` verifies), and a `gc` row records what went.
+
+use crate::audit::{self, AuditEntry};
+use crate::db::Result;
+use rusqlite::{Connection, Transaction, params_from_iter};
+
+/// The statuses a run never leaves: only these are collected.
+const FINAL: &str = "'completed', 'failed', 'failed_timeout', 'cancelled'";
+
+/// What a collection removed (or would remove).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct GcReport {
+    /// The runs deleted, so that their run logs can go too.
+    pub runs: Vec<String>,
+    /// How many approvals were deleted.
+    pub approvals: usize,
+}
+
+/// Finished runs that ended before `cutoff` (RFC 3339), oldest first.
+pub fn finished_before(conn: &Connection, cutoff: &str) -> Result<Vec<String>> {
+    let mut stmt = conn.prepare(&format!(
+        "SELECT tool_run_id FROM tool_runs
+         WHERE status IN ({FINAL}) AND COALESCE(completed_at, updated_at) < ?1
+         ORDER BY tool_run_id"
+    ))?;
+    let ids = stmt
+        .query_map([cutoff], |r| r.get(0))?
+        .collect::<rusqlite::Result<Vec<String>>>()?;
+    Ok(ids)
+}
+
+/// How many decided approvals belong to these runs.
+pub fn approvals_of(conn: &Connection, runs: &[String]) -> Result<usize> {
+    let mut n = 0;
+    for chunk in runs.chunks(500) {
+        let marks = vec!["?"; chunk.len()].join(",");
+        n += conn.query_row(
+            &format!(
+                "SELECT COUNT(*) FROM approvals WHERE status != 'pending' AND tool_run_id IN ({marks})"
+            ),
+            params_from_iter(chunk.iter()),
+            |r| r.get::<_, i64>(0),
+        )? as usize;
+    }
+    Ok(n)
+}
+
+/// Deletes the finished runs that ended before `cutoff` and their decided approvals
+/// (pending ones stay: someone may still answer them), with one `gc` audit row.
+pub fn collect(tx: &Transaction<'_>, cutoff: &str, actor: &str) -> Result<GcReport> {
+    let runs = finished_before(tx, cutoff)?;
+    let mut approvals = 0;
+    for chunk in runs.chunks(500) {
+        let marks = vec!["?"; chunk.len()].join(",");
+        approvals += tx.execute(
+            &format!(
+                "DELETE FROM approvals WHERE status != 'pending' AND tool_run_id IN ({marks})"
+            ),
+            params_from_iter(chunk.iter()),
+        )?;
+        tx.execute(
+            &format!("DELETE FROM tool_runs WHERE tool_run_id IN ({marks})"),
+            params_from_iter(chunk.iter()),
+        )?;
+    }
+    if !runs.is_empty() {
+        audit::append(
+            tx,
+            &AuditEntry {
+                event: "gc",
+                tool_run_id: None,
+                approval_id: None,
+                actor,
+                data: serde_json::json!({
+                    "ended_before": cutoff,
+                    "runs": runs.len(),
+                    "approvals": approvals,
+                }),
+            },
+        )?;
+    }
+    Ok(GcReport { runs, approvals })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::approvals::{self, PromptKind};
+    use crate::db::{self, OpenMode};
+    use crate::runs;
+    use crate::status::RunStatus;
+
+    #[test]
+    fn collects_old_finished_runs_and_keeps_the_rest() {
+        let tmp = tempfile::tempdir().unwrap();
+        let mut conn = db::open(&tmp.path().join("s.db"), OpenMode::Create).unwrap();
+        let old = "2000-01-01T00:00:00.000Z";
+        let mut done = runs::tests::sample("TR-OLD", "rm", RunStatus::Completed);
+        done.completed_at = Some(old.into());
+        let mut live = runs::tests::sample("TR-LIVE", "rm", RunStatus::Running);
+        live.updated_at = old.into();
+        let fresh = runs::tests::sample("TR-NEW", "rm", RunStatus::Failed);
+        let mut decided = approvals::tests::sample("AP-D", PromptKind::Choice);
+        decided.tool_run_id = "TR-OLD".into();
+        let mut pending = approvals::tests::sample("AP-P", PromptKind::Choice);
+        pending.tool_run_id = "TR-OLD".into();
+        db::write(&mut conn, |tx| {
+            for r in [&done, &live, &fresh] {
+                runs::insert(tx, r, "t")?;
+            }
+            approvals::insert(tx, &decided, "t")?;
+            approvals::insert(tx, &pending, "t")?;
+            approvals::decide(
+                tx,
+                "AP-D",
+                "y",
+                &approvals::Decider {
+                    by: "a",
+                    channel: "cli",
+                    comment: None,
+                },
+            )
+        })
+        .unwrap();
+        let cutoff = "2020-01-01T00:00:00.000Z";
+        assert_eq!(finished_before(&conn, cutoff).unwrap(), ["TR-OLD"]);
+        assert_eq!(approvals_of(&conn, &["TR-OLD".into()]).unwrap(), 1);
+        let report = db::write(&mut conn, |tx| collect(tx, cutoff, "tester")).unwrap();
+        assert_eq!(report.runs, ["TR-OLD"]);
+        assert_eq!(report.approvals, 1);
+        assert!(runs::get(&conn, "TR-OLD").unwrap().is_none());
+        assert!(runs::get(&conn, "TR-LIVE").unwrap().is_some());
+        assert!(approvals::get(&conn, "AP-P").unwrap().is_some());
+        assert!(approvals::get(&conn, "AP-D").unwrap().is_none());
+        // The audit chain is untouched and still verifies, with the gc recorded.
+        let report = crate::audit::verify(&conn).unwrap();
+        assert!(report.intact(), "{report:?}");
+        // A second collection finds nothing and writes nothing.
+        let again = db::write(&mut conn, |tx| collect(tx, cutoff, "tester")).unwrap();
+        assert_eq!(again, GcReport::default());
+    }
+}

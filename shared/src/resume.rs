@@ -1,0 +1,252 @@
+//! What the resume worker reads and writes beyond single rows: runs parked on an approval
+//! (exit mode, exit 90) that has been decided, the runs a resume started, and claims left
+//! behind by a worker that is gone.
+//!
+//! A claim names its worker as `worker:HOST:PID:START` (start time in clock ticks), so a
+//! later worker on the same host can tell a live claimer from a dead one.
+
+use crate::approvals::{self, Approval};
+use crate::db::Result;
+use crate::runs::{self, ToolRun};
+use crate::{proc, time};
+use rusqlite::{Connection, Transaction, params};
+
+/// A run parked by a shim that exited on purpose (exit mode), with the unconsumed,
+/// decided approvals that belong to it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ParkedRun {
+    pub run: ToolRun,
+    /// Decided, unconsumed approvals of this run, oldest first.
+    pub decided: Vec<Approval>,
+    /// How many of its approvals are still pending.
+    pub pending: usize,
+}
+
+/// Every parked run (`waiting_approval` with exit code 90) that has at least one decided,
+/// unconsumed approval.
+pub fn decided_parked(conn: &Connection) -> Result<Vec<ParkedRun>> {
+    let run_ids: Vec<String> = {
+        let mut stmt = conn.prepare(
+            "SELECT DISTINCT r.tool_run_id FROM tool_runs r
+             JOIN approvals a ON a.tool_run_id = r.tool_run_id
+             WHERE r.status = 'waiting_approval' AND r.exit_code = 90
+               AND a.status != 'pending' AND a.consumed_at IS NULL
+             ORDER BY r.tool_run_id",
+        )?;
+        stmt.query_map([], |r| r.get(0))?
+            .collect::<rusqlite::Result<Vec<_>>>()?
+    };
+    let mut out = Vec::with_capacity(run_ids.len());
+    for id in run_ids {
+        let Some(run) = runs::get(conn, &id)? else {
+            continue;
+        };
+        let all = approvals::list(
+            conn,
+            &approvals::ApprovalFilter {
+                tool_run_id: Some(id.clone()),
+                ..Default::default()
+            },
+        )?;
+        let pending = all
+            .iter()
+            .filter(|a| a.status == crate::status::ApprovalStatus::Pending)
+            .count();
+        let mut decided: Vec<Approval> = all
+            .into_iter()
+            .filter(|a| {
+                a.status != crate::status::ApprovalStatus::Pending && a.consumed_at.is_none()
+            })
+            .collect();
+        decided.sort_by(|a, b| a.approval_id.cmp(&b.approval_id));
+        out.push(ParkedRun {
+            run,
+            decided,
+            pending,
+        });
+    }
+    Ok(out)
+}
+
+/// The runs started as resumes of `waiting_run` (`resumed_from`), oldest first.
+pub fn resumes_of(conn: &Connection, waiting_run: &str) -> Result<Vec<ToolRun>> {
+    let ids: Vec<String> = {
+        let mut stmt = conn.prepare(
+            "SELECT tool_run_id FROM tool_runs WHERE resumed_from = ?1 ORDER BY tool_run_id",
+        )?;
+        stmt.query_map([waiting_run], |r| r.get(0))?
+            .collect::<rusqlite::Result<Vec<_>>>()?
+    };
+    let mut out = Vec::with_capacity(ids.len());
+    for id in ids {
+        if let Some(run) = runs::get(conn, &id)? {
+            out.push(run);
+        }
+    }
+    Ok(out)
+}
+
+/// Hands a claim over from a worker that is gone to `new_worker`; false when the claim
+/// changed meanwhile (another worker took it over first) or the approval was consumed.
+pub fn take_over_claim(
+    tx: &Transaction<'_>,
+    approval_id: &str,
+    old_worker: &str,
+    new_worker: &str,
+) -> Result<bool> {
+    let changed = tx.execute(
+        "UPDATE approvals SET claimed_by = ?3, claimed_at = ?4
+         WHERE approval_id = ?1 AND claimed_by = ?2 AND consumed_at IS NULL",
+        params![approval_id, old_worker, new_worker, time::now_rfc3339()],
+    )?;
+    Ok(changed > 0)
+}
+
+/// The claim name of this process: `worker:HOST:PID:START`.
+pub fn worker_name() -> String {
+    let pid = std::process::id() as i32;
+    let start = proc::read_stat(pid).map(|s| s.start_time).unwrap_or(0);
+    format!("worker:{}:{pid}:{start}", proc::hostname())
+}
+
+/// Whether the worker that wrote claim `claimed_by` is known to be gone: a claim of this
+/// host whose process is no longer the one that claimed. Claims of other hosts, or in a
+/// shape this build does not know, are never judged gone.
+pub fn claimer_gone(claimed_by: &str, this_host: &str) -> bool {
+    let Some(rest) = claimed_by.strip_prefix("worker:") else {
+        return false;
+    };
+    // The host name may itself hold colons: take pid and start from the right.
+    let mut parts = rest.rsplitn(3, ':');
+    let (Some(start), Some(pid), Some(host)) = (parts.next(), parts.next(), parts.next()) else {
+        return false;
+    };
+    let (Ok(start), Ok(pid)) = (start.parse::<u64>(), pid.parse::<i32>()) else {
+        return false;
+    };
+    if host != this_host {
+        return false;
+    }
+    !proc::same_process(pid, (start != 0).then_some(start))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::approvals::{Decider, PromptKind};
+    use crate::db::{self, OpenMode};
+    use crate::status::RunStatus;
+
+    fn who() -> Decider<'static> {
+        Decider {
+            by: "alice",
+            channel: "cli",
+            comment: None,
+        }
+    }
+
+    #[test]
+    fn finds_parked_runs_with_decided_approvals_only() {
+        let tmp = tempfile::tempdir().unwrap();
+        let mut conn = db::open(&tmp.path().join("s.db"), OpenMode::Create).unwrap();
+        let mut parked = runs::tests::sample("TR-P", "rm", RunStatus::WaitingApproval);
+        parked.exit_code = Some(90);
+        // Waiting in wait mode (its shim answers itself): not the worker's.
+        let waiting_live = runs::tests::sample("TR-W", "rm", RunStatus::WaitingApproval);
+        let mut still_pending = runs::tests::sample("TR-Q", "rm", RunStatus::WaitingApproval);
+        still_pending.exit_code = Some(90);
+        let mut a1 = approvals::tests::sample("AP-1", PromptKind::Choice);
+        a1.tool_run_id = "TR-P".into();
+        let mut a2 = approvals::tests::sample("AP-2", PromptKind::Choice);
+        a2.tool_run_id = "TR-W".into();
+        let mut a3 = approvals::tests::sample("AP-3", PromptKind::Choice);
+        a3.tool_run_id = "TR-Q".into();
+        db::write(&mut conn, |tx| {
+            for r in [&parked, &waiting_live, &still_pending] {
+                runs::insert(tx, r, "t")?;
+            }
+            for a in [&a1, &a2, &a3] {
+                approvals::insert(tx, a, "t")?;
+            }
+            approvals::decide(tx, "AP-1", "y", &who())?;
+            approvals::decide(tx, "AP-2", "y", &who())?;
+            Ok(())
+        })
+        .unwrap();
+        let found = decided_parked(&conn).unwrap();
+        assert_eq!(found.len(), 1, "{found:#?}");
+        assert_eq!(found[0].run.tool_run_id, "TR-P");
+        assert_eq!(found[0].decided[0].approval_id, "AP-1");
+        assert_eq!(found[0].pending, 0);
+        // Once consumed, it is no longer the worker's business.
+        db::write(&mut conn, |tx| {
+            approvals::consume(tx, "AP-1", "TR-R", "shim")
+        })
+        .unwrap();
+        assert!(decided_parked(&conn).unwrap().is_empty());
+    }
+
+    #[test]
+    fn resumes_and_claim_takeover() {
+        let tmp = tempfile::tempdir().unwrap();
+        let mut conn = db::open(&tmp.path().join("s.db"), OpenMode::Create).unwrap();
+        let mut r = runs::tests::sample("TR-R", "rm", RunStatus::Completed);
+        r.resumed_from = Some("TR-P".into());
+        let a = approvals::tests::sample("AP-1", PromptKind::Choice);
+        db::write(&mut conn, |tx| {
+            runs::insert(tx, &r, "t")?;
+            approvals::insert(tx, &a, "t")?;
+            approvals::decide(tx, "AP-1", "y", &who())?;
+            approvals::claim(tx, "AP-1", "worker:h:1:1")
+        })
+        .unwrap();
+        assert_eq!(resumes_of(&conn, "TR-P").unwrap()[0].tool_run_id, "TR-R");
+        assert!(resumes_of(&conn, "TR-X").unwrap().is_empty());
+        assert!(
+            !db::write(&mut conn, |tx| take_over_claim(
+                tx,
+                "AP-1",
+                "worker:h:2:2",
+                "me"
+            ))
+            .unwrap()
+        );
+        assert!(
+            db::write(&mut conn, |tx| take_over_claim(
+                tx,
+                "AP-1",
+                "worker:h:1:1",
+                "me"
+            ))
+            .unwrap()
+        );
+        assert_eq!(
+            approvals::get(&conn, "AP-1")
+                .unwrap()
+                .unwrap()
+                .claimed_by
+                .as_deref(),
+            Some("me")
+        );
+    }
+
+    #[test]
+    fn claimers_are_judged_by_pid_and_start_time() {
+        let host = proc::hostname();
+        let me = worker_name();
+        assert!(!claimer_gone(&me, &host), "{me}");
+        let pid = std::process::id();
+        let start = proc::read_stat(pid as i32).unwrap().start_time;
+        assert!(claimer_gone(
+            &format!("worker:{host}:{pid}:{}", start + 1),
+            &host
+        ));
+        assert!(claimer_gone(
+            &format!("worker:{host}:{}:5", i32::MAX - 3),
+            &host
+        ));
+        assert!(!claimer_gone("worker:other-host:1:1", &host));
+        assert!(!claimer_gone("someone", &host));
+        assert!(!claimer_gone("worker:a:b", &host));
+    }
+}

@@ -1,0 +1,98 @@
+//! `monitor cancel`: a live run's tool and its whole process group end, the run is
+//! cancelled with who and why; a parked run is only marked; finished and unknown runs are
+//! refused.
+
+use crate::rows::*;
+use headless_run_e2e::*;
+use std::time::Duration;
+
+#[test]
+fn cancel_ends_a_live_tool_and_its_group() {
+    let env = TestEnv::new();
+    let pidfile = env.path().join("orphan.pid");
+    let shim = env
+        .shim()
+        .arg(tool())
+        .arg("spawn-orphan")
+        .arg(&pidfile)
+        .spawn();
+    assert!(
+        wait_until(Duration::from_secs(20), || pidfile.exists()
+            && runs_so_far(&env).first().is_some_and(|r| r["pid"].is_i64())),
+        "the tool never started: {}",
+        shim.stderr_now()
+    );
+    let orphan: i32 = std::fs::read_to_string(&pidfile)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    let run = env.only_run();
+    let id = s(&run, "tool_run_id").to_owned();
+    let tool_pid = n(&run, "pid") as i32;
+    let out = env
+        .monitor()
+        .args(["cancel", &id, "--reason", "taking too long"])
+        .run();
+    out.expect_code(0);
+    assert!(
+        out.out()
+            .contains(&format!("cancelled by {}: taking too long", user_name())),
+        "{}",
+        out.out()
+    );
+    let shim_out = shim.wait();
+    assert!(
+        wait_until(Duration::from_secs(10), || !alive(tool_pid)
+            && !alive(orphan)),
+        "tool {tool_pid} or its child {orphan} survived the cancel"
+    );
+    let row = env.only_run();
+    assert_eq!(s(&row, "status"), "cancelled");
+    assert_eq!(
+        s(&row, "reason"),
+        format!("cancelled by {}: taking too long", user_name())
+    );
+    assert!(row["completed_at"].is_string());
+    // The shim ends the tool and exits 143 (DESIGN: cancel → SIGUSR1 → group ended).
+    assert_eq!(shim_out.code, Some(143), "{}", shim_out.context());
+}
+
+#[test]
+fn a_parked_run_is_marked_and_its_approval_rejected() {
+    let env = TestEnv::new();
+    let run = Run::parked(&env, &["terraform", "apply"]);
+    run.insert(&env);
+    let ap = Approval::pending(&run, "Do you want to perform these actions?");
+    ap.insert(&env);
+    let out = env.monitor().args(["cancel", &run.id]).run();
+    out.expect_code(0);
+    assert!(out.out().contains("no live headless-run"), "{}", out.out());
+    let row = run_row(&env, &run.id);
+    assert_eq!(s(&row, "status"), "cancelled");
+    assert_eq!(s(&row, "reason"), format!("cancelled by {}", user_name()));
+    assert_eq!(s(&approval_row(&env, &ap.id), "status"), "rejected");
+}
+
+#[test]
+fn finished_and_unknown_runs_are_refused() {
+    let env = TestEnv::new();
+    env.shim().arg("true").run().expect_code(0);
+    let id = s(&env.only_run(), "tool_run_id").to_owned();
+    let out = env.monitor().args(["cancel", &id]).run();
+    out.expect_code(3);
+    assert!(
+        out.stderr.contains("already ended: completed"),
+        "{}",
+        out.stderr
+    );
+    assert_eq!(s(&env.only_run(), "status"), "completed");
+    env.monitor()
+        .args(["cancel", "TR-00000000000000000000000000"])
+        .run()
+        .expect_code(4);
+    env.monitor()
+        .args(["cancel", "AP-00000000000000000000000000"])
+        .run()
+        .expect_code(2);
+}

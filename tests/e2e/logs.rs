@@ -1,0 +1,135 @@
+//! `monitor logs`: the combined log pretty and raw, one run's output (raw bytes when
+//! piped, sanitized on a terminal), and `-f` following new lines through rotation and a
+//! file that does not exist yet.
+
+use crate::rows::runs_so_far;
+use headless_run_e2e::*;
+use std::process::Command;
+use std::time::Duration;
+
+#[test]
+fn the_combined_log_pretty_and_raw() {
+    let env = TestEnv::new();
+    env.shim()
+        .arg(tool())
+        .args(["print", "hello\x1b]0;title\x07 world"])
+        .run()
+        .expect_code(0);
+    let out = env.monitor().arg("logs").run();
+    out.expect_code(0);
+    let text = out.out();
+    assert!(text.contains("output"), "{text}");
+    assert!(text.contains("hello world"), "{text}");
+    assert!(text.contains("running → completed (exit 0)"), "{text}");
+    assert!(!text.contains('\x1b') && !text.contains('\x07'), "{text:?}");
+    let out = env.monitor().args(["logs", "--json"]).run();
+    out.expect_code(0);
+    let lines: Vec<serde_json::Value> = out
+        .out()
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("a JSON line"))
+        .collect();
+    assert_eq!(lines.len(), env.log_events().len());
+    let out = env.monitor().args(["logs", "-n", "1", "--json"]).run();
+    assert_eq!(out.out().lines().count(), 1);
+    assert!(
+        out.out().contains("\"status\":\"completed\""),
+        "{}",
+        out.out()
+    );
+}
+
+#[test]
+fn a_runs_output_raw_when_piped_and_clean_on_a_terminal() {
+    let env = TestEnv::new();
+    env.shim()
+        .args([
+            "sh",
+            "-c",
+            "printf 'plain\\n\\033[31mred\\033[0m\\n\\033]0;pwned\\007end\\n'",
+        ])
+        .run()
+        .expect_code(0);
+    let id = s(&env.only_run(), "tool_run_id").to_owned();
+    let out = env.monitor().args(["logs", "--run", &id]).run();
+    out.expect_code(0);
+    assert_eq!(out.stdout, env.run_log(&id), "byte for byte when piped");
+    assert!(out.stdout.contains(&0x1b));
+    let mut cmd = Command::new(bin("monitor"));
+    cmd.args(["logs", "--run", &id])
+        .env("HEADLESS_RUN_HOME", env.state())
+        .env_remove("HEADLESS_RUN_DB");
+    let (code, shown) = run_in_pty(cmd, None, Duration::from_secs(20));
+    assert_eq!(code, Some(0));
+    let shown = String::from_utf8_lossy(&shown).replace('\r', "");
+    assert_eq!(shown, "plain\nred\nend\n");
+    // Its events, with --json.
+    let out = env.monitor().args(["logs", "--run", &id, "--json"]).run();
+    assert!(out.out().lines().count() >= 2);
+    assert!(out.out().lines().all(|l| l.contains(&id)));
+    env.monitor()
+        .args(["logs", "--run", "TR-00000000000000000000000000"])
+        .run()
+        .expect_code(4);
+}
+
+#[test]
+fn follow_waits_for_the_file_and_survives_rotation() {
+    let env = TestEnv::new();
+    // Nothing exists yet: not the state dir, not the log.
+    let follower = env.monitor().args(["logs", "-f"]).spawn();
+    std::thread::sleep(Duration::from_millis(300));
+    env.shim()
+        .arg(tool())
+        .args(["print", "first-marker"])
+        .run()
+        .expect_code(0);
+    assert!(
+        wait_until(Duration::from_secs(10), || String::from_utf8_lossy(
+            &follower.stdout_now()
+        )
+        .contains("first-marker")),
+        "not followed: {:?} {}",
+        String::from_utf8_lossy(&follower.stdout_now()),
+        follower.stderr_now()
+    );
+    // A writer rotates the log (as CombinedLog::open does past 64 MB) and starts a new one.
+    let log = env.state().join("logs/combined.log");
+    std::fs::rename(&log, env.state().join("logs/combined.log.1")).unwrap();
+    env.shim()
+        .arg(tool())
+        .args(["print", "second-marker"])
+        .run()
+        .expect_code(0);
+    assert!(
+        wait_until(Duration::from_secs(10), || String::from_utf8_lossy(
+            &follower.stdout_now()
+        )
+        .contains("second-marker")),
+        "lost after rotation: {:?}",
+        String::from_utf8_lossy(&follower.stdout_now())
+    );
+    let text = String::from_utf8_lossy(&follower.stdout_now()).into_owned();
+    assert_eq!(text.matches("first-marker").count(), 1, "{text}");
+    assert_eq!(text.matches("second-marker").count(), 1, "{text}");
+}
+
+#[test]
+fn following_a_runs_output_ends_with_the_run() {
+    let env = TestEnv::new();
+    let shim = env
+        .shim()
+        .arg(tool())
+        .args(["silent-then", "1.5", "finished-now"])
+        .spawn();
+    assert!(wait_until(Duration::from_secs(20), || !runs_so_far(&env).is_empty()));
+    let id = s(&env.runs()[0], "tool_run_id").to_owned();
+    let out = env
+        .monitor()
+        .args(["logs", "-f", "--run", &id])
+        .timeout(Duration::from_secs(20))
+        .run();
+    out.expect_code(0);
+    assert_eq!(out.out(), "started\nfinished-now\n");
+    shim.wait().expect_code(0);
+}

@@ -1,0 +1,464 @@
+//! The resume worker (`monitor worker`): approved → the stored command is re-run through
+//! headless-run and linked by `resumed_from`; rejected or expired → the waiting run fails;
+//! claims are exclusive between workers; failed starts are retried, then the run fails;
+//! abandoned claims are taken over; database trouble does not stop the daemon; SIGTERM
+//! stops it cleanly. The first tests use parked runs written straight into the database,
+//! the last ones the shim's own prompt flow (`rm -i`, a cooperative tool).
+
+use crate::rows::*;
+use headless_run_e2e::*;
+use std::time::Duration;
+
+fn tool_str() -> String {
+    tool().to_string_lossy().into_owned()
+}
+
+/// A parked run of `argv` with an approval decided `value` by `monitor decide`.
+fn parked_and_decided(env: &TestEnv, argv: &[&str], value: &str) -> (Run, Approval) {
+    let run = Run::parked(env, argv);
+    run.insert(env);
+    let ap = Approval::pending(&run, "Proceed?");
+    ap.insert(env);
+    env.monitor()
+        .args(["decide", &ap.id, value])
+        .run()
+        .expect_code(0);
+    (run, ap)
+}
+
+#[test]
+fn an_approved_run_is_re_run_and_linked() {
+    let env = TestEnv::new();
+    let t = tool_str();
+    let (run, ap) = parked_and_decided(
+        &env,
+        &[
+            &t,
+            "env",
+            "HEADLESS_RUN_TOOL_RUN_ID",
+            "HEADLESS_RUN_EXECUTION_ID",
+        ],
+        "approve",
+    );
+    let out = env.monitor().args(["worker", "--once"]).run();
+    out.expect_code(0);
+    assert!(
+        out.out().contains(&format!("resuming {}", run.id)),
+        "{}",
+        out.context()
+    );
+    let resumes = resumes_of(&env, &run.id);
+    assert_eq!(resumes.len(), 1, "{resumes:#?}");
+    let resumed = &resumes[0];
+    let rid = s(resumed, "tool_run_id");
+    assert_eq!(s(resumed, "status"), "completed");
+    assert_eq!(
+        s(resumed, "execution_id"),
+        run.execution_id,
+        "same execution"
+    );
+    assert_eq!(s(resumed, "cwd"), run.cwd);
+    let argv: Vec<String> = serde_json::from_str(s(resumed, "argv_json")).unwrap();
+    assert_eq!(argv, run.argv, "the stored command, as typed");
+    let output = String::from_utf8_lossy(&env.run_log(rid)).into_owned();
+    assert!(
+        output.contains(&format!("HEADLESS_RUN_TOOL_RUN_ID={rid}")),
+        "{output}"
+    );
+    assert!(
+        output.contains(&format!("HEADLESS_RUN_EXECUTION_ID={}", run.execution_id)),
+        "{output}"
+    );
+    // The waiting run is closed, naming its resume (by the shim, or by the worker when the
+    // re-run never reached the prompt, as here).
+    let waiting = run_row(&env, &run.id);
+    assert_eq!(s(&waiting, "status"), "completed", "{waiting:#?}");
+    assert!(s(&waiting, "reason").contains(rid), "{waiting:#?}");
+    let ap_row = approval_row(&env, &ap.id);
+    assert!(
+        s(&ap_row, "claimed_by").starts_with("worker:"),
+        "{ap_row:#?}"
+    );
+    assert_eq!(s(&ap_row, "resumed_run_id"), rid);
+    // The change is in the combined log too.
+    assert!(
+        env.log_events()
+            .iter()
+            .any(|e| e["event"] == "tool_status_change"
+                && e["tool_run_id"] == run.id.as_str()
+                && e["status"] == "completed"),
+        "no status event for the waiting run"
+    );
+    // A second pass has nothing left to do.
+    let out = env.monitor().args(["worker", "--once"]).run();
+    out.expect_code(0);
+    assert_eq!(resumes_of(&env, &run.id).len(), 1);
+    assert!(out.out().contains("nothing to resume"), "{}", out.out());
+}
+
+#[test]
+fn a_resume_that_fails_fails_the_waiting_run() {
+    let env = TestEnv::new();
+    let t = tool_str();
+    let (run, _ap) = parked_and_decided(&env, &[&t, "exit", "3"], "yes");
+    env.monitor()
+        .args(["worker", "--once"])
+        .run()
+        .expect_code(0);
+    let resumes = resumes_of(&env, &run.id);
+    assert_eq!(resumes.len(), 1);
+    assert_eq!(s(&resumes[0], "status"), "failed");
+    let waiting = run_row(&env, &run.id);
+    assert_eq!(s(&waiting, "status"), "failed");
+    assert_eq!(n(&waiting, "exit_code"), 3);
+    assert!(s(&waiting, "reason").contains("exited 3"), "{waiting:#?}");
+}
+
+#[test]
+fn a_rejected_run_fails_with_who_and_why() {
+    let env = TestEnv::new();
+    let run = Run::parked(&env, &["rm", "-i", "precious.txt"]);
+    run.insert(&env);
+    let ap = Approval::pending(&run, "rm: remove regular file 'precious.txt'?");
+    ap.insert(&env);
+    env.monitor()
+        .args(["decide", &ap.id, "reject", "--comment", "keep it"])
+        .run()
+        .expect_code(0);
+    let out = env.monitor().args(["worker", "--once"]).run();
+    out.expect_code(0);
+    let row = run_row(&env, &run.id);
+    assert_eq!(s(&row, "status"), "failed");
+    assert_eq!(
+        s(&row, "reason"),
+        format!("approval {} rejected by {}: keep it", ap.id, user_name())
+    );
+    assert_eq!(n(&row, "exit_code"), 91);
+    assert!(row["completed_at"].is_string());
+    assert!(resumes_of(&env, &run.id).is_empty(), "nothing was re-run");
+}
+
+#[test]
+fn expiry_fails_the_run_or_resumes_with_the_default() {
+    let env = TestEnv::new();
+    let t = tool_str();
+    // Expired with nothing to answer: the run fails.
+    let lapsed = Run::parked(&env, &[&t, "print", "never"]);
+    lapsed.insert(&env);
+    let mut ap1 = Approval::pending(&lapsed, "Continue?");
+    ap1.expires_at = Some(ago(Duration::from_secs(1)));
+    ap1.insert(&env);
+    // Expired where config said on_expire = "default": resumed with the default.
+    let defaulted = Run::parked(&env, &[&t, "print", "went ahead"]);
+    defaulted.insert(&env);
+    let mut ap2 = Approval::pending(&defaulted, "Continue?");
+    ap2.expires_at = Some(ago(Duration::from_secs(1)));
+    ap2.expire_action = "default".into();
+    ap2.insert(&env);
+    let out = env.monitor().args(["worker", "--once"]).run();
+    out.expect_code(0);
+    let a1 = approval_row(&env, &ap1.id);
+    assert_eq!(s(&a1, "status"), "expired");
+    assert_eq!(s(&a1, "decided_by"), "system:expiry");
+    let r1 = run_row(&env, &lapsed.id);
+    assert_eq!(s(&r1, "status"), "failed");
+    assert!(
+        s(&r1, "reason").contains("expired without a decision"),
+        "{r1:#?}"
+    );
+    assert!(resumes_of(&env, &lapsed.id).is_empty());
+    assert_eq!(s(&approval_row(&env, &ap2.id), "chosen_value"), "no");
+    let resumed = resumes_of(&env, &defaulted.id);
+    assert_eq!(resumed.len(), 1, "{}", out.context());
+    assert!(
+        String::from_utf8_lossy(&env.run_log(s(&resumed[0], "tool_run_id"))).contains("went ahead")
+    );
+}
+
+#[test]
+fn two_workers_resume_each_run_exactly_once() {
+    let env = TestEnv::new();
+    let t = tool_str();
+    let parked: Vec<Run> = (0..4)
+        .map(|_| parked_and_decided(&env, &[&t, "sleep", "0.3"], "yes").0)
+        .collect();
+    let a = env.monitor().args(["worker", "--once"]).spawn();
+    let b = env.monitor().args(["worker", "--once"]).spawn();
+    let (a, b) = (a.wait(), b.wait());
+    a.expect_code(0);
+    b.expect_code(0);
+    for run in &parked {
+        let resumes = resumes_of(&env, &run.id);
+        assert_eq!(
+            resumes.len(),
+            1,
+            "{} resumed {} times\nA: {}\nB: {}",
+            run.id,
+            resumes.len(),
+            a.out(),
+            b.out()
+        );
+        assert_eq!(s(&run_row(&env, &run.id), "status"), "completed");
+    }
+    let started = a.out().matches("resuming").count() + b.out().matches("resuming").count();
+    assert_eq!(started, 4, "A: {}\nB: {}", a.out(), b.out());
+}
+
+#[test]
+fn a_resume_that_cannot_start_is_retried_then_the_run_fails() {
+    let env = TestEnv::new();
+    let t = tool_str();
+    // Its working directory is gone: headless-run cannot even be started there.
+    let mut run = Run::parked(&env, &[&t, "print", "x"]);
+    run.cwd = env
+        .path()
+        .join("deleted-dir")
+        .to_string_lossy()
+        .into_owned();
+    run.insert(&env);
+    let ap = Approval::pending(&run, "Proceed?");
+    ap.insert(&env);
+    env.monitor()
+        .args(["decide", &ap.id, "yes"])
+        .run()
+        .expect_code(0);
+    let out = env.monitor().args(["worker", "--once"]).run();
+    out.expect_code(0);
+    let row = run_row(&env, &run.id);
+    assert_eq!(s(&row, "status"), "failed", "{}", out.context());
+    let reason = s(&row, "reason");
+    assert!(reason.contains("failed to start 4 times"), "{reason}");
+    assert!(reason.contains("working directory"), "{reason}");
+    assert_eq!(
+        out.out().matches("cannot start the resume").count(),
+        4,
+        "{}",
+        out.out()
+    );
+    // The tool itself is gone: headless-run exits 127 at once, four times.
+    let (run, _) = parked_and_decided(&env, &["/nonexistent/tool", "--yes"], "yes");
+    env.monitor()
+        .args(["worker", "--once"])
+        .run()
+        .expect_code(0);
+    let row = run_row(&env, &run.id);
+    assert_eq!(s(&row, "status"), "failed");
+    assert!(s(&row, "reason").contains("exited 127"), "{row:#?}");
+    let attempts = resumes_of(&env, &run.id);
+    assert_eq!(
+        attempts.len(),
+        4,
+        "one try and three retries: {attempts:#?}"
+    );
+    assert!(attempts.iter().all(|r| n(r, "exit_code") == 127));
+}
+
+#[test]
+fn a_claim_left_by_a_dead_worker_is_taken_over() {
+    let env = TestEnv::new();
+    let t = tool_str();
+    let run = Run::parked(&env, &[&t, "print", "taken over"]);
+    run.insert(&env);
+    let mut ap = Approval::pending(&run, "Proceed?");
+    ap.status = "approved".into();
+    ap.chosen_value = Some("yes".into());
+    ap.decided_by = Some(user_name());
+    ap.claimed_by = Some(format!("worker:{}:{}:1", hostname(), i32::MAX - 5));
+    ap.claimed_at = Some(ago(Duration::from_secs(60)));
+    ap.insert(&env);
+    // A claim of a live worker (this test process) is respected.
+    let live = Run::parked(&env, &[&t, "print", "not mine"]);
+    live.insert(&env);
+    let mut ap2 = Approval::pending(&live, "Proceed?");
+    ap2.status = "approved".into();
+    ap2.chosen_value = Some("yes".into());
+    let me = std::process::id() as i32;
+    ap2.claimed_by = Some(format!("worker:{}:{me}:{}", hostname(), start_time(me)));
+    ap2.claimed_at = Some(ago(Duration::from_secs(60)));
+    ap2.insert(&env);
+    let out = env.monitor().args(["worker", "--once"]).run();
+    out.expect_code(0);
+    assert!(out.out().contains("took over"), "{}", out.out());
+    assert_eq!(resumes_of(&env, &run.id).len(), 1);
+    assert_eq!(s(&run_row(&env, &run.id), "status"), "completed");
+    assert!(resumes_of(&env, &live.id).is_empty());
+    assert_eq!(s(&run_row(&env, &live.id), "status"), "waiting_approval");
+}
+
+#[test]
+fn waiting_runs_of_a_live_shim_are_left_to_it() {
+    let env = TestEnv::new();
+    let t = tool_str();
+    // Waiting in wait mode: its shim (here: this test process) answers by itself.
+    let mut run = Run::parked(&env, &[&t, "print", "x"]);
+    run.exit_code = None;
+    let me = std::process::id() as i32;
+    run.shim_pid = Some(i64::from(me));
+    run.shim_start_time = Some(start_time(me));
+    run.insert(&env);
+    let ap = Approval::pending(&run, "Proceed?");
+    ap.insert(&env);
+    env.monitor()
+        .args(["decide", &ap.id, "yes"])
+        .run()
+        .expect_code(0);
+    env.monitor()
+        .args(["worker", "--once"])
+        .run()
+        .expect_code(0);
+    assert_eq!(s(&run_row(&env, &run.id), "status"), "waiting_approval");
+    assert!(approval_row(&env, &ap.id)["claimed_by"].is_null());
+    assert!(resumes_of(&env, &run.id).is_empty());
+}
+
+#[test]
+fn the_daemon_survives_a_missing_database_and_stops_on_sigterm() {
+    let env = TestEnv::new();
+    let worker = env
+        .monitor()
+        .args(["worker", "--interval", "100ms"])
+        .spawn();
+    assert!(
+        wait_until(Duration::from_secs(10), || worker
+            .stderr_now()
+            .contains("no database")),
+        "{}",
+        worker.stderr_now()
+    );
+    // The database appears; a decided run is resumed on a later pass.
+    let t = tool_str();
+    let (run, _) = parked_and_decided(&env, &[&t, "print", "late"], "yes");
+    assert!(
+        wait_until(Duration::from_secs(20), || !resumes_of(&env, &run.id)
+            .is_empty()
+            && s(&run_row(&env, &run.id), "status") == "completed"),
+        "not resumed; stderr: {}",
+        worker.stderr_now()
+    );
+    // A broken database is reported and the next pass goes on.
+    let db = env.state().join("state.db");
+    let saved = env.path().join("saved.db");
+    std::fs::rename(&db, &saved).unwrap();
+    std::fs::write(&db, vec![0x5a; 8192]).unwrap();
+    assert!(
+        wait_until(Duration::from_secs(10), || worker
+            .stderr_now()
+            .contains("not a usable SQLite database")),
+        "{}",
+        worker.stderr_now()
+    );
+    std::fs::rename(&saved, &db).unwrap();
+    let (again, _) = parked_and_decided(&env, &[&t, "print", "later"], "yes");
+    assert!(
+        wait_until(Duration::from_secs(20), || !resumes_of(&env, &again.id)
+            .is_empty()),
+        "not resumed after the database came back; stderr: {}",
+        worker.stderr_now()
+    );
+    worker.signal(libc::SIGTERM);
+    let out = worker.wait();
+    out.expect_code(0);
+    assert!(out.stderr.contains("stopped"), "{}", out.stderr);
+}
+
+// ---- Through the shim's own prompt flow -------------------------------------------------
+
+/// `rm -i FILE` under HEADLESS=1: the shim turns the prompt into an approval and exits 90.
+fn rm_prompt(env: &TestEnv, file: &std::path::Path) -> (String, String) {
+    // A hard timeout so that a shim without prompt detection fails fast (124), not hangs.
+    let out = env
+        .shim()
+        .args(["--timeout", "20s", "rm", "-i"])
+        .arg(file)
+        .run();
+    out.expect_code(90);
+    let run = env
+        .runs()
+        .into_iter()
+        .find(|r| r["tool_name"] == "rm")
+        .expect("an rm run");
+    assert_eq!(s(&run, "status"), "waiting_approval");
+    let aps = env.rows("approvals");
+    assert_eq!(aps.len(), 1, "{aps:#?}");
+    assert_eq!(s(&aps[0], "status"), "pending");
+    (
+        s(&run, "tool_run_id").to_owned(),
+        s(&aps[0], "approval_id").to_owned(),
+    )
+}
+
+#[test]
+fn approve_then_worker_resumes_rm_and_the_file_is_removed() {
+    let env = TestEnv::new();
+    let file = env.work().join("doomed.txt");
+    std::fs::write(&file, "bye").unwrap();
+    let (run, ap) = rm_prompt(&env, &file);
+    assert!(file.exists(), "nothing is removed before the decision");
+    env.monitor()
+        .args(["decide", &ap, "approve"])
+        .run()
+        .expect_code(0);
+    let out = env.monitor().args(["worker", "--once"]).run();
+    out.expect_code(0);
+    assert!(!file.exists(), "rm did not remove it; {}", out.context());
+    let resumes = resumes_of(&env, &run);
+    assert_eq!(resumes.len(), 1);
+    assert_eq!(s(&resumes[0], "status"), "completed");
+    let waiting = run_row(&env, &run);
+    assert_eq!(s(&waiting, "status"), "completed");
+    let ap_row = approval_row(&env, &ap);
+    assert!(ap_row["consumed_at"].is_string(), "{ap_row:#?}");
+    assert_eq!(s(&ap_row, "consumed_by"), s(&resumes[0], "tool_run_id"));
+}
+
+#[test]
+fn reject_then_worker_fails_rm_and_the_file_stays() {
+    let env = TestEnv::new();
+    let file = env.work().join("kept.txt");
+    std::fs::write(&file, "stay").unwrap();
+    let (run, ap) = rm_prompt(&env, &file);
+    env.monitor()
+        .args(["decide", &ap, "reject"])
+        .run()
+        .expect_code(0);
+    env.monitor()
+        .args(["worker", "--once"])
+        .run()
+        .expect_code(0);
+    assert!(file.exists());
+    let row = run_row(&env, &run);
+    assert_eq!(s(&row, "status"), "failed");
+    assert!(s(&row, "reason").contains("rejected by"), "{row:#?}");
+}
+
+#[test]
+fn a_cooperative_tool_gets_the_decision_in_auto_approval() {
+    let env = TestEnv::new();
+    let marker = env.work().join("deployed.txt");
+    let out = env
+        .shim()
+        .args(["--timeout", "20s"])
+        .arg(fixture("deploy.py"))
+        .arg("staging")
+        .arg(&marker)
+        .run();
+    out.expect_code(90);
+    let aps = env.rows("approvals");
+    assert_eq!(aps.len(), 1, "{aps:#?}");
+    assert_eq!(s(&aps[0], "question"), "Deploy staging?");
+    let run = s(&env.only_run(), "tool_run_id").to_owned();
+    assert_eq!(s(&env.only_run(), "status"), "waiting_approval");
+    let ap = s(&aps[0], "approval_id").to_owned();
+    env.monitor()
+        .args(["decide", &ap, "yes"])
+        .run()
+        .expect_code(0);
+    env.monitor()
+        .args(["worker", "--once"])
+        .run()
+        .expect_code(0);
+    let written = std::fs::read_to_string(&marker).unwrap_or_default();
+    assert_eq!(written, format!("deployed staging by {ap}\n"));
+    assert_eq!(s(&run_row(&env, &run), "status"), "completed");
+    assert_eq!(resumes_of(&env, &run).len(), 1);
+}
