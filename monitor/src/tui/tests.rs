@@ -826,3 +826,69 @@ fn the_top_follows_new_runs_but_a_chosen_run_or_approval_stays_chosen() {
     );
     assert_eq!(app.selected_run().map(|r| r.tool_name.as_str()), Some("b"));
 }
+
+#[test]
+fn free_text_only_where_the_approval_allows_it() {
+    let mut w = World::new();
+    let run = w.run(
+        "TR-10000000000000000000000TXT",
+        "git",
+        RunStatus::WaitingApproval,
+        5,
+    );
+    w.insert_runs(std::slice::from_ref(&run));
+    let mut text = w.approval("AP-20000000000000000000000TXT", &run, "Branch name:", 5);
+    text.allows_text = true;
+    text.prompt_kind = Some(PromptKind::Unknown);
+    text.options_json.truncate(0);
+    text.options_json.push(ApprovalOption {
+        value: "abort".into(),
+        label: "Abort".into(),
+        keys: None,
+    });
+    let choice = w.approval("AP-10000000000000000000000CHO", &run, "Sure? [y/N]", 5);
+    w.insert_approvals(&[text, choice]);
+    let mut app = w.app(w.snapshot(&RunQuery::default(), None));
+    update(&mut app, code(KeyCode::Tab));
+    // The newest approval takes text: `t`, type, Enter.
+    update(&mut app, key('t'));
+    assert!(matches!(
+        app.input.as_ref().map(|i| &i.kind),
+        Some(InputKind::Text(_))
+    ));
+    for c in "feature/x".chars() {
+        update(&mut app, key(c));
+    }
+    snapshot("free_text_input", &render(&app, 100, 24));
+    assert_eq!(
+        update(&mut app, code(KeyCode::Enter)),
+        [Request::Decide {
+            approval_id: "AP-20000000000000000000000TXT".into(),
+            value: "feature/x".into(),
+            comment: None,
+        }]
+    );
+    // The other one does not: `t` says so, and digits past its options are refused.
+    update(&mut app, code(KeyCode::Down));
+    assert!(update(&mut app, key('t')).is_empty());
+    assert!(app.input.is_none());
+    assert!(
+        app.notice
+            .as_ref()
+            .is_some_and(|n| n.text.contains("does not take free text"))
+    );
+    assert!(update(&mut app, key('3')).is_empty());
+    assert!(
+        app.notice
+            .as_ref()
+            .is_some_and(|n| n.text.contains("no option 3"))
+    );
+    assert_eq!(
+        update(&mut app, key('r')),
+        [Request::Decide {
+            approval_id: "AP-10000000000000000000000CHO".into(),
+            value: "reject".into(),
+            comment: None,
+        }]
+    );
+}
