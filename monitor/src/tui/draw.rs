@@ -813,7 +813,7 @@ pub const HELP: &[(&str, &str)] = &[
     ("Esc", "back, close, cancel typing"),
     (
         "/",
-        "filter runs: status words and/or a tool, e.g. `fail terraform`",
+        "filter runs: status words and/or a tool (`fail terraform`)",
     ),
     ("a", "approve the selected approval (or the selected run's)"),
     ("r", "reject it"),
