@@ -539,10 +539,10 @@ fn expire_one(tx: &Transaction<'_>, a: &Approval, now: &str) -> Result<bool> {
          WHERE approval_id = ?1 AND status = 'pending'",
         params![a.approval_id, chosen, now, comment],
     )?;
-    if changed > 0 {
-        if let Some(after) = get(tx, &a.approval_id)? {
-            audit_status(tx, &after, "system:expiry")?;
-        }
+    if changed > 0
+        && let Some(after) = get(tx, &a.approval_id)?
+    {
+        audit_status(tx, &after, "system:expiry")?;
     }
     Ok(changed > 0)
 }
@@ -560,10 +560,10 @@ pub fn expire_due(tx: &Transaction<'_>) -> Result<Vec<Approval>> {
     };
     let mut out = Vec::new();
     for a in due {
-        if expire_one(tx, &a, &now)? {
-            if let Some(after) = get(tx, &a.approval_id)? {
-                out.push(after);
-            }
+        if expire_one(tx, &a, &now)?
+            && let Some(after) = get(tx, &a.approval_id)?
+        {
+            out.push(after);
         }
     }
     Ok(out)
@@ -585,6 +585,27 @@ pub fn find_answer(
                  ORDER BY decided_at DESC, approval_id DESC LIMIT 1"
             ),
             params![request_fingerprint, prompt_fingerprint],
+            from_row,
+        )
+        .optional()?)
+}
+
+/// The approval of this command for this prompt that run `run` consumed, if any (a
+/// cooperative tool re-run with its decision asks again).
+pub fn find_used_by(
+    conn: &Connection,
+    request_fingerprint: &str,
+    prompt_fingerprint: &str,
+    run: &str,
+) -> Result<Option<Approval>> {
+    Ok(conn
+        .query_row(
+            &format!(
+                "SELECT {COLUMNS} FROM approvals
+                 WHERE request_fingerprint = ?1 AND prompt_fingerprint = ?2 AND consumed_by = ?3
+                 ORDER BY approval_id DESC LIMIT 1"
+            ),
+            params![request_fingerprint, prompt_fingerprint, run],
             from_row,
         )
         .optional()?)
@@ -781,7 +802,10 @@ pub(crate) mod tests {
         text.allows_text = true;
         assert!(resolve_value(&text, "approve").is_err());
         assert_eq!(
-            resolve_value(&text, "alice").unwrap().chosen_value.as_deref(),
+            resolve_value(&text, "alice")
+                .unwrap()
+                .chosen_value
+                .as_deref(),
             Some("alice")
         );
         assert_eq!(
@@ -843,7 +867,7 @@ pub(crate) mod tests {
             insert(tx, &c, "shim")
         })
         .unwrap();
-        let expired = db::write(&mut conn, |tx| expire_due(tx)).unwrap();
+        let expired = db::write(&mut conn, expire_due).unwrap();
         assert_eq!(expired.len(), 2);
         let a = get(&conn, "AP-1").unwrap().unwrap();
         assert_eq!(a.status, ApprovalStatus::Expired);
@@ -930,6 +954,9 @@ pub(crate) mod tests {
         )
         .unwrap();
         assert_eq!(listed.len(), 1);
-        assert_eq!(pending_counts(&conn, std::time::Duration::ZERO).unwrap(), (1, 0));
+        assert_eq!(
+            pending_counts(&conn, std::time::Duration::ZERO).unwrap(),
+            (1, 0)
+        );
     }
 }

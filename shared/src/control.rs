@@ -73,11 +73,18 @@ pub fn decide_logged(
 #[derive(Debug, Clone, PartialEq)]
 pub enum CancelOutcome {
     /// Marked cancelled, and its shim told to end the tool.
-    Signalled { run: Box<ToolRun>, shim_pid: i32 },
+    Signalled {
+        run: Box<ToolRun>,
+        shim_pid: i32,
+    },
     /// Marked cancelled; no live shim to tell (parked on an approval, or gone).
-    Marked { run: Box<ToolRun> },
+    Marked {
+        run: Box<ToolRun>,
+    },
     /// It had already ended.
-    AlreadyFinal { run: Box<ToolRun> },
+    AlreadyFinal {
+        run: Box<ToolRun>,
+    },
     NotFound,
 }
 
@@ -85,18 +92,16 @@ pub enum CancelOutcome {
 /// supervisor heartbeat. `None` when it is alive, else why not.
 pub fn shim_gone(run: &ToolRun, this_host: &str) -> Option<String> {
     let local = run.host.as_deref().is_none_or(|h| h == this_host);
-    if local {
-        if let Some(pid) = run.shim_pid {
-            let start = run.shim_start_time.map(|s| s as u64);
-            if proc::same_process(pid as i32, start) {
-                return None;
-            }
-            return Some(if proc::pid_alive(pid as i32) {
-                format!("{VANISHED} (pid {pid} now belongs to another process)")
-            } else {
-                format!("{VANISHED} (pid {pid} is not running)")
-            });
+    if local && let Some(pid) = run.shim_pid {
+        let start = run.shim_start_time.map(|s| s as u64);
+        if proc::same_process(pid as i32, start) {
+            return None;
         }
+        return Some(if proc::pid_alive(pid as i32) {
+            format!("{VANISHED} (pid {pid} now belongs to another process)")
+        } else {
+            format!("{VANISHED} (pid {pid} is not running)")
+        });
     }
     let beat = run
         .supervisor_heartbeat_at
@@ -174,15 +179,16 @@ pub fn cancel_run(
     events.extend(rejected.iter().map(Approval::status_event));
     log_events(log, &events);
     let after = runs::get(conn, tool_run_id)?.unwrap_or(run.clone());
-    if !is_parked(&run) && shim_gone(&run, &proc::hostname()).is_none() {
-        if let Some(pid) = run.shim_pid.map(|p| p as i32) {
-            // SAFETY: kill(2) of the shim we just checked by pid and start time.
-            if unsafe { libc::kill(pid, CANCEL_SIGNAL) } == 0 {
-                return Ok(CancelOutcome::Signalled {
-                    run: Box::new(after),
-                    shim_pid: pid,
-                });
-            }
+    if !is_parked(&run)
+        && shim_gone(&run, &proc::hostname()).is_none()
+        && let Some(pid) = run.shim_pid.map(|p| p as i32)
+    {
+        // SAFETY: kill(2) of the shim we just checked by pid and start time.
+        if unsafe { libc::kill(pid, CANCEL_SIGNAL) } == 0 {
+            return Ok(CancelOutcome::Signalled {
+                run: Box::new(after),
+                shim_pid: pid,
+            });
         }
     }
     Ok(CancelOutcome::Marked {
@@ -236,7 +242,7 @@ pub fn reconcile(conn: &mut Connection, log: &Path, actor: &str) -> Result<Recon
             report.vanished.push((run.tool_run_id.clone(), why));
         }
     }
-    report.expired = db::write(conn, |tx| approvals::expire_due(tx))?;
+    report.expired = db::write(conn, approvals::expire_due)?;
     events.extend(report.expired.iter().map(Approval::status_event));
     log_events(log, &events);
     Ok(report)
@@ -290,7 +296,14 @@ mod tests {
         remote_fresh.host = Some("elsewhere".into());
         remote_fresh.supervisor_heartbeat_at = Some(time::now_rfc3339());
         db::write(&mut conn, |tx| {
-            for r in [&alive, &dead, &reused, &parked, &remote_stale, &remote_fresh] {
+            for r in [
+                &alive,
+                &dead,
+                &reused,
+                &parked,
+                &remote_stale,
+                &remote_fresh,
+            ] {
                 runs::insert(tx, r, "t")?;
             }
             Ok(())
@@ -344,7 +357,10 @@ mod tests {
             panic!("{out:?}")
         };
         assert_eq!(run.status, RunStatus::Cancelled);
-        assert_eq!(run.reason.as_deref(), Some("cancelled by tester: not today"));
+        assert_eq!(
+            run.reason.as_deref(),
+            Some("cancelled by tester: not today")
+        );
         let ap = approvals::get(&conn, "AP-1").unwrap().unwrap();
         assert_eq!(ap.status, ApprovalStatus::Rejected);
         assert!(matches!(

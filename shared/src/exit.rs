@@ -20,6 +20,8 @@ pub mod shim {
     pub const REJECTED: u8 = 91;
     pub const STALLED: u8 = 92;
     pub const SECRET_REFUSED: u8 = 93;
+    /// Cancelled by `monitor cancel`: 128 + SIGTERM, as if the tool had been terminated.
+    pub const CANCELLED: u8 = 143;
     pub const TIMEOUT: u8 = 124;
     pub const SHIM_FAILED: u8 = 125;
     pub const NOT_EXECUTABLE: u8 = 126;
@@ -54,6 +56,8 @@ pub enum RunOutcome {
     SecretRefused { prompt: String, alternative: String },
     /// `monitor cancel` (or an operator's signal) ended it.
     Cancelled { reason: String, code: u8 },
+    /// It blocked on a prompt in headless mode and the state store could not record it.
+    Unrecorded { prompt: String, why: String },
 }
 
 impl RunOutcome {
@@ -68,6 +72,7 @@ impl RunOutcome {
             RunOutcome::Rejected { .. } => shim::REJECTED,
             RunOutcome::SecretRefused { .. } => shim::SECRET_REFUSED,
             RunOutcome::Cancelled { code, .. } => *code,
+            RunOutcome::Unrecorded { .. } => shim::SHIM_FAILED,
         }
     }
 
@@ -79,7 +84,9 @@ impl RunOutcome {
             RunOutcome::TimedOut => RunStatus::FailedTimeout,
             RunOutcome::Stalled => RunStatus::Stalled,
             RunOutcome::ApprovalPending { .. } => RunStatus::WaitingApproval,
-            RunOutcome::Rejected { .. } | RunOutcome::SecretRefused { .. } => RunStatus::Failed,
+            RunOutcome::Rejected { .. }
+            | RunOutcome::SecretRefused { .. }
+            | RunOutcome::Unrecorded { .. } => RunStatus::Failed,
             RunOutcome::Cancelled { .. } => RunStatus::Cancelled,
         }
     }
@@ -107,6 +114,9 @@ impl RunOutcome {
                 "secret prompt refused in headless mode: {prompt:?}; {alternative}"
             )),
             RunOutcome::Cancelled { reason, .. } => Some(reason.clone()),
+            RunOutcome::Unrecorded { prompt, why } => Some(format!(
+                "a prompt could not be recorded as an approval ({why}): {prompt:?}"
+            )),
         }
     }
 

@@ -26,15 +26,13 @@ pub fn config_matches(p: &PolicyConfig, facts: &PromptFacts<'_>) -> bool {
     if p.tool.as_deref().is_some_and(|t| t != facts.tool) {
         return false;
     }
-    if p
-        .prompt
+    if p.prompt
         .as_ref()
         .is_some_and(|re| !re.regex.is_match(facts.prompt_line))
     {
         return false;
     }
-    if p
-        .argv
+    if p.argv
         .as_ref()
         .is_some_and(|re| !re.regex.is_match(&facts.argv.join(" ")))
     {
@@ -281,7 +279,10 @@ when = [{ field = "cwd", op = "starts_with", value = "/work" }, { field = "arg",
         let mut conn =
             crate::db::open(&tmp.path().join("s.db"), crate::db::OpenMode::Create).unwrap();
         assert!(find_remembered(&conn, "rm", "fp").unwrap().is_none());
-        crate::db::write(&mut conn, |tx| remember(tx, "rm", "fp", "y", "AP-1", "alice")).unwrap();
+        crate::db::write(&mut conn, |tx| {
+            remember(tx, "rm", "fp", "y", "AP-1", "alice")
+        })
+        .unwrap();
         crate::db::write(&mut conn, |tx| remember(tx, "rm", "fp", "n", "AP-2", "bob")).unwrap();
         let p = find_remembered(&conn, "rm", "fp").unwrap().unwrap();
         assert_eq!(p.value, "n");

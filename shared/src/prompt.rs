@@ -139,8 +139,7 @@ pub fn classify<'r>(
         if rule.tool.as_deref().is_some_and(|t| t != facts.tool) {
             continue;
         }
-        if !(rule.regex.regex.is_match(&p.prompt_line) || rule.regex.regex.is_match(&p.question))
-        {
+        if !(rule.regex.regex.is_match(&p.prompt_line) || rule.regex.regex.is_match(&p.question)) {
             continue;
         }
         p.rule = format!("user:{}", rule.name);
@@ -155,7 +154,10 @@ pub fn classify<'r>(
             .options
             .iter()
             .map(|o| {
-                let keys = o.keys.clone().unwrap_or_else(|| line_keys(&o.value, canonical));
+                let keys = o
+                    .keys
+                    .clone()
+                    .unwrap_or_else(|| line_keys(&o.value, canonical));
                 opt(&o.value, o.label.as_deref().unwrap_or(&o.value), Some(keys))
             })
             .collect();
@@ -288,7 +290,12 @@ fn yes_no(line: &str, canonical: bool) -> Option<(Vec<ApprovalOption>, Option<St
     static GROUP: LazyLock<Regex> =
         LazyLock::new(|| Regex::new(r"[\[(]([^\[\]()]*(?:\[[^\]]*\][^\[\]()]*)*)[\])]").unwrap());
     // The last bracketed group that reads as yes/no.
-    for c in GROUP.captures_iter(line).collect::<Vec<_>>().into_iter().rev() {
+    for c in GROUP
+        .captures_iter(line)
+        .collect::<Vec<_>>()
+        .into_iter()
+        .rev()
+    {
         let inner = &c[1];
         let mut yes = None;
         let mut no = None;
@@ -429,19 +436,34 @@ fn builtin(tool: &str, p: &mut Prompt, canonical: bool) -> bool {
         p.kind = PromptKind::Choice;
         p.rule = "builtin:terraform".into();
         p.options = vec![
-            opt("yes", "Yes (only 'yes' approves)", Some(line_keys("yes", canonical))),
+            opt(
+                "yes",
+                "Yes (only 'yes' approves)",
+                Some(line_keys("yes", canonical)),
+            ),
             opt("no", "No", Some(line_keys("no", canonical))),
         ];
         p.default = None;
         return true;
     }
-    if tool == "codex" && p.question.contains("Would you like to run the following command?") {
+    if tool == "codex"
+        && p.question
+            .contains("Would you like to run the following command?")
+    {
         p.kind = PromptKind::Menu;
         p.rule = "builtin:codex".into();
         p.options = vec![
             opt("1", "Yes, proceed", Some("y".into())),
-            opt("2", "Yes, and don't ask again for these commands", Some("p".into())),
-            opt("3", "No, tell Codex what to do differently", Some("\x1b".into())),
+            opt(
+                "2",
+                "Yes, and don't ask again for these commands",
+                Some("p".into()),
+            ),
+            opt(
+                "3",
+                "No, tell Codex what to do differently",
+                Some("\x1b".into()),
+            ),
         ];
         p.default = None;
         return true;
@@ -462,7 +484,9 @@ pub fn alternative_for(tool: &str) -> Option<&'static str> {
         "ssh" | "scp" | "sftp" => {
             "use a key with ssh-agent, -o BatchMode=yes, -o StrictHostKeyChecking=accept-new"
         }
-        "ssh-keygen" => "pass -N '' (no passphrase) or -N from a secret store, and remove an existing key file first",
+        "ssh-keygen" => {
+            "pass -N '' (no passphrase) or -N from a secret store, and remove an existing key file first"
+        }
         "git" => "configure a credential helper or GIT_ASKPASS; GIT_TERMINAL_PROMPT=0 fails fast",
         "sudo" => "use sudo -n with a NOPASSWD rule",
         "docker" => "use docker login --password-stdin; pass -f to prune",
@@ -517,7 +541,11 @@ mod tests {
     fn yes_no_shapes_and_their_defaults() {
         for (text, vals, default) in [
             ("Do you want to continue? [Y/n] ", ["y", "n"], Some("y")),
-            ("Are you sure you want to continue? [y/N] ", ["y", "n"], Some("n")),
+            (
+                "Are you sure you want to continue? [y/N] ",
+                ["y", "n"],
+                Some("n"),
+            ),
             ("Proceed (Y/n)? ", ["y", "n"], Some("y")),
             ("Overwrite (y/n)? ", ["y", "n"], None),
             ("Proceed ([y]/n)? ", ["y", "n"], Some("y")),
@@ -536,14 +564,20 @@ mod tests {
             assert_eq!(values(&p), vals, "{text}");
             assert_eq!(p.default.as_deref(), default, "{text}");
             assert!(!p.secret);
-            assert_eq!(p.keys_for(vals[0], true), Some(format!("{}\r", vals[0]).into_bytes()));
+            assert_eq!(
+                p.keys_for(vals[0], true),
+                Some(format!("{}\r", vals[0]).into_bytes())
+            );
         }
     }
 
     #[test]
     fn raw_mode_types_no_enter() {
         let p = screen("x", "Continue? [y/N] ", false, false);
-        assert!(!p.secret, "raw mode with echo off is a key prompt, not a secret");
+        assert!(
+            !p.secret,
+            "raw mode with echo off is a key prompt, not a secret"
+        );
         assert_eq!(p.keys_for("y", false), Some(b"y".to_vec()));
     }
 
@@ -611,7 +645,12 @@ mod tests {
 
     #[test]
     fn secrets_are_recognised_and_never_get_keys() {
-        let p = screen("ssh-keygen", "Enter passphrase (empty for no passphrase): ", false, true);
+        let p = screen(
+            "ssh-keygen",
+            "Enter passphrase (empty for no passphrase): ",
+            false,
+            true,
+        );
         assert!(p.secret);
         assert_eq!(p.rule, "secret:echo-off");
         assert!(p.options.is_empty());
@@ -737,6 +776,235 @@ alternative = "use VAULT_TOKEN"
         assert_eq!(p.kind, PromptKind::Unknown);
         assert_eq!(p.rule, "unknown");
         assert!(p.allows_text);
-        assert_eq!(p.keys_for("to seek the grail", true), Some(b"to seek the grail\r".to_vec()));
+        assert_eq!(
+            p.keys_for("to seek the grail", true),
+            Some(b"to seek the grail\r".to_vec())
+        );
+    }
+
+    /// Every prompt of PROMPTS.md: (tool, screen, echo, canonical) → secret, or the option
+    /// values and default.
+    #[test]
+    fn every_prompt_in_prompts_md() {
+        type Want<'a> = Option<(&'a [&'a str], Option<&'a str>)>;
+        let cases: Vec<(&str, &str, bool, bool, Want<'_>)> = vec![
+            (
+                "apt-get",
+                "Do you want to continue? [Y/n] ",
+                true,
+                true,
+                Some((&["y", "n"], Some("y"))),
+            ),
+            (
+                "pip",
+                "Proceed (Y/n)? ",
+                true,
+                true,
+                Some((&["y", "n"], Some("y"))),
+            ),
+            (
+                "pip",
+                "(i)gnore, (w)ipe, (b)ackup ",
+                true,
+                true,
+                Some((&["i", "w", "b"], None)),
+            ),
+            (
+                "conda",
+                "Proceed ([y]/n)? ",
+                true,
+                true,
+                Some((&["y", "n"], Some("y"))),
+            ),
+            (
+                "npx",
+                "Need to install the following packages:\n  cowsay@1.6.0\nOk to proceed? (y) ",
+                true,
+                true,
+                Some((&["y", "n"], Some("y"))),
+            ),
+            (
+                "npm",
+                "Is this OK? (yes) ",
+                true,
+                true,
+                Some((&["yes", "no"], Some("yes"))),
+            ),
+            (
+                "rm",
+                "rm: remove regular empty file 'x'? ",
+                true,
+                true,
+                Some((&["y", "n"], Some("n"))),
+            ),
+            (
+                "rm",
+                "rm: remove write-protected regular file 'x'? ",
+                true,
+                true,
+                Some((&["y", "n"], Some("n"))),
+            ),
+            (
+                "cp",
+                "cp: overwrite 'b'? ",
+                true,
+                true,
+                Some((&["y", "n"], Some("n"))),
+            ),
+            (
+                "mv",
+                "mv: overwrite 'b'? ",
+                true,
+                true,
+                Some((&["y", "n"], Some("n"))),
+            ),
+            (
+                "ssh",
+                "Are you sure you want to continue connecting (yes/no/[fingerprint])? ",
+                true,
+                true,
+                Some((&["yes", "no"], None)),
+            ),
+            ("ssh", "alice@example.com's password: ", false, true, None),
+            (
+                "ssh",
+                "Enter passphrase for key '/home/a/.ssh/id_ed25519': ",
+                false,
+                true,
+                None,
+            ),
+            (
+                "ssh-keygen",
+                "/tmp/k already exists.\nOverwrite (y/n)? ",
+                true,
+                true,
+                Some((&["y", "n"], None)),
+            ),
+            (
+                "ssh-keygen",
+                "Enter passphrase (empty for no passphrase): ",
+                false,
+                true,
+                None,
+            ),
+            (
+                "git",
+                "Username for 'https://example.com': ",
+                true,
+                true,
+                Some((&["abort"], None)),
+            ),
+            (
+                "git",
+                "Password for 'https://alice@example.com': ",
+                false,
+                true,
+                None,
+            ),
+            ("sudo", "[sudo] password for alice: ", false, true, None),
+            ("sudo", "[sudo: authenticate] Password: ", false, true, None),
+            ("docker", "Username: ", true, true, Some((&["abort"], None))),
+            ("docker", "Password: ", false, true, None),
+            (
+                "docker",
+                "Are you sure you want to continue? [y/N] ",
+                true,
+                true,
+                Some((&["y", "n"], Some("n"))),
+            ),
+            (
+                "terraform",
+                "Do you want to perform these actions?\n  Terraform will perform the actions described above.\n  Only 'yes' will be accepted to approve.\n\n  \x1b[1mEnter a value:\x1b[0m ",
+                true,
+                true,
+                Some((&["yes", "no"], None)),
+            ),
+            (
+                "gcloud",
+                "Do you want to continue (Y/n)? ",
+                true,
+                true,
+                Some((&["y", "n"], Some("y"))),
+            ),
+            (
+                "rustup-init",
+                "1) Proceed with standard installation (default - just press enter)\n2) Customize installation\n3) Cancel installation\n>",
+                true,
+                true,
+                Some((&["1", "2", "3"], Some("1"))),
+            ),
+            (
+                "openssl",
+                "Country Name (2 letter code) [AU]:",
+                true,
+                true,
+                Some((&["AU"], Some("AU"))),
+            ),
+            (
+                "openssl",
+                "State or Province Name (full name) [Some-State]:",
+                true,
+                true,
+                Some((&["Some-State"], Some("Some-State"))),
+            ),
+            (
+                "aider",
+                "Create new file? (Y)es/(N)o [Yes]: ",
+                true,
+                true,
+                Some((&["y", "n"], Some("y"))),
+            ),
+            (
+                "aider",
+                "Run shell command? (Y)es/(N)o/(D)on't ask again [Yes]: ",
+                true,
+                true,
+                Some((&["y", "n", "d"], Some("y"))),
+            ),
+            (
+                "claude",
+                "Do you want to proceed?\n\u{276f} 1. Yes\n  2. Yes, and don't ask again for this command\n  3. No, and tell Claude what to do differently (esc)",
+                false,
+                false,
+                Some((&["1", "2", "3"], Some("1"))),
+            ),
+            (
+                "codex",
+                "Would you like to run the following command?\n1. Yes, proceed (y)\n2. Yes, and don't ask again for commands that start with git (p)\n3. No, and tell Codex what to do differently (esc)",
+                false,
+                false,
+                Some((&["1", "2", "3"], None)),
+            ),
+            (
+                "x",
+                "Press Enter to continue",
+                true,
+                true,
+                Some((&["continue"], Some("continue"))),
+            ),
+            (
+                "x",
+                "Press any key to continue . . .",
+                true,
+                false,
+                Some((&["continue"], Some("continue"))),
+            ),
+        ];
+        for (tool, text, echo, canonical, want) in cases {
+            let p = screen(tool, text, echo, canonical);
+            match want {
+                None => assert!(p.secret, "{tool}: {text:?} should be a secret: {p:?}"),
+                Some((vals, default)) => {
+                    assert!(!p.secret, "{tool}: {text:?}");
+                    assert_eq!(values(&p), vals, "{tool}: {text:?} → {}", p.rule);
+                    assert_eq!(p.default.as_deref(), default, "{tool}: {text:?}");
+                    for o in &p.options {
+                        if o.value != "abort" {
+                            assert!(o.keys.is_some(), "{tool}: {} has no keys", o.value);
+                        }
+                    }
+                }
+            }
+        }
     }
 }

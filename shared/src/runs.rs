@@ -222,6 +222,23 @@ pub fn change_status(
     Ok(Some(current))
 }
 
+/// Records how a run that someone else already finished (a cancellation) really ended:
+/// its exit code and end time, leaving status and reason as they were written.
+pub fn record_exit(
+    tx: &Transaction<'_>,
+    tool_run_id: &str,
+    exit_code: i32,
+    at: &str,
+) -> Result<()> {
+    tx.execute(
+        "UPDATE tool_runs SET exit_code = ?2, completed_at = COALESCE(completed_at, ?3),
+            updated_at = ?3
+         WHERE tool_run_id = ?1",
+        params![tool_run_id, exit_code, at],
+    )?;
+    Ok(())
+}
+
 /// Liveness timestamps to record; `None` leaves a column as it is.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Touch {

@@ -211,8 +211,20 @@ impl GroupSample {
 }
 
 /// Samples the processes of foreground group `pgrp` among `root`'s descendants (falling back
-/// to a scan of `root`'s session when the group is not found that way).
+/// to a scan of `root`'s session when the group is not found that way). Without `/proc`
+/// (macOS, a restricted mount) nothing can be seen: the sample says "unknown", and only a
+/// steady, prompt-shaped screen counts.
 pub fn sample(root: i32, pgrp: i32, tty_rdev: u64) -> GroupSample {
+    if fs::metadata("/proc/self/stat").is_err() {
+        return GroupSample {
+            threads: vec![ThreadSample {
+                state: 'S',
+                reads_tty: None,
+            }],
+            cpu_ticks: 0,
+            pids: vec![pgrp],
+        };
+    }
     let mut members: Vec<ProcStat> = descendants(root)
         .into_iter()
         .filter(|s| s.pgrp == pgrp)

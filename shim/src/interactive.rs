@@ -5,6 +5,7 @@
 use crate::run::{self, Failure, RunContext, RunStart};
 use crate::signals::SignalPipe;
 use hr_shared::exit::{RunOutcome, shim};
+use hr_shared::mode::CANCEL_SIGNAL;
 use std::os::unix::process::ExitStatusExt;
 use std::time::{Duration, Instant};
 
@@ -18,6 +19,7 @@ pub fn run(ctx: &RunContext, start: &mut RunStart<'_>) -> Result<RunOutcome, Fai
         libc::SIGQUIT,
         libc::SIGTERM,
         libc::SIGHUP,
+        CANCEL_SIGNAL,
     ])
     .map_err(|e| {
         Failure::new(
@@ -33,8 +35,15 @@ pub fn run(ctx: &RunContext, start: &mut RunStart<'_>) -> Result<RunOutcome, Fai
     start.send(Some(pid));
     let started = Instant::now();
     let mut ending: Option<Instant> = None;
+    let mut cancelled = false;
     loop {
         if let Ok(Some(status)) = child.try_wait() {
+            if cancelled {
+                return Ok(RunOutcome::Cancelled {
+                    reason: "cancelled".into(),
+                    code: shim::CANCELLED,
+                });
+            }
             if ending.is_some() {
                 return Ok(RunOutcome::TimedOut);
             }
@@ -69,6 +78,12 @@ pub fn run(ctx: &RunContext, start: &mut RunStart<'_>) -> Result<RunOutcome, Fai
             if sig == libc::SIGTERM || sig == libc::SIGHUP {
                 // SAFETY: plain kill(2) of our child.
                 unsafe { libc::kill(pid, sig) };
+            }
+            if sig == CANCEL_SIGNAL && ending.is_none() {
+                cancelled = true;
+                // SAFETY: plain kill(2) of our child.
+                unsafe { libc::kill(pid, libc::SIGTERM) };
+                ending = Some(Instant::now() + ctx.settings.kill_grace);
             }
         }
     }

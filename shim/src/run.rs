@@ -7,11 +7,12 @@ use crate::{interactive, pty, supervise};
 use hr_shared::config::{self, Config, Resolved};
 use hr_shared::exit::{RunOutcome, shim};
 use hr_shared::mode::{self, StdinMode};
+use hr_shared::mode::{ENV_APPROVAL_ID, ENV_AUTO_APPROVAL, ENV_RESUMED_FROM};
 use hr_shared::paths::StatePaths;
 use hr_shared::resolve::{self, ResolveError, ShimIdentity};
 use hr_shared::runs::{StatusChange, ToolRun};
 use hr_shared::status::RunStatus;
-use hr_shared::{db, id, proc, time};
+use hr_shared::{db, fingerprint, id, proc, time};
 use std::ffi::{OsStr, OsString};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
@@ -33,6 +34,12 @@ pub struct RunContext {
     pub settings: Resolved,
     pub paths: Option<StatePaths>,
     pub stdin_mode: StdinMode,
+    /// Prompt rules, policies and the notify hook.
+    pub config: Config,
+    /// The command's fingerprint (tool, argv, cwd).
+    pub request_fingerprint: String,
+    /// Variables removed from the tool's environment (a bare `AUTO_APPROVAL`).
+    pub env_remove: Vec<&'static str>,
 }
 
 impl RunContext {
@@ -54,6 +61,9 @@ impl RunContext {
         cmd.arg0(&self.argv0)
             .args(&self.args)
             .envs(self.tool_env(false));
+        for var in &self.env_remove {
+            cmd.env_remove(var);
+        }
         cmd
     }
 
@@ -158,7 +168,12 @@ fn run(inv: Invocation) -> Result<u8, Failure> {
         settings: settings.resolve(),
         paths,
         stdin_mode,
+        config,
+        request_fingerprint: String::new(),
+        env_remove: Vec::new(),
     };
+    ctx.request_fingerprint =
+        fingerprint::request(&ctx.tool_name, &ctx.argv(), &ctx.cwd.to_string_lossy());
     let headless = mode::headless_from_env(env("HEADLESS").as_deref(), env("CI").as_deref());
     let interactive = match headless {
         Some(h) => !h,
@@ -170,6 +185,7 @@ fn run(inv: Invocation) -> Result<u8, Failure> {
             tool_run_id: ctx.tool_run_id.clone(),
             tool: ctx.tool_name.clone(),
             execution_id: ctx.execution_id.clone(),
+            request_fingerprint: ctx.request_fingerprint.clone(),
         },
     );
     let skip_dir = env("HEADLESS_RUN_SHIM_DIR")
@@ -189,6 +205,11 @@ fn run(inv: Invocation) -> Result<u8, Failure> {
         store: &store,
         row: Some(run_row(&ctx, interactive)),
     };
+    if let Some(value) = env(ENV_AUTO_APPROVAL) {
+        // The row must exist before an approval can be consumed by it.
+        start.send(None);
+        check_auto_approval(&mut ctx, &store, &value.to_string_lossy());
+    }
     let outcome = match resolved {
         Ok(_) if interactive => interactive::run(&ctx, &mut start),
         Ok(_) => supervise::run(&ctx, &store, &mut start),
@@ -227,7 +248,16 @@ fn run(inv: Invocation) -> Result<u8, Failure> {
             },
         ),
     };
-    store.send(StoreMsg::Status(change, Replace::AnyButCancelled));
+    match &outcome {
+        Ok(RunOutcome::Cancelled { code, .. }) => store.send(StoreMsg::Cancelled {
+            exit_code: i32::from(*code),
+        }),
+        Ok(RunOutcome::ApprovalPending { .. }) => {
+            store.send(StoreMsg::ReleaseConsumed);
+            store.send(StoreMsg::Status(change, Replace::AnyButCancelled));
+        }
+        _ => store.send(StoreMsg::Status(change, Replace::AnyButCancelled)),
+    }
     store.finish(db::BUSY_TIMEOUT + Duration::from_secs(2));
     match outcome {
         Ok(outcome) => {
@@ -248,12 +278,39 @@ pub struct RunStart<'a> {
 }
 
 impl RunStart<'_> {
-    /// Records the run as started (by `pid`, if it got that far). Only the first call counts.
+    /// Records the run as started (by `pid`, if it got that far). The first call writes the
+    /// row; a later one with the pid records the pid.
     pub fn send(&mut self, pid: Option<i32>) {
-        if let Some(mut row) = self.row.take() {
-            row.pid = pid.map(i64::from);
-            self.store.send(StoreMsg::Start(Box::new(row)));
+        match self.row.take() {
+            Some(mut row) => {
+                row.pid = pid.map(i64::from);
+                self.store.send(StoreMsg::Start(Box::new(row)));
+            }
+            None => {
+                if let Some(pid) = pid {
+                    self.store.send(StoreMsg::Pid(pid));
+                }
+            }
         }
+    }
+}
+
+/// A caller's `AUTO_APPROVAL` reaches the tool only when it is a real decision for this
+/// command (`monitor worker` sets it with the approval's id); a bare one is removed, so no
+/// agent can approve itself by setting a variable.
+fn check_auto_approval(ctx: &mut RunContext, store: &StoreHandle, value: &str) {
+    let approval_id = env(ENV_APPROVAL_ID).map(|v| v.to_string_lossy().into_owned());
+    let checked = store.ask(|reply| StoreMsg::AutoApproval {
+        approval_id,
+        value: value.to_owned(),
+        reply,
+    });
+    if let Err(why) = checked {
+        eprintln!(
+            "headless-run: warning: AUTO_APPROVAL ignored and not passed to {} ({why}); only `monitor worker` resumes with a decision",
+            ctx.tool_name
+        );
+        ctx.env_remove.push(ENV_AUTO_APPROVAL);
     }
 }
 
@@ -279,7 +336,7 @@ fn run_row(ctx: &RunContext, interactive: bool) -> ToolRun {
         host: Some(proc::hostname()),
         argv_json: ctx.argv(),
         cwd: Some(ctx.cwd.to_string_lossy().into_owned()),
-        resumed_from: env("HEADLESS_RUN_RESUMED_FROM")
+        resumed_from: env(ENV_RESUMED_FROM)
             .map(|v| v.to_string_lossy().into_owned())
             .filter(|v| id::has_shape(v, id::RUN_PREFIX)),
         metadata: Some(serde_json::json!({
@@ -303,6 +360,21 @@ fn outcome_note(ctx: &RunContext, outcome: &RunOutcome) -> Option<String> {
         RunOutcome::Stalled => Some(format!(
             "{tool}: no output and no heartbeat for {}; the tool was ended as stalled (exit 92, run {})",
             fmt(ctx.settings.stall_timeout),
+            ctx.tool_run_id
+        )),
+        RunOutcome::SecretRefused {
+            prompt,
+            alternative,
+        } => Some(format!(
+            "{tool} asks for a secret ({prompt:?}); headless-run never types or stores secrets: refused (exit 93, run {}). Instead: {alternative}",
+            ctx.tool_run_id
+        )),
+        RunOutcome::Unrecorded { prompt, why } => Some(format!(
+            "{tool} asks {prompt:?} but the approval could not be recorded ({why}); the tool was ended (exit 125, run {})",
+            ctx.tool_run_id
+        )),
+        RunOutcome::Cancelled { .. } => Some(format!(
+            "{tool}: cancelled; the tool and its process group were ended (run {})",
             ctx.tool_run_id
         )),
         _ => None,

@@ -16,6 +16,8 @@ pub struct SpawnSpec<'a> {
     pub args: &'a [OsString],
     /// Variables to set (or replace) in the inherited environment.
     pub env: &'a [(&'a str, &'a OsStr)],
+    /// Variables to remove from it.
+    pub remove: &'a [&'static str],
     /// The pty slave.
     pub tty: &'a Path,
     /// The tool keeps the shim's stdin instead of reading the pty.
@@ -36,7 +38,9 @@ pub fn spawn(spec: &SpawnSpec<'_>) -> io::Result<i32> {
     }
     let mut env: Vec<CString> = Vec::new();
     for (k, v) in std::env::vars_os() {
-        if spec.env.iter().any(|(name, _)| OsStr::new(name) == k) {
+        if spec.env.iter().any(|(name, _)| OsStr::new(name) == k)
+            || spec.remove.iter().any(|name| OsStr::new(name) == k)
+        {
             continue;
         }
         let mut kv = k.into_vec();

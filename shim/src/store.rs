@@ -4,7 +4,11 @@
 //! fail are kept and retried with the next batch, so a database locked for a while loses
 //! nothing.
 
+use crate::approval::{self, Asker, Cooperative, Effects, PromptRequest, PromptResolution};
+use hr_shared::approvals::{self, Approval};
+use hr_shared::config::OnExpire;
 use hr_shared::db::{self, OpenMode, StoreError};
+use hr_shared::event::CooperativeRequest;
 use hr_shared::event::{EventBody, LogEvent};
 use hr_shared::logfile::CombinedLog;
 use hr_shared::paths::StatePaths;
@@ -17,13 +21,14 @@ use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-
 /// Names a run in events.
 #[derive(Debug, Clone)]
 pub struct RunIdentity {
     pub tool_run_id: String,
     pub tool: String,
     pub execution_id: String,
+    /// The command's fingerprint (tool, argv, cwd), to find decisions for it.
+    pub request_fingerprint: String,
 }
 
 /// Which statuses a status message may replace.
@@ -35,14 +40,40 @@ pub enum Replace {
     AnyButCancelled,
 }
 
-type Call = Box<dyn FnOnce(Option<&mut Connection>) + Send>;
+/// A reply to a request that needs the database.
+pub type Reply<T> = Sender<Result<T, String>>;
 
 /// A request to the store thread.
 pub enum StoreMsg {
     Start(Box<ToolRun>),
+    /// The tool's pid, once spawned (when the row was written before).
+    Pid(i32),
     Touch(Touch),
     Status(StatusChange, Replace),
-    Call(Call),
+    /// The run was cancelled (by `monitor cancel`): record how the tool really ended, keep
+    /// the canceller's status and reason.
+    Cancelled {
+        exit_code: i32,
+    },
+    /// Resolve a prompt: answer, reject or a pending approval.
+    Prompt(Box<PromptRequest>, Reply<PromptResolution>),
+    /// Record a cooperative tool's request.
+    Cooperative {
+        request: Box<CooperativeRequest>,
+        ttl: Option<Duration>,
+        on_expire: OnExpire,
+        reply: Reply<Cooperative>,
+    },
+    /// Check a caller's `AUTO_APPROVAL` against the approval it claims to come from.
+    AutoApproval {
+        approval_id: Option<String>,
+        value: String,
+        reply: Reply<Approval>,
+    },
+    /// A decision seen in wait mode has been typed: it is used up.
+    Consume(String),
+    /// The run stops at a prompt (exit 90): give back the answers it used, for its re-run.
+    ReleaseConsumed,
     Shutdown,
 }
 
@@ -63,6 +94,9 @@ pub struct StoreHandle {
     thread: Option<JoinHandle<()>>,
     done: Receiver<()>,
 }
+
+/// The longest a request to the store may take: two busy timeouts and some.
+pub const ASK_TIMEOUT: Duration = Duration::from_secs(db::BUSY_TIMEOUT.as_secs() * 2 + 2);
 
 /// Prints one warning per process for each kind of trouble.
 pub fn warn_once(flag: &AtomicBool, msg: impl FnOnce() -> String) {
@@ -100,22 +134,22 @@ impl StoreHandle {
         self.tx.send(msg);
     }
 
-    /// Runs `f` on the store thread (after everything queued before it) and waits for its
-    /// answer. `Err` when the store is unavailable or did not answer in time.
-    pub fn call<T: Send + 'static>(
-        &self,
-        f: impl FnOnce(&mut Connection) -> db::Result<T> + Send + 'static,
-    ) -> Result<T, String> {
-        let (tx, rx) = mpsc::channel();
-        self.send(StoreMsg::Call(Box::new(move |conn| {
-            let out = match conn {
-                Some(conn) => f(conn).map_err(|e| e.to_string()),
-                None => Err("the state store is unavailable".to_owned()),
-            };
-            let _ = tx.send(out);
-        })));
-        rx.recv_timeout(db::BUSY_TIMEOUT * 2 + Duration::from_secs(2))
+    /// Sends a request that needs an answer and waits for it (bounded: a database locked for
+    /// longer than its busy timeout is an error, not a hang).
+    pub fn ask<T>(&self, make: impl FnOnce(Reply<T>) -> StoreMsg) -> Result<T, String> {
+        self.request(make)
+            .recv_timeout(ASK_TIMEOUT)
             .unwrap_or_else(|_| Err("the state store did not answer".to_owned()))
+    }
+
+    /// Sends a request that needs an answer; the answer arrives on the returned channel.
+    pub fn request<T>(
+        &self,
+        make: impl FnOnce(Reply<T>) -> StoreMsg,
+    ) -> Receiver<Result<T, String>> {
+        let (tx, rx) = mpsc::channel();
+        self.send(make(tx));
+        rx
     }
 
     /// Flushes what is queued and stops, waiting at most `wait` for the thread.
@@ -132,8 +166,12 @@ impl StoreHandle {
 /// A write waiting for the database.
 enum Op {
     Start(Box<ToolRun>),
+    Pid(i32),
     Touch(Touch),
     Status(StatusChange, Replace),
+    Cancelled { exit_code: i32, at: String },
+    Consume(String),
+    Release,
 }
 
 struct StoreThread {
@@ -239,11 +277,55 @@ impl StoreThread {
             for msg in batch {
                 match msg {
                     StoreMsg::Start(run) => ops.push(Op::Start(run)),
+                    StoreMsg::Pid(pid) => ops.push(Op::Pid(pid)),
                     StoreMsg::Touch(t) => ops.push(Op::Touch(t)),
                     StoreMsg::Status(change, replace) => ops.push(Op::Status(change, replace)),
-                    StoreMsg::Call(call) => {
+                    StoreMsg::Cancelled { exit_code } => ops.push(Op::Cancelled {
+                        exit_code,
+                        at: time::now_rfc3339(),
+                    }),
+                    StoreMsg::Consume(id) => ops.push(Op::Consume(id)),
+                    StoreMsg::ReleaseConsumed => ops.push(Op::Release),
+                    StoreMsg::Prompt(req, reply) => {
                         self.flush(std::mem::take(&mut ops));
-                        call(self.conn.as_mut());
+                        let asker = self.asker();
+                        let out = self.with_conn(|conn| approval::resolve(conn, &asker, &req));
+                        let _ = reply.send(out);
+                    }
+                    StoreMsg::Cooperative {
+                        request,
+                        ttl,
+                        on_expire,
+                        reply,
+                    } => {
+                        self.flush(std::mem::take(&mut ops));
+                        let asker = self.asker();
+                        let out = self.with_conn(|conn| {
+                            approval::cooperative(conn, &asker, &request, ttl, on_expire)
+                        });
+                        let _ = reply.send(out);
+                    }
+                    StoreMsg::AutoApproval {
+                        approval_id,
+                        value,
+                        reply,
+                    } => {
+                        self.flush(std::mem::take(&mut ops));
+                        let asker = self.asker();
+                        let out = match self.conn.as_mut() {
+                            None => Err("the state store is unavailable".to_owned()),
+                            Some(conn) => approval::validate_auto_approval(
+                                conn,
+                                &asker,
+                                approval_id.as_deref(),
+                                &value,
+                            ),
+                        };
+                        let out = out.map(|(a, fx)| {
+                            self.apply(fx);
+                            a
+                        });
+                        let _ = reply.send(out);
                     }
                     StoreMsg::Shutdown => {
                         self.flush(ops);
@@ -252,6 +334,53 @@ impl StoreThread {
                 }
             }
             self.flush(ops);
+        }
+    }
+
+    fn asker(&self) -> Asker {
+        Asker {
+            tool_run_id: self.ident.tool_run_id.clone(),
+            tool: self.ident.tool.clone(),
+            execution_id: self.ident.execution_id.clone(),
+            request_fingerprint: self.ident.request_fingerprint.clone(),
+            actor: self.actor.clone(),
+        }
+    }
+
+    /// Runs a transaction that reports its effects; logs them and answers with its result.
+    fn with_conn<T>(
+        &mut self,
+        f: impl FnOnce(&mut Connection) -> db::Result<(T, Effects)>,
+    ) -> Result<T, String> {
+        let Some(conn) = self.conn.as_mut() else {
+            return Err(match &self.paths {
+                Some(p) => format!("the state store {} is unavailable", p.db.display()),
+                None => "no state dir".to_owned(),
+            });
+        };
+        match f(conn) {
+            Ok((out, fx)) => {
+                self.apply(fx);
+                Ok(out)
+            }
+            Err(e) => Err(e.to_string()),
+        }
+    }
+
+    /// Logs a transaction's events and notes this run's new status.
+    fn apply(&mut self, fx: Effects) {
+        if let Some(st) = fx.status {
+            self.status = st;
+        }
+        if let Some(log) = self.log.as_mut() {
+            for e in &fx.events {
+                if let Err(err) = log.append(e) {
+                    warn_once(&self.warned_log, || {
+                        format!("cannot write {}: {err}", log.path().display())
+                    });
+                    break;
+                }
+            }
         }
     }
 
@@ -281,12 +410,36 @@ impl StoreThread {
                         }
                     }
                     Op::Touch(t) => runs::touch(tx, &id, t)?,
+                    Op::Pid(pid) => runs::set_pid(tx, &id, i64::from(*pid))?,
                     Op::Status(change, replace) => {
                         let guard = match replace {
                             Replace::Live => Guard::NotFinal,
                             Replace::AnyButCancelled => Guard::From(&NOT_CANCELLED),
                         };
                         runs::change_status(tx, &id, change, &actor, guard)?;
+                    }
+                    Op::Cancelled { exit_code, at } => {
+                        let current = runs::get(tx, &id)?.map(|r| r.status);
+                        if current == Some(RunStatus::Cancelled) {
+                            runs::record_exit(tx, &id, *exit_code, at)?;
+                        } else {
+                            // Cancelled by a signal nobody recorded: say so.
+                            let change = StatusChange {
+                                exit_code: Some(*exit_code),
+                                at: Some(at.clone()),
+                                ..StatusChange::to(
+                                    RunStatus::Cancelled,
+                                    Some("cancelled by a signal to headless-run".into()),
+                                )
+                            };
+                            runs::change_status(tx, &id, &change, &actor, Guard::NotFinal)?;
+                        }
+                    }
+                    Op::Consume(approval_id) => {
+                        approvals::consume(tx, approval_id, &id, &actor)?;
+                    }
+                    Op::Release => {
+                        approvals::release_consumed(tx, &id, &actor)?;
                     }
                 }
             }
@@ -299,7 +452,7 @@ impl StoreThread {
                 // Keep what matters for a later attempt: the row itself and status changes.
                 self.backlog = all
                     .into_iter()
-                    .filter(|op| matches!(op, Op::Start(_) | Op::Status(..)))
+                    .filter(|op| !matches!(op, Op::Touch(_)))
                     .collect();
             }
         }
@@ -318,6 +471,12 @@ impl StoreThread {
                 previous_status: Some(self.status),
                 reason: change.reason.clone(),
                 exit_code: change.exit_code,
+            },
+            Op::Cancelled { exit_code, .. } => EventBody::ToolStatusChange {
+                status: RunStatus::Cancelled,
+                previous_status: Some(self.status),
+                reason: None,
+                exit_code: Some(*exit_code),
             },
             _ => return,
         };

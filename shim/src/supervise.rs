@@ -3,24 +3,31 @@
 //! whenever output goes idle. Everything slow (database, logs, screen model) happens on
 //! other threads; this loop only copies bytes and keeps time.
 
+use crate::approval::{self, Cooperative, PromptRequest, PromptResolution, Watched, Watcher};
 use crate::blocked::{self, Reading};
-use crate::group;
 use crate::pty::{self, Pty};
-use crate::recorder::{Recorder, RecorderSetup};
+use crate::recorder::{Recorder, RecorderEvent, RecorderSetup};
 use crate::run::{self, Failure, RunContext, RunStart};
-use crate::screen::ScreenText;
+use crate::screen::{self, ScreenText};
 use crate::signals::SignalPipe;
 use crate::spawn::{self, SpawnSpec};
-use crate::store::{StoreHandle, StoreMsg};
-use hr_shared::config::OnStall;
+use crate::store::{ASK_TIMEOUT, StoreHandle, StoreMsg};
+use crate::{group, notify};
+use hr_shared::approvals::{Approval, PromptKind};
+use hr_shared::config::{OnPrompt, OnStall};
+use hr_shared::event::truncate_utf8;
 use hr_shared::exit::{RunOutcome, shim};
-use hr_shared::mode::StdinMode;
+use hr_shared::mode::{CANCEL_SIGNAL, StdinMode};
+use hr_shared::policy::{self, PromptFacts};
+use hr_shared::prompt::{self, Prompt, ScreenFacts};
 use hr_shared::runs::Touch;
+use hr_shared::sanitize::sanitize_line;
 use hr_shared::status::RunStatus;
-use hr_shared::time;
+use hr_shared::{fingerprint, time};
 use std::io;
 use std::os::fd::RawFd;
 use std::os::unix::fs::FileTypeExt;
+use std::sync::mpsc::{Receiver, TryRecvError};
 use std::time::{Duration, Instant};
 
 /// How often liveness timestamps of output are written at most.
@@ -50,6 +57,7 @@ pub fn run(
         libc::SIGHUP,
         libc::SIGQUIT,
         libc::SIGWINCH,
+        CANCEL_SIGNAL,
     ])
     .map_err(|e| {
         Failure::new(
@@ -68,6 +76,7 @@ pub fn run(
         argv0: &ctx.argv0,
         args: &ctx.args,
         env: &env,
+        remove: &ctx.env_remove,
         tty: pty.slave_path(),
         pass_stdin,
     };
@@ -94,6 +103,7 @@ pub fn run(
         stdout_open: true,
         started: now,
         last_output: now,
+        output_seq: 0,
         last_touch: None,
         touch_pending: false,
         exited: None,
@@ -101,6 +111,12 @@ pub fn run(
         ending: None,
         stalled: false,
         detector: Detector::default(),
+        resolving: None,
+        waiting: None,
+        coop_asks: Vec::new(),
+        coops: Vec::new(),
+        coop_pending: None,
+        paused_since: None,
     };
     let outcome = sup.run_loop();
     let Supervisor { recorder, .. } = sup;
@@ -165,13 +181,42 @@ struct Ending {
     killed: bool,
 }
 
+/// Text typed in raw mode without Enter, and the prompt line it was typed on: if it shows
+/// up echoed on that line while the tool still waits, the prompt wants Enter too.
+struct PendingEnter {
+    line: String,
+    typed: String,
+}
+
 /// State the prompt detector keeps between ticks.
 #[derive(Default)]
 struct Detector {
     /// CPU ticks of the foreground group at the previous sample, and what it said.
     prev: Option<(u64, Reading)>,
     last_eof: Option<Instant>,
+    /// The output count when the shim last typed: no new prompt until the tool reacts.
+    typed_at: Option<u64>,
+    pending_enter: Option<PendingEnter>,
 }
+
+/// A prompt sent to the store, waiting for what the database says.
+struct Resolving {
+    prompt: Prompt,
+    canonical: bool,
+    /// The output count when the prompt was seen: if output came since, it is gone.
+    seq: u64,
+    since: Instant,
+    rx: Receiver<Result<PromptResolution, String>>,
+}
+
+/// Wait mode: the tool is kept at its prompt until the approval is decided.
+struct Waiting {
+    prompt: Prompt,
+    watcher: Watcher,
+}
+
+/// How often to look for the store's answer while one is expected.
+const ASK_TICK: Duration = Duration::from_millis(5);
 
 struct Supervisor<'a> {
     ctx: &'a RunContext,
@@ -184,6 +229,8 @@ struct Supervisor<'a> {
     stdout_open: bool,
     started: Instant,
     last_output: Instant,
+    /// Reads of output so far: tells "the screen changed" without comparing screens.
+    output_seq: u64,
     last_touch: Option<Instant>,
     touch_pending: bool,
     /// The raw wait status and when it came.
@@ -192,6 +239,15 @@ struct Supervisor<'a> {
     ending: Option<Ending>,
     stalled: bool,
     detector: Detector,
+    resolving: Option<Resolving>,
+    waiting: Option<Waiting>,
+    coop_asks: Vec<Receiver<Result<Cooperative, String>>>,
+    /// Watchers of cooperative approvals still pending.
+    coops: Vec<Watcher>,
+    /// The last cooperative approval still pending: a tool exiting 90 waits on it.
+    coop_pending: Option<String>,
+    /// Since when timeouts are paused (an approval is pending).
+    paused_since: Option<Instant>,
 }
 
 impl Supervisor<'_> {
@@ -199,10 +255,14 @@ impl Supervisor<'_> {
         let mut buf = vec![0u8; 64 * 1024];
         loop {
             self.reap();
+            self.poll_cooperative();
             let now = Instant::now();
             if let Some(outcome) = self.finished(now) {
                 return outcome;
             }
+            self.poll_resolving(now);
+            self.poll_waiting();
+            self.track_pause(now);
             self.enforce_limits(now);
             if self.exited.is_none() && self.ending.is_none() {
                 self.detect(now);
@@ -222,6 +282,11 @@ impl Supervisor<'_> {
         if !drained {
             return None;
         }
+        // Lines still being read may hold an `approval_needed` the exit code depends on.
+        let settled = self.recorder.caught_up() && self.coop_asks.is_empty();
+        if !settled && now < at + DRAIN_MAX {
+            return None;
+        }
         if let Some(ending) = &mut self.ending {
             if !ending.killed {
                 if !group::session_members(self.pid).is_empty() && now < ending.kill_at {
@@ -233,7 +298,14 @@ impl Supervisor<'_> {
             return Some(ending.outcome.clone());
         }
         Some(if libc::WIFEXITED(status) {
-            RunOutcome::Exited(libc::WEXITSTATUS(status))
+            let code = libc::WEXITSTATUS(status);
+            match self.coop_pending.clone() {
+                // A cooperative tool that asked and then exited 90 waits for its approval.
+                Some(approval_id) if code == i32::from(shim::APPROVAL_PENDING) => {
+                    RunOutcome::ApprovalPending { approval_id }
+                }
+                _ => RunOutcome::Exited(code),
+            }
         } else if libc::WIFSIGNALED(status) {
             RunOutcome::Signaled(libc::WTERMSIG(status))
         } else {
@@ -256,6 +328,24 @@ impl Supervisor<'_> {
         }
     }
 
+    /// An approval is pending: neither timeout counts.
+    fn paused(&self) -> bool {
+        self.waiting.is_some() || !self.coops.is_empty()
+    }
+
+    fn track_pause(&mut self, now: Instant) {
+        match (self.paused(), self.paused_since) {
+            (true, None) => self.paused_since = Some(now),
+            (false, Some(since)) => {
+                let waited = now.saturating_duration_since(since);
+                self.started += waited;
+                self.last_output = self.last_output.max(now);
+                self.paused_since = None;
+            }
+            _ => {}
+        }
+    }
+
     fn enforce_limits(&mut self, now: Instant) {
         if let Some(ending) = &mut self.ending {
             if !ending.killed && now >= ending.kill_at {
@@ -264,7 +354,7 @@ impl Supervisor<'_> {
             }
             return;
         }
-        if self.exited.is_some() {
+        if self.exited.is_some() || self.paused_since.is_some() {
             return;
         }
         let s = &self.ctx.settings;
@@ -292,8 +382,14 @@ impl Supervisor<'_> {
         }
     }
 
-    /// TERM to the tool's whole session now, KILL after the grace period.
+    /// TERM to the tool's whole session now, KILL after the grace period. The first reason
+    /// to end the tool is the one reported.
     fn end_tool(&mut self, outcome: RunOutcome) {
+        if self.ending.is_some() {
+            return;
+        }
+        self.resolving = None;
+        self.waiting = None;
         group::signal_session(self.pid, libc::SIGTERM);
         // A stopped process cannot act on TERM until it is continued.
         group::signal_session(self.pid, libc::SIGCONT);
@@ -316,21 +412,23 @@ impl Supervisor<'_> {
     }
 
     fn next_wake(&self, now: Instant) -> Duration {
-        let mut deadlines: Vec<Instant> = Vec::with_capacity(6);
+        let mut deadlines: Vec<Instant> = Vec::with_capacity(8);
         let s = &self.ctx.settings;
         if let Some((_, at)) = self.exited {
             deadlines.push((self.last_output.max(at) + DRAIN_QUIET).min(at + DRAIN_MAX));
-            if self.ending.is_some() {
+            if self.ending.is_some() || !self.recorder.caught_up() {
                 deadlines.push(now + TICK);
             }
         } else {
-            if let Some(t) = s.timeout {
-                deadlines.push(self.started + t);
-            }
-            if let Some(stall) = s.stall_timeout
-                && !self.stalled
-            {
-                deadlines.push(self.last_activity() + stall);
+            if self.paused_since.is_none() {
+                if let Some(t) = s.timeout {
+                    deadlines.push(self.started + t);
+                }
+                if let Some(stall) = s.stall_timeout
+                    && !self.stalled
+                {
+                    deadlines.push(self.last_activity() + stall);
+                }
             }
             // Sample a little before the idle window closes so that two samples agree by then.
             let idle_at = self.last_output + s.prompt_idle / 2;
@@ -341,6 +439,12 @@ impl Supervisor<'_> {
                 TICK
             };
             deadlines.push(idle_at.max(now + tick));
+        }
+        if self.resolving.is_some() || !self.coop_asks.is_empty() {
+            deadlines.push(now + ASK_TICK);
+        }
+        if self.waiting.is_some() || !self.coops.is_empty() {
+            deadlines.push(now + approval::WATCH_EVERY);
         }
         if let Some(e) = &self.ending
             && !e.killed
@@ -372,7 +476,7 @@ impl Supervisor<'_> {
             },
         ];
         let nfds = if self.master_eof { 1 } else { 2 };
-        let ms = timeout.as_millis().div_ceil(1).min(i32::MAX as u128) as i32;
+        let ms = timeout.as_millis().min(i32::MAX as u128) as i32;
         // SAFETY: fds holds nfds valid pollfd entries.
         let n = unsafe { libc::poll(fds.as_mut_ptr(), nfds, ms) };
         if n <= 0 {
@@ -397,6 +501,10 @@ impl Supervisor<'_> {
                     self.recorder.resize(rows, cols);
                 }
             }
+            CANCEL_SIGNAL => self.end_tool(RunOutcome::Cancelled {
+                reason: "cancelled".into(),
+                code: shim::CANCELLED,
+            }),
             sig => {
                 // Forward to the tool's group and to whatever group is in the foreground.
                 group::signal_group(self.pid, sig);
@@ -435,6 +543,7 @@ impl Supervisor<'_> {
 
     fn on_output(&mut self) {
         self.last_output = Instant::now();
+        self.output_seq += 1;
         self.touch_pending = true;
         self.detector.prev = None;
         if self.stalled {
@@ -445,9 +554,16 @@ impl Supervisor<'_> {
 
     /// One detector tick: is the tool blocked reading its terminal, and what shows?
     fn detect(&mut self, now: Instant) {
+        if self.resolving.is_some() || self.waiting.is_some() {
+            return;
+        }
         let idle_for = now.saturating_duration_since(self.last_output);
         let idle_window = self.ctx.settings.prompt_idle;
         if idle_for < idle_window / 2 || !self.recorder.caught_up() {
+            return;
+        }
+        // After typing an answer, nothing is a new prompt until the tool has reacted.
+        if self.detector.typed_at == Some(self.output_seq) {
             return;
         }
         let Some(pgrp) = self.pty.foreground_pgrp() else {
@@ -457,28 +573,363 @@ impl Supervisor<'_> {
         let reading = sample.reading();
         let steady = self.detector.prev == Some((sample.cpu_ticks, reading));
         self.detector.prev = Some((sample.cpu_ticks, reading));
-        if idle_for < idle_window || !steady || reading != Reading::Yes {
+        if idle_for < idle_window || !steady || reading == Reading::No {
             return;
         }
         let Some(termios) = self.pty.termios() else {
             return;
         };
         let canonical = termios.c_lflag & libc::ICANON != 0;
+        let echo = termios.c_lflag & libc::ECHO != 0;
         let shown = match self.recorder.shared.screen.lock() {
             Ok(guard) => guard.as_ref().map(ScreenText::read).unwrap_or_default(),
             Err(_) => return,
         };
-        if !shown.shows_question() && canonical {
-            // A read with nothing asked: answer EOF, as /dev/null would without the shim.
-            if self
-                .detector
-                .last_eof
-                .is_none_or(|t| now >= t + idle_window)
+        // Where /proc will not say (setuid tools), only a prompt-shaped last line counts.
+        if reading == Reading::Unknown
+            && !shown
+                .last_lines(1)
+                .first()
+                .is_some_and(|l| screen::looks_like_question(l))
+        {
+            return;
+        }
+        if !shown.shows_question() {
+            if canonical {
+                self.send_eof(now, &termios);
+            }
+            return;
+        }
+        if let Some(pe) = self.detector.pending_enter.take() {
+            let line = sanitize_line(&shown.prompt_line);
+            let line = line.trim();
+            if line.len() > pe.line.len()
+                && line.starts_with(&pe.line)
+                && line[pe.line.len()..].trim() == pe.typed
             {
-                self.detector.last_eof = Some(now);
-                let eof = termios.c_cc[libc::VEOF];
-                let _ = self.pty.write_all(&[if eof == 0 { 4 } else { eof }]);
-                self.detector.prev = None;
+                let _ = self.pty.write_all(b"\r");
+                self.detector.typed_at = Some(self.output_seq);
+                return;
+            }
+        }
+        let end = (shown.cursor_row + 1).min(shown.rows.len());
+        let prompt = prompt::classify(
+            &ScreenFacts {
+                tool: &self.ctx.tool_name,
+                rows: &shown.rows[..end],
+                prompt_line: &shown.prompt_line,
+                echo,
+                canonical,
+            },
+            self.ctx.config.prompt_rules(),
+        );
+        if prompt.secret {
+            let alternative = prompt
+                .alternative
+                .clone()
+                .unwrap_or_else(|| prompt::secret_alternative(&self.ctx.tool_name));
+            self.end_tool(RunOutcome::SecretRefused {
+                prompt: prompt.prompt_line.clone(),
+                alternative,
+            });
+            return;
+        }
+        let request = PromptRequest {
+            prompt_fingerprint: fingerprint::prompt(&self.ctx.tool_name, &prompt.prompt_line),
+            policy: self.config_policy(&prompt),
+            ttl: self.ctx.settings.approval_ttl,
+            on_expire: self.ctx.settings.on_expire,
+            prompt: prompt.clone(),
+        };
+        let rx = self
+            .store
+            .request(|reply| StoreMsg::Prompt(Box::new(request), reply));
+        self.resolving = Some(Resolving {
+            prompt,
+            canonical,
+            seq: self.output_seq,
+            since: now,
+            rx,
+        });
+    }
+
+    /// A read with nothing asked: answer EOF, as /dev/null would without the shim.
+    fn send_eof(&mut self, now: Instant, termios: &libc::termios) {
+        let idle_window = self.ctx.settings.prompt_idle;
+        if self
+            .detector
+            .last_eof
+            .is_none_or(|t| now >= t + idle_window)
+        {
+            self.detector.last_eof = Some(now);
+            let eof = termios.c_cc[libc::VEOF];
+            let _ = self.pty.write_all(&[if eof == 0 { 4 } else { eof }]);
+            self.detector.prev = None;
+        }
+    }
+
+    /// The first config policy whose conditions hold for this prompt: (name, value).
+    fn config_policy(&self, p: &Prompt) -> Option<(String, String)> {
+        let argv = self.ctx.argv();
+        let cwd = self.ctx.cwd.to_string_lossy();
+        let facts = PromptFacts {
+            tool: &self.ctx.tool_name,
+            prompt_line: &p.prompt_line,
+            question: &p.question,
+            argv: &argv,
+            cwd: &cwd,
+        };
+        self.ctx
+            .config
+            .policies()
+            .find(|pol| policy::config_matches(pol, &facts))
+            .map(|pol| (pol.name.clone(), pol.value.clone()))
+    }
+
+    fn poll_resolving(&mut self, now: Instant) {
+        let Some(r) = &self.resolving else {
+            return;
+        };
+        let answer = match r.rx.try_recv() {
+            Ok(answer) => answer,
+            Err(TryRecvError::Empty) if now < r.since + ASK_TIMEOUT => return,
+            Err(_) => Err("the state store did not answer".to_owned()),
+        };
+        let Some(r) = self.resolving.take() else {
+            return;
+        };
+        match answer {
+            Err(why) => self.end_tool(RunOutcome::Unrecorded {
+                prompt: r.prompt.prompt_line.clone(),
+                why,
+            }),
+            Ok(PromptResolution::Answer { approval, value }) => {
+                if self.output_seq != r.seq {
+                    eprintln!(
+                        "headless-run: {}: the prompt went away before {} could answer it; the answer was not typed",
+                        self.ctx.tool_name, approval.approval_id
+                    );
+                    return;
+                }
+                self.type_answer(&r.prompt, r.canonical, &value, &approval);
+            }
+            Ok(PromptResolution::Rejected { approval }) => self.reject(&approval),
+            Ok(PromptResolution::Pending {
+                approval,
+                taken_over,
+            }) => {
+                let wait = self.ctx.settings.on_prompt == OnPrompt::Wait;
+                self.announce(&approval, wait, taken_over);
+                if wait {
+                    match self.watcher_for(&approval) {
+                        Some(watcher) => {
+                            self.waiting = Some(Waiting {
+                                prompt: r.prompt,
+                                watcher,
+                            })
+                        }
+                        None => self.end_tool(RunOutcome::ApprovalPending {
+                            approval_id: approval.approval_id.clone(),
+                        }),
+                    }
+                } else {
+                    self.end_tool(RunOutcome::ApprovalPending {
+                        approval_id: approval.approval_id.clone(),
+                    });
+                }
+            }
+        }
+    }
+
+    fn watcher_for(&self, a: &Approval) -> Option<Watcher> {
+        let paths = self.ctx.paths.as_ref()?;
+        Some(Watcher::start(paths.db.clone(), paths.combined_log(), a))
+    }
+
+    /// Wait mode: a decision arrived for the prompt the tool is kept at.
+    fn poll_waiting(&mut self) {
+        let Some(w) = &self.waiting else {
+            return;
+        };
+        let decided = match w.watcher.rx.try_recv() {
+            Ok(Watched::Decided(a)) => *a,
+            Err(TryRecvError::Empty) => return,
+            Err(TryRecvError::Disconnected) => {
+                let prompt = w.prompt.prompt_line.clone();
+                self.end_tool(RunOutcome::Unrecorded {
+                    prompt,
+                    why: "the approval could not be watched".into(),
+                });
+                return;
+            }
+        };
+        let Some(w) = self.waiting.take() else {
+            return;
+        };
+        if !decided.answers() {
+            return self.reject(&decided);
+        }
+        let value = decided.chosen_value.clone().unwrap_or_default();
+        self.store
+            .send(StoreMsg::Consume(decided.approval_id.clone()));
+        self.store.send(run::live_status(RunStatus::Running, None));
+        let canonical = self
+            .pty
+            .termios()
+            .is_none_or(|t| t.c_lflag & libc::ICANON != 0);
+        self.type_answer(&w.prompt, canonical, &value, &decided);
+    }
+
+    /// Types the keys of `value` into the tool's terminal.
+    fn type_answer(&mut self, p: &Prompt, canonical: bool, value: &str, a: &Approval) {
+        let Some(keys) = p.keys_for(value, canonical) else {
+            self.end_tool(RunOutcome::Rejected {
+                approval_id: a.approval_id.clone(),
+                why: format!("answer `{value}` cannot be typed into this prompt"),
+            });
+            return;
+        };
+        if let Err(e) = self.pty.write_all(&keys) {
+            eprintln!(
+                "headless-run: {}: cannot type the answer: {e}",
+                self.ctx.tool_name
+            );
+            return;
+        }
+        self.detector.typed_at = Some(self.output_seq);
+        self.detector.prev = None;
+        self.detector.pending_enter = (!canonical
+            && !keys.ends_with(b"\r")
+            && p.kind != PromptKind::Menu)
+            .then(|| PendingEnter {
+                line: p.prompt_line.clone(),
+                typed: String::from_utf8_lossy(&keys).into_owned(),
+            });
+        eprintln!(
+            "headless-run: {}: answered {:?} with `{value}` ({}, {} by {})",
+            self.ctx.tool_name,
+            p.prompt_line,
+            a.approval_id,
+            a.status,
+            approval::decided_by(a)
+        );
+    }
+
+    fn reject(&mut self, a: &Approval) {
+        let why = format!("{} by {}", a.status, approval::decided_by(a));
+        eprintln!(
+            "headless-run: {}: approval {} was {why}; ending the tool (exit 91)",
+            self.ctx.tool_name, a.approval_id
+        );
+        self.end_tool(RunOutcome::Rejected {
+            approval_id: a.approval_id.clone(),
+            why,
+        });
+    }
+
+    /// One plain line on stderr: what is asked and the exact command that decides it; and
+    /// the notify hook.
+    fn announce(&self, a: &Approval, waiting: bool, taken_over: bool) {
+        let asked = a.prompt_line.as_deref().unwrap_or(&a.question);
+        let mut asked = sanitize_line(asked);
+        truncate_utf8(&mut asked, 200);
+        let mut values: Vec<String> = vec!["reject".into()];
+        values.extend(a.options_json.iter().map(|o| o.value.clone()));
+        if a.allows_text {
+            values.push("any text".into());
+        }
+        let first = if a.approve_value().is_some() {
+            "approve"
+        } else {
+            "VALUE"
+        };
+        eprintln!(
+            "headless-run: {} asks {asked:?}: approval {} is {}; decide with: monitor decide {} {first}  (or: {}){}",
+            self.ctx.tool_name,
+            a.approval_id,
+            if taken_over {
+                "still pending"
+            } else {
+                "pending"
+            },
+            a.approval_id,
+            values.join(", "),
+            if waiting {
+                "; waiting for the decision"
+            } else {
+                ""
+            }
+        );
+        if !taken_over
+            && let Some(cfg) = self.ctx.config.notify()
+            && let Some(warning) = notify::run(cfg, a)
+        {
+            eprintln!("headless-run: warning: {warning}");
+        }
+    }
+
+    /// Cooperative tools: `approval_needed` lines become approvals at once; a decision on
+    /// one puts the run back to `running` (the tool learns it by its own means).
+    fn poll_cooperative(&mut self) {
+        while let Ok(RecorderEvent::Approval(req)) = self.recorder.events.try_recv() {
+            let settings = &self.ctx.settings;
+            let (ttl, on_expire) = (settings.approval_ttl, settings.on_expire);
+            let rx = self.store.request(|reply| StoreMsg::Cooperative {
+                request: Box::new(req),
+                ttl,
+                on_expire,
+                reply,
+            });
+            self.coop_asks.push(rx);
+        }
+        let mut answers = Vec::new();
+        self.coop_asks.retain(|rx| match rx.try_recv() {
+            Ok(answer) => {
+                answers.push(answer);
+                false
+            }
+            Err(TryRecvError::Empty) => true,
+            Err(TryRecvError::Disconnected) => false,
+        });
+        for answer in answers {
+            match answer {
+                Ok(Cooperative::Pending(a)) => {
+                    self.announce(&a, false, false);
+                    self.coop_pending = Some(a.approval_id.clone());
+                    if let Some(watcher) = self.watcher_for(&a) {
+                        self.coops.push(watcher);
+                    }
+                }
+                Ok(Cooperative::AlreadyDecided) => {}
+                Err(why) => eprintln!(
+                    "headless-run: warning: {}'s approval request was not recorded: {why}",
+                    self.ctx.tool_name
+                ),
+            }
+        }
+        let mut decided = Vec::new();
+        self.coops.retain(|w| match w.rx.try_recv() {
+            Ok(Watched::Decided(a)) => {
+                decided.push(*a);
+                false
+            }
+            Err(TryRecvError::Empty) => true,
+            Err(TryRecvError::Disconnected) => false,
+        });
+        for a in decided {
+            if self.coop_pending.as_deref() == Some(&a.approval_id) {
+                self.coop_pending = None;
+            }
+            eprintln!(
+                "headless-run: {}: approval {} was {} ({}) by {}",
+                self.ctx.tool_name,
+                a.approval_id,
+                a.status,
+                a.chosen_value.as_deref().unwrap_or("-"),
+                approval::decided_by(&a)
+            );
+            if self.coops.is_empty() && self.waiting.is_none() && self.exited.is_none() {
+                self.store.send(run::live_status(RunStatus::Running, None));
             }
         }
     }

@@ -140,9 +140,24 @@ impl TestEnv {
         c
     }
 
-    /// Every row of a table as JSON objects keyed by column, in rowid order.
+    /// Every row of a table as JSON objects keyed by column, in rowid order; none while the
+    /// database or the table does not exist yet (tests poll while a shim creates them).
     pub fn rows(&self, table: &str) -> Vec<Map<String, Value>> {
-        rows_of(&self.db(), &format!("SELECT * FROM {table} ORDER BY rowid"))
+        if !self.state().join("state.db").exists() {
+            return Vec::new();
+        }
+        let conn = self.db();
+        let exists = conn
+            .query_row(
+                "SELECT COUNT(*) FROM sqlite_master WHERE type = 'table' AND name = ?1",
+                [table],
+                |r| r.get::<_, i64>(0),
+            )
+            .is_ok_and(|n| n == 1);
+        if !exists {
+            return Vec::new();
+        }
+        rows_of(&conn, &format!("SELECT * FROM {table} ORDER BY rowid"))
     }
 
     /// The runs, oldest first.
@@ -164,6 +179,58 @@ impl TestEnv {
         text.lines()
             .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("bad log line {l:?}: {e}")))
             .collect()
+    }
+
+    /// The approvals, oldest first.
+    pub fn approvals(&self) -> Vec<Map<String, Value>> {
+        self.rows("approvals")
+    }
+
+    /// Waits (bounded) for a pending approval to appear and returns the newest.
+    pub fn pending_approval(&self) -> Map<String, Value> {
+        let mut found = None;
+        let seen = wait_until(Duration::from_secs(20), || {
+            found = self
+                .approvals()
+                .into_iter()
+                .rev()
+                .find(|a| a["status"] == "pending");
+            found.is_some()
+        });
+        assert!(
+            seen,
+            "no pending approval appeared: {:#?}",
+            self.approvals()
+        );
+        found.unwrap_or_default()
+    }
+
+    /// `monitor decide ID VALUE` (as the real OS user, channel cli).
+    pub fn decide(&self, approval_id: &str, value: &str) -> Outcome {
+        self.monitor().args(["decide", approval_id, value]).run()
+    }
+
+    /// Writes the user config file (`$XDG_CONFIG_HOME/headless-run/config.toml`).
+    pub fn write_config(&self, toml: &str) {
+        let dir = self.path().join("config/headless-run");
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("config.toml"), toml).unwrap();
+    }
+
+    /// The `event` names of the combined log, in order.
+    pub fn log_event_names(&self) -> Vec<String> {
+        self.log_events()
+            .iter()
+            .filter_map(|e| e["event"].as_str().map(str::to_owned))
+            .collect()
+    }
+
+    /// The audit rows (`events` table) of one approval.
+    pub fn audit_of(&self, approval_id: &str) -> Vec<Map<String, Value>> {
+        rows_of(
+            &self.db(),
+            &format!("SELECT * FROM events WHERE approval_id = '{approval_id}' ORDER BY id"),
+        )
     }
 
     /// The raw output log of a run.

@@ -2,6 +2,7 @@
 //! fixture tools that prompt, hang, stall, crash, flood output and lie. Build the binaries
 //! first (`cargo build --workspace`). Each module says what it covers.
 
+mod approval_flow;
 mod cancel;
 mod decide;
 mod doctor;
@@ -10,6 +11,7 @@ mod install;
 mod listing;
 mod logs;
 mod passthrough;
+mod prompts;
 mod reconcile;
 mod records;
 mod resume;

@@ -1,0 +1,475 @@
+//! The approval protocol through the real shim: exit mode and its resume by re-running the
+//! same command, wait mode typing a decision made by another process, several prompts in a
+//! row, cooperative tools, policies, expiry, the notify hook, and why a caller's own
+//! `AUTO_APPROVAL` answers nothing.
+
+use headless_run_e2e::*;
+use std::time::Duration;
+
+fn rm_i(env: &TestEnv, file: &str) -> Cmd {
+    let mut c = env.shim();
+    c.args(["rm", "-i", file]);
+    c
+}
+
+#[test]
+fn exit_mode_approve_then_the_same_command_again_answers_and_completes() {
+    let env = TestEnv::new();
+    let file = env.work().join("a.txt");
+    std::fs::write(&file, "x").unwrap();
+    rm_i(&env, "a.txt").run().expect_code(90);
+    let ap = env.pending_approval();
+    let id = s(&ap, "approval_id").to_owned();
+    env.decide(&id, "approve").expect_code(0);
+    // A CI retry: the same command, in the same directory.
+    let out = rm_i(&env, "a.txt").run();
+    out.expect_code(0);
+    assert!(!file.exists(), "the file really is removed");
+    assert!(
+        out.stderr.contains(&format!("with `y` ({id}")),
+        "{}",
+        out.stderr
+    );
+    let runs = env.runs();
+    assert_eq!(runs.len(), 2);
+    assert_eq!(s(&runs[0], "status"), "completed", "{runs:#?}");
+    assert!(
+        s(&runs[0], "reason").contains(&format!("resumed as {}", s(&runs[1], "tool_run_id"))),
+        "{runs:#?}"
+    );
+    assert_eq!(s(&runs[1], "status"), "completed");
+    let ap = &env.approvals()[0];
+    assert_eq!(s(ap, "status"), "approved");
+    assert_eq!(s(ap, "chosen_value"), "y");
+    assert_eq!(s(ap, "consumed_by"), s(&runs[1], "tool_run_id"));
+    // Single use: a third run asks again.
+    std::fs::write(&file, "x").unwrap();
+    rm_i(&env, "a.txt").run().expect_code(90);
+    assert_eq!(env.approvals().len(), 2);
+    let audit: Vec<String> = env
+        .audit_of(&id)
+        .iter()
+        .map(|r| s(r, "event").to_owned())
+        .collect();
+    assert_eq!(
+        audit,
+        [
+            "approval_needed",
+            "approval_status_change",
+            "approval_consumed"
+        ]
+    );
+}
+
+#[test]
+fn exit_mode_reject_ends_the_rerun_with_91() {
+    let env = TestEnv::new();
+    let file = env.work().join("keep.txt");
+    std::fs::write(&file, "x").unwrap();
+    rm_i(&env, "keep.txt").run().expect_code(90);
+    let id = s(&env.pending_approval(), "approval_id").to_owned();
+    env.decide(&id, "reject").expect_code(0);
+    let out = rm_i(&env, "keep.txt").run();
+    out.expect_code(91);
+    assert!(file.exists());
+    assert!(out.stderr.contains("rejected by"), "{}", out.stderr);
+    let runs = env.runs();
+    assert_eq!(s(&runs[1], "status"), "failed");
+    assert_eq!(n(&runs[1], "exit_code"), 91);
+    assert!(s(&runs[1], "reason").contains(&id), "{runs:#?}");
+    assert_eq!(
+        s(&runs[0], "status"),
+        "failed",
+        "the asking run is closed too"
+    );
+}
+
+#[test]
+fn choosing_no_is_an_answer_not_a_rejection() {
+    let env = TestEnv::new();
+    let file = env.work().join("b.txt");
+    std::fs::write(&file, "x").unwrap();
+    rm_i(&env, "b.txt").run().expect_code(90);
+    let id = s(&env.pending_approval(), "approval_id").to_owned();
+    env.decide(&id, "n").expect_code(0);
+    let out = rm_i(&env, "b.txt").run();
+    out.expect_code(0);
+    assert!(file.exists(), "rm was told no and kept the file");
+}
+
+#[test]
+fn wait_mode_types_a_decision_made_by_another_process() {
+    let env = TestEnv::new();
+    let file = env.work().join("c.txt");
+    std::fs::write(&file, "x").unwrap();
+    let running = env
+        .shim()
+        .args(["--on-prompt", "wait", "rm", "-i", "c.txt"])
+        .spawn();
+    let ap = env.pending_approval();
+    let run = env.only_run();
+    assert_eq!(s(&run, "status"), "waiting_approval");
+    assert!(
+        run["exit_code"].is_null(),
+        "a waiting shim is alive, not parked"
+    );
+    assert!(alive(n(&run, "pid") as i32), "the tool is kept alive");
+    env.decide(s(&ap, "approval_id"), "y").expect_code(0);
+    let out = running.wait();
+    out.expect_code(0);
+    assert!(!file.exists());
+    assert!(
+        out.out().ends_with("? y\n"),
+        "the answer is echoed like typing: {:?}",
+        out.out()
+    );
+    let run = env.only_run();
+    assert_eq!(s(&run, "status"), "completed");
+    let ap = &env.approvals()[0];
+    assert_eq!(s(ap, "consumed_by"), s(&run, "tool_run_id"));
+    let statuses: Vec<String> = env
+        .log_events()
+        .into_iter()
+        .filter(|e| e["event"] == "tool_status_change")
+        .map(|e| e["status"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(
+        statuses,
+        ["running", "waiting_approval", "running", "completed"]
+    );
+}
+
+#[test]
+fn wait_mode_rejection_ends_the_tool_with_91() {
+    let env = TestEnv::new();
+    let running = env
+        .shim()
+        .args(["--on-prompt", "wait"])
+        .arg(tool())
+        .args(["ask", "Deploy? [y/N] "])
+        .spawn();
+    let ap = env.pending_approval();
+    let pid = n(&env.only_run(), "pid") as i32;
+    env.decide(s(&ap, "approval_id"), "reject").expect_code(0);
+    let out = running.wait();
+    out.expect_code(91);
+    assert!(!out.out().contains("got"));
+    assert!(wait_until(Duration::from_secs(5), || !alive(pid)));
+    assert_eq!(s(&env.only_run(), "status"), "failed");
+}
+
+#[test]
+fn wait_mode_does_not_count_the_wait_against_the_stall_timeout() {
+    let env = TestEnv::new();
+    let running = env
+        .shim()
+        .args([
+            "--on-prompt",
+            "wait",
+            "--stall-timeout",
+            "1s",
+            "--timeout",
+            "2s",
+        ])
+        .arg(tool())
+        .args(["ask", "Go on? [y/N] "])
+        .spawn();
+    let ap = env.pending_approval();
+    std::thread::sleep(Duration::from_millis(2500));
+    env.decide(s(&ap, "approval_id"), "y").expect_code(0);
+    let out = running.wait();
+    out.expect_code(0);
+    assert!(out.out().ends_with("got y\n"), "{:?}", out.out());
+}
+
+#[test]
+fn openssl_req_prompts_are_answered_one_approval_at_a_time() {
+    let env = TestEnv::new();
+    let cnf = env.work().join("req.cnf");
+    std::fs::write(
+        &cnf,
+        "[req]\ndistinguished_name = dn\nprompt = yes\n[dn]\n\
+         countryName = Country Name (2 letter code)\ncountryName_default = AU\n\
+         organizationName = Organization Name (eg, company)\norganizationName_default = Widgits\n\
+         commonName = Common Name (e.g. server FQDN)\n",
+    )
+    .unwrap();
+    let running = env
+        .shim()
+        .args([
+            "--on-prompt",
+            "wait",
+            "openssl",
+            "req",
+            "-new",
+            "-newkey",
+            "rsa:1024",
+        ])
+        .args([
+            "-nodes", "-keyout", "k.pem", "-out", "r.csr", "-config", "req.cnf",
+        ])
+        .timeout(Duration::from_secs(90))
+        .spawn();
+    let mut answered = Vec::new();
+    for value in ["NZ", "approve", "example.test"] {
+        let ap = env.pending_approval();
+        let pending = env
+            .approvals()
+            .iter()
+            .filter(|a| a["status"] == "pending")
+            .count();
+        assert_eq!(pending, 1, "one approval at a time");
+        answered.push(s(&ap, "prompt_line").to_owned());
+        env.decide(s(&ap, "approval_id"), value).expect_code(0);
+        assert!(wait_until(Duration::from_secs(10), || {
+            env.approvals()
+                .iter()
+                .all(|a| a["status"] != "pending" || a["approval_id"] != ap["approval_id"])
+        }));
+    }
+    let out = running.wait();
+    out.expect_code(0);
+    assert_eq!(
+        answered,
+        [
+            "Country Name (2 letter code) [AU]:",
+            "Organization Name (eg, company) [Widgits]:",
+            "Common Name (e.g. server FQDN) []:"
+        ]
+    );
+    let subject = std::process::Command::new("openssl")
+        .args(["req", "-in", "r.csr", "-noout", "-subject"])
+        .current_dir(env.work())
+        .output()
+        .unwrap();
+    let subject = String::from_utf8_lossy(&subject.stdout);
+    assert!(subject.contains("C = NZ"), "{subject}");
+    assert!(
+        subject.contains("O = Widgits"),
+        "approve took the default: {subject}"
+    );
+    assert!(subject.contains("CN = example.test"), "{subject}");
+    assert_eq!(env.approvals().len(), 3);
+}
+
+#[test]
+fn a_prompt_after_an_answered_one_chains_through_reruns() {
+    let env = TestEnv::new();
+    let cmd = |env: &TestEnv| {
+        let mut c = env.shim();
+        c.arg(tool())
+            .args(["ask-twice", "First? [y/N] ", "Second? [y/N] "]);
+        c
+    };
+    cmd(&env).run().expect_code(90);
+    let first = env.pending_approval();
+    env.decide(s(&first, "approval_id"), "y").expect_code(0);
+    // The re-run answers the first prompt and stops at the second.
+    cmd(&env).run().expect_code(90);
+    let second = env.pending_approval();
+    assert_eq!(s(&second, "prompt_line"), "Second? [y/N]");
+    env.decide(s(&second, "approval_id"), "y").expect_code(0);
+    // The first answer was given back when the second run stopped: the third run can
+    // answer both.
+    let out = cmd(&env).run();
+    out.expect_code(0);
+    assert!(out.out().contains("answers y y"), "{}", out.out());
+}
+
+#[test]
+fn a_retry_while_pending_takes_the_approval_over() {
+    let env = TestEnv::new();
+    std::fs::write(env.work().join("d.txt"), "x").unwrap();
+    rm_i(&env, "d.txt").run().expect_code(90);
+    let out = rm_i(&env, "d.txt").run();
+    out.expect_code(90);
+    assert!(out.stderr.contains("still pending"), "{}", out.stderr);
+    let approvals = env.approvals();
+    assert_eq!(approvals.len(), 1, "no duplicate approval");
+    let runs = env.runs();
+    assert_eq!(s(&runs[0], "status"), "cancelled");
+    assert!(s(&runs[0], "reason").contains("superseded"), "{runs:#?}");
+    assert_eq!(s(&approvals[0], "tool_run_id"), s(&runs[1], "tool_run_id"));
+}
+
+#[test]
+fn a_cooperative_tool_asks_with_a_json_line_and_is_resumed_by_the_worker() {
+    let env = TestEnv::new();
+    let out = env
+        .shim()
+        .arg(tool())
+        .args(["cooperative", "Deploy to prod?", "ship", "hold"])
+        .run();
+    out.expect_code(90);
+    let ap = env.pending_approval();
+    assert_eq!(s(&ap, "question"), "Deploy to prod?");
+    assert_eq!(s(&ap, "prompt_kind"), "cooperative");
+    assert_eq!(s(&ap, "default_value"), "hold");
+    let run = env.only_run();
+    assert_eq!(s(&run, "status"), "waiting_approval");
+    assert_eq!(s(&ap, "tool_run_id"), s(&run, "tool_run_id"));
+    env.decide(s(&ap, "approval_id"), "ship").expect_code(0);
+    env.monitor()
+        .args(["worker", "--once"])
+        .run()
+        .expect_code(0);
+    let done = wait_until(Duration::from_secs(20), || {
+        env.runs().len() == 2 && env.runs()[1]["status"] == "completed"
+    });
+    assert!(done, "{:#?}", env.runs());
+    let runs = env.runs();
+    let log = env.run_log(s(&runs[1], "tool_run_id"));
+    assert!(
+        String::from_utf8_lossy(&log).contains("resumed with ship"),
+        "the tool got AUTO_APPROVAL from the worker"
+    );
+    let ap = &env.approvals()[0];
+    assert_eq!(s(ap, "consumed_by"), s(&runs[1], "tool_run_id"));
+}
+
+#[test]
+fn a_callers_own_auto_approval_answers_nothing() {
+    let env = TestEnv::new();
+    std::fs::write(env.work().join("e.txt"), "x").unwrap();
+    let out = rm_i(&env, "e.txt").env("AUTO_APPROVAL", "y").run();
+    out.expect_code(90);
+    assert!(env.work().join("e.txt").exists());
+    assert!(
+        out.stderr.contains("AUTO_APPROVAL ignored"),
+        "{}",
+        out.stderr
+    );
+    // Nor does it reach a cooperative tool, even naming a real (pending) approval.
+    let id = s(&env.pending_approval(), "approval_id").to_owned();
+    let out = env
+        .shim()
+        .env("AUTO_APPROVAL", "ship")
+        .env("HEADLESS_RUN_APPROVAL_ID", &id)
+        .arg(tool())
+        .args(["cooperative", "Deploy?", "ship", "hold"])
+        .run();
+    out.expect_code(90);
+    assert!(!out.out().contains("resumed with"), "{}", out.out());
+}
+
+#[test]
+fn a_policy_approves_rm_of_tmp_files_and_nothing_else() {
+    let env = TestEnv::new();
+    env.write_config(
+        r#"
+[[policies]]
+name = "tmp-files"
+tool = "rm"
+value = "y"
+when = [{ field = "prompt", op = "glob", value = "*.tmp'?" }]
+"#,
+    );
+    std::fs::write(env.work().join("scratch.tmp"), "x").unwrap();
+    std::fs::write(env.work().join("keep.txt"), "x").unwrap();
+    let out = rm_i(&env, "scratch.tmp").run();
+    out.expect_code(0);
+    assert!(!env.work().join("scratch.tmp").exists());
+    let ap = &env.approvals()[0];
+    assert_eq!(s(ap, "status"), "approved");
+    assert_eq!(s(ap, "decided_by"), "policy:tmp-files");
+    assert_eq!(s(ap, "decision_channel"), "policy:tmp-files");
+    assert_eq!(s(ap, "chosen_value"), "y");
+    assert!(ap["consumed_at"].is_string());
+    rm_i(&env, "keep.txt").run().expect_code(90);
+    assert!(env.work().join("keep.txt").exists());
+}
+
+#[test]
+fn an_expired_approval_ends_a_waiting_tool_or_takes_the_default() {
+    let env = TestEnv::new();
+    let out = env
+        .shim()
+        .env("HEADLESS_RUN_APPROVAL_TTL", "1s")
+        .args(["--on-prompt", "wait"])
+        .arg(tool())
+        .args(["ask", "Go? [y/N] "])
+        .run();
+    out.expect_code(91);
+    let ap = &env.approvals()[0];
+    assert_eq!(s(ap, "status"), "expired");
+    assert_eq!(s(ap, "decided_by"), "system:expiry");
+    assert!(ap["chosen_value"].is_null());
+
+    let env = TestEnv::new();
+    let out = env
+        .shim()
+        .env("HEADLESS_RUN_APPROVAL_TTL", "1s")
+        .env("HEADLESS_RUN_ON_EXPIRE", "default")
+        .args(["--on-prompt", "wait"])
+        .arg(tool())
+        .args(["ask", "Go? [Y/n] "])
+        .run();
+    out.expect_code(0);
+    assert!(out.out().ends_with("got y\n"), "{:?}", out.out());
+    let ap = &env.approvals()[0];
+    assert_eq!(s(ap, "status"), "expired");
+    assert_eq!(s(ap, "chosen_value"), "y");
+}
+
+#[test]
+fn the_notify_hook_gets_the_approval_and_its_failure_changes_nothing() {
+    let env = TestEnv::new();
+    let seen = env.path().join("notified.txt");
+    env.write_config(&format!(
+        r#"
+[notify]
+command = ["sh", "-c", "{{ echo \"id=$HEADLESS_RUN_APPROVAL_ID tool=$HEADLESS_RUN_APPROVAL_TOOL opts=$HEADLESS_RUN_APPROVAL_OPTIONS\"; echo \"cmd=$HEADLESS_RUN_DECIDE_COMMAND\"; cat; }} > {}; exit 3"]
+"#,
+        seen.display()
+    ));
+    std::fs::write(env.work().join("f.txt"), "x").unwrap();
+    rm_i(&env, "f.txt").run().expect_code(90);
+    let id = s(&env.pending_approval(), "approval_id").to_owned();
+    assert!(wait_until(Duration::from_secs(10), || {
+        std::fs::read_to_string(&seen).is_ok_and(|t| t.contains("\"event\":\"approval_needed\""))
+    }));
+    let text = std::fs::read_to_string(&seen).unwrap();
+    assert!(
+        text.contains(&format!("id={id} tool=rm opts=y,n")),
+        "{text}"
+    );
+    assert!(
+        text.contains(&format!("cmd=monitor decide {id} approve")),
+        "{text}"
+    );
+    // A hook that cannot even start is a warning, not a failure.
+    let env = TestEnv::new();
+    env.write_config("[notify]\ncommand = [\"/nonexistent/hook\"]\n");
+    std::fs::write(env.work().join("g.txt"), "x").unwrap();
+    let out = rm_i(&env, "g.txt").run();
+    out.expect_code(90);
+    assert!(out.stderr.contains("notify hook"), "{}", out.stderr);
+}
+
+#[test]
+fn a_remembered_decision_answers_the_same_prompt_later() {
+    let env = TestEnv::new();
+    let file = env.work().join("h.txt");
+    std::fs::write(&file, "x").unwrap();
+    rm_i(&env, "h.txt").run().expect_code(90);
+    let id = s(&env.pending_approval(), "approval_id").to_owned();
+    env.monitor()
+        .args(["decide", &id, "y", "--remember"])
+        .run()
+        .expect_code(0);
+    // The decision itself answers the retry…
+    rm_i(&env, "h.txt").run().expect_code(0);
+    assert!(!file.exists());
+    // …and the remembered policy every later run of that prompt, in another directory too.
+    let elsewhere = env.work().join("sub");
+    std::fs::create_dir_all(&elsewhere).unwrap();
+    std::fs::write(elsewhere.join("h.txt"), "x").unwrap();
+    let out = rm_i(&env, "h.txt").current_dir(&elsewhere).run();
+    out.expect_code(0);
+    assert!(!elsewhere.join("h.txt").exists());
+    let approvals = env.approvals();
+    assert_eq!(approvals.len(), 2, "{approvals:#?}");
+    let auto = &approvals[1];
+    assert_eq!(s(auto, "decided_by"), format!("policy:remembered:{id}"));
+    assert_eq!(s(auto, "chosen_value"), "y");
+}
