@@ -388,7 +388,7 @@ fn run_has_ended(ctx: &Ctx, id: &str) -> bool {
     ctx.open()
         .ok()
         .and_then(|conn| runs::get(&conn, id).ok().flatten())
-        .is_some_and(|r| r.status.is_final() || hr_shared::control::is_parked(&r))
+        .is_some_and(|r| r.status.is_final() || hr_shared::control::ended_on_purpose(&r))
 }
 
 /// One combined-log event as a line: time, tool, run, event, text.
