@@ -192,16 +192,21 @@ fn write_in_two_halves(
     let (_, mut older_args) = where_clause(filter);
     older_args.push(Box::new(split.clone()));
     let path = path.to_owned();
-    let older = std::thread::spawn(move || -> Result<(Vec<u8>, usize), ExportError> {
+    let older = std::thread::spawn(move || -> Result<(Vec<Vec<u8>>, usize), ExportError> {
         let conn = Connection::open_with_flags(
             &path,
             rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY | rusqlite::OpenFlags::SQLITE_OPEN_NO_MUTEX,
         )?;
         conn.busy_timeout(crate::db::BUSY_TIMEOUT)?;
         let _ = conn.pragma_update(None, "mmap_size", 256i64 << 20);
-        let mut buf = Vec::with_capacity(32 << 20);
-        let count = encode_rows(&conn, &older_sql, &older_args, &mut Sink::Buffer(&mut buf))?;
-        Ok((buf, count))
+        let mut chunks = Vec::new();
+        let count = encode_rows(
+            &conn,
+            &older_sql,
+            &older_args,
+            &mut Sink::Chunks(&mut chunks),
+        )?;
+        Ok((chunks, count))
     });
     let mut newer_args = args;
     newer_args.push(Box::new(split));
@@ -211,20 +216,47 @@ fn write_in_two_halves(
         .join()
         .map_err(|_| io::Error::other("the export thread panicked"))?;
     let newer = newer?;
-    let (buf, older) = older?;
+    let (chunks, older) = older?;
     if newer > 0 && older > 0 {
         out.write_all(b",\n")?;
     }
-    out.write_all(&buf)?;
+    for c in &chunks {
+        out.write_all(c)?;
+    }
     out.write_all(b"]\n")?;
     out.flush()?;
     Ok(newer + older)
 }
 
-/// Where encoded rows go: straight to the output in chunks, or into memory.
+/// Where encoded rows go: to the output chunk by chunk, or kept as chunks in memory.
 enum Sink<'a> {
     Writer(&'a mut dyn Write),
-    Buffer(&'a mut Vec<u8>),
+    Chunks(&'a mut Vec<Vec<u8>>),
+}
+
+/// Rows are encoded into chunks of about this size.
+const CHUNK: usize = 1 << 20;
+
+impl Sink<'_> {
+    /// Hands over a full chunk (the buffer is empty again after).
+    fn take(&mut self, buf: &mut Vec<u8>) -> io::Result<()> {
+        match self {
+            Sink::Writer(out) => {
+                // One run per line: a line-buffered stdout finds the last newline of the
+                // chunk at its end instead of scanning a megabyte for it.
+                buf.push(b'\n');
+                out.write_all(buf)?;
+                buf.clear();
+            }
+            Sink::Chunks(chunks) => {
+                chunks.push(std::mem::replace(
+                    buf,
+                    Vec::with_capacity(CHUNK + CHUNK / 8),
+                ));
+            }
+        }
+        Ok(())
+    }
 }
 
 /// Encodes the rows of `sql`, separated by `,\n` (no brackets); returns how many.
@@ -242,37 +274,27 @@ fn encode_rows(
         .enumerate()
         .map(|(i, (n, _))| format!("{}\"{n}\":", if i == 0 { "{" } else { "," }).into_bytes())
         .collect();
-    let mut chunk: Vec<u8> = Vec::new();
-    let (buf, mut out): (&mut Vec<u8>, Option<&mut dyn Write>) = match sink {
-        Sink::Buffer(b) => (b, None),
-        Sink::Writer(w) => {
-            chunk.reserve(1 << 20);
-            (&mut chunk, Some(&mut **w))
-        }
-    };
+    let mut buf: Vec<u8> = Vec::with_capacity(CHUNK + CHUNK / 8);
     let mut count = 0usize;
     while let Some(row) = rows.next()? {
-        // One run per line: a line-buffered stdout then finds the last newline of each
-        // chunk at its end instead of scanning a megabyte for it.
         if count > 0 {
             buf.extend_from_slice(b",\n");
         }
         for (i, (_, kind)) in COLUMNS.iter().enumerate() {
             buf.extend_from_slice(&keys[i]);
-            write_value(buf, row.get_ref(i)?, *kind);
+            write_value(&mut buf, row.get_ref(i)?, *kind);
         }
         buf.push(b'}');
         count += 1;
-        if let Some(out) = out.as_mut()
-            && buf.len() >= 1 << 20
-        {
-            buf.push(b'\n');
-            out.write_all(buf)?;
-            buf.clear();
+        if buf.len() >= CHUNK {
+            sink.take(&mut buf)?;
         }
     }
-    if let Some(out) = out {
-        out.write_all(buf)?;
+    if !buf.is_empty() {
+        match sink {
+            Sink::Writer(out) => out.write_all(&buf)?,
+            Sink::Chunks(chunks) => chunks.push(buf),
+        }
     }
     Ok(count)
 }
