@@ -159,8 +159,16 @@ pub fn run(ctx: &Ctx, args: Args) -> CliResult {
     let start_at = print_existing(&paths, limit, &mut printer)?;
     printer.out.flush()?;
     if !args.follow {
-        if !paths.iter().any(|p| p.exists()) && matches!(format, Format::Raw) {
-            eprintln!("monitor: {} has no output yet", run_id.unwrap_or_default());
+        if !paths.iter().any(|p| p.exists()) {
+            match format {
+                Format::Raw => {
+                    eprintln!("monitor: {} has no output yet", run_id.unwrap_or_default())
+                }
+                _ => eprintln!(
+                    "monitor: no events yet ({} does not exist)",
+                    current.display()
+                ),
+            }
         }
         return Ok(());
     }
