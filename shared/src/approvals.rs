@@ -569,6 +569,41 @@ pub fn expire_due(tx: &Transaction<'_>) -> Result<Vec<Approval>> {
     Ok(out)
 }
 
+/// Closes the approvals still pending for a run that has ended without their decision (the
+/// tool was killed, timed out, or a cooperative tool went on without waiting): `expired`,
+/// decided by `system:run-ended`, so nobody decides for a run that no longer waits.
+pub fn abandon_pending(
+    tx: &Transaction<'_>,
+    tool_run_id: &str,
+    why: &str,
+) -> Result<Vec<Approval>> {
+    let pending = list(
+        tx,
+        &ApprovalFilter {
+            statuses: vec![ApprovalStatus::Pending],
+            tool_run_id: Some(tool_run_id.to_owned()),
+            ..Default::default()
+        },
+    )?;
+    let mut out = Vec::new();
+    for a in pending {
+        let changed = tx.execute(
+            "UPDATE approvals SET status = 'expired', decided_at = ?2,
+                decided_by = 'system:run-ended', decision_channel = 'system:run-ended',
+                comment = ?3
+             WHERE approval_id = ?1 AND status = 'pending'",
+            params![a.approval_id, time::now_rfc3339(), why],
+        )?;
+        if changed > 0
+            && let Some(after) = get(tx, &a.approval_id)?
+        {
+            audit_status(tx, &after, "system:run-ended")?;
+            out.push(after);
+        }
+    }
+    Ok(out)
+}
+
 /// A decided, unconsumed approval that answers this prompt of this command, if any (the
 /// newest). Run inside the write transaction that will consume it.
 pub fn find_answer(

@@ -241,11 +241,23 @@ pub fn reconcile(conn: &mut Connection, log: &Path, actor: &str) -> Result<Recon
             ..StatusChange::to(RunStatus::Failed, Some(why.clone()))
         };
         let guard = [run.status];
-        let previous = db::write(conn, |tx| {
-            runs::change_status(tx, &run.tool_run_id, &change, actor, Guard::From(&guard))
+        let (previous, abandoned) = db::write(conn, |tx| {
+            let previous =
+                runs::change_status(tx, &run.tool_run_id, &change, actor, Guard::From(&guard))?;
+            // Nobody is left to type a decision into this run.
+            let abandoned = match previous {
+                Some(_) => approvals::abandon_pending(
+                    tx,
+                    &run.tool_run_id,
+                    &format!("the run ended before a decision ({why})"),
+                )?,
+                None => Vec::new(),
+            };
+            Ok((previous, abandoned))
         })?;
         if let Some(previous) = previous {
             events.push(status_event(&run, previous, &change));
+            events.extend(abandoned.iter().map(Approval::status_event));
             report.vanished.push((run.tool_run_id.clone(), why));
         }
     }

@@ -140,6 +140,11 @@ pub enum StoreError {
         path: PathBuf,
         source: std::io::Error,
     },
+    #[error("cannot open {}: {source}", path.display())]
+    Access {
+        path: PathBuf,
+        source: std::io::Error,
+    },
     #[error("database is locked (another process held it for more than {}s)", BUSY_TIMEOUT.as_secs())]
     Locked,
     #[error("database is read-only: {0}")]
@@ -193,11 +198,19 @@ pub fn open(path: &Path, mode: OpenMode) -> Result<Connection> {
             })?;
             flags |= OpenFlags::SQLITE_OPEN_CREATE;
         }
-        OpenMode::Existing => {
-            if !path.exists() {
+        OpenMode::Existing => match std::fs::metadata(path) {
+            Ok(_) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
                 return Err(StoreError::Missing(path.to_path_buf()));
             }
-        }
+            // Not "missing": there may well be one we are not allowed to see.
+            Err(source) => {
+                return Err(StoreError::Access {
+                    path: path.to_path_buf(),
+                    source,
+                });
+            }
+        },
     }
     let conn = Connection::open_with_flags(path, flags).map_err(|e| corrupt_or(path, e))?;
     configure(&conn, path)?;

@@ -22,5 +22,6 @@ pub mod resolve;
 pub mod resume;
 pub mod runs;
 pub mod sanitize;
+pub mod spool;
 pub mod status;
 pub mod time;

@@ -209,6 +209,19 @@ fn check_database(ctx: &Ctx, r: &mut Report) {
         }
         Err(e) => r.fail(format!("cannot verify the audit chain: {e}")),
     }
+    match audit::unrecorded_decisions(&conn) {
+        Ok(found) if found.is_empty() => r.ok("every decision is in the audit chain"),
+        Ok(found) => {
+            for (id, what) in found.iter().take(20) {
+                r.fail(format!(
+                    "approval {id} says `{what}` but no decision like that was recorded (written past monitor?)"
+                ));
+            }
+        }
+        Err(e) => r.fail(format!(
+            "cannot check decisions against the audit chain: {e}"
+        )),
+    }
 }
 
 fn check_config(r: &mut Report) {
