@@ -104,8 +104,6 @@ pub fn run() -> CliResult {
         Some(Command::Install(args)) => cmd::install::run(args),
         Some(Command::Doctor(args)) => cmd::doctor::run(&ctx, args),
         Some(Command::Gc(args)) => cmd::gc::run(&ctx, args),
-        None => Err(CliError::usage(
-            "the dashboard is not built yet; try `monitor runs`",
-        )),
+        None => crate::tui::run(&ctx.paths),
     }
 }

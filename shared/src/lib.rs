@@ -1,6 +1,7 @@
 //! Everything `headless-run` and `monitor` must agree on: where state lives, the SQLite
 //! schema and its queries, statuses and exit codes, the JSON event protocol, ids and time.
 
+pub mod alerts;
 pub mod approvals;
 pub mod audit;
 pub mod config;
@@ -24,4 +25,5 @@ pub mod runs;
 pub mod sanitize;
 pub mod spool;
 pub mod status;
+pub mod supervised;
 pub mod time;

@@ -266,10 +266,11 @@ fn a_daemon_holding_the_terminal_does_not_hold_the_shim() {
     );
     assert!(out.out().contains("daemon"), "{}", out.out());
     assert_eq!(s(&env.only_run(), "status"), "completed");
-    if let Ok(pid) = std::fs::read_to_string(&pidfile) {
-        if let Ok(pid) = pid.trim().parse::<i32>() {
-            // SAFETY: kill(2) of the fixture's daemon.
-            unsafe { libc::kill(pid, libc::SIGKILL) };
-        }
+    if let Some(pid) = std::fs::read_to_string(&pidfile)
+        .ok()
+        .and_then(|p| p.trim().parse::<i32>().ok())
+    {
+        // SAFETY: kill(2) of the fixture's daemon.
+        unsafe { libc::kill(pid, libc::SIGKILL) };
     }
 }

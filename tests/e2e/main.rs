@@ -4,6 +4,7 @@
 
 mod approval_flow;
 mod cancel;
+mod dashboard;
 mod decide;
 mod doctor;
 mod faults;
