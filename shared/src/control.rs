@@ -124,6 +124,13 @@ pub fn is_parked(run: &ToolRun) -> bool {
         && run.exit_code == Some(i32::from(crate::exit::shim::APPROVAL_PENDING))
 }
 
+/// Whether a run in a live status already has the exit code its shim recorded as it exited
+/// on purpose: parked on an approval (90), or ended as stalled (92, `--on-stall kill`). No
+/// shim is expected to be alive for it, and its status is not a vanished supervisor's.
+pub fn ended_on_purpose(run: &ToolRun) -> bool {
+    run.status.is_live() && run.exit_code.is_some()
+}
+
 /// Cancels a live run: marks it `cancelled` (reason, who), rejects its pending approvals,
 /// and tells its shim (`SIGUSR1`) to end the tool's process group.
 pub fn cancel_run(
@@ -223,7 +230,7 @@ pub fn reconcile(conn: &mut Connection, log: &Path, actor: &str) -> Result<Recon
     let mut report = ReconcileReport::default();
     let mut events = Vec::new();
     for run in live {
-        if is_parked(&run) {
+        if ended_on_purpose(&run) {
             continue;
         }
         let Some(why) = shim_gone(&run, &host) else {
@@ -301,6 +308,11 @@ mod tests {
         parked.host = Some(host.clone());
         parked.shim_pid = Some(i32::MAX as i64 - 7);
         parked.exit_code = Some(90);
+        // Killed as stalled by its own shim (exit 92): that is how it ended, not a vanishing.
+        let mut stall_killed = sample("TR-STALLED", "x", RunStatus::Stalled);
+        stall_killed.host = Some(host.clone());
+        stall_killed.shim_pid = Some(i32::MAX as i64 - 7);
+        stall_killed.exit_code = Some(92);
         let mut remote_stale = sample("TR-REMOTE", "x", RunStatus::Running);
         remote_stale.host = Some("elsewhere".into());
         remote_stale.supervisor_heartbeat_at = Some("2000-01-01T00:00:00.000Z".into());
@@ -313,6 +325,7 @@ mod tests {
                 &dead,
                 &reused,
                 &parked,
+                &stall_killed,
                 &remote_stale,
                 &remote_fresh,
             ] {
@@ -332,7 +345,7 @@ mod tests {
             reused.reason.unwrap().contains("another process"),
             "a reused pid is told apart"
         );
-        for id in ["TR-ALIVE", "TR-PARKED", "TR-FRESH"] {
+        for id in ["TR-ALIVE", "TR-PARKED", "TR-STALLED", "TR-FRESH"] {
             assert!(
                 !runs::get(&conn, id).unwrap().unwrap().status.is_final(),
                 "{id}"

@@ -9,6 +9,7 @@ pub mod control;
 pub mod db;
 pub mod event;
 pub mod exit;
+pub mod export;
 pub mod fingerprint;
 pub mod gc;
 pub mod id;

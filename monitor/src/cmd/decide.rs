@@ -24,9 +24,9 @@ decided_by is the OS user running this command (from its uid, not $USER). Decidi
 refused inside a tool supervised by headless-run (HEADLESS_RUN_TOOL_RUN_ID set, or a
 headless-run ancestor process): a tool cannot approve its own prompts.
 
---remember stores the decision as a policy: later prompts of the same tool with the same
+--remember stores an approval as a policy: later prompts of the same tool with the same
 prompt fingerprint are answered the same way (each still gets its own approval row,
-decided by policy:remembered:AP-…).";
+decided by policy:remembered:AP-…). Rejections are not remembered.";
 
 #[derive(Debug, clap::Args)]
 #[command(after_help = AFTER_HELP)]
@@ -63,6 +63,14 @@ pub fn run(ctx: &Ctx, args: Args) -> CliResult {
         return Err(CliError::usage(format!(
             "{id} has no prompt fingerprint (a cooperative tool's request), so there is nothing to remember; decide without --remember"
         )));
+    }
+    if args.remember
+        && approvals::resolve_value(&before, &args.value)
+            .is_ok_and(|r| r.status == ApprovalStatus::Rejected)
+    {
+        return Err(CliError::usage(
+            "--remember keeps approvals only (a remembered decision answers later prompts; it never ends a tool); decide without --remember",
+        ));
     }
     let by = proc::current_user();
     let who = Decider {
@@ -149,8 +157,7 @@ fn remember(conn: &mut rusqlite::Connection, a: &Approval, by: &str) -> CliResul
     };
     let value = match a.status {
         ApprovalStatus::Approved => a.chosen_value.clone().unwrap_or_else(|| "approve".into()),
-        ApprovalStatus::Rejected => "reject".into(),
-        // Expired: nobody decided, nothing to remember.
+        // Rejected (by someone else first) or expired: nothing to remember.
         _ => {
             return Err(CliError::conflict(format!(
                 "{} {}; nothing to remember",

@@ -20,8 +20,8 @@ Checks, one line each (ok / FAIL / info):
   * the database opens, its schema version is the one this build writes, it is in WAL mode;
   * the configuration files parse;
   * headless-run is found (beside monitor or on PATH);
-  * the shim dir (--dir, default ~/.local/share/headless-run/bin) is on PATH, before the
-    real tools, and what each shimmed tool resolves to;
+  * the shim dir (--dir, else HEADLESS_RUN_SHIM_DIR, else ~/.local/share/headless-run/bin)
+    is on PATH, before the real tools, and what each shimmed tool resolves to;
   * /proc/PID/syscall of a child process is readable (prompt detection needs it; without
     it the shim falls back to slower heuristics);
   * the audit chain (the events table) is intact: no row edited or deleted.
@@ -30,7 +30,8 @@ Exit 1 when any check fails.";
 #[derive(Debug, clap::Args)]
 #[command(after_help = AFTER_HELP)]
 pub struct Args {
-    /// The shim dir to check (default: the one `monitor install` uses)
+    /// The shim dir to check (default: the one `monitor install` uses: HEADLESS_RUN_SHIM_DIR,
+    /// else ~/.local/share/headless-run/bin)
     #[arg(long, value_name = "DIR")]
     dir: Option<PathBuf>,
 }
