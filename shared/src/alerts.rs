@@ -7,12 +7,15 @@ use crate::db::Result;
 use crate::status::RunStatus;
 use rusqlite::Connection;
 
-/// How many runs are queued, running, stalled or waiting for approval. Reads only those
-/// ranges of the status index, so its cost follows the live runs, not the history.
+/// How many runs are queued, running, stalled or waiting for approval and have not ended
+/// (a run its shim killed as stalled keeps the status `stalled` but has ended: it counts
+/// among the failures instead). Reads only those ranges of the status index, so its cost
+/// follows the live runs, not the history.
 pub fn live_counts(conn: &Connection) -> Result<Vec<(RunStatus, i64)>> {
     let mut stmt = conn.prepare(
         "SELECT status, COUNT(*) FROM tool_runs
          WHERE status IN ('queued', 'running', 'stalled', 'waiting_approval')
+           AND completed_at IS NULL
          GROUP BY status",
     )?;
     let rows = stmt
@@ -24,13 +27,15 @@ pub fn live_counts(conn: &Connection) -> Result<Vec<(RunStatus, i64)>> {
         .collect())
 }
 
-/// Runs that failed (`failed` or `failed_timeout`) and ended — or, lacking an end time,
-/// started — at or after `since` (RFC 3339). Reads the status index, then only the failed
-/// rows, so it stays cheap on a large database where most runs succeed.
+/// Runs that failed (`failed`, `failed_timeout`, or ended by their shim as `stalled`) and
+/// ended — or, lacking an end time, started — at or after `since` (RFC 3339). Reads the
+/// status index, then only those rows, so it stays cheap on a large database where most runs
+/// succeed.
 pub fn failed_since(conn: &Connection, since: &str) -> Result<i64> {
     Ok(conn.query_row(
         "SELECT COUNT(*) FROM tool_runs
-         WHERE status IN ('failed', 'failed_timeout')
+         WHERE (status IN ('failed', 'failed_timeout')
+                OR (status = 'stalled' AND completed_at IS NOT NULL))
            AND COALESCE(completed_at, started_at) >= ?1",
         [since],
         |r| r.get(0),
@@ -64,7 +69,16 @@ mod tests {
         assert_eq!(failed_since(&conn, "2025-01-01T00:00:00.000Z").unwrap(), 1);
         assert_eq!(failed_since(&conn, "2000-01-01T00:00:00.000Z").unwrap(), 2);
         let live = sample("TR-LIVE", "x", RunStatus::Stalled);
-        db::write(&mut conn, |tx| runs::insert(tx, &live, "t")).unwrap();
+        // Killed as stalled by its shim (exit 92): ended, so a failure, not a live stall.
+        let mut killed = sample("TR-KILLED", "x", RunStatus::Stalled);
+        killed.exit_code = Some(92);
+        killed.completed_at = Some("2030-01-01T00:00:05.000Z".into());
+        db::write(&mut conn, |tx| {
+            runs::insert(tx, &live, "t")?;
+            runs::insert(tx, &killed, "t")
+        })
+        .unwrap();
         assert_eq!(live_counts(&conn).unwrap(), [(RunStatus::Stalled, 1)]);
+        assert_eq!(failed_since(&conn, "2025-01-01T00:00:00.000Z").unwrap(), 2);
     }
 }

@@ -12,7 +12,6 @@ use crate::db::Result;
 use crate::event::ApprovalOption;
 use crate::status::ApprovalStatus;
 use crate::time;
-use rusqlite::types::ToSql;
 use rusqlite::{Connection, OptionalExtension, Row, Transaction, params};
 use serde::{Deserialize, Serialize};
 
@@ -415,24 +414,12 @@ pub struct ApprovalFilter {
 
 /// Approvals matching the filter, newest first.
 pub fn list(conn: &Connection, filter: &ApprovalFilter) -> Result<Vec<Approval>> {
-    let mut sql = format!("SELECT {COLUMNS} FROM approvals WHERE 1=1");
-    let mut args: Vec<Box<dyn ToSql>> = Vec::new();
-    if !filter.statuses.is_empty() {
-        let marks = vec!["?"; filter.statuses.len()].join(",");
-        sql.push_str(&format!(" AND status IN ({marks})"));
-        for st in &filter.statuses {
-            args.push(Box::new(st.as_str()));
-        }
-    }
-    if let Some(tool) = &filter.tool {
-        sql.push_str(" AND tool_name = ?");
-        args.push(Box::new(tool.clone()));
-    }
-    if let Some(run) = &filter.tool_run_id {
-        sql.push_str(" AND tool_run_id = ?");
-        args.push(Box::new(run.clone()));
-    }
-    sql.push_str(" ORDER BY approval_id DESC");
+    let (clause, args) = crate::db::Conditions::default()
+        .any_of("status", filter.statuses.iter().map(|s| s.as_str()))
+        .equals("tool_name", filter.tool.as_ref())
+        .equals("tool_run_id", filter.tool_run_id.as_ref())
+        .into_parts();
+    let mut sql = format!("SELECT {COLUMNS} FROM approvals{clause} ORDER BY approval_id DESC");
     if let Some(limit) = filter.limit {
         sql.push_str(&format!(" LIMIT {limit}"));
     }

@@ -72,32 +72,6 @@ const COLUMNS: &[(&str, Kind)] = &[
 /// half.
 const PARALLEL_MIN: i64 = 20_000;
 
-/// The WHERE clause (from `WHERE 1=1`) and its arguments for a filter.
-fn where_clause(filter: &RunFilter) -> (String, Vec<Box<dyn ToSql + Send>>) {
-    let mut sql = String::from(" WHERE 1=1");
-    let mut args: Vec<Box<dyn ToSql + Send>> = Vec::new();
-    if !filter.statuses.is_empty() {
-        let marks = vec!["?"; filter.statuses.len()].join(",");
-        sql.push_str(&format!(" AND status IN ({marks})"));
-        for st in &filter.statuses {
-            args.push(Box::new(st.as_str()));
-        }
-    }
-    if let Some(tool) = &filter.tool {
-        sql.push_str(" AND tool_name = ?");
-        args.push(Box::new(tool.clone()));
-    }
-    if let Some(ex) = &filter.execution_id {
-        sql.push_str(" AND execution_id = ?");
-        args.push(Box::new(ex.clone()));
-    }
-    if let Some(since) = &filter.since {
-        sql.push_str(" AND started_at >= ?");
-        args.push(Box::new(since.clone()));
-    }
-    (sql, args)
-}
-
 fn select_list() -> String {
     COLUMNS
         .iter()
@@ -124,7 +98,7 @@ fn write_runs_json_split_at(
 ) -> Result<usize, ExportError> {
     // Pages through mmap rather than read(2) copies: a full export touches every page.
     let _ = conn.pragma_update(None, "mmap_size", 256i64 << 20);
-    let (cond, args) = where_clause(filter);
+    let (cond, args) = filter.conditions().into_parts();
     if filter.limit.is_none()
         && let Some(path) = conn.path().filter(|p| !p.is_empty()).map(str::to_owned)
     {
@@ -158,7 +132,7 @@ fn write_in_two_halves(
     total: i64,
     out: &mut dyn Write,
 ) -> Result<usize, ExportError> {
-    let (cond, args) = where_clause(filter);
+    let (cond, args) = filter.conditions().into_parts();
     let mut split_args: Vec<&dyn ToSql> = args.iter().map(|a| a.as_ref() as &dyn ToSql).collect();
     let half = total / 2;
     split_args.push(&half);
@@ -189,7 +163,7 @@ fn write_in_two_halves(
     let newer_sql = format!(
         "SELECT {select} FROM tool_runs{cond} AND tool_run_id > ? ORDER BY tool_run_id DESC"
     );
-    let (_, mut older_args) = where_clause(filter);
+    let (_, mut older_args) = filter.conditions().into_parts();
     older_args.push(Box::new(split.clone()));
     let path = path.to_owned();
     let older = std::thread::spawn(move || -> Result<(Vec<Vec<u8>>, usize), ExportError> {
