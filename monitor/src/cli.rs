@@ -66,7 +66,12 @@ pub struct Ctx {
 impl Ctx {
     /// Opens the existing database (migrating it forward if it is older).
     pub fn open(&self) -> CliResult<Connection> {
-        Ok(db::open(&self.paths.db, OpenMode::Existing)?)
+        let mut conn = db::open(&self.paths.db, OpenMode::Existing)?;
+        // Final rows a shim had to leave in the spool (the database was locked when it
+        // exited) are written now, so that what is shown is complete. A read-only
+        // database leaves them for a writer.
+        let _ = hr_shared::spool::replay(&mut conn, &self.paths, &hr_shared::proc::current_user());
+        Ok(conn)
     }
 }
 
@@ -99,8 +104,6 @@ pub fn run() -> CliResult {
         Some(Command::Install(args)) => cmd::install::run(args),
         Some(Command::Doctor(args)) => cmd::doctor::run(&ctx, args),
         Some(Command::Gc(args)) => cmd::gc::run(&ctx, args),
-        None => Err(CliError::usage(
-            "the dashboard is not built yet; try `monitor runs`",
-        )),
+        None => crate::tui::run(&ctx.paths),
     }
 }

@@ -8,6 +8,7 @@ mod locate;
 mod output;
 mod parse;
 mod stop;
+mod tui;
 mod worker;
 
 use std::process::ExitCode;

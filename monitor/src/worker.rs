@@ -157,7 +157,7 @@ impl Worker {
             Err(StoreError::Missing(path)) => {
                 if !self.noted_missing_db {
                     eprintln!(
-                        "monitor worker: no database at {} yet; waiting for the first run",
+                        "monitor worker: no database at {} yet (nothing has run with this state dir)",
                         path.display()
                     );
                     self.noted_missing_db = true;

@@ -12,7 +12,6 @@ use crate::db::Result;
 use crate::event::ApprovalOption;
 use crate::status::ApprovalStatus;
 use crate::time;
-use rusqlite::types::ToSql;
 use rusqlite::{Connection, OptionalExtension, Row, Transaction, params};
 use serde::{Deserialize, Serialize};
 
@@ -415,24 +414,12 @@ pub struct ApprovalFilter {
 
 /// Approvals matching the filter, newest first.
 pub fn list(conn: &Connection, filter: &ApprovalFilter) -> Result<Vec<Approval>> {
-    let mut sql = format!("SELECT {COLUMNS} FROM approvals WHERE 1=1");
-    let mut args: Vec<Box<dyn ToSql>> = Vec::new();
-    if !filter.statuses.is_empty() {
-        let marks = vec!["?"; filter.statuses.len()].join(",");
-        sql.push_str(&format!(" AND status IN ({marks})"));
-        for st in &filter.statuses {
-            args.push(Box::new(st.as_str()));
-        }
-    }
-    if let Some(tool) = &filter.tool {
-        sql.push_str(" AND tool_name = ?");
-        args.push(Box::new(tool.clone()));
-    }
-    if let Some(run) = &filter.tool_run_id {
-        sql.push_str(" AND tool_run_id = ?");
-        args.push(Box::new(run.clone()));
-    }
-    sql.push_str(" ORDER BY approval_id DESC");
+    let (clause, args) = crate::db::Conditions::default()
+        .any_of("status", filter.statuses.iter().map(|s| s.as_str()))
+        .equals("tool_name", filter.tool.as_ref())
+        .equals("tool_run_id", filter.tool_run_id.as_ref())
+        .into_parts();
+    let mut sql = format!("SELECT {COLUMNS} FROM approvals{clause} ORDER BY approval_id DESC");
     if let Some(limit) = filter.limit {
         sql.push_str(&format!(" LIMIT {limit}"));
     }
@@ -563,6 +550,41 @@ pub fn expire_due(tx: &Transaction<'_>) -> Result<Vec<Approval>> {
         if expire_one(tx, &a, &now)?
             && let Some(after) = get(tx, &a.approval_id)?
         {
+            out.push(after);
+        }
+    }
+    Ok(out)
+}
+
+/// Closes the approvals still pending for a run that has ended without their decision (the
+/// tool was killed, timed out, or a cooperative tool went on without waiting): `expired`,
+/// decided by `system:run-ended`, so nobody decides for a run that no longer waits.
+pub fn abandon_pending(
+    tx: &Transaction<'_>,
+    tool_run_id: &str,
+    why: &str,
+) -> Result<Vec<Approval>> {
+    let pending = list(
+        tx,
+        &ApprovalFilter {
+            statuses: vec![ApprovalStatus::Pending],
+            tool_run_id: Some(tool_run_id.to_owned()),
+            ..Default::default()
+        },
+    )?;
+    let mut out = Vec::new();
+    for a in pending {
+        let changed = tx.execute(
+            "UPDATE approvals SET status = 'expired', decided_at = ?2,
+                decided_by = 'system:run-ended', decision_channel = 'system:run-ended',
+                comment = ?3
+             WHERE approval_id = ?1 AND status = 'pending'",
+            params![a.approval_id, time::now_rfc3339(), why],
+        )?;
+        if changed > 0
+            && let Some(after) = get(tx, &a.approval_id)?
+        {
+            audit_status(tx, &after, "system:run-ended")?;
             out.push(after);
         }
     }

@@ -206,6 +206,30 @@ pub fn verify(conn: &Connection) -> Result<ChainReport> {
     Ok(report)
 }
 
+/// Decided approvals whose decision has no matching `approval_status_change` row in the
+/// audit chain: written straight into the table, past `monitor` and the shim. Returns the
+/// approval ids with what the table says.
+pub fn unrecorded_decisions(conn: &Connection) -> Result<Vec<(String, String)>> {
+    let mut stmt = conn.prepare(
+        "SELECT a.approval_id, a.status, COALESCE(a.chosen_value, '')
+         FROM approvals a
+         WHERE a.status != 'pending' AND NOT EXISTS (
+             SELECT 1 FROM events e
+             WHERE e.approval_id = a.approval_id AND e.event = 'approval_status_change'
+               AND json_extract(e.data, '$.status') = a.status
+               AND COALESCE(json_extract(e.data, '$.chosen_value'), '')
+                   = COALESCE(a.chosen_value, ''))
+         ORDER BY a.approval_id",
+    )?;
+    let rows = stmt
+        .query_map([], |r| {
+            let (id, status, value): (String, String, String) = (r.get(0)?, r.get(1)?, r.get(2)?);
+            Ok((id, format!("{status} {value}").trim_end().to_owned()))
+        })?
+        .collect::<rusqlite::Result<Vec<_>>>()?;
+    Ok(rows)
+}
+
 /// The audit rows of one run (and its approvals), oldest first.
 pub fn for_run(conn: &Connection, tool_run_id: &str) -> Result<Vec<AuditRow>> {
     let mut stmt = conn.prepare(
@@ -309,5 +333,46 @@ mod tests {
         .unwrap();
         let report = verify(&conn).unwrap();
         assert!(report.problems.iter().any(|(id, _)| *id == 3), "{report:?}");
+    }
+
+    #[test]
+    fn a_decision_written_past_the_audit_chain_is_found() {
+        let tmp = tempfile::tempdir().unwrap();
+        let mut conn = db::open(&tmp.path().join("s.db"), OpenMode::Create).unwrap();
+        let a = crate::approvals::tests::sample("AP-1", crate::approvals::PromptKind::Choice);
+        let b = crate::approvals::tests::sample("AP-2", crate::approvals::PromptKind::Choice);
+        db::write(&mut conn, |tx| {
+            crate::approvals::insert(tx, &a, "shim")?;
+            crate::approvals::insert(tx, &b, "shim")
+        })
+        .unwrap();
+        let who = crate::approvals::Decider {
+            by: "alice",
+            channel: "cli",
+            comment: None,
+        };
+        db::write(&mut conn, |tx| {
+            crate::approvals::decide(tx, "AP-1", "y", &who)
+        })
+        .unwrap();
+        assert!(unrecorded_decisions(&conn).unwrap().is_empty());
+        conn.execute(
+            "UPDATE approvals SET status = 'approved', chosen_value = 'y' WHERE approval_id = 'AP-2'",
+            [],
+        )
+        .unwrap();
+        conn.execute(
+            "UPDATE approvals SET chosen_value = 'n' WHERE approval_id = 'AP-1'",
+            [],
+        )
+        .unwrap();
+        let found = unrecorded_decisions(&conn).unwrap();
+        assert_eq!(
+            found,
+            [
+                ("AP-1".to_string(), "approved n".to_string()),
+                ("AP-2".to_string(), "approved y".to_string())
+            ]
+        );
     }
 }

@@ -124,6 +124,13 @@ pub fn is_parked(run: &ToolRun) -> bool {
         && run.exit_code == Some(i32::from(crate::exit::shim::APPROVAL_PENDING))
 }
 
+/// Whether a run in a live status already has the exit code its shim recorded as it exited
+/// on purpose: parked on an approval (90), or ended as stalled (92, `--on-stall kill`). No
+/// shim is expected to be alive for it, and its status is not a vanished supervisor's.
+pub fn ended_on_purpose(run: &ToolRun) -> bool {
+    run.status.is_live() && run.exit_code.is_some()
+}
+
 /// Cancels a live run: marks it `cancelled` (reason, who), rejects its pending approvals,
 /// and tells its shim (`SIGUSR1`) to end the tool's process group.
 pub fn cancel_run(
@@ -223,7 +230,7 @@ pub fn reconcile(conn: &mut Connection, log: &Path, actor: &str) -> Result<Recon
     let mut report = ReconcileReport::default();
     let mut events = Vec::new();
     for run in live {
-        if is_parked(&run) {
+        if ended_on_purpose(&run) {
             continue;
         }
         let Some(why) = shim_gone(&run, &host) else {
@@ -233,8 +240,10 @@ pub fn reconcile(conn: &mut Connection, log: &Path, actor: &str) -> Result<Recon
             error: Some(why.clone()),
             ..StatusChange::to(RunStatus::Failed, Some(why.clone()))
         };
-        if let Some(previous) = fail_vanished(conn, &run, &change, actor)? {
+        let (previous, abandoned) = fail_vanished(conn, &run, &change, &why, actor)?;
+        if let Some(previous) = previous {
             events.push(status_event(&run, previous, &change));
+            events.extend(abandoned.iter().map(Approval::status_event));
             report.vanished.push((run.tool_run_id.clone(), why));
         }
     }
@@ -252,15 +261,27 @@ fn fail_vanished(
     conn: &mut Connection,
     seen: &ToolRun,
     change: &StatusChange,
+    why: &str,
     actor: &str,
-) -> Result<Option<RunStatus>> {
+) -> Result<(Option<RunStatus>, Vec<Approval>)> {
     db::write(conn, |tx| {
         match runs::get(tx, &seen.tool_run_id)? {
             Some(now) if now.status == seen.status && !is_parked(&now) => {}
-            _ => return Ok(None),
+            _ => return Ok((None, Vec::new())),
         }
         let guard = [seen.status];
-        runs::change_status(tx, &seen.tool_run_id, change, actor, Guard::From(&guard))
+        let previous =
+            runs::change_status(tx, &seen.tool_run_id, change, actor, Guard::From(&guard))?;
+        // Nobody is left to type a decision into this run.
+        let abandoned = match previous {
+            Some(_) => approvals::abandon_pending(
+                tx,
+                &seen.tool_run_id,
+                &format!("the run ended before a decision ({why})"),
+            )?,
+            None => Vec::new(),
+        };
+        Ok((previous, abandoned))
     })
 }
 
@@ -305,6 +326,11 @@ mod tests {
         parked.host = Some(host.clone());
         parked.shim_pid = Some(i32::MAX as i64 - 7);
         parked.exit_code = Some(90);
+        // Killed as stalled by its own shim (exit 92): that is how it ended, not a vanishing.
+        let mut stall_killed = sample("TR-STALLED", "x", RunStatus::Stalled);
+        stall_killed.host = Some(host.clone());
+        stall_killed.shim_pid = Some(i32::MAX as i64 - 7);
+        stall_killed.exit_code = Some(92);
         let mut remote_stale = sample("TR-REMOTE", "x", RunStatus::Running);
         remote_stale.host = Some("elsewhere".into());
         remote_stale.supervisor_heartbeat_at = Some("2000-01-01T00:00:00.000Z".into());
@@ -317,6 +343,7 @@ mod tests {
                 &dead,
                 &reused,
                 &parked,
+                &stall_killed,
                 &remote_stale,
                 &remote_fresh,
             ] {
@@ -336,7 +363,7 @@ mod tests {
             reused.reason.unwrap().contains("another process"),
             "a reused pid is told apart"
         );
-        for id in ["TR-ALIVE", "TR-PARKED", "TR-FRESH"] {
+        for id in ["TR-ALIVE", "TR-PARKED", "TR-STALLED", "TR-FRESH"] {
             assert!(
                 !runs::get(&conn, id).unwrap().unwrap().status.is_final(),
                 "{id}"
@@ -376,8 +403,9 @@ mod tests {
             runs::change_status(tx, "TR-PARKING", &park, "shim", Guard::NotFinal)
         })
         .unwrap();
-        let change = StatusChange::to(RunStatus::Failed, Some(why));
-        assert_eq!(fail_vanished(&mut conn, &seen, &change, "w").unwrap(), None);
+        let change = StatusChange::to(RunStatus::Failed, Some(why.clone()));
+        let (previous, _) = fail_vanished(&mut conn, &seen, &change, &why, "w").unwrap();
+        assert_eq!(previous, None);
         let now = runs::get(&conn, "TR-PARKING").unwrap().unwrap();
         assert!(is_parked(&now), "{now:?}");
         // A run that really lost its shim still fails.
@@ -385,10 +413,8 @@ mod tests {
         lost.shim_pid = run.shim_pid;
         db::write(&mut conn, |tx| runs::insert(tx, &lost, "t")).unwrap();
         let seen = runs::get(&conn, "TR-LOST").unwrap().unwrap();
-        assert_eq!(
-            fail_vanished(&mut conn, &seen, &change, "w").unwrap(),
-            Some(RunStatus::WaitingApproval)
-        );
+        let (previous, _) = fail_vanished(&mut conn, &seen, &change, &why, "w").unwrap();
+        assert_eq!(previous, Some(RunStatus::WaitingApproval));
     }
 
     #[test]

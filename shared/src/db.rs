@@ -140,6 +140,11 @@ pub enum StoreError {
         path: PathBuf,
         source: std::io::Error,
     },
+    #[error("cannot open {}: {source}", path.display())]
+    Access {
+        path: PathBuf,
+        source: std::io::Error,
+    },
     #[error("database is locked (another process held it for more than {}s)", BUSY_TIMEOUT.as_secs())]
     Locked,
     #[error("database is read-only: {0}")]
@@ -193,11 +198,19 @@ pub fn open(path: &Path, mode: OpenMode) -> Result<Connection> {
             })?;
             flags |= OpenFlags::SQLITE_OPEN_CREATE;
         }
-        OpenMode::Existing => {
-            if !path.exists() {
+        OpenMode::Existing => match std::fs::metadata(path) {
+            Ok(_) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
                 return Err(StoreError::Missing(path.to_path_buf()));
             }
-        }
+            // Not "missing": there may well be one we are not allowed to see.
+            Err(source) => {
+                return Err(StoreError::Access {
+                    path: path.to_path_buf(),
+                    source,
+                });
+            }
+        },
     }
     let conn = Connection::open_with_flags(path, flags).map_err(|e| corrupt_or(path, e))?;
     configure(&conn, path)?;
@@ -298,6 +311,63 @@ pub fn write<T>(conn: &mut Connection, f: impl FnOnce(&Transaction<'_>) -> Resul
     let out = f(&tx)?;
     tx.commit()?;
     Ok(out)
+}
+
+/// A `WHERE` clause built from optional filters, with its parameters in order.
+pub struct Conditions {
+    sql: String,
+    args: Vec<Box<dyn rusqlite::ToSql + Send>>,
+}
+
+impl Default for Conditions {
+    fn default() -> Self {
+        Conditions {
+            sql: " WHERE 1=1".into(),
+            args: Vec::new(),
+        }
+    }
+}
+
+impl Conditions {
+    /// `column IN (…)`, unless `values` is empty.
+    pub fn any_of<T: rusqlite::ToSql + Send + 'static>(
+        mut self,
+        column: &str,
+        values: impl IntoIterator<Item = T>,
+    ) -> Self {
+        let values: Vec<T> = values.into_iter().collect();
+        if !values.is_empty() {
+            let marks = vec!["?"; values.len()].join(",");
+            self.sql.push_str(&format!(" AND {column} IN ({marks})"));
+            for v in values {
+                self.args.push(Box::new(v));
+            }
+        }
+        self
+    }
+
+    /// `column = value`, when there is a value.
+    pub fn equals(self, column: &str, value: Option<&String>) -> Self {
+        self.compare(column, "=", value)
+    }
+
+    /// `column >= value`, when there is a value.
+    pub fn at_least(self, column: &str, value: Option<&String>) -> Self {
+        self.compare(column, ">=", value)
+    }
+
+    fn compare(mut self, column: &str, op: &str, value: Option<&String>) -> Self {
+        if let Some(v) = value {
+            self.sql.push_str(&format!(" AND {column} {op} ?"));
+            self.args.push(Box::new(v.clone()));
+        }
+        self
+    }
+
+    /// The clause (starting with ` WHERE`) and its parameters.
+    pub fn into_parts(self) -> (String, Vec<Box<dyn rusqlite::ToSql + Send>>) {
+        (self.sql, self.args)
+    }
 }
 
 /// A cheap counter that changes whenever another connection commits (`PRAGMA

@@ -1,6 +1,7 @@
 //! Everything `headless-run` and `monitor` must agree on: where state lives, the SQLite
 //! schema and its queries, statuses and exit codes, the JSON event protocol, ids and time.
 
+pub mod alerts;
 pub mod approvals;
 pub mod audit;
 pub mod config;
@@ -8,6 +9,7 @@ pub mod control;
 pub mod db;
 pub mod event;
 pub mod exit;
+pub mod export;
 pub mod fingerprint;
 pub mod gc;
 pub mod id;
@@ -21,5 +23,7 @@ pub mod resolve;
 pub mod resume;
 pub mod runs;
 pub mod sanitize;
+pub mod spool;
 pub mod status;
+pub mod supervised;
 pub mod time;

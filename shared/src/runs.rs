@@ -1,10 +1,9 @@
 //! The `tool_runs` table: one row per supervised run, and the queries on it.
 
 use crate::audit::{self, AuditEntry};
-use crate::db::Result;
+use crate::db::{self, Result};
 use crate::status::RunStatus;
 use crate::time;
-use rusqlite::types::ToSql;
 use rusqlite::{Connection, OptionalExtension, Row, Transaction, params};
 use serde::{Deserialize, Serialize};
 
@@ -307,30 +306,21 @@ pub struct RunFilter {
     pub limit: Option<usize>,
 }
 
+impl RunFilter {
+    /// The filter as a `WHERE` clause.
+    pub fn conditions(&self) -> db::Conditions {
+        db::Conditions::default()
+            .any_of("status", self.statuses.iter().map(|s| s.as_str()))
+            .equals("tool_name", self.tool.as_ref())
+            .equals("execution_id", self.execution_id.as_ref())
+            .at_least("started_at", self.since.as_ref())
+    }
+}
+
 /// Runs matching the filter, newest first.
 pub fn list(conn: &Connection, filter: &RunFilter) -> Result<Vec<ToolRun>> {
-    let mut sql = format!("SELECT {COLUMNS} FROM tool_runs WHERE 1=1");
-    let mut args: Vec<Box<dyn ToSql>> = Vec::new();
-    if !filter.statuses.is_empty() {
-        let marks = vec!["?"; filter.statuses.len()].join(",");
-        sql.push_str(&format!(" AND status IN ({marks})"));
-        for st in &filter.statuses {
-            args.push(Box::new(st.as_str()));
-        }
-    }
-    if let Some(tool) = &filter.tool {
-        sql.push_str(" AND tool_name = ?");
-        args.push(Box::new(tool.clone()));
-    }
-    if let Some(ex) = &filter.execution_id {
-        sql.push_str(" AND execution_id = ?");
-        args.push(Box::new(ex.clone()));
-    }
-    if let Some(since) = &filter.since {
-        sql.push_str(" AND started_at >= ?");
-        args.push(Box::new(since.clone()));
-    }
-    sql.push_str(" ORDER BY tool_run_id DESC");
+    let (clause, args) = filter.conditions().into_parts();
+    let mut sql = format!("SELECT {COLUMNS} FROM tool_runs{clause} ORDER BY tool_run_id DESC");
     if let Some(limit) = filter.limit {
         sql.push_str(&format!(" LIMIT {limit}"));
     }

@@ -12,7 +12,7 @@ use hr_shared::paths::StatePaths;
 use hr_shared::resolve::{self, ResolveError, ShimIdentity};
 use hr_shared::runs::{StatusChange, ToolRun};
 use hr_shared::status::RunStatus;
-use hr_shared::{db, fingerprint, id, proc, time};
+use hr_shared::{db, fingerprint, id, proc, spool, time};
 use std::ffi::{OsStr, OsString};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
@@ -201,9 +201,10 @@ fn run(inv: Invocation) -> Result<u8, Failure> {
     if let Ok(path) = &resolved {
         ctx.tool_path = path.clone();
     }
+    let first_row = run_row(&ctx, interactive);
     let mut start = RunStart {
         store: &store,
-        row: Some(run_row(&ctx, interactive)),
+        row: Some(first_row.clone()),
     };
     if let Some(value) = env(ENV_AUTO_APPROVAL) {
         // The row must exist before an approval can be consumed by it.
@@ -254,11 +255,21 @@ fn run(inv: Invocation) -> Result<u8, Failure> {
         }),
         Ok(RunOutcome::ApprovalPending { .. }) => {
             store.send(StoreMsg::ReleaseConsumed);
-            store.send(StoreMsg::Status(change, Replace::AnyButCancelled));
+            store.send(StoreMsg::Status(change.clone(), Replace::AnyButCancelled));
         }
-        _ => store.send(StoreMsg::Status(change, Replace::AnyButCancelled)),
+        _ => {
+            store.send(StoreMsg::Status(change.clone(), Replace::AnyButCancelled));
+            let why = change.reason.as_deref().unwrap_or("it completed");
+            store.send(StoreMsg::Abandon(format!(
+                "the run ended before a decision ({why})"
+            )));
+        }
     }
-    store.finish(db::BUSY_TIMEOUT + Duration::from_secs(2));
+    let landed = store.finish(db::BUSY_TIMEOUT + Duration::from_secs(2));
+    if !landed && let Some(paths) = &ctx.paths {
+        // The database stayed locked: keep the run's final state for the next writer.
+        let _ = spool::write(paths, &final_row(first_row, &change));
+    }
     match outcome {
         Ok(outcome) => {
             if let Some(note) = outcome_note(&ctx, &outcome) {
@@ -312,6 +323,19 @@ fn check_auto_approval(ctx: &mut RunContext, store: &StoreHandle, value: &str) {
         );
         ctx.env_remove.push(ENV_AUTO_APPROVAL);
     }
+}
+
+/// The run's row as it ends, for the spool.
+fn final_row(mut row: ToolRun, change: &StatusChange) -> ToolRun {
+    row.status = change.status;
+    row.reason = change.reason.clone();
+    row.exit_code = change.exit_code.or(row.exit_code);
+    row.last_error_msg = change.error.clone();
+    if change.finished {
+        row.completed_at = change.at.clone();
+    }
+    row.updated_at = change.at.clone().unwrap_or_else(time::now_rfc3339);
+    row
 }
 
 fn run_row(ctx: &RunContext, interactive: bool) -> ToolRun {

@@ -14,8 +14,10 @@ use hr_shared::logfile::CombinedLog;
 use hr_shared::paths::StatePaths;
 use hr_shared::runs::{self, Guard, SUPERVISOR_HEARTBEAT, StatusChange, ToolRun, Touch};
 use hr_shared::status::RunStatus;
-use hr_shared::{proc, time};
+use hr_shared::{proc, spool, time};
 use rusqlite::Connection;
+use std::os::unix::fs::MetadataExt;
+use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
 use std::thread::JoinHandle;
@@ -72,6 +74,8 @@ pub enum StoreMsg {
     },
     /// A decision seen in wait mode has been typed: it is used up.
     Consume(String),
+    /// The run ended without a decision on its pending approvals: close them.
+    Abandon(String),
     /// The run stops at a prompt (exit 90): give back the answers it used, for its re-run.
     ReleaseConsumed,
     Shutdown,
@@ -92,7 +96,8 @@ impl StoreSender {
 pub struct StoreHandle {
     tx: StoreSender,
     thread: Option<JoinHandle<()>>,
-    done: Receiver<()>,
+    /// Whether everything was written (false: it must be spooled).
+    done: Receiver<bool>,
 }
 
 /// The longest a request to the store may take: two busy timeouts and some.
@@ -113,8 +118,8 @@ impl StoreHandle {
         let thread = std::thread::Builder::new()
             .name("store".into())
             .spawn(move || {
-                StoreThread::new(paths, ident).run(rx);
-                let _ = done_tx.send(());
+                let landed = StoreThread::new(paths, ident).run(rx);
+                let _ = done_tx.send(landed);
             })
             .ok();
         StoreHandle {
@@ -152,13 +157,19 @@ impl StoreHandle {
         rx
     }
 
-    /// Flushes what is queued and stops, waiting at most `wait` for the thread.
-    pub fn finish(mut self, wait: Duration) {
+    /// Flushes what is queued and stops, waiting at most `wait` for the thread. False when
+    /// the run's last writes did not land because the database stayed locked (or the store
+    /// did not finish in time): the caller spools them.
+    pub fn finish(mut self, wait: Duration) -> bool {
         self.send(StoreMsg::Shutdown);
-        if self.done.recv_timeout(wait).is_ok()
-            && let Some(t) = self.thread.take()
-        {
-            let _ = t.join();
+        match self.done.recv_timeout(wait) {
+            Ok(landed) => {
+                if let Some(t) = self.thread.take() {
+                    let _ = t.join();
+                }
+                landed
+            }
+            Err(_) => false,
         }
     }
 }
@@ -172,6 +183,7 @@ enum Op {
     Cancelled { exit_code: i32, at: String },
     Consume(String),
     Release,
+    Abandon(String),
 }
 
 struct StoreThread {
@@ -184,6 +196,12 @@ struct StoreThread {
     inserted: bool,
     /// Writes that failed, retried before new ones.
     backlog: Vec<Op>,
+    /// The last write failed because the database was locked (worth spooling for later).
+    locked: bool,
+    /// The run's row as first written: inserted again if the database is replaced.
+    start_row: Option<ToolRun>,
+    /// The database file the connection has open (device, inode).
+    db_file: Option<(u64, u64)>,
     status: RunStatus,
     warned_db: AtomicBool,
     warned_log: AtomicBool,
@@ -200,6 +218,9 @@ impl StoreThread {
             actor: proc::current_user(),
             inserted: false,
             backlog: Vec::new(),
+            locked: false,
+            start_row: None,
+            db_file: None,
             status: RunStatus::Running,
             warned_db: AtomicBool::new(false),
             warned_log: AtomicBool::new(false),
@@ -226,8 +247,16 @@ impl StoreThread {
             });
         }
         match db::open(&paths.db, OpenMode::Create) {
-            Ok(conn) => self.conn = Some(conn),
-            Err(e) => self.db_warning(&e),
+            Ok(mut conn) => {
+                self.db_file = file_id(&paths.db);
+                // Runs an earlier shim could not write before it exited.
+                let _ = spool::replay(&mut conn, paths, &self.actor);
+                self.conn = Some(conn);
+            }
+            Err(e) => {
+                self.locked = matches!(e, StoreError::Locked);
+                self.db_warning(&e);
+            }
         }
         match paths.open_creating(|| CombinedLog::open(&paths.combined_log())) {
             Ok(log) => self.log = Some(log),
@@ -251,7 +280,9 @@ impl StoreThread {
         });
     }
 
-    fn run(mut self, rx: Receiver<StoreMsg>) {
+    /// Serves requests until told to stop; returns whether everything landed (false only
+    /// when writes are left over because the database was locked).
+    fn run(mut self, rx: Receiver<StoreMsg>) -> bool {
         self.open();
         let mut next_beat = Instant::now() + SUPERVISOR_HEARTBEAT;
         loop {
@@ -262,7 +293,7 @@ impl StoreThread {
                 Err(RecvTimeoutError::Timeout) => {}
                 Err(RecvTimeoutError::Disconnected) => {
                     self.flush(Vec::new());
-                    return;
+                    return self.landed();
                 }
             }
             batch.extend(rx.try_iter());
@@ -285,6 +316,7 @@ impl StoreThread {
                         at: time::now_rfc3339(),
                     }),
                     StoreMsg::Consume(id) => ops.push(Op::Consume(id)),
+                    StoreMsg::Abandon(why) => ops.push(Op::Abandon(why)),
                     StoreMsg::ReleaseConsumed => ops.push(Op::Release),
                     StoreMsg::Prompt(req, reply) => {
                         self.flush(std::mem::take(&mut ops));
@@ -329,11 +361,43 @@ impl StoreThread {
                     }
                     StoreMsg::Shutdown => {
                         self.flush(ops);
-                        return;
+                        return self.landed();
                     }
                 }
             }
             self.flush(ops);
+        }
+    }
+
+    fn landed(&self) -> bool {
+        self.backlog.is_empty() || !self.locked
+    }
+
+    /// The database file was deleted or replaced under the running shim: open the new one
+    /// and write the run's row into it again, so the rest of the run is not lost with the
+    /// old file.
+    fn reopen_if_replaced(&mut self, ops: &mut Vec<Op>) {
+        let Some(paths) = &self.paths else { return };
+        if self.conn.is_none() || file_id(&paths.db) == self.db_file {
+            return;
+        }
+        warn_once(&self.warned_db, || {
+            format!(
+                "the state database {} was deleted or replaced while the tool ran; recording into a new one",
+                paths.db.display()
+            )
+        });
+        self.conn = None;
+        match db::open(&paths.db, OpenMode::Create) {
+            Ok(conn) => {
+                self.conn = Some(conn);
+                self.db_file = file_id(&paths.db);
+                self.inserted = false;
+                if let Some(row) = &self.start_row {
+                    ops.insert(0, Op::Start(Box::new(row.clone())));
+                }
+            }
+            Err(e) => self.db_warning(&e),
         }
     }
 
@@ -394,9 +458,19 @@ impl StoreThread {
         if all.is_empty() {
             return;
         }
+        for op in &all {
+            if let Op::Start(run) = op
+                && self.start_row.is_none()
+            {
+                self.start_row = Some((**run).clone());
+            }
+        }
+        self.reopen_if_replaced(&mut all);
         let Some(conn) = self.conn.as_mut() else {
+            self.backlog = all;
             return;
         };
+        let mut abandoned = Vec::new();
         let actor = self.actor.clone();
         let mut inserted = self.inserted;
         let id = self.ident.tool_run_id.clone();
@@ -441,13 +515,25 @@ impl StoreThread {
                     Op::Release => {
                         approvals::release_consumed(tx, &id, &actor)?;
                     }
+                    Op::Abandon(why) => {
+                        abandoned = approvals::abandon_pending(tx, &id, why)?;
+                    }
                 }
             }
             Ok(())
         });
         match result {
-            Ok(()) => self.inserted = inserted,
+            Ok(()) => {
+                self.inserted = inserted;
+                self.locked = false;
+                let events: Vec<LogEvent> = abandoned.iter().map(Approval::status_event).collect();
+                self.apply(Effects {
+                    events,
+                    status: None,
+                });
+            }
             Err(e) => {
+                self.locked = matches!(e, StoreError::Locked);
                 self.db_warning(&e);
                 // Keep what matters for a later attempt: the row itself and status changes.
                 self.backlog = all
@@ -510,3 +596,8 @@ const NOT_CANCELLED: [RunStatus; 7] = [
     RunStatus::Stalled,
     RunStatus::WaitingApproval,
 ];
+
+/// The (device, inode) of a file, to notice it being replaced.
+fn file_id(path: &Path) -> Option<(u64, u64)> {
+    std::fs::metadata(path).ok().map(|m| (m.dev(), m.ino()))
+}

@@ -191,6 +191,13 @@ fn remember_stores_a_policy_for_the_prompt() {
     assert_eq!(s(&policies[0], "value"), "yes");
     assert_eq!(s(&policies[0], "created_by"), user_name());
     assert_eq!(s(&policies[0], "source_approval_id"), ap.id);
+    // Rejections are not remembered (a policy answers prompts; it never ends a tool).
+    let (_run, other) = pending(&env, "Drop the database?");
+    env.monitor()
+        .args(["decide", &other.id, "reject", "--remember"])
+        .run()
+        .expect_code(2);
+    assert_eq!(s(&approval_row(&env, &other.id), "status"), "pending");
     // An approval without a prompt fingerprint has nothing to remember.
     let run = Run::parked(&env, &["coop"]);
     run.insert(&env);

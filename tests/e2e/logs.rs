@@ -109,9 +109,29 @@ fn follow_waits_for_the_file_and_survives_rotation() {
         "lost after rotation: {:?}",
         String::from_utf8_lossy(&follower.stdout_now())
     );
+    // A writer that opened the log before the rotation still appends to the old file.
+    let mut late = std::fs::OpenOptions::new()
+        .append(true)
+        .open(env.state().join("logs/combined.log.1"))
+        .unwrap();
+    use std::io::Write;
+    writeln!(
+        late,
+        r#"{{"event":"tool_output","timestamp":"2026-11-22T08:00:00.000Z","tool":"late","tool_run_id":"TR-LATE","stream":"pty","text":"late-marker"}}"#
+    )
+    .unwrap();
+    assert!(
+        wait_until(Duration::from_secs(10), || String::from_utf8_lossy(
+            &follower.stdout_now()
+        )
+        .contains("late-marker")),
+        "a line appended to the rotated-out file was lost: {:?}",
+        String::from_utf8_lossy(&follower.stdout_now())
+    );
     let text = String::from_utf8_lossy(&follower.stdout_now()).into_owned();
     assert_eq!(text.matches("first-marker").count(), 1, "{text}");
     assert_eq!(text.matches("second-marker").count(), 1, "{text}");
+    assert_eq!(text.matches("late-marker").count(), 1, "{text}");
 }
 
 #[test]

@@ -4,9 +4,12 @@
 
 mod approval_flow;
 mod cancel;
+mod dashboard;
 mod decide;
 mod doctor;
+mod faults;
 mod gc;
+mod hostile;
 mod install;
 mod listing;
 mod logs;
@@ -16,6 +19,7 @@ mod reconcile;
 mod records;
 mod resume;
 mod rows;
+mod security;
 mod stdin;
 mod store_faults;
 mod stress;

@@ -109,3 +109,27 @@ fn overdue_approvals_expire() {
     out.expect_code(3);
     assert!(out.stderr.contains("system:expiry"), "{}", out.stderr);
 }
+
+#[test]
+fn a_run_its_shim_ended_as_stalled_is_not_a_vanished_supervisor() {
+    let env = TestEnv::new();
+    env.shim()
+        .args(["--stall-timeout", "500ms"])
+        .arg(tool())
+        .args(["sleep", "30"])
+        .run()
+        .expect_code(92);
+    let before = env.only_run();
+    assert_eq!(s(&before, "status"), "stalled");
+    let out = env.monitor().arg("reconcile").run();
+    out.expect_code(0);
+    assert!(out.out().contains("nothing to reconcile"), "{}", out.out());
+    let after = env.only_run();
+    assert_eq!(s(&after, "status"), "stalled");
+    assert_eq!(s(&after, "reason"), s(&before, "reason"));
+    // And waiting for it returns at once.
+    let id = s(&after, "tool_run_id");
+    let out = env.monitor().args(["wait", id, "--timeout", "5s"]).run();
+    out.expect_code(0);
+    assert!(out.out().contains("stalled (exit 92)"), "{}", out.out());
+}

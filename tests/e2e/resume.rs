@@ -361,6 +361,36 @@ fn the_daemon_survives_a_missing_database_and_stops_on_sigterm() {
     assert!(out.stderr.contains("stopped"), "{}", out.stderr);
 }
 
+#[test]
+fn sigterm_lets_the_resumes_in_flight_finish() {
+    let env = TestEnv::new();
+    let t = tool_str();
+    let (run, _) = parked_and_decided(&env, &[&t, "silent-then", "1.5", "finished"], "yes");
+    let worker = env
+        .monitor()
+        .args(["worker", "--interval", "100ms"])
+        .spawn();
+    assert!(
+        wait_until(Duration::from_secs(20), || resumes_of(&env, &run.id)
+            .first()
+            .is_some_and(|r| r["status"] == "running")),
+        "not resumed: {}",
+        worker.stderr_now()
+    );
+    worker.signal(libc::SIGTERM);
+    let out = worker.wait();
+    out.expect_code(0);
+    assert!(
+        out.stderr.contains("waiting for the resumes"),
+        "{}",
+        out.stderr
+    );
+    // It waited: the re-run finished and the waiting run was closed before it exited.
+    let resumed = &resumes_of(&env, &run.id)[0];
+    assert_eq!(s(resumed, "status"), "completed");
+    assert_eq!(s(&run_row(&env, &run.id), "status"), "completed");
+}
+
 // ---- Through the shim's own prompt flow -------------------------------------------------
 
 /// `rm -i FILE` under HEADLESS=1: the shim turns the prompt into an approval and exits 90.

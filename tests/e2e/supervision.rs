@@ -20,7 +20,6 @@ fn sigterm_to_the_shim_reaches_the_tools_whole_group() {
             .contains("ready ")
     });
     assert!(db_ready, "the tool never became ready");
-    std::thread::sleep(Duration::from_millis(300));
     running.signal(libc::SIGTERM);
     let out = running.wait();
     out.expect_code(42);
@@ -42,10 +41,13 @@ fn hard_timeout_ends_the_group_and_exits_124() {
     let pidfile = env.path().join("orphan.pid");
     let out = env
         .shim()
-        .args(["--timeout", "1s", "--"])
-        .arg(tool())
-        .arg("spawn-orphan")
-        .arg(&pidfile)
+        .args(["--timeout", "1s", "--", "sh", "-c"])
+        // sh starts in a millisecond even on a loaded machine: the pidfile is there long
+        // before the timeout.
+        .arg(format!(
+            "sleep 1000 & echo $! > {}; wait",
+            pidfile.display()
+        ))
         .run();
     out.expect_code(124);
     assert!(out.stderr.contains("hard timeout"), "{}", out.stderr);
@@ -71,11 +73,12 @@ fn a_child_ignoring_term_is_killed_after_the_grace_period() {
     let out = env
         .shim()
         .env("HEADLESS_RUN_KILL_GRACE", "500ms")
-        .args(["--timeout", "1s", "--"])
-        .arg(tool())
-        .arg("spawn-orphan")
-        .arg(&pidfile)
-        .arg("ignore-term")
+        .args(["--timeout", "1s", "--", "sh", "-c"])
+        // The child ignores TERM (an ignored signal stays ignored across exec).
+        .arg(format!(
+            "(trap '' TERM; exec sleep 1000) & echo $! > {}; wait",
+            pidfile.display()
+        ))
         .run();
     out.expect_code(124);
     let orphan: i32 = std::fs::read_to_string(&pidfile)
@@ -161,12 +164,13 @@ fn stall_mark_mode_recovers_to_running() {
 #[test]
 fn heartbeats_keep_a_silent_tool_alive() {
     let env = TestEnv::new();
-    // 8 heartbeats 400 ms apart: 3.2 s in all, far past the 1 s stall timeout.
+    // 12 heartbeats 400 ms apart: 4.8 s in all, far past the 2 s stall timeout (which
+    // leaves room for a slow interpreter start on a loaded machine).
     let out = env
         .shim()
-        .args(["--stall-timeout", "1s"])
+        .args(["--stall-timeout", "2s"])
         .arg(tool())
-        .args(["heartbeat", "0.4", "8"])
+        .args(["heartbeat", "0.4", "12"])
         .run();
     out.expect_code(0);
     let run = env.only_run();

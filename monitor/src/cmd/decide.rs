@@ -5,8 +5,6 @@ use crate::cli::Ctx;
 use crate::error::{CliError, CliResult};
 use crate::parse;
 use hr_shared::approvals::{self, Approval, DecideOutcome, Decider};
-use hr_shared::mode::ENV_TOOL_RUN_ID;
-use hr_shared::resolve::SHIM_NAME;
 use hr_shared::sanitize::sanitize_line;
 use hr_shared::status::ApprovalStatus;
 use hr_shared::{control, db, policy, proc};
@@ -24,9 +22,9 @@ decided_by is the OS user running this command (from its uid, not $USER). Decidi
 refused inside a tool supervised by headless-run (HEADLESS_RUN_TOOL_RUN_ID set, or a
 headless-run ancestor process): a tool cannot approve its own prompts.
 
---remember stores the decision as a policy: later prompts of the same tool with the same
+--remember stores an approval as a policy: later prompts of the same tool with the same
 prompt fingerprint are answered the same way (each still gets its own approval row,
-decided by policy:remembered:AP-…).";
+decided by policy:remembered:AP-…). Rejections are not remembered.";
 
 #[derive(Debug, clap::Args)]
 #[command(after_help = AFTER_HELP)]
@@ -63,6 +61,14 @@ pub fn run(ctx: &Ctx, args: Args) -> CliResult {
         return Err(CliError::usage(format!(
             "{id} has no prompt fingerprint (a cooperative tool's request), so there is nothing to remember; decide without --remember"
         )));
+    }
+    if args.remember
+        && approvals::resolve_value(&before, &args.value)
+            .is_ok_and(|r| r.status == ApprovalStatus::Rejected)
+    {
+        return Err(CliError::usage(
+            "--remember keeps approvals only (a remembered decision answers later prompts; it never ends a tool); decide without --remember",
+        ));
     }
     let by = proc::current_user();
     let who = Decider {
@@ -149,8 +155,7 @@ fn remember(conn: &mut rusqlite::Connection, a: &Approval, by: &str) -> CliResul
     };
     let value = match a.status {
         ApprovalStatus::Approved => a.chosen_value.clone().unwrap_or_else(|| "approve".into()),
-        ApprovalStatus::Rejected => "reject".into(),
-        // Expired: nobody decided, nothing to remember.
+        // Rejected (by someone else first) or expired: nothing to remember.
         _ => {
             return Err(CliError::conflict(format!(
                 "{} {}; nothing to remember",
@@ -172,32 +177,10 @@ fn remember(conn: &mut rusqlite::Connection, a: &Approval, by: &str) -> CliResul
 
 /// No self-approval: a tool supervised by headless-run must not decide its own prompts.
 fn refuse_inside_supervised_tool() -> CliResult {
-    if let Some(run) = std::env::var_os(ENV_TOOL_RUN_ID) {
-        return Err(CliError::error(format!(
-            "refusing to decide from inside a supervised tool ({ENV_TOOL_RUN_ID}={} is set): a tool cannot approve its own prompts; decide from another terminal",
-            sanitize_line(&run.to_string_lossy())
-        )));
+    match hr_shared::supervised::inside_supervised_tool() {
+        Some(why) => Err(CliError::error(format!(
+            "refusing to decide: {why}; a tool cannot approve its own prompts — decide from another terminal"
+        ))),
+        None => Ok(()),
     }
-    if let Some(anc) = supervised_by() {
-        return Err(CliError::error(format!(
-            "refusing to decide from inside a supervised tool ({SHIM_NAME} is an ancestor process, pid {anc}): a tool cannot approve its own prompts; decide from another terminal"
-        )));
-    }
-    Ok(())
-}
-
-/// The pid of a `headless-run` ancestor, if any (by command name, or by the executable a
-/// link-named shim runs).
-fn supervised_by() -> Option<i32> {
-    proc::ancestors(std::process::id() as i32)
-        .into_iter()
-        .find(|p| {
-            p.comm == SHIM_NAME
-                || std::fs::read_link(format!("/proc/{}/exe", p.pid))
-                    .ok()
-                    .and_then(|exe| exe.file_name().map(|n| n.to_string_lossy().into_owned()))
-                    // A binary replaced since it started reads `headless-run (deleted)`.
-                    .is_some_and(|n| n == SHIM_NAME || n.starts_with(&format!("{SHIM_NAME} (")))
-        })
-        .map(|p| p.pid)
 }

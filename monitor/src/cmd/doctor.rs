@@ -20,8 +20,8 @@ Checks, one line each (ok / FAIL / info):
   * the database opens, its schema version is the one this build writes, it is in WAL mode;
   * the configuration files parse;
   * headless-run is found (beside monitor or on PATH);
-  * the shim dir (--dir, default ~/.local/share/headless-run/bin) is on PATH, before the
-    real tools, and what each shimmed tool resolves to;
+  * the shim dir (--dir, else HEADLESS_RUN_SHIM_DIR, else ~/.local/share/headless-run/bin)
+    is on PATH, before the real tools, and what each shimmed tool resolves to;
   * /proc/PID/syscall of a child process is readable (prompt detection needs it; without
     it the shim falls back to slower heuristics);
   * the audit chain (the events table) is intact: no row edited or deleted.
@@ -30,7 +30,8 @@ Exit 1 when any check fails.";
 #[derive(Debug, clap::Args)]
 #[command(after_help = AFTER_HELP)]
 pub struct Args {
-    /// The shim dir to check (default: the one `monitor install` uses)
+    /// The shim dir to check (default: the one `monitor install` uses: HEADLESS_RUN_SHIM_DIR,
+    /// else ~/.local/share/headless-run/bin)
     #[arg(long, value_name = "DIR")]
     dir: Option<PathBuf>,
 }
@@ -208,6 +209,19 @@ fn check_database(ctx: &Ctx, r: &mut Report) {
             }
         }
         Err(e) => r.fail(format!("cannot verify the audit chain: {e}")),
+    }
+    match audit::unrecorded_decisions(&conn) {
+        Ok(found) if found.is_empty() => r.ok("every decision is in the audit chain"),
+        Ok(found) => {
+            for (id, what) in found.iter().take(20) {
+                r.fail(format!(
+                    "approval {id} says `{what}` but no decision like that was recorded (written past monitor?)"
+                ));
+            }
+        }
+        Err(e) => r.fail(format!(
+            "cannot check decisions against the audit chain: {e}"
+        )),
     }
 }
 

@@ -32,8 +32,8 @@ pub struct Args {
     /// Tools to link (or, with --remove, to unlink)
     #[arg(value_name = "TOOL")]
     tools: Vec<String>,
-    /// Where the links go (default: $XDG_DATA_HOME/headless-run/bin, i.e.
-    /// ~/.local/share/headless-run/bin)
+    /// Where the links go (default: HEADLESS_RUN_SHIM_DIR, else
+    /// $XDG_DATA_HOME/headless-run/bin, i.e. ~/.local/share/headless-run/bin)
     #[arg(long, value_name = "DIR")]
     dir: Option<PathBuf>,
     /// Link a name even if no such tool is on PATH (yet)
@@ -47,11 +47,14 @@ pub struct Args {
     remove: bool,
 }
 
-/// The shim directory: `--dir`, else the default.
+/// The shim directory: `--dir`, else `HEADLESS_RUN_SHIM_DIR`, else the default.
 pub fn shim_dir(flag: Option<&Path>) -> CliResult<PathBuf> {
-    match flag {
+    let env = std::env::var_os("HEADLESS_RUN_SHIM_DIR")
+        .filter(|v| !v.is_empty())
+        .map(PathBuf::from);
+    match flag.map(Path::to_path_buf).or(env) {
         Some(d) => {
-            std::path::absolute(d).map_err(|e| CliError::error(format!("{}: {e}", d.display())))
+            std::path::absolute(&d).map_err(|e| CliError::error(format!("{}: {e}", d.display())))
         }
         None => {
             paths::default_shim_dir(&paths::real_env).map_err(|e| CliError::error(e.to_string()))

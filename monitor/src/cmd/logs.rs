@@ -159,8 +159,16 @@ pub fn run(ctx: &Ctx, args: Args) -> CliResult {
     let start_at = print_existing(&paths, limit, &mut printer)?;
     printer.out.flush()?;
     if !args.follow {
-        if !paths.iter().any(|p| p.exists()) && matches!(format, Format::Raw) {
-            eprintln!("monitor: {} has no output yet", run_id.unwrap_or_default());
+        if !paths.iter().any(|p| p.exists()) {
+            match format {
+                Format::Raw => {
+                    eprintln!("monitor: {} has no output yet", run_id.unwrap_or_default())
+                }
+                _ => eprintln!(
+                    "monitor: no events yet ({} does not exist)",
+                    current.display()
+                ),
+            }
         }
         return Ok(());
     }
@@ -268,12 +276,25 @@ struct Followed {
     file: Option<File>,
     ino: u64,
     pos: u64,
+    /// The file rotated out: writers that opened it before the rotation may still append
+    /// whole lines to it for a while.
+    retired: Option<Retired>,
 }
+
+struct Retired {
+    file: File,
+    pos: u64,
+    last_growth: Instant,
+}
+
+/// A rotated-out file is read until it has not grown for this long.
+const RETIRED_GRACE: Duration = Duration::from_secs(60);
 
 impl Followed {
     /// New bytes since the last call, across a rotation.
     fn read_new(&mut self) -> io::Result<Vec<u8>> {
         let mut data = Vec::new();
+        self.drain_retired(&mut data)?;
         if self.file.is_none() {
             self.reopen(0)?;
         }
@@ -281,7 +302,14 @@ impl Followed {
         match std::fs::metadata(&self.path) {
             Ok(meta) if self.file.is_none() || meta.ino() != self.ino => {
                 // Rotated (or created): the old file was read to its end above; go on with
-                // the new one from its start.
+                // the new one from its start, and keep an eye on the old one.
+                if let Some(file) = self.file.take() {
+                    self.retired = Some(Retired {
+                        file,
+                        pos: self.pos,
+                        last_growth: Instant::now(),
+                    });
+                }
                 self.reopen(0)?;
                 self.drain_into(&mut data)?;
             }
@@ -311,6 +339,24 @@ impl Followed {
         }
     }
 
+    /// Whole lines appended to the rotated-out file since the last look.
+    fn drain_retired(&mut self, data: &mut Vec<u8>) -> io::Result<()> {
+        let Some(r) = &mut self.retired else {
+            return Ok(());
+        };
+        let mut fresh = Vec::new();
+        r.file.seek(SeekFrom::Start(r.pos))?;
+        r.file.read_to_end(&mut fresh)?;
+        if let Some(end) = fresh.iter().rposition(|&b| b == b'\n') {
+            data.extend_from_slice(&fresh[..=end]);
+            r.pos += end as u64 + 1;
+            r.last_growth = Instant::now();
+        } else if r.last_growth.elapsed() >= RETIRED_GRACE {
+            self.retired = None;
+        }
+        Ok(())
+    }
+
     fn drain_into(&mut self, data: &mut Vec<u8>) -> io::Result<()> {
         if let Some(f) = &mut self.file {
             f.seek(SeekFrom::Start(self.pos))?;
@@ -333,6 +379,7 @@ fn follow(
         file: None,
         ino: 0,
         pos: 0,
+        retired: None,
     };
     if let Some((ino, len)) = start_at {
         followed.reopen(len)?;
@@ -388,7 +435,7 @@ fn run_has_ended(ctx: &Ctx, id: &str) -> bool {
     ctx.open()
         .ok()
         .and_then(|conn| runs::get(&conn, id).ok().flatten())
-        .is_some_and(|r| r.status.is_final() || hr_shared::control::is_parked(&r))
+        .is_some_and(|r| r.status.is_final() || hr_shared::control::ended_on_purpose(&r))
 }
 
 /// One combined-log event as a line: time, tool, run, event, text.

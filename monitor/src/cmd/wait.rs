@@ -120,7 +120,8 @@ fn look_run(conn: &Connection, id: &str, check_live: bool) -> CliResult<Look> {
     let Some(run) = runs::get(conn, id)? else {
         return Err(CliError::not_found(format!("no run {id}")));
     };
-    if run.status.is_final() {
+    // Ended, or ended as stalled by its own shim (exit 92: the status stays `stalled`).
+    if run.status.is_final() || (control::ended_on_purpose(&run) && !control::is_parked(&run)) {
         return Ok(Look::Done(run_outcome(&run)));
     }
     if control::is_parked(&run) {

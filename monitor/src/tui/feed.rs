@@ -1,0 +1,523 @@
+//! The data feed: the dashboard's only database connection, on its own thread. It polls
+//! `PRAGMA data_version` and the log files' sizes every 100 ms, reloads a bounded snapshot
+//! when something changed, and carries out decisions and cancellations, so no query — however
+//! slow or locked — ever runs on the thread that reads keys and draws.
+
+use super::app::{Msg, Request, RunQuery};
+use super::tail;
+use hr_shared::alerts;
+use hr_shared::approvals::{self, Approval, ApprovalFilter, Decider};
+use hr_shared::audit::{self, AuditRow};
+use hr_shared::control;
+use hr_shared::db::{self, OpenMode};
+use hr_shared::paths::StatePaths;
+use hr_shared::proc;
+use hr_shared::runs::{self, RunFilter, ToolRun};
+use hr_shared::status::{ApprovalStatus, RunStatus};
+use hr_shared::time;
+use rusqlite::Connection;
+use std::collections::BTreeMap;
+use std::os::unix::fs::MetadataExt;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender};
+use std::time::{Duration, Instant, SystemTime};
+
+/// How often the database and logs are looked at for changes.
+pub const POLL: Duration = Duration::from_millis(100);
+/// How often a missing or broken database is tried again.
+const RETRY: Duration = Duration::from_secs(1);
+/// How often live runs' shims are checked for having vanished (no database change tells).
+const LIVENESS: Duration = Duration::from_secs(2);
+/// The newest runs loaded (counts cover the whole database).
+pub const RUN_LIMIT: usize = 300;
+/// Pending approvals loaded.
+const APPROVAL_LIMIT: usize = 200;
+/// Live runs checked for a vanished shim.
+const LIVE_LIMIT: usize = 1000;
+/// A pending approval expiring within this is an alert.
+pub const EXPIRY_SOON: Duration = Duration::from_secs(3600);
+/// Failures within this window are an alert.
+pub const FAILED_WINDOW: Duration = Duration::from_secs(24 * 3600);
+/// Lines of the combined log kept.
+const LOG_LINES: usize = 200;
+/// Lines of a run's rendered output kept.
+const OUTPUT_LINES: usize = 200;
+
+/// How often the whole-database aggregates are read again when no run changed status
+/// (they scan an index of every run: tens of milliseconds at 100 000 runs).
+const AGGREGATES_EVERY: Duration = Duration::from_secs(5);
+
+/// A live run whose shim is gone: shown, and counted, as failed.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Vanished {
+    /// What it is stored as.
+    pub status: RunStatus,
+    pub why: String,
+}
+
+/// Counts over the whole database, read less often than the rest (see [`AGGREGATES_EVERY`]).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Aggregates {
+    /// Runs per stored status (`count_by_status`).
+    pub totals: Vec<(RunStatus, i64)>,
+    /// Failures within [`FAILED_WINDOW`] (vanished runs not included).
+    pub failed_recent: i64,
+}
+
+/// Everything the dashboard shows.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Snapshot {
+    /// Runs per live status (queued, running, stalled, waiting for approval).
+    pub live: Vec<(RunStatus, i64)>,
+    pub aggregates: Aggregates,
+    /// Live runs whose shim is gone, by run id.
+    pub vanished: BTreeMap<String, Vanished>,
+    /// Pending approvals, and how many expire within [`EXPIRY_SOON`].
+    pub pending: i64,
+    pub expiring: i64,
+    /// The newest runs matching the filter, newest first.
+    pub runs: Vec<ToolRun>,
+    /// Pending approvals, newest first.
+    pub approvals: Vec<Approval>,
+    /// The tail of `logs/combined.log`, oldest first.
+    pub log: Vec<tail::LogLine>,
+    /// The open run, if one is open.
+    pub detail: Option<RunDetail>,
+}
+
+impl Snapshot {
+    /// What says whether a run was added or changed status (timestamps left out, so
+    /// heartbeats do not count): when it changes, the aggregates are read again at once.
+    fn status_mark(&self) -> StatusMark {
+        StatusMark {
+            runs: self
+                .runs
+                .iter()
+                .map(|r| (r.tool_run_id.clone(), r.status))
+                .collect(),
+            live: self.live.clone(),
+        }
+    }
+}
+
+/// The runs' ids and statuses, and the live counts: see [`Snapshot::status_mark`].
+#[derive(Debug, Clone, Default, PartialEq)]
+struct StatusMark {
+    runs: Vec<(String, RunStatus)>,
+    live: Vec<(RunStatus, i64)>,
+}
+
+/// One run with what its detail view shows.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RunDetail {
+    pub run: ToolRun,
+    /// Its approvals, newest first.
+    pub approvals: Vec<Approval>,
+    /// Its audit trail, oldest first (the last few).
+    pub events: Vec<AuditRow>,
+    /// Its output tail as a terminal would show it, one string per line.
+    pub output: Vec<String>,
+}
+
+/// Reads the whole-database counts.
+pub fn load_aggregates(conn: &Connection, now: SystemTime) -> db::Result<Aggregates> {
+    let since = time::to_rfc3339(now.checked_sub(FAILED_WINDOW).unwrap_or(now));
+    Ok(Aggregates {
+        totals: runs::count_by_status(conn)?,
+        failed_recent: alerts::failed_since(conn, &since)?,
+    })
+}
+
+/// Reads what changes with every write, bounded whatever the size of the database: the
+/// newest runs, live counts, pending approvals, the log's tail and the open run. The
+/// aggregates are left empty, and `vanished` (it needs `/proc`, not SQL) to the caller.
+pub fn load_view(
+    conn: &Connection,
+    paths: &StatePaths,
+    query: &RunQuery,
+    open_run: Option<&str>,
+) -> db::Result<Snapshot> {
+    let live = alerts::live_counts(conn)?;
+    let (pending, expiring) = approvals::pending_counts(conn, EXPIRY_SOON)?;
+    let runs = runs::list(
+        conn,
+        &RunFilter {
+            statuses: query.statuses.clone(),
+            tool: query.tool.clone(),
+            limit: Some(RUN_LIMIT),
+            ..RunFilter::default()
+        },
+    )?;
+    let approvals = approvals::list(
+        conn,
+        &ApprovalFilter {
+            statuses: vec![ApprovalStatus::Pending],
+            limit: Some(APPROVAL_LIMIT),
+            ..ApprovalFilter::default()
+        },
+    )?;
+    let detail = match open_run {
+        Some(id) => load_detail(conn, paths, id)?,
+        None => None,
+    };
+    Ok(Snapshot {
+        live,
+        aggregates: Aggregates::default(),
+        vanished: BTreeMap::new(),
+        pending,
+        expiring,
+        runs,
+        approvals,
+        log: tail::combined_log(&paths.combined_log(), LOG_LINES),
+        detail,
+    })
+}
+
+/// Reads a whole snapshot (the view and the aggregates) at once, as the tests want it.
+#[cfg(test)]
+pub fn load(
+    conn: &Connection,
+    paths: &StatePaths,
+    query: &RunQuery,
+    open_run: Option<&str>,
+    now: SystemTime,
+) -> db::Result<Snapshot> {
+    let mut snap = load_view(conn, paths, query, open_run)?;
+    snap.aggregates = load_aggregates(conn, now)?;
+    Ok(snap)
+}
+
+fn load_detail(conn: &Connection, paths: &StatePaths, id: &str) -> db::Result<Option<RunDetail>> {
+    let Some(run) = runs::get(conn, id)? else {
+        return Ok(None);
+    };
+    let approvals = approvals::list(
+        conn,
+        &ApprovalFilter {
+            tool_run_id: Some(id.to_owned()),
+            limit: Some(20),
+            ..ApprovalFilter::default()
+        },
+    )?;
+    let mut events = audit::for_run(conn, id)?;
+    let keep = events.len().saturating_sub(12);
+    events.drain(..keep);
+    Ok(Some(RunDetail {
+        output: tail::run_output(&paths.run_log(id), OUTPUT_LINES),
+        run,
+        approvals,
+        events,
+    }))
+}
+
+/// The live runs (running, stalled, waiting for approval) whose shim is gone, with why.
+/// Runs parked on an approval (exit mode) have no shim on purpose.
+pub fn vanished(conn: &Connection) -> db::Result<BTreeMap<String, Vanished>> {
+    let live = runs::list(
+        conn,
+        &RunFilter {
+            statuses: vec![
+                RunStatus::Running,
+                RunStatus::Stalled,
+                RunStatus::WaitingApproval,
+            ],
+            limit: Some(LIVE_LIMIT),
+            ..RunFilter::default()
+        },
+    )?;
+    let host = proc::hostname();
+    Ok(live
+        .iter()
+        .filter(|r| !control::is_parked(r))
+        .filter_map(|r| {
+            control::shim_gone(r, &host).map(|why| {
+                (
+                    r.tool_run_id.clone(),
+                    Vanished {
+                        status: r.status,
+                        why,
+                    },
+                )
+            })
+        })
+        .collect())
+}
+
+/// What the feed watches to notice a change without querying.
+#[derive(Debug, Clone, PartialEq, Default)]
+struct Marks {
+    data_version: i64,
+    db_file: (u64, u64),
+    log_len: u64,
+    run_log_len: u64,
+}
+
+fn file_id(path: &std::path::Path) -> (u64, u64) {
+    std::fs::metadata(path)
+        .map(|m| (m.dev(), m.ino()))
+        .unwrap_or((0, 0))
+}
+
+fn file_len(path: &std::path::Path) -> u64 {
+    std::fs::metadata(path).map(|m| m.len()).unwrap_or(0)
+}
+
+/// The feed's state on its thread.
+struct Feed {
+    paths: StatePaths,
+    user: String,
+    /// Why this process may not decide (inside a supervised tool), if so.
+    read_only: Option<String>,
+    conn: Option<Connection>,
+    query: RunQuery,
+    open_run: Option<String>,
+    marks: Marks,
+    vanished: BTreeMap<String, Vanished>,
+    aggregates: Option<(Instant, Aggregates)>,
+    status_mark: StatusMark,
+    last_open_attempt: Option<Instant>,
+    last_liveness: Instant,
+    last_problem: Option<String>,
+    tx: Sender<Msg>,
+}
+
+/// Starts the feed thread. It ends when the request channel closes or the dashboard is
+/// gone; `stop` (set by a signal handler) makes it ask the dashboard to quit.
+pub fn spawn(
+    paths: StatePaths,
+    read_only: Option<String>,
+    tx: Sender<Msg>,
+    rx: Receiver<Request>,
+    stop: Arc<AtomicBool>,
+) -> std::io::Result<std::thread::JoinHandle<()>> {
+    std::thread::Builder::new()
+        .name("dashboard-feed".into())
+        .spawn(move || {
+            let mut feed = Feed {
+                paths,
+                user: proc::current_user(),
+                read_only,
+                conn: None,
+                query: RunQuery::default(),
+                open_run: None,
+                marks: Marks::default(),
+                vanished: BTreeMap::new(),
+                aggregates: None,
+                status_mark: StatusMark::default(),
+                last_open_attempt: None,
+                last_liveness: Instant::now(),
+                last_problem: None,
+                tx,
+            };
+            feed.run(&rx, &stop);
+        })
+}
+
+impl Feed {
+    fn run(&mut self, rx: &Receiver<Request>, stop: &AtomicBool) {
+        let mut force = true;
+        loop {
+            match rx.recv_timeout(POLL) {
+                Ok(req) => {
+                    force |= self.handle(req);
+                    // Take every request already queued before reading once for all.
+                    while let Ok(req) = rx.try_recv() {
+                        force |= self.handle(req);
+                    }
+                }
+                Err(RecvTimeoutError::Timeout) => {}
+                Err(RecvTimeoutError::Disconnected) => return,
+            }
+            if stop.load(Ordering::Relaxed) && self.tx.send(Msg::Quit).is_err() {
+                return;
+            }
+            if !self.poll(force) {
+                return;
+            }
+            force = false;
+        }
+    }
+
+    /// Looks for changes and sends a snapshot when there are any (or `force`); false when
+    /// the dashboard is gone.
+    fn poll(&mut self, force: bool) -> bool {
+        if self.conn.is_none() {
+            let due = self
+                .last_open_attempt
+                .is_none_or(|t| t.elapsed() >= RETRY || force);
+            if !due {
+                return true;
+            }
+            self.last_open_attempt = Some(Instant::now());
+            match db::open(&self.paths.db, OpenMode::Existing) {
+                Ok(conn) => {
+                    self.conn = Some(conn);
+                    self.marks = Marks::default();
+                }
+                Err(e) => return self.problem(e.to_string()),
+            }
+        }
+        let Some(conn) = self.conn.as_ref() else {
+            return true;
+        };
+        let marks = match db::data_version(conn) {
+            Ok(v) => Marks {
+                data_version: v,
+                db_file: file_id(&self.paths.db),
+                log_len: file_len(&self.paths.combined_log()),
+                run_log_len: self
+                    .open_run
+                    .as_deref()
+                    .map(|id| file_len(&self.paths.run_log(id)))
+                    .unwrap_or(0),
+            },
+            Err(e) => return self.lost(e.to_string()),
+        };
+        if marks.db_file == (0, 0) {
+            // The database file was removed under us: reopen (and report) from scratch.
+            return self
+                .lost(hr_shared::db::StoreError::Missing(self.paths.db.clone()).to_string());
+        }
+        let mut changed = force || marks != self.marks;
+        if marks.db_file != self.marks.db_file && self.marks.db_file != (0, 0) {
+            // Replaced by another file: the open connection still reads the old one.
+            self.conn = None;
+            self.marks = Marks::default();
+            return self.poll(true);
+        }
+        if changed || self.last_liveness.elapsed() >= LIVENESS {
+            self.last_liveness = Instant::now();
+            match vanished(conn) {
+                Ok(v) => {
+                    changed |= v != self.vanished;
+                    self.vanished = v;
+                }
+                Err(e) => return self.lost(e.to_string()),
+            }
+        }
+        if !changed {
+            return true;
+        }
+        self.marks = marks;
+        let mut snap = match load_view(conn, &self.paths, &self.query, self.open_run.as_deref()) {
+            Ok(snap) => snap,
+            Err(e) => return self.lost(e.to_string()),
+        };
+        // The aggregates scan every run: read them when a run was added or changed status
+        // (or the filter changed), else at most every few seconds.
+        let mark = snap.status_mark();
+        let stale = self
+            .aggregates
+            .as_ref()
+            .is_none_or(|(at, _)| at.elapsed() >= AGGREGATES_EVERY);
+        if force || stale || mark != self.status_mark {
+            match load_aggregates(conn, SystemTime::now()) {
+                Ok(a) => self.aggregates = Some((Instant::now(), a)),
+                Err(e) => return self.lost(e.to_string()),
+            }
+        }
+        self.status_mark = mark;
+        snap.aggregates = self
+            .aggregates
+            .as_ref()
+            .map(|(_, a)| a.clone())
+            .unwrap_or_default();
+        snap.vanished = self.vanished.clone();
+        self.last_problem = None;
+        self.tx.send(Msg::Snapshot(Box::new(snap))).is_ok()
+    }
+
+    /// The connection failed: drop it and report; the next poll reopens.
+    fn lost(&mut self, why: String) -> bool {
+        self.conn = None;
+        self.aggregates = None;
+        self.marks = Marks::default();
+        self.last_open_attempt = Some(Instant::now());
+        self.problem(why)
+    }
+
+    fn problem(&mut self, why: String) -> bool {
+        if self.last_problem.as_deref() == Some(why.as_str()) {
+            return true;
+        }
+        self.last_problem = Some(why.clone());
+        self.tx.send(Msg::StoreDown(why)).is_ok()
+    }
+
+    /// Carries out a request; true when the snapshot should be read again.
+    fn handle(&mut self, req: Request) -> bool {
+        match req {
+            Request::Filter(q) => {
+                self.query = q;
+                true
+            }
+            Request::Open(id) => {
+                self.open_run = id;
+                true
+            }
+            Request::Decide {
+                approval_id,
+                value,
+                comment,
+            } => {
+                let result = self.decide(&approval_id, &value, comment.as_deref());
+                let _ = self.tx.send(Msg::Decided {
+                    approval_id,
+                    value,
+                    result,
+                });
+                true
+            }
+            Request::Cancel { run_id } => {
+                let result = self.cancel(&run_id);
+                let _ = self.tx.send(Msg::Cancelled { run_id, result });
+                true
+            }
+        }
+    }
+
+    fn writable(&mut self) -> Result<&mut Connection, String> {
+        if let Some(why) = &self.read_only {
+            return Err(format!("refused: {why}"));
+        }
+        if self.conn.is_none()
+            && let Ok(conn) = db::open(&self.paths.db, OpenMode::Existing)
+        {
+            self.conn = Some(conn);
+        }
+        self.conn
+            .as_mut()
+            .ok_or_else(|| "the database is not available".to_owned())
+    }
+
+    fn decide(
+        &mut self,
+        approval_id: &str,
+        value: &str,
+        comment: Option<&str>,
+    ) -> Result<approvals::DecideOutcome, String> {
+        let log = self.paths.combined_log();
+        let user = self.user.clone();
+        let conn = self.writable()?;
+        let who = Decider {
+            by: &user,
+            channel: "tui",
+            comment,
+        };
+        control::decide_logged(conn, &log, approval_id, value, &who).map_err(|e| e.to_string())
+    }
+
+    fn cancel(&mut self, run_id: &str) -> Result<control::CancelOutcome, String> {
+        let log = self.paths.combined_log();
+        let user = self.user.clone();
+        let conn = self.writable()?;
+        let who = Decider {
+            by: &user,
+            channel: "tui",
+            comment: None,
+        };
+        control::cancel_run(conn, &log, run_id, Some("from the dashboard"), &who)
+            .map_err(|e| e.to_string())
+    }
+}

@@ -1,0 +1,84 @@
+//! Counts behind the dashboard's alerts line that the table modules do not offer, cheap
+//! enough to read on every change of a large database: runs in the live statuses (an index
+//! range, not a scan of every run), and failures in a recent window (an all-time failure
+//! count would keep the alert on forever).
+
+use crate::db::Result;
+use crate::status::RunStatus;
+use rusqlite::Connection;
+
+/// How many runs are queued, running, stalled or waiting for approval and have not ended
+/// (a run its shim killed as stalled keeps the status `stalled` but has ended: it counts
+/// among the failures instead). Reads only those ranges of the status index, so its cost
+/// follows the live runs, not the history.
+pub fn live_counts(conn: &Connection) -> Result<Vec<(RunStatus, i64)>> {
+    let mut stmt = conn.prepare(
+        "SELECT status, COUNT(*) FROM tool_runs
+         WHERE status IN ('queued', 'running', 'stalled', 'waiting_approval')
+           AND completed_at IS NULL
+         GROUP BY status",
+    )?;
+    let rows = stmt
+        .query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)?)))?
+        .collect::<rusqlite::Result<Vec<_>>>()?;
+    Ok(rows
+        .into_iter()
+        .filter_map(|(s, n)| s.parse().ok().map(|st| (st, n)))
+        .collect())
+}
+
+/// Runs that failed (`failed`, `failed_timeout`, or ended by their shim as `stalled`) and
+/// ended — or, lacking an end time, started — at or after `since` (RFC 3339). Reads the
+/// status index, then only those rows, so it stays cheap on a large database where most runs
+/// succeed.
+pub fn failed_since(conn: &Connection, since: &str) -> Result<i64> {
+    Ok(conn.query_row(
+        "SELECT COUNT(*) FROM tool_runs
+         WHERE (status IN ('failed', 'failed_timeout')
+                OR (status = 'stalled' AND completed_at IS NOT NULL))
+           AND COALESCE(completed_at, started_at) >= ?1",
+        [since],
+        |r| r.get(0),
+    )?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::db::{self, OpenMode};
+    use crate::runs::{self, tests::sample};
+    use crate::status::RunStatus;
+
+    #[test]
+    fn counts_recent_failures_only() {
+        let tmp = tempfile::tempdir().unwrap();
+        let mut conn = db::open(&tmp.path().join("s.db"), OpenMode::Create).unwrap();
+        let mut old = sample("TR-OLD", "x", RunStatus::Failed);
+        old.started_at = "2020-01-01T00:00:00.000Z".into();
+        old.completed_at = Some("2020-01-01T00:01:00.000Z".into());
+        let mut new = sample("TR-NEW", "x", RunStatus::FailedTimeout);
+        new.started_at = "2030-01-01T00:00:00.000Z".into();
+        let ok = sample("TR-OK", "x", RunStatus::Completed);
+        db::write(&mut conn, |tx| {
+            for r in [&old, &new, &ok] {
+                runs::insert(tx, r, "t")?;
+            }
+            Ok(())
+        })
+        .unwrap();
+        assert_eq!(failed_since(&conn, "2025-01-01T00:00:00.000Z").unwrap(), 1);
+        assert_eq!(failed_since(&conn, "2000-01-01T00:00:00.000Z").unwrap(), 2);
+        let live = sample("TR-LIVE", "x", RunStatus::Stalled);
+        // Killed as stalled by its shim (exit 92): ended, so a failure, not a live stall.
+        let mut killed = sample("TR-KILLED", "x", RunStatus::Stalled);
+        killed.exit_code = Some(92);
+        killed.completed_at = Some("2030-01-01T00:00:05.000Z".into());
+        db::write(&mut conn, |tx| {
+            runs::insert(tx, &live, "t")?;
+            runs::insert(tx, &killed, "t")
+        })
+        .unwrap();
+        assert_eq!(live_counts(&conn).unwrap(), [(RunStatus::Stalled, 1)]);
+        assert_eq!(failed_since(&conn, "2025-01-01T00:00:00.000Z").unwrap(), 2);
+    }
+}

@@ -1,0 +1,157 @@
+//! Final run rows that could not reach the database before a shim had to exit (another
+//! process held the lock longer than the shim may wait): each is kept as a file in
+//! `STATE/spool/` and written to the database by the next process that gets it (a shim's
+//! store thread as it starts, the monitor, the worker). A lock loses nothing.
+
+use crate::control::VANISHED;
+use crate::db::{self, Result};
+use crate::paths::{self, StatePaths};
+use crate::runs::{self, Guard, StatusChange, ToolRun, Touch};
+use crate::status::RunStatus;
+use rusqlite::Connection;
+use std::io::{self, Write};
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::PathBuf;
+
+/// `STATE/spool`.
+pub fn dir(paths: &StatePaths) -> PathBuf {
+    paths.root.join("spool")
+}
+
+/// Keeps `run` (its final state) for a later writer. Written whole or not at all.
+pub fn write(paths: &StatePaths, run: &ToolRun) -> io::Result<PathBuf> {
+    let dir = dir(paths);
+    paths::create_private_dir(&dir)?;
+    let path = dir.join(format!("{}.json", run.tool_run_id));
+    let tmp = dir.join(format!(".{}.tmp", run.tool_run_id));
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(&tmp)?;
+    f.write_all(&serde_json::to_vec(run).map_err(io::Error::other)?)?;
+    f.sync_all()?;
+    std::fs::rename(&tmp, &path)?;
+    Ok(path)
+}
+
+/// Writes every spooled run into the database and removes its file; returns their ids. A
+/// row that already ended by itself is left as it is; one still live, or failed only because
+/// its shim seemed to vanish, takes the spooled final state. Unreadable files are left for a
+/// person to look at.
+pub fn replay(conn: &mut Connection, paths: &StatePaths, actor: &str) -> Result<Vec<String>> {
+    let entries = match std::fs::read_dir(dir(paths)) {
+        Ok(e) => e,
+        Err(_) => return Ok(Vec::new()),
+    };
+    let mut done = Vec::new();
+    for entry in entries.flatten() {
+        let path = entry.path();
+        if path.extension().is_none_or(|e| e != "json") {
+            continue;
+        }
+        let Some(run) = std::fs::read(&path)
+            .ok()
+            .and_then(|b| serde_json::from_slice::<ToolRun>(&b).ok())
+        else {
+            continue;
+        };
+        db::write(conn, |tx| {
+            match runs::get(tx, &run.tool_run_id)? {
+                None => runs::insert(tx, &run, actor)?,
+                Some(current) => {
+                    let vanished = current.status == RunStatus::Failed
+                        && current
+                            .reason
+                            .as_deref()
+                            .is_some_and(|r| r.starts_with(VANISHED));
+                    if !current.status.is_final() || vanished {
+                        let change = StatusChange {
+                            status: run.status,
+                            reason: run.reason.clone(),
+                            exit_code: run.exit_code,
+                            finished: run.completed_at.is_some(),
+                            error: run.last_error_msg.clone(),
+                            at: run.completed_at.clone(),
+                        };
+                        runs::change_status(tx, &run.tool_run_id, &change, actor, Guard::Any)?;
+                        runs::touch(
+                            tx,
+                            &run.tool_run_id,
+                            &Touch {
+                                last_output_at: run.last_output_at.clone(),
+                                last_heartbeat_at: run.last_heartbeat_at.clone(),
+                                supervisor_heartbeat_at: None,
+                            },
+                        )?;
+                    }
+                }
+            }
+            Ok(())
+        })?;
+        let _ = std::fs::remove_file(&path);
+        done.push(run.tool_run_id);
+    }
+    Ok(done)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::db::OpenMode;
+    use crate::runs::tests::sample;
+
+    #[test]
+    fn spooled_rows_land_once_and_do_not_undo_a_later_end() {
+        let tmp = tempfile::tempdir().unwrap();
+        let paths = StatePaths {
+            root: tmp.path().to_path_buf(),
+            db: tmp.path().join("state.db"),
+        };
+        let mut conn = db::open(&paths.db, OpenMode::Create).unwrap();
+        // A run whose row never landed at all, one that did (still running), one that was
+        // reconciled as vanished, and one cancelled meanwhile.
+        let mut missing = sample("TR-MISSING", "x", RunStatus::Completed);
+        missing.completed_at = Some("2026-11-22T10:00:00.000Z".into());
+        missing.exit_code = Some(0);
+        let mut live = sample("TR-LIVE", "x", RunStatus::Failed);
+        live.exit_code = Some(7);
+        live.reason = Some("exited with code 7".into());
+        live.completed_at = Some("2026-11-22T10:00:01.000Z".into());
+        let mut vanished = live.clone();
+        vanished.tool_run_id = "TR-VANISHED".into();
+        let mut cancelled = live.clone();
+        cancelled.tool_run_id = "TR-CANCELLED".into();
+        db::write(&mut conn, |tx| {
+            runs::insert(tx, &sample("TR-LIVE", "x", RunStatus::Running), "t")?;
+            let mut v = sample("TR-VANISHED", "x", RunStatus::Failed);
+            v.reason = Some(format!("{VANISHED} (pid 1 is not running)"));
+            runs::insert(tx, &v, "t")?;
+            let mut c = sample("TR-CANCELLED", "x", RunStatus::Cancelled);
+            c.reason = Some("cancelled by alice".into());
+            runs::insert(tx, &c, "t")
+        })
+        .unwrap();
+        for r in [&missing, &live, &vanished, &cancelled] {
+            write(&paths, r).unwrap();
+        }
+        let mut ids = replay(&mut conn, &paths, "replay").unwrap();
+        ids.sort();
+        assert_eq!(ids.len(), 4);
+        let get = |id: &str| runs::get(&conn, id).unwrap().unwrap();
+        assert_eq!(get("TR-MISSING").status, RunStatus::Completed);
+        assert_eq!(get("TR-LIVE").exit_code, Some(7));
+        assert_eq!(
+            get("TR-LIVE").completed_at.as_deref(),
+            Some("2026-11-22T10:00:01.000Z")
+        );
+        assert_eq!(
+            get("TR-VANISHED").reason.as_deref(),
+            Some("exited with code 7")
+        );
+        assert_eq!(get("TR-CANCELLED").status, RunStatus::Cancelled);
+        assert!(replay(&mut conn, &paths, "replay").unwrap().is_empty());
+        assert!(crate::audit::verify(&conn).unwrap().intact());
+    }
+}

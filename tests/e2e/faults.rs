@@ -1,0 +1,276 @@
+//! Faults, each asserting that nothing is lost: the database locked by another process for
+//! 30 s, deleted while a tool runs, truncated; the log disk full; `kill -9` of the shim and
+//! of the tool at awkward moments; SIGTERM storms; a tool that leaves a daemon holding its
+//! terminal.
+
+use headless_run_e2e::*;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+#[test]
+fn a_database_locked_for_30_seconds_loses_nothing() {
+    let env = TestEnv::new();
+    env.shim().arg("true").run().expect_code(0);
+    let (locked_tx, locked_rx) = std::sync::mpsc::channel();
+    let db = env.state().join("state.db");
+    let holder = std::thread::spawn(move || {
+        let conn = rusqlite::Connection::open(db).unwrap();
+        conn.execute_batch("BEGIN EXCLUSIVE").unwrap();
+        locked_tx.send(()).unwrap();
+        std::thread::sleep(Duration::from_secs(30));
+        conn.execute_batch("COMMIT").unwrap();
+    });
+    locked_rx.recv().unwrap();
+    let started = Instant::now();
+    let out = env
+        .shim()
+        .args(["sh", "-c", "echo through the lock; exit 6"])
+        .timeout(Duration::from_secs(60))
+        .run();
+    out.expect_code(6);
+    assert_eq!(out.out(), "through the lock\n");
+    assert!(
+        started.elapsed() < Duration::from_secs(25),
+        "the shim waits for the lock only so long: {:?}",
+        started.elapsed()
+    );
+    holder.join().unwrap();
+    // The next process to get the database writes what the shim had to leave behind.
+    let listed = env.monitor().args(["runs", "--json"]).run();
+    listed.expect_code(0);
+    let runs = env.runs();
+    assert_eq!(runs.len(), 2, "{runs:#?}");
+    let run = &runs[1];
+    assert_eq!(s(run, "status"), "failed");
+    assert_eq!(n(run, "exit_code"), 6);
+    assert!(run["completed_at"].is_string());
+    assert!(
+        std::fs::read_dir(env.state().join("spool"))
+            .map(|d| d.count())
+            .unwrap_or(0)
+            == 0,
+        "the spool is emptied"
+    );
+}
+
+#[test]
+fn the_database_deleted_while_a_tool_runs_gets_the_run_again() {
+    let env = TestEnv::new();
+    let running = env
+        .shim()
+        .args(["sh", "-c", "echo first; sleep 2; echo second; exit 4"])
+        .spawn();
+    assert!(wait_until(Duration::from_secs(10), || env.runs().len() == 1));
+    for f in ["state.db", "state.db-wal", "state.db-shm"] {
+        let _ = std::fs::remove_file(env.state().join(f));
+    }
+    let out = running.wait();
+    out.expect_code(4);
+    assert_eq!(out.out(), "first\nsecond\n");
+    let run = env.only_run();
+    assert_eq!(s(&run, "status"), "failed");
+    assert_eq!(n(&run, "exit_code"), 4);
+    assert!(out.stderr.contains("deleted or replaced"), "{}", out.stderr);
+}
+
+#[test]
+fn a_truncated_database_leaves_the_tool_alone_and_the_monitor_says_so() {
+    let env = TestEnv::new();
+    for _ in 0..3 {
+        env.shim().arg("true").run().expect_code(0);
+    }
+    let db = env.state().join("state.db");
+    // Everything into the main file, then cut it in half: pages the schema points at are gone.
+    env.db()
+        .execute_batch("PRAGMA wal_checkpoint(TRUNCATE)")
+        .unwrap();
+    let len = std::fs::metadata(&db).unwrap().len();
+    assert!(len >= 8192, "{len}");
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&db)
+        .unwrap()
+        .set_len(len / 2)
+        .unwrap();
+    let out = env.shim().args(["sh", "-c", "echo fine; exit 3"]).run();
+    out.expect_code(3);
+    assert_eq!(out.out(), "fine\n");
+    assert!(out.stderr.matches("warning").count() <= 1, "{}", out.stderr);
+    let m = env.monitor().args(["runs"]).run();
+    m.expect_code(1);
+    assert!(m.stderr.starts_with("monitor: "), "{}", m.stderr);
+    assert_eq!(m.stderr.lines().count(), 1, "one clear line: {}", m.stderr);
+}
+
+/// A tiny tmpfs mounted over the state's log dir, unmounted on drop.
+struct FullDisk(std::path::PathBuf);
+
+impl FullDisk {
+    fn mount(dir: &std::path::Path, size: &str) -> Option<FullDisk> {
+        std::fs::create_dir_all(dir).ok()?;
+        let ok = Command::new("mount")
+            .args([
+                "-t",
+                "tmpfs",
+                "-o",
+                &format!("size={size},mode=0700"),
+                "tmpfs",
+            ])
+            .arg(dir)
+            .status()
+            .is_ok_and(|s| s.success());
+        ok.then(|| FullDisk(dir.to_path_buf()))
+    }
+}
+
+impl Drop for FullDisk {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg("-l").arg(&self.0).status();
+    }
+}
+
+#[test]
+fn a_full_log_disk_loses_no_output_and_no_row() {
+    let env = TestEnv::new();
+    std::fs::create_dir_all(env.state()).unwrap();
+    let Some(_disk) = FullDisk::mount(&env.state().join("logs"), "64k") else {
+        eprintln!("skipped: cannot mount a tmpfs here (needs root)");
+        return;
+    };
+    let out = env.shim().arg(tool()).args(["lines", "50000"]).run();
+    out.expect_code(0);
+    assert_eq!(
+        out.out().lines().count(),
+        50_000,
+        "every line reached stdout"
+    );
+    let run = env.only_run();
+    assert_eq!(s(&run, "status"), "completed");
+    assert!(
+        out.stderr.matches("warning").count() <= 2,
+        "warned once per log, not per line: {}",
+        out.stderr
+    );
+}
+
+#[test]
+fn kill_9_of_a_waiting_shim_leaves_nothing_pending() {
+    let env = TestEnv::new();
+    let running = env
+        .shim()
+        .args(["--on-prompt", "wait"])
+        .arg(tool())
+        .args(["ask", "Proceed? [y/N] "])
+        .spawn();
+    let ap = env.pending_approval();
+    let tool_pid = n(&env.only_run(), "pid") as i32;
+    running.signal(libc::SIGKILL);
+    let out = running.wait();
+    assert_eq!(out.signal, Some(libc::SIGKILL));
+    assert!(
+        wait_until(Duration::from_secs(5), || !alive(tool_pid)),
+        "the tool dies with its terminal"
+    );
+    env.monitor().arg("reconcile").run().expect_code(0);
+    let run = env.only_run();
+    assert_eq!(s(&run, "status"), "failed");
+    assert!(
+        s(&run, "reason").contains("supervisor vanished"),
+        "{run:#?}"
+    );
+    let ap = env
+        .approvals()
+        .into_iter()
+        .find(|a| a["approval_id"] == ap["approval_id"])
+        .unwrap();
+    assert_eq!(s(&ap, "status"), "expired", "nobody is left to answer it");
+    assert_eq!(s(&ap, "decided_by"), "system:run-ended");
+}
+
+#[test]
+fn kill_9_of_the_tool_while_it_waits_for_a_decision() {
+    let env = TestEnv::new();
+    let running = env
+        .shim()
+        .args(["--on-prompt", "wait"])
+        .arg(tool())
+        .args(["ask", "Proceed? [y/N] "])
+        .spawn();
+    let ap = env.pending_approval();
+    let tool_pid = n(&env.only_run(), "pid") as i32;
+    // SAFETY: kill(2) of the fixture tool.
+    unsafe { libc::kill(tool_pid, libc::SIGKILL) };
+    let out = running.wait();
+    out.expect_code(137);
+    let run = env.only_run();
+    assert_eq!(s(&run, "status"), "failed");
+    assert_eq!(n(&run, "exit_code"), 137);
+    let ap = env
+        .approvals()
+        .into_iter()
+        .find(|a| a["approval_id"] == ap["approval_id"])
+        .unwrap();
+    assert_eq!(s(&ap, "status"), "expired");
+    assert!(s(&ap, "comment").contains("the run ended"), "{ap:#?}");
+    // A decision arriving now is refused as too late, not typed anywhere.
+    env.decide(s(&ap, "approval_id"), "y").expect_code(3);
+}
+
+#[test]
+fn a_sigterm_storm_is_forwarded_and_survived() {
+    let env = TestEnv::new();
+    let running = env
+        .shim()
+        .arg(tool())
+        .args(["shrug-signals", "2", "5"])
+        .spawn();
+    assert!(wait_until(Duration::from_secs(20), || {
+        String::from_utf8_lossy(&running.stdout_now()).contains("shrugging")
+    }));
+    for i in 0..200 {
+        running.signal(if i % 3 == 0 {
+            libc::SIGINT
+        } else {
+            libc::SIGTERM
+        });
+    }
+    let out = running.wait();
+    out.expect_code(5);
+    let text = out.out();
+    let got: usize = text
+        .lines()
+        .find_map(|l| {
+            l.strip_prefix("got ")?
+                .strip_suffix(" signals")?
+                .parse()
+                .ok()
+        })
+        .unwrap_or(0);
+    assert!(got >= 1, "signals reached the tool: {text}");
+    let run = env.only_run();
+    assert_eq!(s(&run, "status"), "failed");
+    assert_eq!(n(&run, "exit_code"), 5);
+}
+
+#[test]
+fn a_daemon_holding_the_terminal_does_not_hold_the_shim() {
+    let env = TestEnv::new();
+    let pidfile = env.path().join("daemon.pid");
+    let started = Instant::now();
+    let out = env.shim().arg(tool()).arg("daemon").arg(&pidfile).run();
+    out.expect_code(0);
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "{:?}",
+        started.elapsed()
+    );
+    assert!(out.out().contains("daemon"), "{}", out.out());
+    assert_eq!(s(&env.only_run(), "status"), "completed");
+    if let Some(pid) = std::fs::read_to_string(&pidfile)
+        .ok()
+        .and_then(|p| p.trim().parse::<i32>().ok())
+    {
+        // SAFETY: kill(2) of the fixture's daemon.
+        unsafe { libc::kill(pid, libc::SIGKILL) };
+    }
+}

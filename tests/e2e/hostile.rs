@@ -1,0 +1,150 @@
+//! Hostile input: tool output with NUL bytes, invalid UTF-8 and unterminated escape
+//! sequences; JSON-looking lines that are not events; `approval_needed` lines with missing,
+//! wrong-typed, huge or duplicated fields; prompts that would move the operator's cursor or
+//! retitle the terminal; option values with newlines and shell metacharacters. Output passes
+//! byte for byte, nothing crashes, and nothing a tool wrote reaches the operator's terminal
+//! or the database unsanitized.
+
+use headless_run_e2e::*;
+
+fn printf_tool(env: &TestEnv, bytes: &[u8]) -> Outcome {
+    let file = env.path().join("payload.bin");
+    std::fs::write(&file, bytes).unwrap();
+    env.shim().arg(tool()).arg("cat-file").arg(&file).run()
+}
+
+fn has_control(s: &str) -> bool {
+    s.chars()
+        .any(|c| c != '\n' && (c.is_control() || matches!(c, '\u{202a}'..='\u{202e}')))
+}
+
+#[test]
+fn nul_bytes_invalid_utf8_and_unterminated_escapes_pass_byte_for_byte() {
+    let env = TestEnv::new();
+    let mut payload = b"start\n\x00\x00nul\n\xff\xfe\xc3\x28 bad utf-8\n".to_vec();
+    payload
+        .extend_from_slice(b"\x1b[31mred\n\x1b]0;title never ends\n\x1b[99999999999999999999m\n");
+    payload.extend_from_slice(b"\x1bP unterminated dcs\n\x1b[");
+    let out = printf_tool(&env, &payload);
+    out.expect_code(0);
+    assert_eq!(out.stdout, payload, "byte for byte");
+    let run = env.only_run();
+    assert_eq!(s(&run, "status"), "completed");
+    assert_eq!(env.run_log(s(&run, "tool_run_id")), payload);
+    for e in env.log_events() {
+        if e["event"] == "tool_output" {
+            let text = e["text"].as_str().unwrap();
+            assert!(
+                !has_control(text),
+                "control characters in an event: {text:?}"
+            );
+        }
+    }
+}
+
+#[test]
+fn json_lines_that_are_not_events_are_output() {
+    let env = TestEnv::new();
+    let huge_q = "q".repeat(100_000);
+    let lines = [
+        r#"{"event":"approval_needed"}"#.to_string(),
+        r#"{"event":"approval_needed","question":42}"#.to_string(),
+        r#"{"event":"approval_needed","question":"x","options":"not a list"}"#.to_string(),
+        r#"{"event":"approval_needed","question":"one","question":"two"}"#.to_string(),
+        r#"{"event": "heartbeat""#.to_string(),
+        r#"{"level":"info","event_name":"approval_needed","question":"x"}"#.to_string(),
+        format!(
+            r#"{{"event":"heartbeat","padding":"{}"}}"#,
+            "p".repeat(200_000)
+        ),
+        format!(r#"{{"event":"approval_needed","question":"{huge_q}"}}"#),
+        "[{\"event\":\"approval_needed\",\"question\":\"in an array\"}]".to_string(),
+        "prefix {\"event\":\"approval_needed\",\"question\":\"mid-line\"}".to_string(),
+    ];
+    let payload = lines.join("\n") + "\n";
+    let out = printf_tool(&env, payload.as_bytes());
+    out.expect_code(0);
+    assert_eq!(out.stdout, payload.as_bytes());
+    let approvals = env.approvals();
+    // Even the well-formed request with a 100 KB question is output: a line over the 64 KB
+    // event limit is never an event.
+    assert!(approvals.is_empty(), "{approvals:#?}");
+    assert_eq!(s(&env.only_run(), "status"), "completed");
+}
+
+#[test]
+fn a_prompt_that_would_drive_the_operators_terminal_is_stored_harmlessly() {
+    let env = TestEnv::new();
+    let out = env
+        .shim()
+        .args([
+            "bash",
+            "-c",
+            r#"printf '\033[2J\033[H\033]0;pwned\007\033]8;;http://evil\033\\link\033]8;;\033\\ \342\200\256gnp.exe Delete everything? [y/N] '; read a"#,
+        ])
+        .run();
+    out.expect_code(90);
+    let ap = env.pending_approval();
+    for field in ["question", "context", "prompt_line"] {
+        let v = s(&ap, field);
+        assert!(!has_control(v), "{field} = {v:?}");
+        assert!(!v.contains("pwned"), "{field} = {v:?}");
+    }
+    assert!(s(&ap, "prompt_line").ends_with("Delete everything? [y/N]"));
+    let id = s(&ap, "approval_id").to_owned();
+    for args in [vec!["approvals"], vec!["show", id.as_str()], vec!["runs"]] {
+        let shown = env.monitor().args(&args).run();
+        shown.expect_code(0);
+        assert!(
+            !has_control(&shown.out()),
+            "monitor {args:?}: {:?}",
+            shown.out()
+        );
+    }
+}
+
+#[test]
+fn cooperative_options_with_newlines_and_shell_metacharacters() {
+    let env = TestEnv::new();
+    let marker = env.path().join("pwned");
+    let line = format!(
+        r#"{{"event":"approval_needed","approvalId":"../../etc/passwd","question":"Deploy?","options":["ok\nrm -rf /","$(touch {m})","; touch {m}","fine"],"default":"fine"}}"#,
+        m = marker.display()
+    );
+    let out = env
+        .shim()
+        .args(["sh", "-c", &format!("printf '%s\\n' '{line}'; exit 90")])
+        .run();
+    out.expect_code(90);
+    let ap = env.pending_approval();
+    assert!(
+        s(&ap, "approval_id").starts_with("AP-"),
+        "a path is not an id"
+    );
+    let options: Vec<serde_json::Value> = serde_json::from_str(s(&ap, "options_json")).unwrap();
+    let values: Vec<&str> = options
+        .iter()
+        .map(|o| o["value"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        values,
+        [
+            format!("$(touch {})", marker.display()).as_str(),
+            format!("; touch {}", marker.display()).as_str(),
+            "fine"
+        ],
+        "the option with a newline is dropped; the others are plain values"
+    );
+    // Deciding with one and resuming never runs it through a shell.
+    env.decide(s(&ap, "approval_id"), values[0]).expect_code(0);
+    env.monitor()
+        .args(["worker", "--once"])
+        .run()
+        .expect_code(0);
+    assert!(wait_until(std::time::Duration::from_secs(10), || env
+        .runs()
+        .len()
+        == 2));
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    assert!(!marker.exists(), "a value was evaluated by a shell");
+}
