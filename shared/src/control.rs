@@ -186,7 +186,7 @@ pub fn cancel_run(
     events.extend(rejected.iter().map(Approval::status_event));
     log_events(log, &events);
     let after = runs::get(conn, tool_run_id)?.unwrap_or(run.clone());
-    if !is_parked(&run)
+    if !ended_on_purpose(&run)
         && shim_gone(&run, &proc::hostname()).is_none()
         && let Some(pid) = run.shim_pid.map(|p| p as i32)
     {
@@ -266,7 +266,7 @@ fn fail_vanished(
 ) -> Result<(Option<RunStatus>, Vec<Approval>)> {
     db::write(conn, |tx| {
         match runs::get(tx, &seen.tool_run_id)? {
-            Some(now) if now.status == seen.status && !is_parked(&now) => {}
+            Some(now) if now.status == seen.status && !ended_on_purpose(&now) => {}
             _ => return Ok((None, Vec::new())),
         }
         let guard = [seen.status];

@@ -89,7 +89,12 @@ fn strip(s: &str, one_line: bool) -> String {
 /// letter mark, LRM/RLM, embeddings and overrides, isolates).
 fn is_unsafe(c: char) -> bool {
     c.is_control()
+        // Bidirectional controls: they reorder what the operator reads.
         || matches!(c, '\u{061c}' | '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
+        // Invisible characters that hide or split text (zero-width space, joiners, word
+        // joiner, byte-order mark) and the Unicode line and paragraph separators, which
+        // some terminals take as line breaks.
+        || matches!(c, '\u{200b}'..='\u{200d}' | '\u{2060}' | '\u{feff}' | '\u{2028}' | '\u{2029}')
 }
 
 #[cfg(test)]
@@ -121,6 +126,10 @@ mod tests {
     fn removes_controls_and_bidi() {
         assert_eq!(sanitize_text("a\x07b\x08c\rd\x7fe\u{85}f"), "abcdef");
         assert_eq!(sanitize_text("safe\u{202e}txt.exe"), "safetxt.exe");
+        assert_eq!(
+            sanitize_text("rm\u{200b} -rf\u{feff} /\u{2028}x\u{2060}y"),
+            "rm -rf /xy"
+        );
         assert_eq!(sanitize_text("a\tb\nc"), "a b\nc");
         assert_eq!(sanitize_line("a\nb"), "a b");
     }

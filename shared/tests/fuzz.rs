@@ -58,6 +58,8 @@ const HUGE_SHARE: u32 = 64;
 /// overrides and isolates, which can make text read in another order than it is stored.
 fn is_bidi_control(c: char) -> bool {
     matches!(c, '\u{061c}' | '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
+        // Invisible characters and Unicode line/paragraph separators go too.
+        || matches!(c, '\u{200b}'..='\u{200d}' | '\u{2060}' | '\u{feff}' | '\u{2028}' | '\u{2029}')
 }
 
 /// Text that cannot drive a terminal: no ESC, no C0/C1 control (but `\n` where

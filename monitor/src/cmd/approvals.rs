@@ -38,9 +38,9 @@ pub struct Args {
     /// Only approvals of this run (TR-…)
     #[arg(long, value_name = "TR")]
     run: Option<String>,
-    /// At most N approvals, newest first (0: all)
-    #[arg(long, value_name = "N", default_value_t = 50)]
-    limit: usize,
+    /// At most N approvals, newest first (0: all; default: every pending one, else 50)
+    #[arg(long, value_name = "N")]
+    limit: Option<usize>,
     /// Print JSON
     #[arg(long)]
     json: bool,
@@ -51,6 +51,11 @@ pub fn run(ctx: &Ctx, args: Args) -> CliResult {
         crate::parse::run_id(run)?;
     }
     let conn = ctx.open()?;
+    // Pending approvals are work nobody may miss: all of them unless told otherwise.
+    let limit = args.limit.unwrap_or(match args.status {
+        StatusArg::Pending => 0,
+        _ => 50,
+    });
     let statuses = match args.status {
         StatusArg::Pending => vec![ApprovalStatus::Pending],
         StatusArg::Approved => vec![ApprovalStatus::Approved],
@@ -64,7 +69,7 @@ pub fn run(ctx: &Ctx, args: Args) -> CliResult {
             statuses,
             tool: args.tool,
             tool_run_id: args.run,
-            limit: (args.limit > 0).then_some(args.limit),
+            limit: (limit > 0).then_some(limit),
         },
     )?;
     if args.json {
