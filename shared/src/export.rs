@@ -102,13 +102,23 @@ fn write_runs_json_split_at(
     if filter.limit.is_none()
         && let Some(path) = conn.path().filter(|p| !p.is_empty()).map(str::to_owned)
     {
-        let total: i64 = conn.query_row(
-            &format!("SELECT COUNT(*) FROM tool_runs{cond}"),
-            rusqlite::params_from_iter(args.iter()),
-            |r| r.get(0),
-        )?;
-        if total >= parallel_min {
-            return write_in_two_halves(conn, &path, filter, total, out);
+        // Unfiltered, the table's size is its highest rowid: a b-tree descent, where
+        // COUNT(*) would read the whole table before the first byte is written. Filtered,
+        // the count goes through an index and is cheap.
+        let size: Option<i64> = if args.is_empty() {
+            conn.query_row("SELECT MAX(rowid) FROM tool_runs", [], |r| r.get(0))?
+        } else {
+            conn.query_row(
+                &format!("SELECT COUNT(*) FROM tool_runs{cond}"),
+                rusqlite::params_from_iter(args.iter()),
+                |r| r.get(0),
+            )?
+        };
+        if let Some(size) = size.filter(|&n| n >= parallel_min) {
+            let rows = conn.query_row("SELECT MAX(rowid) FROM tool_runs", [], |r| {
+                r.get::<_, Option<i64>>(0)
+            })?;
+            return write_in_two_halves(conn, &path, filter, rows.unwrap_or(size), out);
         }
     }
     let mut sql = format!(
@@ -133,15 +143,13 @@ fn write_in_two_halves(
     out: &mut dyn Write,
 ) -> Result<usize, ExportError> {
     let (cond, args) = filter.conditions().into_parts();
-    let mut split_args: Vec<&dyn ToSql> = args.iter().map(|a| a.as_ref() as &dyn ToSql).collect();
-    let half = total / 2;
-    split_args.push(&half);
+    // Runs are inserted about in id order, so the id of the middle rowid splits the export
+    // in two halves of about the same size (which half a run lands in does not change the
+    // output, only the balance of the two threads).
     let split: Option<String> = conn
         .query_row(
-            &format!(
-                "SELECT tool_run_id FROM tool_runs{cond} ORDER BY tool_run_id DESC LIMIT 1 OFFSET ?"
-            ),
-            rusqlite::params_from_iter(split_args.iter()),
+            "SELECT tool_run_id FROM tool_runs WHERE rowid >= ?1 ORDER BY rowid LIMIT 1",
+            [total / 2],
             |r| r.get(0),
         )
         .optional()?;

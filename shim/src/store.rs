@@ -202,6 +202,8 @@ struct StoreThread {
     start_row: Option<ToolRun>,
     /// The database file the connection has open (device, inode).
     db_file: Option<(u64, u64)>,
+    /// An approval was asked for (so there may be one to abandon when the run ends).
+    asked: bool,
     status: RunStatus,
     warned_db: AtomicBool,
     warned_log: AtomicBool,
@@ -221,6 +223,7 @@ impl StoreThread {
             locked: false,
             start_row: None,
             db_file: None,
+            asked: false,
             status: RunStatus::Running,
             warned_db: AtomicBool::new(false),
             warned_log: AtomicBool::new(false),
@@ -316,9 +319,12 @@ impl StoreThread {
                         at: time::now_rfc3339(),
                     }),
                     StoreMsg::Consume(id) => ops.push(Op::Consume(id)),
-                    StoreMsg::Abandon(why) => ops.push(Op::Abandon(why)),
+                    // A run that never asked has nothing to abandon: no query for it.
+                    StoreMsg::Abandon(why) if self.asked => ops.push(Op::Abandon(why)),
+                    StoreMsg::Abandon(_) => {}
                     StoreMsg::ReleaseConsumed => ops.push(Op::Release),
                     StoreMsg::Prompt(req, reply) => {
+                        self.asked = true;
                         self.flush(std::mem::take(&mut ops));
                         let asker = self.asker();
                         let out = self.with_conn(|conn| approval::resolve(conn, &asker, &req));
@@ -330,6 +336,7 @@ impl StoreThread {
                         on_expire,
                         reply,
                     } => {
+                        self.asked = true;
                         self.flush(std::mem::take(&mut ops));
                         let asker = self.asker();
                         let out = self.with_conn(|conn| {
