@@ -20,7 +20,6 @@ use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
-use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 /// Names a run in events.
@@ -95,7 +94,6 @@ impl StoreSender {
 /// The store thread of one run.
 pub struct StoreHandle {
     tx: StoreSender,
-    thread: Option<JoinHandle<()>>,
     /// Whether everything was written (false: it must be spooled).
     done: Receiver<bool>,
 }
@@ -115,16 +113,21 @@ impl StoreHandle {
     pub fn start(paths: Option<StatePaths>, ident: RunIdentity) -> StoreHandle {
         let (tx, rx) = mpsc::channel();
         let (done_tx, done) = mpsc::channel();
-        let thread = std::thread::Builder::new()
+        // Never joined (see `finish`): a thread that could not start leaves `done` without a
+        // sender, which `finish` reads as "not landed".
+        let _ = std::thread::Builder::new()
             .name("store".into())
             .spawn(move || {
-                let landed = StoreThread::new(paths, ident).run(rx);
+                let mut store = StoreThread::new(paths, ident);
+                let landed = store.run(rx);
+                // Report as soon as the last write is committed: closing the connection may
+                // checkpoint the WAL (fsyncs), which the shim's exit need not wait for. A
+                // checkpoint cut short by the exit is safe; the next opener finishes it.
                 let _ = done_tx.send(landed);
-            })
-            .ok();
+                drop(store);
+            });
         StoreHandle {
             tx: StoreSender(tx),
-            thread,
             done,
         }
     }
@@ -160,17 +163,11 @@ impl StoreHandle {
     /// Flushes what is queued and stops, waiting at most `wait` for the thread. False when
     /// the run's last writes did not land because the database stayed locked (or the store
     /// did not finish in time): the caller spools them.
-    pub fn finish(mut self, wait: Duration) -> bool {
+    pub fn finish(self, wait: Duration) -> bool {
         self.send(StoreMsg::Shutdown);
-        match self.done.recv_timeout(wait) {
-            Ok(landed) => {
-                if let Some(t) = self.thread.take() {
-                    let _ = t.join();
-                }
-                landed
-            }
-            Err(_) => false,
-        }
+        // Not joined: the thread may still be closing the database (a checkpoint), which the
+        // shim's exit does not wait for.
+        self.done.recv_timeout(wait).unwrap_or(false)
     }
 }
 
@@ -285,7 +282,7 @@ impl StoreThread {
 
     /// Serves requests until told to stop; returns whether everything landed (false only
     /// when writes are left over because the database was locked).
-    fn run(mut self, rx: Receiver<StoreMsg>) -> bool {
+    fn run(&mut self, rx: Receiver<StoreMsg>) -> bool {
         self.open();
         let mut next_beat = Instant::now() + SUPERVISOR_HEARTBEAT;
         loop {
