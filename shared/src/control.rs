@@ -216,17 +216,7 @@ pub struct ReconcileReport {
 /// overdue approvals are expired.
 pub fn reconcile(conn: &mut Connection, log: &Path, actor: &str) -> Result<ReconcileReport> {
     let host = proc::hostname();
-    let live = runs::list(
-        conn,
-        &runs::RunFilter {
-            statuses: vec![
-                RunStatus::Running,
-                RunStatus::Stalled,
-                RunStatus::WaitingApproval,
-            ],
-            ..Default::default()
-        },
-    )?;
+    let live = runs::supervised(conn, None)?;
     let mut report = ReconcileReport::default();
     let mut events = Vec::new();
     for run in live {

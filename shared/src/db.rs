@@ -112,6 +112,12 @@ const MIGRATIONS: &[&str] = &[
     CREATE INDEX policies_lookup ON policies(tool_name, prompt_fingerprint);
     CREATE INDEX tool_runs_started ON tool_runs(started_at);
     "#,
+    // v3: the runs a shim should still be supervising (no exit code recorded yet), so that
+    // reconciliation and the dashboard find them without reading every parked or
+    // stall-ended run.
+    r#"
+    CREATE INDEX tool_runs_supervised ON tool_runs(status) WHERE exit_code IS NULL;
+    "#,
 ];
 
 /// The schema version this build writes.

@@ -331,6 +331,26 @@ pub fn list(conn: &Connection, filter: &RunFilter) -> Result<Vec<ToolRun>> {
     Ok(rows)
 }
 
+/// The runs a shim should still be supervising: in a live status (running, stalled,
+/// waiting for approval) with no exit code recorded — not the ones parked on an approval
+/// (exit 90) or ended as stalled (exit 92) on purpose. Newest first, at most `limit`. Reads
+/// a partial index, so its cost follows these runs, not the history.
+pub fn supervised(conn: &Connection, limit: Option<usize>) -> Result<Vec<ToolRun>> {
+    let mut sql = format!(
+        "SELECT {COLUMNS} FROM tool_runs
+         WHERE status IN ('running', 'stalled', 'waiting_approval') AND exit_code IS NULL
+         ORDER BY tool_run_id DESC"
+    );
+    if let Some(limit) = limit {
+        sql.push_str(&format!(" LIMIT {limit}"));
+    }
+    let mut stmt = conn.prepare(&sql)?;
+    let rows = stmt
+        .query_map([], from_row)?
+        .collect::<rusqlite::Result<Vec<_>>>()?;
+    Ok(rows)
+}
+
 /// How many runs are in each status.
 pub fn count_by_status(conn: &Connection) -> Result<Vec<(RunStatus, i64)>> {
     let mut stmt = conn.prepare("SELECT status, COUNT(*) FROM tool_runs GROUP BY status")?;
@@ -472,6 +492,37 @@ pub(crate) mod tests {
         // Every change left an audit row, and the chain holds.
         assert_eq!(audit::for_run(&conn, "TR-A").unwrap().len(), 2);
         assert!(audit::verify(&conn).unwrap().intact());
+    }
+
+    /// Found when the dashboard showed runs ended as stalled by their own shim (exit 92) as
+    /// "supervisor vanished": only runs with no exit code still have a shim to check.
+    #[test]
+    fn supervised_runs_leave_out_parked_and_stall_ended_ones() {
+        let tmp = tempfile::tempdir().unwrap();
+        let mut conn = db::open(&tmp.path().join("s.db"), OpenMode::Create).unwrap();
+        let mut parked = sample("TR-A-PARKED", "x", RunStatus::WaitingApproval);
+        parked.exit_code = Some(90);
+        let mut stalled = sample("TR-B-STALLED", "x", RunStatus::Stalled);
+        stalled.exit_code = Some(92);
+        let waiting = sample("TR-C-WAITING", "x", RunStatus::WaitingApproval);
+        let marked = sample("TR-D-MARKED", "x", RunStatus::Stalled);
+        let running = sample("TR-E-RUNNING", "x", RunStatus::Running);
+        let mut done = sample("TR-F-DONE", "x", RunStatus::Completed);
+        done.exit_code = Some(0);
+        db::write(&mut conn, |tx| {
+            for r in [&parked, &stalled, &waiting, &marked, &running, &done] {
+                insert(tx, r, "t")?;
+            }
+            Ok(())
+        })
+        .unwrap();
+        let ids: Vec<String> = supervised(&conn, None)
+            .unwrap()
+            .into_iter()
+            .map(|r| r.tool_run_id)
+            .collect();
+        assert_eq!(ids, ["TR-E-RUNNING", "TR-D-MARKED", "TR-C-WAITING"]);
+        assert_eq!(supervised(&conn, Some(1)).unwrap().len(), 1);
     }
 
     fn sample_like(got: &ToolRun) -> ToolRun {

@@ -212,24 +212,14 @@ fn load_detail(conn: &Connection, paths: &StatePaths, id: &str) -> db::Result<Op
 }
 
 /// The live runs (running, stalled, waiting for approval) whose shim is gone, with why.
-/// Runs parked on an approval (exit mode) have no shim on purpose.
+/// Runs parked on an approval or ended as stalled by their shim (an exit code recorded) have
+/// no shim on purpose, and are not even read.
 pub fn vanished(conn: &Connection) -> db::Result<BTreeMap<String, Vanished>> {
-    let live = runs::list(
-        conn,
-        &RunFilter {
-            statuses: vec![
-                RunStatus::Running,
-                RunStatus::Stalled,
-                RunStatus::WaitingApproval,
-            ],
-            limit: Some(LIVE_LIMIT),
-            ..RunFilter::default()
-        },
-    )?;
+    let live = runs::supervised(conn, Some(LIVE_LIMIT))?;
     let host = proc::hostname();
     Ok(live
         .iter()
-        .filter(|r| !control::is_parked(r))
+        .filter(|r| !control::ended_on_purpose(r))
         .filter_map(|r| {
             control::shim_gone(r, &host).map(|why| {
                 (
