@@ -604,6 +604,7 @@ pub fn find_answer(
                 "SELECT {COLUMNS} FROM approvals
                  WHERE request_fingerprint = ?1 AND prompt_fingerprint = ?2
                    AND status != 'pending' AND consumed_at IS NULL
+                   AND decision_channel IS NOT 'system:run-ended'
                  ORDER BY decided_at DESC, approval_id DESC LIMIT 1"
             ),
             params![request_fingerprint, prompt_fingerprint],
@@ -675,12 +676,22 @@ pub fn consume(tx: &Transaction<'_>, approval_id: &str, by_run: &str, actor: &st
     Ok(changed > 0)
 }
 
-/// Gives back the approvals run `by_run` consumed: it stopped at a later prompt (exit 90),
-/// and its re-run must be able to answer the earlier prompts again.
-pub fn release_consumed(tx: &Transaction<'_>, by_run: &str, actor: &str) -> Result<usize> {
+/// Gives back the approvals run `by_run` consumed (all of them, or only `only`): it stopped
+/// at a later prompt (exit 90), and its re-run must be able to answer the earlier prompts
+/// again; or the prompt went away before the answer could be typed.
+pub fn release_consumed(
+    tx: &Transaction<'_>,
+    by_run: &str,
+    only: Option<&str>,
+    why: &str,
+    actor: &str,
+) -> Result<usize> {
     let ids: Vec<String> = {
-        let mut stmt = tx.prepare("SELECT approval_id FROM approvals WHERE consumed_by = ?1")?;
-        stmt.query_map([by_run], |r| r.get(0))?
+        let mut stmt = tx.prepare(
+            "SELECT approval_id FROM approvals
+             WHERE consumed_by = ?1 AND (?2 IS NULL OR approval_id = ?2)",
+        )?;
+        stmt.query_map(params![by_run, only], |r| r.get(0))?
             .collect::<rusqlite::Result<Vec<_>>>()?
     };
     for id in &ids {
@@ -695,7 +706,7 @@ pub fn release_consumed(tx: &Transaction<'_>, by_run: &str, actor: &str) -> Resu
                 tool_run_id: Some(by_run),
                 approval_id: Some(id),
                 actor,
-                data: serde_json::json!({ "released_by": by_run, "why": "the run stopped at a later prompt" }),
+                data: serde_json::json!({ "released_by": by_run, "why": why }),
             },
         )?;
     }
@@ -931,7 +942,10 @@ pub(crate) mod tests {
         assert!(!db::write(&mut conn, |tx| consume(tx, "AP-1", "TR-3", "shim")).unwrap());
         assert!(find_answer(&conn, "req", "prm").unwrap().is_none());
         assert_eq!(
-            db::write(&mut conn, |tx| release_consumed(tx, "TR-2", "shim")).unwrap(),
+            db::write(&mut conn, |tx| release_consumed(
+                tx, "TR-2", None, "test", "shim"
+            ))
+            .unwrap(),
             1
         );
         assert!(find_answer(&conn, "req", "prm").unwrap().is_some());

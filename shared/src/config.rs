@@ -505,6 +505,9 @@ fn line_of(text: &str, offset: usize) -> usize {
 #[derive(Debug, Clone, Default)]
 pub struct Config {
     pub layers: Vec<(PathBuf, ConfigFile)>,
+    /// What was read but not taken (policies or a notify hook in a project file), one line
+    /// each, naming file, line and key: the shim says them on stderr, `doctor` lists them.
+    pub warnings: Vec<String>,
 }
 
 impl Config {
@@ -519,20 +522,39 @@ impl Config {
             }
             None => {
                 if let Some(file) = paths::user_config_file(env)
-                    && let Some(cfg) = read_if_exists(&file)?
+                    && let Some((cfg, _)) = read_if_exists(&file)?
                 {
                     layers.push((file, cfg));
                 }
             }
         }
+        let mut warnings = Vec::new();
         for dir in cwd.ancestors() {
             let file = dir.join(PROJECT_FILE);
-            if let Some(cfg) = read_if_exists(&file)? {
+            if let Some((mut cfg, text)) = read_if_exists(&file)? {
+                // A project file travels with the code (a cloned repository, a directory the
+                // supervised tool can write): it may tune thresholds and describe prompts,
+                // but what decides or runs commands without a person — policies and the
+                // notify hook — is taken from the user's own file only.
+                for (key, present) in [
+                    ("policies", !cfg.policies.is_empty()),
+                    ("notify", cfg.notify.is_some()),
+                ] {
+                    if present {
+                        warnings.push(format!(
+                            "{}{}: `{key}` ignored: policies and the notify hook are read only from the user config, never from a project's {PROJECT_FILE}",
+                            file.display(),
+                            key_line(&text, key).map(|l| format!(":{l}")).unwrap_or_default(),
+                        ));
+                    }
+                }
+                cfg.policies.clear();
+                cfg.notify = None;
                 layers.push((file, cfg));
                 break;
             }
         }
-        Ok(Config { layers })
+        Ok(Config { layers, warnings })
     }
 
     /// The files' settings for `tool`: each layer's defaults then its `[tools.TOOL]`.
@@ -580,9 +602,27 @@ fn read_file(file: &Path) -> Result<ConfigFile, ConfigError> {
     ConfigFile::parse(file, &text)
 }
 
-fn read_if_exists(file: &Path) -> Result<Option<ConfigFile>, ConfigError> {
+/// The first line that opens table `key` or assigns it at the top level.
+fn key_line(text: &str, key: &str) -> Option<usize> {
+    text.lines()
+        .position(|l| {
+            let l = l.trim_start();
+            let rest = l
+                .strip_prefix("[[")
+                .or_else(|| l.strip_prefix('['))
+                .unwrap_or(l)
+                .trim_start();
+            rest.strip_prefix(key).is_some_and(|after| {
+                let after = after.trim_start();
+                after.starts_with(']') || after.starts_with('=') || after.starts_with('.')
+            })
+        })
+        .map(|i| i + 1)
+}
+
+fn read_if_exists(file: &Path) -> Result<Option<(ConfigFile, String)>, ConfigError> {
     match std::fs::read_to_string(file) {
-        Ok(text) => ConfigFile::parse(file, &text).map(Some),
+        Ok(text) => ConfigFile::parse(file, &text).map(|c| Some((c, text))),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
         Err(source) => Err(ConfigError::Read {
             file: file.to_path_buf(),
@@ -777,6 +817,49 @@ command = ["/bin/true"]
         let bad = |k: &str| (k == "HEADLESS_RUN_TIMEOUT").then(|| OsString::from("soon"));
         let err = env_settings(&bad).unwrap_err().to_string();
         assert!(err.contains("HEADLESS_RUN_TIMEOUT"), "{err}");
+    }
+
+    #[test]
+    fn a_project_file_cannot_bring_policies_or_a_notify_hook() {
+        let tmp = tempfile::tempdir().unwrap();
+        let user = tmp.path().join("user.toml");
+        std::fs::write(
+            &user,
+            "[[policies]]\nname = \"mine\"\nvalue = \"y\"\n[notify]\ncommand = [\"true\"]\n",
+        )
+        .unwrap();
+        let proj = tmp.path().join("repo");
+        std::fs::create_dir_all(&proj).unwrap();
+        std::fs::write(
+            proj.join(PROJECT_FILE),
+            "[defaults]\nstall_timeout = \"1m\"\n\n[[policies]]\nname = \"sneaky\"\nvalue = \"y\"\n\n[notify]\ncommand = [\"curl\"]\n",
+        )
+        .unwrap();
+        let vars: HashMap<&str, OsString> = [("HEADLESS_RUN_CONFIG", OsString::from(&user))]
+            .into_iter()
+            .collect();
+        let env = |k: &str| vars.get(k).cloned();
+        let cfg = Config::load(&proj, &env).unwrap();
+        let names: Vec<&str> = cfg.policies().map(|p| p.name.as_str()).collect();
+        assert_eq!(names, ["mine"]);
+        assert_eq!(cfg.notify().unwrap().command, ["true"]);
+        assert_eq!(
+            cfg.settings_for("x").resolve().stall_timeout,
+            Some(Duration::from_secs(60))
+        );
+        assert_eq!(cfg.warnings.len(), 2, "{:?}", cfg.warnings);
+        assert!(
+            cfg.warnings[0].contains(".headless-run.toml:4: `policies` ignored"),
+            "{:?}",
+            cfg.warnings
+        );
+        assert!(
+            cfg.warnings[1].contains(".headless-run.toml:8: `notify` ignored"),
+            "{:?}",
+            cfg.warnings
+        );
+        assert_eq!(key_line("a = 1\n  [ notify . x ]\n", "notify"), Some(2));
+        assert_eq!(key_line("notifyx = 1\n", "notify"), None);
     }
 
     #[test]

@@ -46,8 +46,9 @@ pub struct Asker {
 pub struct PromptRequest {
     pub prompt: Prompt,
     pub prompt_fingerprint: String,
-    /// A config policy that matched: (name, value).
-    pub policy: Option<(String, String)>,
+    /// The config policies that matched, in config order: (name, value). The first whose
+    /// value answers the prompt (or rejects it) decides; a remembered decision comes after.
+    pub policies: Vec<(String, String)>,
     pub ttl: Option<Duration>,
     pub on_expire: OnExpire,
 }
@@ -76,6 +77,8 @@ pub struct Effects {
     pub events: Vec<LogEvent>,
     /// This run's new status, if it changed.
     pub status: Option<RunStatus>,
+    /// Said once on stderr (a policy whose value does not answer the prompt).
+    pub warnings: Vec<String>,
 }
 
 fn status_event(
@@ -146,6 +149,11 @@ pub fn resolve(
 ) -> db::Result<(PromptResolution, Effects)> {
     db::write(conn, |tx| {
         let mut fx = Effects::default();
+        // Overdue approvals are expired first, so a re-run after the TTL finds the expiry
+        // (rejected, or the default answer) rather than a pending approval nobody decides.
+        for a in approvals::expire_due(tx)? {
+            fx.events.push(a.status_event());
+        }
         let answerable = |a: &Approval| {
             a.chosen_value
                 .as_deref()
@@ -178,24 +186,40 @@ pub fn resolve(
                 )
             });
         }
-        // 2. A policy: from config, else a remembered decision.
+        // 2. A policy: the config's, in order, then a remembered decision.
         let mut fresh = approval_for(who, req);
-        let remembered = match &req.policy {
-            Some(_) => None,
-            None => policy::find_remembered(tx, &who.tool, &req.prompt_fingerprint)?
-                .map(|p| (p.name, p.value)),
-        };
-        if let Some((name, value)) = req.policy.clone().or(remembered)
-            && let Ok(Resolution {
-                status: ApprovalStatus::Approved,
-                chosen_value: Some(chosen),
-            }) = approvals::resolve_value(&fresh, &value)
-            && req.prompt.keys_for(&chosen, true).is_some()
-        {
+        let mut candidates = req.policies.clone();
+        if let Some(p) = policy::find_remembered(tx, &who.tool, &req.prompt_fingerprint)? {
+            candidates.push((p.name, p.value));
+        }
+        for (name, value) in candidates {
+            let decided = match approvals::resolve_value(&fresh, &value) {
+                Ok(r) if r.status == ApprovalStatus::Rejected => Some(r),
+                Ok(r)
+                    if r.chosen_value
+                        .as_deref()
+                        .is_some_and(|v| req.prompt.keys_for(v, true).is_some()) =>
+                {
+                    Some(r)
+                }
+                _ => None,
+            };
+            let Some(Resolution {
+                status,
+                chosen_value,
+            }) = decided
+            else {
+                fx.warnings.push(format!(
+                    "policy {name}: `{value}` is not an answer to {:?} (valid: {}); asking for a decision instead",
+                    req.prompt.prompt_line,
+                    fresh.valid_values().join(", ")
+                ));
+                continue;
+            };
             let channel = format!("policy:{name}");
             let now = time::now_rfc3339();
-            fresh.status = ApprovalStatus::Approved;
-            fresh.chosen_value = Some(chosen.clone());
+            fresh.status = status;
+            fresh.chosen_value = chosen_value.clone();
             fresh.decided_at = Some(now.clone());
             fresh.decided_by = Some(channel.clone());
             fresh.decision_channel = Some(channel.clone());
@@ -204,10 +228,13 @@ pub fn resolve(
             approvals::insert(tx, &fresh, &channel)?;
             fx.events.push(fresh.needed_event());
             fx.events.push(fresh.status_event());
+            let approval = Box::new(fresh);
             return Ok((
-                PromptResolution::Answer {
-                    approval: Box::new(fresh),
-                    value: chosen,
+                match (status, chosen_value) {
+                    (ApprovalStatus::Approved, Some(value)) => {
+                        PromptResolution::Answer { approval, value }
+                    }
+                    _ => PromptResolution::Rejected { approval },
                 },
                 fx,
             ));
@@ -370,7 +397,7 @@ pub fn cooperative(
                     alternative: None,
                 },
                 prompt_fingerprint: prompt_fp.clone(),
-                policy: None,
+                policies: Vec::new(),
                 ttl,
                 on_expire,
             },

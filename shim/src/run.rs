@@ -132,6 +132,9 @@ fn run(inv: Invocation) -> Result<u8, Failure> {
         .into_owned();
     let config =
         Config::load(&cwd, &env).map_err(|e| Failure::new(shim::SHIM_FAILED, e.to_string()))?;
+    for w in &config.warnings {
+        eprintln!("headless-run: warning: {w}");
+    }
     let mut settings = config.settings_for(&tool_name);
     settings.overlay(
         &config::env_settings(&env).map_err(|e| Failure::new(shim::SHIM_FAILED, e.to_string()))?,
@@ -254,7 +257,7 @@ fn run(inv: Invocation) -> Result<u8, Failure> {
             exit_code: i32::from(*code),
         }),
         Ok(RunOutcome::ApprovalPending { .. }) => {
-            store.send(StoreMsg::ReleaseConsumed);
+            store.send(StoreMsg::ReleaseConsumed(None));
             store.send(StoreMsg::Status(change.clone(), Replace::AnyButCancelled));
         }
         _ => {

@@ -2,6 +2,8 @@
 //! colours, cursor moves and redraws; what is left is plain text, the cursor's line (the
 //! prompt line) and the last non-empty lines (the question).
 
+use hr_shared::prompt;
+
 /// What the screen shows at one instant.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ScreenText {
@@ -72,10 +74,35 @@ impl ScreenText {
     }
 }
 
-/// A line that ends the way questions and prompts end.
+/// A line that ends the way questions and prompts end: `?`, `:`, `>`, or a closing bracket
+/// around choices (`[y/N]`, `(yes/no)`, `[1-3]`) — not any closing bracket, so that
+/// `Build finished (2 warnings)` or a progress bar `[=====]` is not taken for a question.
 pub fn looks_like_question(line: &str) -> bool {
     let t = line.trim_end();
-    t.ends_with('?') || t.ends_with(':') || t.ends_with('>') || t.ends_with(']') || t.ends_with(')')
+    if t.ends_with('?') || t.ends_with(':') || t.ends_with('>') || prompt::offers_choices(t) {
+        return true;
+    }
+    let open = match t.chars().last() {
+        Some(']') => '[',
+        Some(')') => '(',
+        _ => return false,
+    };
+    let Some(start) = t.rfind(open) else {
+        return false;
+    };
+    let inside = t[start + 1..t.len() - 1].trim();
+    let range = inside
+        .split_once('-')
+        .is_some_and(|(a, b)| is_number(a.trim()) && is_number(b.trim()));
+    t[..start].contains('?')
+        || range
+        || ((inside.contains('/') || inside.contains('|'))
+            && inside.len() <= 40
+            && !inside.contains(char::is_whitespace))
+}
+
+fn is_number(s: &str) -> bool {
+    !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit())
 }
 
 #[cfg(test)]
@@ -103,6 +130,29 @@ mod tests {
         assert!(!screen(b"").shows_question());
         assert!(!screen(b"reading input from stdin\n").shows_question());
         assert!(screen(b"Name:\n").shows_question());
+    }
+
+    #[test]
+    fn closing_brackets_are_questions_only_around_choices() {
+        for q in [
+            "Continue [y/N]",
+            "Proceed (yes/no)",
+            "Overwrite? (y)",
+            "Pick one [1-3]",
+            "Mode (fast|safe)",
+            "Install (Y)es/(N)o/(A)ll",
+        ] {
+            assert!(looks_like_question(q), "{q}");
+        }
+        for not in [
+            "Build finished (2 warnings)",
+            "100% [==========]",
+            "[INFO] done (took 3s)",
+            "see docs (https://example.com/a b)",
+            "(eof)",
+        ] {
+            assert!(!looks_like_question(not), "{not}");
+        }
     }
 
     #[test]

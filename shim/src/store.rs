@@ -75,8 +75,9 @@ pub enum StoreMsg {
     Consume(String),
     /// The run ended without a decision on its pending approvals: close them.
     Abandon(String),
-    /// The run stops at a prompt (exit 90): give back the answers it used, for its re-run.
-    ReleaseConsumed,
+    /// Give back answers this run used: all of them (`None`: it stops at a prompt, exit 90,
+    /// and its re-run needs them again), or one that could not be typed after all.
+    ReleaseConsumed(Option<String>),
     Shutdown,
 }
 
@@ -179,7 +180,7 @@ enum Op {
     Status(StatusChange, Replace),
     Cancelled { exit_code: i32, at: String },
     Consume(String),
-    Release,
+    Release(Option<String>),
     Abandon(String),
 }
 
@@ -319,7 +320,7 @@ impl StoreThread {
                     // A run that never asked has nothing to abandon: no query for it.
                     StoreMsg::Abandon(why) if self.asked => ops.push(Op::Abandon(why)),
                     StoreMsg::Abandon(_) => {}
-                    StoreMsg::ReleaseConsumed => ops.push(Op::Release),
+                    StoreMsg::ReleaseConsumed(one) => ops.push(Op::Release(one)),
                     StoreMsg::Prompt(req, reply) => {
                         self.asked = true;
                         self.flush(std::mem::take(&mut ops));
@@ -437,6 +438,9 @@ impl StoreThread {
 
     /// Logs a transaction's events and notes this run's new status.
     fn apply(&mut self, fx: Effects) {
+        for w in &fx.warnings {
+            eprintln!("headless-run: warning: {w}");
+        }
         if let Some(st) = fx.status {
             self.status = st;
         }
@@ -516,8 +520,12 @@ impl StoreThread {
                     Op::Consume(approval_id) => {
                         approvals::consume(tx, approval_id, &id, &actor)?;
                     }
-                    Op::Release => {
-                        approvals::release_consumed(tx, &id, &actor)?;
+                    Op::Release(one) => {
+                        let why = match one {
+                            None => "the run stopped at a later prompt",
+                            Some(_) => "the prompt went away before the answer was typed",
+                        };
+                        approvals::release_consumed(tx, &id, one.as_deref(), why, &actor)?;
                     }
                     Op::Abandon(why) => {
                         abandoned = approvals::abandon_pending(tx, &id, why)?;
@@ -533,7 +541,7 @@ impl StoreThread {
                 let events: Vec<LogEvent> = abandoned.iter().map(Approval::status_event).collect();
                 self.apply(Effects {
                     events,
-                    status: None,
+                    ..Effects::default()
                 });
             }
             Err(e) => {

@@ -636,7 +636,7 @@ impl Supervisor<'_> {
         }
         let request = PromptRequest {
             prompt_fingerprint: fingerprint::prompt(&self.ctx.tool_name, &prompt.prompt_line),
-            policy: self.config_policy(&prompt),
+            policies: self.config_policies(&prompt),
             ttl: self.ctx.settings.approval_ttl,
             on_expire: self.ctx.settings.on_expire,
             prompt: prompt.clone(),
@@ -668,8 +668,8 @@ impl Supervisor<'_> {
         }
     }
 
-    /// The first config policy whose conditions hold for this prompt: (name, value).
-    fn config_policy(&self, p: &Prompt) -> Option<(String, String)> {
+    /// The config policies whose conditions hold for this prompt, in order: (name, value).
+    fn config_policies(&self, p: &Prompt) -> Vec<(String, String)> {
         let argv = self.ctx.argv();
         let cwd = self.ctx.cwd.to_string_lossy();
         let facts = PromptFacts {
@@ -682,8 +682,9 @@ impl Supervisor<'_> {
         self.ctx
             .config
             .policies()
-            .find(|pol| policy::config_matches(pol, &facts))
+            .filter(|pol| policy::config_matches(pol, &facts))
             .map(|pol| (pol.name.clone(), pol.value.clone()))
+            .collect()
     }
 
     fn poll_resolving(&mut self, now: Instant) {
@@ -706,9 +707,12 @@ impl Supervisor<'_> {
             Ok(PromptResolution::Answer { approval, value }) => {
                 if self.output_seq != r.seq {
                     eprintln!(
-                        "headless-run: {}: the prompt went away before {} could answer it; the answer was not typed",
+                        "headless-run: {}: the prompt went away before {} could answer it; the answer was not typed (it stays for the prompt's return)",
                         self.ctx.tool_name, approval.approval_id
                     );
+                    self.store.send(StoreMsg::ReleaseConsumed(Some(
+                        approval.approval_id.clone(),
+                    )));
                     return;
                 }
                 self.type_answer(&r.prompt, r.canonical, &value, &approval);

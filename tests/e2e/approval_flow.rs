@@ -82,6 +82,20 @@ fn exit_mode_reject_ends_the_rerun_with_91() {
         "failed",
         "the asking run is closed too"
     );
+    let decided = env.events_about("approval_status_change", &id);
+    assert_eq!(decided.len(), 1, "{decided:#?}");
+    assert_eq!(decided[0]["status"], "rejected");
+    assert_eq!(
+        env.logged_statuses(s(&runs[0], "tool_run_id")),
+        // Asked, then parked by its exit 90, then closed by the re-run.
+        ["running", "waiting_approval", "waiting_approval", "failed"]
+    );
+    assert_eq!(
+        env.logged_statuses(s(&runs[1], "tool_run_id")),
+        ["running", "failed"]
+    );
+    let end = env.events_about("tool_status_change", s(&runs[1], "tool_run_id"));
+    assert_eq!(end.last().unwrap()["exit_code"], 91);
 }
 
 #[test]
@@ -325,6 +339,27 @@ fn a_cooperative_tool_asks_with_a_json_line_and_is_resumed_by_the_worker() {
     );
     let ap = &env.approvals()[0];
     assert_eq!(s(ap, "consumed_by"), s(&runs[1], "tool_run_id"));
+    let id = s(ap, "approval_id");
+    let needed = env.events_about("approval_needed", id);
+    assert_eq!(needed.len(), 1, "{needed:#?}");
+    assert_eq!(needed[0]["question"], "Deploy to prod?");
+    assert_eq!(needed[0]["tool_run_id"], s(&runs[0], "tool_run_id"));
+    let decided = env.events_about("approval_status_change", id);
+    assert_eq!(decided[0]["status"], "approved");
+    assert_eq!(decided[0]["chosen_value"], "ship");
+    assert_eq!(
+        env.logged_statuses(s(&runs[0], "tool_run_id")),
+        [
+            "running",
+            "waiting_approval",
+            "waiting_approval",
+            "completed"
+        ]
+    );
+    assert_eq!(
+        env.logged_statuses(s(&runs[1], "tool_run_id")),
+        ["running", "completed"]
+    );
 }
 
 #[test]
@@ -350,6 +385,17 @@ fn a_callers_own_auto_approval_answers_nothing() {
         .run();
     out.expect_code(90);
     assert!(!out.out().contains("resumed with"), "{}", out.out());
+    // Nothing was decided or consumed: both approvals still wait for a person.
+    for a in env.approvals() {
+        assert_eq!(s(&a, "status"), "pending", "{a:#?}");
+        assert!(a["consumed_at"].is_null(), "{a:#?}");
+    }
+    assert!(
+        env.log_event_names()
+            .iter()
+            .all(|e| e != "approval_status_change"),
+        "no decision was logged"
+    );
 }
 
 #[test]
@@ -375,8 +421,85 @@ when = [{ field = "prompt", op = "glob", value = "*.tmp'?" }]
     assert_eq!(s(ap, "decision_channel"), "policy:tmp-files");
     assert_eq!(s(ap, "chosen_value"), "y");
     assert!(ap["consumed_at"].is_string());
+    let id = s(ap, "approval_id").to_owned();
+    let decided = env.events_about("approval_status_change", &id);
+    assert_eq!(decided.len(), 1, "{decided:#?}");
+    assert_eq!(decided[0]["status"], "approved");
+    assert_eq!(decided[0]["chosen_value"], "y");
+    assert_eq!(env.events_about("approval_needed", &id).len(), 1);
+    let audit = env.audit_of(&id);
+    assert_eq!(s(&audit[0], "event"), "approval_needed");
+    assert_eq!(s(&audit[0], "actor"), "policy:tmp-files");
     rm_i(&env, "keep.txt").run().expect_code(90);
     assert!(env.work().join("keep.txt").exists());
+}
+
+#[test]
+fn a_policy_can_reject_and_one_whose_value_does_not_fit_is_named() {
+    let env = TestEnv::new();
+    env.write_config(
+        r#"
+[[policies]]
+name = "confused"
+tool = "rm"
+value = "maybe"
+
+[[policies]]
+name = "no-deletes"
+tool = "rm"
+value = "reject"
+"#,
+    );
+    std::fs::write(env.work().join("precious.txt"), "x").unwrap();
+    let out = rm_i(&env, "precious.txt").run();
+    out.expect_code(91);
+    assert!(env.work().join("precious.txt").exists());
+    assert!(
+        out.stderr
+            .contains("policy confused: `maybe` is not an answer"),
+        "{}",
+        out.stderr
+    );
+    let ap = &env.approvals()[0];
+    assert_eq!(s(ap, "status"), "rejected");
+    assert_eq!(s(ap, "decided_by"), "policy:no-deletes");
+    let run = env.only_run();
+    assert_eq!(s(&run, "status"), "failed");
+    assert_eq!(n(&run, "exit_code"), 91);
+    let id = s(ap, "approval_id");
+    assert_eq!(
+        env.events_about("approval_status_change", id)[0]["status"],
+        "rejected"
+    );
+    assert_eq!(
+        env.logged_statuses(s(&run, "tool_run_id")),
+        ["running", "failed"]
+    );
+}
+
+#[test]
+fn a_project_file_cannot_approve_its_own_prompts() {
+    let env = TestEnv::new();
+    std::fs::write(
+        env.work().join(".headless-run.toml"),
+        "[defaults]\nprompt_idle = \"200ms\"\n\n[[policies]]\nname = \"self\"\nvalue = \"y\"\n",
+    )
+    .unwrap();
+    std::fs::write(env.work().join("f.txt"), "x").unwrap();
+    let out = rm_i(&env, "f.txt").run();
+    out.expect_code(90);
+    assert!(env.work().join("f.txt").exists());
+    assert!(
+        out.stderr
+            .contains(".headless-run.toml:4: `policies` ignored"),
+        "{}",
+        out.stderr
+    );
+    assert_eq!(s(&env.pending_approval(), "status"), "pending");
+    // doctor names it too.
+    let doc = env.monitor().arg("doctor").run();
+    doc.expect_code(1);
+    assert!(doc.out().contains("`policies` ignored"), "{}", doc.out());
 }
 
 #[test]
@@ -394,6 +517,13 @@ fn an_expired_approval_ends_a_waiting_tool_or_takes_the_default() {
     assert_eq!(s(ap, "status"), "expired");
     assert_eq!(s(ap, "decided_by"), "system:expiry");
     assert!(ap["chosen_value"].is_null());
+    let expired = env.events_about("approval_status_change", s(ap, "approval_id"));
+    assert_eq!(expired.len(), 1, "{expired:#?}");
+    assert_eq!(expired[0]["status"], "expired");
+    assert_eq!(
+        env.logged_statuses(s(&env.only_run(), "tool_run_id")),
+        ["running", "waiting_approval", "failed"]
+    );
 
     let env = TestEnv::new();
     let out = env
@@ -409,6 +539,52 @@ fn an_expired_approval_ends_a_waiting_tool_or_takes_the_default() {
     let ap = &env.approvals()[0];
     assert_eq!(s(ap, "status"), "expired");
     assert_eq!(s(ap, "chosen_value"), "y");
+}
+
+#[test]
+fn an_approval_that_expired_unseen_ends_a_hand_rerun_with_91_or_its_default() {
+    // Exit mode with no worker and no reconcile running: the re-run itself notices the
+    // expiry instead of taking the overdue approval over.
+    let env = TestEnv::new();
+    std::fs::write(env.work().join("old.txt"), "x").unwrap();
+    rm_i(&env, "old.txt")
+        .env("HEADLESS_RUN_APPROVAL_TTL", "1s")
+        .run()
+        .expect_code(90);
+    let id = s(&env.pending_approval(), "approval_id").to_owned();
+    std::thread::sleep(Duration::from_millis(1100));
+    let out = rm_i(&env, "old.txt").run();
+    out.expect_code(91);
+    assert!(env.work().join("old.txt").exists());
+    let ap = &env.approvals()[0];
+    assert_eq!(env.approvals().len(), 1);
+    assert_eq!(s(ap, "status"), "expired");
+    assert_eq!(s(ap, "decided_by"), "system:expiry");
+    let runs = env.runs();
+    assert_eq!(s(&runs[0], "status"), "failed", "{runs:#?}");
+    assert_eq!(s(&runs[1], "status"), "failed");
+    assert_eq!(n(&runs[1], "exit_code"), 91);
+    assert_eq!(
+        env.events_about("approval_status_change", &id)[0]["status"],
+        "expired"
+    );
+
+    let env = TestEnv::new();
+    let ask = |env: &TestEnv| {
+        let mut c = env.shim();
+        c.arg(tool()).args(["ask", "Go? [Y/n] "]);
+        c
+    };
+    ask(&env)
+        .env("HEADLESS_RUN_APPROVAL_TTL", "1s")
+        .env("HEADLESS_RUN_ON_EXPIRE", "default")
+        .run()
+        .expect_code(90);
+    std::thread::sleep(Duration::from_millis(1100));
+    let out = ask(&env).run();
+    out.expect_code(0);
+    assert!(out.out().ends_with("got y\n"), "{:?}", out.out());
+    assert_eq!(s(&env.approvals()[0], "chosen_value"), "y");
 }
 
 #[test]

@@ -225,6 +225,24 @@ impl TestEnv {
             .collect()
     }
 
+    /// The combined log's events named `event` that concern `id` (a run's or an approval's
+    /// id), in order.
+    pub fn events_about(&self, event: &str, id: &str) -> Vec<Value> {
+        self.log_events()
+            .into_iter()
+            .filter(|e| e["event"] == event && (e["tool_run_id"] == id || e["approval_id"] == id))
+            .collect()
+    }
+
+    /// The statuses a run went through according to the combined log's
+    /// `tool_status_change` events.
+    pub fn logged_statuses(&self, run_id: &str) -> Vec<String> {
+        self.events_about("tool_status_change", run_id)
+            .iter()
+            .filter_map(|e| e["status"].as_str().map(str::to_owned))
+            .collect()
+    }
+
     /// The audit rows (`events` table) of one approval.
     pub fn audit_of(&self, approval_id: &str) -> Vec<Map<String, Value>> {
         rows_of(

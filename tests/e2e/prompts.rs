@@ -150,6 +150,20 @@ fn expect_secret_refused(env: &TestEnv, out: &Outcome, prompt: &str) {
         !out.out().contains("typed"),
         "nothing was typed into the prompt"
     );
+    let id = s(&run, "tool_run_id");
+    assert_eq!(env.logged_statuses(id), ["running", "failed"]);
+    let end = env.events_about("tool_status_change", id);
+    assert_eq!(end[1]["exit_code"], 93);
+    assert!(
+        end[1]["reason"].as_str().unwrap().contains(prompt),
+        "{end:#?}"
+    );
+    assert!(
+        !env.log_event_names()
+            .iter()
+            .any(|e| e.starts_with("approval")),
+        "a secret is never an approval event"
+    );
 }
 
 #[test]
@@ -279,7 +293,35 @@ fn a_reader_thread_behind_a_waiting_main_thread_is_detected() {
 fn expect_no_prompt(env: &TestEnv, out: &Outcome) {
     out.expect_code(0);
     assert!(env.approvals().is_empty(), "{:#?}", env.approvals());
-    assert_eq!(s(&env.only_run(), "status"), "completed");
+    let run = env.only_run();
+    assert_eq!(s(&run, "status"), "completed");
+    assert_eq!(
+        env.logged_statuses(s(&run, "tool_run_id")),
+        ["running", "completed"]
+    );
+    assert!(
+        !env.log_event_names()
+            .iter()
+            .any(|e| e.starts_with("approval")),
+        "nothing was asked"
+    );
+}
+
+#[test]
+fn a_log_line_in_brackets_before_a_read_is_not_a_question() {
+    let env = TestEnv::new();
+    let out = env
+        .shim()
+        .args([
+            "sh",
+            "-c",
+            "echo 'Build finished (2 warnings)'; read x; echo \"read:[$x]\"",
+        ])
+        .run();
+    // The read gets EOF, as it would from /dev/null, and `read` fails: exit 0 only from
+    // the echo after it.
+    expect_no_prompt(&env, &out);
+    assert_eq!(out.out(), "Build finished (2 warnings)\nread:[]\n");
 }
 
 #[test]

@@ -228,7 +228,12 @@ fn check_database(ctx: &Ctx, r: &mut Report) {
 fn check_config(r: &mut Report) {
     let cwd = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("/"));
     match config::Config::load(&cwd, &paths::real_env) {
-        Ok(_) => r.ok("configuration parses"),
+        Ok(cfg) if cfg.warnings.is_empty() => r.ok("configuration parses"),
+        Ok(cfg) => {
+            for w in &cfg.warnings {
+                r.fail(sanitize_line(w));
+            }
+        }
         Err(e) => r.fail(sanitize_line(&e.to_string())),
     }
 }
