@@ -23,7 +23,7 @@ use hr_shared::prompt::Prompt;
 use hr_shared::runs::{self, Guard, StatusChange};
 use hr_shared::sanitize::{sanitize_line, sanitize_text};
 use hr_shared::status::{ApprovalStatus, RunStatus};
-use hr_shared::{fingerprint, id, time};
+use hr_shared::{fingerprint, id, proc, time};
 use rusqlite::{Connection, Transaction};
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -239,10 +239,24 @@ pub fn resolve(
                 fx,
             ));
         }
-        // 3. A retry asking the same question takes the pending approval over.
+        // 3. A retry asking the same question takes the pending approval over — only from
+        //    a run nobody supervises any more (parked by exit 90, or its shim gone): a
+        //    twin still waiting for it in wait mode keeps it, and this run asks anew.
+        let pending = approvals::find_pending(tx, &who.request_fingerprint, &req.prompt_fingerprint)?
+            .filter(|old| old.tool_run_id != who.tool_run_id);
+        let pending = match pending {
+            Some(old) => {
+                let orphaned = runs::get(tx, &old.tool_run_id)?.is_none_or(|run| {
+                    control::is_parked(&run)
+                        || control::shim_gone(&run, &proc::hostname()).is_some()
+                });
+                orphaned.then_some(old)
+            }
+            None => None,
+        };
         let (approval, taken_over) =
-            match approvals::find_pending(tx, &who.request_fingerprint, &req.prompt_fingerprint)? {
-                Some(old) if old.tool_run_id != who.tool_run_id => {
+            match pending {
+                Some(old) => {
                     approvals::move_to_run(tx, &old.approval_id, &who.tool_run_id)?;
                     let change = StatusChange::to(
                         RunStatus::Cancelled,

@@ -307,6 +307,54 @@ fn a_retry_while_pending_takes_the_approval_over() {
 }
 
 #[test]
+fn twin_commands_waiting_at_once_each_get_their_own_approval() {
+    // The same command twice in wait mode: the second must not take the first one's
+    // approval over while the first still waits for it (both would type the decision).
+    let env = TestEnv::new();
+    let twin = |env: &TestEnv| {
+        env.shim()
+            .args(["--on-prompt", "wait"])
+            .arg(tool())
+            .args(["ask", "Go? [y/N] "])
+            .spawn()
+    };
+    let first = twin(&env);
+    let a1 = s(&env.pending_approval(), "approval_id").to_owned();
+    let second = twin(&env);
+    assert!(
+        wait_until(Duration::from_secs(20), || env
+            .approvals()
+            .iter()
+            .filter(|a| a["status"] == "pending")
+            .count()
+            == 2),
+        "{:#?}",
+        env.approvals()
+    );
+    let runs = env.runs();
+    assert!(
+        runs.iter().all(|r| r["status"] == "waiting_approval"),
+        "{runs:#?}"
+    );
+    env.decide(&a1, "y").expect_code(0);
+    let out = first.wait();
+    out.expect_code(0);
+    assert!(out.out().ends_with("got y\n"), "{:?}", out.out());
+    let approvals = env.approvals();
+    let a2 = approvals
+        .iter()
+        .find(|a| a["status"] == "pending")
+        .expect("the twin's approval still waits");
+    assert_ne!(s(a2, "tool_run_id"), s(&approvals[0], "tool_run_id"));
+    env.decide(s(a2, "approval_id"), "n").expect_code(0);
+    let out = second.wait();
+    out.expect_code(0);
+    assert!(out.out().ends_with("got n\n"), "{:?}", out.out());
+    let runs = env.runs();
+    assert!(runs.iter().all(|r| r["status"] == "completed"), "{runs:#?}");
+}
+
+#[test]
 fn a_cooperative_tool_asks_with_a_json_line_and_is_resumed_by_the_worker() {
     let env = TestEnv::new();
     let out = env
