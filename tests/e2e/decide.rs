@@ -209,6 +209,23 @@ fn remember_stores_a_policy_for_the_prompt() {
         .run()
         .expect_code(2);
     assert_eq!(s(&approval_row(&env, &coop.id), "status"), "pending");
+    // Nor has a cooperative request, fingerprint or not: policies answer prompts only.
+    let mut coop = Approval::pending(&run, "Coop again?");
+    coop.insert(&env);
+    env.db()
+        .execute(
+            "UPDATE approvals SET prompt_kind = 'cooperative' WHERE approval_id = ?1",
+            [&coop.id],
+        )
+        .unwrap();
+    let out = env
+        .monitor()
+        .args(["decide", &coop.id, "yes", "--remember"])
+        .run();
+    out.expect_code(2);
+    assert!(out.stderr.contains("cooperative"), "{}", out.stderr);
+    assert_eq!(s(&approval_row(&env, &coop.id), "status"), "pending");
+    assert!(env.rows("policies").iter().all(|p| p["source_approval_id"] != coop.id.as_str()));
 }
 
 #[test]

@@ -4,7 +4,7 @@
 use crate::cli::Ctx;
 use crate::error::{CliError, CliResult};
 use crate::parse;
-use hr_shared::approvals::{self, Approval, DecideOutcome, Decider};
+use hr_shared::approvals::{self, Approval, DecideOutcome, Decider, PromptKind};
 use hr_shared::sanitize::sanitize_line;
 use hr_shared::status::ApprovalStatus;
 use hr_shared::{control, db, policy, proc};
@@ -57,9 +57,12 @@ pub fn run(ctx: &Ctx, args: Args) -> CliResult {
     let Some(before) = approvals::get(&conn, id)? else {
         return Err(CliError::not_found(format!("no approval {id}")));
     };
-    if args.remember && before.prompt_fingerprint.is_none() {
+    if args.remember
+        && (before.prompt_fingerprint.is_none()
+            || before.prompt_kind == Some(PromptKind::Cooperative))
+    {
         return Err(CliError::usage(format!(
-            "{id} has no prompt fingerprint (a cooperative tool's request), so there is nothing to remember; decide without --remember"
+            "{id} is a cooperative tool's request, which asks through AUTO_APPROVAL on a re-run, not at a prompt: there is nothing to remember; decide without --remember"
         )));
     }
     if args.remember
