@@ -3,6 +3,42 @@
 use serde::Serialize;
 use std::io::{self, Write};
 
+/// Writes to stdout like `print!`, but a closed pipe (`monitor runs | head -1`) ends the
+/// process quietly with exit 0 instead of a panic; any other write error exits 1 with a
+/// message. Called through [`out!`](crate::out) and [`outln!`](crate::outln), only after
+/// the command's work is committed.
+pub fn write_stdout(args: std::fmt::Arguments<'_>, newline: bool) {
+    let stdout = io::stdout();
+    let mut out = stdout.lock();
+    let written = out.write_fmt(args).and_then(|()| {
+        if newline {
+            out.write_all(b"\n")
+        } else {
+            Ok(())
+        }
+    });
+    if let Err(e) = written {
+        if e.kind() == io::ErrorKind::BrokenPipe {
+            std::process::exit(0);
+        }
+        eprintln!("monitor: cannot write to stdout: {e}");
+        std::process::exit(1);
+    }
+}
+
+/// `print!` to stdout, quiet on a closed pipe.
+#[macro_export]
+macro_rules! out {
+    ($($arg:tt)*) => { $crate::output::write_stdout(format_args!($($arg)*), false) };
+}
+
+/// `println!` to stdout, quiet on a closed pipe.
+#[macro_export]
+macro_rules! outln {
+    () => { $crate::output::write_stdout(format_args!(""), true) };
+    ($($arg:tt)*) => { $crate::output::write_stdout(format_args!($($arg)*), true) };
+}
+
 /// The width to fit: the terminal's, or `None` when stdout is not a terminal (no cutting).
 pub fn terminal_width() -> Option<usize> {
     // SAFETY: ws is a valid winsize for TIOCGWINSZ to fill.

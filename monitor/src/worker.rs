@@ -29,6 +29,7 @@ use hr_shared::sanitize::sanitize_line;
 use hr_shared::status::{ApprovalStatus, RunStatus};
 use hr_shared::{proc, time};
 use rusqlite::Connection;
+use std::io::Write as _;
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
@@ -129,7 +130,8 @@ impl Worker {
 
     fn say(&mut self, line: String) {
         self.actions += 1;
-        println!("{} {line}", time::now_rfc3339());
+        // A worker outlives whoever reads its output: a closed stdout is not its end.
+        let _ = writeln!(std::io::stdout().lock(), "{} {line}", time::now_rfc3339());
     }
 
     fn log(&self, events: &[LogEvent]) {

@@ -242,8 +242,9 @@ pub fn resolve(
         // 3. A retry asking the same question takes the pending approval over — only from
         //    a run nobody supervises any more (parked by exit 90, or its shim gone): a
         //    twin still waiting for it in wait mode keeps it, and this run asks anew.
-        let pending = approvals::find_pending(tx, &who.request_fingerprint, &req.prompt_fingerprint)?
-            .filter(|old| old.tool_run_id != who.tool_run_id);
+        let pending =
+            approvals::find_pending(tx, &who.request_fingerprint, &req.prompt_fingerprint)?
+                .filter(|old| old.tool_run_id != who.tool_run_id);
         let pending = match pending {
             Some(old) => {
                 let orphaned = runs::get(tx, &old.tool_run_id)?.is_none_or(|run| {
@@ -254,42 +255,41 @@ pub fn resolve(
             }
             None => None,
         };
-        let (approval, taken_over) =
-            match pending {
-                Some(old) => {
-                    approvals::move_to_run(tx, &old.approval_id, &who.tool_run_id)?;
-                    let change = StatusChange::to(
-                        RunStatus::Cancelled,
-                        Some(format!(
-                            "superseded by a retry, {}, which now waits for {}",
-                            who.tool_run_id, old.approval_id
-                        )),
-                    );
-                    if let Some(prev) = runs::change_status(
-                        tx,
+        let (approval, taken_over) = match pending {
+            Some(old) => {
+                approvals::move_to_run(tx, &old.approval_id, &who.tool_run_id)?;
+                let change = StatusChange::to(
+                    RunStatus::Cancelled,
+                    Some(format!(
+                        "superseded by a retry, {}, which now waits for {}",
+                        who.tool_run_id, old.approval_id
+                    )),
+                );
+                if let Some(prev) = runs::change_status(
+                    tx,
+                    &old.tool_run_id,
+                    &change,
+                    &who.actor,
+                    Guard::From(&[RunStatus::WaitingApproval]),
+                )? {
+                    fx.events.push(status_event(
                         &old.tool_run_id,
+                        &old.tool_name,
+                        old.execution_id.as_deref(),
+                        prev,
                         &change,
-                        &who.actor,
-                        Guard::From(&[RunStatus::WaitingApproval]),
-                    )? {
-                        fx.events.push(status_event(
-                            &old.tool_run_id,
-                            &old.tool_name,
-                            old.execution_id.as_deref(),
-                            prev,
-                            &change,
-                        ));
-                    }
-                    let moved = approvals::get(tx, &old.approval_id)?.unwrap_or(old);
-                    (moved, true)
+                    ));
                 }
-                // 4. A new question.
-                _ => {
-                    approvals::insert(tx, &fresh, &who.actor)?;
-                    fx.events.push(fresh.needed_event());
-                    (fresh, false)
-                }
-            };
+                let moved = approvals::get(tx, &old.approval_id)?.unwrap_or(old);
+                (moved, true)
+            }
+            // 4. A new question.
+            _ => {
+                approvals::insert(tx, &fresh, &who.actor)?;
+                fx.events.push(fresh.needed_event());
+                (fresh, false)
+            }
+        };
         wait_for(tx, who, &approval, &mut fx)?;
         Ok((
             PromptResolution::Pending {

@@ -225,7 +225,11 @@ fn remember_stores_a_policy_for_the_prompt() {
     out.expect_code(2);
     assert!(out.stderr.contains("cooperative"), "{}", out.stderr);
     assert_eq!(s(&approval_row(&env, &coop.id), "status"), "pending");
-    assert!(env.rows("policies").iter().all(|p| p["source_approval_id"] != coop.id.as_str()));
+    assert!(
+        env.rows("policies")
+            .iter()
+            .all(|p| p["source_approval_id"] != coop.id.as_str())
+    );
 }
 
 #[test]

@@ -84,3 +84,61 @@ fn runs_json_fields_are_the_columns() {
     assert_eq!(keys, cols);
     assert!(runs[0]["argv_json"].is_array());
 }
+
+#[test]
+fn a_reader_that_stops_early_ends_the_listing_quietly() {
+    // `monitor runs --limit 0 | head -1`: stdout becomes a closed pipe long before the
+    // listing ends; that is no error and never a panic.
+    let env = TestEnv::new();
+    ensure_db(&env);
+    let mut conn = env.db();
+    let tx = conn.transaction().unwrap();
+    for i in 0..3000 {
+        let mut run = Run::parked(&env, &["deploy", "--target", &format!("host-{i}")]);
+        run.status = "completed".into();
+        run.exit_code = Some(0);
+        run.completed_at = Some(now());
+        tx.execute(
+            "INSERT INTO tool_runs (tool_run_id, tool_name, execution_id, status, exit_code,
+                started_at, completed_at, host, argv_json, cwd, updated_at)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?7)",
+            rusqlite::params![
+                run.id,
+                run.tool,
+                run.execution_id,
+                run.status,
+                run.exit_code,
+                run.started_at,
+                run.completed_at,
+                run.host,
+                serde_json::to_string(&run.argv).unwrap(),
+                run.cwd,
+            ],
+        )
+        .unwrap();
+    }
+    tx.commit().unwrap();
+    drop(conn);
+    for args in [
+        vec!["runs", "--limit", "0"],
+        vec!["runs", "--limit", "0", "--json"],
+    ] {
+        let mut monitor = env.monitor();
+        monitor.args(&args);
+        let mut child = monitor
+            .cmd
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut stdout = child.stdout.take().unwrap();
+        let mut first = [0u8; 64];
+        std::io::Read::read_exact(&mut stdout, &mut first).unwrap();
+        drop(stdout);
+        let status = child.wait().unwrap();
+        let mut stderr = String::new();
+        std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut stderr).unwrap();
+        assert!(!stderr.contains("panicked"), "{args:?}: {stderr}");
+        assert_eq!(status.code(), Some(0), "{args:?}: {status:?} {stderr}");
+    }
+}

@@ -76,7 +76,7 @@ pub fn run(ctx: &Ctx, args: Args) -> CliResult {
         return Ok(output::print_json(&list)?);
     }
     if list.is_empty() {
-        println!(
+        crate::outln!(
             "no {}approvals",
             match args.status {
                 StatusArg::All => String::new(),
@@ -87,7 +87,7 @@ pub fn run(ctx: &Ctx, args: Args) -> CliResult {
     }
     let decided = args.status != StatusArg::Pending;
     let width = output::terminal_width();
-    print!("{}", table(&list, decided).render(width));
+    crate::out!("{}", table(&list, decided).render(width));
     Ok(())
 }
 
@@ -194,7 +194,7 @@ pub fn show(ctx: &Ctx, id: &str, json: bool) -> CliResult {
         return Ok(output::print_json(&a)?);
     }
     let field = |name: &str, value: Option<&str>| {
-        println!(
+        crate::outln!(
             "{name:<20} {}",
             value.map(sanitize_line).unwrap_or_else(|| "-".into())
         );
@@ -233,30 +233,30 @@ pub fn show(ctx: &Ctx, id: &str, json: bool) -> CliResult {
     field("resumed_run_id", a.resumed_run_id.as_deref());
     field("request_fingerprint", a.request_fingerprint.as_deref());
     field("prompt_fingerprint", a.prompt_fingerprint.as_deref());
-    println!("\noptions:");
+    crate::outln!("\noptions:");
     for o in &a.options_json {
         let default = if a.default_value.as_deref() == Some(o.value.as_str()) {
             "  (default)"
         } else {
             ""
         };
-        println!(
+        crate::outln!(
             "  {:<12} {}{default}",
             sanitize_line(&o.value),
             sanitize_line(&o.label)
         );
     }
     if a.allows_text {
-        println!("  (or any one line of text)");
+        crate::outln!("  (or any one line of text)");
     }
     if let Some(ctx_text) = &a.context {
-        println!("\ncontext:");
+        crate::outln!("\ncontext:");
         for line in hr_shared::sanitize::sanitize_text(ctx_text).lines() {
-            println!("  {line}");
+            crate::outln!("  {line}");
         }
     }
     if a.status == ApprovalStatus::Pending {
-        println!(
+        crate::outln!(
             "\ndecide: monitor decide {} {}",
             a.approval_id,
             a.valid_values()

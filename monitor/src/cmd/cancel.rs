@@ -41,14 +41,14 @@ pub fn run(ctx: &Ctx, args: Args) -> CliResult {
         &who,
     )? {
         CancelOutcome::Signalled { run, shim_pid } => {
-            println!(
+            crate::outln!(
                 "{id} {}; headless-run (pid {shim_pid}) told to end the tool",
                 sanitize_line(run.reason.as_deref().unwrap_or("cancelled"))
             );
             Ok(())
         }
         CancelOutcome::Marked { run } => {
-            println!(
+            crate::outln!(
                 "{id} {}; no live headless-run to signal (parked on an approval, or gone)",
                 sanitize_line(run.reason.as_deref().unwrap_or("cancelled"))
             );

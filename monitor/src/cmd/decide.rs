@@ -82,11 +82,11 @@ pub fn run(ctx: &Ctx, args: Args) -> CliResult {
     let out = control::decide_logged(&mut conn, &ctx.paths.combined_log(), id, &args.value, &who)?;
     let decided = match out {
         DecideOutcome::Decided(a) => {
-            println!("{}", decided_line(&a));
+            crate::outln!("{}", decided_line(&a));
             a
         }
         DecideOutcome::AlreadySame(a) => {
-            println!("already {}", decision_summary(&a));
+            crate::outln!("already {}", decision_summary(&a));
             a
         }
         DecideOutcome::Conflict(a) => {
@@ -169,7 +169,7 @@ fn remember(conn: &mut rusqlite::Connection, a: &Approval, by: &str) -> CliResul
     let policy = db::write(conn, |tx| {
         policy::remember(tx, &a.tool_name, fp, &value, &a.approval_id, by)
     })?;
-    println!(
+    crate::outln!(
         "remembered: `{}` prompts like this one are answered `{}` ({})",
         sanitize_line(&a.tool_name),
         sanitize_line(&value),

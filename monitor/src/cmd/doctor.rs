@@ -42,14 +42,14 @@ struct Report {
 
 impl Report {
     fn ok(&self, what: impl AsRef<str>) {
-        println!("ok    {}", what.as_ref());
+        crate::outln!("ok    {}", what.as_ref());
     }
     fn info(&self, what: impl AsRef<str>) {
-        println!("info  {}", what.as_ref());
+        crate::outln!("info  {}", what.as_ref());
     }
     fn fail(&mut self, what: impl AsRef<str>) {
         self.problems += 1;
-        println!("FAIL  {}", what.as_ref());
+        crate::outln!("FAIL  {}", what.as_ref());
     }
 }
 
@@ -67,7 +67,7 @@ pub fn run(ctx: &Ctx, args: Args) -> CliResult {
             if r.problems == 1 { "" } else { "s" }
         )));
     }
-    println!("all checks passed");
+    crate::outln!("all checks passed");
     Ok(())
 }
 

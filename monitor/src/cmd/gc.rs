@@ -39,7 +39,7 @@ pub fn run(ctx: &Ctx, args: Args) -> CliResult {
             .iter()
             .filter(|id| ctx.paths.run_log(id).exists())
             .count();
-        println!(
+        crate::outln!(
             "would delete {} runs, {approvals} approvals and {logs} run logs (ended before {cutoff})",
             runs.len()
         );
@@ -61,7 +61,7 @@ pub fn run(ctx: &Ctx, args: Args) -> CliResult {
             Err(e) => eprintln!("monitor: cannot delete {}: {e}", path.display()),
         }
     }
-    println!(
+    crate::outln!(
         "deleted {} runs, {} approvals and {logs} run logs ({:.1} MB) that ended before {cutoff}",
         report.runs.len(),
         report.approvals,

@@ -222,7 +222,7 @@ fn install(dir: &Path, tools: &[String], force: bool) -> CliResult {
             }
         };
         match what {
-            Ok(what) => println!(
+            Ok(what) => crate::outln!(
                 "{what} {} → {} (real {tool}: {})",
                 link.display(),
                 shim.display(),
@@ -303,10 +303,10 @@ fn shell_quote_dir(dir: &Path) -> String {
 
 fn print_path_line(dir: &Path, tools: &[String]) {
     match path_order(dir, tools) {
-        Ok(()) => println!("{} is on PATH before the real tools already", dir.display()),
+        Ok(()) => crate::outln!("{} is on PATH before the real tools already", dir.display()),
         Err(why) => {
-            println!("{why}; add this line to your shell profile:");
-            println!("export PATH=\"{}:$PATH\"", shell_quote_dir(dir));
+            crate::outln!("{why}; add this line to your shell profile:");
+            crate::outln!("export PATH=\"{}:$PATH\"", shell_quote_dir(dir));
         }
     }
 }
@@ -315,7 +315,7 @@ fn list(dir: &Path) -> CliResult {
     let entries = match links(dir) {
         Ok(e) => e,
         Err(e) if e.kind() == io::ErrorKind::NotFound => {
-            println!(
+            crate::outln!(
                 "no shim dir at {} (`monitor install TOOL` creates it)",
                 dir.display()
             );
@@ -324,25 +324,27 @@ fn list(dir: &Path) -> CliResult {
         Err(e) => return Err(CliError::error(format!("{}: {e}", dir.display()))),
     };
     if entries.is_empty() {
-        println!("no links in {}", dir.display());
+        crate::outln!("no links in {}", dir.display());
         return Ok(());
     }
-    println!("{}:", dir.display());
+    crate::outln!("{}:", dir.display());
     for (name, kind) in &entries {
         let shown = sanitize_line(name);
         match kind {
             Entry::Ours => match real_tool(name, dir) {
-                Ok(real) => println!("  {shown:<16} → {}", real.display()),
-                Err(e) => println!(
+                Ok(real) => crate::outln!("  {shown:<16} → {}", real.display()),
+                Err(e) => crate::outln!(
                     "  {shown:<16} → (no real tool: {})",
                     sanitize_line(&e.to_string())
                 ),
             },
-            Entry::Dangling(t) => println!(
+            Entry::Dangling(t) => crate::outln!(
                 "  {shown:<16} → broken link to {} (reinstall: monitor install {shown})",
                 t.display()
             ),
-            Entry::Foreign => println!("  {shown:<16}   (not a link to {SHIM_NAME}; left alone)"),
+            Entry::Foreign => {
+                crate::outln!("  {shown:<16}   (not a link to {SHIM_NAME}; left alone)")
+            }
         }
     }
     let ours: Vec<String> = entries
@@ -351,7 +353,7 @@ fn list(dir: &Path) -> CliResult {
         .map(|(n, _)| n.clone())
         .collect();
     if let Err(why) = path_order(dir, &ours) {
-        println!(
+        crate::outln!(
             "note: {why}: export PATH=\"{}:$PATH\"",
             shell_quote_dir(dir)
         );
@@ -380,7 +382,7 @@ fn remove(dir: &Path, tools: &[String]) -> CliResult {
             }),
         };
         match res {
-            Ok(()) => println!("removed {}", link.display()),
+            Ok(()) => crate::outln!("removed {}", link.display()),
             Err((c, msg)) => {
                 eprintln!("monitor: {msg}");
                 failed.get_or_insert(c);

@@ -20,10 +20,10 @@ pub fn run(ctx: &Ctx, _args: Args) -> CliResult {
     let actor = format!("reconcile:{}", hr_shared::proc::current_user());
     let report = control::reconcile(&mut conn, &ctx.paths.combined_log(), &actor)?;
     for (run, why) in &report.vanished {
-        println!("{run} failed: {}", sanitize_line(why));
+        crate::outln!("{run} failed: {}", sanitize_line(why));
     }
     for a in &report.expired {
-        println!(
+        crate::outln!(
             "{} expired{} (run {})",
             a.approval_id,
             a.chosen_value
@@ -34,7 +34,7 @@ pub fn run(ctx: &Ctx, _args: Args) -> CliResult {
         );
     }
     if report.vanished.is_empty() && report.expired.is_empty() {
-        println!("nothing to reconcile");
+        crate::outln!("nothing to reconcile");
     }
     Ok(())
 }

@@ -57,10 +57,10 @@ pub fn run(ctx: &Ctx, args: Args) -> CliResult {
     }
     let runs = runs::list(&conn, &filter)?;
     if runs.is_empty() {
-        println!("no runs");
+        crate::outln!("no runs");
         return Ok(());
     }
-    print!("{}", table(&runs).render(output::terminal_width()));
+    crate::out!("{}", table(&runs).render(output::terminal_width()));
     Ok(())
 }
 

@@ -60,7 +60,7 @@ pub fn run(ctx: &Ctx, args: Args) -> CliResult {
         return Ok(output::print_json(&value)?);
     }
     let field = |name: &str, value: Option<String>| {
-        println!(
+        crate::outln!(
             "{name:<24} {}",
             value
                 .map(|v| sanitize_line(&v))
@@ -90,9 +90,9 @@ pub fn run(ctx: &Ctx, args: Args) -> CliResult {
     field("host", run.host.clone());
     field("resumed_from", run.resumed_from.clone());
     if !approvals.is_empty() {
-        println!("\napprovals:");
+        crate::outln!("\napprovals:");
         for a in &approvals {
-            println!(
+            crate::outln!(
                 "  {}  {:<8}  {:<12}  {}  {}",
                 a.approval_id,
                 a.status,
@@ -108,13 +108,13 @@ pub fn run(ctx: &Ctx, args: Args) -> CliResult {
             );
         }
     }
-    println!("\nevents:");
+    crate::outln!("\nevents:");
     for e in &events {
-        println!("  {}  {}  {}", e.at, e.event, sanitize_line(&e.data));
+        crate::outln!("  {}  {}  {}", e.at, e.event, sanitize_line(&e.data));
     }
-    println!("\noutput (last {} lines):", args.tail);
+    crate::outln!("\noutput (last {} lines):", args.tail);
     for line in tail.lines() {
-        println!("  {line}");
+        crate::outln!("  {line}");
     }
     Ok(())
 }

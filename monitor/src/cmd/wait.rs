@@ -63,7 +63,7 @@ pub fn run(ctx: &Ctx, args: Args) -> CliResult {
             };
             match look {
                 Look::Done(line) => {
-                    println!("{line}");
+                    crate::outln!("{line}");
                     return Ok(());
                 }
                 Look::Vanished(line) => return Err(CliError::error(line)),

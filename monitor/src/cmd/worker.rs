@@ -79,7 +79,7 @@ fn once(worker: &mut Worker) -> CliResult {
         drain(worker);
     }
     if worker.take_actions() == 0 {
-        println!("nothing to resume or reconcile");
+        crate::outln!("nothing to resume or reconcile");
     }
     Ok(())
 }
