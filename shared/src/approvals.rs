@@ -408,6 +408,9 @@ pub struct ApprovalFilter {
     pub statuses: Vec<ApprovalStatus>,
     pub tool: Option<String>,
     pub tool_run_id: Option<String>,
+    pub execution_id: Option<String>,
+    /// Asked at or after this RFC 3339 time.
+    pub since: Option<String>,
     /// At most this many, newest first.
     pub limit: Option<usize>,
 }
@@ -418,6 +421,8 @@ pub fn list(conn: &Connection, filter: &ApprovalFilter) -> Result<Vec<Approval>>
         .any_of("status", filter.statuses.iter().map(|s| s.as_str()))
         .equals("tool_name", filter.tool.as_ref())
         .equals("tool_run_id", filter.tool_run_id.as_ref())
+        .equals("execution_id", filter.execution_id.as_ref())
+        .at_least("created_at", filter.since.as_ref())
         .into_parts();
     let mut sql = format!("SELECT {COLUMNS} FROM approvals{clause} ORDER BY approval_id DESC");
     if let Some(limit) = filter.limit {

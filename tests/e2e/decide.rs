@@ -210,7 +210,7 @@ fn remember_stores_a_policy_for_the_prompt() {
         .expect_code(2);
     assert_eq!(s(&approval_row(&env, &coop.id), "status"), "pending");
     // Nor has a cooperative request, fingerprint or not: policies answer prompts only.
-    let mut coop = Approval::pending(&run, "Coop again?");
+    let coop = Approval::pending(&run, "Coop again?");
     coop.insert(&env);
     env.db()
         .execute(
@@ -283,6 +283,39 @@ fn approvals_are_listed_and_shown_sanitized() {
         .run();
     let list: Vec<serde_json::Value> = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(list.len(), 1);
+    // --execution and --since: one approval of EX-1 asked three hours ago.
+    env.db()
+        .execute(
+            "UPDATE approvals SET execution_id = 'EX-1', created_at = ?2 WHERE approval_id = ?1",
+            rusqlite::params![ap.id, ago(std::time::Duration::from_secs(3 * 3600))],
+        )
+        .unwrap();
+    for (filter, expected) in [
+        (vec!["--execution", "EX-1"], vec![ap.id.as_str()]),
+        (vec!["--execution", "EX-2"], vec![]),
+        (vec!["--since", "1h"], vec![other.id.as_str()]),
+        (
+            vec!["--since", "4h"],
+            vec![other.id.as_str(), ap.id.as_str()],
+        ),
+    ] {
+        let out = env
+            .monitor()
+            .args(["approvals", "--status", "all", "--json"])
+            .args(&filter)
+            .run();
+        out.expect_code(0);
+        let list: Vec<serde_json::Value> = serde_json::from_slice(&out.stdout).unwrap();
+        let got: Vec<&str> = list
+            .iter()
+            .map(|a| a["approval_id"].as_str().unwrap())
+            .collect();
+        assert_eq!(got, expected, "{filter:?}");
+    }
+    env.monitor()
+        .args(["approvals", "--since", "yesterday-ish"])
+        .run()
+        .expect_code(2);
     env.monitor()
         .args(["approvals", "--status", "bogus"])
         .run()

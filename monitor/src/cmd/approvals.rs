@@ -38,6 +38,12 @@ pub struct Args {
     /// Only approvals of this run (TR-…)
     #[arg(long, value_name = "TR")]
     run: Option<String>,
+    /// Only approvals of this execution (HEADLESS_RUN_EXECUTION_ID)
+    #[arg(long, value_name = "ID")]
+    execution: Option<String>,
+    /// Only approvals asked since then: a duration back from now (2h, 30m) or an RFC 3339 time
+    #[arg(long, value_name = "WHEN", value_parser = crate::parse::since)]
+    since: Option<String>,
     /// At most N approvals, newest first (0: all; default: every pending one, else 50)
     #[arg(long, value_name = "N")]
     limit: Option<usize>,
@@ -69,6 +75,8 @@ pub fn run(ctx: &Ctx, args: Args) -> CliResult {
             statuses,
             tool: args.tool,
             tool_run_id: args.run,
+            execution_id: args.execution,
+            since: args.since,
             limit: (limit > 0).then_some(limit),
         },
     )?;
