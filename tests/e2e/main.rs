@@ -4,6 +4,7 @@
 
 mod approval_flow;
 mod cancel;
+mod config;
 mod dashboard;
 mod decide;
 mod doctor;
@@ -25,4 +26,5 @@ mod store_faults;
 mod stress;
 mod supervision;
 mod symlink;
+mod terminal;
 mod wait;

@@ -50,6 +50,11 @@ fn expect_approval(
     assert_eq!(n(&run, "exit_code"), 90);
     assert_eq!(s(&a, "tool_run_id"), s(&run, "tool_run_id"));
     assert!(run["completed_at"].is_null(), "a parked run has not ended");
+    let pid = n(&run, "pid") as i32;
+    assert!(
+        wait_until(std::time::Duration::from_secs(5), || !alive(pid)),
+        "exit mode ends the tool (pid {pid})"
+    );
     let needed: Vec<Value> = env
         .log_events()
         .into_iter()
@@ -422,4 +427,32 @@ fn a_tool_whose_proc_is_refused_is_still_detected_by_the_fallback() {
         "import time\nprint('Proceed? [y/N] ', end='', flush=True)\nend = time.time() + 1.5\nwhile time.time() < end: pass\nprint('done')",
     );
     out.expect_code(0);
+}
+
+#[test]
+fn exit_mode_ends_the_tools_whole_group() {
+    // The prompting shell has a background child: exit 90 leaves neither behind.
+    let env = TestEnv::new();
+    let pidfile = env.path().join("bg.pid");
+    let out = env
+        .shim()
+        .args([
+            "bash",
+            "-c",
+            &format!(
+                "sleep 300 & echo $! > {}; read -p 'Go on? [y/N] ' x; echo \"got $x\"",
+                pidfile.display()
+            ),
+        ])
+        .run();
+    expect_approval(&env, &out, "Go on? [y/N]", &["y", "n"]);
+    let bg: i32 = std::fs::read_to_string(&pidfile)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    assert!(
+        wait_until(std::time::Duration::from_secs(5), || !alive(bg)),
+        "the background child {bg} outlived exit 90"
+    );
 }

@@ -3,6 +3,7 @@
 
 use headless_run_e2e::*;
 use std::os::unix::fs::PermissionsExt;
+use std::time::Duration;
 
 fn is_rfc3339_millis(v: &serde_json::Value) -> bool {
     let Some(s) = v.as_str() else { return false };
@@ -192,4 +193,61 @@ fn a_schema_v1_database_still_works_after_an_upgrade() {
         .query_row("PRAGMA user_version", [], |r| r.get(0))
         .unwrap();
     assert!(version >= 1);
+}
+
+#[test]
+fn output_and_supervisor_heartbeat_times_are_kept_current_but_throttled() {
+    // Twenty lines a quarter of a second apart (5 s): last_output_at follows the output,
+    // written about once a second rather than once a line; the shim's own
+    // supervisor_heartbeat_at moves on every few seconds.
+    let env = TestEnv::new();
+    let running = env
+        .shim()
+        .args([
+            "sh",
+            "-c",
+            "for i in $(seq 1 20); do echo line $i; sleep 0.25; done",
+        ])
+        .spawn();
+    let mut outputs = std::collections::BTreeSet::new();
+    let mut beats = std::collections::BTreeSet::new();
+    let mut started = None;
+    wait_until(Duration::from_secs(30), || {
+        if let Some(run) = env.runs().first() {
+            if run["status"] != "running" {
+                return true;
+            }
+            started = Some(s(run, "started_at").to_owned());
+            if let Some(t) = run["last_output_at"].as_str() {
+                outputs.insert(t.to_owned());
+            }
+            if let Some(t) = run["supervisor_heartbeat_at"].as_str() {
+                beats.insert(t.to_owned());
+            }
+        }
+        false
+    });
+    running.wait().expect_code(0);
+    assert!(
+        outputs.len() >= 2,
+        "last_output_at never moved while output flowed: {outputs:?}"
+    );
+    assert!(
+        outputs.len() <= 8,
+        "last_output_at was written per line, not about once a second: {} values",
+        outputs.len()
+    );
+    assert!(
+        beats.len() >= 2,
+        "supervisor_heartbeat_at never moved during 5 s: {beats:?}"
+    );
+    let run = env.only_run();
+    let (start, last, end) = (
+        s(&run, "started_at"),
+        s(&run, "last_output_at"),
+        s(&run, "completed_at"),
+    );
+    assert_eq!(Some(start), started.as_deref());
+    assert!(start <= last && last <= end, "{start} {last} {end}");
+    assert!(is_rfc3339_millis(&run["last_output_at"]));
 }

@@ -1,0 +1,132 @@
+//! The tool's terminal follows the caller's: its size, a resize (SIGWINCH), and every
+//! forwarded signal (HUP, INT, QUIT besides TERM) reach the tool and it keeps running.
+
+use headless_run_e2e::*;
+use std::io::Read;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::process::Stdio;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+#[test]
+fn hup_int_and_quit_are_forwarded_and_the_tool_goes_on() {
+    let env = TestEnv::new();
+    let running = env.shim().arg(tool()).arg("trap-signals").spawn();
+    let shown = |text: &str| {
+        wait_until(Duration::from_secs(20), || {
+            String::from_utf8_lossy(&running.stdout_now()).contains(text)
+        })
+    };
+    assert!(shown("ready 200x50"), "{:?}", running.stdout_now());
+    for sig in [libc::SIGHUP, libc::SIGINT, libc::SIGQUIT] {
+        running.signal(sig);
+        assert!(
+            shown(&format!("got {sig}\n")),
+            "signal {sig} did not reach the tool: {:?}",
+            String::from_utf8_lossy(&running.stdout_now())
+        );
+    }
+    running.signal(libc::SIGTERM);
+    let out = running.wait();
+    out.expect_code(42);
+    assert!(out.out().ends_with("term\n"), "{:?}", out.out());
+    let run = env.only_run();
+    assert_eq!(s(&run, "status"), "failed");
+    assert_eq!(n(&run, "exit_code"), 42);
+}
+
+/// A pty of `cols` × `rows`: (master, slave).
+fn open_pty(cols: u16, rows: u16) -> (OwnedFd, OwnedFd) {
+    let (mut master, mut slave) = (0, 0);
+    let ws = libc::winsize {
+        ws_row: rows,
+        ws_col: cols,
+        ws_xpixel: 0,
+        ws_ypixel: 0,
+    };
+    // SAFETY: openpty fills both descriptors; the winsize is valid.
+    let rc = unsafe {
+        libc::openpty(
+            &mut master,
+            &mut slave,
+            std::ptr::null_mut(),
+            std::ptr::null_mut(),
+            &ws,
+        )
+    };
+    assert_eq!(rc, 0, "openpty failed");
+    // SAFETY: openpty returned these descriptors and nothing else owns them.
+    unsafe { (OwnedFd::from_raw_fd(master), OwnedFd::from_raw_fd(slave)) }
+}
+
+#[test]
+fn the_tool_gets_the_callers_terminal_size_and_its_resizes() {
+    let env = TestEnv::new();
+    // The shim's stdout is a 100×30 terminal (stdin /dev/null: headless, as in CI with a
+    // log viewer attached); the tool's pty must be the same size.
+    let (master, slave) = open_pty(100, 30);
+    let mut cmd = env.shim();
+    cmd.arg(tool()).arg("trap-signals");
+    let mut child = cmd
+        .cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::from(slave.try_clone().unwrap()))
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    drop(slave);
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let sink = seen.clone();
+    let mut reader = std::fs::File::from(master.try_clone().unwrap());
+    std::thread::spawn(move || {
+        let mut chunk = [0u8; 4096];
+        while let Ok(n) = reader.read(&mut chunk) {
+            if n == 0 {
+                break;
+            }
+            sink.lock().unwrap().extend_from_slice(&chunk[..n]);
+        }
+    });
+    let shown = |text: &str| {
+        wait_until(Duration::from_secs(20), || {
+            String::from_utf8_lossy(&seen.lock().unwrap()).contains(text)
+        })
+    };
+    assert!(
+        shown("ready 100x30"),
+        "{:?}",
+        String::from_utf8_lossy(&seen.lock().unwrap())
+    );
+    // The operator's terminal grows: the kernel would send SIGWINCH to its foreground
+    // group; the shim is not a session leader here, so send it by hand.
+    let ws = libc::winsize {
+        ws_row: 40,
+        ws_col: 132,
+        ws_xpixel: 0,
+        ws_ypixel: 0,
+    };
+    // SAFETY: TIOCSWINSZ with a valid winsize on our own pty master.
+    assert_eq!(
+        unsafe { libc::ioctl(master.as_raw_fd(), libc::TIOCSWINSZ, &ws) },
+        0
+    );
+    // SAFETY: kill(2) of our own child.
+    unsafe { libc::kill(child.id() as i32, libc::SIGWINCH) };
+    assert!(
+        shown("winch 132x40"),
+        "{:?}",
+        String::from_utf8_lossy(&seen.lock().unwrap())
+    );
+    // SAFETY: kill(2) of our own child.
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    let mut status = None;
+    let ended = wait_until(Duration::from_secs(20), || {
+        status = child.try_wait().unwrap();
+        status.is_some()
+    });
+    if !ended {
+        let _ = child.kill();
+        let _ = child.wait();
+    }
+    assert_eq!(status.and_then(|s| s.code()), Some(42));
+}
