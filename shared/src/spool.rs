@@ -36,6 +36,11 @@ pub fn write(paths: &StatePaths, run: &ToolRun) -> io::Result<PathBuf> {
     Ok(path)
 }
 
+/// Removes the spooled row of run `id`, if any (it reached the database after all).
+pub fn discard(paths: &StatePaths, id: &str) {
+    let _ = std::fs::remove_file(dir(paths).join(format!("{id}.json")));
+}
+
 /// Writes every spooled run into the database and removes its file; returns their ids. A
 /// row that already ended by itself is left as it is; one still live, or failed only because
 /// its shim seemed to vanish, takes the spooled final state. Unreadable files are left for a

@@ -198,6 +198,9 @@ struct StoreThread {
     locked: bool,
     /// The run's row as first written: inserted again if the database is replaced.
     start_row: Option<ToolRun>,
+    /// The row could not be inserted (the database is locked) and was spooled meanwhile, so
+    /// that a shim killed before the lock goes still leaves its run behind.
+    spooled_start: bool,
     /// The database file the connection has open (device, inode).
     db_file: Option<(u64, u64)>,
     /// An approval was asked for (so there may be one to abandon when the run ends).
@@ -220,6 +223,7 @@ impl StoreThread {
             backlog: Vec::new(),
             locked: false,
             start_row: None,
+            spooled_start: false,
             db_file: None,
             asked: false,
             status: RunStatus::Running,
@@ -476,6 +480,7 @@ impl StoreThread {
         self.reopen_if_replaced(&mut all);
         let Some(conn) = self.conn.as_mut() else {
             self.backlog = all;
+            self.spool_start_if_locked();
             return;
         };
         let mut abandoned = Vec::new();
@@ -486,10 +491,12 @@ impl StoreThread {
             for op in &all {
                 match op {
                     Op::Start(run) => {
-                        if !inserted {
+                        // The row may be there already: spooled while the database was
+                        // locked, and replayed by another process before this write.
+                        if !inserted && runs::get(tx, &id)?.is_none() {
                             runs::insert(tx, run, &actor)?;
-                            inserted = true;
                         }
+                        inserted = true;
                     }
                     Op::Touch(t) => runs::touch(tx, &id, t)?,
                     Op::Pid(pid) => runs::set_pid(tx, &id, i64::from(*pid))?,
@@ -538,6 +545,11 @@ impl StoreThread {
             Ok(()) => {
                 self.inserted = inserted;
                 self.locked = false;
+                if std::mem::take(&mut self.spooled_start)
+                    && let Some(paths) = &self.paths
+                {
+                    spool::discard(paths, &id);
+                }
                 let events: Vec<LogEvent> = abandoned.iter().map(Approval::status_event).collect();
                 self.apply(Effects {
                     events,
@@ -547,12 +559,26 @@ impl StoreThread {
             Err(e) => {
                 self.locked = matches!(e, StoreError::Locked);
                 self.db_warning(&e);
+                self.spool_start_if_locked();
                 // Keep what matters for a later attempt: the row itself and status changes.
                 self.backlog = all
                     .into_iter()
                     .filter(|op| !matches!(op, Op::Touch(_)))
                     .collect();
             }
+        }
+    }
+
+    /// While the database is locked and the run's row has not landed, the row is kept in
+    /// the spool: a shim killed before the lock goes then still leaves its run behind (the
+    /// next writer inserts it, and reconcile finds its shim gone).
+    fn spool_start_if_locked(&mut self) {
+        if self.locked
+            && !self.inserted
+            && !self.spooled_start
+            && let (Some(paths), Some(row)) = (&self.paths, &self.start_row)
+        {
+            self.spooled_start = spool::write(paths, row).is_ok();
         }
     }
 

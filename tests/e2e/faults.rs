@@ -188,6 +188,67 @@ fn kill_9_of_a_waiting_shim_leaves_nothing_pending() {
 }
 
 #[test]
+fn kill_9_of_a_shim_whose_row_waits_behind_a_lock_still_leaves_its_run() {
+    // The database is locked before the shim can insert its row; the shim keeps the row in
+    // the spool meanwhile, so killing it then loses nothing: the next writer inserts the
+    // row and reconcile finds its shim gone.
+    let env = TestEnv::new();
+    env.shim().arg("true").run().expect_code(0);
+    let (locked_tx, locked_rx) = std::sync::mpsc::channel();
+    let (release_tx, release_rx) = std::sync::mpsc::channel::<()>();
+    let db = env.state().join("state.db");
+    let holder = std::thread::spawn(move || {
+        let conn = rusqlite::Connection::open(db).unwrap();
+        conn.execute_batch("BEGIN EXCLUSIVE").unwrap();
+        locked_tx.send(()).unwrap();
+        let _ = release_rx.recv_timeout(Duration::from_secs(60));
+        conn.execute_batch("COMMIT").unwrap();
+    });
+    locked_rx.recv().unwrap();
+    let running = env
+        .shim()
+        .args(["sh", "-c", "echo started; exec sleep 300"])
+        .timeout(Duration::from_secs(90))
+        .spawn();
+    let spool = env.state().join("spool");
+    let spooled = || {
+        std::fs::read_dir(&spool)
+            .map(|d| {
+                d.flatten()
+                    .filter(|e| e.path().extension().is_some_and(|x| x == "json"))
+                    .count()
+            })
+            .unwrap_or(0)
+    };
+    assert!(
+        wait_until(Duration::from_secs(40), || spooled() == 1),
+        "the row was not spooled while the database stayed locked: {}",
+        running.stderr_now()
+    );
+    assert!(String::from_utf8_lossy(&running.stdout_now()).contains("started"));
+    running.signal(libc::SIGKILL);
+    let out = running.wait();
+    assert_eq!(out.signal, Some(libc::SIGKILL));
+    release_tx.send(()).unwrap();
+    holder.join().unwrap();
+    env.monitor().arg("reconcile").run().expect_code(0);
+    let runs = env.runs();
+    assert_eq!(runs.len(), 2, "{runs:#?}");
+    assert_eq!(s(&runs[1], "status"), "failed");
+    assert!(
+        s(&runs[1], "reason").contains("supervisor vanished"),
+        "{runs:#?}"
+    );
+    assert_eq!(spooled(), 0, "the spool is emptied");
+    let tool_pid = n(&runs[1], "pid") as i32;
+    assert!(tool_pid > 1, "the spooled row carries the tool's pid");
+    assert!(
+        wait_until(Duration::from_secs(5), || !alive(tool_pid)),
+        "the tool died with its terminal"
+    );
+}
+
+#[test]
 fn kill_9_of_the_tool_while_it_waits_for_a_decision() {
     let env = TestEnv::new();
     let running = env

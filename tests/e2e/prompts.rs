@@ -180,6 +180,22 @@ fn pip_uninstall_in_a_venv_is_an_approval() {
     let a = expect_approval(&env, &out, "Proceed (Y/n)?", &["y", "n"]);
     assert_eq!(s(&a, "default_value"), "y");
     assert!(installed(&venv));
+    // Approved, the same command again: pip is answered and really uninstalls.
+    env.decide(s(&a, "approval_id"), "approve").expect_code(0);
+    let out = env.shim().arg(&pip).args(["uninstall", "hrfixture"]).run();
+    out.expect_code(0);
+    assert!(
+        out.out().contains("Successfully uninstalled hrfixture"),
+        "{}",
+        out.context()
+    );
+    assert!(!installed(&venv), "the package is gone");
+    let runs = env.runs();
+    assert_eq!(s(&runs[1], "status"), "completed");
+    assert_eq!(
+        s(&env.approvals()[0], "consumed_by"),
+        s(&runs[1], "tool_run_id")
+    );
 }
 
 /// A venv holding `hrfixture`, installed by hand (a module and its dist-info with a RECORD)
