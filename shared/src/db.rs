@@ -219,8 +219,69 @@ pub fn open(path: &Path, mode: OpenMode) -> Result<Connection> {
         },
     }
     let conn = Connection::open_with_flags(path, flags).map_err(|e| corrupt_or(path, e))?;
-    configure(&conn, path)?;
-    migrate(&conn, path)?;
+    match configure(&conn, path).and_then(|()| migrate(&conn, path)) {
+        Ok(()) => Ok(conn),
+        // A WAL database in a directory this process may not write (another user's state
+        // dir shared read-only): SQLite cannot set up its shared index read-write, but a
+        // read-only connection can still read it. Writes through it fail as read-only.
+        Err(StoreError::ReadOnly(why)) if mode == OpenMode::Existing => {
+            drop(conn);
+            open_read_only(path).map_err(|e| match e {
+                StoreError::Sqlite(_) => StoreError::ReadOnly(why),
+                other => other,
+            })
+        }
+        Err(e) => Err(e),
+    }
+}
+
+/// Whether the database's `-wal` file is missing or empty.
+fn wal_is_empty(path: &Path) -> bool {
+    let mut wal = path.as_os_str().to_owned();
+    wal.push("-wal");
+    std::fs::metadata(&wal).map_or(true, |m| m.len() == 0)
+}
+
+/// A path as the path part of an SQLite `file:` URI (`%`, `?` and `#` escaped).
+fn uri_path(path: &Path) -> String {
+    let mut out = String::new();
+    for b in path.as_os_str().as_encoded_bytes() {
+        match b {
+            b'%' | b'?' | b'#' => out.push_str(&format!("%{b:02X}")),
+            _ if b.is_ascii() && !b.is_ascii_control() => out.push(*b as char),
+            _ => out.push_str(&format!("%{b:02X}")),
+        }
+    }
+    out
+}
+
+/// Opens an existing database read-only (no journal change, no migration: an older schema
+/// is an error).
+fn open_read_only(path: &Path) -> Result<Connection> {
+    let flags = OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+    let conn = Connection::open_with_flags(path, flags).map_err(|e| corrupt_or(path, e))?;
+    conn.busy_timeout(BUSY_TIMEOUT)
+        .map_err(|e| corrupt_or(path, e))?;
+    let conn = match schema_version(&conn) {
+        Ok(_) => conn,
+        // No WAL index can be made (no -shm, and the directory is not writable). With no
+        // WAL content either, the main file is the whole database: read it as immutable.
+        Err(_) if wal_is_empty(path) => {
+            let uri = format!("file:{}?immutable=1", uri_path(path));
+            let conn = Connection::open_with_flags(uri, flags | OpenFlags::SQLITE_OPEN_URI)
+                .map_err(|e| corrupt_or(path, e))?;
+            conn.busy_timeout(BUSY_TIMEOUT)
+                .map_err(|e| corrupt_or(path, e))?;
+            conn
+        }
+        Err(e) => return Err(e),
+    };
+    let found = schema_version(&conn)?;
+    if found != SCHEMA_VERSION {
+        return Err(StoreError::ReadOnly(format!(
+            "schema version {found} needs migrating to {SCHEMA_VERSION}, which needs write access"
+        )));
+    }
     Ok(conn)
 }
 

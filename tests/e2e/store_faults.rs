@@ -51,6 +51,10 @@ fn read_only_database_leaves_output_and_exit_code_intact() {
     let env = TestEnv::new();
     // A first run creates the database; then it is made read-only for an unprivileged user.
     env.shim().arg("true").run().expect_code(0);
+    // Everything into the main file (as a last close would have done), then a copy.
+    env.db()
+        .execute_batch("PRAGMA wal_checkpoint(TRUNCATE)")
+        .unwrap();
     let shared = env.path().join("shared-state");
     std::fs::create_dir_all(shared.join("logs/runs")).unwrap();
     std::fs::copy(env.state().join("state.db"), shared.join("state.db")).unwrap();
@@ -81,6 +85,32 @@ fn read_only_database_leaves_output_and_exit_code_intact() {
         "{}",
         out.stderr
     );
+    // The monitor reads it, and a write says clearly why it cannot, with exit 1.
+    let as_nobody = |args: &[&str]| {
+        let mut cmd = env.monitor();
+        cmd.env("HEADLESS_RUN_HOME", &shared)
+            .current_dir("/")
+            .args(args);
+        cmd.cmd.uid(65534).gid(65534);
+        cmd.run()
+    };
+    let listed = as_nobody(&["runs", "--json"]);
+    listed.expect_code(0);
+    assert!(
+        listed.out().contains("\"completed\""),
+        "{}",
+        listed.context()
+    );
+    for args in [vec!["gc", "--older-than", "0s"]] {
+        let out = as_nobody(&args);
+        out.expect_code(1);
+        assert!(
+            out.stderr.starts_with("monitor: ") && out.stderr.contains("read"),
+            "{args:?}: {}",
+            out.stderr
+        );
+        assert!(!out.stderr.contains("panicked"), "{}", out.stderr);
+    }
 }
 
 #[test]
@@ -94,8 +124,8 @@ fn a_locked_database_delays_nothing_and_loses_nothing() {
         .shim()
         .args(["sh", "-c", "echo through; exit 4"])
         .spawn();
-    // Output arrives while the lock is held.
-    let seen = wait_until(Duration::from_secs(2), || {
+    // Output arrives while the lock is held (it is held until after this wait).
+    let seen = wait_until(Duration::from_secs(20), || {
         running.stdout_now() == b"through\n"
     });
     assert!(
@@ -103,8 +133,8 @@ fn a_locked_database_delays_nothing_and_loses_nothing() {
         "output waited for the database: {:?}",
         running.stdout_now()
     );
-    assert!(locked_at.elapsed() < Duration::from_secs(3));
-    std::thread::sleep(Duration::from_secs(3).saturating_sub(locked_at.elapsed()));
+    std::thread::sleep(Duration::from_secs(4));
+    let held = locked_at.elapsed().as_secs_f64();
     conn.execute_batch("COMMIT").unwrap();
     drop(conn);
     let out = running.wait();
@@ -119,8 +149,8 @@ fn a_locked_database_delays_nothing_and_loses_nothing() {
     let started = hr_time(s(run, "started_at"));
     let completed = hr_time(s(run, "completed_at"));
     assert!(
-        completed - started < 2.0,
-        "completed_at is when the write landed, not when the run ended: {run:?}"
+        completed - started < held - 3.0,
+        "completed_at is when the write landed ({held:.1}s after the lock), not when the run ended: {run:?}"
     );
 }
 
