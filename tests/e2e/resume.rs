@@ -492,3 +492,54 @@ fn a_cooperative_tool_gets_the_decision_in_auto_approval() {
     assert_eq!(s(&run_row(&env, &run), "status"), "completed");
     assert_eq!(resumes_of(&env, &run).len(), 1);
 }
+
+#[test]
+fn kill_9_of_the_worker_mid_resume_loses_nothing_and_resumes_nothing_twice() {
+    let env = TestEnv::new();
+    let script = "read -p 'Go ahead? [y/N] ' x; echo \"got $x\"; sleep 2; echo \"$x\" > done.txt";
+    let ask = |env: &TestEnv| {
+        let mut c = env.shim();
+        c.args(["bash", "-c", script]);
+        c
+    };
+    ask(&env).run().expect_code(90);
+    let ap = env.pending_approval();
+    let first = s(&env.only_run(), "tool_run_id").to_owned();
+    env.decide(s(&ap, "approval_id"), "y").expect_code(0);
+    let worker = env
+        .monitor()
+        .args(["worker", "--interval", "200ms"])
+        .spawn();
+    // Killed while the resumed tool is still at work.
+    assert!(
+        wait_until(Duration::from_secs(20), || resumes_of(&env, &first)
+            .iter()
+            .any(|r| r["status"] == "running")),
+        "no resume started: {:#?}",
+        env.runs()
+    );
+    worker.signal(libc::SIGKILL);
+    let out = worker.wait();
+    assert_eq!(out.signal, Some(libc::SIGKILL));
+    // The resumed run finishes by itself: its headless-run does not depend on the worker.
+    let done = env.work().join("done.txt");
+    assert!(
+        wait_until(Duration::from_secs(20), || std::fs::read_to_string(&done)
+            .is_ok_and(|t| t == "y\n")),
+        "the resumed tool did not finish its work"
+    );
+    assert!(wait_until(Duration::from_secs(10), || {
+        resumes_of(&env, &first)
+            .iter()
+            .all(|r| r["status"] == "completed")
+    }));
+    // A new worker finds nothing left to do: the approval was used once.
+    let again = env.monitor().args(["worker", "--once"]).run();
+    again.expect_code(0);
+    assert!(!again.out().contains("resuming"), "{}", again.out());
+    let resumes = resumes_of(&env, &first);
+    assert_eq!(resumes.len(), 1, "{resumes:#?}");
+    assert_eq!(s(&run_row(&env, &first), "status"), "completed");
+    let ap = approval_row(&env, s(&ap, "approval_id"));
+    assert_eq!(s(&ap, "consumed_by"), s(&resumes[0], "tool_run_id"));
+}
