@@ -371,6 +371,12 @@ fn concurrent_shims_with_a_dashboard_a_decider_and_a_worker_lose_nothing() {
     if !live.is_empty() {
         problems.push(format!("stuck rows: {live:#?}"));
     }
+    let spooled = std::fs::read_dir(env.state().join("spool"))
+        .map(|d| d.flatten().count())
+        .unwrap_or(0);
+    if spooled > 0 {
+        problems.push(format!("{spooled} run rows left in the spool"));
+    }
     let doctor = env.monitor().arg("doctor").run();
     if !doctor
         .out()
