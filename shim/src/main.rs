@@ -27,5 +27,11 @@ fn main() -> ExitCode {
     unsafe {
         libc::mallopt(libc::M_ARENA_MAX, 1);
     }
-    ExitCode::from(run::main_with(std::env::args_os().collect()))
+    let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    if args.first().is_some_and(|a0| {
+        std::path::Path::new(a0).file_name() == Some(notify::WATCHDOG_NAME.as_ref())
+    }) {
+        return ExitCode::from(notify::watchdog(&args[1..]));
+    }
+    ExitCode::from(run::main_with(args))
 }

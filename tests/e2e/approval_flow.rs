@@ -661,6 +661,44 @@ command = ["sh", "-c", "{{ echo \"id=$HEADLESS_RUN_APPROVAL_ID tool=$HEADLESS_RU
         text.contains(&format!("cmd=monitor decide {id} approve")),
         "{text}"
     );
+    // What the hook prints goes nowhere, and it is not taken for a supervised tool.
+    let env = TestEnv::new();
+    let seen = env.path().join("env.txt");
+    let pidfile = env.path().join("hook.pid");
+    env.write_config(&format!(
+        r#"
+[notify]
+command = ["sh", "-c", "echo \"run_id=${{HEADLESS_RUN_TOOL_RUN_ID:-unset}}\" > {}; echo HOOK-OUT; echo HOOK-ERR >&2; echo $$ > {}; exec sleep 60"]
+timeout = "1s"
+"#,
+        seen.display(),
+        pidfile.display()
+    ));
+    std::fs::write(env.work().join("h.txt"), "x").unwrap();
+    let out = rm_i(&env, "h.txt")
+        .env("HEADLESS_RUN_TOOL_RUN_ID", "TR-OUTER")
+        .run();
+    out.expect_code(90);
+    assert!(
+        !out.out().contains("HOOK") && !out.stderr.contains("HOOK"),
+        "{}",
+        out.context()
+    );
+    assert!(wait_until(Duration::from_secs(10), || {
+        std::fs::read_to_string(&pidfile).is_ok_and(|t| t.ends_with('\n'))
+    }));
+    assert_eq!(std::fs::read_to_string(&seen).unwrap(), "run_id=unset\n");
+    // The shim exited at once (exit mode); the hook is still killed after its 1 s.
+    let pid: i32 = std::fs::read_to_string(&pidfile)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    assert!(
+        wait_until(Duration::from_secs(15), || !alive(pid)),
+        "the hook outlived its timeout"
+    );
+
     // A hook that cannot even start is a warning, not a failure.
     let env = TestEnv::new();
     env.write_config("[notify]\ncommand = [\"/nonexistent/hook\"]\n");

@@ -142,8 +142,7 @@ fn a_full_log_disk_loses_no_output_and_no_row() {
             use std::os::unix::fs::PermissionsExt;
             use std::os::unix::process::CommandExt;
             let nobody = 65534;
-            std::fs::set_permissions(env.path(), std::fs::Permissions::from_mode(0o755))
-                .unwrap();
+            std::fs::set_permissions(env.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
             std::os::unix::fs::chown(env.state(), Some(nobody), Some(nobody)).unwrap();
             std::fs::create_dir_all(env.state().join("logs/runs")).unwrap();
             for d in ["logs", "logs/runs"] {
@@ -154,9 +153,7 @@ fn a_full_log_disk_loses_no_output_and_no_row() {
                 .unwrap();
             }
             let mut cmd = env.shim();
-            cmd.current_dir("/")
-                .arg(tool())
-                .args(["lines", "50000"]);
+            cmd.current_dir("/").arg(tool()).args(["lines", "50000"]);
             cmd.cmd.uid(nobody).gid(nobody);
             cmd.run()
         }
