@@ -179,6 +179,19 @@ impl Recorder {
     }
 }
 
+/// How much of `len` more bytes fits in a run log of `written` bytes under `limit`: the
+/// bytes to write and whether they reach the limit (the rest is cut). `None` once full.
+fn run_log_room(written: u64, len: usize, limit: u64) -> Option<(usize, bool)> {
+    if written >= limit {
+        return None;
+    }
+    let room = limit - written;
+    Some(match u64::try_from(len) {
+        Ok(l) if l <= room => (len, false),
+        _ => (room as usize, true),
+    })
+}
+
 fn nz(n: u16) -> NonZeroU16 {
     NonZeroU16::new(n.max(2)).unwrap_or(NonZeroU16::MIN)
 }
@@ -285,6 +298,16 @@ impl Worker {
             let line = std::mem::take(&mut self.line);
             self.finish_line(&line);
         }
+        // Lines skipped by the rate limit since the last event are still counted.
+        let skipped_lines = std::mem::take(&mut self.skipped_lines);
+        if skipped_lines > 0 {
+            self.log_event(EventBody::ToolOutput {
+                stream: "pty".into(),
+                text: String::new(),
+                truncated: false,
+                skipped_lines,
+            });
+        }
         self.idle();
     }
 
@@ -336,13 +359,13 @@ impl Worker {
         let Some(log) = self.run_log.as_mut() else {
             return;
         };
-        if self.run_log_bytes >= MAX_RUN_LOG {
+        let Some((take, reached)) = run_log_room(self.run_log_bytes, bytes.len(), MAX_RUN_LOG)
+        else {
             return;
-        }
-        let room = (MAX_RUN_LOG - self.run_log_bytes) as usize;
-        let part = &bytes[..bytes.len().min(room)];
+        };
+        let part = &bytes[..take];
         let result = log.write_all(part).and_then(|()| {
-            if part.len() < bytes.len() {
+            if reached {
                 log.write_all(
                     b"\n[headless-run: run log size limit reached; further output is not logged]\n",
                 )
@@ -351,7 +374,7 @@ impl Worker {
             }
         });
         self.run_log_bytes += part.len() as u64;
-        if part.len() < bytes.len() {
+        if reached {
             self.run_log_bytes = MAX_RUN_LOG;
         }
         if let Err(e) = result {
@@ -470,5 +493,23 @@ impl Worker {
             .fetch_add(backlog.len() as u64, Ordering::Release);
         self.screen_backlog = backlog;
         self.screen_backlog.clear();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_run_log_stops_at_its_limit() {
+        assert_eq!(run_log_room(0, 10, 100), Some((10, false)));
+        assert_eq!(run_log_room(90, 10, 100), Some((10, false)));
+        assert_eq!(run_log_room(95, 10, 100), Some((5, true)));
+        assert_eq!(run_log_room(100, 10, 100), None);
+        assert_eq!(run_log_room(150, 1, 100), None);
+        assert_eq!(
+            run_log_room(MAX_RUN_LOG - 1, 1 << 20, MAX_RUN_LOG),
+            Some((1, true))
+        );
     }
 }

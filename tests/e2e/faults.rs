@@ -248,6 +248,14 @@ fn kill_9_of_a_shim_whose_row_waits_behind_a_lock_still_leaves_its_run() {
         running.stderr_now()
     );
     assert!(String::from_utf8_lossy(&running.stdout_now()).contains("started"));
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = |p: &std::path::Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode(&spool), 0o700, "the spool dir is private");
+        for f in std::fs::read_dir(&spool).unwrap().flatten() {
+            assert_eq!(mode(&f.path()), 0o600, "{} is private", f.path().display());
+        }
+    }
     running.signal(libc::SIGKILL);
     let out = running.wait();
     assert_eq!(out.signal, Some(libc::SIGKILL));

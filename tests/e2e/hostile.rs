@@ -148,3 +148,51 @@ fn cooperative_options_with_newlines_and_shell_metacharacters() {
     std::thread::sleep(std::time::Duration::from_millis(500));
     assert!(!marker.exists(), "a value was evaluated by a shell");
 }
+
+#[test]
+fn control_characters_in_the_tools_name_and_argv_never_reach_the_operators_terminal() {
+    use std::os::unix::fs::PermissionsExt;
+    let env = TestEnv::new();
+    let name = "run\x1b[2J\x07me";
+    let script = env.work().join(name);
+    std::fs::write(&script, "#!/bin/sh\necho ok\n").unwrap();
+    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let out = env
+        .shim()
+        .arg(format!("./{name}"))
+        .arg("arg\x1b]0;pwned\x07\u{202e}")
+        .run();
+    out.expect_code(0);
+    assert_eq!(out.out(), "ok\n");
+    let run = env.only_run();
+    // Stored as given (it is what ran)…
+    assert_eq!(s(&run, "tool_name"), name);
+    let id = s(&run, "tool_run_id").to_owned();
+    // …and never drawn raw.
+    for args in [
+        vec!["runs"],
+        vec!["runs", "--json"],
+        vec!["show", id.as_str()],
+        vec!["show", id.as_str(), "--json"],
+        vec!["logs"],
+    ] {
+        let shown = env.monitor().args(&args).run();
+        shown.expect_code(0);
+        assert!(
+            !has_control(&shown.out()),
+            "monitor {args:?}: {:?}",
+            shown.out()
+        );
+        assert!(
+            !shown.out().contains('\u{202e}'),
+            "monitor {args:?}: {:?}",
+            shown.out()
+        );
+    }
+    let listed: Vec<serde_json::Value> =
+        serde_json::from_slice(&env.monitor().args(["runs", "--json"]).run().stdout).unwrap();
+    assert_eq!(
+        listed[0]["tool_name"], name,
+        "JSON escapes, it does not alter"
+    );
+}

@@ -251,3 +251,33 @@ fn output_and_supervisor_heartbeat_times_are_kept_current_but_throttled() {
     assert!(start <= last && last <= end, "{start} {last} {end}");
     assert!(is_rfc3339_millis(&run["last_output_at"]));
 }
+
+#[test]
+fn a_flood_of_lines_is_rate_limited_in_the_combined_log_but_every_line_is_counted() {
+    // 20 000 lines at once: the combined log gets a burst of events and then a bounded
+    // rate, the lines it leaves out are counted in `skipped_lines`; stdout and the run log
+    // keep every line.
+    let env = TestEnv::new();
+    let out = env.shim().arg(tool()).args(["lines", "20000"]).run();
+    out.expect_code(0);
+    assert_eq!(out.out().lines().count(), 20_000);
+    let id = s(&env.only_run(), "tool_run_id").to_owned();
+    assert_eq!(env.run_log(&id), out.stdout, "the run log has every byte");
+    let outputs = env.events_about("tool_output", &id);
+    let skipped: u64 = outputs
+        .iter()
+        .map(|e| e["skipped_lines"].as_u64().unwrap_or(0))
+        .sum();
+    let with_text = outputs
+        .iter()
+        .filter(|e| !e["text"].as_str().unwrap_or_default().is_empty())
+        .count() as u64;
+    assert!(skipped > 0, "20 000 lines at once were not rate-limited");
+    assert!(with_text >= 1000, "the burst is logged: {with_text}");
+    assert_eq!(
+        with_text + skipped,
+        20_000,
+        "every line is logged or counted"
+    );
+    assert_eq!(outputs[0]["text"], "line 0");
+}
