@@ -47,6 +47,17 @@ pub fn tool() -> PathBuf {
     fixture("tool.py")
 }
 
+/// Whether the tests run as root: some need it to act as another user (`nobody`) or to
+/// mount a tmpfs. Those tests say they were skipped and pass otherwise (CI runs as root).
+pub fn running_as_root(test: &str) -> bool {
+    // SAFETY: geteuid cannot fail.
+    let root = unsafe { libc::geteuid() } == 0;
+    if !root {
+        eprintln!("{test}: skipped: needs root to act as another user");
+    }
+    root
+}
+
 /// Polls `cond` every 20 ms until it holds or `limit` passes.
 pub fn wait_until(limit: Duration, mut cond: impl FnMut() -> bool) -> bool {
     let deadline = Instant::now() + limit;

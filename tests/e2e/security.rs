@@ -45,6 +45,9 @@ fn decisions_are_recorded_with_the_real_user_whatever_user_says() {
 
 #[test]
 fn another_user_can_neither_read_the_state_nor_decide() {
+    if !running_as_root("another_user_can_neither_read_the_state_nor_decide") {
+        return;
+    }
     let env = TestEnv::new();
     let id = parked_rm(&env, "b.txt");
     // The test's own temp dir is opened up; the state dir inside stays 0700.

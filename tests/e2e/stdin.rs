@@ -3,7 +3,6 @@
 //! terminal.
 
 use headless_run_e2e::*;
-use std::process::Command;
 use std::time::Duration;
 
 #[test]
@@ -126,13 +125,9 @@ fn ci_variable_means_headless_and_headless_0_forces_interactive() {
 #[test]
 fn interactive_mode_keeps_the_terminal_and_is_recorded() {
     let env = TestEnv::new();
-    let mut cmd = Command::new(bin("headless-run"));
-    cmd.env_remove("CI")
-        .env_remove("HEADLESS")
-        .env("HEADLESS_RUN_HOME", env.state())
-        .env("XDG_CONFIG_HOME", env.path().join("config"))
-        .current_dir(env.work())
-        .arg("sh")
+    // The harness's command: CI, HEADLESS* and the rest of the outside removed.
+    let mut cmd = env.command(bin("headless-run")).cmd;
+    cmd.arg("sh")
         .arg("-c")
         .arg("read -r answer; echo \"you said $answer; HEADLESS=${HEADLESS:-unset}\"; [ -t 0 ] && echo stdin-is-a-tty");
     let (code, screen) = run_in_pty(
