@@ -7,6 +7,7 @@ mod cancel;
 mod config;
 mod dashboard;
 mod decide;
+mod demo;
 mod doctor;
 mod faults;
 mod gc;
