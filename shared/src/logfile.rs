@@ -5,6 +5,8 @@ use crate::event::LogEvent;
 use crate::paths;
 use std::fs::{self, File};
 use std::io::{self, Write};
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
 /// When the combined log grows past this, the next writer to open it renames it to
@@ -21,15 +23,19 @@ pub struct CombinedLog {
 impl CombinedLog {
     /// Opens (creating 0600, rotating if too large) the log at `path`.
     pub fn open(path: &Path) -> io::Result<Self> {
-        if fs::metadata(path)
-            .map(|m| m.len() > ROTATE_BYTES)
-            .unwrap_or(false)
-        {
-            let mut rotated = path.as_os_str().to_owned();
-            rotated.push(".1");
-            // Two writers may race to rotate; losing the race is harmless.
-            let _ = fs::rename(path, PathBuf::from(rotated));
+        Self::open_rotating_at(path, ROTATE_BYTES)
+    }
+
+    fn open_rotating_at(path: &Path, limit: u64) -> io::Result<Self> {
+        let file = paths::open_private_append(path)?;
+        if file.metadata()?.len() <= limit {
+            return Ok(CombinedLog {
+                file,
+                path: path.to_path_buf(),
+            });
         }
+        rotate_if_still_current(path, &file, limit)?;
+        drop(file);
         Ok(CombinedLog {
             file: paths::open_private_append(path)?,
             path: path.to_path_buf(),
@@ -49,11 +55,54 @@ impl CombinedLog {
     }
 }
 
+/// Rotates the log `file` (open on `path`), one writer at a time: under the lock, `path` is
+/// renamed to `path.1` only if it is still the very file this writer opened and still past
+/// `limit`. A writer that lost the race finds `path` replaced and leaves it — so a rotated
+/// log is never renamed over by a second, late rotation.
+fn rotate_if_still_current(path: &Path, file: &File, limit: u64) -> io::Result<()> {
+    // SAFETY: flock on a descriptor we own; released when the descriptor closes.
+    let locked = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX) } == 0;
+    let mine = file.metadata()?;
+    let still_current = fs::metadata(path)
+        .is_ok_and(|m| m.dev() == mine.dev() && m.ino() == mine.ino() && m.len() > limit);
+    if locked && still_current {
+        let mut rotated = path.as_os_str().to_owned();
+        rotated.push(".1");
+        fs::rename(path, PathBuf::from(rotated))?;
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::event::EventBody;
     use crate::status::RunStatus;
+
+    #[test]
+    fn racing_rotations_never_rename_over_a_rotated_log() {
+        let tmp = tempfile::tempdir().unwrap();
+        let path = tmp.path().join("combined.log");
+        let rotated = tmp.path().join("combined.log.1");
+        fs::write(&path, vec![b'x'; 100]).unwrap();
+        // Writer B opens the big file; writer A opens it too and rotates it first…
+        let b = paths::open_private_append(&path).unwrap();
+        let mut a = CombinedLog::open_rotating_at(&path, 50).unwrap();
+        assert_eq!(fs::metadata(&rotated).unwrap().len(), 100);
+        a.file.write_all(&[b'y'; 60]).unwrap();
+        // …then B, late, tries: the new file is past the limit too, but it is not the one B
+        // opened, so the rotated log stays.
+        rotate_if_still_current(&path, &b, 50).unwrap();
+        assert_eq!(fs::metadata(&rotated).unwrap().len(), 100);
+        assert_eq!(fs::metadata(&path).unwrap().len(), 60);
+        // A writer that opens the new file now rotates it in turn.
+        let _c = CombinedLog::open_rotating_at(&path, 50).unwrap();
+        assert_eq!(fs::metadata(&rotated).unwrap().len(), 60);
+        assert_eq!(fs::metadata(&path).unwrap().len(), 0);
+        // Under the limit nothing moves.
+        let _d = CombinedLog::open_rotating_at(&path, 50).unwrap();
+        assert_eq!(fs::metadata(&rotated).unwrap().len(), 60);
+    }
 
     #[test]
     fn appends_whole_lines() {
