@@ -300,13 +300,31 @@ fn configure(conn: &Connection, path: &Path) -> Result<()> {
     conn.busy_timeout(BUSY_TIMEOUT)
         .map_err(|e| corrupt_or(path, e))?;
     // Changing the journal mode needs a write; on a read-only database keep what it has.
-    let current: String = conn
-        .query_row("PRAGMA journal_mode", [], |r| r.get(0))
-        .map_err(|e| corrupt_or(path, e))?;
-    if !current.eq_ignore_ascii_case("wal") && !conn.is_readonly(rusqlite::MAIN_DB).unwrap_or(true)
-    {
-        conn.query_row("PRAGMA journal_mode = WAL", [], |r| r.get::<_, String>(0))
-            .map_err(|e| corrupt_or(path, e))?;
+    // While a new database is being created, the switch to WAL can meet another opener's
+    // lock, and SQLite answers that at once, without its busy handler: so try again, for as
+    // long as the busy timeout would have waited.
+    let deadline = std::time::Instant::now() + BUSY_TIMEOUT;
+    let mut pause = std::time::Duration::from_millis(2);
+    loop {
+        let switched = (|| -> Result<()> {
+            let current: String = conn
+                .query_row("PRAGMA journal_mode", [], |r| r.get(0))
+                .map_err(|e| corrupt_or(path, e))?;
+            if !current.eq_ignore_ascii_case("wal")
+                && !conn.is_readonly(rusqlite::MAIN_DB).unwrap_or(true)
+            {
+                conn.query_row("PRAGMA journal_mode = WAL", [], |r| r.get::<_, String>(0))
+                    .map_err(|e| corrupt_or(path, e))?;
+            }
+            Ok(())
+        })();
+        match switched {
+            Err(StoreError::Locked) if std::time::Instant::now() < deadline => {
+                std::thread::sleep(pause);
+                pause = (pause * 2).min(std::time::Duration::from_millis(50));
+            }
+            other => break other?,
+        }
     }
     // Short-lived connections are the norm (one per shim), and a shim is often the only
     // one. The first connection to open a database rebuilds the WAL index by reading every
