@@ -7,17 +7,17 @@ use crate::db::Result;
 use crate::status::RunStatus;
 use rusqlite::Connection;
 
+const LIVE_COUNTS: &str = "SELECT status, COUNT(*) FROM tool_runs
+     WHERE status IN ('queued', 'running', 'stalled', 'waiting_approval')
+       AND completed_at IS NULL
+     GROUP BY status";
+
 /// How many runs are queued, running, stalled or waiting for approval and have not ended
 /// (a run its shim killed as stalled keeps the status `stalled` but has ended: it counts
-/// among the failures instead). Reads only those ranges of the status index, so its cost
-/// follows the live runs, not the history.
+/// among the failures instead). Reads the index of runs that have not ended
+/// (`tool_runs_open`), so its cost follows the live runs, not the history.
 pub fn live_counts(conn: &Connection) -> Result<Vec<(RunStatus, i64)>> {
-    let mut stmt = conn.prepare(
-        "SELECT status, COUNT(*) FROM tool_runs
-         WHERE status IN ('queued', 'running', 'stalled', 'waiting_approval')
-           AND completed_at IS NULL
-         GROUP BY status",
-    )?;
+    let mut stmt = conn.prepare_cached(LIVE_COUNTS)?;
     let rows = stmt
         .query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)?)))?
         .collect::<rusqlite::Result<Vec<_>>>()?;
@@ -80,5 +80,24 @@ mod tests {
         .unwrap();
         assert_eq!(live_counts(&conn).unwrap(), [(RunStatus::Stalled, 1)]);
         assert_eq!(failed_since(&conn, "2025-01-01T00:00:00.000Z").unwrap(), 2);
+    }
+
+    /// Regression: the live counts read every stall-ended run (their status index range)
+    /// on each change of a large database, several milliseconds each time.
+    #[test]
+    fn live_counts_read_only_the_runs_that_have_not_ended() {
+        let tmp = tempfile::tempdir().unwrap();
+        let conn = db::open(&tmp.path().join("s.db"), OpenMode::Create).unwrap();
+        let plan: Vec<String> = conn
+            .prepare(&format!("EXPLAIN QUERY PLAN {LIVE_COUNTS}"))
+            .unwrap()
+            .query_map([], |r| r.get::<_, String>(3))
+            .unwrap()
+            .collect::<rusqlite::Result<_>>()
+            .unwrap();
+        assert!(
+            plan.iter().any(|l| l.contains("tool_runs_open")),
+            "{plan:?}"
+        );
     }
 }
