@@ -892,3 +892,104 @@ fn free_text_only_where_the_approval_allows_it() {
         }]
     );
 }
+
+/// Regression: a remote run whose heartbeat had gone stale was compared with its reason,
+/// which says how old the heartbeat is, so every liveness check (each 2 s) found it
+/// "changed" and the dashboard read and drew everything again, forever. Heartbeats of live
+/// runs (which the runs table does not show) are not news either.
+#[test]
+fn the_feed_stays_quiet_when_nothing_shown_changes() {
+    let mut w = World::new();
+    let live = w.run(
+        "TR-10000000000000000000000LIVE",
+        "cargo",
+        RunStatus::Running,
+        60,
+    );
+    let mut remote = w.run(
+        "TR-2000000000000000000000REMOTE",
+        "ssh",
+        RunStatus::Running,
+        600,
+    );
+    remote.host = Some("another-host.invalid".into());
+    remote.shim_pid = Some(1);
+    remote.supervisor_heartbeat_at = Some(w.ago(300));
+    w.insert_runs(&[live.clone(), remote.clone()]);
+    let (tx, rx) = mpsc::channel();
+    let (req_tx, req_rx) = mpsc::channel();
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let handle = feed::spawn(w.paths.clone(), None, tx, req_rx, stop).unwrap();
+    let first = match rx.recv_timeout(Duration::from_secs(5)) {
+        Ok(Msg::Snapshot(s)) => s,
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(
+        first.vanished.keys().collect::<Vec<_>>(),
+        [&remote.tool_run_id]
+    );
+    assert!(
+        first.vanished[&remote.tool_run_id]
+            .why
+            .contains("heartbeat")
+    );
+    // Heartbeats for longer than a liveness check: the live run's every 100 ms.
+    let until = Instant::now() + feed::LIVENESS + Duration::from_millis(600);
+    while Instant::now() < until {
+        let beat = runs::Touch {
+            supervisor_heartbeat_at: Some(time::now_rfc3339()),
+            last_heartbeat_at: Some(time::now_rfc3339()),
+            ..runs::Touch::default()
+        };
+        runs::touch(&w.conn, &live.tool_run_id, &beat).unwrap();
+        if let Ok(msg) = rx.recv_timeout(Duration::from_millis(100)) {
+            panic!("nothing shown changed, yet the feed sent {msg:?}");
+        }
+    }
+    // Something shown changes: it comes at once.
+    let mut out = runs::Touch {
+        last_output_at: Some(time::now_rfc3339()),
+        ..runs::Touch::default()
+    };
+    out.last_output_at = Some(w.ago(0));
+    runs::touch(&w.conn, &live.tool_run_id, &out).unwrap();
+    match rx.recv_timeout(Duration::from_secs(2)) {
+        Ok(Msg::Snapshot(s)) => assert!(!s.shows_same(&first)),
+        other => panic!("{other:?}"),
+    }
+    drop(req_tx);
+    handle.join().unwrap();
+}
+
+#[test]
+fn snapshots_differing_only_in_heartbeats_show_the_same() {
+    let mut w = World::new();
+    w.busy();
+    let id = "TR-8000000000000000000RUNNING";
+    let before = w.snapshot(&RunQuery::default(), None);
+    let beat = runs::Touch {
+        supervisor_heartbeat_at: Some(w.ahead(3)),
+        last_heartbeat_at: Some(w.ahead(3)),
+        ..runs::Touch::default()
+    };
+    runs::touch(&w.conn, id, &beat).unwrap();
+    let after = w.snapshot(&RunQuery::default(), None);
+    assert_ne!(before, after);
+    assert!(before.shows_same(&after));
+    // The open run's detail shows its heartbeats: there they count.
+    let before = w.snapshot(&RunQuery::default(), Some(id));
+    let beat = runs::Touch {
+        supervisor_heartbeat_at: Some(w.ahead(6)),
+        ..runs::Touch::default()
+    };
+    runs::touch(&w.conn, id, &beat).unwrap();
+    assert!(!before.shows_same(&w.snapshot(&RunQuery::default(), Some(id))));
+    // Output is shown (LAST OUT).
+    let before = w.snapshot(&RunQuery::default(), None);
+    let out = runs::Touch {
+        last_output_at: Some(w.ahead(1)),
+        ..runs::Touch::default()
+    };
+    runs::touch(&w.conn, id, &out).unwrap();
+    assert!(!before.shows_same(&w.snapshot(&RunQuery::default(), None)));
+}
