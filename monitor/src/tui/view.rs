@@ -410,3 +410,79 @@ pub fn confirm_cancel_text(app: &App, run_id: &str) -> String {
 pub fn notice_text(n: &Notice) -> String {
     format!(" {}", clean(&n.text))
 }
+
+/// Every string this state could put on the screen, whichever pane, view or overlay is
+/// showing: each run, approval (as a row and as a card), log line, the open run, and the
+/// status line. For tests.
+#[cfg(test)]
+pub fn all_texts(app: &App) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    out.extend(app.problem.as_deref().map(clean));
+    out.push(clean(&app.state_dir));
+    out.extend(filter_text(app));
+    if let Some(input) = &app.input {
+        out.push(input_label(input));
+        out.push(input_text(input));
+    }
+    if let Some(id) = &app.confirm_cancel {
+        out.push(confirm_cancel_text(app, id));
+    }
+    out.extend(app.notice.as_ref().map(notice_text));
+    for r in app.runs() {
+        let row = run_row(app, r);
+        out.extend([
+            row.id,
+            row.tool,
+            row.started,
+            row.took,
+            row.last_output,
+            row.exit,
+            row.reason,
+        ]);
+    }
+    let data = app.data.as_ref();
+    for a in app.approvals() {
+        let row = approval_row(app, a);
+        out.extend([
+            row.id,
+            row.tool,
+            row.question,
+            row.age,
+            row.left,
+            row.options,
+        ]);
+        out.extend(card_texts(approval_card(app, a)));
+    }
+    for l in data.map(|d| d.log.as_slice()).unwrap_or_default() {
+        let row = log_row(l);
+        out.extend([row.time, row.tool, row.run, row.text]);
+    }
+    if let Some(d) = data.and_then(|d| d.detail.as_ref()) {
+        let f = run_fields(app, d);
+        out.push(f.title);
+        out.extend(f.reason);
+        out.extend(f.fields.into_iter().map(|(_, v)| v));
+        for e in &d.events {
+            let h = history_row(e);
+            out.extend([h.time, h.event, h.what, h.actor]);
+        }
+        for a in &d.approvals {
+            let row = run_approval_row(app, a);
+            out.extend([row.id, row.question, row.note, row.decided_by]);
+            out.extend(card_texts(approval_card(app, a)));
+        }
+        out.extend(d.output.iter().map(|l| output_line(l)));
+    }
+    out
+}
+
+#[cfg(test)]
+fn card_texts(c: ApprovalCard) -> Vec<String> {
+    let mut out = vec![c.title, c.tool, c.asked, c.left, c.question, c.approve];
+    out.extend(c.context);
+    out.extend(c.comment);
+    for a in c.answers {
+        out.extend([a.key, a.value, a.label]);
+    }
+    out
+}
