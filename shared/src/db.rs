@@ -119,9 +119,12 @@ const MIGRATIONS: &[&str] = &[
     CREATE INDEX tool_runs_supervised ON tool_runs(status) WHERE exit_code IS NULL;
     "#,
     // v4: the runs that have not ended, so the dashboard's live counts (read on every change
-    // of the database) cost what the live runs cost, not every stall-ended run in history.
+    // of the database) cost what the live runs cost, not every stall-ended run in history;
+    // and runs by status and end (or start) time, so the recent failures are a range, not
+    // every failure in history looked up in the table.
     r#"
     CREATE INDEX tool_runs_open ON tool_runs(status) WHERE completed_at IS NULL;
+    CREATE INDEX tool_runs_status_end ON tool_runs(status, COALESCE(completed_at, started_at));
     "#,
 ];
 
