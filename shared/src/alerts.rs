@@ -29,8 +29,9 @@ pub fn live_counts(conn: &Connection) -> Result<Vec<(RunStatus, i64)>> {
 
 /// Runs that failed (`failed`, `failed_timeout`, or ended by their shim as `stalled`) and
 /// ended — or, lacking an end time, started — at or after `since` (RFC 3339). Reads the
-/// recent range of each failed status in the index by status and end time
-/// (`tool_runs_status_end`), so its cost follows the recent failures, not all of them.
+/// recent range of each failed status in the index of failed runs by end time
+/// (`tool_runs_failed`, usable because the query names its statuses), so its cost follows
+/// the recent failures, not all of them.
 pub fn failed_since(conn: &Connection, since: &str) -> Result<i64> {
     Ok(conn
         .prepare_cached(FAILED_SINCE)?
@@ -38,9 +39,9 @@ pub fn failed_since(conn: &Connection, since: &str) -> Result<i64> {
 }
 
 const FAILED_SINCE: &str = "SELECT COUNT(*) FROM tool_runs
-     WHERE (status IN ('failed', 'failed_timeout')
-            OR (status = 'stalled' AND completed_at IS NOT NULL))
-       AND COALESCE(completed_at, started_at) >= ?1";
+     WHERE status IN ('failed', 'failed_timeout', 'stalled')
+       AND COALESCE(completed_at, started_at) >= ?1
+       AND (status <> 'stalled' OR completed_at IS NOT NULL)";
 
 #[cfg(test)]
 mod tests {
@@ -103,8 +104,19 @@ mod tests {
         assert!(live.contains("USING INDEX tool_runs_open"), "{live}");
         let failed = plan(FAILED_SINCE);
         assert!(
-            failed.contains("tool_runs_status_end (status=? AND <expr>>?)"),
+            failed.contains("USING INDEX tool_runs_failed (status=? AND <expr>>?)"),
             "{failed}"
+        );
+        // Their indexes take no other query's plan: the supervised runs (reconciliation,
+        // the dashboard's liveness check) keep theirs.
+        let supervised = plan(
+            "SELECT tool_run_id FROM tool_runs
+             WHERE status IN ('running', 'stalled', 'waiting_approval') AND exit_code IS NULL
+             ORDER BY tool_run_id DESC",
+        );
+        assert!(
+            supervised.contains("USING INDEX tool_runs_supervised"),
+            "{supervised}"
         );
     }
 }

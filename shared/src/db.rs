@@ -120,11 +120,14 @@ const MIGRATIONS: &[&str] = &[
     "#,
     // v4: the runs that have not ended, so the dashboard's live counts (read on every change
     // of the database) cost what the live runs cost, not every stall-ended run in history;
-    // and runs by status and end (or start) time, so the recent failures are a range, not
-    // every failure in history looked up in the table.
+    // and the failed runs by end (or start) time, so the recent failures are a range, not
+    // every failure in history looked up in the table. Partial, so that only a query that
+    // names these statuses can use it (a full index on status and time took the plan of the
+    // supervised runs' query away from its own partial index).
     r#"
     CREATE INDEX tool_runs_open ON tool_runs(status) WHERE completed_at IS NULL;
-    CREATE INDEX tool_runs_status_end ON tool_runs(status, COALESCE(completed_at, started_at));
+    CREATE INDEX tool_runs_failed ON tool_runs(status, COALESCE(completed_at, started_at))
+        WHERE status IN ('failed', 'failed_timeout', 'stalled');
     "#,
 ];
 
