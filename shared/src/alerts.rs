@@ -7,17 +7,17 @@ use crate::db::Result;
 use crate::status::RunStatus;
 use rusqlite::Connection;
 
+const LIVE_COUNTS: &str = "SELECT status, COUNT(*) FROM tool_runs
+     WHERE status IN ('queued', 'running', 'stalled', 'waiting_approval')
+       AND completed_at IS NULL
+     GROUP BY status";
+
 /// How many runs are queued, running, stalled or waiting for approval and have not ended
 /// (a run its shim killed as stalled keeps the status `stalled` but has ended: it counts
-/// among the failures instead). Reads only those ranges of the status index, so its cost
-/// follows the live runs, not the history.
+/// among the failures instead). Reads the index of runs that have not ended
+/// (`tool_runs_open`), so its cost follows the live runs, not the history.
 pub fn live_counts(conn: &Connection) -> Result<Vec<(RunStatus, i64)>> {
-    let mut stmt = conn.prepare(
-        "SELECT status, COUNT(*) FROM tool_runs
-         WHERE status IN ('queued', 'running', 'stalled', 'waiting_approval')
-           AND completed_at IS NULL
-         GROUP BY status",
-    )?;
+    let mut stmt = conn.prepare_cached(LIVE_COUNTS)?;
     let rows = stmt
         .query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)?)))?
         .collect::<rusqlite::Result<Vec<_>>>()?;
@@ -29,18 +29,19 @@ pub fn live_counts(conn: &Connection) -> Result<Vec<(RunStatus, i64)>> {
 
 /// Runs that failed (`failed`, `failed_timeout`, or ended by their shim as `stalled`) and
 /// ended — or, lacking an end time, started — at or after `since` (RFC 3339). Reads the
-/// status index, then only those rows, so it stays cheap on a large database where most runs
-/// succeed.
+/// recent range of each failed status in the index of failed runs by end time
+/// (`tool_runs_failed`, usable because the query names its statuses), so its cost follows
+/// the recent failures, not all of them.
 pub fn failed_since(conn: &Connection, since: &str) -> Result<i64> {
-    Ok(conn.query_row(
-        "SELECT COUNT(*) FROM tool_runs
-         WHERE (status IN ('failed', 'failed_timeout')
-                OR (status = 'stalled' AND completed_at IS NOT NULL))
-           AND COALESCE(completed_at, started_at) >= ?1",
-        [since],
-        |r| r.get(0),
-    )?)
+    Ok(conn
+        .prepare_cached(FAILED_SINCE)?
+        .query_row([since], |r| r.get(0))?)
 }
+
+const FAILED_SINCE: &str = "SELECT COUNT(*) FROM tool_runs
+     WHERE status IN ('failed', 'failed_timeout', 'stalled')
+       AND COALESCE(completed_at, started_at) >= ?1
+       AND (status <> 'stalled' OR completed_at IS NOT NULL)";
 
 #[cfg(test)]
 mod tests {
@@ -80,5 +81,42 @@ mod tests {
         .unwrap();
         assert_eq!(live_counts(&conn).unwrap(), [(RunStatus::Stalled, 1)]);
         assert_eq!(failed_since(&conn, "2025-01-01T00:00:00.000Z").unwrap(), 2);
+    }
+
+    /// Regression: the live counts read every stall-ended run (their status index range)
+    /// on each change of a large database, and the recent failures every failure: 9 and
+    /// 27 ms at 100 000 runs, the first on every change the dashboard saw.
+    #[test]
+    fn the_alert_counts_read_only_what_they_count() {
+        let tmp = tempfile::tempdir().unwrap();
+        let conn = db::open(&tmp.path().join("s.db"), OpenMode::Create).unwrap();
+        let plan = |sql: &str| -> String {
+            let sql = sql.replace("?1", "'2026-01-01T00:00:00.000Z'");
+            conn.prepare(&format!("EXPLAIN QUERY PLAN {sql}"))
+                .unwrap()
+                .query_map([], |r| r.get::<_, String>(3))
+                .unwrap()
+                .collect::<rusqlite::Result<Vec<_>>>()
+                .unwrap()
+                .join("; ")
+        };
+        let live = plan(LIVE_COUNTS);
+        assert!(live.contains("USING INDEX tool_runs_open"), "{live}");
+        let failed = plan(FAILED_SINCE);
+        assert!(
+            failed.contains("USING INDEX tool_runs_failed (status=? AND <expr>>?)"),
+            "{failed}"
+        );
+        // Their indexes take no other query's plan: the supervised runs (reconciliation,
+        // the dashboard's liveness check) keep theirs.
+        let supervised = plan(
+            "SELECT tool_run_id FROM tool_runs
+             WHERE status IN ('running', 'stalled', 'waiting_approval') AND exit_code IS NULL
+             ORDER BY tool_run_id DESC",
+        );
+        assert!(
+            supervised.contains("USING INDEX tool_runs_supervised"),
+            "{supervised}"
+        );
     }
 }

@@ -118,6 +118,17 @@ const MIGRATIONS: &[&str] = &[
     r#"
     CREATE INDEX tool_runs_supervised ON tool_runs(status) WHERE exit_code IS NULL;
     "#,
+    // v4: the runs that have not ended, so the dashboard's live counts (read on every change
+    // of the database) cost what the live runs cost, not every stall-ended run in history;
+    // and the failed runs by end (or start) time, so the recent failures are a range, not
+    // every failure in history looked up in the table. Partial, so that only a query that
+    // names these statuses can use it (a full index on status and time took the plan of the
+    // supervised runs' query away from its own partial index).
+    r#"
+    CREATE INDEX tool_runs_open ON tool_runs(status) WHERE completed_at IS NULL;
+    CREATE INDEX tool_runs_failed ON tool_runs(status, COALESCE(completed_at, started_at))
+        WHERE status IN ('failed', 'failed_timeout', 'stalled');
+    "#,
 ];
 
 /// The schema version this build writes.
@@ -458,7 +469,10 @@ impl Conditions {
 /// A cheap counter that changes whenever another connection commits (`PRAGMA
 /// data_version`): poll it to notice changes without re-running queries.
 pub fn data_version(conn: &Connection) -> Result<i64> {
-    Ok(conn.query_row("PRAGMA data_version", [], |r| r.get(0))?)
+    // Polled several times a second: keep the statement prepared.
+    Ok(conn
+        .prepare_cached("PRAGMA data_version")?
+        .query_row([], |r| r.get(0))?)
 }
 
 /// Journal mode as SQLite reports it (`wal` expected).

@@ -1,21 +1,17 @@
-//! Drawing: `draw(&App, &mut Frame)` only reads the state. Every string a tool could have
-//! written (names, questions, context, output, reasons, argv, ids) goes through
-//! `sanitize_line` here, right before it reaches the screen.
+//! Drawing: `draw(&App, &mut Frame)` only reads the state. The text comes from `view`,
+//! which sanitizes every string a tool could have written; this file lays it out, colours
+//! it, and builds only the rows that fit on the screen.
 
 use super::app::{App, InputKind, Level, NOTICE_FOR, Overlay, Pane, View};
-use super::feed::{EXPIRY_SOON, RUN_LIMIT, RunDetail};
-use super::tail::{LogKind, short_id};
-use hr_shared::approvals::Approval;
-use hr_shared::runs::ToolRun;
-use hr_shared::sanitize::sanitize_line;
+use super::feed::{RUN_LIMIT, RunDetail};
+use super::tail::LogKind;
+use super::view::{self, clean};
 use hr_shared::status::{ApprovalStatus, RunStatus};
-use hr_shared::time::{parse_rfc3339, short_duration};
 use ratatui::Frame;
 use ratatui::layout::{Constraint, Layout, Rect};
 use ratatui::style::{Color, Modifier, Style, Stylize};
 use ratatui::text::{Line, Span, Text};
 use ratatui::widgets::{Block, Cell, Clear, Paragraph, Row, Table, TableState, Wrap};
-use std::time::{Duration, SystemTime};
 
 /// Tables wider than this show every column.
 const WIDE: u16 = 110;
@@ -31,71 +27,6 @@ pub fn status_color(s: RunStatus) -> Color {
         RunStatus::Cancelled => Color::DarkGray,
         RunStatus::Queued => Color::Blue,
     }
-}
-
-fn clean(s: &str) -> String {
-    sanitize_line(s)
-}
-
-fn since(now: SystemTime, stamp: &str) -> Option<Duration> {
-    now.duration_since(parse_rfc3339(stamp)?).ok()
-}
-
-fn ago(now: SystemTime, stamp: Option<&str>) -> String {
-    match stamp.and_then(|s| since(now, s)) {
-        Some(d) => short_duration(d),
-        None => "—".into(),
-    }
-}
-
-/// `4m05s ago`, or `never` when there is no such time.
-fn ago_phrase(now: SystemTime, stamp: Option<&str>) -> String {
-    match stamp.and_then(|s| since(now, s)) {
-        Some(d) => format!("{} ago", short_duration(d)),
-        None => "never".into(),
-    }
-}
-
-fn took(now: SystemTime, run: &ToolRun) -> String {
-    let Some(start) = parse_rfc3339(&run.started_at) else {
-        return "—".into();
-    };
-    let end = run
-        .completed_at
-        .as_deref()
-        .and_then(parse_rfc3339)
-        .unwrap_or(now);
-    end.duration_since(start)
-        .map(short_duration)
-        .unwrap_or_else(|_| "—".into())
-}
-
-/// Time left before an approval expires: `(text, urgent)`.
-fn time_left(now: SystemTime, a: &Approval) -> (String, bool) {
-    let Some(exp) = a.expires_at.as_deref().and_then(parse_rfc3339) else {
-        return ("—".into(), false);
-    };
-    match exp.duration_since(now) {
-        Ok(d) => (short_duration(d), d <= EXPIRY_SOON),
-        Err(_) => ("overdue".into(), true),
-    }
-}
-
-fn options_summary(a: &Approval) -> String {
-    let mut parts: Vec<String> = a
-        .options_json
-        .iter()
-        .enumerate()
-        .take(9)
-        .map(|(i, o)| format!("{}:{}", i + 1, clean(&o.value)))
-        .collect();
-    if a.options_json.len() > 9 {
-        parts.push("…".into());
-    }
-    if a.allows_text {
-        parts.push("t:text".into());
-    }
-    parts.join(" ")
 }
 
 /// Draws the whole screen.
@@ -303,12 +234,22 @@ fn offset_for(sel: usize, height: usize) -> usize {
     sel.saturating_sub(height.saturating_sub(1))
 }
 
+/// The rows of a table that fit in `area` (borders and a header around them), and where
+/// the selection falls among them: `(first, end, selected)`. Only these rows are built.
+fn window(len: usize, sel: usize, area: Rect) -> (usize, usize, Option<usize>) {
+    let visible = area.height.saturating_sub(3) as usize;
+    let first = offset_for(sel, visible).min(len);
+    let end = (first + visible).min(len);
+    let selected = (sel >= first && sel < end).then(|| sel - first);
+    (first, end, selected)
+}
+
 fn draw_runs(app: &App, f: &mut Frame, area: Rect) {
     let focused = app.focus == Pane::Runs;
     let runs = app.runs();
     let mut title = String::from(" Runs ");
-    if !app.query.is_empty() {
-        title.push_str(&format!("[filter: {}] ", clean(&app.query.text)));
+    if let Some(filter) = view::filter_text(app) {
+        title.push_str(&format!("[filter: {filter}] "));
     }
     if runs.len() >= RUN_LIMIT {
         title.push_str(&format!("(newest {RUN_LIMIT}) "));
@@ -342,31 +283,26 @@ fn draw_runs(app: &App, f: &mut Frame, area: Rect) {
             Constraint::Fill(1),
         ]
     };
-    let rows: Vec<Row> = runs
+    let (first, end, selected) = window(runs.len(), app.run_sel, area);
+    let rows: Vec<Row> = runs[first..end]
         .iter()
         .map(|r| {
-            let status = app.shown_status(r);
-            let reason = app
-                .vanished_reason(r)
-                .map(str::to_owned)
-                .or_else(|| r.reason.clone())
-                .unwrap_or_default();
-            let exit = r.exit_code.map(|c| c.to_string()).unwrap_or_default();
+            let row = view::run_row(app, r);
             let mut cells = vec![
-                Cell::from(short_id(&r.tool_run_id)),
-                Cell::from(clean(&r.tool_name)),
+                Cell::from(row.id),
+                Cell::from(row.tool),
                 Cell::from(Span::styled(
-                    status.as_str(),
-                    Style::new().fg(status_color(status)),
+                    row.status.as_str(),
+                    Style::new().fg(status_color(row.status)),
                 )),
-                Cell::from(ago(app.now, Some(&r.started_at))),
+                Cell::from(row.started),
             ];
             if wide {
-                cells.push(Cell::from(took(app.now, r)));
-                cells.push(Cell::from(ago(app.now, r.last_output_at.as_deref())));
+                cells.push(Cell::from(row.took));
+                cells.push(Cell::from(row.last_output));
             }
-            cells.push(Cell::from(exit));
-            cells.push(Cell::from(clean(&reason)));
+            cells.push(Cell::from(row.exit));
+            cells.push(Cell::from(row.reason));
             Row::new(cells)
         })
         .collect();
@@ -380,10 +316,7 @@ fn draw_runs(app: &App, f: &mut Frame, area: Rect) {
             Style::new().add_modifier(Modifier::BOLD)
         })
         .highlight_symbol(if focused { "▶ " } else { "› " });
-    let visible = area.height.saturating_sub(3) as usize;
-    let mut state = TableState::default()
-        .with_selected((!empty).then_some(app.run_sel))
-        .with_offset(offset_for(app.run_sel, visible));
+    let mut state = TableState::default().with_selected(selected);
     f.render_stateful_widget(table, area, &mut state);
     if empty {
         let msg = if app.query.is_empty() {
@@ -428,26 +361,27 @@ fn draw_approvals(app: &App, f: &mut Frame, area: Rect) {
         header.insert(0, "APPROVAL");
         widths.insert(0, Constraint::Length(12));
     }
-    let rows: Vec<Row> = list
+    let (first, end, selected) = window(list.len(), app.approval_sel, area);
+    let rows: Vec<Row> = list[first..end]
         .iter()
         .map(|a| {
-            let (left, urgent) = time_left(app.now, a);
+            let row = view::approval_row(app, a);
             let mut cells = vec![
-                Cell::from(clean(&a.tool_name)),
-                Cell::from(clean(&a.question)),
-                Cell::from(ago(app.now, Some(&a.created_at))),
+                Cell::from(row.tool),
+                Cell::from(row.question),
+                Cell::from(row.age),
                 Cell::from(Span::styled(
-                    left,
-                    if urgent {
+                    row.left,
+                    if row.urgent {
                         Style::new().red().bold()
                     } else {
                         Style::new()
                     },
                 )),
-                Cell::from(options_summary(a)),
+                Cell::from(row.options),
             ];
             if wide {
-                cells.insert(0, Cell::from(short_id(&a.approval_id)));
+                cells.insert(0, Cell::from(row.id));
             }
             Row::new(cells).style(Style::new().yellow())
         })
@@ -461,10 +395,7 @@ fn draw_approvals(app: &App, f: &mut Frame, area: Rect) {
             Style::new()
         })
         .highlight_symbol(if focused { "▶ " } else { "  " });
-    let visible = area.height.saturating_sub(3) as usize;
-    let mut state = TableState::default()
-        .with_selected(Some(app.approval_sel))
-        .with_offset(offset_for(app.approval_sel, visible));
+    let mut state = TableState::default().with_selected(selected);
     f.render_stateful_widget(table, area, &mut state);
 }
 
@@ -491,11 +422,12 @@ fn draw_log(app: &App, f: &mut Frame, area: Rect) {
     let text: Vec<Line> = lines[start..end]
         .iter()
         .map(|l| {
+            let row = view::log_row(l);
             Line::from(vec![
-                Span::raw(format!("{} ", l.time)).dim(),
-                Span::raw(format!("{} ", clean(&l.tool))).bold(),
-                Span::raw(format!("{} ", clean(&l.run))).dim(),
-                Span::styled(clean(&l.text), log_style(l.kind)),
+                Span::raw(format!("{} ", row.time)).dim(),
+                Span::raw(format!("{} ", row.tool)).bold(),
+                Span::raw(format!("{} ", row.run)).dim(),
+                Span::styled(row.text, log_style(row.kind)),
             ])
         })
         .collect();
@@ -566,64 +498,20 @@ fn draw_detail(app: &App, f: &mut Frame, area: Rect, id: &str) {
 }
 
 fn draw_run_fields(app: &App, f: &mut Frame, area: Rect, d: &RunDetail) {
-    let r = &d.run;
-    let status = app.shown_status(r);
+    let v = view::run_fields(app, d);
     let mut status_spans = vec![Span::styled(
-        status.as_str(),
-        Style::new().fg(status_color(status)).bold(),
+        v.status.as_str(),
+        Style::new().fg(status_color(v.status)).bold(),
     )];
-    if let Some(c) = r.exit_code {
+    if let Some(c) = v.exit {
         status_spans.push(Span::raw(format!("  exit {c}")));
     }
-    let reason = app
-        .vanished_reason(r)
-        .map(str::to_owned)
-        .or_else(|| r.reason.clone());
-    if let Some(reason) = reason {
-        status_spans.push(Span::raw(format!("  {}", clean(&reason))));
+    if let Some(reason) = v.reason {
+        status_spans.push(Span::raw(format!("  {reason}")));
     }
-    let opt = |v: Option<i64>| v.map(|p| p.to_string()).unwrap_or_else(|| "—".into());
-    let lines = vec![
-        field_spans("status", status_spans),
-        field("argv", clean(&r.argv_json.join(" "))),
-        field("cwd", clean(r.cwd.as_deref().unwrap_or("—"))),
-        field(
-            "started",
-            format!(
-                "{} · took {}",
-                ago_phrase(app.now, Some(&r.started_at)),
-                took(app.now, r)
-            ),
-        ),
-        field(
-            "last output",
-            format!(
-                "{} · heartbeat {} · supervisor {}",
-                ago_phrase(app.now, r.last_output_at.as_deref()),
-                ago_phrase(app.now, r.last_heartbeat_at.as_deref()),
-                ago_phrase(app.now, r.supervisor_heartbeat_at.as_deref()),
-            ),
-        ),
-        field(
-            "process",
-            format!(
-                "pid {} · shim {} · host {}",
-                opt(r.pid),
-                opt(r.shim_pid),
-                clean(r.host.as_deref().unwrap_or("—"))
-            ),
-        ),
-        field("execution", clean(r.execution_id.as_deref().unwrap_or("—"))),
-        field(
-            "resumed from",
-            clean(r.resumed_from.as_deref().unwrap_or("—")),
-        ),
-    ];
-    let block = Block::bordered().title(format!(
-        " Run {} · {} ",
-        clean(&r.tool_run_id),
-        clean(&r.tool_name)
-    ));
+    let mut lines = vec![field_spans("status", status_spans)];
+    lines.extend(v.fields.into_iter().map(|(name, value)| field(name, value)));
+    let block = Block::bordered().title(v.title);
     f.render_widget(Paragraph::new(lines).block(block), area);
 }
 
@@ -633,15 +521,12 @@ fn draw_run_history(f: &mut Frame, area: Rect, d: &RunDetail) {
     let lines: Vec<Line> = d.events[start..]
         .iter()
         .map(|e| {
-            let what = serde_json::from_str::<serde_json::Value>(&e.data)
-                .ok()
-                .and_then(|v| v.get("status").and_then(|s| s.as_str()).map(str::to_owned))
-                .unwrap_or_default();
+            let h = view::history_row(e);
             Line::from(vec![
-                Span::raw(format!(" {} ", e.at.get(11..19).unwrap_or(""))).dim(),
-                Span::raw(clean(&e.event.replace('_', " "))),
-                Span::raw(format!(" {}", clean(&what))).bold(),
-                Span::raw(format!(" · {}", clean(&e.actor))).dim(),
+                Span::raw(format!(" {} ", h.time)).dim(),
+                Span::raw(h.event),
+                Span::raw(format!(" {}", h.what)).bold(),
+                Span::raw(format!(" · {}", h.actor)).dim(),
             ])
         })
         .collect();
@@ -656,36 +541,22 @@ fn draw_run_approvals(app: &App, f: &mut Frame, area: Rect, d: &RunDetail) {
         .approvals
         .iter()
         .map(|a| {
-            let style = match a.status {
+            let row = view::run_approval_row(app, a);
+            let style = match row.status {
                 ApprovalStatus::Pending => Style::new().yellow().bold(),
                 ApprovalStatus::Approved => Style::new().green(),
                 ApprovalStatus::Rejected | ApprovalStatus::Expired => Style::new().red(),
             };
             let mut spans = vec![
-                Span::raw(format!(" {} ", short_id(&a.approval_id))),
-                Span::styled(format!("{:<8} ", a.status.as_str()), style),
-                Span::raw(clean(&a.question)),
+                Span::raw(format!(" {} ", row.id)),
+                Span::styled(format!("{:<8} ", row.status.as_str()), style),
+                Span::raw(row.question),
             ];
-            match a.status {
-                ApprovalStatus::Pending => {
-                    let (left, _) = time_left(app.now, a);
-                    spans.push(Span::raw(format!("  [{}]  left {left}", options_summary(a))).dim());
-                }
-                _ => {
-                    if let Some(v) = &a.chosen_value {
-                        spans.push(Span::raw(format!("  → `{}`", clean(v))));
-                    }
-                    if let Some(by) = &a.decided_by {
-                        spans.push(
-                            Span::raw(format!(
-                                " by {} ({})",
-                                clean(by),
-                                clean(a.decision_channel.as_deref().unwrap_or("?"))
-                            ))
-                            .dim(),
-                        );
-                    }
-                }
+            if row.status == ApprovalStatus::Pending {
+                spans.push(Span::raw(row.note).dim());
+            } else {
+                spans.push(Span::raw(row.note));
+                spans.push(Span::raw(row.decided_by).dim());
             }
             Line::from(spans)
         })
@@ -707,7 +578,7 @@ fn draw_output(app: &App, f: &mut Frame, area: Rect, d: &RunDetail) {
     }
     let lines: Vec<Line> = d.output[start..end]
         .iter()
-        .map(|l| Line::from(format!(" {}", clean(l))))
+        .map(|l| Line::from(view::output_line(l)))
         .collect();
     let para = if lines.is_empty() {
         Paragraph::new(" no output recorded").dim()
@@ -739,23 +610,16 @@ fn key_hints(app: &App) -> &'static str {
 
 fn draw_status_line(app: &App, f: &mut Frame, area: Rect) {
     if let Some(input) = &app.input {
-        let (label, hint) = match &input.kind {
-            InputKind::Filter => (
-                " / filter: ".to_owned(),
-                "   status words (running, fail, stalled, waiting…) and/or a tool · Enter apply · Esc cancel",
-            ),
-            InputKind::Text(id) => (
-                format!(" answer for {}: ", short_id(id)),
-                "   Enter send · Esc cancel",
-            ),
-            InputKind::Comment(id) => (
-                format!(" comment for {}: ", short_id(id)),
-                "   Enter keep · Esc cancel",
-            ),
+        let hint = match &input.kind {
+            InputKind::Filter => {
+                "   status words (running, fail, stalled, waiting…) and/or a tool · Enter apply · Esc cancel"
+            }
+            InputKind::Text(_) => "   Enter send · Esc cancel",
+            InputKind::Comment(_) => "   Enter keep · Esc cancel",
         };
         let line = Line::from(vec![
-            Span::styled(label, Style::new().bold().cyan()),
-            Span::raw(clean(&input.buf)),
+            Span::styled(view::input_label(input), Style::new().bold().cyan()),
+            Span::raw(view::input_text(input)),
             Span::raw("█"),
             Span::raw(hint).dim(),
         ]);
@@ -763,15 +627,9 @@ fn draw_status_line(app: &App, f: &mut Frame, area: Rect) {
         return;
     }
     if let Some(run_id) = &app.confirm_cancel {
-        let tool = app
-            .runs()
-            .iter()
-            .find(|r| &r.tool_run_id == run_id)
-            .map(|r| clean(&r.tool_name))
-            .unwrap_or_default();
         let line = Line::from(vec![
             Span::styled(
-                format!(" Cancel run {} {tool}? ", short_id(run_id)),
+                view::confirm_cancel_text(app, run_id),
                 Style::new().bold().black().on_yellow(),
             ),
             Span::raw(" y to cancel it, any other key to keep it running"),
@@ -793,7 +651,7 @@ fn draw_status_line(app: &App, f: &mut Frame, area: Rect) {
             Level::Error => Style::new().red().bold(),
         };
         f.render_widget(
-            Paragraph::new(Span::styled(format!(" {}", clean(&n.text)), style)),
+            Paragraph::new(Span::styled(view::notice_text(n), style)),
             area,
         );
         return;
@@ -866,62 +724,46 @@ fn draw_approval(app: &App, f: &mut Frame, area: Rect, id: &str) {
         );
         return;
     };
-    let (left, urgent) = time_left(app.now, a);
+    let card = view::approval_card(app, a);
     let mut lines = vec![
         Line::from(vec![
-            Span::raw(format!(" {} ", clean(&a.tool_name))).bold(),
-            Span::raw(format!(
-                "run {} · asked {} ago · ",
-                short_id(&a.tool_run_id),
-                ago(app.now, Some(&a.created_at))
-            )),
+            Span::raw(format!(" {} ", card.tool)).bold(),
+            Span::raw(card.asked),
             Span::styled(
-                format!("expires in {left}"),
-                if urgent {
+                format!("expires in {}", card.left),
+                if card.urgent {
                     Style::new().red().bold()
                 } else {
                     Style::new()
                 },
             ),
-            Span::raw(format!(" · {}", a.status)),
+            Span::raw(format!(" · {}", card.status)),
         ]),
         Line::from(""),
         Line::from(" Question".bold()),
         Line::from(Span::styled(
-            format!("   {}", clean(&a.question)),
+            format!("   {}", card.question),
             Style::new().yellow(),
         )),
     ];
-    if let Some(ctx) = a.context.as_deref().filter(|c| !c.trim().is_empty()) {
+    if !card.context.is_empty() {
         lines.push(Line::from(""));
         lines.push(Line::from(" Screen".bold()));
-        let ctx_lines: Vec<&str> = ctx.lines().collect();
-        let keep = ctx_lines.len().saturating_sub(8);
-        for l in &ctx_lines[keep..] {
-            lines.push(Line::from(format!("   {}", clean(l))).dim());
+        for l in card.context {
+            lines.push(Line::from(format!("   {l}")).dim());
         }
     }
     lines.push(Line::from(""));
     lines.push(Line::from(" Answers".bold()));
-    for (i, o) in a.options_json.iter().enumerate() {
-        let key = if i < 9 {
-            format!("{}", i + 1)
-        } else {
-            " ".into()
-        };
-        let default = if a.default_value.as_deref() == Some(o.value.as_str()) {
-            "  (default)"
-        } else {
-            ""
-        };
+    for answer in card.answers {
         lines.push(Line::from(vec![
-            Span::styled(format!("   {key}  "), Style::new().bold().cyan()),
-            Span::raw(format!("{:<10} ", clean(&o.value))),
-            Span::raw(clean(&o.label)),
-            Span::raw(default).dim(),
+            Span::styled(format!("   {}  ", answer.key), Style::new().bold().cyan()),
+            Span::raw(format!("{:<10} ", answer.value)),
+            Span::raw(answer.label),
+            Span::raw(if answer.default { "  (default)" } else { "" }).dim(),
         ]));
     }
-    if a.allows_text {
+    if card.allows_text {
         lines.push(Line::from(vec![
             Span::styled("   t  ", Style::new().bold().cyan()),
             Span::raw("type a free-text answer"),
@@ -929,20 +771,15 @@ fn draw_approval(app: &App, f: &mut Frame, area: Rect, id: &str) {
     }
     lines.push(Line::from(vec![
         Span::styled("   a  ", Style::new().bold().cyan()),
-        Span::raw(match a.approve_value() {
-            Some(v) => format!("approve (answers `{}`)", clean(v)),
-            None => "approve: not available (no approving answer)".into(),
-        }),
+        Span::raw(card.approve),
     ]));
     lines.push(Line::from(vec![
         Span::styled("   r  ", Style::new().bold().cyan()),
         Span::raw("reject (the tool is ended)"),
     ]));
-    if let Some((cid, text)) = &app.comment
-        && cid == id
-    {
+    if let Some(comment) = card.comment {
         lines.push(Line::from(""));
-        lines.push(Line::from(format!(" Comment for the decision: {}", clean(text))).italic());
+        lines.push(Line::from(format!(" Comment for the decision: {comment}")).italic());
     }
     let width = (area.width * 9 / 10).max(20);
     let inner_w = width.saturating_sub(2).max(1) as usize;
@@ -957,7 +794,7 @@ fn draw_approval(app: &App, f: &mut Frame, area: Rect, id: &str) {
     f.render_widget(
         para.block(
             Block::bordered()
-                .title(format!(" Approval {} ", clean(&a.approval_id)))
+                .title(card.title)
                 .border_style(Style::new().yellow()),
         ),
         box_area,

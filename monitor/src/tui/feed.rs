@@ -1,10 +1,11 @@
 //! The data feed: the dashboard's only database connection, on its own thread. It polls
-//! `PRAGMA data_version` and the log files' sizes every 100 ms, reloads a bounded snapshot
-//! when something changed, and carries out decisions and cancellations, so no query — however
-//! slow or locked — ever runs on the thread that reads keys and draws.
+//! `PRAGMA data_version` and the log files' stamps every 100 ms, reloads a bounded snapshot
+//! when something changed, sends it only when it shows something new, and carries out
+//! decisions and cancellations, so no query — however slow or locked — ever runs on the
+//! thread that reads keys and draws.
 
 use super::app::{Msg, Request, RunQuery};
-use super::tail;
+use super::tail::{self, FileStamp, TailCache};
 use hr_shared::alerts;
 use hr_shared::approvals::{self, Approval, ApprovalFilter, Decider};
 use hr_shared::audit::{self, AuditRow};
@@ -28,7 +29,7 @@ pub const POLL: Duration = Duration::from_millis(100);
 /// How often a missing or broken database is tried again.
 const RETRY: Duration = Duration::from_secs(1);
 /// How often live runs' shims are checked for having vanished (no database change tells).
-const LIVENESS: Duration = Duration::from_secs(2);
+pub const LIVENESS: Duration = Duration::from_secs(2);
 /// The newest runs loaded (counts cover the whole database).
 pub const RUN_LIMIT: usize = 300;
 /// Pending approvals loaded.
@@ -101,6 +102,83 @@ impl Snapshot {
     }
 }
 
+impl Snapshot {
+    /// Whether the dashboard would show the same for both: equal but for the runs'
+    /// heartbeat times, which the runs table does not show (an open run's detail, which
+    /// does, is compared whole). Live shims beat every few seconds each; without this every
+    /// beat would be drawn again.
+    pub fn shows_same(&self, other: &Snapshot) -> bool {
+        let Snapshot {
+            live,
+            aggregates,
+            vanished,
+            pending,
+            expiring,
+            runs,
+            approvals,
+            log,
+            detail,
+        } = self;
+        *live == other.live
+            && *aggregates == other.aggregates
+            && *vanished == other.vanished
+            && *pending == other.pending
+            && *expiring == other.expiring
+            && runs.len() == other.runs.len()
+            && runs.iter().zip(&other.runs).all(|(a, b)| same_row(a, b))
+            && *approvals == other.approvals
+            && *log == other.log
+            && *detail == other.detail
+    }
+}
+
+/// Two runs as the runs table shows them: every field but the heartbeat times.
+fn same_row(a: &ToolRun, b: &ToolRun) -> bool {
+    // Spelled out, so that a new field must be placed on one side or the other.
+    let ToolRun {
+        tool_run_id,
+        tool_name,
+        execution_id,
+        status,
+        reason,
+        exit_code,
+        started_at,
+        completed_at,
+        last_output_at,
+        last_heartbeat_at: _,
+        supervisor_heartbeat_at: _,
+        last_error_msg,
+        pid,
+        shim_pid,
+        shim_start_time,
+        host,
+        argv_json,
+        cwd,
+        resumed_from,
+        metadata,
+        updated_at,
+    } = a;
+    *tool_run_id == b.tool_run_id
+        && *tool_name == b.tool_name
+        && *execution_id == b.execution_id
+        && *status == b.status
+        && *reason == b.reason
+        && *exit_code == b.exit_code
+        && *started_at == b.started_at
+        && *completed_at == b.completed_at
+        && *last_output_at == b.last_output_at
+        && *last_error_msg == b.last_error_msg
+        && *pid == b.pid
+        && *shim_pid == b.shim_pid
+        && *shim_start_time == b.shim_start_time
+        && *host == b.host
+        && *argv_json == b.argv_json
+        && *cwd == b.cwd
+        && *resumed_from == b.resumed_from
+        && *metadata == b.metadata
+        && *updated_at == b.updated_at
+}
+
 /// The runs' ids and statuses, and the live counts: see [`Snapshot::status_mark`].
 #[derive(Debug, Clone, Default, PartialEq)]
 struct StatusMark {
@@ -130,13 +208,15 @@ pub fn load_aggregates(conn: &Connection, now: SystemTime) -> db::Result<Aggrega
 }
 
 /// Reads what changes with every write, bounded whatever the size of the database: the
-/// newest runs, live counts, pending approvals, the log's tail and the open run. The
-/// aggregates are left empty, and `vanished` (it needs `/proc`, not SQL) to the caller.
+/// newest runs, live counts, pending approvals, the log's tail and the open run (the log
+/// files through `tails`, so read only when they changed). The aggregates are left empty,
+/// and `vanished` (it needs `/proc`, not SQL) to the caller.
 pub fn load_view(
     conn: &Connection,
     paths: &StatePaths,
     query: &RunQuery,
     open_run: Option<&str>,
+    tails: &mut TailCache,
 ) -> db::Result<Snapshot> {
     let live = alerts::live_counts(conn)?;
     let (pending, expiring) = approvals::pending_counts(conn, EXPIRY_SOON)?;
@@ -158,7 +238,7 @@ pub fn load_view(
         },
     )?;
     let detail = match open_run {
-        Some(id) => load_detail(conn, paths, id)?,
+        Some(id) => load_detail(conn, paths, id, tails)?,
         None => None,
     };
     Ok(Snapshot {
@@ -169,7 +249,7 @@ pub fn load_view(
         expiring,
         runs,
         approvals,
-        log: tail::combined_log(&paths.combined_log(), LOG_LINES),
+        log: tails.combined_log(&paths.combined_log(), LOG_LINES),
         detail,
     })
 }
@@ -183,12 +263,17 @@ pub fn load(
     open_run: Option<&str>,
     now: SystemTime,
 ) -> db::Result<Snapshot> {
-    let mut snap = load_view(conn, paths, query, open_run)?;
+    let mut snap = load_view(conn, paths, query, open_run, &mut TailCache::default())?;
     snap.aggregates = load_aggregates(conn, now)?;
     Ok(snap)
 }
 
-fn load_detail(conn: &Connection, paths: &StatePaths, id: &str) -> db::Result<Option<RunDetail>> {
+fn load_detail(
+    conn: &Connection,
+    paths: &StatePaths,
+    id: &str,
+    tails: &mut TailCache,
+) -> db::Result<Option<RunDetail>> {
     let Some(run) = runs::get(conn, id)? else {
         return Ok(None);
     };
@@ -204,7 +289,7 @@ fn load_detail(conn: &Connection, paths: &StatePaths, id: &str) -> db::Result<Op
     let keep = events.len().saturating_sub(12);
     events.drain(..keep);
     Ok(Some(RunDetail {
-        output: tail::run_output(&paths.run_log(id), OUTPUT_LINES),
+        output: tails.run_output(&paths.run_log(id), OUTPUT_LINES),
         run,
         approvals,
         events,
@@ -234,23 +319,30 @@ pub fn vanished(conn: &Connection) -> db::Result<BTreeMap<String, Vanished>> {
         .collect())
 }
 
+/// Whether two sets of vanished runs name the same runs in the same stored statuses. The
+/// reasons are left out: a remote run's says how old its last heartbeat is, which changes
+/// every second and is no reason to read everything again (they were compared, and a stale
+/// remote run made the dashboard reload every liveness check, forever).
+fn same_vanished(a: &BTreeMap<String, Vanished>, b: &BTreeMap<String, Vanished>) -> bool {
+    a.len() == b.len()
+        && a.iter()
+            .zip(b)
+            .all(|((ia, va), (ib, vb))| ia == ib && va.status == vb.status)
+}
+
 /// What the feed watches to notice a change without querying.
 #[derive(Debug, Clone, PartialEq, Default)]
 struct Marks {
     data_version: i64,
     db_file: (u64, u64),
-    log_len: u64,
-    run_log_len: u64,
+    log: Option<FileStamp>,
+    run_log: Option<FileStamp>,
 }
 
 fn file_id(path: &std::path::Path) -> (u64, u64) {
     std::fs::metadata(path)
         .map(|m| (m.dev(), m.ino()))
         .unwrap_or((0, 0))
-}
-
-fn file_len(path: &std::path::Path) -> u64 {
-    std::fs::metadata(path).map(|m| m.len()).unwrap_or(0)
 }
 
 /// The feed's state on its thread.
@@ -266,6 +358,9 @@ struct Feed {
     vanished: BTreeMap<String, Vanished>,
     aggregates: Option<(Instant, Aggregates)>,
     status_mark: StatusMark,
+    tails: TailCache,
+    /// The snapshot sent last (none since the database was last lost).
+    sent: Option<Snapshot>,
     last_open_attempt: Option<Instant>,
     last_liveness: Instant,
     last_problem: Option<String>,
@@ -295,6 +390,8 @@ pub fn spawn(
                 vanished: BTreeMap::new(),
                 aggregates: None,
                 status_mark: StatusMark::default(),
+                tails: TailCache::default(),
+                sent: None,
                 last_open_attempt: None,
                 last_liveness: Instant::now(),
                 last_problem: None,
@@ -355,12 +452,11 @@ impl Feed {
             Ok(v) => Marks {
                 data_version: v,
                 db_file: file_id(&self.paths.db),
-                log_len: file_len(&self.paths.combined_log()),
-                run_log_len: self
+                log: tail::stamp(&self.paths.combined_log()),
+                run_log: self
                     .open_run
                     .as_deref()
-                    .map(|id| file_len(&self.paths.run_log(id)))
-                    .unwrap_or(0),
+                    .and_then(|id| tail::stamp(&self.paths.run_log(id))),
             },
             Err(e) => return self.lost(e.to_string()),
         };
@@ -379,10 +475,12 @@ impl Feed {
         if changed || self.last_liveness.elapsed() >= LIVENESS {
             self.last_liveness = Instant::now();
             match vanished(conn) {
-                Ok(v) => {
-                    changed |= v != self.vanished;
+                // The same runs as before keep the reasons they were first shown with.
+                Ok(v) if !same_vanished(&v, &self.vanished) => {
+                    changed = true;
                     self.vanished = v;
                 }
+                Ok(_) => {}
                 Err(e) => return self.lost(e.to_string()),
             }
         }
@@ -390,7 +488,13 @@ impl Feed {
             return true;
         }
         self.marks = marks;
-        let mut snap = match load_view(conn, &self.paths, &self.query, self.open_run.as_deref()) {
+        let mut snap = match load_view(
+            conn,
+            &self.paths,
+            &self.query,
+            self.open_run.as_deref(),
+            &mut self.tails,
+        ) {
             Ok(snap) => snap,
             Err(e) => return self.lost(e.to_string()),
         };
@@ -414,7 +518,16 @@ impl Feed {
             .map(|(_, a)| a.clone())
             .unwrap_or_default();
         snap.vanished = self.vanished.clone();
+        // Nothing the dashboard shows moved (a heartbeat, most often): no news to draw. A
+        // request's answer or the end of a problem is always sent.
+        let news = force
+            || self.last_problem.is_some()
+            || self.sent.as_ref().is_none_or(|s| !s.shows_same(&snap));
+        if !news {
+            return true;
+        }
         self.last_problem = None;
+        self.sent = Some(snap.clone());
         self.tx.send(Msg::Snapshot(Box::new(snap))).is_ok()
     }
 
@@ -422,6 +535,7 @@ impl Feed {
     fn lost(&mut self, why: String) -> bool {
         self.conn = None;
         self.aggregates = None;
+        self.sent = None;
         self.marks = Marks::default();
         self.last_open_attempt = Some(Instant::now());
         self.problem(why)

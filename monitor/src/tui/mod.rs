@@ -11,6 +11,7 @@ pub mod input;
 pub mod tail;
 #[cfg(test)]
 mod tests;
+pub mod view;
 
 use crate::error::{CliError, CliResult};
 use app::{App, Msg, Request, update};

@@ -6,7 +6,8 @@ use hr_shared::event::{EventBody, LogEvent};
 use hr_shared::sanitize::sanitize_line;
 use std::io::{Read, Seek, SeekFrom};
 use std::num::NonZeroU16;
-use std::path::Path;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
 
 /// The most of a file's end that is read.
 pub const WINDOW: u64 = 64 * 1024;
@@ -35,6 +36,67 @@ pub fn read_end(path: &Path) -> Vec<u8> {
         buf.drain(..=nl);
     }
     buf
+}
+
+/// What tells that a file changed without reading it: which file it is, its size and its
+/// modification time (the logs are only ever appended to).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FileStamp {
+    dev: u64,
+    ino: u64,
+    len: u64,
+    mtime_ns: i128,
+}
+
+/// The stamp of a file; `None` when it cannot be read (missing: nothing to show).
+pub fn stamp(path: &Path) -> Option<FileStamp> {
+    let m = std::fs::metadata(path).ok()?;
+    Some(FileStamp {
+        dev: m.dev(),
+        ino: m.ino(),
+        len: m.len(),
+        mtime_ns: i128::from(m.mtime()) * 1_000_000_000 + i128::from(m.mtime_nsec()),
+    })
+}
+
+/// The tails the dashboard shows, read (and parsed, or replayed through the emulator) again
+/// only when their file's [`FileStamp`] changed: most changes of the database (heartbeats)
+/// leave the logs as they were.
+#[derive(Debug, Default)]
+pub struct TailCache {
+    log: Option<(Option<FileStamp>, Vec<LogLine>)>,
+    output: Option<(PathBuf, Option<FileStamp>, Vec<String>)>,
+}
+
+impl TailCache {
+    /// [`combined_log`], from the cache while the file is unchanged.
+    pub fn combined_log(&mut self, path: &Path, lines: usize) -> Vec<LogLine> {
+        // The stamp is taken before reading: a write in between is read now and its
+        // stamp seen (and the file read again) next time.
+        let now = stamp(path);
+        if let Some((then, cached)) = &self.log
+            && *then == now
+        {
+            return cached.clone();
+        }
+        let fresh = combined_log(path, lines);
+        self.log = Some((now, fresh.clone()));
+        fresh
+    }
+
+    /// [`run_output`], from the cache while the file is unchanged.
+    pub fn run_output(&mut self, path: &Path, lines: usize) -> Vec<String> {
+        let now = stamp(path);
+        if let Some((p, then, cached)) = &self.output
+            && p == path
+            && *then == now
+        {
+            return cached.clone();
+        }
+        let fresh = run_output(path, lines);
+        self.output = Some((path.to_path_buf(), now, fresh.clone()));
+        fresh
+    }
 }
 
 /// The last `lines` lines of a run's output as a terminal shows them: colours, cursor
@@ -259,6 +321,51 @@ mod tests {
         let bad = log_line("not json \x1b[2J").unwrap();
         assert_eq!(bad.kind, LogKind::Unreadable);
         assert_eq!(bad.text, "not json ");
+    }
+
+    #[test]
+    fn the_cache_reads_a_log_again_only_when_it_changed() {
+        let tmp = tempfile::tempdir().unwrap();
+        let path = tmp.path().join("combined.log");
+        let line = |tool: &str| {
+            format!(
+                "{{\"event\":\"tool_status_change\",\"timestamp\":\"2026-01-02T03:04:05.678Z\",\"tool\":\"{tool}\",\"tool_run_id\":\"TR-1\",\"status\":\"running\"}}\n"
+            )
+        };
+        let mut cache = TailCache::default();
+        assert!(cache.combined_log(&path, 10).is_empty());
+        std::fs::write(&path, line("one")).unwrap();
+        assert_eq!(cache.combined_log(&path, 10).len(), 1);
+        // Rewritten in place to the same size, its modification time put back: the stamp
+        // is the same, so the file is not read again.
+        let mtime = std::fs::metadata(&path).unwrap().modified().unwrap();
+        let f = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
+        std::io::Write::write_all(&mut &f, line("two").as_bytes()).unwrap();
+        f.set_modified(mtime).unwrap();
+        drop(f);
+        let tools = |cache: &mut TailCache| -> Vec<String> {
+            cache
+                .combined_log(&path, 10)
+                .into_iter()
+                .map(|l| l.tool)
+                .collect()
+        };
+        assert_eq!(tools(&mut cache), ["one"]);
+        // Appended to: read again.
+        let f = std::fs::OpenOptions::new()
+            .append(true)
+            .open(&path)
+            .unwrap();
+        std::io::Write::write_all(&mut &f, line("new").as_bytes()).unwrap();
+        assert_eq!(tools(&mut cache), ["two", "new"]);
+        // Another run's output is another file.
+        let a = tmp.path().join("a.log");
+        let b = tmp.path().join("b.log");
+        std::fs::write(&a, b"from a\n").unwrap();
+        std::fs::write(&b, b"from b\n").unwrap();
+        assert_eq!(cache.run_output(&a, 5), ["from a"]);
+        assert_eq!(cache.run_output(&b, 5), ["from b"]);
+        assert_eq!(cache.run_output(&a, 5), ["from a"]);
     }
 
     #[test]

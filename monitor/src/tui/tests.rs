@@ -7,6 +7,7 @@ use super::app::{App, InputKind, Msg, Overlay, Pane, Request, RunQuery, View, up
 use super::draw::{draw, status_color};
 use super::feed::{self, Snapshot};
 use super::run_loop;
+use super::view;
 use crossterm::event::{KeyCode, KeyEvent, KeyModifiers};
 use hr_shared::approvals::{self, Approval, DecideOutcome, Decider, PromptKind};
 use hr_shared::db::{self, OpenMode};
@@ -307,7 +308,36 @@ fn code(k: KeyCode) -> Msg {
     Msg::Key(KeyEvent::new(k, KeyModifiers::NONE))
 }
 
-/// No cell holds an escape or any other control character.
+/// What must never reach the operator's terminal from a tool: control characters (the
+/// escape that starts every sequence among them), bidirectional controls that reorder what
+/// is read, and invisible characters that hide or split words. Spelled out here rather than
+/// taken from the sanitizer, so a sanitizer that lets one through fails the tests.
+fn harmful(c: char) -> bool {
+    c.is_control()
+        || matches!(c, '\u{061c}' | '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
+        || matches!(
+            c,
+            '\u{200b}'..='\u{200d}' | '\u{2060}' | '\u{feff}' | '\u{2028}' | '\u{2029}'
+        )
+}
+
+/// Every string the view model holds for this state (each run, approval, log line, the
+/// open run, the status line — drawn or not) is free of [`harmful`] characters. This looks
+/// before ratatui, which drops control and zero-width characters by itself and so would
+/// hide a missing sanitizer from a test that only reads the screen.
+fn assert_clean_model(app: &App) -> Vec<String> {
+    let texts = view::all_texts(app);
+    for t in &texts {
+        assert!(
+            !t.chars().any(harmful),
+            "a harmful character is about to be drawn: {t:?}"
+        );
+    }
+    texts
+}
+
+/// No cell holds an escape or any other control character. Ratatui drops those itself, so
+/// this cannot catch a missing sanitizer: [`assert_clean_model`] does.
 fn assert_harmless(buf: &Buffer) {
     for cell in buf.content() {
         assert!(
@@ -474,37 +504,51 @@ fn a_question_full_of_escape_sequences_is_drawn_harmlessly() {
     let mut w = World::new();
     let mut run = w.run(
         "TR-000000000000000000HOSTILE1",
-        "evil\x1b[2Jtool",
+        "evil\x1b[2J\u{200b}tool",
         RunStatus::WaitingApproval,
         10,
     );
-    run.reason = Some("\x1b]0;pwned\x07reason\x1b[31m red".into());
+    run.reason = Some("\x1b]0;pwned\x07reason\u{202e}\x1b[31m red".into());
     run.argv_json = vec!["evil".into(), "\x1b[1;1H\x1b[2Jwipe".into()];
     w.insert_runs(&[run.clone()]);
     let mut a = w.approval(
         "AP-\x1b[31m00000000000000000HOSTILE",
         &run,
-        "\x1b[2J\x1b[H\x1b]0;owned\x07\x1b]8;;http://evil\x1b\\Delete\x1b]8;;\x1b\\ everything?\x07\x08\r\u{202e}[y/N]\x1bP1$r\x1b\\ \u{9b}31m",
+        "\x1b[2J\x1b[H\x1b]0;owned\x07\x1b]8;;http://evil\x1b\\Delete\x1b]8;;\x1b\\ every\u{200d}thing?\u{2066}\x07\x08\r\u{202e}[y/N]\x1bP1$r\x1b\\ \u{feff}\u{9b}31m",
         5,
     );
-    a.context = Some("\x1b[?1049h\x1b[?25lfull screen\x1b[6n\n\x1b]52;c;Y2xpcGJvYXJk\x07".into());
-    a.options_json[0].label = "\x1b[5mYes\x1b[0m".into();
+    a.context =
+        Some("\x1b[?1049h\x1b[?25lfull \u{2028}screen\x1b[6n\n\x1b]52;c;Y2xpcGJvYXJk\x07".into());
+    a.options_json[0].label = "\x1b[5mYes\u{200f}\x1b[0m".into();
     a.options_json[1].value = "n\x1b[D".into();
     w.insert_approvals(&[a.clone()]);
     std::fs::write(
         w.paths.combined_log(),
         format!(
             "{}\n",
-            serde_json::json!({"event":"tool_output","timestamp":"2026-01-02T03:04:05.000Z","tool":"evil\x1b[2J","tool_run_id":"TR-1","stream":"pty","text":"\x1b]0;title\x07\x1b[31mred\x1b[0m"})
+            serde_json::json!({"event":"tool_output","timestamp":"2026-01-02T03:04:05.000Z","tool":"evil\x1b[2J","tool_run_id":"TR-1","stream":"pty","text":"\x1b]0;title\x07\x1b[31mred\u{202e}\x1b[0m\u{2060}"})
         ),
     )
     .unwrap();
     std::fs::write(
         w.paths.run_log(&run.tool_run_id),
-        b"\x1b]0;t\x07\x1b[?1049hhello\x1b[6n\x07\n",
+        "\x1b]0;t\x07\x1b[?1049hhel\u{200b}lo\u{202e}\x1b[6n\x07\n",
     )
     .unwrap();
     let mut app = w.app(w.snapshot(&RunQuery::default(), None));
+    let texts = assert_clean_model(&app);
+    for shown in [
+        "Delete everything?",
+        "eviltool",
+        "reason red",
+        "│ red",
+        "full screen",
+    ] {
+        assert!(
+            texts.iter().any(|t| t.contains(shown)),
+            "{shown}: {texts:?}"
+        );
+    }
     let buf = render(&app, 120, 30);
     assert_harmless(&buf);
     let screen = text(&buf);
@@ -512,6 +556,26 @@ fn a_question_full_of_escape_sequences_is_drawn_harmlessly() {
     snapshot("hostile_question", &buf);
     update(&mut app, code(KeyCode::Tab));
     update(&mut app, code(KeyCode::Enter));
+    // A comment and a failed decision, both carrying a tool's text back to the screen.
+    update(&mut app, key('c'));
+    for c in "ok \u{202e}\u{200b}".chars() {
+        update(&mut app, key(c));
+    }
+    assert_clean_model(&app);
+    update(&mut app, code(KeyCode::Enter));
+    update(
+        &mut app,
+        Msg::Decided {
+            approval_id: a.approval_id.clone(),
+            value: "n\x1b[D".into(),
+            result: Err("\x1b]0;x\x07refused\u{202e}".into()),
+        },
+    );
+    let texts = assert_clean_model(&app);
+    assert!(texts.iter().any(|t| t.contains("refused")), "{texts:?}");
+    // The snapshot below is of the overlay as it was.
+    app.notice = None;
+    app.comment = None;
     let buf = render(&app, 120, 30);
     assert_harmless(&buf);
     snapshot("hostile_question_overlay", &buf);
@@ -524,6 +588,9 @@ fn a_question_full_of_escape_sequences_is_drawn_harmlessly() {
             w.snapshot(&RunQuery::default(), Some(&run.tool_run_id)),
         )),
     );
+    let texts = assert_clean_model(&app);
+    assert!(texts.iter().any(|t| t.contains("hello")), "{texts:?}");
+    assert!(texts.iter().any(|t| t.contains("evil wipe")), "{texts:?}");
     let buf = render(&app, 120, 30);
     assert_harmless(&buf);
     assert!(text(&buf).contains("hello"));
@@ -891,4 +958,203 @@ fn free_text_only_where_the_approval_allows_it() {
             comment: None,
         }]
     );
+}
+
+#[test]
+fn a_corrupt_database_is_a_message_not_a_crash() {
+    let tmp = tempfile::tempdir().unwrap();
+    let paths = StatePaths {
+        root: tmp.path().join("state"),
+        db: tmp.path().join("state/state.db"),
+    };
+    paths.ensure_dirs().unwrap();
+    // Garbage where the database should be: no SQLite header, just noise.
+    let garbage: Vec<u8> = (0..64 * 1024u32)
+        .map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8)
+        .collect();
+    std::fs::write(&paths.db, &garbage).unwrap();
+    let (tx, rx) = mpsc::channel();
+    let (req_tx, req_rx) = mpsc::channel();
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let handle = feed::spawn(paths.clone(), None, tx, req_rx, stop).unwrap();
+    let why = match rx.recv_timeout(Duration::from_secs(5)) {
+        Ok(Msg::StoreDown(why)) => why,
+        other => panic!("{other:?}"),
+    };
+    assert!(why.contains("not a usable SQLite database"), "{why}");
+    assert!(why.contains("move it aside"), "{why}");
+    // Told once, not on every retry.
+    assert!(
+        rx.recv_timeout(Duration::from_millis(1500)).is_err(),
+        "the same problem was sent again"
+    );
+    drop(req_tx);
+    handle.join().unwrap();
+    let mut app = App::new(
+        SystemTime::UNIX_EPOCH,
+        "/home/op/.local/state/headless-run".into(),
+        None,
+    );
+    let shown = why.replace(
+        &paths.root.display().to_string(),
+        "/home/op/.local/state/headless-run",
+    );
+    update(&mut app, Msg::StoreDown(shown));
+    for (w, h) in [(80, 24), (120, 40), (20, 5)] {
+        let screen = text(&render(&app, w, h));
+        if w >= 80 {
+            assert!(screen.contains("Cannot read the database"), "{screen}");
+            assert!(screen.contains("DATABASE"), "{screen}");
+        }
+    }
+    snapshot("corrupt_database", &render(&app, 80, 24));
+    // Keys still work: q quits.
+    update(&mut app, key('q'));
+    assert!(app.quit);
+}
+
+#[test]
+fn ctrl_c_quits_from_anywhere() {
+    let mut w = World::new();
+    w.busy();
+    let ctrl_c = || Msg::Key(KeyEvent::new(KeyCode::Char('c'), KeyModifiers::CONTROL));
+    // Through the loop, as the input thread sends it: the loop returns.
+    let (tx, rx) = mpsc::channel();
+    let (req_tx, req_rx) = mpsc::channel();
+    let mut app = App::new(w.now, "/state".into(), None);
+    let mut term = Terminal::new(TestBackend::new(80, 24)).unwrap();
+    tx.send(Msg::Snapshot(Box::new(
+        w.snapshot(&RunQuery::default(), None),
+    )))
+    .unwrap();
+    tx.send(ctrl_c()).unwrap();
+    // Kept open: the loop must end on the key, not because the senders went away.
+    run_loop(&mut term, &mut app, &rx, &req_tx).unwrap();
+    assert!(app.quit);
+    assert!(
+        req_rx.try_iter().next().is_none(),
+        "Ctrl-C decided something"
+    );
+    drop(tx);
+    // Wherever the dashboard is: typing (where `c` is a letter), the help, an approval's
+    // card, a run's detail, a pending cancel.
+    let states: Vec<(&str, Vec<Msg>)> = vec![
+        ("filter", vec![key('/')]),
+        ("comment", vec![code(KeyCode::Tab), key('c')]),
+        ("help", vec![key('?')]),
+        ("card", vec![code(KeyCode::Tab), code(KeyCode::Enter)]),
+        ("detail", vec![code(KeyCode::Enter)]),
+        ("cancel", vec![key('x')]),
+    ];
+    for (what, keys) in states {
+        let mut app = w.app(w.snapshot(&RunQuery::default(), None));
+        for k in keys {
+            update(&mut app, k);
+        }
+        assert!(!app.quit, "{what}: quit before Ctrl-C");
+        let reqs = update(&mut app, ctrl_c());
+        assert!(app.quit, "{what}: Ctrl-C did not quit");
+        assert!(reqs.is_empty(), "{what}: {reqs:?}");
+    }
+}
+
+/// Regression: a remote run whose heartbeat had gone stale was compared with its reason,
+/// which says how old the heartbeat is, so every liveness check (each 2 s) found it
+/// "changed" and the dashboard read and drew everything again, forever. Heartbeats of live
+/// runs (which the runs table does not show) are not news either.
+#[test]
+fn the_feed_stays_quiet_when_nothing_shown_changes() {
+    let mut w = World::new();
+    let live = w.run(
+        "TR-10000000000000000000000LIVE",
+        "cargo",
+        RunStatus::Running,
+        60,
+    );
+    let mut remote = w.run(
+        "TR-2000000000000000000000REMOTE",
+        "ssh",
+        RunStatus::Running,
+        600,
+    );
+    remote.host = Some("another-host.invalid".into());
+    remote.shim_pid = Some(1);
+    remote.supervisor_heartbeat_at = Some(w.ago(300));
+    w.insert_runs(&[live.clone(), remote.clone()]);
+    let (tx, rx) = mpsc::channel();
+    let (req_tx, req_rx) = mpsc::channel();
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let handle = feed::spawn(w.paths.clone(), None, tx, req_rx, stop).unwrap();
+    let first = match rx.recv_timeout(Duration::from_secs(5)) {
+        Ok(Msg::Snapshot(s)) => s,
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(
+        first.vanished.keys().collect::<Vec<_>>(),
+        [&remote.tool_run_id]
+    );
+    assert!(
+        first.vanished[&remote.tool_run_id]
+            .why
+            .contains("heartbeat")
+    );
+    // Heartbeats for longer than a liveness check: the live run's every 100 ms.
+    let until = Instant::now() + feed::LIVENESS + Duration::from_millis(600);
+    while Instant::now() < until {
+        let beat = runs::Touch {
+            supervisor_heartbeat_at: Some(time::now_rfc3339()),
+            last_heartbeat_at: Some(time::now_rfc3339()),
+            ..runs::Touch::default()
+        };
+        runs::touch(&w.conn, &live.tool_run_id, &beat).unwrap();
+        if let Ok(msg) = rx.recv_timeout(Duration::from_millis(100)) {
+            panic!("nothing shown changed, yet the feed sent {msg:?}");
+        }
+    }
+    // Something shown changes: it comes at once.
+    let mut out = runs::Touch {
+        last_output_at: Some(time::now_rfc3339()),
+        ..runs::Touch::default()
+    };
+    out.last_output_at = Some(w.ago(0));
+    runs::touch(&w.conn, &live.tool_run_id, &out).unwrap();
+    match rx.recv_timeout(Duration::from_secs(2)) {
+        Ok(Msg::Snapshot(s)) => assert!(!s.shows_same(&first)),
+        other => panic!("{other:?}"),
+    }
+    drop(req_tx);
+    handle.join().unwrap();
+}
+
+#[test]
+fn snapshots_differing_only_in_heartbeats_show_the_same() {
+    let mut w = World::new();
+    w.busy();
+    let id = "TR-8000000000000000000RUNNING";
+    let before = w.snapshot(&RunQuery::default(), None);
+    let beat = runs::Touch {
+        supervisor_heartbeat_at: Some(w.ahead(3)),
+        last_heartbeat_at: Some(w.ahead(3)),
+        ..runs::Touch::default()
+    };
+    runs::touch(&w.conn, id, &beat).unwrap();
+    let after = w.snapshot(&RunQuery::default(), None);
+    assert_ne!(before, after);
+    assert!(before.shows_same(&after));
+    // The open run's detail shows its heartbeats: there they count.
+    let before = w.snapshot(&RunQuery::default(), Some(id));
+    let beat = runs::Touch {
+        supervisor_heartbeat_at: Some(w.ahead(6)),
+        ..runs::Touch::default()
+    };
+    runs::touch(&w.conn, id, &beat).unwrap();
+    assert!(!before.shows_same(&w.snapshot(&RunQuery::default(), Some(id))));
+    // Output is shown (LAST OUT).
+    let before = w.snapshot(&RunQuery::default(), None);
+    let out = runs::Touch {
+        last_output_at: Some(w.ahead(1)),
+        ..runs::Touch::default()
+    };
+    runs::touch(&w.conn, id, &out).unwrap();
+    assert!(!before.shows_same(&w.snapshot(&RunQuery::default(), None)));
 }
