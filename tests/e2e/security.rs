@@ -125,6 +125,8 @@ fn every_test_security_md_names_exists() {
     let mut stack = vec![
         root.join("tests/e2e"),
         root.join("shared/src"),
+        root.join("shared/tests"),
+        root.join("shim/src"),
         root.join("monitor/src"),
     ];
     while let Some(dir) = stack.pop() {
