@@ -2,6 +2,7 @@
 
 use serde::Serialize;
 use std::io::{self, Write};
+use unicode_width::{UnicodeWidthChar, UnicodeWidthStr};
 
 /// Writes to stdout like `print!`, but a closed pipe (`monitor runs | head -1`) ends the
 /// process quietly with exit 0 instead of a panic; any other write error exits 1 with a
@@ -110,13 +111,14 @@ impl Table {
         self.rows.push(cells);
     }
 
-    /// Renders with two spaces between columns.
+    /// Renders with two spaces between columns, aligned by display width (a CJK character
+    /// or an emoji takes two columns).
     pub fn render(&self, width: Option<usize>) -> String {
         let n = self.headers.len();
-        let mut widths: Vec<usize> = self.headers.iter().map(|h| h.chars().count()).collect();
+        let mut widths: Vec<usize> = self.headers.iter().map(|h| h.width()).collect();
         for row in &self.rows {
             for (i, cell) in row.iter().enumerate().take(n) {
-                widths[i] = widths[i].max(cell.chars().count());
+                widths[i] = widths[i].max(cell.width());
             }
         }
         let mut out = String::new();
@@ -130,21 +132,15 @@ impl Table {
         for row in all {
             let mut line = String::new();
             for (i, cell) in row.iter().enumerate().take(n) {
-                if i + 1 == n {
-                    line.push_str(cell);
-                } else {
-                    line.push_str(cell);
-                    line.extend(std::iter::repeat_n(
-                        ' ',
-                        widths[i] - cell.chars().count() + 2,
-                    ));
+                line.push_str(cell);
+                if i + 1 < n {
+                    line.extend(std::iter::repeat_n(' ', widths[i] - cell.width() + 2));
                 }
             }
             let line = line.trim_end();
             match width {
-                Some(w) if line.chars().count() > w => {
-                    let cut: String = line.chars().take(w.saturating_sub(1)).collect();
-                    out.push_str(&cut);
+                Some(w) if line.width() > w => {
+                    out.push_str(&cut_to_width(line, w.saturating_sub(1)));
                     out.push('…');
                 }
                 _ => out.push_str(line),
@@ -153,6 +149,18 @@ impl Table {
         }
         out
     }
+}
+
+/// The longest start of `s` that takes at most `w` columns.
+fn cut_to_width(s: &str, w: usize) -> &str {
+    let mut used = 0;
+    for (i, c) in s.char_indices() {
+        used += c.width().unwrap_or(0);
+        if used > w {
+            return &s[..i];
+        }
+    }
+    s
 }
 
 #[cfg(test)]
@@ -186,7 +194,28 @@ mod tests {
             "ID     TOOL       REASON\nTR-1   rm         exited with code 1\nTR-22  terraform\n"
         );
         let cut = t.render(Some(20));
-        assert!(cut.lines().all(|l| l.chars().count() <= 20), "{cut}");
+        assert!(cut.lines().all(|l| l.width() <= 20), "{cut}");
         assert!(cut.contains('…'));
+    }
+
+    #[test]
+    fn wide_characters_align_and_fit_by_display_width() {
+        let mut t = Table::new(vec!["ID", "TOOL", "REASON"]);
+        t.row(vec![
+            "TR-1".into(),
+            "デプロイ".into(),
+            "失敗しました: 理由".into(),
+        ]);
+        t.row(vec!["TR-2".into(), "rm".into(), "ok".into()]);
+        let full = t.render(None);
+        let lines: Vec<&str> = full.lines().collect();
+        // REASON starts at the same column on every line.
+        let col = |l: &str, word: &str| l[..l.find(word).unwrap()].width();
+        assert_eq!(col(lines[0], "REASON"), col(lines[1], "失敗"));
+        assert_eq!(col(lines[0], "REASON"), col(lines[2], "ok"));
+        for w in [10, 17, 21, 22] {
+            let cut = t.render(Some(w));
+            assert!(cut.lines().all(|l| l.width() <= w), "{w}: {cut}");
+        }
     }
 }
