@@ -140,7 +140,7 @@ impl Table {
             let line = line.trim_end();
             match width {
                 Some(w) if line.width() > w => {
-                    out.push_str(&cut_to_width(line, w.saturating_sub(1)));
+                    out.push_str(cut_to_width(line, w.saturating_sub(1)));
                     out.push('…');
                 }
                 _ => out.push_str(line),
