@@ -18,6 +18,21 @@ fn has_control(s: &str) -> bool {
         .any(|c| c != '\n' && (c.is_control() || matches!(c, '\u{202a}'..='\u{202e}')))
 }
 
+/// Runs each `monitor` command line and asserts it succeeds and prints nothing that could
+/// drive a terminal.
+#[track_caller]
+fn assert_monitor_shows_no_controls(env: &TestEnv, commands: &[Vec<&str>]) {
+    for args in commands {
+        let shown = env.monitor().args(args).run();
+        shown.expect_code(0);
+        assert!(
+            !has_control(&shown.out()),
+            "monitor {args:?}: {:?}",
+            shown.out()
+        );
+    }
+}
+
 #[test]
 fn nul_bytes_invalid_utf8_and_unterminated_escapes_pass_byte_for_byte() {
     let env = TestEnv::new();
@@ -92,15 +107,10 @@ fn a_prompt_that_would_drive_the_operators_terminal_is_stored_harmlessly() {
     }
     assert!(s(&ap, "prompt_line").ends_with("Delete everything? [y/N]"));
     let id = s(&ap, "approval_id").to_owned();
-    for args in [vec!["approvals"], vec!["show", id.as_str()], vec!["runs"]] {
-        let shown = env.monitor().args(&args).run();
-        shown.expect_code(0);
-        assert!(
-            !has_control(&shown.out()),
-            "monitor {args:?}: {:?}",
-            shown.out()
-        );
-    }
+    assert_monitor_shows_no_controls(
+        &env,
+        &[vec!["approvals"], vec!["show", id.as_str()], vec!["runs"]],
+    );
 }
 
 #[test]
@@ -169,26 +179,16 @@ fn control_characters_in_the_tools_name_and_argv_never_reach_the_operators_termi
     assert_eq!(s(&run, "tool_name"), name);
     let id = s(&run, "tool_run_id").to_owned();
     // …and never drawn raw.
-    for args in [
-        vec!["runs"],
-        vec!["runs", "--json"],
-        vec!["show", id.as_str()],
-        vec!["show", id.as_str(), "--json"],
-        vec!["logs"],
-    ] {
-        let shown = env.monitor().args(&args).run();
-        shown.expect_code(0);
-        assert!(
-            !has_control(&shown.out()),
-            "monitor {args:?}: {:?}",
-            shown.out()
-        );
-        assert!(
-            !shown.out().contains('\u{202e}'),
-            "monitor {args:?}: {:?}",
-            shown.out()
-        );
-    }
+    assert_monitor_shows_no_controls(
+        &env,
+        &[
+            vec!["runs"],
+            vec!["runs", "--json"],
+            vec!["show", id.as_str()],
+            vec!["show", id.as_str(), "--json"],
+            vec!["logs"],
+        ],
+    );
     let listed: Vec<serde_json::Value> =
         serde_json::from_slice(&env.monitor().args(["runs", "--json"]).run().stdout).unwrap();
     assert_eq!(

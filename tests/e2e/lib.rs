@@ -559,18 +559,12 @@ impl Outcome {
     }
 }
 
-/// Runs `cmd` with a fresh pty as its stdin, stdout, stderr and controlling terminal (as a
-/// person in a terminal would), optionally typing `input` after `delay`. Returns the exit
-/// status and everything the terminal showed.
-pub fn run_in_pty(
-    mut cmd: Command,
-    input: Option<(Duration, &[u8])>,
-    timeout: Duration,
-) -> (Option<i32>, Vec<u8>) {
+/// A new pty of `cols` × `rows`: (master, slave).
+pub fn open_pty(cols: u16, rows: u16) -> (OwnedFd, OwnedFd) {
     let (mut master, mut slave) = (0, 0);
     let ws = libc::winsize {
-        ws_row: 30,
-        ws_col: 100,
+        ws_row: rows,
+        ws_col: cols,
         ws_xpixel: 0,
         ws_ypixel: 0,
     };
@@ -586,8 +580,18 @@ pub fn run_in_pty(
     };
     assert_eq!(rc, 0, "openpty failed");
     // SAFETY: openpty returned these descriptors and nothing else owns them.
-    let master = unsafe { OwnedFd::from_raw_fd(master) };
-    let slave = unsafe { OwnedFd::from_raw_fd(slave) };
+    unsafe { (OwnedFd::from_raw_fd(master), OwnedFd::from_raw_fd(slave)) }
+}
+
+/// Runs `cmd` with a fresh pty as its stdin, stdout, stderr and controlling terminal (as a
+/// person in a terminal would), optionally typing `input` after `delay`. Returns the exit
+/// status and everything the terminal showed.
+pub fn run_in_pty(
+    mut cmd: Command,
+    input: Option<(Duration, &[u8])>,
+    timeout: Duration,
+) -> (Option<i32>, Vec<u8>) {
+    let (master, slave) = open_pty(100, 30);
     let sfd = slave.as_raw_fd();
     cmd.stdin(Stdio::from(slave.try_clone().unwrap()))
         .stdout(Stdio::from(slave.try_clone().unwrap()))

@@ -3,7 +3,7 @@
 
 use headless_run_e2e::*;
 use std::io::Read;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::AsRawFd;
 use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -33,30 +33,6 @@ fn hup_int_and_quit_are_forwarded_and_the_tool_goes_on() {
     let run = env.only_run();
     assert_eq!(s(&run, "status"), "failed");
     assert_eq!(n(&run, "exit_code"), 42);
-}
-
-/// A pty of `cols` × `rows`: (master, slave).
-fn open_pty(cols: u16, rows: u16) -> (OwnedFd, OwnedFd) {
-    let (mut master, mut slave) = (0, 0);
-    let ws = libc::winsize {
-        ws_row: rows,
-        ws_col: cols,
-        ws_xpixel: 0,
-        ws_ypixel: 0,
-    };
-    // SAFETY: openpty fills both descriptors; the winsize is valid.
-    let rc = unsafe {
-        libc::openpty(
-            &mut master,
-            &mut slave,
-            std::ptr::null_mut(),
-            std::ptr::null_mut(),
-            &ws,
-        )
-    };
-    assert_eq!(rc, 0, "openpty failed");
-    // SAFETY: openpty returned these descriptors and nothing else owns them.
-    unsafe { (OwnedFd::from_raw_fd(master), OwnedFd::from_raw_fd(slave)) }
 }
 
 #[test]
