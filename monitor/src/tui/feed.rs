@@ -1,5 +1,5 @@
 //! The data feed: the dashboard's only database connection, on its own thread. It polls
-//! `PRAGMA data_version` and the log files' stamps every 100 ms, reloads a bounded snapshot
+//! `PRAGMA data_version` and the log files' stamps every 50 ms, reloads a bounded snapshot
 //! when something changed, sends it only when it shows something new, and carries out
 //! decisions and cancellations, so no query — however slow or locked — ever runs on the
 //! thread that reads keys and draws.
@@ -25,7 +25,7 @@ use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender};
 use std::time::{Duration, Instant, SystemTime};
 
 /// How often the database and logs are looked at for changes.
-pub const POLL: Duration = Duration::from_millis(100);
+pub const POLL: Duration = Duration::from_millis(50);
 /// How often a missing or broken database is tried again.
 const RETRY: Duration = Duration::from_secs(1);
 /// How often live runs' shims are checked for having vanished (no database change tells).

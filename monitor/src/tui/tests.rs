@@ -794,7 +794,7 @@ fn the_feed_notices_changes_quickly_and_decides() {
     };
     assert_eq!(snap.runs.len(), 1);
     assert_eq!(snap.approvals.len(), 1);
-    // The feed polls every 100 ms (scripts/bench measures the latency); this bound only
+    // The feed polls every 50 ms (scripts/bench measures the latency); this bound only
     // catches a feed that stopped noticing changes.
     assert!(took < Duration::from_secs(2), "took {took:?}");
     req_tx
