@@ -285,12 +285,12 @@ fn is_secret_text(line: &str) -> bool {
     SECRET.is_match(line) && yes_no(line, true).is_none()
 }
 
-/// `[y/N]`, `(Y/n)`, `[yes/no]`, `(yes/no/[fingerprint])`, `([y]/n)`, `(y)`, `(yes)`.
 /// Whether a line offers generic choices (`[y/N]`, `(yes/no)`, `(Y)es/(N)o/…`).
 pub fn offers_choices(line: &str) -> bool {
     yes_no(line, true).is_some() || letter_menu(line, true).is_some()
 }
 
+/// `[y/N]`, `(Y/n)`, `[yes/no]`, `(yes/no/[fingerprint])`, `([y]/n)`, `(y)`, `(yes)`.
 fn yes_no(line: &str, canonical: bool) -> Option<(Vec<ApprovalOption>, Option<String>)> {
     static GROUP: LazyLock<Regex> =
         LazyLock::new(|| Regex::new(r"[\[(]([^\[\]()]*(?:\[[^\]]*\][^\[\]()]*)*)[\])]").unwrap());

@@ -186,9 +186,10 @@ fn run_log_room(written: u64, len: usize, limit: u64) -> Option<(usize, bool)> {
         return None;
     }
     let room = limit - written;
-    Some(match u64::try_from(len) {
-        Ok(l) if l <= room => (len, false),
-        _ => (room as usize, true),
+    Some(if len as u64 <= room {
+        (len, false)
+    } else {
+        (room as usize, true)
     })
 }
 

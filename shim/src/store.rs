@@ -486,14 +486,16 @@ impl StoreThread {
         let mut abandoned = Vec::new();
         let actor = self.actor.clone();
         let mut inserted = self.inserted;
+        // Only a row that was spooled can already be there (replayed by another process).
+        let maybe_replayed = self.spooled_start;
         let id = self.ident.tool_run_id.clone();
         let result = db::write(conn, |tx| {
             for op in &all {
                 match op {
                     Op::Start(run) => {
-                        // The row may be there already: spooled while the database was
-                        // locked, and replayed by another process before this write.
-                        if !inserted && runs::get(tx, &id)?.is_none() {
+                        // A spooled row may be there already: replayed by another process
+                        // before this write.
+                        if !inserted && (!maybe_replayed || runs::get(tx, &id)?.is_none()) {
                             runs::insert(tx, run, &actor)?;
                         }
                         inserted = true;

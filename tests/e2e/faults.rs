@@ -280,6 +280,83 @@ fn kill_9_of_a_shim_whose_row_waits_behind_a_lock_still_leaves_its_run() {
 }
 
 #[test]
+fn a_row_spooled_behind_a_lock_lands_once_the_lock_goes_and_leaves_the_spool() {
+    // The lock outlasts the busy timeout, so the row goes to the spool; the lock goes while
+    // the tool still runs, so the shim's next write inserts the row itself and discards
+    // the spooled copy: one row, nothing left behind.
+    let env = TestEnv::new();
+    env.shim().arg("true").run().expect_code(0);
+    let (locked_tx, locked_rx) = std::sync::mpsc::channel();
+    let (release_tx, release_rx) = std::sync::mpsc::channel::<()>();
+    let db = env.state().join("state.db");
+    let holder = std::thread::spawn(move || {
+        let conn = rusqlite::Connection::open(db).unwrap();
+        conn.execute_batch("BEGIN EXCLUSIVE").unwrap();
+        locked_tx.send(()).unwrap();
+        let _ = release_rx.recv_timeout(Duration::from_secs(60));
+        conn.execute_batch("COMMIT").unwrap();
+    });
+    locked_rx.recv().unwrap();
+    let go = env.path().join("go");
+    let running = env
+        .shim()
+        .args([
+            "sh",
+            "-c",
+            &format!(
+                "echo started; while [ ! -e {} ]; do sleep 0.1; done; echo done",
+                go.display()
+            ),
+        ])
+        .timeout(Duration::from_secs(90))
+        .spawn();
+    let spool = env.state().join("spool");
+    let spooled = || {
+        std::fs::read_dir(&spool)
+            .map(|d| {
+                d.flatten()
+                    .filter(|e| e.path().extension().is_some_and(|x| x == "json"))
+                    .count()
+            })
+            .unwrap_or(0)
+    };
+    assert!(
+        wait_until(Duration::from_secs(40), || spooled() == 1),
+        "the row was not spooled while the database stayed locked: {}",
+        running.stderr_now()
+    );
+    release_tx.send(()).unwrap();
+    holder.join().unwrap();
+    assert!(
+        wait_until(Duration::from_secs(20), || spooled() == 0
+            && env.runs().len() == 2),
+        "the row did not land, or its spooled copy stayed: {} spooled, {:#?}",
+        spooled(),
+        env.runs()
+    );
+    std::fs::write(&go, "").unwrap();
+    let out = running.wait();
+    out.expect_code(0);
+    assert_eq!(out.out(), "started\ndone\n");
+    let runs = env.runs();
+    assert_eq!(runs.len(), 2, "{runs:#?}");
+    assert_eq!(s(&runs[1], "status"), "completed");
+    assert_eq!(spooled(), 0);
+    // Inserted once: one audit row for its start.
+    let id = s(&runs[1], "tool_run_id");
+    let starts = env
+        .rows("events")
+        .into_iter()
+        .filter(|e| {
+            e["tool_run_id"] == id
+                && serde_json::from_str::<serde_json::Value>(s(e, "data")).unwrap()["status"]
+                    == "running"
+        })
+        .count();
+    assert_eq!(starts, 1);
+}
+
+#[test]
 fn kill_9_of_the_tool_while_it_waits_for_a_decision() {
     let env = TestEnv::new();
     let running = env
