@@ -3,9 +3,8 @@
 use crate::cmd;
 use crate::error::{CliError, CliResult};
 use clap::{Parser, Subcommand};
-use hr_shared::db::{self, OpenMode};
 use hr_shared::paths::StatePaths;
-use rusqlite::Connection;
+use hr_shared::store::{self, Done, OperatorStore};
 use std::path::PathBuf;
 
 const AFTER_HELP: &str = "\
@@ -64,14 +63,19 @@ pub struct Ctx {
 }
 
 impl Ctx {
-    /// Opens the existing database (migrating it forward if it is older).
-    pub fn open(&self) -> CliResult<Connection> {
-        let mut conn = db::open(&self.paths.db, OpenMode::Existing)?;
-        // Final rows a shim had to leave in the spool (the database was locked when it
-        // exited) are written now, so that what is shown is complete. A read-only
-        // database leaves them for a writer.
-        let _ = hr_shared::spool::replay(&mut conn, &self.paths, &hr_shared::proc::current_user());
-        Ok(conn)
+    /// Opens the store (an SQLite database must exist; it is migrated forward if older).
+    /// Final rows a shim had to leave in the spool are written as it opens, so that what
+    /// is shown is complete; a read-only database leaves them for a writer.
+    pub fn open(&self) -> CliResult<Box<dyn OperatorStore>> {
+        let mut store = store::operator(&self.paths);
+        store.connect()?;
+        Ok(store)
+    }
+
+    /// Appends an operation's events to the combined log and hands back its outcome.
+    pub fn logged<T>(&self, done: Done<T>) -> T {
+        hr_shared::control::log_events(&self.paths.combined_log(), &done.effects.events);
+        done.value
     }
 }
 

@@ -15,20 +15,21 @@
 //! exiting 125/126/127 at once, before the prompt) is retried [`SPAWN_RETRIES`] times,
 //! then the waiting run fails.
 
-use hr_shared::approvals::{self, Approval};
+use hr_shared::approvals::Approval;
 use hr_shared::control::{self, ReconcileReport};
-use hr_shared::db::{self, OpenMode, StoreError};
-use hr_shared::event::{EventBody, LogEvent};
+use hr_shared::db::StoreError;
+use hr_shared::event::LogEvent;
 use hr_shared::mode::{
     ENV_APPROVAL_ID, ENV_AUTO_APPROVAL, ENV_EXECUTION_ID, ENV_RESUMED_FROM, ENV_TOOL_RUN_ID,
 };
 use hr_shared::paths::StatePaths;
 use hr_shared::resume::{self, ParkedRun};
-use hr_shared::runs::{self, Guard, StatusChange, ToolRun};
+use hr_shared::rules::{self, LocalHost};
+use hr_shared::runs::{StatusChange, ToolRun};
 use hr_shared::sanitize::sanitize_line;
 use hr_shared::status::{ApprovalStatus, RunStatus};
-use hr_shared::{proc, time};
-use rusqlite::Connection;
+use hr_shared::store::{self, OperatorStore};
+use hr_shared::time;
 use std::io::Write as _;
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::PathBuf;
@@ -77,11 +78,9 @@ pub struct Worker {
     paths: StatePaths,
     shim: PathBuf,
     name: String,
-    host: String,
-    conn: Option<Connection>,
-    /// The database file the connection is open on (device, inode): a database moved
-    /// aside and replaced is noticed and reopened.
-    conn_file: Option<(u64, u64)>,
+    host: LocalHost,
+    /// The store: reopened after an error, and when its file is replaced.
+    store: Box<dyn OperatorStore>,
     children: Vec<Resume>,
     retries: Vec<Retry>,
     noted_missing_db: bool,
@@ -92,12 +91,11 @@ pub struct Worker {
 impl Worker {
     pub fn new(paths: StatePaths, shim: PathBuf) -> Self {
         Worker {
+            store: store::operator(&paths),
             paths,
             shim,
             name: resume::worker_name(),
-            host: proc::hostname(),
-            conn: None,
-            conn_file: None,
+            host: LocalHost::new(),
             children: Vec::new(),
             retries: Vec::new(),
             noted_missing_db: false,
@@ -138,21 +136,8 @@ impl Worker {
         control::log_events(&self.paths.combined_log(), events);
     }
 
-    /// The database, opened on first use (and again after an error).
-    fn conn(&mut self) -> Result<&mut Connection, StoreError> {
-        if self.conn.is_none() {
-            let c = db::open(&self.paths.db, OpenMode::Existing)?;
-            self.noted_missing_db = false;
-            self.conn_file = db_file_id(&self.paths.db);
-            self.conn = Some(c);
-        }
-        self.conn
-            .as_mut()
-            .ok_or_else(|| StoreError::Missing(self.paths.db.clone()))
-    }
-
-    /// One full pass. A database error is returned after the connection is dropped, so the
-    /// next pass opens it afresh; a database that does not exist yet is not an error.
+    /// One full pass. After a store error the next pass opens the store afresh; a database
+    /// that does not exist yet is not an error.
     pub fn pass(&mut self, stopping: bool) -> Result<(), StoreError> {
         let out = self.pass_inner(stopping);
         match &out {
@@ -164,23 +149,19 @@ impl Worker {
                     );
                     self.noted_missing_db = true;
                 }
-                self.conn = None;
                 return Ok(());
             }
-            Err(_) => self.conn = None,
-            Ok(()) => {}
+            Err(_) => {}
+            Ok(()) => self.noted_missing_db = false,
         }
         out
     }
 
     fn pass_inner(&mut self, stopping: bool) -> Result<(), StoreError> {
-        if self.conn.is_some() && db_file_id(&self.paths.db) != self.conn_file {
-            self.conn = None;
-        }
-        let log = self.paths.combined_log();
         let actor = self.name.clone();
-        let report = control::reconcile(self.conn()?, &log, &actor)?;
-        self.report_reconcile(&report);
+        let done = self.store.reconcile(&actor, &self.host)?;
+        self.log(&done.effects.events);
+        self.report_reconcile(&done.value);
         self.reap()?;
         if stopping {
             return Ok(());
@@ -191,14 +172,8 @@ impl Worker {
 
     /// Only reaps children and retries failed starts (between passes of `--once`).
     pub fn tend(&mut self) -> Result<(), StoreError> {
-        let out = (|| {
-            self.reap()?;
-            self.retry_failed_starts()
-        })();
-        if out.is_err() {
-            self.conn = None;
-        }
-        out
+        self.reap()?;
+        self.retry_failed_starts()
     }
 
     fn report_reconcile(&mut self, r: &ReconcileReport) {
@@ -229,7 +204,7 @@ impl Worker {
 
     /// Acts on every parked run with a decided approval.
     fn scan(&mut self) -> Result<(), StoreError> {
-        let parked = resume::decided_parked(self.conn()?)?;
+        let parked = self.store.decided_parked()?;
         for p in parked {
             self.act_on(p)?;
         }
@@ -260,7 +235,7 @@ impl Worker {
         match job.approval.claimed_by.clone() {
             None => {
                 let me = self.name.clone();
-                let won = db::write(self.conn()?, |tx| approvals::claim(tx, &id, &me))?;
+                let won = self.store.claim(&id, &me)?;
                 if won {
                     self.start(job, 1);
                 }
@@ -273,7 +248,7 @@ impl Worker {
 
     /// A claim whose worker died: finish what it left, or resume in its place.
     fn take_over_if_abandoned(&mut self, job: Job, claimed_by: &str) -> Result<(), StoreError> {
-        if !resume::claimer_gone(claimed_by, &self.host) {
+        if !rules::claimer_gone(claimed_by, &self.host) {
             return Ok(());
         }
         let old_enough = job
@@ -286,21 +261,19 @@ impl Worker {
             return Ok(());
         }
         let run_id = job.run.tool_run_id.clone();
-        let resumes = resume::resumes_of(self.conn()?, &run_id)?;
+        let resumes = self.store.resumes_of(&run_id)?;
         let latest = resumes.last().cloned();
         if let Some(r) = &latest
             && r.status.is_live()
-            && !control::is_parked(r)
-            && control::shim_gone(r, &self.host).is_none()
+            && !rules::is_parked(r)
+            && rules::shim_gone(r, &self.host).is_none()
         {
             // Its re-run is still going; it will close the waiting run, or a later pass will.
             return Ok(());
         }
         let id = job.approval.approval_id.clone();
         let me = self.name.clone();
-        let took = db::write(self.conn()?, |tx| {
-            resume::take_over_claim(tx, &id, claimed_by, &me)
-        })?;
+        let took = self.store.take_over_claim(&id, claimed_by, &me)?;
         if !took {
             return Ok(());
         }
@@ -309,7 +282,7 @@ impl Worker {
             sanitize_line(claimed_by)
         ));
         match latest {
-            Some(r) if r.status.is_final() || control::is_parked(&r) => {
+            Some(r) if r.status.is_final() || rules::is_parked(&r) => {
                 let code = r.exit_code.unwrap_or(1);
                 self.finish(&job, code, Some(r))
             }
@@ -427,12 +400,15 @@ impl Worker {
 
     fn after_exit(&mut self, done: Resume, code: i32) -> Result<(), StoreError> {
         let run_id = done.job.run.tool_run_id.clone();
-        let conn = self.conn()?;
-        let still_waiting =
-            runs::get(conn, &run_id)?.is_some_and(|r| r.status == RunStatus::WaitingApproval);
-        let consumed = approvals::get(conn, &done.job.approval.approval_id)?
+        let still_waiting = self
+            .store
+            .run(&run_id)?
+            .is_some_and(|r| r.status == RunStatus::WaitingApproval);
+        let consumed = self
+            .store
+            .approval(&done.job.approval.approval_id)?
             .is_some_and(|a| a.consumed_at.is_some());
-        let resumed = resume::resumes_of(conn, &run_id)?.pop();
+        let resumed = self.store.resumes_of(&run_id)?.pop();
         if still_waiting
             && !consumed
             && SPAWN_FAILURE_CODES.contains(&code)
@@ -473,7 +449,7 @@ impl Worker {
         let ap = &job.approval.approval_id;
         let (status, reason) = match &resumed {
             Some(r) => {
-                let outcome = if control::is_parked(r) {
+                let outcome = if rules::is_parked(r) {
                     "stopped at another prompt (exit 90)".to_owned()
                 } else if code == 0 {
                     "completed; the prompt did not appear again".to_owned()
@@ -506,7 +482,7 @@ impl Worker {
             && job.approval.resumed_run_id.is_none()
         {
             let rid = r.tool_run_id.clone();
-            db::write(self.conn()?, |tx| approvals::set_resumed_run(tx, ap, &rid))?;
+            self.store.set_resumed_run(ap, &rid)?;
         }
         self.close_waiting(&job.run, status, reason, Some(code), None)
     }
@@ -526,28 +502,14 @@ impl Worker {
             ..StatusChange::to(status, Some(reason.clone()))
         };
         let actor = self.name.clone();
-        let previous = db::write(self.conn()?, |tx| {
-            runs::change_status(
-                tx,
-                &run.tool_run_id,
-                &change,
-                &actor,
-                Guard::From(&[RunStatus::WaitingApproval]),
-            )
-        })?;
-        if let Some(previous) = previous {
-            self.log(&[LogEvent {
-                body: EventBody::ToolStatusChange {
-                    status,
-                    previous_status: Some(previous),
-                    reason: Some(reason.clone()),
-                    exit_code,
-                },
-                timestamp: time::now_rfc3339(),
-                tool: run.tool_name.clone(),
-                tool_run_id: run.tool_run_id.clone(),
-                execution_id: run.execution_id.clone(),
-            }]);
+        let done = self.store.close_run(
+            &run.tool_run_id,
+            &change,
+            &actor,
+            &[RunStatus::WaitingApproval],
+        )?;
+        self.log(&done.effects.events);
+        if done.value.is_some() {
             self.say(format!(
                 "{} {status}: {}",
                 run.tool_run_id,
@@ -561,12 +523,16 @@ impl Worker {
     fn retry_failed_starts(&mut self) -> Result<(), StoreError> {
         for r in std::mem::take(&mut self.retries) {
             let run_id = r.job.run.tool_run_id.clone();
-            let conn = self.conn()?;
-            let still_waiting = runs::get(conn, &run_id)?
+            let still_waiting = self
+                .store
+                .run(&run_id)?
                 .is_some_and(|run| run.status == RunStatus::WaitingApproval);
-            let ours = approvals::get(conn, &r.job.approval.approval_id)?.is_some_and(|a| {
-                a.consumed_at.is_none() && a.claimed_by.as_deref() == Some(self.name.as_str())
-            });
+            let ours = self
+                .store
+                .approval(&r.job.approval.approval_id)?
+                .is_some_and(|a| {
+                    a.consumed_at.is_none() && a.claimed_by.as_deref() == Some(self.name.as_str())
+                });
             if !still_waiting || !ours {
                 continue;
             }
@@ -588,12 +554,6 @@ impl Worker {
         }
         Ok(())
     }
-}
-
-/// The device and inode of the database file, if it exists.
-fn db_file_id(path: &std::path::Path) -> Option<(u64, u64)> {
-    use std::os::unix::fs::MetadataExt;
-    std::fs::metadata(path).ok().map(|m| (m.dev(), m.ino()))
 }
 
 /// Why a decision ends the waiting run: `approval AP-… rejected by alice: not now`.

@@ -16,7 +16,7 @@ const LIVE_COUNTS: &str = "SELECT status, COUNT(*) FROM tool_runs
 /// (a run its shim killed as stalled keeps the status `stalled` but has ended: it counts
 /// among the failures instead). Reads the index of runs that have not ended
 /// (`tool_runs_open`), so its cost follows the live runs, not the history.
-pub fn live_counts(conn: &Connection) -> Result<Vec<(RunStatus, i64)>> {
+pub(crate) fn live_counts(conn: &Connection) -> Result<Vec<(RunStatus, i64)>> {
     let mut stmt = conn.prepare_cached(LIVE_COUNTS)?;
     let rows = stmt
         .query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)?)))?
@@ -32,7 +32,7 @@ pub fn live_counts(conn: &Connection) -> Result<Vec<(RunStatus, i64)>> {
 /// recent range of each failed status in the index of failed runs by end time
 /// (`tool_runs_failed`, usable because the query names its statuses), so its cost follows
 /// the recent failures, not all of them.
-pub fn failed_since(conn: &Connection, since: &str) -> Result<i64> {
+pub(crate) fn failed_since(conn: &Connection, since: &str) -> Result<i64> {
     Ok(conn
         .prepare_cached(FAILED_SINCE)?
         .query_row([since], |r| r.get(0))?)
@@ -47,8 +47,9 @@ const FAILED_SINCE: &str = "SELECT COUNT(*) FROM tool_runs
 mod tests {
     use super::*;
     use crate::db::{self, OpenMode};
-    use crate::runs::{self, tests::sample};
+    use crate::runs;
     use crate::status::RunStatus;
+    use crate::testing::run as sample;
 
     #[test]
     fn counts_recent_failures_only() {

@@ -300,7 +300,7 @@ pub fn is_acceptable_text(s: &str) -> bool {
 }
 
 /// Inserts a new approval and its `approval_needed` audit row.
-pub fn insert(tx: &Transaction<'_>, a: &Approval, actor: &str) -> Result<()> {
+pub(crate) fn insert(tx: &Transaction<'_>, a: &Approval, actor: &str) -> Result<()> {
     let options: Vec<ApprovalOption> = a
         .options_json
         .iter()
@@ -391,7 +391,7 @@ fn audit_status(tx: &Transaction<'_>, a: &Approval, actor: &str) -> Result<()> {
 }
 
 /// One approval by id.
-pub fn get(conn: &Connection, approval_id: &str) -> Result<Option<Approval>> {
+pub(crate) fn get(conn: &Connection, approval_id: &str) -> Result<Option<Approval>> {
     Ok(conn
         .query_row(
             &format!("SELECT {COLUMNS} FROM approvals WHERE approval_id = ?1"),
@@ -416,7 +416,7 @@ pub struct ApprovalFilter {
 }
 
 /// Approvals matching the filter, newest first.
-pub fn list(conn: &Connection, filter: &ApprovalFilter) -> Result<Vec<Approval>> {
+pub(crate) fn list(conn: &Connection, filter: &ApprovalFilter) -> Result<Vec<Approval>> {
     let (clause, args) = crate::db::Conditions::default()
         .any_of("status", filter.statuses.iter().map(|s| s.as_str()))
         .equals("tool_name", filter.tool.as_ref())
@@ -460,7 +460,7 @@ pub enum DecideOutcome {
 
 /// Decides approval `id` with `value`, first writer wins. Run inside a write transaction.
 /// A pending approval past its expiry is expired first (and the decider told so).
-pub fn decide(
+pub(crate) fn decide(
     tx: &Transaction<'_>,
     id: &str,
     value: &str,
@@ -540,7 +540,7 @@ fn expire_one(tx: &Transaction<'_>, a: &Approval, now: &str) -> Result<bool> {
 }
 
 /// Expires every pending approval past its `expires_at`; returns them as they are now.
-pub fn expire_due(tx: &Transaction<'_>) -> Result<Vec<Approval>> {
+pub(crate) fn expire_due(tx: &Transaction<'_>) -> Result<Vec<Approval>> {
     let now = time::now_rfc3339();
     let due: Vec<Approval> = {
         let mut stmt = tx.prepare(&format!(
@@ -564,7 +564,7 @@ pub fn expire_due(tx: &Transaction<'_>) -> Result<Vec<Approval>> {
 /// Closes the approvals still pending for a run that has ended without their decision (the
 /// tool was killed, timed out, or a cooperative tool went on without waiting): `expired`,
 /// decided by `system:run-ended`, so nobody decides for a run that no longer waits.
-pub fn abandon_pending(
+pub(crate) fn abandon_pending(
     tx: &Transaction<'_>,
     tool_run_id: &str,
     why: &str,
@@ -598,7 +598,7 @@ pub fn abandon_pending(
 
 /// A decided, unconsumed approval that answers this prompt of this command, if any (the
 /// newest). Run inside the write transaction that will consume it.
-pub fn find_answer(
+pub(crate) fn find_answer(
     conn: &Connection,
     request_fingerprint: &str,
     prompt_fingerprint: &str,
@@ -620,7 +620,7 @@ pub fn find_answer(
 
 /// The approval of this command for this prompt that run `run` consumed, if any (a
 /// cooperative tool re-run with its decision asks again).
-pub fn find_used_by(
+pub(crate) fn find_used_by(
     conn: &Connection,
     request_fingerprint: &str,
     prompt_fingerprint: &str,
@@ -640,7 +640,7 @@ pub fn find_used_by(
 }
 
 /// A pending approval for this prompt of this command (a retry asking again), if any.
-pub fn find_pending(
+pub(crate) fn find_pending(
     conn: &Connection,
     request_fingerprint: &str,
     prompt_fingerprint: &str,
@@ -660,7 +660,12 @@ pub fn find_pending(
 
 /// Marks a decided approval used by run `by_run` (single use); false when it was already
 /// consumed or is not decided.
-pub fn consume(tx: &Transaction<'_>, approval_id: &str, by_run: &str, actor: &str) -> Result<bool> {
+pub(crate) fn consume(
+    tx: &Transaction<'_>,
+    approval_id: &str,
+    by_run: &str,
+    actor: &str,
+) -> Result<bool> {
     let changed = tx.execute(
         "UPDATE approvals SET consumed_at = ?2, consumed_by = ?3
          WHERE approval_id = ?1 AND consumed_at IS NULL AND status != 'pending'",
@@ -684,7 +689,7 @@ pub fn consume(tx: &Transaction<'_>, approval_id: &str, by_run: &str, actor: &st
 /// Gives back the approvals run `by_run` consumed (all of them, or only `only`): it stopped
 /// at a later prompt (exit 90), and its re-run must be able to answer the earlier prompts
 /// again; or the prompt went away before the answer could be typed.
-pub fn release_consumed(
+pub(crate) fn release_consumed(
     tx: &Transaction<'_>,
     by_run: &str,
     only: Option<&str>,
@@ -719,7 +724,7 @@ pub fn release_consumed(
 }
 
 /// Claims an approved approval for a resume by `worker`; false when another worker has it.
-pub fn claim(tx: &Transaction<'_>, approval_id: &str, worker: &str) -> Result<bool> {
+pub(crate) fn claim(tx: &Transaction<'_>, approval_id: &str, worker: &str) -> Result<bool> {
     let changed = tx.execute(
         "UPDATE approvals SET claimed_by = ?2, claimed_at = ?3
          WHERE approval_id = ?1 AND claimed_at IS NULL AND consumed_at IS NULL
@@ -730,7 +735,7 @@ pub fn claim(tx: &Transaction<'_>, approval_id: &str, worker: &str) -> Result<bo
 }
 
 /// Records the run that resumed an approval.
-pub fn set_resumed_run(tx: &Transaction<'_>, approval_id: &str, run: &str) -> Result<()> {
+pub(crate) fn set_resumed_run(tx: &Transaction<'_>, approval_id: &str, run: &str) -> Result<()> {
     tx.execute(
         "UPDATE approvals SET resumed_run_id = ?2 WHERE approval_id = ?1",
         params![approval_id, run],
@@ -740,7 +745,7 @@ pub fn set_resumed_run(tx: &Transaction<'_>, approval_id: &str, run: &str) -> Re
 
 /// Moves a pending approval to another run (a retry of the same command asking the same
 /// question takes it over).
-pub fn move_to_run(tx: &Transaction<'_>, approval_id: &str, run: &str) -> Result<()> {
+pub(crate) fn move_to_run(tx: &Transaction<'_>, approval_id: &str, run: &str) -> Result<()> {
     tx.execute(
         "UPDATE approvals SET tool_run_id = ?2 WHERE approval_id = ?1",
         params![approval_id, run],
@@ -749,7 +754,7 @@ pub fn move_to_run(tx: &Transaction<'_>, approval_id: &str, run: &str) -> Result
 }
 
 /// How many approvals are pending, and how many of those expire within `soon`.
-pub fn pending_counts(conn: &Connection, soon: std::time::Duration) -> Result<(i64, i64)> {
+pub(crate) fn pending_counts(conn: &Connection, soon: std::time::Duration) -> Result<(i64, i64)> {
     let cutoff = time::to_rfc3339(std::time::SystemTime::now() + soon);
     Ok(conn.query_row(
         "SELECT COUNT(*), COALESCE(SUM(expires_at IS NOT NULL AND expires_at <= ?1), 0)
@@ -760,47 +765,10 @@ pub fn pending_counts(conn: &Connection, soon: std::time::Duration) -> Result<(i
 }
 
 #[cfg(test)]
-pub(crate) mod tests {
+mod tests {
     use super::*;
     use crate::db::{self, OpenMode};
-
-    pub fn sample(id: &str, kind: PromptKind) -> Approval {
-        let opt = |v: &str, l: &str| ApprovalOption {
-            value: v.into(),
-            label: l.into(),
-            keys: Some(format!("{v}\r")),
-        };
-        Approval {
-            approval_id: id.into(),
-            tool_run_id: "TR-1".into(),
-            tool_name: "rm".into(),
-            execution_id: Some("EX-1".into()),
-            question: "rm: remove regular file 'a'?".into(),
-            context: Some("ctx".into()),
-            options_json: vec![opt("y", "Yes"), opt("n", "No")],
-            default_value: Some("n".into()),
-            allows_text: false,
-            status: ApprovalStatus::Pending,
-            chosen_value: None,
-            created_at: time::now_rfc3339(),
-            decided_at: None,
-            expires_at: None,
-            decided_by: None,
-            decision_channel: None,
-            comment: None,
-            request_fingerprint: Some("req".into()),
-            prompt_fingerprint: Some("prm".into()),
-            consumed_at: None,
-            consumed_by: None,
-            prompt_kind: Some(kind),
-            prompt_line: Some("rm: remove regular file 'a'?".into()),
-            rule_name: Some("builtin:rm".into()),
-            expire_action: "reject".into(),
-            claimed_by: None,
-            claimed_at: None,
-            resumed_run_id: None,
-        }
-    }
+    use crate::testing::approval as sample;
 
     fn who(by: &str) -> Decider<'_> {
         Decider {

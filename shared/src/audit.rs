@@ -35,7 +35,7 @@ pub struct AuditEntry<'a> {
 }
 
 /// Appends an entry inside the caller's write transaction; returns its id.
-pub fn append(tx: &Transaction<'_>, entry: &AuditEntry<'_>) -> Result<i64> {
+pub(crate) fn append(tx: &Transaction<'_>, entry: &AuditEntry<'_>) -> Result<i64> {
     let prev: String = tx
         .query_row(
             "SELECT hash FROM events ORDER BY id DESC LIMIT 1",
@@ -135,7 +135,7 @@ impl ChainReport {
 /// Walks the whole chain: each row's `prev_hash` must be the previous row's `hash`, each
 /// `hash` must match the row's content, ids must not skip, and the last id must be the
 /// highest ever handed out (a deleted tail shows there).
-pub fn verify(conn: &Connection) -> Result<ChainReport> {
+pub(crate) fn verify(conn: &Connection) -> Result<ChainReport> {
     let mut stmt = conn.prepare(
         "SELECT id, at, event, tool_run_id, approval_id, actor, data, prev_hash, hash
          FROM events ORDER BY id",
@@ -209,7 +209,7 @@ pub fn verify(conn: &Connection) -> Result<ChainReport> {
 /// Decided approvals whose decision has no matching `approval_status_change` row in the
 /// audit chain: written straight into the table, past `monitor` and the shim. Returns the
 /// approval ids with what the table says.
-pub fn unrecorded_decisions(conn: &Connection) -> Result<Vec<(String, String)>> {
+pub(crate) fn unrecorded_decisions(conn: &Connection) -> Result<Vec<(String, String)>> {
     let mut stmt = conn.prepare(
         "SELECT a.approval_id, a.status, COALESCE(a.chosen_value, '')
          FROM approvals a
@@ -231,7 +231,7 @@ pub fn unrecorded_decisions(conn: &Connection) -> Result<Vec<(String, String)>> 
 }
 
 /// The audit rows of one run (and its approvals), oldest first.
-pub fn for_run(conn: &Connection, tool_run_id: &str) -> Result<Vec<AuditRow>> {
+pub(crate) fn for_run(conn: &Connection, tool_run_id: &str) -> Result<Vec<AuditRow>> {
     let mut stmt = conn.prepare(
         "SELECT id, at, event, tool_run_id, approval_id, actor, data, prev_hash, hash
          FROM events WHERE tool_run_id = ?1 ORDER BY id",
@@ -339,8 +339,8 @@ mod tests {
     fn a_decision_written_past_the_audit_chain_is_found() {
         let tmp = tempfile::tempdir().unwrap();
         let mut conn = db::open(&tmp.path().join("s.db"), OpenMode::Create).unwrap();
-        let a = crate::approvals::tests::sample("AP-1", crate::approvals::PromptKind::Choice);
-        let b = crate::approvals::tests::sample("AP-2", crate::approvals::PromptKind::Choice);
+        let a = crate::testing::approval("AP-1", crate::approvals::PromptKind::Choice);
+        let b = crate::testing::approval("AP-2", crate::approvals::PromptKind::Choice);
         db::write(&mut conn, |tx| {
             crate::approvals::insert(tx, &a, "shim")?;
             crate::approvals::insert(tx, &b, "shim")

@@ -191,10 +191,16 @@ pub enum OpenMode {
     Create,
     /// The database must exist; migrate forward if it is older.
     Existing,
+    /// The database must exist; read it only, as it is (no migration, no journal change):
+    /// for `monitor doctor`, which reports what it finds.
+    Inspect,
 }
 
 /// Opens (and if needed creates and migrates) the database at `path`.
-pub fn open(path: &Path, mode: OpenMode) -> Result<Connection> {
+pub(crate) fn open(path: &Path, mode: OpenMode) -> Result<Connection> {
+    if mode == OpenMode::Inspect {
+        return open_inspect(path);
+    }
     let mut flags = OpenFlags::SQLITE_OPEN_READ_WRITE
         | OpenFlags::SQLITE_OPEN_NO_MUTEX
         | OpenFlags::SQLITE_OPEN_URI;
@@ -215,7 +221,7 @@ pub fn open(path: &Path, mode: OpenMode) -> Result<Connection> {
             })?;
             flags |= OpenFlags::SQLITE_OPEN_CREATE;
         }
-        OpenMode::Existing => match std::fs::metadata(path) {
+        OpenMode::Existing | OpenMode::Inspect => match std::fs::metadata(path) {
             Ok(_) => {}
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
                 return Err(StoreError::Missing(path.to_path_buf()));
@@ -244,6 +250,25 @@ pub fn open(path: &Path, mode: OpenMode) -> Result<Connection> {
         }
         Err(e) => Err(e),
     }
+}
+
+/// Opens an existing database read-only, whatever its schema version.
+fn open_inspect(path: &Path) -> Result<Connection> {
+    if let Err(e) = std::fs::metadata(path) {
+        return Err(if e.kind() == std::io::ErrorKind::NotFound {
+            StoreError::Missing(path.to_path_buf())
+        } else {
+            StoreError::Access {
+                path: path.to_path_buf(),
+                source: e,
+            }
+        });
+    }
+    let flags = OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+    let conn = Connection::open_with_flags(path, flags).map_err(|e| corrupt_or(path, e))?;
+    conn.busy_timeout(BUSY_TIMEOUT)
+        .map_err(|e| corrupt_or(path, e))?;
+    Ok(conn)
 }
 
 /// Whether the database's `-wal` file is missing or empty.
@@ -366,7 +391,7 @@ fn configure(conn: &Connection, path: &Path) -> Result<()> {
 }
 
 /// The schema version of an open database.
-pub fn schema_version(conn: &Connection) -> Result<i64> {
+pub(crate) fn schema_version(conn: &Connection) -> Result<i64> {
     Ok(conn.query_row("PRAGMA user_version", [], |r| r.get(0))?)
 }
 
@@ -408,7 +433,10 @@ fn migrate(conn: &Connection, path: &Path) -> Result<()> {
 }
 
 /// Runs `f` in a `BEGIN IMMEDIATE` transaction and commits it.
-pub fn write<T>(conn: &mut Connection, f: impl FnOnce(&Transaction<'_>) -> Result<T>) -> Result<T> {
+pub(crate) fn write<T>(
+    conn: &mut Connection,
+    f: impl FnOnce(&Transaction<'_>) -> Result<T>,
+) -> Result<T> {
     let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
     let out = f(&tx)?;
     tx.commit()?;
@@ -474,7 +502,7 @@ impl Conditions {
 
 /// A cheap counter that changes whenever another connection commits (`PRAGMA
 /// data_version`): poll it to notice changes without re-running queries.
-pub fn data_version(conn: &Connection) -> Result<i64> {
+pub(crate) fn data_version(conn: &Connection) -> Result<i64> {
     // Polled several times a second: keep the statement prepared.
     Ok(conn
         .prepare_cached("PRAGMA data_version")?
@@ -482,7 +510,7 @@ pub fn data_version(conn: &Connection) -> Result<i64> {
 }
 
 /// Journal mode as SQLite reports it (`wal` expected).
-pub fn journal_mode(conn: &Connection) -> Result<String> {
+pub(crate) fn journal_mode(conn: &Connection) -> Result<String> {
     Ok(conn.query_row("PRAGMA journal_mode", [], |r| r.get(0))?)
 }
 

@@ -34,6 +34,24 @@ pub struct LogEvent {
     pub execution_id: Option<String>,
 }
 
+impl LogEvent {
+    /// An event about run `tool_run_id`, stamped now.
+    pub fn about_run(
+        body: EventBody,
+        tool: &str,
+        tool_run_id: &str,
+        execution_id: Option<&str>,
+    ) -> LogEvent {
+        LogEvent {
+            body,
+            timestamp: crate::time::now_rfc3339(),
+            tool: tool.to_owned(),
+            tool_run_id: tool_run_id.to_owned(),
+            execution_id: execution_id.map(str::to_owned),
+        }
+    }
+}
+
 /// What happened; serialized with an `event` tag.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "event", rename_all = "snake_case")]
@@ -98,6 +116,20 @@ fn is_zero(n: &u64) -> bool {
 }
 
 impl EventBody {
+    /// The `tool_status_change` body of a change from `previous` (none: the run's first
+    /// status).
+    pub fn status_change(
+        previous: Option<RunStatus>,
+        change: &crate::runs::StatusChange,
+    ) -> EventBody {
+        EventBody::ToolStatusChange {
+            status: change.status,
+            previous_status: previous,
+            reason: change.reason.clone(),
+            exit_code: change.exit_code,
+        }
+    }
+
     /// The `event` tag.
     pub fn name(&self) -> &'static str {
         match self {

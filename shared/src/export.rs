@@ -82,7 +82,7 @@ fn select_list() -> String {
 
 /// Writes the runs matching `filter` (newest first) as one JSON array, one run per line;
 /// returns how many.
-pub fn write_runs_json(
+pub(crate) fn write_runs_json(
     conn: &Connection,
     filter: &RunFilter,
     out: &mut dyn Write,
@@ -533,7 +533,7 @@ mod tests {
     fn the_stream_equals_serde_of_the_rows() {
         let tmp = tempfile::tempdir().unwrap();
         let mut conn = db::open(&tmp.path().join("s.db"), OpenMode::Create).unwrap();
-        let mut a = runs::tests::sample("TR-A", "rm", crate::status::RunStatus::Completed);
+        let mut a = crate::testing::run("TR-A", "rm", crate::status::RunStatus::Completed);
         a.reason =
             Some("quote \" backslash \\ newline \n bell \u{7} csi \u{9b} rtl \u{202e} é —".into());
         a.exit_code = Some(-3);
@@ -546,7 +546,7 @@ mod tests {
             "a b \"c\"".into(),
             "é\u{9b}".into(),
         ];
-        let mut b = runs::tests::sample("TR-B", "apt", crate::status::RunStatus::Running);
+        let mut b = crate::testing::run("TR-B", "apt", crate::status::RunStatus::Running);
         b.execution_id = None;
         b.pid = None;
         db::write(&mut conn, |tx| {
@@ -622,7 +622,7 @@ mod tests {
                 };
                 runs::insert(
                     tx,
-                    &runs::tests::sample(&format!("TR-{i:04}"), "rm", st),
+                    &crate::testing::run(&format!("TR-{i:04}"), "rm", st),
                     "t",
                 )?;
             }

@@ -19,7 +19,7 @@ pub struct GcReport {
 }
 
 /// Finished runs that ended before `cutoff` (RFC 3339), oldest first.
-pub fn finished_before(conn: &Connection, cutoff: &str) -> Result<Vec<String>> {
+pub(crate) fn finished_before(conn: &Connection, cutoff: &str) -> Result<Vec<String>> {
     let mut stmt = conn.prepare(&format!(
         "SELECT tool_run_id FROM tool_runs
          WHERE status IN ({FINAL}) AND COALESCE(completed_at, updated_at) < ?1
@@ -32,7 +32,7 @@ pub fn finished_before(conn: &Connection, cutoff: &str) -> Result<Vec<String>> {
 }
 
 /// How many decided approvals belong to these runs.
-pub fn approvals_of(conn: &Connection, runs: &[String]) -> Result<usize> {
+pub(crate) fn approvals_of(conn: &Connection, runs: &[String]) -> Result<usize> {
     let mut n = 0;
     for chunk in runs.chunks(500) {
         let marks = vec!["?"; chunk.len()].join(",");
@@ -49,7 +49,7 @@ pub fn approvals_of(conn: &Connection, runs: &[String]) -> Result<usize> {
 
 /// Deletes the finished runs that ended before `cutoff` and their decided approvals
 /// (pending ones stay: someone may still answer them), with one `gc` audit row.
-pub fn collect(tx: &Transaction<'_>, cutoff: &str, actor: &str) -> Result<GcReport> {
+pub(crate) fn collect(tx: &Transaction<'_>, cutoff: &str, actor: &str) -> Result<GcReport> {
     let runs = finished_before(tx, cutoff)?;
     let mut approvals = 0;
     for chunk in runs.chunks(500) {
@@ -97,14 +97,14 @@ mod tests {
         let tmp = tempfile::tempdir().unwrap();
         let mut conn = db::open(&tmp.path().join("s.db"), OpenMode::Create).unwrap();
         let old = "2000-01-01T00:00:00.000Z";
-        let mut done = runs::tests::sample("TR-OLD", "rm", RunStatus::Completed);
+        let mut done = crate::testing::run("TR-OLD", "rm", RunStatus::Completed);
         done.completed_at = Some(old.into());
-        let mut live = runs::tests::sample("TR-LIVE", "rm", RunStatus::Running);
+        let mut live = crate::testing::run("TR-LIVE", "rm", RunStatus::Running);
         live.updated_at = old.into();
-        let fresh = runs::tests::sample("TR-NEW", "rm", RunStatus::Failed);
-        let mut decided = approvals::tests::sample("AP-D", PromptKind::Choice);
+        let fresh = crate::testing::run("TR-NEW", "rm", RunStatus::Failed);
+        let mut decided = crate::testing::approval("AP-D", PromptKind::Choice);
         decided.tool_run_id = "TR-OLD".into();
-        let mut pending = approvals::tests::sample("AP-P", PromptKind::Choice);
+        let mut pending = crate::testing::approval("AP-P", PromptKind::Choice);
         pending.tool_run_id = "TR-OLD".into();
         db::write(&mut conn, |tx| {
             for r in [&done, &live, &fresh] {

@@ -39,6 +39,13 @@ pub struct StatePaths {
 }
 
 impl StatePaths {
+    /// The state dir `root`, with its database at `root/state.db`.
+    pub fn at(root: impl Into<PathBuf>) -> Self {
+        let root = root.into();
+        let db = root.join("state.db");
+        StatePaths { root, db }
+    }
+
     /// Resolves from a `--state-dir` flag and the real environment.
     pub fn resolve(flag: Option<&Path>) -> Result<Self, PathError> {
         Self::resolve_with(flag, &real_env)

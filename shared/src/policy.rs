@@ -112,7 +112,7 @@ pub struct RememberedPolicy {
 }
 
 /// Stores a remembered decision: prompts of `tool` with this fingerprint get `value`.
-pub fn remember(
+pub(crate) fn remember(
     tx: &Transaction<'_>,
     tool: &str,
     prompt_fingerprint: &str,
@@ -172,7 +172,7 @@ pub fn remember(
 }
 
 /// The enabled remembered decision for this prompt of this tool, if any.
-pub fn find_remembered(
+pub(crate) fn find_remembered(
     conn: &Connection,
     tool: &str,
     prompt_fingerprint: &str,

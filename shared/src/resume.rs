@@ -24,7 +24,7 @@ pub struct ParkedRun {
 
 /// Every parked run (`waiting_approval` with exit code 90) that has at least one decided,
 /// unconsumed approval.
-pub fn decided_parked(conn: &Connection) -> Result<Vec<ParkedRun>> {
+pub(crate) fn decided_parked(conn: &Connection) -> Result<Vec<ParkedRun>> {
     let run_ids: Vec<String> = {
         let mut stmt = conn.prepare(
             "SELECT DISTINCT r.tool_run_id FROM tool_runs r
@@ -69,7 +69,7 @@ pub fn decided_parked(conn: &Connection) -> Result<Vec<ParkedRun>> {
 }
 
 /// The runs started as resumes of `waiting_run` (`resumed_from`), oldest first.
-pub fn resumes_of(conn: &Connection, waiting_run: &str) -> Result<Vec<ToolRun>> {
+pub(crate) fn resumes_of(conn: &Connection, waiting_run: &str) -> Result<Vec<ToolRun>> {
     let ids: Vec<String> = {
         let mut stmt = conn.prepare(
             "SELECT tool_run_id FROM tool_runs WHERE resumed_from = ?1 ORDER BY tool_run_id",
@@ -88,7 +88,7 @@ pub fn resumes_of(conn: &Connection, waiting_run: &str) -> Result<Vec<ToolRun>> 
 
 /// Hands a claim over from a worker that is gone to `new_worker`; false when the claim
 /// changed meanwhile (another worker took it over first) or the approval was consumed.
-pub fn take_over_claim(
+pub(crate) fn take_over_claim(
     tx: &Transaction<'_>,
     approval_id: &str,
     old_worker: &str,
@@ -107,27 +107,6 @@ pub fn worker_name() -> String {
     let pid = std::process::id() as i32;
     let start = proc::read_stat(pid).map(|s| s.start_time).unwrap_or(0);
     format!("worker:{}:{pid}:{start}", proc::hostname())
-}
-
-/// Whether the worker that wrote claim `claimed_by` is known to be gone: a claim of this
-/// host whose process is no longer the one that claimed. Claims of other hosts, or in a
-/// shape this build does not know, are never judged gone.
-pub fn claimer_gone(claimed_by: &str, this_host: &str) -> bool {
-    let Some(rest) = claimed_by.strip_prefix("worker:") else {
-        return false;
-    };
-    // The host name may itself hold colons: take pid and start from the right.
-    let mut parts = rest.rsplitn(3, ':');
-    let (Some(start), Some(pid), Some(host)) = (parts.next(), parts.next(), parts.next()) else {
-        return false;
-    };
-    let (Ok(start), Ok(pid)) = (start.parse::<u64>(), pid.parse::<i32>()) else {
-        return false;
-    };
-    if host != this_host {
-        return false;
-    }
-    !proc::same_process(pid, (start != 0).then_some(start))
 }
 
 #[cfg(test)]
@@ -149,17 +128,17 @@ mod tests {
     fn finds_parked_runs_with_decided_approvals_only() {
         let tmp = tempfile::tempdir().unwrap();
         let mut conn = db::open(&tmp.path().join("s.db"), OpenMode::Create).unwrap();
-        let mut parked = runs::tests::sample("TR-P", "rm", RunStatus::WaitingApproval);
+        let mut parked = crate::testing::run("TR-P", "rm", RunStatus::WaitingApproval);
         parked.exit_code = Some(90);
         // Waiting in wait mode (its shim answers itself): not the worker's.
-        let waiting_live = runs::tests::sample("TR-W", "rm", RunStatus::WaitingApproval);
-        let mut still_pending = runs::tests::sample("TR-Q", "rm", RunStatus::WaitingApproval);
+        let waiting_live = crate::testing::run("TR-W", "rm", RunStatus::WaitingApproval);
+        let mut still_pending = crate::testing::run("TR-Q", "rm", RunStatus::WaitingApproval);
         still_pending.exit_code = Some(90);
-        let mut a1 = approvals::tests::sample("AP-1", PromptKind::Choice);
+        let mut a1 = crate::testing::approval("AP-1", PromptKind::Choice);
         a1.tool_run_id = "TR-P".into();
-        let mut a2 = approvals::tests::sample("AP-2", PromptKind::Choice);
+        let mut a2 = crate::testing::approval("AP-2", PromptKind::Choice);
         a2.tool_run_id = "TR-W".into();
-        let mut a3 = approvals::tests::sample("AP-3", PromptKind::Choice);
+        let mut a3 = crate::testing::approval("AP-3", PromptKind::Choice);
         a3.tool_run_id = "TR-Q".into();
         db::write(&mut conn, |tx| {
             for r in [&parked, &waiting_live, &still_pending] {
@@ -190,9 +169,9 @@ mod tests {
     fn resumes_and_claim_takeover() {
         let tmp = tempfile::tempdir().unwrap();
         let mut conn = db::open(&tmp.path().join("s.db"), OpenMode::Create).unwrap();
-        let mut r = runs::tests::sample("TR-R", "rm", RunStatus::Completed);
+        let mut r = crate::testing::run("TR-R", "rm", RunStatus::Completed);
         r.resumed_from = Some("TR-P".into());
-        let a = approvals::tests::sample("AP-1", PromptKind::Choice);
+        let a = crate::testing::approval("AP-1", PromptKind::Choice);
         db::write(&mut conn, |tx| {
             runs::insert(tx, &r, "t")?;
             approvals::insert(tx, &a, "t")?;
@@ -232,21 +211,23 @@ mod tests {
 
     #[test]
     fn claimers_are_judged_by_pid_and_start_time() {
+        use crate::rules::{LocalHost, claimer_gone};
+        let local = LocalHost::new();
         let host = proc::hostname();
         let me = worker_name();
-        assert!(!claimer_gone(&me, &host), "{me}");
+        assert!(!claimer_gone(&me, &local), "{me}");
         let pid = std::process::id();
         let start = proc::read_stat(pid as i32).unwrap().start_time;
         assert!(claimer_gone(
             &format!("worker:{host}:{pid}:{}", start + 1),
-            &host
+            &local
         ));
         assert!(claimer_gone(
             &format!("worker:{host}:{}:5", i32::MAX - 3),
-            &host
+            &local
         ));
-        assert!(!claimer_gone("worker:other-host:1:1", &host));
-        assert!(!claimer_gone("someone", &host));
-        assert!(!claimer_gone("worker:a:b", &host));
+        assert!(!claimer_gone("worker:other-host:1:1", &local));
+        assert!(!claimer_gone("someone", &local));
+        assert!(!claimer_gone("worker:a:b", &local));
     }
 }

@@ -37,6 +37,22 @@ pub struct ToolRun {
     pub updated_at: String,
 }
 
+impl ToolRun {
+    /// The `tool_status_change` event of this run changing from `previous`.
+    pub fn status_event(
+        &self,
+        previous: Option<RunStatus>,
+        change: &StatusChange,
+    ) -> crate::event::LogEvent {
+        crate::event::LogEvent::about_run(
+            crate::event::EventBody::status_change(previous, change),
+            &self.tool_name,
+            &self.tool_run_id,
+            self.execution_id.as_deref(),
+        )
+    }
+}
+
 const COLUMNS: &str = "tool_run_id, tool_name, execution_id, status, reason, exit_code, started_at, \
      completed_at, last_output_at, last_heartbeat_at, supervisor_heartbeat_at, last_error_msg, pid, \
      shim_pid, shim_start_time, host, argv_json, cwd, resumed_from, metadata, updated_at";
@@ -72,7 +88,7 @@ fn from_row(r: &Row<'_>) -> rusqlite::Result<ToolRun> {
 }
 
 /// Inserts a new run and its first audit row.
-pub fn insert(tx: &Transaction<'_>, run: &ToolRun, actor: &str) -> Result<()> {
+pub(crate) fn insert(tx: &Transaction<'_>, run: &ToolRun, actor: &str) -> Result<()> {
     tx.execute(
         &format!("INSERT INTO tool_runs ({COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21)"),
         params![
@@ -158,7 +174,7 @@ pub enum Guard<'a> {
 
 /// Changes a run's status (with an audit row) if the guard allows; returns the previous
 /// status, or `None` when the run does not exist or the guard refused.
-pub fn change_status(
+pub(crate) fn change_status(
     tx: &Transaction<'_>,
     tool_run_id: &str,
     change: &StatusChange,
@@ -223,7 +239,7 @@ pub fn change_status(
 
 /// Records how a run that someone else already finished (a cancellation) really ended:
 /// its exit code and end time, leaving status and reason as they were written.
-pub fn record_exit(
+pub(crate) fn record_exit(
     tx: &Transaction<'_>,
     tool_run_id: &str,
     exit_code: i32,
@@ -256,7 +272,7 @@ impl Touch {
 }
 
 /// Records liveness timestamps (no audit row: these are not status changes).
-pub fn touch(conn: &Connection, tool_run_id: &str, t: &Touch) -> Result<()> {
+pub(crate) fn touch(conn: &Connection, tool_run_id: &str, t: &Touch) -> Result<()> {
     conn.execute(
         "UPDATE tool_runs SET
             last_output_at = COALESCE(?2, last_output_at),
@@ -274,7 +290,7 @@ pub fn touch(conn: &Connection, tool_run_id: &str, t: &Touch) -> Result<()> {
 }
 
 /// Records the tool's pid once it has been spawned.
-pub fn set_pid(conn: &Connection, tool_run_id: &str, pid: i64) -> Result<()> {
+pub(crate) fn set_pid(conn: &Connection, tool_run_id: &str, pid: i64) -> Result<()> {
     conn.execute(
         "UPDATE tool_runs SET pid = ?2 WHERE tool_run_id = ?1",
         params![tool_run_id, pid],
@@ -283,7 +299,7 @@ pub fn set_pid(conn: &Connection, tool_run_id: &str, pid: i64) -> Result<()> {
 }
 
 /// One run by id.
-pub fn get(conn: &Connection, tool_run_id: &str) -> Result<Option<ToolRun>> {
+pub(crate) fn get(conn: &Connection, tool_run_id: &str) -> Result<Option<ToolRun>> {
     Ok(conn
         .query_row(
             &format!("SELECT {COLUMNS} FROM tool_runs WHERE tool_run_id = ?1"),
@@ -318,7 +334,7 @@ impl RunFilter {
 }
 
 /// Runs matching the filter, newest first.
-pub fn list(conn: &Connection, filter: &RunFilter) -> Result<Vec<ToolRun>> {
+pub(crate) fn list(conn: &Connection, filter: &RunFilter) -> Result<Vec<ToolRun>> {
     let (clause, args) = filter.conditions().into_parts();
     let mut sql = format!("SELECT {COLUMNS} FROM tool_runs{clause} ORDER BY tool_run_id DESC");
     if let Some(limit) = filter.limit {
@@ -335,7 +351,7 @@ pub fn list(conn: &Connection, filter: &RunFilter) -> Result<Vec<ToolRun>> {
 /// waiting for approval) with no exit code recorded — not the ones parked on an approval
 /// (exit 90) or ended as stalled (exit 92) on purpose. Newest first, at most `limit`. Reads
 /// a partial index, so its cost follows these runs, not the history.
-pub fn supervised(conn: &Connection, limit: Option<usize>) -> Result<Vec<ToolRun>> {
+pub(crate) fn supervised(conn: &Connection, limit: Option<usize>) -> Result<Vec<ToolRun>> {
     let mut sql = format!(
         "SELECT {COLUMNS} FROM tool_runs
          WHERE status IN ('running', 'stalled', 'waiting_approval') AND exit_code IS NULL
@@ -352,7 +368,7 @@ pub fn supervised(conn: &Connection, limit: Option<usize>) -> Result<Vec<ToolRun
 }
 
 /// How many runs are in each status.
-pub fn count_by_status(conn: &Connection) -> Result<Vec<(RunStatus, i64)>> {
+pub(crate) fn count_by_status(conn: &Connection) -> Result<Vec<(RunStatus, i64)>> {
     let mut stmt = conn.prepare("SELECT status, COUNT(*) FROM tool_runs GROUP BY status")?;
     let rows = stmt
         .query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)?)))?
@@ -364,36 +380,10 @@ pub fn count_by_status(conn: &Connection) -> Result<Vec<(RunStatus, i64)>> {
 }
 
 #[cfg(test)]
-pub(crate) mod tests {
+mod tests {
     use super::*;
     use crate::db::{self, OpenMode};
-
-    pub fn sample(id: &str, tool: &str, status: RunStatus) -> ToolRun {
-        let now = time::now_rfc3339();
-        ToolRun {
-            tool_run_id: id.into(),
-            tool_name: tool.into(),
-            execution_id: Some("EX-1".into()),
-            status,
-            reason: None,
-            exit_code: None,
-            started_at: now.clone(),
-            completed_at: None,
-            last_output_at: None,
-            last_heartbeat_at: None,
-            supervisor_heartbeat_at: None,
-            last_error_msg: None,
-            pid: Some(10),
-            shim_pid: Some(9),
-            shim_start_time: Some(1234),
-            host: Some("h".into()),
-            argv_json: vec![tool.into(), "--flag".into()],
-            cwd: Some("/tmp".into()),
-            resumed_from: None,
-            metadata: None,
-            updated_at: now,
-        }
-    }
+    use crate::testing::run as sample;
 
     #[test]
     fn insert_get_change_list() {

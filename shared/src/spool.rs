@@ -3,9 +3,9 @@
 //! `STATE/spool/` and written to the database by the next process that gets it (a shim's
 //! store thread as it starts, the monitor, the worker). A lock loses nothing.
 
-use crate::control::VANISHED;
 use crate::db::{self, Result};
 use crate::paths::{self, StatePaths};
+use crate::rules::VANISHED;
 use crate::runs::{self, Guard, StatusChange, ToolRun, Touch};
 use crate::status::RunStatus;
 use rusqlite::Connection;
@@ -45,7 +45,11 @@ pub fn discard(paths: &StatePaths, id: &str) {
 /// row that already ended by itself is left as it is; one still live, or failed only because
 /// its shim seemed to vanish, takes the spooled final state. Unreadable files are left for a
 /// person to look at.
-pub fn replay(conn: &mut Connection, paths: &StatePaths, actor: &str) -> Result<Vec<String>> {
+pub(crate) fn replay(
+    conn: &mut Connection,
+    paths: &StatePaths,
+    actor: &str,
+) -> Result<Vec<String>> {
     let entries = match std::fs::read_dir(dir(paths)) {
         Ok(e) => e,
         Err(_) => return Ok(Vec::new()),
@@ -105,7 +109,7 @@ pub fn replay(conn: &mut Connection, paths: &StatePaths, actor: &str) -> Result<
 mod tests {
     use super::*;
     use crate::db::OpenMode;
-    use crate::runs::tests::sample;
+    use crate::testing::run as sample;
 
     #[test]
     fn spooled_rows_land_once_and_do_not_undo_a_later_end() {

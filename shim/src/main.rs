@@ -2,7 +2,6 @@
 //! unchanged, records the run, enforces hard and stall timeouts, and (in headless mode)
 //! turns a prompt nobody can see into an approval. See `headless-run --help`.
 
-mod approval;
 mod blocked;
 mod cli;
 mod group;

@@ -4,20 +4,20 @@
 //! fail are kept and retried with the next batch, so a database locked for a while loses
 //! nothing.
 
-use crate::approval::{self, Asker, Cooperative, Effects, PromptRequest, PromptResolution};
-use hr_shared::approvals::{self, Approval};
+use hr_shared::approvals::Approval;
 use hr_shared::config::OnExpire;
-use hr_shared::db::{self, OpenMode, StoreError};
+use hr_shared::db::{self, StoreError};
 use hr_shared::event::CooperativeRequest;
 use hr_shared::event::{EventBody, LogEvent};
 use hr_shared::logfile::CombinedLog;
 use hr_shared::paths::StatePaths;
-use hr_shared::runs::{self, Guard, SUPERVISOR_HEARTBEAT, StatusChange, ToolRun, Touch};
+use hr_shared::rules::LocalHost;
+use hr_shared::runs::{SUPERVISOR_HEARTBEAT, StatusChange, ToolRun, Touch};
 use hr_shared::status::RunStatus;
-use hr_shared::{proc, spool, time};
-use rusqlite::Connection;
-use std::os::unix::fs::MetadataExt;
-use std::path::Path;
+use hr_shared::store::{
+    self, Asker, Cooperative, Done, Effects, PromptRequest, PromptResolution, RunWrite, RunnerStore,
+};
+use hr_shared::{proc, time};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
 use std::time::{Duration, Instant};
@@ -32,14 +32,7 @@ pub struct RunIdentity {
     pub request_fingerprint: String,
 }
 
-/// Which statuses a status message may replace.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Replace {
-    /// Only a run that has not ended.
-    Live,
-    /// Anything but a cancellation (the shim's final word on how the run ended).
-    AnyButCancelled,
-}
+pub use hr_shared::store::Replace;
 
 /// A reply to a request that needs the database.
 pub type Reply<T> = Sender<Result<T, String>>;
@@ -172,28 +165,18 @@ impl StoreHandle {
     }
 }
 
-/// A write waiting for the database.
-enum Op {
-    Start(Box<ToolRun>),
-    Pid(i32),
-    Touch(Touch),
-    Status(StatusChange, Replace),
-    Cancelled { exit_code: i32, at: String },
-    Consume(String),
-    Release(Option<String>),
-    Abandon(String),
-}
-
 struct StoreThread {
     paths: Option<StatePaths>,
     ident: RunIdentity,
-    conn: Option<Connection>,
+    /// The store; `None` when no state dir could be resolved.
+    store: Option<Box<dyn RunnerStore>>,
     opened: bool,
+    host: LocalHost,
     log: Option<CombinedLog>,
     actor: String,
     inserted: bool,
     /// Writes that failed, retried before new ones.
-    backlog: Vec<Op>,
+    backlog: Vec<RunWrite>,
     /// The last write failed because the database was locked (worth spooling for later).
     locked: bool,
     /// The run's row as first written: inserted again if the database is replaced.
@@ -201,8 +184,6 @@ struct StoreThread {
     /// The row could not be inserted (the database is locked) and was spooled meanwhile, so
     /// that a shim killed before the lock goes still leaves its run behind.
     spooled_start: bool,
-    /// The database file the connection has open (device, inode).
-    db_file: Option<(u64, u64)>,
     /// An approval was asked for (so there may be one to abandon when the run ends).
     asked: bool,
     status: RunStatus,
@@ -213,10 +194,11 @@ struct StoreThread {
 impl StoreThread {
     fn new(paths: Option<StatePaths>, ident: RunIdentity) -> Self {
         StoreThread {
+            store: paths.as_ref().map(store::runner),
             paths,
             ident,
-            conn: None,
             opened: false,
+            host: LocalHost::new(),
             log: None,
             actor: proc::current_user(),
             inserted: false,
@@ -224,7 +206,6 @@ impl StoreThread {
             locked: false,
             start_row: None,
             spooled_start: false,
-            db_file: None,
             asked: false,
             status: RunStatus::Running,
             warned_db: AtomicBool::new(false),
@@ -251,17 +232,10 @@ impl StoreThread {
                 )
             });
         }
-        match db::open(&paths.db, OpenMode::Create) {
-            Ok(mut conn) => {
-                self.db_file = file_id(&paths.db);
-                // Runs an earlier shim could not write before it exited.
-                let _ = spool::replay(&mut conn, paths, &self.actor);
-                self.conn = Some(conn);
-            }
-            Err(e) => {
-                self.locked = matches!(e, StoreError::Locked);
-                self.db_warning(&e);
-            }
+        // Connects now to warn early; rows an earlier shim spooled are written as it does.
+        if let Some(Err(e)) = self.store.as_mut().map(|s| s.connect()) {
+            self.locked = matches!(e, StoreError::Locked);
+            self.db_warning(&e);
         }
         match paths.open_creating(|| CombinedLog::open(&paths.combined_log())) {
             Ok(log) => self.log = Some(log),
@@ -305,31 +279,34 @@ impl StoreThread {
             let mut ops = Vec::new();
             if Instant::now() >= next_beat {
                 next_beat = Instant::now() + SUPERVISOR_HEARTBEAT;
-                ops.push(Op::Touch(Touch {
+                ops.push(RunWrite::Touch(Touch {
                     supervisor_heartbeat_at: Some(time::now_rfc3339()),
                     ..Touch::default()
                 }));
             }
             for msg in batch {
                 match msg {
-                    StoreMsg::Start(run) => ops.push(Op::Start(run)),
-                    StoreMsg::Pid(pid) => ops.push(Op::Pid(pid)),
-                    StoreMsg::Touch(t) => ops.push(Op::Touch(t)),
-                    StoreMsg::Status(change, replace) => ops.push(Op::Status(change, replace)),
-                    StoreMsg::Cancelled { exit_code } => ops.push(Op::Cancelled {
+                    StoreMsg::Start(run) => ops.push(RunWrite::Start(run)),
+                    StoreMsg::Pid(pid) => ops.push(RunWrite::Pid(pid)),
+                    StoreMsg::Touch(t) => ops.push(RunWrite::Touch(t)),
+                    StoreMsg::Status(change, replace) => {
+                        ops.push(RunWrite::Status(change, replace))
+                    }
+                    StoreMsg::Cancelled { exit_code } => ops.push(RunWrite::Cancelled {
                         exit_code,
                         at: time::now_rfc3339(),
                     }),
-                    StoreMsg::Consume(id) => ops.push(Op::Consume(id)),
+                    StoreMsg::Consume(id) => ops.push(RunWrite::Consume(id)),
                     // A run that never asked has nothing to abandon: no query for it.
-                    StoreMsg::Abandon(why) if self.asked => ops.push(Op::Abandon(why)),
+                    StoreMsg::Abandon(why) if self.asked => ops.push(RunWrite::Abandon(why)),
                     StoreMsg::Abandon(_) => {}
-                    StoreMsg::ReleaseConsumed(one) => ops.push(Op::Release(one)),
+                    StoreMsg::ReleaseConsumed(one) => ops.push(RunWrite::Release(one)),
                     StoreMsg::Prompt(req, reply) => {
                         self.asked = true;
                         self.flush(std::mem::take(&mut ops));
                         let asker = self.asker();
-                        let out = self.with_conn(|conn| approval::resolve(conn, &asker, &req));
+                        let host = self.host.clone();
+                        let out = self.ask(|s| s.resolve_prompt(&asker, &req, &host));
                         let _ = reply.send(out);
                     }
                     StoreMsg::Cooperative {
@@ -341,9 +318,7 @@ impl StoreThread {
                         self.asked = true;
                         self.flush(std::mem::take(&mut ops));
                         let asker = self.asker();
-                        let out = self.with_conn(|conn| {
-                            approval::cooperative(conn, &asker, &request, ttl, on_expire)
-                        });
+                        let out = self.ask(|s| s.cooperative(&asker, &request, ttl, on_expire));
                         let _ = reply.send(out);
                     }
                     StoreMsg::AutoApproval {
@@ -353,19 +328,12 @@ impl StoreThread {
                     } => {
                         self.flush(std::mem::take(&mut ops));
                         let asker = self.asker();
-                        let out = match self.conn.as_mut() {
-                            None => Err("the state store is unavailable".to_owned()),
-                            Some(conn) => approval::validate_auto_approval(
-                                conn,
-                                &asker,
-                                approval_id.as_deref(),
-                                &value,
-                            ),
+                        let out = match approval_id.as_deref().filter(|a| !a.is_empty()) {
+                            None => Err("HEADLESS_RUN_APPROVAL_ID is not set".to_owned()),
+                            Some(id) => self
+                                .ask(|s| s.check_auto_approval(&asker, id, &value))
+                                .and_then(|r| r),
                         };
-                        let out = out.map(|(a, fx)| {
-                            self.apply(fx);
-                            a
-                        });
                         let _ = reply.send(out);
                     }
                     StoreMsg::Shutdown => {
@@ -382,31 +350,26 @@ impl StoreThread {
         self.backlog.is_empty() || !self.locked
     }
 
-    /// The database file was deleted or replaced under the running shim: open the new one
-    /// and write the run's row into it again, so the rest of the run is not lost with the
-    /// old file.
-    fn reopen_if_replaced(&mut self, ops: &mut Vec<Op>) {
-        let Some(paths) = &self.paths else { return };
-        if self.conn.is_none() || file_id(&paths.db) == self.db_file {
+    /// The database file was deleted or replaced under the running shim: the run's row is
+    /// written into the new one again, so the rest of the run is not lost with the old file.
+    fn reinsert_if_replaced(&mut self, writes: &mut Vec<RunWrite>) {
+        let Some(store) = self.store.as_mut() else {
+            return;
+        };
+        if !store.replaced() {
             return;
         }
-        warn_once(&self.warned_db, || {
-            format!(
-                "the state database {} was deleted or replaced while the tool ran; recording into a new one",
-                paths.db.display()
-            )
-        });
-        self.conn = None;
-        match db::open(&paths.db, OpenMode::Create) {
-            Ok(conn) => {
-                self.conn = Some(conn);
-                self.db_file = file_id(&paths.db);
-                self.inserted = false;
-                if let Some(row) = &self.start_row {
-                    ops.insert(0, Op::Start(Box::new(row.clone())));
-                }
-            }
-            Err(e) => self.db_warning(&e),
+        if let Some(paths) = &self.paths {
+            warn_once(&self.warned_db, || {
+                format!(
+                    "the state database {} was deleted or replaced while the tool ran; recording into a new one",
+                    paths.db.display()
+                )
+            });
+        }
+        self.inserted = false;
+        if let Some(row) = &self.start_row {
+            writes.insert(0, RunWrite::Start(Box::new(row.clone())));
         }
     }
 
@@ -420,23 +383,24 @@ impl StoreThread {
         }
     }
 
-    /// Runs a transaction that reports its effects; logs them and answers with its result.
-    fn with_conn<T>(
+    /// Runs a store operation that reports its effects; logs them and answers with its
+    /// result.
+    fn ask<T>(
         &mut self,
-        f: impl FnOnce(&mut Connection) -> db::Result<(T, Effects)>,
+        f: impl FnOnce(&mut dyn RunnerStore) -> Result<Done<T>, StoreError>,
     ) -> Result<T, String> {
-        let Some(conn) = self.conn.as_mut() else {
-            return Err(match &self.paths {
-                Some(p) => format!("the state store {} is unavailable", p.db.display()),
-                None => "no state dir".to_owned(),
-            });
+        let Some(store) = self.store.as_mut() else {
+            return Err("no state dir".to_owned());
         };
-        match f(conn) {
-            Ok((out, fx)) => {
-                self.apply(fx);
-                Ok(out)
+        match f(store.as_mut()) {
+            Ok(done) => {
+                self.apply(done.effects);
+                Ok(done.value)
             }
-            Err(e) => Err(e.to_string()),
+            Err(e) => Err(match &self.paths {
+                Some(p) => format!("the state store {} is unavailable: {e}", p.db.display()),
+                None => e.to_string(),
+            }),
         }
     }
 
@@ -461,7 +425,7 @@ impl StoreThread {
     }
 
     /// Writes the backlog and `ops` in one transaction; logs status events either way.
-    fn flush(&mut self, ops: Vec<Op>) {
+    fn flush(&mut self, ops: Vec<RunWrite>) {
         for op in &ops {
             self.log_op(op);
         }
@@ -471,90 +435,38 @@ impl StoreThread {
             return;
         }
         for op in &all {
-            if let Op::Start(run) = op
+            if let RunWrite::Start(run) = op
                 && self.start_row.is_none()
             {
                 self.start_row = Some((**run).clone());
             }
         }
-        self.reopen_if_replaced(&mut all);
-        let Some(conn) = self.conn.as_mut() else {
+        self.reinsert_if_replaced(&mut all);
+        let Some(store) = self.store.as_mut() else {
             self.backlog = all;
-            self.spool_start_if_locked();
             return;
         };
-        let mut abandoned = Vec::new();
-        let actor = self.actor.clone();
-        let mut inserted = self.inserted;
         // Only a row that was spooled can already be there (replayed by another process).
-        let maybe_replayed = self.spooled_start;
+        let maybe_replayed = self.spooled_start && !self.inserted;
+        let writes: Vec<RunWrite> = if self.inserted {
+            // Written once already: a Start left in the backlog must not insert it twice.
+            all.iter()
+                .filter(|w| !matches!(w, RunWrite::Start(_)))
+                .cloned()
+                .collect()
+        } else {
+            all.clone()
+        };
         let id = self.ident.tool_run_id.clone();
-        let result = db::write(conn, |tx| {
-            for op in &all {
-                match op {
-                    Op::Start(run) => {
-                        // A spooled row may be there already: replayed by another process
-                        // before this write.
-                        if !inserted && (!maybe_replayed || runs::get(tx, &id)?.is_none()) {
-                            runs::insert(tx, run, &actor)?;
-                        }
-                        inserted = true;
-                    }
-                    Op::Touch(t) => runs::touch(tx, &id, t)?,
-                    Op::Pid(pid) => runs::set_pid(tx, &id, i64::from(*pid))?,
-                    Op::Status(change, replace) => {
-                        let guard = match replace {
-                            Replace::Live => Guard::NotFinal,
-                            Replace::AnyButCancelled => Guard::From(&NOT_CANCELLED),
-                        };
-                        runs::change_status(tx, &id, change, &actor, guard)?;
-                    }
-                    Op::Cancelled { exit_code, at } => {
-                        let current = runs::get(tx, &id)?.map(|r| r.status);
-                        if current == Some(RunStatus::Cancelled) {
-                            runs::record_exit(tx, &id, *exit_code, at)?;
-                        } else {
-                            // Cancelled by a signal nobody recorded: say so.
-                            let change = StatusChange {
-                                exit_code: Some(*exit_code),
-                                at: Some(at.clone()),
-                                ..StatusChange::to(
-                                    RunStatus::Cancelled,
-                                    Some("cancelled by a signal to headless-run".into()),
-                                )
-                            };
-                            runs::change_status(tx, &id, &change, &actor, Guard::NotFinal)?;
-                        }
-                    }
-                    Op::Consume(approval_id) => {
-                        approvals::consume(tx, approval_id, &id, &actor)?;
-                    }
-                    Op::Release(one) => {
-                        let why = match one {
-                            None => "the run stopped at a later prompt",
-                            Some(_) => "the prompt went away before the answer was typed",
-                        };
-                        approvals::release_consumed(tx, &id, one.as_deref(), why, &actor)?;
-                    }
-                    Op::Abandon(why) => {
-                        abandoned = approvals::abandon_pending(tx, &id, why)?;
-                    }
-                }
-            }
-            Ok(())
-        });
-        match result {
-            Ok(()) => {
-                self.inserted = inserted;
+        match store.record(&id, &writes, &self.actor, maybe_replayed) {
+            Ok(done) => {
+                self.inserted |= done.value.inserted;
                 self.locked = false;
-                if std::mem::take(&mut self.spooled_start)
-                    && let Some(paths) = &self.paths
-                {
-                    spool::discard(paths, &id);
+                if std::mem::take(&mut self.spooled_start) {
+                    store.kept_row_landed(&id);
                 }
-                let events: Vec<LogEvent> = abandoned.iter().map(Approval::status_event).collect();
                 self.apply(Effects {
-                    events,
+                    events: done.effects.events,
                     ..Effects::default()
                 });
             }
@@ -565,7 +477,7 @@ impl StoreThread {
                 // Keep what matters for a later attempt: the row itself and status changes.
                 self.backlog = all
                     .into_iter()
-                    .filter(|op| !matches!(op, Op::Touch(_)))
+                    .filter(|op| !matches!(op, RunWrite::Touch(_)))
                     .collect();
             }
         }
@@ -578,66 +490,39 @@ impl StoreThread {
         if self.locked
             && !self.inserted
             && !self.spooled_start
-            && let (Some(paths), Some(row)) = (&self.paths, &self.start_row)
+            && let (Some(store), Some(row)) = (self.store.as_mut(), &self.start_row)
         {
-            self.spooled_start = spool::write(paths, row).is_ok();
+            self.spooled_start = store.keep_for_later(row);
         }
     }
 
-    fn log_op(&mut self, op: &Op) {
-        let body = match op {
-            Op::Start(run) => EventBody::ToolStatusChange {
-                status: run.status,
-                previous_status: None,
-                reason: run.reason.clone(),
-                exit_code: None,
-            },
-            Op::Status(change, _) => EventBody::ToolStatusChange {
-                status: change.status,
-                previous_status: Some(self.status),
-                reason: change.reason.clone(),
-                exit_code: change.exit_code,
-            },
-            Op::Cancelled { exit_code, .. } => EventBody::ToolStatusChange {
-                status: RunStatus::Cancelled,
-                previous_status: Some(self.status),
-                reason: None,
-                exit_code: Some(*exit_code),
-            },
+    fn log_op(&mut self, op: &RunWrite) {
+        let (previous, change) = match op {
+            RunWrite::Start(run) => (None, StatusChange::to(run.status, run.reason.clone())),
+            RunWrite::Status(change, _) => (Some(self.status), change.clone()),
+            RunWrite::Cancelled { exit_code, .. } => (
+                Some(self.status),
+                StatusChange {
+                    exit_code: Some(*exit_code),
+                    ..StatusChange::to(RunStatus::Cancelled, None)
+                },
+            ),
             _ => return,
         };
-        if let EventBody::ToolStatusChange { status, .. } = &body {
-            self.status = *status;
-        }
+        self.status = change.status;
         let Some(log) = self.log.as_mut() else {
             return;
         };
-        let event = LogEvent {
-            body,
-            timestamp: time::now_rfc3339(),
-            tool: self.ident.tool.clone(),
-            tool_run_id: self.ident.tool_run_id.clone(),
-            execution_id: Some(self.ident.execution_id.clone()),
-        };
+        let event = LogEvent::about_run(
+            EventBody::status_change(previous, &change),
+            &self.ident.tool,
+            &self.ident.tool_run_id,
+            Some(&self.ident.execution_id),
+        );
         if let Err(e) = log.append(&event) {
             warn_once(&self.warned_log, || {
                 format!("cannot write {}: {e}", log.path().display())
             });
         }
     }
-}
-
-const NOT_CANCELLED: [RunStatus; 7] = [
-    RunStatus::Queued,
-    RunStatus::Running,
-    RunStatus::Completed,
-    RunStatus::Failed,
-    RunStatus::FailedTimeout,
-    RunStatus::Stalled,
-    RunStatus::WaitingApproval,
-];
-
-/// The (device, inode) of a file, to notice it being replaced.
-fn file_id(path: &Path) -> Option<(u64, u64)> {
-    std::fs::metadata(path).ok().map(|m| (m.dev(), m.ino()))
 }

@@ -3,7 +3,6 @@
 //! whenever output goes idle. Everything slow (database, logs, screen model) happens on
 //! other threads; this loop only copies bytes and keeps time.
 
-use crate::approval::{self, Cooperative, PromptRequest, PromptResolution, Watched, Watcher};
 use crate::blocked::{self, Reading};
 use crate::pty::{self, Pty};
 use crate::recorder::{Recorder, RecorderEvent, RecorderSetup};
@@ -23,6 +22,8 @@ use hr_shared::prompt::{self, Prompt, ScreenFacts};
 use hr_shared::runs::Touch;
 use hr_shared::sanitize::sanitize_line;
 use hr_shared::status::RunStatus;
+use hr_shared::store::watch::{self, Watched, Watcher};
+use hr_shared::store::{Cooperative, PromptRequest, PromptResolution};
 use hr_shared::{fingerprint, time};
 use std::io;
 use std::os::fd::RawFd;
@@ -444,7 +445,7 @@ impl Supervisor<'_> {
             deadlines.push(now + ASK_TICK);
         }
         if self.waiting.is_some() || !self.coops.is_empty() {
-            deadlines.push(now + approval::WATCH_EVERY);
+            deadlines.push(now + watch::WATCH_EVERY);
         }
         if let Some(e) = &self.ending
             && !e.killed
@@ -747,7 +748,11 @@ impl Supervisor<'_> {
 
     fn watcher_for(&self, a: &Approval) -> Option<Watcher> {
         let paths = self.ctx.paths.as_ref()?;
-        Some(Watcher::start(paths.db.clone(), paths.combined_log(), a))
+        Some(Watcher::start(
+            hr_shared::store::runner_watch(paths),
+            paths.combined_log(),
+            a,
+        ))
     }
 
     /// Wait mode: a decision arrived for the prompt the tool is kept at.
@@ -815,12 +820,12 @@ impl Supervisor<'_> {
             p.prompt_line,
             a.approval_id,
             a.status,
-            approval::decided_by(a)
+            watch::decided_by(a)
         );
     }
 
     fn reject(&mut self, a: &Approval) {
-        let why = format!("{} by {}", a.status, approval::decided_by(a));
+        let why = format!("{} by {}", a.status, watch::decided_by(a));
         eprintln!(
             "headless-run: {}: approval {} was {why}; ending the tool (exit 91)",
             self.ctx.tool_name, a.approval_id
@@ -930,7 +935,7 @@ impl Supervisor<'_> {
                 a.approval_id,
                 a.status,
                 a.chosen_value.as_deref().unwrap_or("-"),
-                approval::decided_by(&a)
+                watch::decided_by(&a)
             );
             if self.coops.is_empty() && self.waiting.is_none() && self.exited.is_none() {
                 self.store.send(run::live_status(RunStatus::Running, None));

@@ -3,7 +3,7 @@
 use crate::cli::Ctx;
 use crate::error::{CliError, CliResult};
 use crate::output::{self, Table};
-use hr_shared::approvals::{self, Approval, ApprovalFilter};
+use hr_shared::approvals::{Approval, ApprovalFilter};
 use hr_shared::sanitize::sanitize_line;
 use hr_shared::status::ApprovalStatus;
 use hr_shared::time;
@@ -56,7 +56,7 @@ pub fn run(ctx: &Ctx, args: Args) -> CliResult {
     if let Some(run) = &args.run {
         crate::parse::run_id(run)?;
     }
-    let conn = ctx.open()?;
+    let mut store = ctx.open()?;
     // Pending approvals are work nobody may miss: all of them unless told otherwise.
     let limit = args.limit.unwrap_or(match args.status {
         StatusArg::Pending => 0,
@@ -69,17 +69,14 @@ pub fn run(ctx: &Ctx, args: Args) -> CliResult {
         StatusArg::Expired => vec![ApprovalStatus::Expired],
         StatusArg::All => Vec::new(),
     };
-    let list = approvals::list(
-        &conn,
-        &ApprovalFilter {
-            statuses,
-            tool: args.tool,
-            tool_run_id: args.run,
-            execution_id: args.execution,
-            since: args.since,
-            limit: (limit > 0).then_some(limit),
-        },
-    )?;
+    let list = store.approvals(&ApprovalFilter {
+        statuses,
+        tool: args.tool,
+        tool_run_id: args.run,
+        execution_id: args.execution,
+        since: args.since,
+        limit: (limit > 0).then_some(limit),
+    })?;
     if args.json {
         return Ok(output::print_json(&list)?);
     }
@@ -194,8 +191,7 @@ pub fn clip(s: &str, max: usize) -> String {
 
 /// One approval for `monitor show AP-…`.
 pub fn show(ctx: &Ctx, id: &str, json: bool) -> CliResult {
-    let conn = ctx.open()?;
-    let Some(a) = approvals::get(&conn, id)? else {
+    let Some(a) = ctx.open()?.approval(id)? else {
         return Err(CliError::not_found(format!("no approval {id}")));
     };
     if json {

@@ -4,8 +4,9 @@ use crate::cli::Ctx;
 use crate::error::{CliError, CliResult};
 use crate::parse;
 use hr_shared::approvals::Decider;
-use hr_shared::control::{self, CancelOutcome};
+use hr_shared::control::CancelOutcome;
 use hr_shared::proc;
+use hr_shared::rules::LocalHost;
 use hr_shared::sanitize::sanitize_line;
 
 #[derive(Debug, clap::Args)]
@@ -25,7 +26,7 @@ pub struct Args {
 
 pub fn run(ctx: &Ctx, args: Args) -> CliResult {
     let id = parse::run_id(&args.id)?;
-    let mut conn = ctx.open()?;
+    let mut store = ctx.open()?;
     let by = proc::current_user();
     let reason = args.reason.as_deref().map(sanitize_line);
     let who = Decider {
@@ -33,13 +34,8 @@ pub fn run(ctx: &Ctx, args: Args) -> CliResult {
         channel: "cli",
         comment: reason.as_deref(),
     };
-    match control::cancel_run(
-        &mut conn,
-        &ctx.paths.combined_log(),
-        id,
-        reason.as_deref(),
-        &who,
-    )? {
+    let marked = ctx.logged(store.cancel(id, reason.as_deref(), &who)?);
+    match marked.signal_shim(&LocalHost::new()) {
         CancelOutcome::Signalled { run, shim_pid } => {
             crate::outln!(
                 "{id} {}; headless-run (pid {shim_pid}) told to end the tool",

@@ -5,9 +5,10 @@ use crate::cli::Ctx;
 use crate::error::{CliError, CliResult};
 use crate::parse;
 use hr_shared::approvals::{self, Approval, DecideOutcome, Decider, PromptKind};
+use hr_shared::proc;
 use hr_shared::sanitize::sanitize_line;
 use hr_shared::status::ApprovalStatus;
-use hr_shared::{control, db, policy, proc};
+use hr_shared::store::OperatorStore;
 
 const AFTER_HELP: &str = "\
 VALUE is `approve` (the approving option), `reject` (or `abort`: end the tool), one of
@@ -53,8 +54,8 @@ pub fn run(ctx: &Ctx, args: Args) -> CliResult {
             "--comment must not hold control characters",
         ));
     }
-    let mut conn = ctx.open()?;
-    let Some(before) = approvals::get(&conn, id)? else {
+    let mut store = ctx.open()?;
+    let Some(before) = store.approval(id)? else {
         return Err(CliError::not_found(format!("no approval {id}")));
     };
     if args.remember
@@ -79,7 +80,7 @@ pub fn run(ctx: &Ctx, args: Args) -> CliResult {
         channel: "cli",
         comment: args.comment.as_deref(),
     };
-    let out = control::decide_logged(&mut conn, &ctx.paths.combined_log(), id, &args.value, &who)?;
+    let out = ctx.logged(store.decide(id, &args.value, &who)?);
     let decided = match out {
         DecideOutcome::Decided(a) => {
             crate::outln!("{}", decided_line(&a));
@@ -115,7 +116,7 @@ pub fn run(ctx: &Ctx, args: Args) -> CliResult {
         }
     };
     if args.remember {
-        remember(&mut conn, &decided, &by)?;
+        remember(store.as_mut(), &decided, &by)?;
     }
     Ok(())
 }
@@ -152,7 +153,7 @@ fn decision_summary(a: &Approval) -> String {
     )
 }
 
-fn remember(conn: &mut rusqlite::Connection, a: &Approval, by: &str) -> CliResult {
+fn remember(store: &mut dyn OperatorStore, a: &Approval, by: &str) -> CliResult {
     let Some(fp) = a.prompt_fingerprint.as_deref() else {
         return Ok(());
     };
@@ -166,9 +167,7 @@ fn remember(conn: &mut rusqlite::Connection, a: &Approval, by: &str) -> CliResul
             )));
         }
     };
-    let policy = db::write(conn, |tx| {
-        policy::remember(tx, &a.tool_name, fp, &value, &a.approval_id, by)
-    })?;
+    let policy = store.remember(&a.tool_name, fp, &value, &a.approval_id, by)?;
     crate::outln!(
         "remembered: `{}` prompts like this one are answered `{}` ({})",
         sanitize_line(&a.tool_name),

@@ -6,8 +6,8 @@ use crate::cmd::install::{self, Entry};
 use crate::error::{CliError, CliResult};
 use crate::locate;
 use hr_shared::sanitize::sanitize_line;
-use hr_shared::{audit, config, db, paths};
-use rusqlite::{Connection, OpenFlags};
+use hr_shared::store;
+use hr_shared::{config, paths};
 use std::fs;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
@@ -157,45 +157,41 @@ fn check_database(ctx: &Ctx, r: &mut Report) {
         ));
         return;
     }
-    let conn = match Connection::open_with_flags(
-        path,
-        OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX,
-    ) {
-        Ok(c) => c,
-        Err(e) => {
-            r.fail(format!("cannot open {}: {e}", path.display()));
-            return;
-        }
-    };
-    let _ = conn.busy_timeout(db::BUSY_TIMEOUT);
-    match db::schema_version(&conn) {
-        Ok(v) if v == db::SCHEMA_VERSION => r.ok(format!(
-            "database {} at schema version {v}",
-            path.display()
-        )),
-        Ok(v) if v < db::SCHEMA_VERSION => r.fail(format!(
-            "database {} is at schema version {v}, this build writes {} (any monitor or headless-run command migrates it)",
-            path.display(),
-            db::SCHEMA_VERSION
-        )),
-        Ok(v) => r.fail(format!(
-            "database {} is at schema version {v}, newer than this build ({}): upgrade headless-run and monitor",
-            path.display(),
-            db::SCHEMA_VERSION
-        )),
+    let mut store = store::inspector(&ctx.paths);
+    if let Err(e) = store.connect() {
+        r.fail(format!("cannot open {}: {e}", path.display()));
+        return;
+    }
+    let health = match store.health() {
+        Ok(h) => h,
         Err(e) => {
             r.fail(format!("{}: not a usable database: {e}", path.display()));
             return;
         }
+    };
+    let (v, supported) = (health.schema_version, health.supported_version);
+    if v == supported {
+        r.ok(format!("database {} at schema version {v}", path.display()));
+    } else if v < supported {
+        r.fail(format!(
+            "database {} is at schema version {v}, this build writes {supported} (any monitor or headless-run command migrates it)",
+            path.display(),
+        ));
+    } else {
+        r.fail(format!(
+            "database {} is at schema version {v}, newer than this build ({supported}): upgrade headless-run and monitor",
+            path.display(),
+        ));
     }
-    match db::journal_mode(&conn) {
-        Ok(m) if m.eq_ignore_ascii_case("wal") => r.ok("database in WAL mode"),
-        Ok(m) => r.fail(format!(
+    let m = health.journal;
+    if m.eq_ignore_ascii_case("wal") {
+        r.ok("database in WAL mode");
+    } else {
+        r.fail(format!(
             "database journal mode is {m}, not wal (any headless-run command sets it)"
-        )),
-        Err(e) => r.fail(format!("cannot read the journal mode: {e}")),
+        ));
     }
-    match audit::verify(&conn) {
+    match store.verify_audit() {
         Ok(report) if report.intact() => r.ok(format!("audit chain intact ({} rows)", report.rows)),
         Ok(report) => {
             for (id, why) in report.problems.iter().take(20) {
@@ -210,7 +206,7 @@ fn check_database(ctx: &Ctx, r: &mut Report) {
         }
         Err(e) => r.fail(format!("cannot verify the audit chain: {e}")),
     }
-    match audit::unrecorded_decisions(&conn) {
+    match store.unrecorded_decisions() {
         Ok(found) if found.is_empty() => r.ok("every decision is in the audit chain"),
         Ok(found) => {
             for (id, what) in found.iter().take(20) {

@@ -4,7 +4,8 @@
 use crate::cli::Ctx;
 use crate::error::CliResult;
 use crate::parse;
-use hr_shared::{db, gc, proc, time};
+use hr_shared::gc::GcReport;
+use hr_shared::{proc, time};
 use std::time::{Duration, SystemTime};
 
 #[derive(Debug, clap::Args)]
@@ -26,15 +27,14 @@ pub struct Args {
 }
 
 pub fn run(ctx: &Ctx, args: Args) -> CliResult {
-    let mut conn = ctx.open()?;
+    let mut store = ctx.open()?;
     let cutoff = time::to_rfc3339(
         SystemTime::now()
             .checked_sub(args.older_than)
             .unwrap_or(SystemTime::UNIX_EPOCH),
     );
     if args.dry_run {
-        let runs = gc::finished_before(&conn, &cutoff)?;
-        let approvals = gc::approvals_of(&conn, &runs)?;
+        let GcReport { runs, approvals } = store.gc_preview(&cutoff)?;
         let logs = runs
             .iter()
             .filter(|id| ctx.paths.run_log(id).exists())
@@ -46,7 +46,7 @@ pub fn run(ctx: &Ctx, args: Args) -> CliResult {
         return Ok(());
     }
     let actor = proc::current_user();
-    let report = db::write(&mut conn, |tx| gc::collect(tx, &cutoff, &actor))?;
+    let report = store.gc(&cutoff, &actor)?;
     let mut logs = 0usize;
     let mut bytes = 0u64;
     for id in &report.runs {

@@ -5,7 +5,6 @@ use crate::cli::Ctx;
 use crate::error::{CliError, CliResult};
 use crate::output;
 use crate::parse;
-use hr_shared::runs;
 use hr_shared::sanitize::{sanitize_line, sanitize_text};
 use serde_json::Value;
 use std::fs::File;
@@ -118,7 +117,7 @@ pub fn run(ctx: &Ctx, args: Args) -> CliResult {
             // An unknown run is an error; a database that cannot be read does not stop us
             // from printing a log file that exists.
             let known = match ctx.open() {
-                Ok(conn) => runs::get(&conn, &id)?.is_some(),
+                Ok(mut store) => store.run(&id)?.is_some(),
                 Err(_) => ctx.paths.run_log(&id).exists(),
             };
             if !known {
@@ -434,8 +433,8 @@ fn follow(
 fn run_has_ended(ctx: &Ctx, id: &str) -> bool {
     ctx.open()
         .ok()
-        .and_then(|conn| runs::get(&conn, id).ok().flatten())
-        .is_some_and(|r| r.status.is_final() || hr_shared::control::ended_on_purpose(&r))
+        .and_then(|mut store| store.run(id).ok().flatten())
+        .is_some_and(|r| r.status.is_final() || hr_shared::rules::ended_on_purpose(&r))
 }
 
 /// One combined-log event as a line: time, tool, run, event, text.

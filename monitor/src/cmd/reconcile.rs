@@ -2,7 +2,7 @@
 
 use crate::cli::Ctx;
 use crate::error::CliResult;
-use hr_shared::control;
+use hr_shared::rules::LocalHost;
 use hr_shared::sanitize::sanitize_line;
 
 #[derive(Debug, clap::Args)]
@@ -16,9 +16,9 @@ default where the config says on_expire = \"default\").")]
 pub struct Args {}
 
 pub fn run(ctx: &Ctx, _args: Args) -> CliResult {
-    let mut conn = ctx.open()?;
+    let mut store = ctx.open()?;
     let actor = format!("reconcile:{}", hr_shared::proc::current_user());
-    let report = control::reconcile(&mut conn, &ctx.paths.combined_log(), &actor)?;
+    let report = ctx.logged(store.reconcile(&actor, &LocalHost::new())?);
     for (run, why) in &report.vanished {
         crate::outln!("{run} failed: {}", sanitize_line(why));
     }

@@ -3,8 +3,8 @@
 use crate::cli::Ctx;
 use crate::error::CliResult;
 use crate::output::{self, Table};
-use hr_shared::export::{self, ExportError};
-use hr_shared::runs::{self, RunFilter, ToolRun};
+use hr_shared::export::ExportError;
+use hr_shared::runs::{RunFilter, ToolRun};
 use hr_shared::sanitize::sanitize_line;
 use hr_shared::status::RunStatus;
 use hr_shared::time;
@@ -37,7 +37,7 @@ pub struct Args {
 }
 
 pub fn run(ctx: &Ctx, args: Args) -> CliResult {
-    let conn = ctx.open()?;
+    let mut store = ctx.open()?;
     let filter = RunFilter {
         statuses: args.status,
         tool: args.tool,
@@ -49,13 +49,13 @@ pub fn run(ctx: &Ctx, args: Args) -> CliResult {
         // Streamed: 100 000 runs print in well under the design's 150 ms.
         let stdout = std::io::stdout();
         let mut out = stdout.lock();
-        return match export::write_runs_json(&conn, &filter, &mut out) {
+        return match store.export_runs_json(&filter, &mut out) {
             Ok(_) => Ok(()),
             Err(ExportError::Io(e)) => Err(e.into()),
             Err(ExportError::Store(e)) => Err(e.into()),
         };
     }
-    let runs = runs::list(&conn, &filter)?;
+    let runs = store.runs(&filter)?;
     if runs.is_empty() {
         crate::outln!("no runs");
         return Ok(());

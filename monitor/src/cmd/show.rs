@@ -6,9 +6,7 @@ use crate::cmd::approvals::{clip, options_summary};
 use crate::error::{CliError, CliResult};
 use crate::output;
 use crate::parse::{self, IdKind};
-use hr_shared::approvals::{self, ApprovalFilter};
-use hr_shared::audit;
-use hr_shared::runs;
+use hr_shared::approvals::ApprovalFilter;
 use hr_shared::sanitize::{sanitize_line, sanitize_text};
 use std::io::{Read, Seek, SeekFrom};
 
@@ -30,19 +28,16 @@ pub fn run(ctx: &Ctx, args: Args) -> CliResult {
     if parse::id_kind(id)? == IdKind::Approval {
         return crate::cmd::approvals::show(ctx, id, args.json);
     }
-    let conn = ctx.open()?;
-    let Some(run) = runs::get(&conn, id)? else {
+    let mut store = ctx.open()?;
+    let Some(run) = store.run(id)? else {
         return Err(CliError::not_found(format!("no run {id}")));
     };
     let tail = output_tail(&ctx.paths.run_log(id), args.tail);
-    let events = audit::for_run(&conn, id)?;
-    let mut approvals = approvals::list(
-        &conn,
-        &ApprovalFilter {
-            tool_run_id: Some(id.to_owned()),
-            ..Default::default()
-        },
-    )?;
+    let events = store.audit_of_run(id)?;
+    let mut approvals = store.approvals(&ApprovalFilter {
+        tool_run_id: Some(id.to_owned()),
+        ..Default::default()
+    })?;
     approvals.reverse();
     if args.json {
         let mut value = serde_json::to_value(&run).map_err(|e| CliError::error(e.to_string()))?;

@@ -4,15 +4,15 @@ use crate::cli::Ctx;
 use crate::error::{CliError, CliResult};
 use crate::parse::{self, IdKind};
 use crate::stop;
-use hr_shared::approvals::{self, Approval};
-use hr_shared::runs::{self, ToolRun};
+use hr_shared::approvals::{Approval, ApprovalFilter};
+use hr_shared::rules::{self, LocalHost};
+use hr_shared::runs::ToolRun;
 use hr_shared::sanitize::sanitize_line;
 use hr_shared::status::ApprovalStatus;
-use hr_shared::{control, db, proc};
-use rusqlite::Connection;
+use hr_shared::store::OperatorStore;
 use std::time::{Duration, Instant};
 
-/// How often the database is looked at (a cheap `PRAGMA data_version` unless it changed).
+/// How often the store is looked at (its cheap change mark unless it changed).
 const POLL: Duration = Duration::from_millis(50);
 /// How often a live run's headless-run is checked for having vanished.
 const LIVENESS: Duration = Duration::from_secs(1);
@@ -43,14 +43,15 @@ enum Look {
 pub fn run(ctx: &Ctx, args: Args) -> CliResult {
     let kind = parse::id_kind(&args.id)?;
     let id = args.id.as_str();
-    let conn = ctx.open()?;
+    let mut store = ctx.open()?;
+    let host = LocalHost::new();
     stop::install();
     let deadline = args.timeout.map(|t| Instant::now() + t);
     let mut seen_version = None;
     let mut last_liveness = Instant::now();
     let mut state = String::new();
     loop {
-        let version = db::data_version(&conn)?;
+        let version = store.change_mark()?;
         let check_live = last_liveness.elapsed() >= LIVENESS;
         if seen_version != Some(version) || check_live {
             seen_version = Some(version);
@@ -58,8 +59,8 @@ pub fn run(ctx: &Ctx, args: Args) -> CliResult {
                 last_liveness = Instant::now();
             }
             let look = match kind {
-                IdKind::Approval => look_approval(&conn, id)?,
-                IdKind::Run => look_run(&conn, id, check_live)?,
+                IdKind::Approval => look_approval(store.as_mut(), id)?,
+                IdKind::Run => look_run(store.as_mut(), id, check_live.then_some(&host))?,
             };
             match look {
                 Look::Done(line) => {
@@ -87,8 +88,8 @@ pub fn run(ctx: &Ctx, args: Args) -> CliResult {
     }
 }
 
-fn look_approval(conn: &Connection, id: &str) -> CliResult<Look> {
-    let Some(a) = approvals::get(conn, id)? else {
+fn look_approval(store: &mut dyn OperatorStore, id: &str) -> CliResult<Look> {
+    let Some(a) = store.approval(id)? else {
         return Err(CliError::not_found(format!("no approval {id}")));
     };
     if a.status == ApprovalStatus::Pending {
@@ -116,24 +117,22 @@ pub fn approval_outcome(a: &Approval) -> String {
     )
 }
 
-fn look_run(conn: &Connection, id: &str, check_live: bool) -> CliResult<Look> {
-    let Some(run) = runs::get(conn, id)? else {
+/// A run's state; `host` (checked about once a second) to tell whether its shim vanished.
+fn look_run(store: &mut dyn OperatorStore, id: &str, host: Option<&LocalHost>) -> CliResult<Look> {
+    let Some(run) = store.run(id)? else {
         return Err(CliError::not_found(format!("no run {id}")));
     };
     // Ended, or ended as stalled by its own shim (exit 92: the status stays `stalled`).
-    if run.status.is_final() || (control::ended_on_purpose(&run) && !control::is_parked(&run)) {
+    if rules::phase(&run).is_over() {
         return Ok(Look::Done(run_outcome(&run)));
     }
-    if control::is_parked(&run) {
-        let pending = approvals::list(
-            conn,
-            &approvals::ApprovalFilter {
-                tool_run_id: Some(id.to_owned()),
-                statuses: vec![ApprovalStatus::Pending],
-                limit: Some(1),
-                ..Default::default()
-            },
-        )?;
+    if rules::is_parked(&run) {
+        let pending = store.approvals(&ApprovalFilter {
+            tool_run_id: Some(id.to_owned()),
+            statuses: vec![ApprovalStatus::Pending],
+            limit: Some(1),
+            ..Default::default()
+        })?;
         let hint = match pending.first() {
             Some(a) => format!(
                 ": approval {} pending (monitor decide {} VALUE)",
@@ -145,7 +144,9 @@ fn look_run(conn: &Connection, id: &str, check_live: bool) -> CliResult<Look> {
             "{id} waiting_approval (exited 90){hint}"
         )));
     }
-    if check_live && let Some(why) = control::shim_gone(&run, &proc::hostname()) {
+    if let Some(host) = host
+        && let Some(why) = rules::shim_gone(&run, host)
+    {
         return Ok(Look::Vanished(format!(
             "{id} is still {} but {}; `monitor reconcile` marks it failed",
             run.status,

@@ -1,22 +1,21 @@
-//! The data feed: the dashboard's only database connection, on its own thread. It polls
-//! `PRAGMA data_version` and the log files' stamps every 50 ms, reloads a bounded snapshot
+//! The data feed: the dashboard's only store session, on its own thread. It polls the
+//! store's change mark and the log files' stamps every 50 ms, reloads a bounded snapshot
 //! when something changed, sends it only when it shows something new, and carries out
 //! decisions and cancellations, so no query — however slow or locked — ever runs on the
 //! thread that reads keys and draws.
 
 use super::app::{Msg, Request, RunQuery};
 use super::tail::{self, FileStamp, TailCache};
-use hr_shared::alerts;
 use hr_shared::approvals::{self, Approval, ApprovalFilter, Decider};
-use hr_shared::audit::{self, AuditRow};
+use hr_shared::audit::AuditRow;
 use hr_shared::control;
-use hr_shared::db::{self, OpenMode};
 use hr_shared::paths::StatePaths;
 use hr_shared::proc;
-use hr_shared::runs::{self, RunFilter, ToolRun};
+use hr_shared::rules::{self, HostFacts, LocalHost};
+use hr_shared::runs::{RunFilter, ToolRun};
 use hr_shared::status::{ApprovalStatus, RunStatus};
+use hr_shared::store::{self, OperatorStore, StoreResult};
 use hr_shared::time;
-use rusqlite::Connection;
 use std::collections::BTreeMap;
 use std::os::unix::fs::MetadataExt;
 use std::sync::Arc;
@@ -199,11 +198,12 @@ pub struct RunDetail {
 }
 
 /// Reads the whole-database counts.
-pub fn load_aggregates(conn: &Connection, now: SystemTime) -> db::Result<Aggregates> {
+pub fn load_aggregates(store: &mut dyn OperatorStore, now: SystemTime) -> StoreResult<Aggregates> {
     let since = time::to_rfc3339(now.checked_sub(FAILED_WINDOW).unwrap_or(now));
+    let counts = store.counts(&since, EXPIRY_SOON)?;
     Ok(Aggregates {
-        totals: runs::count_by_status(conn)?,
-        failed_recent: alerts::failed_since(conn, &since)?,
+        totals: counts.totals,
+        failed_recent: counts.failed_recent,
     })
 }
 
@@ -212,33 +212,28 @@ pub fn load_aggregates(conn: &Connection, now: SystemTime) -> db::Result<Aggrega
 /// files through `tails`, so read only when they changed). The aggregates are left empty,
 /// and `vanished` (it needs `/proc`, not SQL) to the caller.
 pub fn load_view(
-    conn: &Connection,
+    store: &mut dyn OperatorStore,
     paths: &StatePaths,
     query: &RunQuery,
     open_run: Option<&str>,
     tails: &mut TailCache,
-) -> db::Result<Snapshot> {
-    let live = alerts::live_counts(conn)?;
-    let (pending, expiring) = approvals::pending_counts(conn, EXPIRY_SOON)?;
-    let runs = runs::list(
-        conn,
-        &RunFilter {
-            statuses: query.statuses.clone(),
-            tool: query.tool.clone(),
-            limit: Some(RUN_LIMIT),
-            ..RunFilter::default()
-        },
-    )?;
-    let approvals = approvals::list(
-        conn,
-        &ApprovalFilter {
-            statuses: vec![ApprovalStatus::Pending],
-            limit: Some(APPROVAL_LIMIT),
-            ..ApprovalFilter::default()
-        },
-    )?;
+) -> StoreResult<Snapshot> {
+    let counts = store.live_counts(EXPIRY_SOON)?;
+    let live = counts.live;
+    let (pending, expiring) = counts.pending;
+    let runs = store.runs(&RunFilter {
+        statuses: query.statuses.clone(),
+        tool: query.tool.clone(),
+        limit: Some(RUN_LIMIT),
+        ..RunFilter::default()
+    })?;
+    let approvals = store.approvals(&ApprovalFilter {
+        statuses: vec![ApprovalStatus::Pending],
+        limit: Some(APPROVAL_LIMIT),
+        ..ApprovalFilter::default()
+    })?;
     let detail = match open_run {
-        Some(id) => load_detail(conn, paths, id, tails)?,
+        Some(id) => load_detail(store, paths, id, tails)?,
         None => None,
     };
     Ok(Snapshot {
@@ -257,35 +252,32 @@ pub fn load_view(
 /// Reads a whole snapshot (the view and the aggregates) at once, as the tests want it.
 #[cfg(test)]
 pub fn load(
-    conn: &Connection,
+    store: &mut dyn OperatorStore,
     paths: &StatePaths,
     query: &RunQuery,
     open_run: Option<&str>,
     now: SystemTime,
-) -> db::Result<Snapshot> {
-    let mut snap = load_view(conn, paths, query, open_run, &mut TailCache::default())?;
-    snap.aggregates = load_aggregates(conn, now)?;
+) -> StoreResult<Snapshot> {
+    let mut snap = load_view(store, paths, query, open_run, &mut TailCache::default())?;
+    snap.aggregates = load_aggregates(store, now)?;
     Ok(snap)
 }
 
 fn load_detail(
-    conn: &Connection,
+    store: &mut dyn OperatorStore,
     paths: &StatePaths,
     id: &str,
     tails: &mut TailCache,
-) -> db::Result<Option<RunDetail>> {
-    let Some(run) = runs::get(conn, id)? else {
+) -> StoreResult<Option<RunDetail>> {
+    let Some(run) = store.run(id)? else {
         return Ok(None);
     };
-    let approvals = approvals::list(
-        conn,
-        &ApprovalFilter {
-            tool_run_id: Some(id.to_owned()),
-            limit: Some(20),
-            ..ApprovalFilter::default()
-        },
-    )?;
-    let mut events = audit::for_run(conn, id)?;
+    let approvals = store.approvals(&ApprovalFilter {
+        tool_run_id: Some(id.to_owned()),
+        limit: Some(20),
+        ..ApprovalFilter::default()
+    })?;
+    let mut events = store.audit_of_run(id)?;
     let keep = events.len().saturating_sub(12);
     events.drain(..keep);
     Ok(Some(RunDetail {
@@ -299,14 +291,15 @@ fn load_detail(
 /// The live runs (running, stalled, waiting for approval) whose shim is gone, with why.
 /// Runs parked on an approval or ended as stalled by their shim (an exit code recorded) have
 /// no shim on purpose, and are not even read.
-pub fn vanished(conn: &Connection) -> db::Result<BTreeMap<String, Vanished>> {
-    let live = runs::supervised(conn, Some(LIVE_LIMIT))?;
-    let host = proc::hostname();
+pub fn vanished(
+    store: &mut dyn OperatorStore,
+    host: &dyn HostFacts,
+) -> StoreResult<BTreeMap<String, Vanished>> {
+    let live = store.supervised_runs(Some(LIVE_LIMIT))?;
     Ok(live
         .iter()
-        .filter(|r| !control::ended_on_purpose(r))
         .filter_map(|r| {
-            control::shim_gone(r, &host).map(|why| {
+            rules::vanished(r, host).map(|why| {
                 (
                     r.tool_run_id.clone(),
                     Vanished {
@@ -333,7 +326,7 @@ fn same_vanished(a: &BTreeMap<String, Vanished>, b: &BTreeMap<String, Vanished>)
 /// What the feed watches to notice a change without querying.
 #[derive(Debug, Clone, PartialEq, Default)]
 struct Marks {
-    data_version: i64,
+    data_version: u64,
     db_file: (u64, u64),
     log: Option<FileStamp>,
     run_log: Option<FileStamp>,
@@ -351,7 +344,8 @@ struct Feed {
     user: String,
     /// Why this process may not decide (inside a supervised tool), if so.
     read_only: Option<String>,
-    conn: Option<Connection>,
+    store: Option<Box<dyn OperatorStore>>,
+    host: LocalHost,
     query: RunQuery,
     open_run: Option<String>,
     marks: Marks,
@@ -383,7 +377,8 @@ pub fn spawn(
                 paths,
                 user: proc::current_user(),
                 read_only,
-                conn: None,
+                store: None,
+                host: LocalHost::new(),
                 query: RunQuery::default(),
                 open_run: None,
                 marks: Marks::default(),
@@ -429,7 +424,7 @@ impl Feed {
     /// Looks for changes and sends a snapshot when there are any (or `force`); false when
     /// the dashboard is gone.
     fn poll(&mut self, force: bool) -> bool {
-        if self.conn.is_none() {
+        if self.store.is_none() {
             let due = self
                 .last_open_attempt
                 .is_none_or(|t| t.elapsed() >= RETRY || force);
@@ -437,18 +432,19 @@ impl Feed {
                 return true;
             }
             self.last_open_attempt = Some(Instant::now());
-            match db::open(&self.paths.db, OpenMode::Existing) {
-                Ok(conn) => {
-                    self.conn = Some(conn);
+            let mut store = store::operator(&self.paths);
+            match store.connect() {
+                Ok(()) => {
+                    self.store = Some(store);
                     self.marks = Marks::default();
                 }
                 Err(e) => return self.problem(e.to_string()),
             }
         }
-        let Some(conn) = self.conn.as_ref() else {
+        let Some(store) = self.store.as_mut() else {
             return true;
         };
-        let marks = match db::data_version(conn) {
+        let marks = match store.change_mark() {
             Ok(v) => Marks {
                 data_version: v,
                 db_file: file_id(&self.paths.db),
@@ -468,13 +464,13 @@ impl Feed {
         let mut changed = force || marks != self.marks;
         if marks.db_file != self.marks.db_file && self.marks.db_file != (0, 0) {
             // Replaced by another file: the open connection still reads the old one.
-            self.conn = None;
+            self.store = None;
             self.marks = Marks::default();
             return self.poll(true);
         }
         if changed || self.last_liveness.elapsed() >= LIVENESS {
             self.last_liveness = Instant::now();
-            match vanished(conn) {
+            match vanished(store.as_mut(), &self.host) {
                 // The same runs as before keep the reasons they were first shown with.
                 Ok(v) if !same_vanished(&v, &self.vanished) => {
                     changed = true;
@@ -489,7 +485,7 @@ impl Feed {
         }
         self.marks = marks;
         let mut snap = match load_view(
-            conn,
+            store.as_mut(),
             &self.paths,
             &self.query,
             self.open_run.as_deref(),
@@ -506,7 +502,7 @@ impl Feed {
             .as_ref()
             .is_none_or(|(at, _)| at.elapsed() >= AGGREGATES_EVERY);
         if force || stale || mark != self.status_mark {
-            match load_aggregates(conn, SystemTime::now()) {
+            match load_aggregates(store.as_mut(), SystemTime::now()) {
                 Ok(a) => self.aggregates = Some((Instant::now(), a)),
                 Err(e) => return self.lost(e.to_string()),
             }
@@ -533,7 +529,7 @@ impl Feed {
 
     /// The connection failed: drop it and report; the next poll reopens.
     fn lost(&mut self, why: String) -> bool {
-        self.conn = None;
+        self.store = None;
         self.aggregates = None;
         self.sent = None;
         self.marks = Marks::default();
@@ -581,18 +577,20 @@ impl Feed {
         }
     }
 
-    fn writable(&mut self) -> Result<&mut Connection, String> {
+    fn writable(&mut self) -> Result<&mut dyn OperatorStore, String> {
         if let Some(why) = &self.read_only {
             return Err(format!("refused: {why}"));
         }
-        if self.conn.is_none()
-            && let Ok(conn) = db::open(&self.paths.db, OpenMode::Existing)
-        {
-            self.conn = Some(conn);
+        if self.store.is_none() {
+            let mut store = store::operator(&self.paths);
+            if store.connect().is_ok() {
+                self.store = Some(store);
+            }
         }
-        self.conn
-            .as_mut()
-            .ok_or_else(|| "the database is not available".to_owned())
+        match self.store.as_mut() {
+            Some(store) => Ok(store.as_mut()),
+            None => Err("the database is not available".to_owned()),
+        }
     }
 
     fn decide(
@@ -603,25 +601,33 @@ impl Feed {
     ) -> Result<approvals::DecideOutcome, String> {
         let log = self.paths.combined_log();
         let user = self.user.clone();
-        let conn = self.writable()?;
+        let store = self.writable()?;
         let who = Decider {
             by: &user,
             channel: "tui",
             comment,
         };
-        control::decide_logged(conn, &log, approval_id, value, &who).map_err(|e| e.to_string())
+        let done = store
+            .decide(approval_id, value, &who)
+            .map_err(|e| e.to_string())?;
+        control::log_events(&log, &done.effects.events);
+        Ok(done.value)
     }
 
     fn cancel(&mut self, run_id: &str) -> Result<control::CancelOutcome, String> {
         let log = self.paths.combined_log();
         let user = self.user.clone();
-        let conn = self.writable()?;
+        let host = self.host.clone();
+        let store = self.writable()?;
         let who = Decider {
             by: &user,
             channel: "tui",
             comment: None,
         };
-        control::cancel_run(conn, &log, run_id, Some("from the dashboard"), &who)
-            .map_err(|e| e.to_string())
+        let done = store
+            .cancel(run_id, Some("from the dashboard"), &who)
+            .map_err(|e| e.to_string())?;
+        control::log_events(&log, &done.effects.events);
+        Ok(done.value.signal_shim(&host))
     }
 }

@@ -9,17 +9,19 @@ use super::feed::{self, Snapshot};
 use super::run_loop;
 use super::view;
 use crossterm::event::{KeyCode, KeyEvent, KeyModifiers};
-use hr_shared::approvals::{self, Approval, DecideOutcome, Decider, PromptKind};
-use hr_shared::db::{self, OpenMode};
+use hr_shared::approvals::{Approval, DecideOutcome, Decider, PromptKind};
+use hr_shared::db::StoreError;
 use hr_shared::event::ApprovalOption;
 use hr_shared::paths::StatePaths;
+use hr_shared::rules::LocalHost;
 use hr_shared::runs::{self, ToolRun};
 use hr_shared::status::{ApprovalStatus, RunStatus};
+use hr_shared::store::sqlite::SqliteStore;
+use hr_shared::store::{OperatorStore, RunWrite, RunnerStore};
 use hr_shared::{proc, time};
 use ratatui::Terminal;
 use ratatui::backend::TestBackend;
 use ratatui::buffer::Buffer;
-use rusqlite::Connection;
 use std::sync::mpsc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -27,7 +29,8 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 struct World {
     _tmp: tempfile::TempDir,
     paths: StatePaths,
-    conn: Connection,
+    /// Behind a cell so that a snapshot can be read while `&self` builds the app.
+    store: std::cell::RefCell<SqliteStore>,
     now: SystemTime,
 }
 
@@ -39,7 +42,8 @@ impl World {
             db: tmp.path().join("state/state.db"),
         };
         paths.ensure_dirs().unwrap();
-        let conn = db::open(&paths.db, OpenMode::Create).unwrap();
+        let mut store = SqliteStore::create(paths.clone());
+        RunnerStore::connect(&mut store).unwrap();
         // Whole seconds, so ages come out round.
         let secs = SystemTime::now()
             .duration_since(UNIX_EPOCH)
@@ -48,7 +52,7 @@ impl World {
         World {
             _tmp: tmp,
             paths,
-            conn,
+            store: std::cell::RefCell::new(store),
             now: UNIX_EPOCH + Duration::from_secs(secs),
         }
     }
@@ -130,29 +134,26 @@ impl World {
     }
 
     fn insert_runs(&mut self, list: &[ToolRun]) {
-        db::write(&mut self.conn, |tx| {
-            for r in list {
-                runs::insert(tx, r, "test")?;
-            }
-            Ok(())
-        })
-        .unwrap();
+        self.store.get_mut().import_rows(list, &[], "test").unwrap();
     }
 
     fn insert_approvals(&mut self, list: &[Approval]) {
-        db::write(&mut self.conn, |tx| {
-            for a in list {
-                approvals::insert(tx, a, "test")?;
-            }
-            Ok(())
-        })
-        .unwrap();
+        self.store.get_mut().import_rows(&[], list, "test").unwrap();
+    }
+
+    /// Records liveness timestamps of run `id`, as its shim would.
+    fn touch(&mut self, id: &str, t: runs::Touch) {
+        self.store
+            .get_mut()
+            .record(id, &[RunWrite::Touch(t)], "test", false)
+            .unwrap();
     }
 
     /// What the feed would send, for this query and open run.
     fn snapshot(&self, query: &RunQuery, open: Option<&str>) -> Snapshot {
-        let mut snap = feed::load(&self.conn, &self.paths, query, open, self.now).unwrap();
-        snap.vanished = feed::vanished(&self.conn).unwrap();
+        let mut store = self.store.borrow_mut();
+        let mut snap = feed::load(&mut *store, &self.paths, query, open, self.now).unwrap();
+        snap.vanished = feed::vanished(&mut *store, &LocalHost::new()).unwrap();
         snap
     }
 
@@ -600,7 +601,7 @@ fn a_question_full_of_escape_sequences_is_drawn_harmlessly() {
 fn a_missing_database_is_a_message_not_a_crash() {
     let w = World::new();
     let mut app = App::new(w.now, "/home/op/.local/state/headless-run".into(), None);
-    let err = db::open(&w.paths.root.join("nope.db"), OpenMode::Existing).unwrap_err();
+    let err = StoreError::Missing(w.paths.root.join("nope.db"));
     update(
         &mut app,
         Msg::StoreDown(err.to_string().replace(
@@ -684,17 +685,19 @@ fn decision_outcomes_are_told_in_the_status_line() {
         channel: "cli",
         comment: None,
     };
-    let won = db::write(&mut w.conn, |tx| approvals::decide(tx, id, "n", &bob)).unwrap();
+    let won = w.store.get_mut().decide(id, "n", &bob).unwrap().value;
     assert!(matches!(won, DecideOutcome::Decided(_)));
     let alice = Decider {
         by: "alice",
         channel: "tui",
         comment: None,
     };
-    let lost = db::write(&mut w.conn, |tx| {
-        approvals::decide(tx, id, "approve", &alice)
-    })
-    .unwrap();
+    let lost = w
+        .store
+        .get_mut()
+        .decide(id, "approve", &alice)
+        .unwrap()
+        .value;
     update(
         &mut app,
         Msg::Decided {
@@ -839,7 +842,7 @@ fn the_feed_reports_a_missing_database_and_recovers() {
         Ok(Msg::StoreDown(why)) => assert!(why.contains("no database"), "{why}"),
         other => panic!("{other:?}"),
     }
-    drop(db::open(&paths.db, OpenMode::Create).unwrap());
+    RunnerStore::connect(&mut SqliteStore::create(paths.clone())).unwrap();
     match rx.recv_timeout(Duration::from_secs(5)) {
         Ok(Msg::Snapshot(_)) => {}
         other => panic!("{other:?}"),
@@ -1106,7 +1109,7 @@ fn the_feed_stays_quiet_when_nothing_shown_changes() {
             last_heartbeat_at: Some(time::now_rfc3339()),
             ..runs::Touch::default()
         };
-        runs::touch(&w.conn, &live.tool_run_id, &beat).unwrap();
+        w.touch(&live.tool_run_id, beat.clone());
         if let Ok(msg) = rx.recv_timeout(Duration::from_millis(100)) {
             panic!("nothing shown changed, yet the feed sent {msg:?}");
         }
@@ -1117,7 +1120,7 @@ fn the_feed_stays_quiet_when_nothing_shown_changes() {
         ..runs::Touch::default()
     };
     out.last_output_at = Some(w.ago(0));
-    runs::touch(&w.conn, &live.tool_run_id, &out).unwrap();
+    w.touch(&live.tool_run_id, out.clone());
     match rx.recv_timeout(Duration::from_secs(2)) {
         Ok(Msg::Snapshot(s)) => assert!(!s.shows_same(&first)),
         other => panic!("{other:?}"),
@@ -1137,7 +1140,7 @@ fn snapshots_differing_only_in_heartbeats_show_the_same() {
         last_heartbeat_at: Some(w.ahead(3)),
         ..runs::Touch::default()
     };
-    runs::touch(&w.conn, id, &beat).unwrap();
+    w.touch(id, beat.clone());
     let after = w.snapshot(&RunQuery::default(), None);
     assert_ne!(before, after);
     assert!(before.shows_same(&after));
@@ -1147,7 +1150,7 @@ fn snapshots_differing_only_in_heartbeats_show_the_same() {
         supervisor_heartbeat_at: Some(w.ahead(6)),
         ..runs::Touch::default()
     };
-    runs::touch(&w.conn, id, &beat).unwrap();
+    w.touch(id, beat.clone());
     assert!(!before.shows_same(&w.snapshot(&RunQuery::default(), Some(id))));
     // Output is shown (LAST OUT).
     let before = w.snapshot(&RunQuery::default(), None);
@@ -1155,6 +1158,6 @@ fn snapshots_differing_only_in_heartbeats_show_the_same() {
         last_output_at: Some(w.ahead(1)),
         ..runs::Touch::default()
     };
-    runs::touch(&w.conn, id, &out).unwrap();
+    w.touch(id, out.clone());
     assert!(!before.shows_same(&w.snapshot(&RunQuery::default(), None)));
 }

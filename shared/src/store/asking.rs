@@ -1,106 +1,31 @@
-//! From a recognised prompt to an answer or an approval, each in one database
-//! transaction on the store thread:
+//! From a recognised prompt to an answer or an approval, each in one SQLite write
+//! transaction:
 //!
 //! 1. a decided, unconsumed approval of this command for this prompt (an earlier run asked;
 //!    someone decided) is consumed and answers it — or, rejected, ends the run (exit 91);
 //! 2. a config policy or a remembered decision answers it, recorded as an approval decided
 //!    by `policy:NAME`;
 //! 3. a pending approval for the same prompt of the same command (a retry asking again) is
-//!    taken over by this run;
+//!    taken over by this run, when [`rules::may_take_over`] allows;
 //! 4. otherwise a new pending approval is created and the run waits.
 //!
-//! Also here: cooperative `approval_needed` requests, the check that makes a caller's bare
-//! `AUTO_APPROVAL` worthless, and the wait-mode watcher that notices a decision within
-//! 50 ms.
+//! Also here: cooperative `approval_needed` requests, and the check that makes a caller's
+//! bare `AUTO_APPROVAL` worthless.
 
-use hr_shared::approvals::{self, Approval, PromptKind, Resolution};
-use hr_shared::config::OnExpire;
-use hr_shared::control;
-use hr_shared::db::{self, OpenMode};
-use hr_shared::event::{CooperativeRequest, EventBody, LogEvent};
-use hr_shared::policy;
-use hr_shared::prompt::Prompt;
-use hr_shared::runs::{self, Guard, StatusChange};
-use hr_shared::sanitize::{sanitize_line, sanitize_text};
-use hr_shared::status::{ApprovalStatus, RunStatus};
-use hr_shared::{fingerprint, id, proc, time};
+use super::{Asker, Cooperative, Effects, PromptRequest, PromptResolution};
+use crate::approvals::{self, Approval, PromptKind, Resolution};
+use crate::config::OnExpire;
+use crate::db;
+use crate::event::{CooperativeRequest, EventBody, LogEvent};
+use crate::policy;
+use crate::prompt::Prompt;
+use crate::rules::{self, HostFacts};
+use crate::runs::{self, Guard, StatusChange};
+use crate::sanitize::{sanitize_line, sanitize_text};
+use crate::status::{ApprovalStatus, RunStatus};
+use crate::{fingerprint, id, time};
 use rusqlite::{Connection, Transaction};
-use std::path::PathBuf;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::mpsc::{self, Receiver};
-use std::time::{Duration, Instant, SystemTime};
-
-/// The run asking, as the store thread knows it.
-#[derive(Debug, Clone)]
-pub struct Asker {
-    pub tool_run_id: String,
-    pub tool: String,
-    pub execution_id: String,
-    pub request_fingerprint: String,
-    pub actor: String,
-}
-
-/// A prompt to resolve.
-#[derive(Debug, Clone)]
-pub struct PromptRequest {
-    pub prompt: Prompt,
-    pub prompt_fingerprint: String,
-    /// The config policies that matched, in config order: (name, value). The first whose
-    /// value answers the prompt (or rejects it) decides; a remembered decision comes after.
-    pub policies: Vec<(String, String)>,
-    pub ttl: Option<Duration>,
-    pub on_expire: OnExpire,
-}
-
-/// What the database said.
-#[derive(Debug, Clone)]
-pub enum PromptResolution {
-    /// Type this value: a decision (or a policy) answers the prompt.
-    Answer {
-        approval: Box<Approval>,
-        value: String,
-    },
-    /// A decision said no.
-    Rejected { approval: Box<Approval> },
-    /// An approval waits for a decision.
-    Pending {
-        approval: Box<Approval>,
-        /// It was already pending for an earlier run of the same command.
-        taken_over: bool,
-    },
-}
-
-/// What a transaction did, for the combined log and the store's idea of the run's status.
-#[derive(Default)]
-pub struct Effects {
-    pub events: Vec<LogEvent>,
-    /// This run's new status, if it changed.
-    pub status: Option<RunStatus>,
-    /// Said once on stderr (a policy whose value does not answer the prompt).
-    pub warnings: Vec<String>,
-}
-
-fn status_event(
-    run_id: &str,
-    tool: &str,
-    execution_id: Option<&str>,
-    previous: RunStatus,
-    change: &StatusChange,
-) -> LogEvent {
-    LogEvent {
-        body: EventBody::ToolStatusChange {
-            status: change.status,
-            previous_status: Some(previous),
-            reason: change.reason.clone(),
-            exit_code: change.exit_code,
-        },
-        timestamp: time::now_rfc3339(),
-        tool: tool.to_owned(),
-        tool_run_id: run_id.to_owned(),
-        execution_id: execution_id.map(str::to_owned),
-    }
-}
+use std::time::{Duration, SystemTime};
 
 /// The approval row a prompt becomes.
 pub fn approval_for(who: &Asker, req: &PromptRequest) -> Approval {
@@ -146,6 +71,7 @@ pub fn resolve(
     conn: &mut Connection,
     who: &Asker,
     req: &PromptRequest,
+    host: &dyn HostFacts,
 ) -> db::Result<(PromptResolution, Effects)> {
     db::write(conn, |tx| {
         let mut fx = Effects::default();
@@ -154,15 +80,10 @@ pub fn resolve(
         for a in approvals::expire_due(tx)? {
             fx.events.push(a.status_event());
         }
-        let answerable = |a: &Approval| {
-            a.chosen_value
-                .as_deref()
-                .is_some_and(|v| req.prompt.keys_for(v, true).is_some())
-        };
         // 1. A decision for an earlier run of this command.
         if let Some(a) =
             approvals::find_answer(tx, &who.request_fingerprint, &req.prompt_fingerprint)?
-            && (!a.answers() || answerable(&a))
+            && rules::decision_fits(&a, &req.prompt)
         {
             approvals::consume(tx, &a.approval_id, &who.tool_run_id, &who.actor)?;
             approvals::set_resumed_run(tx, &a.approval_id, &who.tool_run_id)?;
@@ -247,11 +168,8 @@ pub fn resolve(
                 .filter(|old| old.tool_run_id != who.tool_run_id);
         let pending = match pending {
             Some(old) => {
-                let orphaned = runs::get(tx, &old.tool_run_id)?.is_none_or(|run| {
-                    control::is_parked(&run)
-                        || control::shim_gone(&run, &proc::hostname()).is_some()
-                });
-                orphaned.then_some(old)
+                let owner = runs::get(tx, &old.tool_run_id)?;
+                rules::may_take_over(owner.as_ref(), host).then_some(old)
             }
             None => None,
         };
@@ -272,12 +190,11 @@ pub fn resolve(
                     &who.actor,
                     Guard::From(&[RunStatus::WaitingApproval]),
                 )? {
-                    fx.events.push(status_event(
-                        &old.tool_run_id,
+                    fx.events.push(LogEvent::about_run(
+                        EventBody::status_change(Some(prev), &change),
                         &old.tool_name,
+                        &old.tool_run_id,
                         old.execution_id.as_deref(),
-                        prev,
-                        &change,
                     ));
                 }
                 let moved = approvals::get(tx, &old.approval_id)?.unwrap_or(old);
@@ -310,12 +227,11 @@ fn wait_for(tx: &Transaction<'_>, who: &Asker, a: &Approval, fx: &mut Effects) -
     if let Some(prev) =
         runs::change_status(tx, &who.tool_run_id, &change, &who.actor, Guard::NotFinal)?
     {
-        fx.events.push(status_event(
-            &who.tool_run_id,
+        fx.events.push(LogEvent::about_run(
+            EventBody::status_change(Some(prev), &change),
             &who.tool,
+            &who.tool_run_id,
             Some(&who.execution_id),
-            prev,
-            &change,
         ));
         fx.status = Some(RunStatus::WaitingApproval);
     }
@@ -354,24 +270,14 @@ fn close_waiting_run(
         &who.actor,
         Guard::From(&[RunStatus::WaitingApproval]),
     )? {
-        fx.events.push(status_event(
-            &a.tool_run_id,
+        fx.events.push(LogEvent::about_run(
+            EventBody::status_change(Some(prev), &change),
             &a.tool_name,
+            &a.tool_run_id,
             a.execution_id.as_deref(),
-            prev,
-            &change,
         ));
     }
     Ok(())
-}
-
-/// What became of a cooperative request.
-#[derive(Debug, Clone)]
-pub enum Cooperative {
-    /// A new pending approval.
-    Pending(Box<Approval>),
-    /// This command's request was already decided (the re-run has `AUTO_APPROVAL`).
-    AlreadyDecided,
 }
 
 /// Records a cooperative tool's `approval_needed` line.
@@ -443,123 +349,37 @@ pub fn cooperative(
 pub fn validate_auto_approval(
     conn: &mut Connection,
     who: &Asker,
-    approval_id: Option<&str>,
+    approval_id: &str,
     value: &str,
-) -> Result<(Approval, Effects), String> {
-    let Some(approval_id) = approval_id.filter(|a| !a.is_empty()) else {
-        return Err("HEADLESS_RUN_APPROVAL_ID is not set".into());
-    };
+) -> db::Result<(Result<Approval, String>, Effects)> {
     db::write(conn, |tx| {
         let mut fx = Effects::default();
         let Some(a) = approvals::get(tx, approval_id)? else {
-            return Ok(Err(format!("no approval {approval_id}")));
+            return Ok((Err(format!("no approval {approval_id}")), fx));
         };
         if !a.answers() || a.chosen_value.as_deref() != Some(value) {
-            return Ok(Err(format!(
-                "approval {approval_id} is not decided with this value"
-            )));
+            return Ok((
+                Err(format!(
+                    "approval {approval_id} is not decided with this value"
+                )),
+                fx,
+            ));
         }
         if a.request_fingerprint.as_deref() != Some(&who.request_fingerprint) {
-            return Ok(Err(format!(
-                "approval {approval_id} was asked by another command"
-            )));
+            return Ok((
+                Err(format!(
+                    "approval {approval_id} was asked by another command"
+                )),
+                fx,
+            ));
         }
         if a.prompt_kind == Some(PromptKind::Cooperative) {
             if !approvals::consume(tx, approval_id, &who.tool_run_id, &who.actor)? {
-                return Ok(Err(format!("approval {approval_id} was already used")));
+                return Ok((Err(format!("approval {approval_id} was already used")), fx));
             }
             approvals::set_resumed_run(tx, approval_id, &who.tool_run_id)?;
             close_waiting_run(tx, who, &a, &mut fx)?;
         }
-        Ok(Ok((a, fx)))
+        Ok((Ok(a), fx))
     })
-    .map_err(|e| e.to_string())
-    .and_then(|r| r)
-}
-
-/// What a wait-mode watcher reports.
-#[derive(Debug)]
-pub enum Watched {
-    /// The approval is no longer pending (decided or expired).
-    Decided(Box<Approval>),
-}
-
-/// Watches one approval from its own connection: `PRAGMA data_version` every 50 ms (a
-/// change in another connection is the only thing that can decide it), and expiry on time.
-pub struct Watcher {
-    pub rx: Receiver<Watched>,
-    stop: Arc<AtomicBool>,
-}
-
-/// How often a watcher looks.
-pub const WATCH_EVERY: Duration = Duration::from_millis(50);
-
-impl Watcher {
-    pub fn start(db_path: PathBuf, log_path: PathBuf, approval: &Approval) -> Watcher {
-        let (tx, rx) = mpsc::channel();
-        let stop = Arc::new(AtomicBool::new(false));
-        let flag = stop.clone();
-        let id = approval.approval_id.clone();
-        let expires = approval
-            .expires_at
-            .as_deref()
-            .and_then(time::parse_rfc3339)
-            .and_then(|t| t.duration_since(SystemTime::now()).ok())
-            .map(|left| Instant::now() + left);
-        let _ = std::thread::Builder::new()
-            .name("approval-watch".into())
-            .spawn(move || {
-                let mut conn = None;
-                let mut seen = None;
-                while !flag.load(Ordering::Relaxed) {
-                    if conn.is_none() {
-                        conn = db::open(&db_path, OpenMode::Existing).ok();
-                    }
-                    if let Some(c) = conn.as_mut() {
-                        let overdue = expires.is_some_and(|e| Instant::now() >= e);
-                        let version = db::data_version(c).ok();
-                        if overdue || version.is_none() || version != seen {
-                            seen = version;
-                            if overdue {
-                                let expired =
-                                    db::write(c, approvals::expire_due).unwrap_or_default();
-                                control::log_events(
-                                    &log_path,
-                                    &expired
-                                        .iter()
-                                        .map(Approval::status_event)
-                                        .collect::<Vec<_>>(),
-                                );
-                            }
-                            match approvals::get(c, &id) {
-                                Ok(Some(a)) if a.status != ApprovalStatus::Pending => {
-                                    let _ = tx.send(Watched::Decided(Box::new(a)));
-                                    return;
-                                }
-                                Ok(Some(_)) => {}
-                                // Gone (gc'd) or unreadable: try a fresh connection.
-                                _ => conn = None,
-                            }
-                        }
-                    }
-                    std::thread::sleep(WATCH_EVERY);
-                }
-            });
-        Watcher { rx, stop }
-    }
-}
-
-impl Drop for Watcher {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::Relaxed);
-    }
-}
-
-/// Who decided, for messages: `alice via cli`, `policy:tmp-files`.
-pub fn decided_by(a: &Approval) -> String {
-    match (a.decided_by.as_deref(), a.decision_channel.as_deref()) {
-        (Some(by), Some(ch)) if by != ch => format!("{by} via {ch}"),
-        (Some(by), _) => by.to_owned(),
-        _ => "nobody".into(),
-    }
 }

@@ -1,0 +1,353 @@
+//! The rules in front of the store, as plain functions over data: a run's lifecycle phase,
+//! whether its shim is gone, whether a retry may take over an approval, whether a decision
+//! answers a prompt. Facts only the caller's machine knows (its host name, whether pid P
+//! still runs with start time S) come in through [`HostFacts`], never as queries made inside
+//! a transaction, so a central server can apply the rules for another host.
+
+use crate::approvals::Approval;
+use crate::exit::shim::{APPROVAL_PENDING, STALLED};
+use crate::prompt::Prompt;
+use crate::runs::{SUPERVISOR_HEARTBEAT, ToolRun};
+use crate::status::RunStatus;
+use crate::{proc, time};
+use std::time::Duration;
+
+/// A supervisor heartbeat older than this means the shim of a run on another host is gone.
+pub const STALE_HEARTBEAT: Duration = Duration::from_secs(SUPERVISOR_HEARTBEAT.as_secs() * 10);
+
+/// The reason recorded for a run whose shim is gone.
+pub const VANISHED: &str = "supervisor vanished";
+
+/// What became of a process the rules ask about.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Liveness {
+    /// It runs, and it is the same process (same start time).
+    Same,
+    /// The pid runs, but it is another process now.
+    Reused,
+    /// Nothing runs with that pid.
+    Gone,
+}
+
+/// What only the caller's machine knows.
+pub trait HostFacts {
+    /// This host's name, as runs record it.
+    fn host(&self) -> &str;
+    /// Whether `pid` runs here with `start_time` (clock ticks since boot; `None`: any).
+    fn process(&self, pid: i32, start_time: Option<u64>) -> Liveness;
+}
+
+/// The facts of the machine this process runs on.
+#[derive(Debug, Clone)]
+pub struct LocalHost {
+    host: String,
+}
+
+impl LocalHost {
+    pub fn new() -> Self {
+        LocalHost {
+            host: proc::hostname(),
+        }
+    }
+}
+
+impl Default for LocalHost {
+    fn default() -> Self {
+        LocalHost::new()
+    }
+}
+
+impl HostFacts for LocalHost {
+    fn host(&self) -> &str {
+        &self.host
+    }
+
+    fn process(&self, pid: i32, start_time: Option<u64>) -> Liveness {
+        if proc::same_process(pid, start_time) {
+            Liveness::Same
+        } else if proc::pid_alive(pid) {
+            Liveness::Reused
+        } else {
+            Liveness::Gone
+        }
+    }
+}
+
+/// Where a run stands, derived from its row: the one place that reads `status`,
+/// `exit_code` and `completed_at` together.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RunPhase {
+    /// Recorded, not started.
+    Queued,
+    /// A shim supervises it (running, stalled while marked, or waiting in wait mode).
+    Live(RunStatus),
+    /// Its shim exited 90 on purpose: it waits for a decision and a resume.
+    Parked,
+    /// Its shim ended it as stalled (exit 92): over, though its status stays `stalled`.
+    StallEnded,
+    /// A parked run whose decision was taken up by a re-run.
+    Resumed,
+    /// Over, with this status and exit code.
+    Ended {
+        status: RunStatus,
+        exit_code: Option<i32>,
+    },
+}
+
+impl RunPhase {
+    /// A shim is expected to be alive for the run.
+    pub fn supervised(self) -> bool {
+        matches!(self, RunPhase::Live(_))
+    }
+
+    /// The run is over (nothing supervises it, nothing will change it by itself), parked
+    /// runs excepted: they wait for a resume.
+    pub fn is_over(self) -> bool {
+        matches!(
+            self,
+            RunPhase::StallEnded | RunPhase::Resumed | RunPhase::Ended { .. }
+        )
+    }
+}
+
+/// The phase of a run.
+pub fn phase(run: &ToolRun) -> RunPhase {
+    let parked_code = i32::from(APPROVAL_PENDING);
+    match (run.status, run.exit_code) {
+        (RunStatus::Queued, _) => RunPhase::Queued,
+        (RunStatus::WaitingApproval, Some(c)) if c == parked_code => RunPhase::Parked,
+        // A live status with an exit code: its shim recorded how it ended on purpose.
+        (RunStatus::Stalled, Some(_)) => RunPhase::StallEnded,
+        (s, Some(code)) if s.is_live() => RunPhase::Ended {
+            status: s,
+            exit_code: Some(code),
+        },
+        (s, _) if s.is_live() => RunPhase::Live(s),
+        (RunStatus::Completed, Some(c)) if c == parked_code => RunPhase::Resumed,
+        (s, code) => RunPhase::Ended {
+            status: s,
+            exit_code: code,
+        },
+    }
+}
+
+/// Whether a `waiting_approval` run was parked by a shim that exited on purpose (exit
+/// mode: exit code 90), so no shim is expected to be alive for it.
+pub fn is_parked(run: &ToolRun) -> bool {
+    phase(run) == RunPhase::Parked
+}
+
+/// Whether a run in a live status already has the exit code its shim recorded as it exited
+/// on purpose: parked on an approval (90), or ended as stalled (92). No shim is expected to
+/// be alive for it, and its status is not a vanished supervisor's.
+pub fn ended_on_purpose(run: &ToolRun) -> bool {
+    run.status.is_live() && !phase(run).supervised()
+}
+
+/// Whether the run's shim is gone: on its own host by pid and start time, elsewhere by its
+/// supervisor heartbeat (`now` is the caller's clock). `None` when it is alive, else why not.
+pub fn shim_gone(run: &ToolRun, host: &dyn HostFacts) -> Option<String> {
+    let local = run.host.as_deref().is_none_or(|h| h == host.host());
+    if local && let Some(pid) = run.shim_pid {
+        let start = run.shim_start_time.map(|s| s as u64);
+        return match host.process(pid as i32, start) {
+            Liveness::Same => None,
+            Liveness::Reused => Some(format!(
+                "{VANISHED} (pid {pid} now belongs to another process)"
+            )),
+            Liveness::Gone => Some(format!("{VANISHED} (pid {pid} is not running)")),
+        };
+    }
+    let beat = run
+        .supervisor_heartbeat_at
+        .as_deref()
+        .or(Some(run.started_at.as_str()))
+        .and_then(time::age_of);
+    match beat {
+        Some(age) if age > STALE_HEARTBEAT => Some(format!(
+            "{VANISHED} (no supervisor heartbeat for {})",
+            time::short_duration(age)
+        )),
+        _ => None,
+    }
+}
+
+/// Whether reconciliation should fail this run as vanished, and why.
+pub fn vanished(run: &ToolRun, host: &dyn HostFacts) -> Option<String> {
+    if !phase(run).supervised() {
+        return None;
+    }
+    shim_gone(run, host)
+}
+
+/// Whether a retry may take over a pending approval of `owner` (the run that asked it):
+/// only from a run nobody supervises any more — parked by exit 90, or its shim gone (or
+/// the run deleted). A twin still waiting for it in wait mode keeps it.
+pub fn may_take_over(owner: Option<&ToolRun>, host: &dyn HostFacts) -> bool {
+    owner.is_none_or(|run| is_parked(run) || shim_gone(run, host).is_some())
+}
+
+/// Whether a decided approval answers (or ends) `prompt`: a rejection always does; an
+/// approval only when its value has keys for this prompt.
+pub fn decision_fits(a: &Approval, prompt: &Prompt) -> bool {
+    !a.answers()
+        || a.chosen_value
+            .as_deref()
+            .is_some_and(|v| prompt.keys_for(v, true).is_some())
+}
+
+/// Whether a run stalled and was ended for it (exit 92) — a stall, not a live one.
+pub fn stall_ended(run: &ToolRun) -> bool {
+    run.status == RunStatus::Stalled && run.exit_code == Some(i32::from(STALLED))
+}
+
+/// Whether the worker that wrote claim `claimed_by` is known to be gone: a claim of this
+/// host whose process is no longer the one that claimed. Claims of other hosts, or in a
+/// shape this build does not know, are never judged gone.
+pub fn claimer_gone(claimed_by: &str, host: &dyn HostFacts) -> bool {
+    let Some(rest) = claimed_by.strip_prefix("worker:") else {
+        return false;
+    };
+    // The host name may itself hold colons: take pid and start from the right.
+    let mut parts = rest.rsplitn(3, ':');
+    let (Some(start), Some(pid), Some(name)) = (parts.next(), parts.next(), parts.next()) else {
+        return false;
+    };
+    let (Ok(start), Ok(pid)) = (start.parse::<u64>(), pid.parse::<i32>()) else {
+        return false;
+    };
+    if name != host.host() {
+        return false;
+    }
+    host.process(pid, (start != 0).then_some(start)) != Liveness::Same
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::runs::ToolRun;
+
+    struct Facts {
+        host: &'static str,
+        alive: Liveness,
+    }
+
+    impl HostFacts for Facts {
+        fn host(&self) -> &str {
+            self.host
+        }
+        fn process(&self, _pid: i32, _start: Option<u64>) -> Liveness {
+            self.alive
+        }
+    }
+
+    fn run(status: RunStatus, exit_code: Option<i32>) -> ToolRun {
+        let mut r = crate::testing::run("TR-1", "tool", status);
+        r.exit_code = exit_code;
+        r.host = Some("here".into());
+        r.shim_pid = Some(42);
+        r
+    }
+
+    #[test]
+    fn phases_follow_status_and_exit_code() {
+        assert_eq!(
+            phase(&run(RunStatus::Running, None)),
+            RunPhase::Live(RunStatus::Running)
+        );
+        assert_eq!(
+            phase(&run(RunStatus::WaitingApproval, None)),
+            RunPhase::Live(RunStatus::WaitingApproval)
+        );
+        assert_eq!(
+            phase(&run(RunStatus::WaitingApproval, Some(90))),
+            RunPhase::Parked
+        );
+        assert_eq!(
+            phase(&run(RunStatus::Stalled, Some(92))),
+            RunPhase::StallEnded
+        );
+        assert_eq!(
+            phase(&run(RunStatus::Completed, Some(90))),
+            RunPhase::Resumed
+        );
+        assert_eq!(
+            phase(&run(RunStatus::Failed, Some(1))),
+            RunPhase::Ended {
+                status: RunStatus::Failed,
+                exit_code: Some(1)
+            }
+        );
+        assert_eq!(phase(&run(RunStatus::Queued, None)), RunPhase::Queued);
+        assert!(is_parked(&run(RunStatus::WaitingApproval, Some(90))));
+        assert!(!is_parked(&run(RunStatus::WaitingApproval, None)));
+        assert!(ended_on_purpose(&run(RunStatus::Stalled, Some(92))));
+        assert!(ended_on_purpose(&run(RunStatus::WaitingApproval, Some(90))));
+        assert!(!ended_on_purpose(&run(RunStatus::Running, None)));
+        assert!(!ended_on_purpose(&run(RunStatus::Completed, Some(0))));
+    }
+
+    #[test]
+    fn a_local_shim_is_judged_by_its_process() {
+        let r = run(RunStatus::Running, None);
+        let same = Facts {
+            host: "here",
+            alive: Liveness::Same,
+        };
+        assert_eq!(shim_gone(&r, &same), None);
+        let reused = Facts {
+            host: "here",
+            alive: Liveness::Reused,
+        };
+        assert!(shim_gone(&r, &reused).unwrap().contains("another process"));
+        let gone = Facts {
+            host: "here",
+            alive: Liveness::Gone,
+        };
+        assert!(shim_gone(&r, &gone).unwrap().starts_with(VANISHED));
+        assert!(vanished(&r, &gone).is_some());
+        // Parked or stall-ended runs have no shim to lose.
+        assert_eq!(
+            vanished(&run(RunStatus::WaitingApproval, Some(90)), &gone),
+            None
+        );
+        assert_eq!(vanished(&run(RunStatus::Stalled, Some(92)), &gone), None);
+    }
+
+    #[test]
+    fn a_remote_shim_is_judged_by_its_heartbeat() {
+        let mut r = run(RunStatus::Running, None);
+        r.host = Some("elsewhere".into());
+        // Whatever the local pid says, another host's run goes by its heartbeat.
+        let local = Facts {
+            host: "here",
+            alive: Liveness::Gone,
+        };
+        r.supervisor_heartbeat_at = Some(time::now_rfc3339());
+        assert_eq!(shim_gone(&r, &local), None);
+        r.supervisor_heartbeat_at = Some("2020-01-01T00:00:00.000Z".into());
+        assert!(
+            shim_gone(&r, &local)
+                .unwrap()
+                .contains("no supervisor heartbeat")
+        );
+    }
+
+    #[test]
+    fn takeover_only_from_unsupervised_runs() {
+        let alive = Facts {
+            host: "here",
+            alive: Liveness::Same,
+        };
+        let gone = Facts {
+            host: "here",
+            alive: Liveness::Gone,
+        };
+        let parked = run(RunStatus::WaitingApproval, Some(90));
+        let waiting = run(RunStatus::WaitingApproval, None);
+        assert!(may_take_over(Some(&parked), &alive));
+        assert!(!may_take_over(Some(&waiting), &alive));
+        assert!(may_take_over(Some(&waiting), &gone));
+        assert!(may_take_over(None, &alive));
+    }
+}

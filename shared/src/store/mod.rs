@@ -1,0 +1,379 @@
+//! The store seam. The shim and `monitor` reach state only through two traits, named for
+//! who uses them: [`RunnerStore`] (everything one shim needs for its run) and
+//! [`OperatorStore`] (everything `monitor` needs). Each method is one transaction and returns
+//! its outcome with the events it produced, for the caller to append to the combined log.
+//! The rules (answering, takeover, expiry, cancel, claim, reconcile) are plain functions in
+//! [`crate::rules`], fed the facts only the caller's host knows ([`HostFacts`]).
+//!
+//! Implementations: [`sqlite::SqliteStore`] (embedded, the default).
+
+mod asking;
+pub mod sqlite;
+pub mod watch;
+
+use crate::approvals::{Approval, ApprovalFilter, DecideOutcome, Decider};
+use crate::audit::{AuditRow, ChainReport};
+use crate::config::OnExpire;
+use crate::control::{CancelOutcome, ReconcileReport};
+pub use crate::db::StoreError;
+use crate::event::{CooperativeRequest, LogEvent};
+use crate::gc::GcReport;
+use crate::paths::StatePaths;
+use crate::policy::RememberedPolicy;
+use crate::prompt::Prompt;
+use crate::resume::ParkedRun;
+use crate::rules::HostFacts;
+use crate::runs::{RunFilter, StatusChange, ToolRun, Touch};
+use crate::status::RunStatus;
+use std::io::Write;
+use std::time::Duration;
+
+/// Store results.
+pub type StoreResult<T> = Result<T, StoreError>;
+
+impl StoreError {
+    /// The `monitor` exit code for this error: the one place that maps them.
+    pub fn exit_code(&self) -> u8 {
+        crate::exit::monitor::ERROR
+    }
+}
+
+/// What a transaction did besides its outcome: events for the combined log, the asking
+/// run's new status, and warnings to say once on stderr.
+#[derive(Debug, Default)]
+pub struct Effects {
+    pub events: Vec<LogEvent>,
+    /// The asking run's new status, if it changed.
+    pub status: Option<RunStatus>,
+    /// Said once on stderr (a policy whose value does not answer the prompt).
+    pub warnings: Vec<String>,
+}
+
+/// An outcome with its effects.
+#[derive(Debug)]
+pub struct Done<T> {
+    pub value: T,
+    pub effects: Effects,
+}
+
+impl<T> Done<T> {
+    /// An outcome that logged nothing.
+    pub fn quiet(value: T) -> Self {
+        Done {
+            value,
+            effects: Effects::default(),
+        }
+    }
+
+    /// An outcome with these events.
+    pub fn with_events(value: T, events: Vec<LogEvent>) -> Self {
+        Done {
+            value,
+            effects: Effects {
+                events,
+                ..Effects::default()
+            },
+        }
+    }
+}
+
+/// The run asking, as its shim knows it.
+#[derive(Debug, Clone)]
+pub struct Asker {
+    pub tool_run_id: String,
+    pub tool: String,
+    pub execution_id: String,
+    /// The command's fingerprint (tool, argv, cwd), to find decisions for it.
+    pub request_fingerprint: String,
+    /// The OS user of the shim.
+    pub actor: String,
+}
+
+/// A prompt to resolve.
+#[derive(Debug, Clone)]
+pub struct PromptRequest {
+    pub prompt: Prompt,
+    pub prompt_fingerprint: String,
+    /// The config policies that matched, in config order: (name, value). The first whose
+    /// value answers the prompt (or rejects it) decides; a remembered decision comes after.
+    pub policies: Vec<(String, String)>,
+    pub ttl: Option<Duration>,
+    pub on_expire: OnExpire,
+}
+
+/// What the store said about a prompt.
+#[derive(Debug, Clone)]
+pub enum PromptResolution {
+    /// Type this value: a decision (or a policy) answers the prompt.
+    Answer {
+        approval: Box<Approval>,
+        value: String,
+    },
+    /// A decision said no.
+    Rejected { approval: Box<Approval> },
+    /// An approval waits for a decision.
+    Pending {
+        approval: Box<Approval>,
+        /// It was already pending for an earlier run of the same command.
+        taken_over: bool,
+    },
+}
+
+/// What became of a cooperative request.
+#[derive(Debug, Clone)]
+pub enum Cooperative {
+    /// A new pending approval.
+    Pending(Box<Approval>),
+    /// This command's request was already decided (the re-run has `AUTO_APPROVAL`).
+    AlreadyDecided,
+}
+
+/// Which statuses a status change of the shim may replace.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Replace {
+    /// Only a run that has not ended.
+    Live,
+    /// Anything but a cancellation (the shim's final word on how the run ended).
+    AnyButCancelled,
+}
+
+/// One change a shim makes to its own run; a batch of them is written in one transaction.
+#[derive(Debug, Clone)]
+pub enum RunWrite {
+    /// The run's first row.
+    Start(Box<ToolRun>),
+    /// The tool's pid, once spawned.
+    Pid(i32),
+    Touch(Touch),
+    Status(StatusChange, Replace),
+    /// The run was cancelled (by `monitor cancel`): record how the tool really ended, keep
+    /// the canceller's status and reason.
+    Cancelled {
+        exit_code: i32,
+        at: String,
+    },
+    /// A decision seen in wait mode has been typed: it is used up.
+    Consume(String),
+    /// Give back answers this run used: all of them (`None`: it stops at a prompt, exit 90,
+    /// and its re-run needs them again), or one that could not be typed after all.
+    Release(Option<String>),
+    /// The run ended without a decision on its pending approvals: close them.
+    Abandon(String),
+}
+
+/// How a shim's batch went.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Recorded {
+    /// The run's row is in the store.
+    pub inserted: bool,
+}
+
+/// Everything one shim needs for its run.
+pub trait RunnerStore: Send {
+    /// Connects now (to warn early); later calls connect on demand as well.
+    fn connect(&mut self) -> StoreResult<()>;
+
+    /// Writes a batch of this run's changes in one transaction. `row_may_exist`: the row
+    /// was left for another process to write (spooled), so look before inserting it.
+    fn record(
+        &mut self,
+        run_id: &str,
+        writes: &[RunWrite],
+        actor: &str,
+        row_may_exist: bool,
+    ) -> StoreResult<Done<Recorded>>;
+
+    /// Keeps the run's row where another process will write it, for when the store cannot
+    /// be written now (locked) and the shim may be killed before it can.
+    fn keep_for_later(&mut self, run: &ToolRun) -> bool;
+
+    /// The row kept by [`RunnerStore::keep_for_later`] reached the store after all.
+    fn kept_row_landed(&mut self, run_id: &str);
+
+    /// The store was replaced under the running shim (a new, empty one): true once, after
+    /// which the run's row must be written again.
+    fn replaced(&mut self) -> bool;
+
+    /// Resolves a prompt: an answer already decided, a policy, a takeover, or a new
+    /// pending approval.
+    fn resolve_prompt(
+        &mut self,
+        who: &Asker,
+        req: &PromptRequest,
+        host: &dyn HostFacts,
+    ) -> StoreResult<Done<PromptResolution>>;
+
+    /// Records a cooperative tool's `approval_needed` request.
+    fn cooperative(
+        &mut self,
+        who: &Asker,
+        req: &CooperativeRequest,
+        ttl: Option<Duration>,
+        on_expire: OnExpire,
+    ) -> StoreResult<Done<Cooperative>>;
+
+    /// Whether a caller's `AUTO_APPROVAL` is a real decision for this command (the inner
+    /// `Err` says why not).
+    fn check_auto_approval(
+        &mut self,
+        who: &Asker,
+        approval_id: &str,
+        value: &str,
+    ) -> StoreResult<Done<Result<Approval, String>>>;
+
+    /// One approval as it is now.
+    fn approval(&mut self, approval_id: &str) -> StoreResult<Option<Approval>>;
+
+    /// Expires overdue approvals.
+    fn expire_due(&mut self) -> StoreResult<Done<Vec<Approval>>>;
+
+    /// A cheap mark that changes whenever anything in the store may have changed.
+    fn change_mark(&mut self) -> StoreResult<u64>;
+}
+
+/// What `monitor doctor` asks of a store.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StoreHealth {
+    pub schema_version: i64,
+    pub supported_version: i64,
+    /// The journal mode (`wal` expected for SQLite).
+    pub journal: String,
+}
+
+/// Counts for the dashboard's alerts line.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Counts {
+    /// Every run by status.
+    pub totals: Vec<(RunStatus, i64)>,
+    /// Runs that have not ended, by status.
+    pub live: Vec<(RunStatus, i64)>,
+    /// Failed runs since the given time.
+    pub failed_recent: i64,
+    /// Pending approvals, and of those how many expire soon.
+    pub pending: (i64, i64),
+}
+
+/// Everything `monitor` needs.
+pub trait OperatorStore {
+    /// Connects now (so that a missing or broken store is reported first); later calls
+    /// connect on demand as well, and again after an error.
+    fn connect(&mut self) -> StoreResult<()>;
+
+    /// A cheap mark that changes whenever anything in the store may have changed.
+    fn change_mark(&mut self) -> StoreResult<u64>;
+
+    fn run(&mut self, tool_run_id: &str) -> StoreResult<Option<ToolRun>>;
+    fn runs(&mut self, filter: &RunFilter) -> StoreResult<Vec<ToolRun>>;
+    /// The runs a shim should still be supervising (no exit code recorded yet).
+    fn supervised_runs(&mut self, limit: Option<usize>) -> StoreResult<Vec<ToolRun>>;
+    /// Writes the runs as a JSON array (`--json`), streaming; returns how many.
+    fn export_runs_json(
+        &mut self,
+        filter: &RunFilter,
+        out: &mut dyn Write,
+    ) -> Result<usize, crate::export::ExportError>;
+
+    fn approval(&mut self, approval_id: &str) -> StoreResult<Option<Approval>>;
+    fn approvals(&mut self, filter: &ApprovalFilter) -> StoreResult<Vec<Approval>>;
+
+    /// Decides an approval: first writer wins.
+    fn decide(
+        &mut self,
+        approval_id: &str,
+        value: &str,
+        who: &Decider<'_>,
+    ) -> StoreResult<Done<DecideOutcome>>;
+
+    /// Cancels a live run: marked `cancelled`, its pending approvals rejected. Signalling the
+    /// shim is the caller's part (it needs the host).
+    fn cancel(
+        &mut self,
+        tool_run_id: &str,
+        reason: Option<&str>,
+        who: &Decider<'_>,
+    ) -> StoreResult<Done<CancelOutcome>>;
+
+    /// One pass: live runs whose shim is gone (by `host`) fail, overdue approvals expire.
+    fn reconcile(
+        &mut self,
+        actor: &str,
+        host: &dyn HostFacts,
+    ) -> StoreResult<Done<ReconcileReport>>;
+
+    /// Expires overdue approvals.
+    fn expire_due(&mut self) -> StoreResult<Done<Vec<Approval>>>;
+
+    /// Parked runs with decided, unconsumed approvals.
+    fn decided_parked(&mut self) -> StoreResult<Vec<ParkedRun>>;
+    /// Runs that resumed `waiting_run`, oldest first.
+    fn resumes_of(&mut self, waiting_run: &str) -> StoreResult<Vec<ToolRun>>;
+    /// Claims an approval for resuming: exactly one worker wins.
+    fn claim(&mut self, approval_id: &str, worker: &str) -> StoreResult<bool>;
+    /// Takes over the claim of a worker that is gone.
+    fn take_over_claim(&mut self, approval_id: &str, from: &str, to: &str) -> StoreResult<bool>;
+    /// Links an approval to the run that resumed with it.
+    fn set_resumed_run(&mut self, approval_id: &str, run: &str) -> StoreResult<()>;
+    /// Closes a waiting run (the worker's verdict), if it is still in one of `from`.
+    fn close_run(
+        &mut self,
+        tool_run_id: &str,
+        change: &StatusChange,
+        actor: &str,
+        from: &[RunStatus],
+    ) -> StoreResult<Done<Option<RunStatus>>>;
+    /// Marks an approval consumed by a run (the worker closing after its re-run).
+    fn consume(&mut self, approval_id: &str, by_run: &str, actor: &str) -> StoreResult<bool>;
+
+    /// What `gc` would remove: the runs and how many approvals.
+    fn gc_preview(&mut self, cutoff: &str) -> StoreResult<GcReport>;
+    /// Removes finished runs older than `cutoff` with their decided approvals.
+    fn gc(&mut self, cutoff: &str, actor: &str) -> StoreResult<GcReport>;
+
+    /// Stores a remembered decision.
+    fn remember(
+        &mut self,
+        tool: &str,
+        prompt_fingerprint: &str,
+        value: &str,
+        approval_id: &str,
+        by: &str,
+    ) -> StoreResult<RememberedPolicy>;
+
+    /// The audit rows of one run.
+    fn audit_of_run(&mut self, tool_run_id: &str) -> StoreResult<Vec<AuditRow>>;
+    /// Checks the audit chain.
+    fn verify_audit(&mut self) -> StoreResult<ChainReport>;
+    /// Decisions without an audit row: (approval id, status).
+    fn unrecorded_decisions(&mut self) -> StoreResult<Vec<(String, String)>>;
+
+    /// Counts for the alerts line; failures since `failed_since`, approvals expiring within
+    /// `soon`.
+    fn counts(&mut self, failed_since: &str, soon: Duration) -> StoreResult<Counts>;
+    /// Only the live counts and pending approvals (cheap, on every change).
+    fn live_counts(&mut self, soon: Duration) -> StoreResult<Counts>;
+
+    /// Schema and journal, for `doctor`.
+    fn health(&mut self) -> StoreResult<StoreHealth>;
+}
+
+/// The store a shim records its run in: the embedded SQLite database of `paths`, created
+/// when missing.
+pub fn runner(paths: &StatePaths) -> Box<dyn RunnerStore> {
+    Box::new(sqlite::SqliteStore::create(paths.clone()))
+}
+
+/// A second session on the store a shim records in (a wait-mode watcher's), on a database
+/// that must exist by then.
+pub fn runner_watch(paths: &StatePaths) -> Box<dyn RunnerStore> {
+    Box::new(sqlite::SqliteStore::existing(paths.clone()))
+}
+
+/// A read-only look at the store as it is (no migration), for `monitor doctor`.
+pub fn inspector(paths: &StatePaths) -> Box<dyn OperatorStore> {
+    Box::new(sqlite::SqliteStore::inspect(paths.clone()))
+}
+
+/// The store `monitor` works on: the SQLite database of `paths`, which must exist.
+pub fn operator(paths: &StatePaths) -> Box<dyn OperatorStore> {
+    Box::new(sqlite::SqliteStore::existing(paths.clone()))
+}
