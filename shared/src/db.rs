@@ -129,6 +129,19 @@ const MIGRATIONS: &[&str] = &[
     CREATE INDEX tool_runs_failed ON tool_runs(status, COALESCE(completed_at, started_at))
         WHERE status IN ('failed', 'failed_timeout', 'stalled');
     "#,
+    // v5: repairs what upgrades left behind (found by the old-state fixtures). The v4
+    // entry was edited after it shipped, so a database migrated by the first v4 build has
+    // no `tool_runs_failed` (and one from the build between has the since-dropped
+    // `tool_runs_status_end`); and the first builds ended stall-killed runs (exit 92)
+    // without `completed_at`, which reads as a live stall for ever.
+    r#"
+    DROP INDEX IF EXISTS tool_runs_status_end;
+    CREATE INDEX IF NOT EXISTS tool_runs_failed
+        ON tool_runs(status, COALESCE(completed_at, started_at))
+        WHERE status IN ('failed', 'failed_timeout', 'stalled');
+    UPDATE tool_runs SET completed_at = updated_at
+        WHERE status = 'stalled' AND exit_code IS NOT NULL AND completed_at IS NULL;
+    "#,
 ];
 
 /// The schema version this build writes.
