@@ -19,6 +19,7 @@ use hr_shared::approvals::Approval;
 use hr_shared::control::{self, ReconcileReport};
 use hr_shared::db::StoreError;
 use hr_shared::event::LogEvent;
+use hr_shared::exit::RunOutcome;
 use hr_shared::mode::{
     ENV_APPROVAL_ID, ENV_AUTO_APPROVAL, ENV_EXECUTION_ID, ENV_RESUMED_FROM, ENV_TOOL_RUN_ID,
 };
@@ -31,7 +32,7 @@ use hr_shared::status::{ApprovalStatus, RunStatus};
 use hr_shared::store::{self, OperatorStore};
 use hr_shared::time;
 use std::io::Write as _;
-use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -390,9 +391,7 @@ impl Worker {
                 }
             };
             let done = self.children.swap_remove(i);
-            let code = status
-                .code()
-                .unwrap_or_else(|| 128 + status.signal().unwrap_or(0));
+            let code = i32::from(RunOutcome::from_exit_status(status).exit_code());
             self.after_exit(done, code)?;
         }
         Ok(())

@@ -4,20 +4,25 @@
 //! count would keep the alert on forever).
 
 use crate::db::Result;
-use crate::status::RunStatus;
+use crate::status::{RunStatus, sql_list};
 use rusqlite::Connection;
+use std::sync::LazyLock;
 
-const LIVE_COUNTS: &str = "SELECT status, COUNT(*) FROM tool_runs
-     WHERE status IN ('queued', 'running', 'stalled', 'waiting_approval')
-       AND completed_at IS NULL
-     GROUP BY status";
+static LIVE_COUNTS: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        "SELECT status, COUNT(*) FROM tool_runs
+         WHERE status IN ({}) AND completed_at IS NULL
+         GROUP BY status",
+        sql_list(&RunStatus::OPEN)
+    )
+});
 
 /// How many runs are queued, running, stalled or waiting for approval and have not ended
 /// (a run its shim killed as stalled keeps the status `stalled` but has ended: it counts
 /// among the failures instead). Reads the index of runs that have not ended
 /// (`tool_runs_open`), so its cost follows the live runs, not the history.
 pub(crate) fn live_counts(conn: &Connection) -> Result<Vec<(RunStatus, i64)>> {
-    let mut stmt = conn.prepare_cached(LIVE_COUNTS)?;
+    let mut stmt = conn.prepare_cached(&LIVE_COUNTS)?;
     let rows = stmt
         .query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)?)))?
         .collect::<rusqlite::Result<Vec<_>>>()?;
@@ -34,14 +39,19 @@ pub(crate) fn live_counts(conn: &Connection) -> Result<Vec<(RunStatus, i64)>> {
 /// the recent failures, not all of them.
 pub(crate) fn failed_since(conn: &Connection, since: &str) -> Result<i64> {
     Ok(conn
-        .prepare_cached(FAILED_SINCE)?
+        .prepare_cached(&FAILED_SINCE)?
         .query_row([since], |r| r.get(0))?)
 }
 
-const FAILED_SINCE: &str = "SELECT COUNT(*) FROM tool_runs
-     WHERE status IN ('failed', 'failed_timeout', 'stalled')
-       AND COALESCE(completed_at, started_at) >= ?1
-       AND (status <> 'stalled' OR completed_at IS NOT NULL)";
+static FAILED_SINCE: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        "SELECT COUNT(*) FROM tool_runs
+         WHERE status IN ({}) AND COALESCE(completed_at, started_at) >= ?1
+           AND (status <> '{}' OR completed_at IS NOT NULL)",
+        sql_list(&RunStatus::ALERTED),
+        RunStatus::Stalled.as_str()
+    )
+});
 
 #[cfg(test)]
 mod tests {
@@ -101,9 +111,9 @@ mod tests {
                 .unwrap()
                 .join("; ")
         };
-        let live = plan(LIVE_COUNTS);
+        let live = plan(&LIVE_COUNTS);
         assert!(live.contains("USING INDEX tool_runs_open"), "{live}");
-        let failed = plan(FAILED_SINCE);
+        let failed = plan(&FAILED_SINCE);
         assert!(
             failed.contains("USING INDEX tool_runs_failed (status=? AND <expr>>?)"),
             "{failed}"

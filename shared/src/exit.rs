@@ -61,6 +61,24 @@ pub enum RunOutcome {
 }
 
 impl RunOutcome {
+    /// How a process ended by itself, from its raw wait status (`waitpid`): the one
+    /// conversion the shim, interactive mode and the worker share.
+    pub fn from_wait_status(status: i32) -> RunOutcome {
+        if libc::WIFEXITED(status) {
+            RunOutcome::Exited(libc::WEXITSTATUS(status))
+        } else if libc::WIFSIGNALED(status) {
+            RunOutcome::Signaled(libc::WTERMSIG(status))
+        } else {
+            RunOutcome::Exited(shim::SHIM_FAILED.into())
+        }
+    }
+
+    /// How a child process ended by itself (`std::process::ExitStatus`).
+    pub fn from_exit_status(status: std::process::ExitStatus) -> RunOutcome {
+        use std::os::unix::process::ExitStatusExt;
+        RunOutcome::from_wait_status(status.into_raw())
+    }
+
     /// The shim's exit code for this outcome.
     pub fn exit_code(&self) -> u8 {
         match self {
@@ -169,6 +187,19 @@ mod tests {
         };
         assert_eq!(pending.exit_code(), 90);
         assert_eq!(pending.status(), RunStatus::WaitingApproval);
+    }
+
+    #[test]
+    fn wait_statuses_become_outcomes() {
+        use std::os::unix::process::ExitStatusExt;
+        let exited = std::process::ExitStatus::from_raw(3 << 8);
+        assert_eq!(RunOutcome::from_exit_status(exited), RunOutcome::Exited(3));
+        let killed = std::process::ExitStatus::from_raw(libc::SIGKILL);
+        assert_eq!(
+            RunOutcome::from_exit_status(killed),
+            RunOutcome::Signaled(libc::SIGKILL)
+        );
+        assert_eq!(RunOutcome::from_exit_status(killed).exit_code(), 137);
     }
 
     #[test]

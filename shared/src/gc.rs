@@ -6,9 +6,6 @@ use crate::audit::{self, AuditEntry};
 use crate::db::Result;
 use rusqlite::{Connection, Transaction, params_from_iter};
 
-/// The statuses a run never leaves: only these are collected.
-const FINAL: &str = "'completed', 'failed', 'failed_timeout', 'cancelled'";
-
 /// What a collection removed (or would remove).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct GcReport {
@@ -20,10 +17,12 @@ pub struct GcReport {
 
 /// Finished runs that ended before `cutoff` (RFC 3339), oldest first.
 pub(crate) fn finished_before(conn: &Connection, cutoff: &str) -> Result<Vec<String>> {
+    // The statuses a run never leaves: only these are collected.
     let mut stmt = conn.prepare(&format!(
         "SELECT tool_run_id FROM tool_runs
-         WHERE status IN ({FINAL}) AND COALESCE(completed_at, updated_at) < ?1
-         ORDER BY tool_run_id"
+         WHERE status IN ({}) AND COALESCE(completed_at, updated_at) < ?1
+         ORDER BY tool_run_id",
+        crate::status::sql_list(&crate::status::RunStatus::FINAL)
     ))?;
     let ids = stmt
         .query_map([cutoff], |r| r.get(0))?

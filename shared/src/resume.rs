@@ -26,13 +26,16 @@ pub struct ParkedRun {
 /// unconsumed approval.
 pub(crate) fn decided_parked(conn: &Connection) -> Result<Vec<ParkedRun>> {
     let run_ids: Vec<String> = {
-        let mut stmt = conn.prepare(
+        // Parked: what `rules::phase` calls `RunPhase::Parked`.
+        let mut stmt = conn.prepare(&format!(
             "SELECT DISTINCT r.tool_run_id FROM tool_runs r
              JOIN approvals a ON a.tool_run_id = r.tool_run_id
-             WHERE r.status = 'waiting_approval' AND r.exit_code = 90
+             WHERE r.status = '{}' AND r.exit_code = {}
                AND a.status != 'pending' AND a.consumed_at IS NULL
              ORDER BY r.tool_run_id",
-        )?;
+            crate::status::RunStatus::WaitingApproval.as_str(),
+            crate::exit::shim::APPROVAL_PENDING
+        ))?;
         stmt.query_map([], |r| r.get(0))?
             .collect::<rusqlite::Result<Vec<_>>>()?
     };

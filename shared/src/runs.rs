@@ -354,8 +354,9 @@ pub(crate) fn list(conn: &Connection, filter: &RunFilter) -> Result<Vec<ToolRun>
 pub(crate) fn supervised(conn: &Connection, limit: Option<usize>) -> Result<Vec<ToolRun>> {
     let mut sql = format!(
         "SELECT {COLUMNS} FROM tool_runs
-         WHERE status IN ('running', 'stalled', 'waiting_approval') AND exit_code IS NULL
-         ORDER BY tool_run_id DESC"
+         WHERE status IN ({}) AND exit_code IS NULL
+         ORDER BY tool_run_id DESC",
+        crate::status::sql_list(&RunStatus::LIVE)
     );
     if let Some(limit) = limit {
         sql.push_str(&format!(" LIMIT {limit}"));

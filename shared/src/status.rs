@@ -46,28 +46,56 @@ impl RunStatus {
     }
 
     /// A run in one of these states still has (or should have) a shim supervising it.
-    pub fn is_live(self) -> bool {
-        matches!(
-            self,
-            RunStatus::Running | RunStatus::Stalled | RunStatus::WaitingApproval
-        )
-    }
+    pub const LIVE: [RunStatus; 3] = [
+        RunStatus::Running,
+        RunStatus::Stalled,
+        RunStatus::WaitingApproval,
+    ];
+
+    /// The states of a run that has not ended: queued or live.
+    pub const OPEN: [RunStatus; 4] = [
+        RunStatus::Queued,
+        RunStatus::Running,
+        RunStatus::Stalled,
+        RunStatus::WaitingApproval,
+    ];
 
     /// A run in one of these states has ended and will not change again by itself.
-    pub fn is_final(self) -> bool {
-        matches!(
-            self,
-            RunStatus::Completed
-                | RunStatus::Failed
-                | RunStatus::FailedTimeout
-                | RunStatus::Cancelled
-        )
+    pub const FINAL: [RunStatus; 4] = [
+        RunStatus::Completed,
+        RunStatus::Failed,
+        RunStatus::FailedTimeout,
+        RunStatus::Cancelled,
+    ];
+
+    /// What the recent-failures alert counts (a `stalled` run once its shim ended it).
+    pub const ALERTED: [RunStatus; 3] = [
+        RunStatus::Failed,
+        RunStatus::FailedTimeout,
+        RunStatus::Stalled,
+    ];
+
+    /// Whether a shim still supervises (or should supervise) a run in this state.
+    pub fn is_live(self) -> bool {
+        Self::LIVE.contains(&self)
     }
 
-    /// Counted as a failure by alerts and summaries.
-    pub fn is_failure(self) -> bool {
-        matches!(self, RunStatus::Failed | RunStatus::FailedTimeout)
+    /// Whether a run in this state has ended.
+    pub fn is_final(self) -> bool {
+        Self::FINAL.contains(&self)
     }
+}
+
+/// Statuses as an SQL list of their stored spellings, `'a', 'b'`, in the order given: the
+/// status literals of every query come from the enum through this. (The order matters for
+/// a partial index: SQLite uses one only when the query names its statuses as the index
+/// does.)
+pub fn sql_list(statuses: &[RunStatus]) -> String {
+    statuses
+        .iter()
+        .map(|s| format!("'{}'", s.as_str()))
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 impl fmt::Display for RunStatus {

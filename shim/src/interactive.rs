@@ -6,7 +6,6 @@ use crate::run::{self, Failure, RunContext, RunStart};
 use crate::signals::SignalPipe;
 use hr_shared::exit::{RunOutcome, shim};
 use hr_shared::mode::CANCEL_SIGNAL;
-use std::os::unix::process::ExitStatusExt;
 use std::time::{Duration, Instant};
 
 /// Runs the tool with inherited stdio until it ends.
@@ -47,11 +46,7 @@ pub fn run(ctx: &RunContext, start: &mut RunStart<'_>) -> Result<RunOutcome, Fai
             if ending.is_some() {
                 return Ok(RunOutcome::TimedOut);
             }
-            return Ok(match (status.code(), status.signal()) {
-                (Some(code), _) => RunOutcome::Exited(code),
-                (None, Some(sig)) => RunOutcome::Signaled(sig),
-                (None, None) => RunOutcome::Exited(shim::SHIM_FAILED.into()),
-            });
+            return Ok(RunOutcome::from_exit_status(status));
         }
         let now = Instant::now();
         match (ending, ctx.settings.timeout) {

@@ -298,20 +298,20 @@ impl Supervisor<'_> {
             }
             return Some(ending.outcome.clone());
         }
-        Some(if libc::WIFEXITED(status) {
-            let code = libc::WEXITSTATUS(status);
-            match self.coop_pending.clone() {
+        Some(
+            match (
+                RunOutcome::from_wait_status(status),
+                self.coop_pending.clone(),
+            ) {
                 // A cooperative tool that asked and then exited 90 waits for its approval.
-                Some(approval_id) if code == i32::from(shim::APPROVAL_PENDING) => {
+                (RunOutcome::Exited(code), Some(approval_id))
+                    if code == i32::from(shim::APPROVAL_PENDING) =>
+                {
                     RunOutcome::ApprovalPending { approval_id }
                 }
-                _ => RunOutcome::Exited(code),
-            }
-        } else if libc::WIFSIGNALED(status) {
-            RunOutcome::Signaled(libc::WTERMSIG(status))
-        } else {
-            RunOutcome::Exited(shim::SHIM_FAILED.into())
-        })
+                (outcome, _) => outcome,
+            },
+        )
     }
 
     fn reap(&mut self) {

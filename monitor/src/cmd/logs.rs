@@ -434,7 +434,11 @@ fn run_has_ended(ctx: &Ctx, id: &str) -> bool {
     ctx.open()
         .ok()
         .and_then(|mut store| store.run(id).ok().flatten())
-        .is_some_and(|r| r.status.is_final() || hr_shared::rules::ended_on_purpose(&r))
+        .is_some_and(|r| {
+            // Parked on an approval: its output ends there too (a resume is a new run).
+            let phase = hr_shared::rules::phase(&r);
+            phase.is_over() || phase == hr_shared::rules::RunPhase::Parked
+        })
 }
 
 /// One combined-log event as a line: time, tool, run, event, text.
