@@ -1,7 +1,7 @@
 //! Finding the `headless-run` binary that links and resumes should run: the one installed
 //! beside this `monitor` (they are built and installed together), else the first on PATH.
 
-use hr_shared::resolve::SHIM_NAME;
+use hr_shared::tool_path::SHIM_NAME;
 use std::ffi::OsStr;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};

@@ -221,13 +221,12 @@ impl Approval {
     }
 
     fn log_event(&self, body: crate::event::EventBody) -> crate::event::LogEvent {
-        crate::event::LogEvent {
+        crate::event::LogEvent::about_run(
             body,
-            timestamp: time::now_rfc3339(),
-            tool: self.tool_name.clone(),
-            tool_run_id: self.tool_run_id.clone(),
-            execution_id: self.execution_id.clone(),
-        }
+            &self.tool_name,
+            &self.tool_run_id,
+            self.execution_id.as_deref(),
+        )
     }
 }
 
@@ -237,7 +236,7 @@ fn is_abort_word(v: &str) -> bool {
 
 /// What a decider's value resolves to.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Resolution {
+pub struct ValueDecision {
     pub status: ApprovalStatus,
     pub chosen_value: Option<String>,
 }
@@ -251,19 +250,22 @@ pub struct InvalidValue {
 }
 
 /// Resolves a decider's value against the approval's options.
-pub fn resolve_value(a: &Approval, input: &str) -> std::result::Result<Resolution, InvalidValue> {
+pub fn value_decision(
+    a: &Approval,
+    input: &str,
+) -> std::result::Result<ValueDecision, InvalidValue> {
     let invalid = || InvalidValue {
         value: input.to_owned(),
         valid: a.valid_values(),
     };
-    let approved = |v: &str| Resolution {
+    let approved = |v: &str| ValueDecision {
         status: ApprovalStatus::Approved,
         chosen_value: Some(v.to_owned()),
     };
     // An exact option value wins over the keywords (a cooperative tool may offer `approve`).
     if let Some(o) = a.options_json.iter().find(|o| o.value == input) {
         if is_abort_word(&o.value) {
-            return Ok(Resolution {
+            return Ok(ValueDecision {
                 status: ApprovalStatus::Rejected,
                 chosen_value: Some(o.value.clone()),
             });
@@ -274,7 +276,7 @@ pub fn resolve_value(a: &Approval, input: &str) -> std::result::Result<Resolutio
         return a.approve_value().map(approved).ok_or_else(invalid);
     }
     if is_abort_word(input) {
-        return Ok(Resolution {
+        return Ok(ValueDecision {
             status: ApprovalStatus::Rejected,
             chosen_value: None,
         });
@@ -475,7 +477,7 @@ pub(crate) fn decide(
         let expired = get(tx, id)?.unwrap_or(current);
         return Ok(DecideOutcome::Conflict(Box::new(expired)));
     }
-    let resolution = match resolve_value(&current, value) {
+    let resolution = match value_decision(&current, value) {
         Ok(r) => r,
         Err(e) => {
             // A finished approval reports who decided it, whatever the value.
@@ -788,13 +790,13 @@ mod tests {
     #[test]
     fn values_resolve_against_options() {
         let a = sample("AP-1", PromptKind::Choice);
-        let ok = |v: &str| resolve_value(&a, v).unwrap();
+        let ok = |v: &str| value_decision(&a, v).unwrap();
         assert_eq!(ok("approve").chosen_value.as_deref(), Some("y"));
         assert_eq!(ok("n").status, ApprovalStatus::Approved);
         assert_eq!(ok("Y").chosen_value.as_deref(), Some("y"));
         assert_eq!(ok("reject").status, ApprovalStatus::Rejected);
         assert_eq!(ok("abort").status, ApprovalStatus::Rejected);
-        let err = resolve_value(&a, "maybe").unwrap_err();
+        let err = value_decision(&a, "maybe").unwrap_err();
         assert_eq!(err.valid, ["approve", "reject", "y", "n"]);
         assert!(err.to_string().contains("valid: approve, reject, y, n"));
 
@@ -806,20 +808,20 @@ mod tests {
         }];
         text.default_value = None;
         text.allows_text = true;
-        assert!(resolve_value(&text, "approve").is_err());
+        assert!(value_decision(&text, "approve").is_err());
         assert_eq!(
-            resolve_value(&text, "alice")
+            value_decision(&text, "alice")
                 .unwrap()
                 .chosen_value
                 .as_deref(),
             Some("alice")
         );
         assert_eq!(
-            resolve_value(&text, "abort").unwrap().status,
+            value_decision(&text, "abort").unwrap().status,
             ApprovalStatus::Rejected
         );
-        assert!(resolve_value(&text, "two\nlines").is_err());
-        assert!(resolve_value(&text, &"x".repeat(MAX_TEXT_ANSWER + 1)).is_err());
+        assert!(value_decision(&text, "two\nlines").is_err());
+        assert!(value_decision(&text, &"x".repeat(MAX_TEXT_ANSWER + 1)).is_err());
     }
 
     #[test]

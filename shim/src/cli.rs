@@ -3,7 +3,7 @@
 
 use clap::Parser;
 use hr_shared::config::{Limit, OnPrompt, OnStall, Settings};
-use hr_shared::resolve::SHIM_NAME;
+use hr_shared::tool_path::SHIM_NAME;
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 

@@ -5,7 +5,7 @@
 
 use hr_shared::approvals::Approval;
 use hr_shared::config::NotifyConfig;
-use hr_shared::resolve;
+use hr_shared::tool_path;
 use std::io::Write;
 use std::os::unix::process::CommandExt;
 use std::process::{Command, Stdio};
@@ -29,10 +29,10 @@ pub const WATCHDOG_NAME: &str = "headless-run-notify";
 pub fn run(cfg: &NotifyConfig, a: &Approval) -> Option<String> {
     let (program, args) = cfg.command.split_first()?;
     let path_var = std::env::var_os("PATH");
-    let resolved = match resolve::resolve_tool(
+    let resolved = match tool_path::find_tool(
         program.as_ref(),
         path_var.as_deref(),
-        resolve::ShimIdentity::current().as_ref(),
+        tool_path::ShimIdentity::current().as_ref(),
         None,
     ) {
         Ok(p) => p,

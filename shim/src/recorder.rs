@@ -452,13 +452,12 @@ impl Worker {
         let Some(log) = self.combined.as_mut() else {
             return;
         };
-        let event = LogEvent {
+        let event = LogEvent::about_run(
             body,
-            timestamp: time::now_rfc3339(),
-            tool: self.setup.tool.clone(),
-            tool_run_id: self.setup.tool_run_id.clone(),
-            execution_id: Some(self.setup.execution_id.clone()),
-        };
+            &self.setup.tool,
+            &self.setup.tool_run_id,
+            Some(&self.setup.execution_id),
+        );
         if log.append(&event).is_err() {
             self.combined = None;
         }

@@ -9,9 +9,9 @@ use hr_shared::exit::{RunOutcome, shim};
 use hr_shared::mode::{self, StdinMode};
 use hr_shared::mode::{ENV_APPROVAL_ID, ENV_AUTO_APPROVAL, ENV_RESUMED_FROM};
 use hr_shared::paths::StatePaths;
-use hr_shared::resolve::{self, ResolveError, ShimIdentity};
 use hr_shared::runs::{StatusChange, ToolRun};
 use hr_shared::status::RunStatus;
+use hr_shared::tool_path::{self, FindToolError, ShimIdentity};
 use hr_shared::{db, fingerprint, id, proc, spool, time};
 use std::ffi::{OsStr, OsString};
 use std::os::unix::process::CommandExt;
@@ -195,7 +195,7 @@ fn run(inv: Invocation) -> Result<u8, Failure> {
         .filter(|d| !d.is_empty())
         .map(PathBuf::from);
     let path_var = env("PATH");
-    let resolved = resolve::resolve_tool(
+    let resolved = tool_path::find_tool(
         &inv.tool,
         path_var.as_deref(),
         ShimIdentity::current().as_ref(),
@@ -219,8 +219,8 @@ fn run(inv: Invocation) -> Result<u8, Failure> {
         Ok(_) => supervise::run(&ctx, &store, &mut start),
         Err(e) => {
             let code = match e {
-                ResolveError::NotFound { .. } => shim::NOT_FOUND,
-                ResolveError::NotExecutable { .. } => shim::NOT_EXECUTABLE,
+                FindToolError::NotFound { .. } => shim::NOT_FOUND,
+                FindToolError::NotExecutable { .. } => shim::NOT_EXECUTABLE,
             };
             Err(Failure::new(code, e.to_string()))
         }

@@ -67,7 +67,7 @@ pub fn run(ctx: &Ctx, args: Args) -> CliResult {
         )));
     }
     if args.remember
-        && approvals::resolve_value(&before, &args.value)
+        && approvals::value_decision(&before, &args.value)
             .is_ok_and(|r| r.status == ApprovalStatus::Rejected)
     {
         return Err(CliError::usage(
@@ -179,7 +179,7 @@ fn remember(store: &mut dyn OperatorStore, a: &Approval, by: &str) -> CliResult 
 
 /// No self-approval: a tool supervised by headless-run must not decide its own prompts.
 fn refuse_inside_supervised_tool() -> CliResult {
-    match hr_shared::supervised::inside_supervised_tool() {
+    match hr_shared::self_approval::inside_supervised_tool() {
         Some(why) => Err(CliError::error(format!(
             "refusing to decide: {why}; a tool cannot approve its own prompts — decide from another terminal"
         ))),

@@ -5,8 +5,8 @@ use crate::error::{CliError, CliResult};
 use crate::locate;
 use hr_shared::exit::monitor as code;
 use hr_shared::paths;
-use hr_shared::resolve::{self, SHIM_NAME, ShimIdentity};
 use hr_shared::sanitize::sanitize_line;
+use hr_shared::tool_path::{self, SHIM_NAME, ShimIdentity};
 use std::ffi::OsStr;
 use std::fs;
 use std::io;
@@ -117,11 +117,11 @@ pub fn links(dir: &Path) -> io::Result<Vec<(String, Entry)>> {
 }
 
 /// Where `tool` resolves past every shim directory (and `dir`) on PATH.
-pub fn real_tool(tool: &str, dir: &Path) -> Result<PathBuf, resolve::ResolveError> {
+pub fn real_tool(tool: &str, dir: &Path) -> Result<PathBuf, tool_path::FindToolError> {
     let shim = locate::shim_binary()
         .ok()
         .and_then(|s| ShimIdentity::of(&s));
-    resolve::resolve_tool(
+    tool_path::find_tool(
         OsStr::new(tool),
         std::env::var_os("PATH").as_deref(),
         shim.as_ref(),
@@ -189,8 +189,8 @@ fn install(dir: &Path, tools: &[String], force: bool) -> CliResult {
             && !force
         {
             let code = match e {
-                resolve::ResolveError::NotFound { .. } => code::NOT_FOUND,
-                resolve::ResolveError::NotExecutable { .. } => code::ERROR,
+                tool_path::FindToolError::NotFound { .. } => code::NOT_FOUND,
+                tool_path::FindToolError::NotExecutable { .. } => code::ERROR,
             };
             fail(
                 code,

@@ -39,7 +39,7 @@ pub fn run(paths: &StatePaths) -> CliResult {
             "the dashboard needs a terminal; for scripts use `monitor runs` or `monitor show`",
         ));
     }
-    let read_only = hr_shared::supervised::inside_supervised_tool();
+    let read_only = hr_shared::self_approval::inside_supervised_tool();
     let stop = Arc::new(AtomicBool::new(false));
     for sig in [libc::SIGTERM, libc::SIGHUP, libc::SIGINT, libc::SIGQUIT] {
         signal_hook::flag::register(sig, stop.clone())?;

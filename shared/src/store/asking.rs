@@ -13,7 +13,7 @@
 //! bare `AUTO_APPROVAL` worthless.
 
 use super::{Asker, Cooperative, Effects, PromptRequest, PromptResolution};
-use crate::approvals::{self, Approval, PromptKind, Resolution};
+use crate::approvals::{self, Approval, PromptKind, ValueDecision};
 use crate::config::OnExpire;
 use crate::db;
 use crate::event::{CooperativeRequest, EventBody, LogEvent};
@@ -67,7 +67,7 @@ pub fn approval_for(who: &Asker, req: &PromptRequest) -> Approval {
 }
 
 /// Resolves a prompt (steps 1–4 above) in one write transaction.
-pub fn resolve(
+pub fn answer_or_ask(
     conn: &mut Connection,
     who: &Asker,
     req: &PromptRequest,
@@ -114,7 +114,7 @@ pub fn resolve(
             candidates.push((p.name, p.value));
         }
         for (name, value) in candidates {
-            let decided = match approvals::resolve_value(&fresh, &value) {
+            let decided = match approvals::value_decision(&fresh, &value) {
                 Ok(r) if r.status == ApprovalStatus::Rejected => Some(r),
                 Ok(r)
                     if r.chosen_value
@@ -125,7 +125,7 @@ pub fn resolve(
                 }
                 _ => None,
             };
-            let Some(Resolution {
+            let Some(ValueDecision {
                 status,
                 chosen_value,
             }) = decided

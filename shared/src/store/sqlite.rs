@@ -248,7 +248,7 @@ impl RunnerStore for SqliteStore {
         req: &PromptRequest,
         host: &dyn HostFacts,
     ) -> StoreResult<Done<PromptResolution>> {
-        let (value, effects) = self.with(|c| asking::resolve(c, who, req, host))?;
+        let (value, effects) = self.with(|c| asking::answer_or_ask(c, who, req, host))?;
         Ok(Done { value, effects })
     }
 

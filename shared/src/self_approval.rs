@@ -3,8 +3,8 @@
 
 use crate::mode::ENV_TOOL_RUN_ID;
 use crate::proc;
-use crate::resolve::SHIM_NAME;
 use crate::sanitize::sanitize_line;
+use crate::tool_path::SHIM_NAME;
 
 /// `Some(why)` when this process runs inside a supervised tool: `HEADLESS_RUN_TOOL_RUN_ID`
 /// is in its environment, or a `headless-run` is among its ancestors (by command name, or by

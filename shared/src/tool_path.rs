@@ -13,7 +13,7 @@ pub const SHIM_NAME: &str = "headless-run";
 
 /// Why a tool could not be resolved.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum ResolveError {
+pub enum FindToolError {
     #[error("{tool}: command not found (searched PATH={searched}{skipped})",
         tool = tool.to_string_lossy(),
         searched = searched.to_string_lossy(),
@@ -75,21 +75,21 @@ pub fn is_shim(candidate: &Path, meta: &fs::Metadata, shim: Option<&ShimIdentity
 }
 
 /// Resolves `tool` as a shell would, skipping the shim.
-pub fn resolve_tool(
+pub fn find_tool(
     tool: &OsStr,
     path_var: Option<&OsStr>,
     shim: Option<&ShimIdentity>,
     skip_dir: Option<&Path>,
-) -> Result<PathBuf, ResolveError> {
+) -> Result<PathBuf, FindToolError> {
     if tool.as_bytes().contains(&b'/') {
         let path = PathBuf::from(tool);
         return match fs::metadata(&path) {
-            Err(_) => Err(ResolveError::NotFound {
+            Err(_) => Err(FindToolError::NotFound {
                 tool: tool.to_owned(),
                 searched: OsString::from("(not searched: the name is a path)"),
                 skipped: Vec::new(),
             }),
-            Ok(meta) if is_shim(&path, &meta, shim) => Err(ResolveError::NotExecutable {
+            Ok(meta) if is_shim(&path, &meta, shim) => Err(FindToolError::NotExecutable {
                 path,
                 why: "is headless-run itself; give the real tool".into(),
             }),
@@ -97,7 +97,7 @@ pub fn resolve_tool(
         };
     }
     if tool.is_empty() {
-        return Err(ResolveError::NotFound {
+        return Err(FindToolError::NotFound {
             tool: tool.to_owned(),
             searched: path_var.unwrap_or_default().to_owned(),
             skipped: Vec::new(),
@@ -131,7 +131,7 @@ pub fn resolve_tool(
             }
         }
     }
-    Err(not_executable.unwrap_or(ResolveError::NotFound {
+    Err(not_executable.unwrap_or(FindToolError::NotFound {
         tool: tool.to_owned(),
         searched,
         skipped,
@@ -146,22 +146,22 @@ fn same_dir(a: &Path, b: &Path) -> bool {
         }
 }
 
-fn check_executable(path: PathBuf, meta: &fs::Metadata) -> Result<PathBuf, ResolveError> {
+fn check_executable(path: PathBuf, meta: &fs::Metadata) -> Result<PathBuf, FindToolError> {
     if meta.is_dir() {
-        return Err(ResolveError::NotExecutable {
+        return Err(FindToolError::NotExecutable {
             path,
             why: "is a directory".into(),
         });
     }
     let Ok(c) = CString::new(path.as_os_str().as_bytes()) else {
-        return Err(ResolveError::NotExecutable {
+        return Err(FindToolError::NotExecutable {
             path,
             why: "contains a NUL byte".into(),
         });
     };
     // SAFETY: c is a valid NUL-terminated path.
     if unsafe { libc::access(c.as_ptr(), libc::X_OK) } != 0 || meta.mode() & 0o111 == 0 {
-        return Err(ResolveError::NotExecutable {
+        return Err(FindToolError::NotExecutable {
             path,
             why: "permission denied (not executable)".into(),
         });
@@ -193,7 +193,7 @@ mod tests {
         exe(&real.join("mytool"));
         let path = std::env::join_paths([&links, &real]).unwrap();
         let id = ShimIdentity::of(&shim);
-        let found = resolve_tool(OsStr::new("mytool"), Some(&path), id.as_ref(), None).unwrap();
+        let found = find_tool(OsStr::new("mytool"), Some(&path), id.as_ref(), None).unwrap();
         assert_eq!(found, real.join("mytool"));
     }
 
@@ -205,10 +205,9 @@ mod tests {
         let links = tmp.path().join("links");
         fs::create_dir(&links).unwrap();
         symlink(&shim, links.join("mytool")).unwrap();
-        let err =
-            resolve_tool(OsStr::new("mytool"), Some(links.as_os_str()), None, None).unwrap_err();
+        let err = find_tool(OsStr::new("mytool"), Some(links.as_os_str()), None, None).unwrap_err();
         let msg = err.to_string();
-        assert!(matches!(err, ResolveError::NotFound { .. }));
+        assert!(matches!(err, FindToolError::NotFound { .. }));
         assert!(msg.contains("mytool: command not found"), "{msg}");
         assert!(msg.contains("skipped shim dirs"), "{msg}");
     }
@@ -223,7 +222,7 @@ mod tests {
         exe(&a.join("t"));
         exe(&b.join("t"));
         let path = std::env::join_paths([&a, &b]).unwrap();
-        let found = resolve_tool(OsStr::new("t"), Some(&path), None, Some(&a)).unwrap();
+        let found = find_tool(OsStr::new("t"), Some(&path), None, Some(&a)).unwrap();
         assert_eq!(found, b.join("t"));
     }
 
@@ -232,21 +231,21 @@ mod tests {
         let tmp = tempfile::tempdir().unwrap();
         let f = tmp.path().join("plain");
         fs::write(&f, "data").unwrap();
-        let err = resolve_tool(
+        let err = find_tool(
             OsStr::new("plain"),
             Some(tmp.path().as_os_str()),
             None,
             None,
         )
         .unwrap_err();
-        assert!(matches!(err, ResolveError::NotExecutable { .. }), "{err}");
-        let err = resolve_tool(f.as_os_str(), None, None, None).unwrap_err();
-        assert!(matches!(err, ResolveError::NotExecutable { .. }), "{err}");
-        let err = resolve_tool(tmp.path().as_os_str(), None, None, None).unwrap_err();
+        assert!(matches!(err, FindToolError::NotExecutable { .. }), "{err}");
+        let err = find_tool(f.as_os_str(), None, None, None).unwrap_err();
+        assert!(matches!(err, FindToolError::NotExecutable { .. }), "{err}");
+        let err = find_tool(tmp.path().as_os_str(), None, None, None).unwrap_err();
         assert!(err.to_string().contains("is a directory"), "{err}");
-        let err = resolve_tool(OsStr::new("./nope"), None, None, None).unwrap_err();
-        assert!(matches!(err, ResolveError::NotFound { .. }));
-        let err = resolve_tool(
+        let err = find_tool(OsStr::new("./nope"), None, None, None).unwrap_err();
+        assert!(matches!(err, FindToolError::NotFound { .. }));
+        let err = find_tool(
             OsStr::new("surely-not-a-tool"),
             Some(OsStr::new("/nonexistent")),
             None,
