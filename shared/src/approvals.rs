@@ -563,6 +563,18 @@ pub(crate) fn expire_due(tx: &Transaction<'_>) -> Result<Vec<Approval>> {
     Ok(out)
 }
 
+/// The approvals of run `tool_run_id` still pending, newest first.
+pub(crate) fn pending_of(conn: &Connection, tool_run_id: &str) -> Result<Vec<Approval>> {
+    list(
+        conn,
+        &ApprovalFilter {
+            statuses: vec![ApprovalStatus::Pending],
+            tool_run_id: Some(tool_run_id.to_owned()),
+            ..Default::default()
+        },
+    )
+}
+
 /// Closes the approvals still pending for a run that has ended without their decision (the
 /// tool was killed, timed out, or a cooperative tool went on without waiting): `expired`,
 /// decided by `system:run-ended`, so nobody decides for a run that no longer waits.
@@ -571,16 +583,8 @@ pub(crate) fn abandon_pending(
     tool_run_id: &str,
     why: &str,
 ) -> Result<Vec<Approval>> {
-    let pending = list(
-        tx,
-        &ApprovalFilter {
-            statuses: vec![ApprovalStatus::Pending],
-            tool_run_id: Some(tool_run_id.to_owned()),
-            ..Default::default()
-        },
-    )?;
     let mut out = Vec::new();
-    for a in pending {
+    for a in pending_of(tx, tool_run_id)? {
         let changed = tx.execute(
             "UPDATE approvals SET status = 'expired', decided_at = ?2,
                 decided_by = 'system:run-ended', decision_channel = 'system:run-ended',

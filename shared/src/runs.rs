@@ -170,6 +170,8 @@ pub enum Guard<'a> {
     NotFinal,
     /// Only from one of these.
     From(&'a [RunStatus]),
+    /// From anything but this one.
+    Not(RunStatus),
 }
 
 /// Changes a run's status (with an audit row) if the guard allows; returns the previous
@@ -195,6 +197,7 @@ pub(crate) fn change_status(
         Guard::Any => true,
         Guard::NotFinal => !current.is_final(),
         Guard::From(set) => set.contains(&current),
+        Guard::Not(status) => current != status,
     };
     if !allowed {
         return Ok(None);

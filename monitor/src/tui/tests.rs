@@ -15,10 +15,10 @@ use hr_shared::event::ApprovalOption;
 use hr_shared::paths::StatePaths;
 use hr_shared::rules::LocalHost;
 use hr_shared::runs::{self, ToolRun};
-use hr_shared::status::{ApprovalStatus, RunStatus};
+use hr_shared::status::RunStatus;
 use hr_shared::store::sqlite::SqliteStore;
 use hr_shared::store::{OperatorStore, RunWrite, RunnerStore};
-use hr_shared::{proc, time};
+use hr_shared::{proc, testing, time};
 use ratatui::Terminal;
 use ratatui::backend::TestBackend;
 use ratatui::buffer::Buffer;
@@ -71,65 +71,34 @@ impl World {
         let me = std::process::id() as i64;
         let finished = status.is_final();
         ToolRun {
-            tool_run_id: id.into(),
-            tool_name: tool.into(),
             execution_id: Some("EX-TEST".into()),
-            status,
-            reason: None,
-            exit_code: None,
             started_at: self.ago(started),
             completed_at: finished.then(|| self.ago(started.saturating_sub(3))),
             last_output_at: Some(self.ago(started.saturating_sub(1))),
-            last_heartbeat_at: None,
             supervisor_heartbeat_at: (!finished).then(|| self.ago(1)),
-            last_error_msg: None,
             pid: Some(me + 1),
             shim_pid: Some(me),
             shim_start_time: proc::read_stat(me as i32).map(|s| s.start_time as i64),
             host: Some(proc::hostname()),
             argv_json: vec![tool.into(), "--yes".into()],
             cwd: Some("/work/project".into()),
-            resumed_from: None,
-            metadata: None,
             updated_at: self.ago(0),
+            ..testing::run(id, tool, status)
         }
     }
 
     fn approval(&self, id: &str, run: &ToolRun, question: &str, asked: u64) -> Approval {
-        let opt = |v: &str, l: &str| ApprovalOption {
-            value: v.into(),
-            label: l.into(),
-            keys: Some(format!("{v}\r")),
-        };
         Approval {
-            approval_id: id.into(),
             tool_run_id: run.tool_run_id.clone(),
             tool_name: run.tool_name.clone(),
             execution_id: run.execution_id.clone(),
             question: question.into(),
             context: Some(format!("some output\n{question}")),
-            options_json: vec![opt("y", "Yes"), opt("n", "No")],
-            default_value: Some("n".into()),
-            allows_text: false,
-            status: ApprovalStatus::Pending,
-            chosen_value: None,
             created_at: self.ago(asked),
-            decided_at: None,
             expires_at: Some(self.ahead(24 * 3600 - asked)),
-            decided_by: None,
-            decision_channel: None,
-            comment: None,
-            request_fingerprint: Some("req".into()),
-            prompt_fingerprint: Some("prm".into()),
-            consumed_at: None,
-            consumed_by: None,
-            prompt_kind: Some(PromptKind::Choice),
             prompt_line: Some(question.into()),
             rule_name: None,
-            expire_action: "reject".into(),
-            claimed_by: None,
-            claimed_at: None,
-            resumed_run_id: None,
+            ..testing::approval(id, PromptKind::Choice)
         }
     }
 

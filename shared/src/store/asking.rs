@@ -183,20 +183,7 @@ pub fn answer_or_ask(
                         who.tool_run_id, old.approval_id
                     )),
                 );
-                if let Some(prev) = runs::change_status(
-                    tx,
-                    &old.tool_run_id,
-                    &change,
-                    &who.actor,
-                    Guard::From(&[RunStatus::WaitingApproval]),
-                )? {
-                    fx.events.push(LogEvent::about_run(
-                        EventBody::status_change(Some(prev), &change),
-                        &old.tool_name,
-                        &old.tool_run_id,
-                        old.execution_id.as_deref(),
-                    ));
-                }
+                close_other_run(tx, &old, &change, &who.actor, &mut fx)?;
                 let moved = approvals::get(tx, &old.approval_id)?.unwrap_or(old);
                 (moved, true)
             }
@@ -263,15 +250,27 @@ fn close_waiting_run(
             Some(format!("approval {} {} by {by}", a.approval_id, a.status)),
         )
     };
+    close_other_run(tx, a, &change, &who.actor, fx)
+}
+
+/// Moves the run that asked `a` (another run than the asking one) out of
+/// `waiting_approval`, if it is still there, and logs it.
+fn close_other_run(
+    tx: &Transaction<'_>,
+    a: &Approval,
+    change: &StatusChange,
+    actor: &str,
+    fx: &mut Effects,
+) -> db::Result<()> {
     if let Some(prev) = runs::change_status(
         tx,
         &a.tool_run_id,
-        &change,
-        &who.actor,
+        change,
+        actor,
         Guard::From(&[RunStatus::WaitingApproval]),
     )? {
         fx.events.push(LogEvent::about_run(
-            EventBody::status_change(Some(prev), &change),
+            EventBody::status_change(Some(prev), change),
             &a.tool_name,
             &a.tool_run_id,
             a.execution_id.as_deref(),

@@ -20,7 +20,7 @@ use crate::policy::{self, RememberedPolicy};
 use crate::resume::{self, ParkedRun};
 use crate::rules::{self, HostFacts};
 use crate::runs::{self, Guard, RunFilter, StatusChange, ToolRun};
-use crate::status::{ApprovalStatus, RunStatus};
+use crate::status::RunStatus;
 use crate::{alerts, spool};
 use rusqlite::Connection;
 use std::io::Write;
@@ -146,17 +146,6 @@ fn file_id(path: &Path) -> Option<(u64, u64)> {
     std::fs::metadata(path).ok().map(|m| (m.dev(), m.ino()))
 }
 
-/// Statuses a shim's final word may replace: anything but a cancellation.
-const NOT_CANCELLED: [RunStatus; 7] = [
-    RunStatus::Queued,
-    RunStatus::Running,
-    RunStatus::Completed,
-    RunStatus::Failed,
-    RunStatus::FailedTimeout,
-    RunStatus::Stalled,
-    RunStatus::WaitingApproval,
-];
-
 impl RunnerStore for SqliteStore {
     fn connect(&mut self) -> StoreResult<()> {
         self.conn().map(|_| ())
@@ -187,7 +176,7 @@ impl RunnerStore for SqliteStore {
                     RunWrite::Status(change, replace) => {
                         let guard = match replace {
                             Replace::Live => Guard::NotFinal,
-                            Replace::AnyButCancelled => Guard::From(&NOT_CANCELLED),
+                            Replace::AnyButCancelled => Guard::Not(RunStatus::Cancelled),
                         };
                         runs::change_status(tx, run_id, change, actor, guard)?;
                     }
@@ -382,14 +371,7 @@ impl OperatorStore for SqliteStore {
                 return Ok(Some((run, None, Vec::new())));
             }
             let previous = runs::change_status(tx, tool_run_id, &change, who.by, Guard::NotFinal)?;
-            let pending = approvals::list(
-                tx,
-                &ApprovalFilter {
-                    statuses: vec![ApprovalStatus::Pending],
-                    tool_run_id: Some(tool_run_id.to_owned()),
-                    ..Default::default()
-                },
-            )?;
+            let pending = approvals::pending_of(tx, tool_run_id)?;
             let comment = Decider {
                 comment: Some("the run was cancelled"),
                 ..who.clone()
@@ -599,6 +581,7 @@ pub(crate) fn test_store() -> (tempfile::TempDir, SqliteStore) {
 mod tests {
     use super::*;
     use crate::rules::{LocalHost, is_parked, shim_gone};
+    use crate::status::ApprovalStatus;
     use crate::testing::run as sample;
     use crate::{proc, time};
 
