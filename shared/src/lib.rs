@@ -1,5 +1,8 @@
-//! Everything `headless-run` and `monitor` must agree on: where state lives, the SQLite
-//! schema and its queries, statuses and exit codes, the JSON event protocol, ids and time.
+//! Everything `headless-run` and `monitor` must agree on: where state lives, the store seam
+//! (`store`: the runner and operator traits, and the SQLite store behind them, whose schema
+//! and queries — `db`, `runs`, `approvals`, `audit`, … — are crate-private), the rules in
+//! front of it (`rules`), statuses and exit codes, the JSON event protocol, ids and time.
+//! See ARCHITECTURE.md for the map.
 
 pub mod alerts;
 pub mod approvals;
