@@ -47,7 +47,10 @@ impl CliError {
 
 impl From<StoreError> for CliError {
     fn from(e: StoreError) -> Self {
-        CliError::error(e.to_string())
+        CliError {
+            code: e.exit_code(),
+            message: e.to_string(),
+        }
     }
 }
 

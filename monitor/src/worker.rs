@@ -25,7 +25,7 @@ use hr_shared::mode::{
 };
 use hr_shared::paths::StatePaths;
 use hr_shared::resume::{self, ParkedRun};
-use hr_shared::rules::{self, LocalHost};
+use hr_shared::rules::{self, LocalHost, ResumeVerdict};
 use hr_shared::runs::{StatusChange, ToolRun};
 use hr_shared::sanitize::sanitize_line;
 use hr_shared::status::{ApprovalStatus, RunStatus};
@@ -213,17 +213,14 @@ impl Worker {
     }
 
     fn act_on(&mut self, p: ParkedRun) -> Result<(), StoreError> {
-        // A decision that ends the tool settles the run, whatever else is pending.
-        if let Some(no) = p.decided.iter().find(|a| !a.answers()) {
-            let reason = refusal_reason(no);
-            self.close_waiting(&p.run, RunStatus::Failed, reason, Some(REJECTED_EXIT), None)?;
-            return Ok(());
-        }
-        if p.pending > 0 {
-            return Ok(());
-        }
-        let Some(approval) = p.decided.last().cloned() else {
-            return Ok(());
+        let approval = match rules::resume_verdict(&p.decided, p.pending) {
+            ResumeVerdict::Fail(no) => {
+                let reason = refusal_reason(&no);
+                self.close_waiting(&p.run, RunStatus::Failed, reason, Some(REJECTED_EXIT), None)?;
+                return Ok(());
+            }
+            ResumeVerdict::Wait => return Ok(()),
+            ResumeVerdict::Resume(a) => a,
         };
         if self.handling(&approval.approval_id) {
             return Ok(());

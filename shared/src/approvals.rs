@@ -520,12 +520,12 @@ pub(crate) fn decide(
 }
 
 fn expire_one(tx: &Transaction<'_>, a: &Approval, now: &str) -> Result<bool> {
-    let chosen = (a.expire_action == "default")
-        .then(|| a.default_value.clone())
-        .flatten();
-    let comment = match &chosen {
-        Some(v) => format!("expired at {}; answered with the default `{v}`", now),
-        None => format!("expired at {now} without a decision"),
+    let Some(crate::rules::Expiry {
+        chosen_value: chosen,
+        comment,
+    }) = crate::rules::expiry(a, now)
+    else {
+        return Ok(false);
     };
     let changed = tx.execute(
         "UPDATE approvals SET status = 'expired', chosen_value = ?2, decided_at = ?3,

@@ -196,6 +196,63 @@ pub fn decision_fits(a: &Approval, prompt: &Prompt) -> bool {
             .is_some_and(|v| prompt.keys_for(v, true).is_some())
 }
 
+/// What an overdue approval becomes at `now`: expired, answered with its default where it
+/// was asked with `on_expire = "default"` (and has one), else without a decision.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Expiry {
+    pub chosen_value: Option<String>,
+    pub comment: String,
+}
+
+/// The expiry of `a` at `now` (RFC 3339), or `None` while it is not due (or not pending).
+pub fn expiry(a: &Approval, now: &str) -> Option<Expiry> {
+    if !a.is_overdue(now) {
+        return None;
+    }
+    let chosen_value = (a.expire_action == "default")
+        .then(|| a.default_value.clone())
+        .flatten();
+    let comment = match &chosen_value {
+        Some(v) => format!("expired at {now}; answered with the default `{v}`"),
+        None => format!("expired at {now} without a decision"),
+    };
+    Some(Expiry {
+        chosen_value,
+        comment,
+    })
+}
+
+/// The reason a cancelled run records: `cancelled by alice: REASON`.
+pub fn cancel_reason(by: &str, reason: Option<&str>) -> String {
+    match reason.map(str::trim).filter(|r| !r.is_empty()) {
+        Some(r) => format!("cancelled by {by}: {r}"),
+        None => format!("cancelled by {by}"),
+    }
+}
+
+/// What a worker does with a parked run and its decided, unconsumed approvals.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ResumeVerdict {
+    /// A decision said no (rejected, or expired without an answer): the run fails.
+    Fail(Approval),
+    /// Another of its approvals is still pending: nothing yet.
+    Wait,
+    /// Re-run it with this approval's answer.
+    Resume(Approval),
+}
+
+/// The verdict on a parked run: a decision that ends the tool settles it, whatever else is
+/// pending; otherwise it resumes with its newest decision once nothing is pending.
+pub fn resume_verdict(decided: &[Approval], pending: usize) -> ResumeVerdict {
+    if let Some(no) = decided.iter().find(|a| !a.answers()) {
+        return ResumeVerdict::Fail(no.clone());
+    }
+    match decided.last() {
+        Some(a) if pending == 0 => ResumeVerdict::Resume(a.clone()),
+        _ => ResumeVerdict::Wait,
+    }
+}
+
 /// Whether a run stalled and was ended for it (exit 92) — a stall, not a live one.
 pub fn stall_ended(run: &ToolRun) -> bool {
     run.status == RunStatus::Stalled && run.exit_code == Some(i32::from(STALLED))
@@ -330,6 +387,53 @@ mod tests {
             shim_gone(&r, &local)
                 .unwrap()
                 .contains("no supervisor heartbeat")
+        );
+    }
+
+    #[test]
+    fn expiry_answers_with_the_default_only_where_asked_to() {
+        let mut a = crate::testing::approval("AP-1", crate::approvals::PromptKind::Choice);
+        a.expires_at = Some("2026-01-01T00:00:00.000Z".into());
+        assert_eq!(expiry(&a, "2025-12-31T23:59:59.000Z"), None);
+        let e = expiry(&a, "2026-01-01T00:00:00.000Z").unwrap();
+        assert_eq!(e.chosen_value, None);
+        assert!(e.comment.contains("without a decision"), "{e:?}");
+        a.expire_action = "default".into();
+        let e = expiry(&a, "2026-01-02T00:00:00.000Z").unwrap();
+        assert_eq!(e.chosen_value.as_deref(), Some("n"));
+        a.status = crate::status::ApprovalStatus::Approved;
+        assert_eq!(expiry(&a, "2026-01-02T00:00:00.000Z"), None);
+    }
+
+    #[test]
+    fn cancel_reasons_name_who() {
+        assert_eq!(cancel_reason("alice", None), "cancelled by alice");
+        assert_eq!(cancel_reason("alice", Some("  ")), "cancelled by alice");
+        assert_eq!(
+            cancel_reason("alice", Some(" not today ")),
+            "cancelled by alice: not today"
+        );
+    }
+
+    #[test]
+    fn resume_verdicts() {
+        use crate::approvals::PromptKind;
+        use crate::status::ApprovalStatus;
+        let mut yes = crate::testing::approval("AP-1", PromptKind::Choice);
+        yes.status = ApprovalStatus::Approved;
+        yes.chosen_value = Some("y".into());
+        let mut no = crate::testing::approval("AP-2", PromptKind::Choice);
+        no.status = ApprovalStatus::Rejected;
+        assert_eq!(
+            resume_verdict(&[yes.clone()], 0),
+            ResumeVerdict::Resume(yes.clone())
+        );
+        assert_eq!(resume_verdict(&[yes.clone()], 1), ResumeVerdict::Wait);
+        assert_eq!(resume_verdict(&[], 0), ResumeVerdict::Wait);
+        // A no settles it even while another approval is pending.
+        assert_eq!(
+            resume_verdict(&[yes, no.clone()], 2),
+            ResumeVerdict::Fail(no)
         );
     }
 

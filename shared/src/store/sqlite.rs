@@ -358,10 +358,7 @@ impl OperatorStore for SqliteStore {
         reason: Option<&str>,
         who: &Decider<'_>,
     ) -> StoreResult<Done<CancelOutcome>> {
-        let why = match reason {
-            Some(r) if !r.trim().is_empty() => format!("cancelled by {}: {}", who.by, r.trim()),
-            _ => format!("cancelled by {}", who.by),
-        };
+        let why = rules::cancel_reason(who.by, reason);
         let change = StatusChange::to(RunStatus::Cancelled, Some(why));
         let out = self.write(|tx| {
             let Some(run) = runs::get(tx, tool_run_id)? else {
