@@ -157,33 +157,38 @@ impl Run {
         }
     }
 
+    /// Writes the row into the database file (seeding: no command inserts a run as given).
     pub fn insert(&self, env: &TestEnv) {
         ensure_db(env);
-        env.db()
-            .execute(
-                "INSERT INTO tool_runs (tool_run_id, tool_name, execution_id, status, reason,
-                    exit_code, started_at, completed_at, supervisor_heartbeat_at, pid, shim_pid,
-                    shim_start_time, host, argv_json, cwd, updated_at)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, NULL, ?10, ?11, ?12, ?13, ?14, ?15)",
-                params![
-                    self.id,
-                    self.tool,
-                    self.execution_id,
-                    self.status,
-                    self.reason,
-                    self.exit_code,
-                    self.started_at,
-                    self.completed_at,
-                    self.supervisor_heartbeat_at,
-                    self.shim_pid,
-                    self.shim_start_time,
-                    self.host,
-                    serde_json::to_string(&self.argv).unwrap(),
-                    self.cwd,
-                    self.completed_at.clone().unwrap_or_else(now),
-                ],
-            )
-            .expect("insert run");
+        self.insert_into(&env.db());
+    }
+
+    /// Writes the row through `conn` (a transaction, for many rows at once).
+    pub fn insert_into(&self, conn: &rusqlite::Connection) {
+        conn.execute(
+            "INSERT INTO tool_runs (tool_run_id, tool_name, execution_id, status, reason,
+                exit_code, started_at, completed_at, supervisor_heartbeat_at, pid, shim_pid,
+                shim_start_time, host, argv_json, cwd, updated_at)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, NULL, ?10, ?11, ?12, ?13, ?14, ?15)",
+            params![
+                self.id,
+                self.tool,
+                self.execution_id,
+                self.status,
+                self.reason,
+                self.exit_code,
+                self.started_at,
+                self.completed_at,
+                self.supervisor_heartbeat_at,
+                self.shim_pid,
+                self.shim_start_time,
+                self.host,
+                serde_json::to_string(&self.argv).unwrap(),
+                self.cwd,
+                self.completed_at.clone().unwrap_or_else(now),
+            ],
+        )
+        .expect("insert run");
     }
 }
 
