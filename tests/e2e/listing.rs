@@ -74,11 +74,14 @@ fn runs_json_fields_are_the_columns() {
     let out = env.monitor().args(["runs", "--json"]).run();
     let runs: Vec<serde_json::Value> = serde_json::from_slice(&out.stdout).unwrap();
     let mut keys: Vec<String> = runs[0].as_object().unwrap().keys().cloned().collect();
-    let mut cols: Vec<String> =
-        rows_of(&env.db(), "SELECT name FROM pragma_table_info('tool_runs')")
-            .iter()
-            .map(|r| s(r, "name").to_owned())
-            .collect();
+    // Raw: the schema itself, which the JSON must match.
+    let mut cols: Vec<String> = rows_of(
+        &env.raw_db(),
+        "SELECT name FROM pragma_table_info('tool_runs')",
+    )
+    .iter()
+    .map(|r| s(r, "name").to_owned())
+    .collect();
     keys.sort();
     cols.sort();
     assert_eq!(keys, cols);
@@ -92,7 +95,7 @@ fn a_reader_that_stops_early_ends_the_listing_quietly() {
     let env = TestEnv::new();
     ensure_db(&env);
     // Seeding, in one transaction on the file.
-    let mut conn = env.db();
+    let mut conn = env.raw_db();
     let tx = conn.transaction().unwrap();
     for i in 0..3000 {
         let mut run = Run::parked(&env, &["deploy", "--target", &format!("host-{i}")]);
