@@ -254,6 +254,30 @@ pub(crate) fn for_run(conn: &Connection, tool_run_id: &str) -> Result<Vec<AuditR
     Ok(rows)
 }
 
+/// The audit rows of one approval (whichever run they name, if any), oldest first.
+pub fn for_approval(conn: &Connection, approval_id: &str) -> Result<Vec<AuditRow>> {
+    let mut stmt = conn.prepare(
+        "SELECT id, at, event, tool_run_id, approval_id, actor, data, prev_hash, hash
+         FROM events WHERE approval_id = ?1 ORDER BY id",
+    )?;
+    let rows = stmt
+        .query_map([approval_id], |r| {
+            Ok(AuditRow {
+                id: r.get(0)?,
+                at: r.get(1)?,
+                event: r.get(2)?,
+                tool_run_id: r.get(3)?,
+                approval_id: r.get(4)?,
+                actor: r.get(5)?,
+                data: r.get(6)?,
+                prev_hash: r.get(7)?,
+                hash: r.get(8)?,
+            })
+        })?
+        .collect::<rusqlite::Result<Vec<_>>>()?;
+    Ok(rows)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

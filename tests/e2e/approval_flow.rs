@@ -235,7 +235,7 @@ fn openssl_req_prompts_are_answered_one_approval_at_a_time() {
         assert_eq!(pending, 1, "one approval at a time");
         answered.push(s(&ap, "prompt_line").to_owned());
         env.decide(s(&ap, "approval_id"), value).expect_code(0);
-        assert!(wait_until(Duration::from_secs(10), || {
+        assert!(wait_for_state(Duration::from_secs(10), || {
             env.approvals()
                 .iter()
                 .all(|a| a["status"] != "pending" || a["approval_id"] != ap["approval_id"])
@@ -322,7 +322,7 @@ fn twin_commands_waiting_at_once_each_get_their_own_approval() {
     let a1 = s(&env.pending_approval(), "approval_id").to_owned();
     let second = twin(&env);
     assert!(
-        wait_until(Duration::from_secs(20), || env
+        wait_for_state(Duration::from_secs(20), || env
             .approvals()
             .iter()
             .filter(|a| a["status"] == "pending")
@@ -375,7 +375,7 @@ fn a_cooperative_tool_asks_with_a_json_line_and_is_resumed_by_the_worker() {
         .args(["worker", "--once"])
         .run()
         .expect_code(0);
-    let done = wait_until(Duration::from_secs(20), || {
+    let done = wait_for_state(Duration::from_secs(20), || {
         env.runs().len() == 2 && env.runs()[1]["status"] == "completed"
     });
     assert!(done, "{:#?}", env.runs());

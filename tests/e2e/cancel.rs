@@ -17,8 +17,8 @@ fn cancel_ends_a_live_tool_and_its_group() {
         .arg(&pidfile)
         .spawn();
     assert!(
-        wait_until(Duration::from_secs(20), || pidfile.exists()
-            && runs_so_far(&env).first().is_some_and(|r| r["pid"].is_i64())),
+        wait_for_state(Duration::from_secs(20), || pidfile.exists()
+            && env.runs().first().is_some_and(|r| r["pid"].is_i64())),
         "the tool never started: {}",
         shim.stderr_now()
     );

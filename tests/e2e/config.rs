@@ -116,7 +116,7 @@ default = "hold"
     let ap = env.pending_approval();
     assert_eq!(s(&ap, "rule_name"), "user:deploy", "{ap:#?}");
     assert_eq!(s(&ap, "default_value"), "hold");
-    let options: Vec<serde_json::Value> = serde_json::from_str(s(&ap, "options_json")).unwrap();
+    let options = arr(&ap, "options_json");
     assert_eq!(options[0]["value"], "ship");
     assert_eq!(options[0]["label"], "Ship it");
     assert!(options[0].get("keys").is_none(), "keys are never stored");

@@ -75,16 +75,10 @@ impl Tmux {
             cond(&last)
         });
         if !ok {
-            let stored = |table: &str| {
-                let path = env.state().join("state.db");
-                rusqlite::Connection::open(path)
-                    .map(|c| format!("{:#?}", rows_of(&c, &format!("SELECT * FROM {table}"))))
-                    .unwrap_or_default()
-            };
             panic!(
-                "the dashboard never showed {what} within {limit:?}; screen:\n{last}\nruns: {}\napprovals: {}",
-                stored("tool_runs"),
-                stored("approvals")
+                "the dashboard never showed {what} within {limit:?}; screen:\n{last}\nruns: {:#?}\napprovals: {:#?}",
+                env.runs(),
+                env.approvals()
             );
         }
         last
@@ -116,17 +110,9 @@ fn monitor_argv(env: &TestEnv, exit_file: &std::path::Path) -> Vec<String> {
     ]
 }
 
-/// Whether a pending approval is stored (false while the database is still being made).
+/// Whether a pending approval is stored (false while there is no database yet).
 fn has_pending_approval(env: &TestEnv) -> bool {
-    let Ok(conn) = rusqlite::Connection::open(env.state().join("state.db")) else {
-        return false;
-    };
-    conn.query_row(
-        "SELECT COUNT(*) FROM approvals WHERE status = 'pending'",
-        [],
-        |r| r.get::<_, i64>(0),
-    )
-    .is_ok_and(|n| n > 0)
+    env.approvals().iter().any(|a| a["status"] == "pending")
 }
 
 fn current_user() -> String {
@@ -162,7 +148,7 @@ fn approve_a_waiting_prompt_from_the_dashboard() {
         .args(["--on-prompt", "wait", "--", "rm", "-i", "FILE"])
         .timeout(Duration::from_secs(60))
         .spawn();
-    let pending = wait_until(Duration::from_secs(20), || has_pending_approval(&env));
+    let pending = wait_for_state(Duration::from_secs(20), || has_pending_approval(&env));
     assert!(
         pending,
         "no pending approval; shim stderr: {}",
@@ -189,7 +175,7 @@ fn approve_a_waiting_prompt_from_the_dashboard() {
             && s.contains("Pending approvals (0)")
     });
     assert!(screen.contains("approved `y`"), "{screen}");
-    let ap = env.rows("approvals").remove(0);
+    let ap = env.approvals().remove(0);
     assert_eq!(s(&ap, "status"), "approved");
     assert_eq!(s(&ap, "chosen_value"), "y");
     assert_eq!(s(&ap, "decision_channel"), "tui");

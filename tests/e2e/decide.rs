@@ -62,7 +62,7 @@ fn a_decision_is_recorded_once_and_a_repeat_is_a_no_op() {
     assert_eq!(changes.len(), 1, "{changes:#?}");
     assert_eq!(changes[0]["approval_id"], ap.id.as_str());
     assert_eq!(changes[0]["chosen_value"], "yes");
-    let audit = env.rows("events");
+    let audit = env.audit();
     assert_eq!(
         audit
             .iter()
@@ -184,7 +184,8 @@ fn remember_stores_a_policy_for_the_prompt() {
         .run();
     out.expect_code(0);
     assert!(out.out().contains("remembered"), "{}", out.out());
-    let policies = env.rows("policies");
+    // Raw: no command lists the policies (a gap in the contract), so the file is read.
+    let policies = env.raw_rows("policies");
     assert_eq!(policies.len(), 1, "{policies:#?}");
     assert_eq!(s(&policies[0], "tool_name"), "deploy.sh");
     assert_eq!(s(&policies[0], "prompt_fingerprint"), "fp-Deploy?");
@@ -212,7 +213,8 @@ fn remember_stores_a_policy_for_the_prompt() {
     // Nor has a cooperative request, fingerprint or not: policies answer prompts only.
     let coop = Approval::pending(&run, "Coop again?");
     coop.insert(&env);
-    env.db()
+    // Seeding: no command makes an approval cooperative.
+    env.raw_db()
         .execute(
             "UPDATE approvals SET prompt_kind = 'cooperative' WHERE approval_id = ?1",
             [&coop.id],
@@ -226,7 +228,7 @@ fn remember_stores_a_policy_for_the_prompt() {
     assert!(out.stderr.contains("cooperative"), "{}", out.stderr);
     assert_eq!(s(&approval_row(&env, &coop.id), "status"), "pending");
     assert!(
-        env.rows("policies")
+        env.raw_rows("policies")
             .iter()
             .all(|p| p["source_approval_id"] != coop.id.as_str())
     );
@@ -249,11 +251,14 @@ fn approvals_are_listed_and_shown_sanitized() {
     let out = env.monitor().args(["approvals", "--json"]).run();
     let list: Vec<serde_json::Value> = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(list.len(), 2);
-    let columns: Vec<String> =
-        rows_of(&env.db(), "SELECT name FROM pragma_table_info('approvals')")
-            .iter()
-            .map(|r| s(r, "name").to_owned())
-            .collect();
+    // Raw: the schema itself, which the JSON must match.
+    let columns: Vec<String> = rows_of(
+        &env.raw_db(),
+        "SELECT name FROM pragma_table_info('approvals')",
+    )
+    .iter()
+    .map(|r| s(r, "name").to_owned())
+    .collect();
     let mut keys: Vec<String> = list[0].as_object().unwrap().keys().cloned().collect();
     let mut cols = columns.clone();
     keys.sort();
@@ -283,8 +288,9 @@ fn approvals_are_listed_and_shown_sanitized() {
         .run();
     let list: Vec<serde_json::Value> = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(list.len(), 1);
-    // --execution and --since: one approval of EX-1 asked three hours ago.
-    env.db()
+    // --execution and --since: one approval of EX-1 asked three hours ago (seeded in the
+    // file: no command changes when an approval was asked).
+    env.raw_db()
         .execute(
             "UPDATE approvals SET execution_id = 'EX-1', created_at = ?2 WHERE approval_id = ?1",
             rusqlite::params![ap.id, ago(std::time::Duration::from_secs(3 * 3600))],

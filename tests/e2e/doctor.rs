@@ -53,7 +53,8 @@ fn doctor_names_every_problem() {
     let dir = good_setup(&env);
     let db = env.state().join("state.db");
     std::fs::set_permissions(&db, std::fs::Permissions::from_mode(0o644)).unwrap();
-    env.db()
+    // Raw: tampering with the audit table in the file, for doctor to find.
+    env.raw_db()
         .execute("UPDATE events SET actor = 'mallory' WHERE id = 2", [])
         .unwrap();
     // The shim dir is not on PATH at all.

@@ -14,6 +14,7 @@ fn a_database_locked_for_30_seconds_loses_nothing() {
     let (locked_tx, locked_rx) = std::sync::mpsc::channel();
     let db = env.state().join("state.db");
     let holder = std::thread::spawn(move || {
+        // Raw: the file locked by another process.
         let conn = rusqlite::Connection::open(db).unwrap();
         conn.execute_batch("BEGIN EXCLUSIVE").unwrap();
         locked_tx.send(()).unwrap();
@@ -60,7 +61,7 @@ fn the_database_deleted_while_a_tool_runs_gets_the_run_again() {
         .shim()
         .args(["sh", "-c", "echo first; sleep 2; echo second; exit 4"])
         .spawn();
-    assert!(wait_until(Duration::from_secs(10), || env.runs().len() == 1));
+    assert!(wait_for_state(Duration::from_secs(10), || env.runs().len() == 1));
     for f in ["state.db", "state.db-wal", "state.db-shm"] {
         let _ = std::fs::remove_file(env.state().join(f));
     }
@@ -81,7 +82,7 @@ fn a_truncated_database_leaves_the_tool_alone_and_the_monitor_says_so() {
     }
     let db = env.state().join("state.db");
     // Everything into the main file, then cut it in half: pages the schema points at are gone.
-    env.db()
+    env.raw_db()
         .execute_batch("PRAGMA wal_checkpoint(TRUNCATE)")
         .unwrap();
     let len = std::fs::metadata(&db).unwrap().len();
@@ -221,6 +222,7 @@ fn kill_9_of_a_shim_whose_row_waits_behind_a_lock_still_leaves_its_run() {
     let (release_tx, release_rx) = std::sync::mpsc::channel::<()>();
     let db = env.state().join("state.db");
     let holder = std::thread::spawn(move || {
+        // Raw: the file locked by another process.
         let conn = rusqlite::Connection::open(db).unwrap();
         conn.execute_batch("BEGIN EXCLUSIVE").unwrap();
         locked_tx.send(()).unwrap();
@@ -290,6 +292,7 @@ fn a_row_spooled_behind_a_lock_lands_once_the_lock_goes_and_leaves_the_spool() {
     let (release_tx, release_rx) = std::sync::mpsc::channel::<()>();
     let db = env.state().join("state.db");
     let holder = std::thread::spawn(move || {
+        // Raw: the file locked by another process.
         let conn = rusqlite::Connection::open(db).unwrap();
         conn.execute_batch("BEGIN EXCLUSIVE").unwrap();
         locked_tx.send(()).unwrap();
@@ -327,25 +330,27 @@ fn a_row_spooled_behind_a_lock_lands_once_the_lock_goes_and_leaves_the_spool() {
     );
     release_tx.send(()).unwrap();
     holder.join().unwrap();
+    // Raw until the spool is known to be empty: the monitor replays the spool when it opens
+    // the database, which would do the shim's work for it.
     assert!(
         wait_until(Duration::from_secs(20), || spooled() == 0
-            && env.runs().len() == 2),
+            && env.raw_rows("tool_runs").len() == 2),
         "the row did not land, or its spooled copy stayed: {} spooled, {:#?}",
         spooled(),
-        env.runs()
+        env.raw_rows("tool_runs")
     );
     std::fs::write(&go, "").unwrap();
     let out = running.wait();
     out.expect_code(0);
     assert_eq!(out.out(), "started\ndone\n");
-    let runs = env.runs();
+    let runs = env.raw_rows("tool_runs");
     assert_eq!(runs.len(), 2, "{runs:#?}");
     assert_eq!(s(&runs[1], "status"), "completed");
     assert_eq!(spooled(), 0);
     // Inserted once: one audit row for its start.
     let id = s(&runs[1], "tool_run_id");
     let starts = env
-        .rows("events")
+        .run_audit(id)
         .into_iter()
         .filter(|e| {
             e["tool_run_id"] == id

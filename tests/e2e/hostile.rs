@@ -131,7 +131,7 @@ fn cooperative_options_with_newlines_and_shell_metacharacters() {
         s(&ap, "approval_id").starts_with("AP-"),
         "a path is not an id"
     );
-    let options: Vec<serde_json::Value> = serde_json::from_str(s(&ap, "options_json")).unwrap();
+    let options = arr(&ap, "options_json");
     let values: Vec<&str> = options
         .iter()
         .map(|o| o["value"].as_str().unwrap())
@@ -151,7 +151,7 @@ fn cooperative_options_with_newlines_and_shell_metacharacters() {
         .args(["worker", "--once"])
         .run()
         .expect_code(0);
-    assert!(wait_until(std::time::Duration::from_secs(10), || env
+    assert!(wait_for_state(std::time::Duration::from_secs(10), || env
         .runs()
         .len()
         == 2));

@@ -1,6 +1,8 @@
 //! The end-to-end harness: real binaries, a fresh state dir per test, commands that can
-//! never hang a test run, a pty runner, and direct SQL on the database (independent of the
-//! `shared` crate, so the tests check what is really stored).
+//! never hang a test run, a pty runner. State is read through the contract, `monitor …
+//! --json` (DESIGN.md §8: fields are the table columns), so the suite does not depend on
+//! how the store keeps it; direct SQL on the database file (`raw_db`, `raw_rows`,
+//! `rows_of`) is left to tests that damage or inspect the file itself.
 
 use rusqlite::Connection;
 use serde_json::{Map, Value};
@@ -59,7 +61,12 @@ pub fn running_as_root(test: &str) -> bool {
 }
 
 /// Polls `cond` every 20 ms until it holds or `limit` passes.
-pub fn wait_until(limit: Duration, mut cond: impl FnMut() -> bool) -> bool {
+pub fn wait_until(limit: Duration, cond: impl FnMut() -> bool) -> bool {
+    wait_until_every(limit, Duration::from_millis(20), cond)
+}
+
+/// Polls `cond` every `every` until it holds or `limit` passes.
+pub fn wait_until_every(limit: Duration, every: Duration, mut cond: impl FnMut() -> bool) -> bool {
     let deadline = Instant::now() + limit;
     loop {
         if cond() {
@@ -68,8 +75,15 @@ pub fn wait_until(limit: Duration, mut cond: impl FnMut() -> bool) -> bool {
         if Instant::now() >= deadline {
             return false;
         }
-        std::thread::sleep(Duration::from_millis(20));
+        std::thread::sleep(every);
     }
+}
+
+/// [`wait_until`] for conditions that read state through the monitor (`env.runs()`,
+/// `env.approvals()`, …): every read starts a `monitor` process, so they are polled every
+/// 50 ms, which leaves the processes under test the CPU.
+pub fn wait_for_state(limit: Duration, cond: impl FnMut() -> bool) -> bool {
+    wait_until_every(limit, Duration::from_millis(50), cond)
 }
 
 /// A test's private world: a temp dir with a state dir and an empty config dir.
@@ -144,20 +158,27 @@ impl TestEnv {
         self.command(bin("monitor"))
     }
 
-    /// The database, opened directly.
-    pub fn db(&self) -> Connection {
+    /// The database file, opened directly: only for tests that damage or inspect the file
+    /// itself (corruption, locks, permissions, audit tampering, schema and pragmas, the
+    /// spool) or seed rows no command writes. Everything else reads state through
+    /// `monitor … --json` (the contract), so the suite can run against another store.
+    pub fn raw_db(&self) -> Connection {
         let c = Connection::open(self.state().join("state.db")).expect("open state.db");
         c.busy_timeout(Duration::from_secs(20)).unwrap();
         c
     }
 
-    /// Every row of a table as JSON objects keyed by column, in rowid order; none while the
-    /// database or the table does not exist yet (tests poll while a shim creates them).
-    pub fn rows(&self, table: &str) -> Vec<Map<String, Value>> {
+    /// Every row of a table in the database file, as JSON objects keyed by column, in rowid
+    /// order (values as stored: `argv_json` a string, `allows_text` 0/1); none while the
+    /// file or the table does not exist yet. Inspects the file itself, bypassing the
+    /// monitor (which replays the spool and migrates when it opens the database): only for
+    /// tests of the spool, of locks, of the audit table as a whole, or of what no command
+    /// shows.
+    pub fn raw_rows(&self, table: &str) -> Vec<Map<String, Value>> {
         if !self.state().join("state.db").exists() {
             return Vec::new();
         }
-        let conn = self.db();
+        let conn = self.raw_db();
         let exists = conn
             .query_row(
                 "SELECT COUNT(*) FROM sqlite_master WHERE type = 'table' AND name = ?1",
@@ -171,9 +192,39 @@ impl TestEnv {
         rows_of(&conn, &format!("SELECT * FROM {table} ORDER BY rowid"))
     }
 
-    /// The runs, oldest first.
+    /// `monitor ARGS --json`, parsed; `None` while there is no database yet (tests poll
+    /// while a shim creates it). Fails the test on any other error.
+    pub fn monitor_json(&self, args: &[&str]) -> Option<Value> {
+        let out = self.monitor().args(args).arg("--json").run();
+        if out.code == Some(1) && out.stderr.contains("no database at") {
+            return None;
+        }
+        out.expect_code(0);
+        Some(serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+            panic!(
+                "monitor {args:?} --json printed no JSON ({e}); {}",
+                out.context()
+            )
+        }))
+    }
+
+    /// A `monitor … --json` listing (printed newest first), oldest first.
+    fn monitor_list(&self, args: &[&str]) -> Vec<Map<String, Value>> {
+        let Some(value) = self.monitor_json(args) else {
+            return Vec::new();
+        };
+        let Value::Array(items) = value else {
+            panic!("monitor {args:?} --json is not an array: {value}");
+        };
+        let mut list: Vec<Map<String, Value>> = items.into_iter().map(object).collect();
+        list.reverse();
+        list
+    }
+
+    /// The runs, oldest first (`monitor runs --limit 0 --json`: the `tool_runs` columns,
+    /// `argv_json` as an array and `metadata` as an object); none before the database exists.
     pub fn runs(&self) -> Vec<Map<String, Value>> {
-        self.rows("tool_runs")
+        self.monitor_list(&["runs", "--limit", "0"])
     }
 
     /// The only run; fails the test if there is not exactly one.
@@ -181,6 +232,32 @@ impl TestEnv {
         let mut runs = self.runs();
         assert_eq!(runs.len(), 1, "expected one run, found {runs:#?}");
         runs.remove(0)
+    }
+
+    /// One run's columns (`monitor show TR-… --json` without its approvals, output tail
+    /// and audit rows); fails the test if there is no such run.
+    pub fn run_by_id(&self, id: &str) -> Map<String, Value> {
+        let mut run = self.shown(id);
+        for extra in ["approvals", "output_tail", "events"] {
+            run.remove(extra);
+        }
+        run
+    }
+
+    /// One approval's columns (`monitor show AP-… --json` without its audit rows); fails
+    /// the test if there is no such approval.
+    pub fn approval_by_id(&self, id: &str) -> Map<String, Value> {
+        let mut approval = self.shown(id);
+        approval.remove("events");
+        approval
+    }
+
+    /// `monitor show ID --json`.
+    fn shown(&self, id: &str) -> Map<String, Value> {
+        let value = self
+            .monitor_json(&["show", id])
+            .unwrap_or_else(|| panic!("no database, so no {id}"));
+        object(value)
     }
 
     /// The events of `logs/combined.log`.
@@ -192,15 +269,17 @@ impl TestEnv {
             .collect()
     }
 
-    /// The approvals, oldest first.
+    /// The approvals, oldest first (`monitor approvals --status all --limit 0 --json`: the
+    /// `approvals` columns, `options_json` as an array, `allows_text` a boolean); none before
+    /// the database exists.
     pub fn approvals(&self) -> Vec<Map<String, Value>> {
-        self.rows("approvals")
+        self.monitor_list(&["approvals", "--status", "all", "--limit", "0"])
     }
 
     /// Waits (bounded) for a pending approval to appear and returns the newest.
     pub fn pending_approval(&self) -> Map<String, Value> {
         let mut found = None;
-        let seen = wait_until(Duration::from_secs(20), || {
+        let seen = wait_for_state(Duration::from_secs(20), || {
             found = self
                 .approvals()
                 .into_iter()
@@ -254,12 +333,47 @@ impl TestEnv {
             .collect()
     }
 
-    /// The audit rows (`events` table) of one approval.
+    /// The audit rows (`events`) of one approval, oldest first: `monitor show AP-… --json`.
     pub fn audit_of(&self, approval_id: &str) -> Vec<Map<String, Value>> {
-        rows_of(
-            &self.db(),
-            &format!("SELECT * FROM events WHERE approval_id = '{approval_id}' ORDER BY id"),
-        )
+        self.shown_events(approval_id)
+    }
+
+    /// The audit rows (`events`) of one run, oldest first: `monitor show TR-… --json`.
+    pub fn run_audit(&self, run_id: &str) -> Vec<Map<String, Value>> {
+        self.shown_events(run_id)
+    }
+
+    /// Every audit row the monitor shows: those of every run and of every approval, by id.
+    /// (Rows of neither, such as `gc`'s, and those of deleted runs are in the file only.)
+    pub fn audit(&self) -> Vec<Map<String, Value>> {
+        let mut rows: Vec<Map<String, Value>> = Vec::new();
+        let ids = self
+            .runs()
+            .iter()
+            .map(|r| s(r, "tool_run_id").to_owned())
+            .chain(
+                self.approvals()
+                    .iter()
+                    .map(|a| s(a, "approval_id").to_owned()),
+            )
+            .collect::<Vec<_>>();
+        for id in ids {
+            for row in self.shown_events(&id) {
+                if !rows.iter().any(|r| r["id"] == row["id"]) {
+                    rows.push(row);
+                }
+            }
+        }
+        rows.sort_by_key(|r| n(r, "id"));
+        rows
+    }
+
+    /// The `events` of `monitor show ID --json`.
+    fn shown_events(&self, id: &str) -> Vec<Map<String, Value>> {
+        match self.shown(id).remove("events") {
+            Some(Value::Array(events)) => events.into_iter().map(object).collect(),
+            other => panic!("monitor show {id} --json has no events array: {other:?}"),
+        }
     }
 
     /// The raw output log of a run.
@@ -268,7 +382,16 @@ impl TestEnv {
     }
 }
 
-/// Every row of a query as JSON objects.
+/// A JSON value that must be an object.
+fn object(value: Value) -> Map<String, Value> {
+    match value {
+        Value::Object(m) => m,
+        other => panic!("not a JSON object: {other}"),
+    }
+}
+
+/// Every row of a query on the database file as JSON objects (values as stored). Inspects
+/// the file itself: see [`TestEnv::raw_db`].
 pub fn rows_of(conn: &Connection, sql: &str) -> Vec<Map<String, Value>> {
     let mut stmt = conn.prepare(sql).expect("prepare");
     let names: Vec<String> = stmt.column_names().map(|s| s.to_string()).collect();
@@ -298,6 +421,26 @@ pub fn s<'a>(row: &'a Map<String, Value>, key: &str) -> &'a str {
     row.get(key)
         .and_then(Value::as_str)
         .unwrap_or_else(|| panic!("{key} is not a string in {row:#?}"))
+}
+
+/// An array field of a row (`argv_json`, `options_json`).
+pub fn arr<'a>(row: &'a Map<String, Value>, key: &str) -> &'a [Value] {
+    row.get(key)
+        .and_then(Value::as_array)
+        .map(Vec::as_slice)
+        .unwrap_or_else(|| panic!("{key} is not an array in {row:#?}"))
+}
+
+/// An array-of-strings field of a row (`argv_json`).
+pub fn strings(row: &Map<String, Value>, key: &str) -> Vec<String> {
+    arr(row, key)
+        .iter()
+        .map(|v| {
+            v.as_str()
+                .unwrap_or_else(|| panic!("{key} holds a non-string in {row:#?}"))
+                .to_owned()
+        })
+        .collect()
 }
 
 /// An integer field of a row.

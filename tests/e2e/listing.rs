@@ -74,11 +74,14 @@ fn runs_json_fields_are_the_columns() {
     let out = env.monitor().args(["runs", "--json"]).run();
     let runs: Vec<serde_json::Value> = serde_json::from_slice(&out.stdout).unwrap();
     let mut keys: Vec<String> = runs[0].as_object().unwrap().keys().cloned().collect();
-    let mut cols: Vec<String> =
-        rows_of(&env.db(), "SELECT name FROM pragma_table_info('tool_runs')")
-            .iter()
-            .map(|r| s(r, "name").to_owned())
-            .collect();
+    // Raw: the schema itself, which the JSON must match.
+    let mut cols: Vec<String> = rows_of(
+        &env.raw_db(),
+        "SELECT name FROM pragma_table_info('tool_runs')",
+    )
+    .iter()
+    .map(|r| s(r, "name").to_owned())
+    .collect();
     keys.sort();
     cols.sort();
     assert_eq!(keys, cols);
@@ -91,31 +94,19 @@ fn a_reader_that_stops_early_ends_the_listing_quietly() {
     // listing ends; that is no error and never a panic.
     let env = TestEnv::new();
     ensure_db(&env);
-    let mut conn = env.db();
+    // Seeding, in one transaction on the file.
+    let mut conn = env.raw_db();
     let tx = conn.transaction().unwrap();
     for i in 0..3000 {
         let mut run = Run::parked(&env, &["deploy", "--target", &format!("host-{i}")]);
         run.status = "completed".into();
+        run.reason = None;
         run.exit_code = Some(0);
         run.completed_at = Some(now());
-        tx.execute(
-            "INSERT INTO tool_runs (tool_run_id, tool_name, execution_id, status, exit_code,
-                started_at, completed_at, host, argv_json, cwd, updated_at)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?7)",
-            rusqlite::params![
-                run.id,
-                run.tool,
-                run.execution_id,
-                run.status,
-                run.exit_code,
-                run.started_at,
-                run.completed_at,
-                run.host,
-                serde_json::to_string(&run.argv).unwrap(),
-                run.cwd,
-            ],
-        )
-        .unwrap();
+        run.supervisor_heartbeat_at = None;
+        run.shim_pid = None;
+        run.shim_start_time = None;
+        run.insert_into(&tx);
     }
     tx.commit().unwrap();
     drop(conn);

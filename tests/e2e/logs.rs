@@ -2,7 +2,6 @@
 //! piped, sanitized on a terminal), and `-f` following new lines through rotation and a
 //! file that does not exist yet.
 
-use crate::rows::runs_so_far;
 use headless_run_e2e::*;
 use std::process::Command;
 use std::time::Duration;
@@ -142,7 +141,9 @@ fn following_a_runs_output_ends_with_the_run() {
         .arg(tool())
         .args(["silent-then", "1.5", "finished-now"])
         .spawn();
-    assert!(wait_until(Duration::from_secs(20), || !runs_so_far(&env).is_empty()));
+    assert!(wait_for_state(Duration::from_secs(20), || !env
+        .runs()
+        .is_empty()));
     let id = s(&env.runs()[0], "tool_run_id").to_owned();
     let out = env
         .monitor()

@@ -11,8 +11,8 @@ use std::time::Duration;
 fn a_kill_9_shim_is_reconciled_to_failed_and_its_tool_dies() {
     let env = TestEnv::new();
     let shim = env.shim().arg(tool()).args(["sleep", "60"]).spawn();
-    let started = wait_until(Duration::from_secs(20), || {
-        runs_so_far(&env)
+    let started = wait_for_state(Duration::from_secs(20), || {
+        env.runs()
             .first()
             .is_some_and(|r| r["pid"].is_i64() && r["status"] == "running")
     });

@@ -41,7 +41,7 @@ fn a_completed_run_has_every_column() {
     assert_ne!(n(&run, "pid"), n(&run, "shim_pid"));
     assert!(!s(&run, "host").is_empty());
     assert_eq!(s(&run, "cwd"), env.work().to_str().unwrap());
-    let argv: Vec<String> = serde_json::from_str(s(&run, "argv_json")).unwrap();
+    let argv = strings(&run, "argv_json");
     assert_eq!(argv[1..], ["print", "hello", "world"]);
     assert_eq!(env.run_log(id), b"hello world\n");
 }
@@ -96,8 +96,8 @@ fn events_and_audit_chain() {
     assert_eq!(events[2]["previous_status"], "running");
     assert_eq!(events[2]["exit_code"], 3);
     assert_eq!(events[2]["reason"], "exited with code 3");
-    // The audit table has the same changes, chained.
-    let audit = env.rows("events");
+    // The audit trail has the same changes, chained (from the first row).
+    let audit = env.run_audit(id);
     assert_eq!(audit.len(), 2);
     assert_eq!(s(&audit[0], "event"), "tool_status_change");
     assert_eq!(s(&audit[0], "prev_hash"), "0".repeat(64));
@@ -184,12 +184,14 @@ fn a_schema_v1_database_still_works_after_an_upgrade() {
     // A new run lands beside them, and the audit chain across old and new rows holds.
     env.shim().arg("true").run().expect_code(0);
     assert_eq!(env.runs().len(), 5);
-    let audit = env.rows("events");
+    // Raw: the chain across the v1 file's rows and new ones, whole, and the file's schema
+    // version.
+    let audit = env.raw_rows("events");
     for pair in audit.windows(2) {
         assert_eq!(s(&pair[1], "prev_hash"), s(&pair[0], "hash"));
     }
     let version: i64 = env
-        .db()
+        .raw_db()
         .query_row("PRAGMA user_version", [], |r| r.get(0))
         .unwrap();
     assert!(version >= 1);
@@ -212,7 +214,7 @@ fn output_and_supervisor_heartbeat_times_are_kept_current_but_throttled() {
     let mut outputs = std::collections::BTreeSet::new();
     let mut beats = std::collections::BTreeSet::new();
     let mut started = None;
-    wait_until(Duration::from_secs(30), || {
+    wait_for_state(Duration::from_secs(30), || {
         if let Some(run) = env.runs().first() {
             if run["status"] != "running" {
                 return true;

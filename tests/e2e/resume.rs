@@ -58,7 +58,7 @@ fn an_approved_run_is_re_run_and_linked() {
         "same execution"
     );
     assert_eq!(s(resumed, "cwd"), run.cwd);
-    let argv: Vec<String> = serde_json::from_str(s(resumed, "argv_json")).unwrap();
+    let argv = strings(resumed, "argv_json");
     assert_eq!(argv, run.argv, "the stored command, as typed");
     let output = String::from_utf8_lossy(&env.run_log(rid)).into_owned();
     assert!(
@@ -329,7 +329,7 @@ fn the_daemon_survives_a_missing_database_and_stops_on_sigterm() {
     let t = tool_str();
     let (run, _) = parked_and_decided(&env, &[&t, "print", "late"], "yes");
     assert!(
-        wait_until(Duration::from_secs(20), || !resumes_of(&env, &run.id)
+        wait_for_state(Duration::from_secs(20), || !resumes_of(&env, &run.id)
             .is_empty()
             && s(&run_row(&env, &run.id), "status") == "completed"),
         "not resumed; stderr: {}",
@@ -350,7 +350,7 @@ fn the_daemon_survives_a_missing_database_and_stops_on_sigterm() {
     std::fs::rename(&saved, &db).unwrap();
     let (again, _) = parked_and_decided(&env, &[&t, "print", "later"], "yes");
     assert!(
-        wait_until(Duration::from_secs(20), || !resumes_of(&env, &again.id)
+        wait_for_state(Duration::from_secs(20), || !resumes_of(&env, &again.id)
             .is_empty()),
         "not resumed after the database came back; stderr: {}",
         worker.stderr_now()
@@ -372,7 +372,7 @@ fn sigterm_lets_the_resumes_in_flight_finish() {
         .args(["worker", "--interval", "100ms"])
         .spawn();
     assert!(
-        wait_until(Duration::from_secs(20), || resumes_of(&env, &run.id)
+        wait_for_state(Duration::from_secs(20), || resumes_of(&env, &run.id)
             .first()
             .is_some_and(|r| r["status"] == "running")),
         "not resumed: {}",
@@ -409,7 +409,7 @@ fn rm_prompt(env: &TestEnv, file: &std::path::Path) -> (String, String) {
         .find(|r| r["tool_name"] == "rm")
         .expect("an rm run");
     assert_eq!(s(&run, "status"), "waiting_approval");
-    let aps = env.rows("approvals");
+    let aps = env.approvals();
     assert_eq!(aps.len(), 1, "{aps:#?}");
     assert_eq!(s(&aps[0], "status"), "pending");
     (
@@ -474,7 +474,7 @@ fn a_cooperative_tool_gets_the_decision_in_auto_approval() {
         .arg(&marker)
         .run();
     out.expect_code(90);
-    let aps = env.rows("approvals");
+    let aps = env.approvals();
     assert_eq!(aps.len(), 1, "{aps:#?}");
     assert_eq!(s(&aps[0], "question"), "Deploy staging?");
     let run = s(&env.only_run(), "tool_run_id").to_owned();
@@ -513,7 +513,7 @@ fn kill_9_of_the_worker_mid_resume_loses_nothing_and_resumes_nothing_twice() {
         .spawn();
     // Killed while the resumed tool is still at work.
     assert!(
-        wait_until(Duration::from_secs(20), || resumes_of(&env, &first)
+        wait_for_state(Duration::from_secs(20), || resumes_of(&env, &first)
             .iter()
             .any(|r| r["status"] == "running")),
         "no resume started: {:#?}",

@@ -1,6 +1,11 @@
 //! Realistic rows written straight into the database, for tests of the monitor that must
 //! not depend on the shim producing them (a run parked on an approval, a decided approval,
 //! a run whose shim is gone). The schema is the real one: the shim creates it first.
+//!
+//! `Run::parked` and `Approval::pending` are the builders: a test changes the fields it
+//! cares about and inserts. Seeding writes the database file (no command inserts a run or
+//! an approval as given); reading back goes through the monitor (`run_row`, `approval_row`,
+//! `resumes_of`).
 
 use headless_run_e2e::*;
 use rusqlite::params;
@@ -157,33 +162,38 @@ impl Run {
         }
     }
 
+    /// Writes the row into the database file (seeding: no command inserts a run as given).
     pub fn insert(&self, env: &TestEnv) {
         ensure_db(env);
-        env.db()
-            .execute(
-                "INSERT INTO tool_runs (tool_run_id, tool_name, execution_id, status, reason,
-                    exit_code, started_at, completed_at, supervisor_heartbeat_at, pid, shim_pid,
-                    shim_start_time, host, argv_json, cwd, updated_at)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, NULL, ?10, ?11, ?12, ?13, ?14, ?15)",
-                params![
-                    self.id,
-                    self.tool,
-                    self.execution_id,
-                    self.status,
-                    self.reason,
-                    self.exit_code,
-                    self.started_at,
-                    self.completed_at,
-                    self.supervisor_heartbeat_at,
-                    self.shim_pid,
-                    self.shim_start_time,
-                    self.host,
-                    serde_json::to_string(&self.argv).unwrap(),
-                    self.cwd,
-                    self.completed_at.clone().unwrap_or_else(now),
-                ],
-            )
-            .expect("insert run");
+        self.insert_into(&env.raw_db());
+    }
+
+    /// Writes the row through `conn` (a transaction, for many rows at once).
+    pub fn insert_into(&self, conn: &rusqlite::Connection) {
+        conn.execute(
+            "INSERT INTO tool_runs (tool_run_id, tool_name, execution_id, status, reason,
+                exit_code, started_at, completed_at, supervisor_heartbeat_at, pid, shim_pid,
+                shim_start_time, host, argv_json, cwd, updated_at)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, NULL, ?10, ?11, ?12, ?13, ?14, ?15)",
+            params![
+                self.id,
+                self.tool,
+                self.execution_id,
+                self.status,
+                self.reason,
+                self.exit_code,
+                self.started_at,
+                self.completed_at,
+                self.supervisor_heartbeat_at,
+                self.shim_pid,
+                self.shim_start_time,
+                self.host,
+                serde_json::to_string(&self.argv).unwrap(),
+                self.cwd,
+                self.completed_at.clone().unwrap_or_else(now),
+            ],
+        )
+        .expect("insert run");
     }
 }
 
@@ -230,6 +240,8 @@ impl Approval {
         }
     }
 
+    /// Writes the row into the database file (seeding: no command inserts an approval as
+    /// given).
     pub fn insert(&self, env: &TestEnv) {
         ensure_db(env);
         let options: Vec<serde_json::Value> = self
@@ -238,7 +250,7 @@ impl Approval {
             .map(|(v, l)| serde_json::json!({"value": v, "label": l}))
             .collect();
         let decided = self.status != "pending";
-        env.db()
+        env.raw_db()
             .execute(
                 "INSERT INTO approvals (approval_id, tool_run_id, tool_name, question, context,
                     options_json, default_value, allows_text, status, chosen_value, created_at,
@@ -272,58 +284,20 @@ impl Approval {
     }
 }
 
-/// One row by key.
-pub fn row(
-    env: &TestEnv,
-    table: &str,
-    key: &str,
-    id: &str,
-) -> serde_json::Map<String, serde_json::Value> {
-    let mut rows = rows_of(
-        &env.db(),
-        &format!(
-            "SELECT * FROM {table} WHERE {key} = '{}'",
-            id.replace('\'', "''")
-        ),
-    );
-    assert_eq!(rows.len(), 1, "no single {table} row {id}: {rows:#?}");
-    rows.remove(0)
-}
-
-/// The run row `id`.
+/// The run `id`, as `monitor show` has it (its columns).
 pub fn run_row(env: &TestEnv, id: &str) -> serde_json::Map<String, serde_json::Value> {
-    row(env, "tool_runs", "tool_run_id", id)
+    env.run_by_id(id)
 }
 
-/// The approval row `id`.
+/// The approval `id`, as `monitor show` has it (its columns).
 pub fn approval_row(env: &TestEnv, id: &str) -> serde_json::Map<String, serde_json::Value> {
-    row(env, "approvals", "approval_id", id)
+    env.approval_by_id(id)
 }
 
 /// The runs started as resumes of `id`, oldest first.
 pub fn resumes_of(env: &TestEnv, id: &str) -> Vec<serde_json::Map<String, serde_json::Value>> {
-    rows_of(
-        &env.db(),
-        &format!("SELECT * FROM tool_runs WHERE resumed_from = '{id}' ORDER BY tool_run_id"),
-    )
-}
-
-/// The runs so far, or none while the database or its schema does not exist yet (for
-/// polling while a shim starts).
-pub fn runs_so_far(env: &TestEnv) -> Vec<serde_json::Map<String, serde_json::Value>> {
-    if !env.state().join("state.db").exists() {
-        return Vec::new();
-    }
-    let conn = env.db();
-    let ready: i64 = conn
-        .query_row(
-            "SELECT COUNT(*) FROM sqlite_master WHERE name = 'tool_runs'",
-            [],
-            |r| r.get(0),
-        )
-        .unwrap_or(0);
-    if ready == 0 {
-        return Vec::new();
-    }
-    rows_of(&conn, "SELECT * FROM tool_runs ORDER BY rowid")
+    env.runs()
+        .into_iter()
+        .filter(|r| r["resumed_from"] == id)
+        .collect()
 }

@@ -99,7 +99,8 @@ fn every_file_in_the_state_dir_is_private() {
 fn a_decision_written_past_monitor_is_reported_by_doctor() {
     let env = TestEnv::new();
     let id = parked_rm(&env, "d.txt");
-    env.db()
+    // Raw: a decision written into the file past monitor, for doctor to find.
+    env.raw_db()
         .execute(
             "UPDATE approvals SET status = 'approved', chosen_value = 'y', decided_by = 'root'",
             [],

@@ -116,10 +116,7 @@ fn ci_variable_means_headless_and_headless_0_forces_interactive() {
     // Forced interactive: the tool inherits the (piped) stdout, not a pty.
     assert_eq!(out.out(), "stdin=False stdout=False\n");
     let runs = env.runs();
-    assert!(
-        s(&runs[1], "metadata").contains("\"interactive\""),
-        "{runs:?}"
-    );
+    assert_eq!(runs[1]["metadata"]["mode"], "interactive", "{runs:?}");
 }
 
 #[test]
@@ -144,5 +141,5 @@ fn interactive_mode_keeps_the_terminal_and_is_recorded() {
     assert!(screen.contains("stdin-is-a-tty"), "{screen}");
     let run = env.only_run();
     assert_eq!(s(&run, "status"), "completed");
-    assert!(s(&run, "metadata").contains("\"interactive\""));
+    assert_eq!(run["metadata"]["mode"], "interactive", "{run:?}");
 }

@@ -137,9 +137,8 @@ fn stall_mark_mode_recovers_to_running() {
         .args(["silent-then", "3", "back"])
         .spawn();
     // While silent, the run is marked stalled but keeps running.
-    let marked = wait_until(Duration::from_secs(10), || {
-        env.state().join("state.db").exists()
-            && env.runs().first().is_some_and(|r| r["status"] == "stalled")
+    let marked = wait_for_state(Duration::from_secs(10), || {
+        env.runs().first().is_some_and(|r| r["status"] == "stalled")
     });
     assert!(marked, "never marked stalled: {:?}", env.runs());
     assert!(

@@ -40,7 +40,7 @@ fn a_link_named_after_the_tool_runs_the_real_tool_with_all_arguments() {
         out.out()
             .contains(&format!("run={}", s(&run, "tool_run_id")))
     );
-    let argv: Vec<String> = serde_json::from_str(s(&run, "argv_json")).unwrap();
+    let argv = strings(&run, "argv_json");
     assert_eq!(argv, ["mytool", "--timeout", "x", "--help"]);
 }
 

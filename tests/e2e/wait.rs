@@ -70,9 +70,7 @@ fn wait_for_a_run_returns_when_it_ends_or_parks() {
     let env = TestEnv::new();
     env.shim().arg("true").run().expect_code(0);
     let shim = env.shim().arg(tool()).args(["sleep", "1"]).spawn();
-    assert!(wait_until(Duration::from_secs(20), || runs_so_far(&env)
-        .len()
-        == 2));
+    assert!(wait_for_state(Duration::from_secs(20), || env.runs().len() == 2));
     let id = s(&env.runs()[1], "tool_run_id").to_owned();
     let out = env.monitor().args(["wait", &id, "--timeout", "30s"]).run();
     out.expect_code(0);

@@ -195,7 +195,16 @@ pub fn show(ctx: &Ctx, id: &str, json: bool) -> CliResult {
         return Err(CliError::not_found(format!("no approval {id}")));
     };
     if json {
-        return Ok(output::print_json(&a)?);
+        // The columns, plus the approval's audit rows.
+        let mut value = serde_json::to_value(&a).map_err(|e| CliError::error(e.to_string()))?;
+        if let Some(obj) = value.as_object_mut() {
+            let events = hr_shared::audit::for_approval(&conn, id)?;
+            obj.insert(
+                "events".into(),
+                serde_json::to_value(&events).map_err(|e| CliError::error(e.to_string()))?,
+            );
+        }
+        return Ok(output::print_json(&value)?);
     }
     let field = |name: &str, value: Option<&str>| {
         crate::outln!(

@@ -18,7 +18,7 @@ pub struct Args {
     #[arg(long, value_name = "N", default_value_t = 20)]
     tail: usize,
     /// Print JSON: a run's columns plus `approvals`, `output_tail` and `events`; an
-    /// approval's columns
+    /// approval's columns plus `events`
     #[arg(long)]
     json: bool,
 }
