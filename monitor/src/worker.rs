@@ -574,34 +574,10 @@ mod tests {
 
     fn approval(status: ApprovalStatus, by: &str, comment: Option<&str>) -> Approval {
         Approval {
-            approval_id: "AP-1".into(),
-            tool_run_id: "TR-1".into(),
-            tool_name: "rm".into(),
-            execution_id: None,
-            question: "q".into(),
-            context: None,
-            options_json: vec![],
-            default_value: None,
-            allows_text: false,
             status,
-            chosen_value: None,
-            created_at: time::now_rfc3339(),
-            decided_at: None,
-            expires_at: None,
             decided_by: Some(by.into()),
-            decision_channel: None,
             comment: comment.map(String::from),
-            request_fingerprint: None,
-            prompt_fingerprint: None,
-            consumed_at: None,
-            consumed_by: None,
-            prompt_kind: None,
-            prompt_line: None,
-            rule_name: None,
-            expire_action: "reject".into(),
-            claimed_by: None,
-            claimed_at: None,
-            resumed_run_id: None,
+            ..hr_shared::testing::approval("AP-1", hr_shared::approvals::PromptKind::Choice)
         }
     }
 

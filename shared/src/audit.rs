@@ -255,7 +255,7 @@ pub(crate) fn for_run(conn: &Connection, tool_run_id: &str) -> Result<Vec<AuditR
 }
 
 /// The audit rows of one approval (whichever run they name, if any), oldest first.
-pub fn for_approval(conn: &Connection, approval_id: &str) -> Result<Vec<AuditRow>> {
+pub(crate) fn for_approval(conn: &Connection, approval_id: &str) -> Result<Vec<AuditRow>> {
     let mut stmt = conn.prepare(
         "SELECT id, at, event, tool_run_id, approval_id, actor, data, prev_hash, hash
          FROM events WHERE approval_id = ?1 ORDER BY id",

@@ -191,14 +191,15 @@ pub fn clip(s: &str, max: usize) -> String {
 
 /// One approval for `monitor show AP-…`.
 pub fn show(ctx: &Ctx, id: &str, json: bool) -> CliResult {
-    let Some(a) = ctx.open()?.approval(id)? else {
+    let mut store = ctx.open()?;
+    let Some(a) = store.approval(id)? else {
         return Err(CliError::not_found(format!("no approval {id}")));
     };
     if json {
         // The columns, plus the approval's audit rows.
         let mut value = serde_json::to_value(&a).map_err(|e| CliError::error(e.to_string()))?;
         if let Some(obj) = value.as_object_mut() {
-            let events = hr_shared::audit::for_approval(&conn, id)?;
+            let events = store.audit_of_approval(id)?;
             obj.insert(
                 "events".into(),
                 serde_json::to_value(&events).map_err(|e| CliError::error(e.to_string()))?,

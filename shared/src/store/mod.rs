@@ -341,6 +341,8 @@ pub trait OperatorStore {
 
     /// The audit rows of one run.
     fn audit_of_run(&mut self, tool_run_id: &str) -> StoreResult<Vec<AuditRow>>;
+    /// The audit rows of one approval (whichever run, or none, they are filed under).
+    fn audit_of_approval(&mut self, approval_id: &str) -> StoreResult<Vec<AuditRow>>;
     /// Checks the audit chain.
     fn verify_audit(&mut self) -> StoreResult<ChainReport>;
     /// Decisions without an audit row: (approval id, status).

@@ -498,6 +498,10 @@ impl OperatorStore for SqliteStore {
         self.with(|c| audit::for_run(c, tool_run_id))
     }
 
+    fn audit_of_approval(&mut self, approval_id: &str) -> StoreResult<Vec<AuditRow>> {
+        self.with(|c| audit::for_approval(c, approval_id))
+    }
+
     fn verify_audit(&mut self) -> StoreResult<ChainReport> {
         self.with(|c| audit::verify(c))
     }
