@@ -4,6 +4,7 @@
 
 mod blocked;
 mod cli;
+mod conversation;
 mod group;
 mod interactive;
 mod notify;

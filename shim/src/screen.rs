@@ -48,6 +48,16 @@ impl ScreenText {
         }
     }
 
+    /// The screen of a `rows`×`cols` terminal after it has shown `bytes` (for tests that
+    /// make up what a tool shows).
+    #[cfg(test)]
+    pub fn rendered(rows: u16, cols: u16, bytes: &[u8]) -> ScreenText {
+        let size = |n: u16| std::num::NonZeroU16::new(n).expect("a screen has a size");
+        let mut p = vt100::Parser::new(size(rows), size(cols), 0);
+        feed(&mut p, bytes);
+        ScreenText::read(&p)
+    }
+
     /// The last `n` non-empty rows at or above the cursor, oldest first.
     pub fn last_lines(&self, n: usize) -> Vec<&str> {
         let end = (self.cursor_row + 1).min(self.rows.len());
@@ -108,13 +118,9 @@ fn is_number(s: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::num::NonZeroU16;
 
     fn screen(bytes: &[u8]) -> ScreenText {
-        let mut p =
-            vt100::Parser::new(NonZeroU16::new(5).unwrap(), NonZeroU16::new(40).unwrap(), 0);
-        feed(&mut p, bytes);
-        ScreenText::read(&p)
+        ScreenText::rendered(5, 40, bytes)
     }
 
     #[test]

@@ -1,30 +1,30 @@
 //! Supervised (headless) mode: the tool in a pty, its output copied to stdout byte for
-//! byte, signals forwarded, hard and stall timeouts enforced, and the prompt detector run
-//! whenever output goes idle. Everything slow (database, logs, screen model) happens on
-//! other threads; this loop only copies bytes and keeps time.
+//! byte, signals forwarded, hard and stall timeouts enforced, and the prompt conversation
+//! fed whenever output goes idle, its actions carried out (pty writes, store messages, the
+//! approval watcher). Everything slow (database, logs, screen model) happens on other
+//! threads; this loop only copies bytes and keeps time.
 
-use crate::blocked::{self, Reading};
+use crate::blocked;
+use crate::conversation::{Action, Blocked, Conversation, Modes, Observe, Setup};
 use crate::pty::{self, Pty};
 use crate::recorder::{Recorder, RecorderEvent, RecorderSetup};
 use crate::run::{self, Failure, RunContext, RunStart};
-use crate::screen::{self, ScreenText};
+use crate::screen::ScreenText;
 use crate::signals::SignalPipe;
 use crate::spawn::{self, SpawnSpec};
-use crate::store::{ASK_TIMEOUT, StoreHandle, StoreMsg};
+use crate::store::{StoreHandle, StoreMsg};
 use crate::{group, notify};
-use hr_shared::approvals::{Approval, PromptKind};
-use hr_shared::config::{OnPrompt, OnStall};
+use hr_shared::approvals::Approval;
+use hr_shared::config::OnStall;
 use hr_shared::event::truncate_utf8;
 use hr_shared::exit::{RunOutcome, shim};
 use hr_shared::mode::{CANCEL_SIGNAL, StdinMode};
-use hr_shared::policy::{self, PromptFacts};
-use hr_shared::prompt::{self, Prompt, ScreenFacts};
 use hr_shared::runs::Touch;
 use hr_shared::sanitize::sanitize_line;
 use hr_shared::status::RunStatus;
 use hr_shared::store::watch::{self, Watched, Watcher};
-use hr_shared::store::{Cooperative, PromptRequest, PromptResolution};
-use hr_shared::{fingerprint, time};
+use hr_shared::store::{Cooperative, PromptResolution};
+use hr_shared::time;
 use std::io;
 use std::os::fd::RawFd;
 use std::os::unix::fs::FileTypeExt;
@@ -104,16 +104,21 @@ pub fn run(
         stdout_open: true,
         started: now,
         last_output: now,
-        output_seq: 0,
         last_touch: None,
         touch_pending: false,
         exited: None,
         master_eof: false,
         ending: None,
         stalled: false,
-        detector: Detector::default(),
-        resolving: None,
-        waiting: None,
+        conv: Conversation::new(Setup {
+            tool: &ctx.tool_name,
+            settings: &ctx.settings,
+            config: &ctx.config,
+            argv: ctx.argv(),
+            cwd: ctx.cwd.to_string_lossy().into_owned(),
+        }),
+        asking: None,
+        watcher: None,
         coop_asks: Vec::new(),
         coops: Vec::new(),
         coop_pending: None,
@@ -182,40 +187,6 @@ struct Ending {
     killed: bool,
 }
 
-/// Text typed in raw mode without Enter, and the prompt line it was typed on: if it shows
-/// up echoed on that line while the tool still waits, the prompt wants Enter too.
-struct PendingEnter {
-    line: String,
-    typed: String,
-}
-
-/// State the prompt detector keeps between ticks.
-#[derive(Default)]
-struct Detector {
-    /// CPU ticks of the foreground group at the previous sample, and what it said.
-    prev: Option<(u64, Reading)>,
-    last_eof: Option<Instant>,
-    /// The output count when the shim last typed: no new prompt until the tool reacts.
-    typed_at: Option<u64>,
-    pending_enter: Option<PendingEnter>,
-}
-
-/// A prompt sent to the store, waiting for what the database says.
-struct Resolving {
-    prompt: Prompt,
-    canonical: bool,
-    /// The output count when the prompt was seen: if output came since, it is gone.
-    seq: u64,
-    since: Instant,
-    rx: Receiver<Result<PromptResolution, String>>,
-}
-
-/// Wait mode: the tool is kept at its prompt until the approval is decided.
-struct Waiting {
-    prompt: Prompt,
-    watcher: Watcher,
-}
-
 /// How often to look for the store's answer while one is expected.
 const ASK_TICK: Duration = Duration::from_millis(5);
 
@@ -230,8 +201,6 @@ struct Supervisor<'a> {
     stdout_open: bool,
     started: Instant,
     last_output: Instant,
-    /// Reads of output so far: tells "the screen changed" without comparing screens.
-    output_seq: u64,
     last_touch: Option<Instant>,
     touch_pending: bool,
     /// The raw wait status and when it came.
@@ -239,9 +208,11 @@ struct Supervisor<'a> {
     master_eof: bool,
     ending: Option<Ending>,
     stalled: bool,
-    detector: Detector,
-    resolving: Option<Resolving>,
-    waiting: Option<Waiting>,
+    conv: Conversation<'a>,
+    /// The store's reply to the prompt the conversation asks about.
+    asking: Option<Receiver<Result<PromptResolution, String>>>,
+    /// Wait mode: the watcher of the approval the tool is kept at its prompt for.
+    watcher: Option<Watcher>,
     coop_asks: Vec<Receiver<Result<Cooperative, String>>>,
     /// Watchers of cooperative approvals still pending.
     coops: Vec<Watcher>,
@@ -331,7 +302,7 @@ impl Supervisor<'_> {
 
     /// An approval is pending: neither timeout counts.
     fn paused(&self) -> bool {
-        self.waiting.is_some() || !self.coops.is_empty()
+        self.conv.waiting() || !self.coops.is_empty()
     }
 
     fn track_pause(&mut self, now: Instant) {
@@ -389,8 +360,9 @@ impl Supervisor<'_> {
         if self.ending.is_some() {
             return;
         }
-        self.resolving = None;
-        self.waiting = None;
+        self.conv.stop();
+        self.asking = None;
+        self.watcher = None;
         group::signal_session(self.pid, libc::SIGTERM);
         // A stopped process cannot act on TERM until it is continued.
         group::signal_session(self.pid, libc::SIGCONT);
@@ -441,10 +413,10 @@ impl Supervisor<'_> {
             };
             deadlines.push(idle_at.max(now + tick));
         }
-        if self.resolving.is_some() || !self.coop_asks.is_empty() {
+        if self.conv.asking() || !self.coop_asks.is_empty() {
             deadlines.push(now + ASK_TICK);
         }
-        if self.waiting.is_some() || !self.coops.is_empty() {
+        if self.conv.waiting() || !self.coops.is_empty() {
             deadlines.push(now + watch::WATCH_EVERY);
         }
         if let Some(e) = &self.ending
@@ -544,204 +516,93 @@ impl Supervisor<'_> {
 
     fn on_output(&mut self) {
         self.last_output = Instant::now();
-        self.output_seq += 1;
         self.touch_pending = true;
-        self.detector.prev = None;
+        self.conv.output();
         if self.stalled {
             self.stalled = false;
             self.store.send(run::live_status(RunStatus::Running, None));
         }
     }
 
-    /// One detector tick: is the tool blocked reading its terminal, and what shows?
+    /// One detector tick: the conversation looks at the terminal as far as it needs to.
     fn detect(&mut self, now: Instant) {
-        if self.resolving.is_some() || self.waiting.is_some() {
-            return;
-        }
         let idle_for = now.saturating_duration_since(self.last_output);
-        let idle_window = self.ctx.settings.prompt_idle;
-        if idle_for < idle_window / 2 || !self.recorder.caught_up() {
-            return;
-        }
-        // After typing an answer, nothing is a new prompt until the tool has reacted.
-        if self.detector.typed_at == Some(self.output_seq) {
-            return;
-        }
-        let Some(pgrp) = self.pty.foreground_pgrp() else {
-            return;
+        let mut look = Look {
+            pty: &self.pty,
+            pid: self.pid,
+            recorder: &self.recorder,
         };
-        let sample = blocked::sample(self.pid, pgrp, self.pty.slave_rdev());
-        let reading = sample.reading();
-        let steady = self.detector.prev == Some((sample.cpu_ticks, reading));
-        self.detector.prev = Some((sample.cpu_ticks, reading));
-        if idle_for < idle_window || !steady || reading == Reading::No {
-            return;
-        }
-        let Some(termios) = self.pty.termios() else {
-            return;
-        };
-        let canonical = termios.c_lflag & libc::ICANON != 0;
-        let echo = termios.c_lflag & libc::ECHO != 0;
-        let shown = match self.recorder.shared.screen.lock() {
-            Ok(guard) => guard.as_ref().map(ScreenText::read).unwrap_or_default(),
-            Err(_) => return,
-        };
-        // Where /proc will not say (setuid tools), only a prompt-shaped last line counts.
-        if reading == Reading::Unknown
-            && !shown
-                .last_lines(1)
-                .first()
-                .is_some_and(|l| screen::looks_like_question(l))
-        {
-            return;
-        }
-        if !shown.shows_question() {
-            if canonical {
-                self.send_eof(now, &termios);
-            }
-            return;
-        }
-        if let Some(pe) = self.detector.pending_enter.take() {
-            let line = sanitize_line(&shown.prompt_line);
-            let line = line.trim();
-            if line.len() > pe.line.len()
-                && line.starts_with(&pe.line)
-                && line[pe.line.len()..].trim() == pe.typed
-            {
-                let _ = self.pty.write_all(b"\r");
-                self.detector.typed_at = Some(self.output_seq);
-                return;
-            }
-        }
-        let end = (shown.cursor_row + 1).min(shown.rows.len());
-        let prompt = prompt::classify(
-            &ScreenFacts {
-                tool: &self.ctx.tool_name,
-                rows: &shown.rows[..end],
-                prompt_line: &shown.prompt_line,
-                echo,
-                canonical,
-            },
-            self.ctx.config.prompt_rules(),
-        );
-        if prompt.secret {
-            let alternative = prompt
-                .alternative
-                .clone()
-                .unwrap_or_else(|| prompt::secret_alternative(&self.ctx.tool_name));
-            self.end_tool(RunOutcome::SecretRefused {
-                prompt: prompt.prompt_line.clone(),
-                alternative,
-            });
-            return;
-        }
-        let request = PromptRequest {
-            prompt_fingerprint: fingerprint::prompt(&self.ctx.tool_name, &prompt.prompt_line),
-            policies: self.config_policies(&prompt),
-            ttl: self.ctx.settings.approval_ttl,
-            on_expire: self.ctx.settings.on_expire,
-            prompt: prompt.clone(),
-        };
-        let rx = self
-            .store
-            .request(|reply| StoreMsg::Prompt(Box::new(request), reply));
-        self.resolving = Some(Resolving {
-            prompt,
-            canonical,
-            seq: self.output_seq,
-            since: now,
-            rx,
-        });
-    }
-
-    /// A read with nothing asked: answer EOF, as /dev/null would without the shim.
-    fn send_eof(&mut self, now: Instant, termios: &libc::termios) {
-        let idle_window = self.ctx.settings.prompt_idle;
-        if self
-            .detector
-            .last_eof
-            .is_none_or(|t| now >= t + idle_window)
-        {
-            self.detector.last_eof = Some(now);
-            let eof = termios.c_cc[libc::VEOF];
-            let _ = self.pty.write_all(&[if eof == 0 { 4 } else { eof }]);
-            self.detector.prev = None;
-        }
-    }
-
-    /// The config policies whose conditions hold for this prompt, in order: (name, value).
-    fn config_policies(&self, p: &Prompt) -> Vec<(String, String)> {
-        let argv = self.ctx.argv();
-        let cwd = self.ctx.cwd.to_string_lossy();
-        let facts = PromptFacts {
-            tool: &self.ctx.tool_name,
-            prompt_line: &p.prompt_line,
-            question: &p.question,
-            argv: &argv,
-            cwd: &cwd,
-        };
-        self.ctx
-            .config
-            .policies()
-            .filter(|pol| policy::config_matches(pol, &facts))
-            .map(|pol| (pol.name.clone(), pol.value.clone()))
-            .collect()
+        let actions = self.conv.tick(now, idle_for, &mut look);
+        self.carry_out(actions);
     }
 
     fn poll_resolving(&mut self, now: Instant) {
-        let Some(r) = &self.resolving else {
+        let Some(rx) = &self.asking else {
             return;
         };
-        let answer = match r.rx.try_recv() {
-            Ok(answer) => answer,
-            Err(TryRecvError::Empty) if now < r.since + ASK_TIMEOUT => return,
-            Err(_) => Err("the state store did not answer".to_owned()),
-        };
-        let Some(r) = self.resolving.take() else {
+        let actions = self.conv.reply(now, rx.try_recv());
+        if !self.conv.asking() {
+            self.asking = None;
+        }
+        self.carry_out(actions);
+    }
+
+    /// Wait mode: a decision may have arrived for the prompt the tool is kept at.
+    fn poll_waiting(&mut self) {
+        let Some(w) = &self.watcher else {
             return;
         };
-        match answer {
-            Err(why) => self.end_tool(RunOutcome::Unrecorded {
-                prompt: r.prompt.prompt_line.clone(),
-                why,
-            }),
-            Ok(PromptResolution::Answer { approval, value }) => {
-                if self.output_seq != r.seq {
-                    eprintln!(
-                        "headless-run: {}: the prompt went away before {} could answer it; the answer was not typed (it stays for the prompt's return)",
-                        self.ctx.tool_name, approval.approval_id
-                    );
-                    self.store.send(StoreMsg::ReleaseConsumed(Some(
-                        approval.approval_id.clone(),
-                    )));
-                    return;
+        let got = w.rx.try_recv();
+        let mut look = Look {
+            pty: &self.pty,
+            pid: self.pid,
+            recorder: &self.recorder,
+        };
+        let actions = self.conv.watched(got, &mut look);
+        if !self.conv.waiting() {
+            self.watcher = None;
+        }
+        self.carry_out(actions);
+    }
+
+    /// Does what the conversation decided.
+    fn carry_out(&mut self, actions: Vec<Action>) {
+        for action in actions {
+            match action {
+                // As a person's keyboard would: a write that fails changes nothing.
+                Action::Write(bytes) => {
+                    let _ = self.pty.write_all(&bytes);
                 }
-                self.type_answer(&r.prompt, r.canonical, &value, &approval);
-            }
-            Ok(PromptResolution::Rejected { approval }) => self.reject(&approval),
-            Ok(PromptResolution::Pending {
-                approval,
-                taken_over,
-            }) => {
-                let wait = self.ctx.settings.on_prompt == OnPrompt::Wait;
-                self.announce(&approval, wait, taken_over);
-                if wait {
-                    match self.watcher_for(&approval) {
-                        Some(watcher) => {
-                            self.waiting = Some(Waiting {
-                                prompt: r.prompt,
-                                watcher,
-                            })
-                        }
-                        None => self.end_tool(RunOutcome::ApprovalPending {
-                            approval_id: approval.approval_id.clone(),
-                        }),
+                Action::Type(typing) => {
+                    let written = self.pty.write_all(&typing.keys);
+                    let next = self.conv.typed(typing, written);
+                    self.carry_out(next);
+                }
+                Action::Ask(request) => {
+                    self.asking =
+                        Some(self.store.request(|reply| StoreMsg::Prompt(request, reply)));
+                }
+                Action::Release(approval_id) => self
+                    .store
+                    .send(StoreMsg::ReleaseConsumed(Some(approval_id))),
+                Action::Consume(approval_id) => {
+                    self.store.send(StoreMsg::Consume(approval_id));
+                    self.store.send(run::live_status(RunStatus::Running, None));
+                }
+                Action::Watch(approval) => match self.watcher_for(&approval) {
+                    Some(watcher) => self.watcher = Some(watcher),
+                    None => {
+                        let next = self.conv.unwatched();
+                        self.carry_out(next);
                     }
-                } else {
-                    self.end_tool(RunOutcome::ApprovalPending {
-                        approval_id: approval.approval_id.clone(),
-                    });
-                }
+                },
+                Action::Announce {
+                    approval,
+                    waiting,
+                    taken_over,
+                } => self.announce(&approval, waiting, taken_over),
+                Action::End(outcome) => self.end_tool(outcome),
+                Action::Say(line) => eprintln!("{line}"),
             }
         }
     }
@@ -753,87 +614,6 @@ impl Supervisor<'_> {
             paths.combined_log(),
             a,
         ))
-    }
-
-    /// Wait mode: a decision arrived for the prompt the tool is kept at.
-    fn poll_waiting(&mut self) {
-        let Some(w) = &self.waiting else {
-            return;
-        };
-        let decided = match w.watcher.rx.try_recv() {
-            Ok(Watched::Decided(a)) => *a,
-            Err(TryRecvError::Empty) => return,
-            Err(TryRecvError::Disconnected) => {
-                let prompt = w.prompt.prompt_line.clone();
-                self.end_tool(RunOutcome::Unrecorded {
-                    prompt,
-                    why: "the approval could not be watched".into(),
-                });
-                return;
-            }
-        };
-        let Some(w) = self.waiting.take() else {
-            return;
-        };
-        if !decided.answers() {
-            return self.reject(&decided);
-        }
-        let value = decided.chosen_value.clone().unwrap_or_default();
-        self.store
-            .send(StoreMsg::Consume(decided.approval_id.clone()));
-        self.store.send(run::live_status(RunStatus::Running, None));
-        let canonical = self
-            .pty
-            .termios()
-            .is_none_or(|t| t.c_lflag & libc::ICANON != 0);
-        self.type_answer(&w.prompt, canonical, &value, &decided);
-    }
-
-    /// Types the keys of `value` into the tool's terminal.
-    fn type_answer(&mut self, p: &Prompt, canonical: bool, value: &str, a: &Approval) {
-        let Some(keys) = p.keys_for(value, canonical) else {
-            self.end_tool(RunOutcome::Rejected {
-                approval_id: a.approval_id.clone(),
-                why: format!("answer `{value}` cannot be typed into this prompt"),
-            });
-            return;
-        };
-        if let Err(e) = self.pty.write_all(&keys) {
-            eprintln!(
-                "headless-run: {}: cannot type the answer: {e}",
-                self.ctx.tool_name
-            );
-            return;
-        }
-        self.detector.typed_at = Some(self.output_seq);
-        self.detector.prev = None;
-        self.detector.pending_enter = (!canonical
-            && !keys.ends_with(b"\r")
-            && p.kind != PromptKind::Menu)
-            .then(|| PendingEnter {
-                line: p.prompt_line.clone(),
-                typed: String::from_utf8_lossy(&keys).into_owned(),
-            });
-        eprintln!(
-            "headless-run: {}: answered {:?} with `{value}` ({}, {} by {})",
-            self.ctx.tool_name,
-            p.prompt_line,
-            a.approval_id,
-            a.status,
-            watch::decided_by(a)
-        );
-    }
-
-    fn reject(&mut self, a: &Approval) {
-        let why = format!("{} by {}", a.status, watch::decided_by(a));
-        eprintln!(
-            "headless-run: {}: approval {} was {why}; ending the tool (exit 91)",
-            self.ctx.tool_name, a.approval_id
-        );
-        self.end_tool(RunOutcome::Rejected {
-            approval_id: a.approval_id.clone(),
-            why,
-        });
     }
 
     /// One plain line on stderr: what is asked and the exact command that decides it; and
@@ -937,10 +717,42 @@ impl Supervisor<'_> {
                 a.chosen_value.as_deref().unwrap_or("-"),
                 watch::decided_by(&a)
             );
-            if self.coops.is_empty() && self.waiting.is_none() && self.exited.is_none() {
+            if self.coops.is_empty() && !self.conv.waiting() && self.exited.is_none() {
                 self.store.send(run::live_status(RunStatus::Running, None));
             }
         }
+    }
+}
+
+/// The tool's terminal as the conversation sees it: the foreground group in `/proc`, the
+/// pty's modes, the recorder's screen.
+struct Look<'s> {
+    pty: &'s Pty,
+    pid: i32,
+    recorder: &'s Recorder,
+}
+
+impl Observe for Look<'_> {
+    fn caught_up(&self) -> bool {
+        self.recorder.caught_up()
+    }
+
+    fn blocked(&mut self) -> Option<Blocked> {
+        let pgrp = self.pty.foreground_pgrp()?;
+        let sample = blocked::sample(self.pid, pgrp, self.pty.slave_rdev());
+        Some(Blocked {
+            cpu_ticks: sample.cpu_ticks,
+            reading: sample.reading(),
+        })
+    }
+
+    fn modes(&mut self) -> Option<Modes> {
+        self.pty.termios().as_ref().map(Modes::of)
+    }
+
+    fn screen(&mut self) -> Option<ScreenText> {
+        let guard = self.recorder.shared.screen.lock().ok()?;
+        Some(guard.as_ref().map(ScreenText::read).unwrap_or_default())
     }
 }
 

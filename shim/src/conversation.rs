@@ -1,0 +1,1151 @@
+//! The prompt conversation of supervised mode as a state machine: it looks at what the
+//! terminal shows while output is idle, decides whether the tool is asking something, and
+//! turns the store's resolution or a wait-mode decision into keys. It does no I/O: the
+//! supervisor feeds it observations and replies and carries out the [`Action`]s it returns,
+//! so every rule here can be driven by made-up screens and decisions in unit tests.
+
+use crate::blocked::Reading;
+use crate::screen::{self, ScreenText};
+use crate::store::ASK_TIMEOUT;
+use hr_shared::approvals::{Approval, PromptKind};
+use hr_shared::config::{Config, OnPrompt, Resolved};
+use hr_shared::exit::RunOutcome;
+use hr_shared::fingerprint;
+use hr_shared::policy::{self, PromptFacts};
+use hr_shared::prompt::{self, Prompt, ScreenFacts};
+use hr_shared::sanitize::sanitize_line;
+use hr_shared::store::watch::{self, Watched};
+use hr_shared::store::{PromptRequest, PromptResolution};
+use std::io;
+use std::sync::mpsc::TryRecvError;
+use std::time::{Duration, Instant};
+
+/// What the conversation needs to know about the run, fixed for its whole length.
+pub struct Setup<'a> {
+    /// The tool's name as shown and stored.
+    pub tool: &'a str,
+    pub settings: &'a Resolved,
+    /// Prompt rules and policies.
+    pub config: &'a Config,
+    /// The command line and working directory, for the conditions of config policies.
+    pub argv: Vec<String>,
+    pub cwd: String,
+}
+
+/// Whether the foreground group waits on the terminal, and how much CPU it has used: two
+/// equal samples in a row mean nothing moved in between.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Blocked {
+    pub cpu_ticks: u64,
+    pub reading: Reading,
+}
+
+/// The terminal modes that matter to a prompt.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Modes {
+    /// ICANON: the tool reads lines (off: single keys or a full-screen menu).
+    pub canonical: bool,
+    /// ECHO: off while blocked in line mode is a secret prompt.
+    pub echo: bool,
+    /// The VEOF character (0 when unset).
+    pub eof: u8,
+}
+
+impl Modes {
+    pub fn of(t: &libc::termios) -> Modes {
+        Modes {
+            canonical: t.c_lflag & libc::ICANON != 0,
+            echo: t.c_lflag & libc::ECHO != 0,
+            eof: t.c_cc[libc::VEOF],
+        }
+    }
+}
+
+/// What one detector tick may look at. Each look costs something (a lock, syscalls, a walk
+/// of `/proc`), so the conversation asks for them one by one, only as far as it needs.
+pub trait Observe {
+    /// Whether the screen model has taken in all output read so far.
+    fn caught_up(&self) -> bool;
+    /// The foreground group's state; `None` when there is no foreground group.
+    fn blocked(&mut self) -> Option<Blocked>;
+    fn modes(&mut self) -> Option<Modes>;
+    /// The rendered screen; `None` when it cannot be read.
+    fn screen(&mut self) -> Option<ScreenText>;
+}
+
+/// What the supervisor is to do, in order.
+#[derive(Debug)]
+pub enum Action {
+    /// Write these bytes to the tool's terminal (EOF, Enter); a failure changes nothing.
+    Write(Vec<u8>),
+    /// Type an answer, then report how the write went with [`Conversation::typed`].
+    Type(Typing),
+    /// Send this prompt to the store and feed its reply to [`Conversation::reply`].
+    Ask(Box<PromptRequest>),
+    /// The answer taken for this approval was not typed: give it back.
+    Release(String),
+    /// A wait-mode decision is being typed: mark the approval consumed and the run running.
+    Consume(String),
+    /// Watch this approval and feed what comes to [`Conversation::watched`] (or say
+    /// [`Conversation::unwatched`] when it cannot be watched).
+    Watch(Box<Approval>),
+    /// The stderr line and the notify hook for a pending approval.
+    Announce {
+        approval: Box<Approval>,
+        waiting: bool,
+        taken_over: bool,
+    },
+    /// End the tool with this outcome.
+    End(RunOutcome),
+    /// One line for stderr.
+    Say(String),
+}
+
+/// An answer to type, and what the conversation remembers once it is typed.
+#[derive(Debug)]
+pub struct Typing {
+    pub keys: Vec<u8>,
+    pending_enter: Option<PendingEnter>,
+    answered: String,
+}
+
+/// Text typed in raw mode without Enter, and the prompt line it was typed on: if it shows
+/// up echoed on that line while the tool still waits, the prompt wants Enter too.
+#[derive(Debug)]
+struct PendingEnter {
+    line: String,
+    typed: String,
+}
+
+enum State {
+    /// Looking for a prompt whenever output is idle.
+    Looking,
+    /// A prompt was sent to the store; its reply is awaited.
+    Asking {
+        prompt: Prompt,
+        canonical: bool,
+        /// The output count when the prompt was seen: if output came since, it is gone.
+        seq: u64,
+        since: Instant,
+    },
+    /// Wait mode: the tool is kept at its prompt until the approval is decided.
+    Waiting { prompt: Prompt, approval_id: String },
+}
+
+pub struct Conversation<'a> {
+    setup: Setup<'a>,
+    state: State,
+    /// Reads of output so far: tells "the screen changed" without comparing screens.
+    output_seq: u64,
+    /// The previous sample: a prompt needs two equal ones in a row.
+    prev: Option<Blocked>,
+    last_eof: Option<Instant>,
+    /// The output count when the shim last typed: no new prompt until the tool reacts.
+    typed_at: Option<u64>,
+    pending_enter: Option<PendingEnter>,
+}
+
+impl<'a> Conversation<'a> {
+    pub fn new(setup: Setup<'a>) -> Self {
+        Conversation {
+            setup,
+            state: State::Looking,
+            output_seq: 0,
+            prev: None,
+            last_eof: None,
+            typed_at: None,
+            pending_enter: None,
+        }
+    }
+
+    /// A prompt was sent to the store and its reply is awaited.
+    pub fn asking(&self) -> bool {
+        matches!(self.state, State::Asking { .. })
+    }
+
+    /// The tool is kept at a prompt until its approval is decided.
+    pub fn waiting(&self) -> bool {
+        matches!(self.state, State::Waiting { .. })
+    }
+
+    /// The tool wrote something: the screen changed.
+    pub fn output(&mut self) {
+        self.output_seq += 1;
+        self.prev = None;
+    }
+
+    /// The tool is being ended for whatever reason: nothing more is asked or awaited.
+    pub fn stop(&mut self) {
+        self.state = State::Looking;
+    }
+
+    /// One detector tick, `idle_for` after the last output: is the tool blocked reading its
+    /// terminal, and what shows?
+    pub fn tick(
+        &mut self,
+        now: Instant,
+        idle_for: Duration,
+        obs: &mut impl Observe,
+    ) -> Vec<Action> {
+        if !matches!(self.state, State::Looking) {
+            return Vec::new();
+        }
+        let idle_window = self.setup.settings.prompt_idle;
+        // Sampling from half the window on lets two samples agree by the time it closes.
+        if idle_for < idle_window / 2 || !obs.caught_up() {
+            return Vec::new();
+        }
+        // After typing an answer, nothing is a new prompt until the tool has reacted.
+        if self.typed_at == Some(self.output_seq) {
+            return Vec::new();
+        }
+        let Some(sample) = obs.blocked() else {
+            return Vec::new();
+        };
+        let steady = self.prev == Some(sample);
+        self.prev = Some(sample);
+        if idle_for < idle_window || !steady || sample.reading == Reading::No {
+            return Vec::new();
+        }
+        let Some(modes) = obs.modes() else {
+            return Vec::new();
+        };
+        let Some(shown) = obs.screen() else {
+            return Vec::new();
+        };
+        // Where /proc will not say (setuid tools), only a prompt-shaped last line counts.
+        if sample.reading == Reading::Unknown
+            && !shown
+                .last_lines(1)
+                .first()
+                .is_some_and(|l| screen::looks_like_question(l))
+        {
+            return Vec::new();
+        }
+        if !shown.shows_question() {
+            return if modes.canonical {
+                self.eof(now, modes).into_iter().collect()
+            } else {
+                Vec::new()
+            };
+        }
+        if let Some(pe) = self.pending_enter.take() {
+            let line = sanitize_line(&shown.prompt_line);
+            let line = line.trim();
+            if line.len() > pe.line.len()
+                && line.starts_with(&pe.line)
+                && line[pe.line.len()..].trim() == pe.typed
+            {
+                self.typed_at = Some(self.output_seq);
+                return vec![Action::Write(b"\r".to_vec())];
+            }
+        }
+        let end = (shown.cursor_row + 1).min(shown.rows.len());
+        let prompt = prompt::classify(
+            &ScreenFacts {
+                tool: self.setup.tool,
+                rows: &shown.rows[..end],
+                prompt_line: &shown.prompt_line,
+                echo: modes.echo,
+                canonical: modes.canonical,
+            },
+            self.setup.config.prompt_rules(),
+        );
+        if prompt.secret {
+            let alternative = prompt
+                .alternative
+                .clone()
+                .unwrap_or_else(|| prompt::secret_alternative(self.setup.tool));
+            return vec![Action::End(RunOutcome::SecretRefused {
+                prompt: prompt.prompt_line,
+                alternative,
+            })];
+        }
+        let settings = self.setup.settings;
+        let request = PromptRequest {
+            prompt_fingerprint: fingerprint::prompt(self.setup.tool, &prompt.prompt_line),
+            policies: self.config_policies(&prompt),
+            ttl: settings.approval_ttl,
+            on_expire: settings.on_expire,
+            prompt: prompt.clone(),
+        };
+        self.state = State::Asking {
+            prompt,
+            canonical: modes.canonical,
+            seq: self.output_seq,
+            since: now,
+        };
+        vec![Action::Ask(Box::new(request))]
+    }
+
+    /// A read with nothing asked: answer EOF, as /dev/null would without the shim — once
+    /// per idle window, so a tool that reads again gets its next EOF after a pause.
+    fn eof(&mut self, now: Instant, modes: Modes) -> Option<Action> {
+        let idle_window = self.setup.settings.prompt_idle;
+        if self.last_eof.is_some_and(|t| now < t + idle_window) {
+            return None;
+        }
+        self.last_eof = Some(now);
+        self.prev = None;
+        Some(Action::Write(vec![if modes.eof == 0 {
+            4
+        } else {
+            modes.eof
+        }]))
+    }
+
+    /// The config policies whose conditions hold for this prompt, in order: (name, value).
+    fn config_policies(&self, p: &Prompt) -> Vec<(String, String)> {
+        let facts = PromptFacts {
+            tool: self.setup.tool,
+            prompt_line: &p.prompt_line,
+            question: &p.question,
+            argv: &self.setup.argv,
+            cwd: &self.setup.cwd,
+        };
+        self.setup
+            .config
+            .policies()
+            .filter(|pol| policy::config_matches(pol, &facts))
+            .map(|pol| (pol.name.clone(), pol.value.clone()))
+            .collect()
+    }
+
+    /// What came on the store's reply channel so far (`rx.try_recv()`): nothing yet is
+    /// waited for up to [`ASK_TIMEOUT`] after asking.
+    pub fn reply(
+        &mut self,
+        now: Instant,
+        got: Result<Result<PromptResolution, String>, TryRecvError>,
+    ) -> Vec<Action> {
+        let State::Asking { since, .. } = self.state else {
+            return Vec::new();
+        };
+        let answer = match got {
+            Ok(answer) => answer,
+            Err(TryRecvError::Empty) if now < since + ASK_TIMEOUT => return Vec::new(),
+            Err(_) => Err("the state store did not answer".to_owned()),
+        };
+        let State::Asking {
+            prompt,
+            canonical,
+            seq,
+            ..
+        } = std::mem::replace(&mut self.state, State::Looking)
+        else {
+            return Vec::new();
+        };
+        match answer {
+            Err(why) => vec![Action::End(RunOutcome::Unrecorded {
+                prompt: prompt.prompt_line,
+                why,
+            })],
+            Ok(PromptResolution::Answer { approval, value }) => {
+                if self.output_seq != seq {
+                    return vec![
+                        Action::Say(format!(
+                            "headless-run: {}: the prompt went away before {} could answer it; the answer was not typed (it stays for the prompt's return)",
+                            self.setup.tool, approval.approval_id
+                        )),
+                        Action::Release(approval.approval_id),
+                    ];
+                }
+                vec![self.answer(&prompt, canonical, &value, &approval)]
+            }
+            Ok(PromptResolution::Rejected { approval }) => self.reject(&approval),
+            Ok(PromptResolution::Pending {
+                approval,
+                taken_over,
+            }) => {
+                let wait = self.setup.settings.on_prompt == OnPrompt::Wait;
+                let approval_id = approval.approval_id.clone();
+                let announce = Action::Announce {
+                    approval: approval.clone(),
+                    waiting: wait,
+                    taken_over,
+                };
+                if wait {
+                    self.state = State::Waiting {
+                        prompt,
+                        approval_id,
+                    };
+                    vec![announce, Action::Watch(approval)]
+                } else {
+                    vec![
+                        announce,
+                        Action::End(RunOutcome::ApprovalPending { approval_id }),
+                    ]
+                }
+            }
+        }
+    }
+
+    /// The approval of [`Action::Watch`] cannot be watched: the run waits as in exit mode.
+    pub fn unwatched(&mut self) -> Vec<Action> {
+        match std::mem::replace(&mut self.state, State::Looking) {
+            State::Waiting { approval_id, .. } => {
+                vec![Action::End(RunOutcome::ApprovalPending { approval_id })]
+            }
+            other => {
+                self.state = other;
+                Vec::new()
+            }
+        }
+    }
+
+    /// Wait mode: what came from the approval's watcher so far (`rx.try_recv()`).
+    pub fn watched(
+        &mut self,
+        got: Result<Watched, TryRecvError>,
+        obs: &mut impl Observe,
+    ) -> Vec<Action> {
+        if !self.waiting() {
+            return Vec::new();
+        }
+        let decided = match got {
+            Ok(Watched::Decided(a)) => *a,
+            Err(TryRecvError::Empty) => return Vec::new(),
+            Err(TryRecvError::Disconnected) => {
+                let State::Waiting { prompt, .. } =
+                    std::mem::replace(&mut self.state, State::Looking)
+                else {
+                    return Vec::new();
+                };
+                return vec![Action::End(RunOutcome::Unrecorded {
+                    prompt: prompt.prompt_line,
+                    why: "the approval could not be watched".into(),
+                })];
+            }
+        };
+        let State::Waiting { prompt, .. } = std::mem::replace(&mut self.state, State::Looking)
+        else {
+            return Vec::new();
+        };
+        if !decided.answers() {
+            return self.reject(&decided);
+        }
+        let value = decided.chosen_value.clone().unwrap_or_default();
+        let consume = Action::Consume(decided.approval_id.clone());
+        // The modes now, not when the prompt was seen: the tool may have switched meanwhile.
+        let canonical = obs.modes().is_none_or(|m| m.canonical);
+        vec![consume, self.answer(&prompt, canonical, &value, &decided)]
+    }
+
+    /// The keys of `value` for prompt `p`, or the end of the tool when they cannot be typed.
+    fn answer(&self, p: &Prompt, canonical: bool, value: &str, a: &Approval) -> Action {
+        let Some(keys) = p.keys_for(value, canonical) else {
+            return Action::End(RunOutcome::Rejected {
+                approval_id: a.approval_id.clone(),
+                why: format!("answer `{value}` cannot be typed into this prompt"),
+            });
+        };
+        let pending_enter = (!canonical && !keys.ends_with(b"\r") && p.kind != PromptKind::Menu)
+            .then(|| PendingEnter {
+                line: p.prompt_line.clone(),
+                typed: String::from_utf8_lossy(&keys).into_owned(),
+            });
+        let answered = format!(
+            "headless-run: {}: answered {:?} with `{value}` ({}, {} by {})",
+            self.setup.tool,
+            p.prompt_line,
+            a.approval_id,
+            a.status,
+            watch::decided_by(a)
+        );
+        Action::Type(Typing {
+            keys,
+            pending_enter,
+            answered,
+        })
+    }
+
+    /// How writing the keys of an [`Action::Type`] went. Keys that did not reach the tool
+    /// leave the conversation as it was, so the same prompt is looked at again.
+    pub fn typed(&mut self, t: Typing, written: io::Result<()>) -> Vec<Action> {
+        if let Err(e) = written {
+            return vec![Action::Say(format!(
+                "headless-run: {}: cannot type the answer: {e}",
+                self.setup.tool
+            ))];
+        }
+        self.typed_at = Some(self.output_seq);
+        self.prev = None;
+        self.pending_enter = t.pending_enter;
+        vec![Action::Say(t.answered)]
+    }
+
+    fn reject(&self, a: &Approval) -> Vec<Action> {
+        let why = format!("{} by {}", a.status, watch::decided_by(a));
+        vec![
+            Action::Say(format!(
+                "headless-run: {}: approval {} was {why}; ending the tool (exit 91)",
+                self.setup.tool, a.approval_id
+            )),
+            Action::End(RunOutcome::Rejected {
+                approval_id: a.approval_id.clone(),
+                why,
+            }),
+        ]
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use hr_shared::status::ApprovalStatus;
+    use hr_shared::testing;
+
+    const IDLE: Duration = Duration::from_millis(300);
+    const YES_NO: &[u8] = b"working...\nContinue? [y/N] ";
+
+    fn ms(n: u64) -> Duration {
+        Duration::from_millis(n)
+    }
+
+    /// A made-up terminal: what the conversation would read from the pty, `/proc` and the
+    /// recorder, and how often it sampled the foreground group.
+    struct Tty {
+        caught_up: bool,
+        blocked: Option<Blocked>,
+        modes: Option<Modes>,
+        screen: ScreenText,
+        samples: usize,
+    }
+
+    impl Observe for Tty {
+        fn caught_up(&self) -> bool {
+            self.caught_up
+        }
+        fn blocked(&mut self) -> Option<Blocked> {
+            self.samples += 1;
+            self.blocked
+        }
+        fn modes(&mut self) -> Option<Modes> {
+            self.modes
+        }
+        fn screen(&mut self) -> Option<ScreenText> {
+            Some(self.screen.clone())
+        }
+    }
+
+    const LINE_MODE: Modes = Modes {
+        canonical: true,
+        echo: true,
+        eof: 4,
+    };
+    const RAW_MODE: Modes = Modes {
+        canonical: false,
+        echo: true,
+        eof: 4,
+    };
+
+    /// A tool run under a conversation: a clock, the time of the last output and the
+    /// terminal it shows.
+    struct Run {
+        conv: Conversation<'static>,
+        tty: Tty,
+        now: Instant,
+        last_output: Instant,
+    }
+
+    impl Run {
+        fn new(on_prompt: OnPrompt) -> Run {
+            let settings = Box::leak(Box::new(Resolved {
+                prompt_idle: IDLE,
+                on_prompt,
+                approval_ttl: Some(Duration::from_secs(3600)),
+                ..Resolved::default()
+            }));
+            let config = Box::leak(Box::new(Config::default()));
+            let conv = Conversation::new(Setup {
+                tool: "deploy",
+                settings,
+                config,
+                argv: vec!["deploy".into(), "--prod".into()],
+                cwd: "/srv".into(),
+            });
+            let now = Instant::now();
+            let mut run = Run {
+                conv,
+                tty: Tty {
+                    caught_up: true,
+                    blocked: Some(Blocked {
+                        cpu_ticks: 7,
+                        reading: Reading::Yes,
+                    }),
+                    modes: Some(LINE_MODE),
+                    screen: ScreenText::default(),
+                    samples: 0,
+                },
+                now,
+                last_output: now,
+            };
+            run.show(YES_NO);
+            run
+        }
+
+        /// The tool writes and its screen becomes `bytes`.
+        fn show(&mut self, bytes: &[u8]) {
+            self.conv.output();
+            self.tty.screen = ScreenText::rendered(10, 60, bytes);
+            self.last_output = self.now;
+        }
+
+        /// A detector tick `d` after the previous one.
+        fn tick_after(&mut self, d: Duration) -> Vec<Action> {
+            self.now += d;
+            let idle_for = self.now - self.last_output;
+            self.conv.tick(self.now, idle_for, &mut self.tty)
+        }
+
+        /// Ticks through one idle window: two samples that agree, the second one past it.
+        fn idle(&mut self) -> Vec<Action> {
+            let first = self.tick_after(ms(200));
+            assert!(first.is_empty(), "{first:?}");
+            self.tick_after(ms(150))
+        }
+
+        /// Idles until the prompt is asked about.
+        fn ask(&mut self) -> PromptRequest {
+            match self.idle().as_slice() {
+                [Action::Ask(request)] => (**request).clone(),
+                other => panic!("expected a question to the store, got {other:?}"),
+            }
+        }
+
+        fn reply(&mut self, resolution: PromptResolution) -> Vec<Action> {
+            self.now += ms(5);
+            self.conv.reply(self.now, Ok(Ok(resolution)))
+        }
+
+        fn watched(&mut self, got: Result<Watched, TryRecvError>) -> Vec<Action> {
+            self.conv.watched(got, &mut self.tty)
+        }
+
+        /// Carries out a typing as the pty would take it: written in full.
+        fn type_keys(&mut self, actions: Vec<Action>) -> Vec<u8> {
+            let mut typing = None;
+            for a in actions {
+                match a {
+                    Action::Type(t) => typing = Some(t),
+                    Action::Consume(_) => {}
+                    other => panic!("expected only typing, got {other:?}"),
+                }
+            }
+            let t = typing.expect("keys to type");
+            let keys = t.keys.clone();
+            let said = self.conv.typed(t, Ok(()));
+            assert!(
+                matches!(said.as_slice(), [Action::Say(line)] if line.contains("answered")),
+                "{said:?}"
+            );
+            keys
+        }
+    }
+
+    fn pending(id: &str) -> Box<Approval> {
+        Box::new(testing::approval(id, PromptKind::Choice))
+    }
+
+    fn decided(id: &str, status: ApprovalStatus, value: Option<&str>) -> Box<Approval> {
+        let mut a = testing::approval(id, PromptKind::Choice);
+        a.status = status;
+        a.chosen_value = value.map(str::to_owned);
+        a.decided_by = Some("alice".into());
+        a.decision_channel = Some("cli".into());
+        Box::new(a)
+    }
+
+    fn ended(actions: &[Action]) -> Option<&RunOutcome> {
+        actions.iter().find_map(|a| match a {
+            Action::End(o) => Some(o),
+            _ => None,
+        })
+    }
+
+    fn typed_anything(actions: &[Action]) -> bool {
+        actions
+            .iter()
+            .any(|a| matches!(a, Action::Type(_) | Action::Write(_)))
+    }
+
+    #[test]
+    fn a_question_while_blocked_is_asked() {
+        let mut run = Run::new(OnPrompt::Exit);
+        let request = run.ask();
+        assert_eq!(request.prompt.prompt_line, "Continue? [y/N]");
+        assert_eq!(request.prompt.rule, "generic:yes-no");
+        assert_eq!(
+            request.prompt_fingerprint,
+            fingerprint::prompt("deploy", "Continue? [y/N]")
+        );
+        assert_eq!(request.ttl, Some(Duration::from_secs(3600)));
+        assert!(request.policies.is_empty());
+        assert!(run.conv.asking());
+        // While the store decides, the terminal is not looked at again.
+        let samples = run.tty.samples;
+        assert!(run.tick_after(ms(500)).is_empty());
+        assert_eq!(run.tty.samples, samples);
+    }
+
+    #[test]
+    fn nothing_is_sampled_before_half_the_idle_window_or_before_the_screen_caught_up() {
+        let mut run = Run::new(OnPrompt::Exit);
+        assert!(run.tick_after(ms(100)).is_empty());
+        assert_eq!(run.tty.samples, 0);
+        run.tty.caught_up = false;
+        assert!(run.tick_after(ms(400)).is_empty());
+        assert!(run.tick_after(ms(400)).is_empty());
+        assert_eq!(run.tty.samples, 0);
+        run.tty.caught_up = true;
+        assert!(run.tick_after(ms(50)).is_empty(), "first sample");
+        assert!(matches!(
+            run.tick_after(ms(50)).as_slice(),
+            [Action::Ask(_)]
+        ));
+    }
+
+    #[test]
+    fn steady_but_not_idle_long_enough_is_not_a_prompt() {
+        let mut run = Run::new(OnPrompt::Exit);
+        assert!(run.tick_after(ms(200)).is_empty());
+        assert!(run.tick_after(ms(50)).is_empty(), "250 ms idle, steady");
+        assert_eq!(run.tty.samples, 2);
+        assert!(matches!(
+            run.tick_after(ms(60)).as_slice(),
+            [Action::Ask(_)]
+        ));
+    }
+
+    #[test]
+    fn a_group_using_cpu_is_not_at_a_prompt() {
+        let mut run = Run::new(OnPrompt::Exit);
+        for i in 0..20 {
+            run.tty.blocked = Some(Blocked {
+                cpu_ticks: i,
+                reading: Reading::Yes,
+            });
+            assert!(run.tick_after(ms(100)).is_empty());
+        }
+        // Once it stops, the next sample agrees with the last one: a prompt.
+        assert!(matches!(
+            run.tick_after(ms(100)).as_slice(),
+            [Action::Ask(_)]
+        ));
+    }
+
+    #[test]
+    fn a_group_not_reading_the_terminal_is_not_at_a_prompt() {
+        let mut run = Run::new(OnPrompt::Exit);
+        run.tty.blocked = Some(Blocked {
+            cpu_ticks: 7,
+            reading: Reading::No,
+        });
+        for _ in 0..10 {
+            assert!(run.tick_after(ms(200)).is_empty());
+        }
+        run.tty.blocked = None;
+        for _ in 0..10 {
+            assert!(run.tick_after(ms(200)).is_empty(), "no foreground group");
+        }
+    }
+
+    #[test]
+    fn an_unknown_reading_counts_only_with_a_prompt_shaped_last_line() {
+        let mut run = Run::new(OnPrompt::Exit);
+        run.tty.blocked = Some(Blocked {
+            cpu_ticks: 7,
+            reading: Reading::Unknown,
+        });
+        run.show(b"compiling\n");
+        for _ in 0..10 {
+            assert!(run.tick_after(ms(200)).is_empty(), "neither asked nor EOF");
+        }
+        run.show(b"[sudo] password for me: ");
+        run.tty.modes = Some(Modes {
+            echo: false,
+            ..LINE_MODE
+        });
+        let actions = run.idle();
+        assert!(
+            matches!(ended(&actions), Some(RunOutcome::SecretRefused { .. })),
+            "{actions:?}"
+        );
+    }
+
+    #[test]
+    fn a_read_with_nothing_asked_gets_eof_once_per_idle_window() {
+        let mut run = Run::new(OnPrompt::Exit);
+        run.show(b"reading input\n");
+        run.tty.modes = Some(Modes {
+            eof: 0x1a,
+            ..LINE_MODE
+        });
+        assert!(matches!(run.idle().as_slice(), [Action::Write(b)] if b == &[0x1a]));
+        // The tool reads again at once: the next EOF waits for the window to pass.
+        let mut eofs = Vec::new();
+        for i in 1..=12 {
+            if !run.tick_after(ms(50)).is_empty() {
+                eofs.push(i * 50);
+            }
+        }
+        assert_eq!(eofs, vec![300, 600], "one per {IDLE:?}");
+
+        // An unset VEOF is ^D.
+        let mut run = Run::new(OnPrompt::Exit);
+        run.show(b"");
+        run.tty.modes = Some(Modes {
+            eof: 0,
+            ..LINE_MODE
+        });
+        assert!(matches!(run.idle().as_slice(), [Action::Write(b)] if b == &[4]));
+    }
+
+    #[test]
+    fn a_raw_read_with_nothing_asked_gets_nothing() {
+        let mut run = Run::new(OnPrompt::Exit);
+        run.show(b"");
+        run.tty.modes = Some(RAW_MODE);
+        for _ in 0..20 {
+            assert!(run.tick_after(ms(100)).is_empty());
+        }
+    }
+
+    #[test]
+    fn echo_off_in_line_mode_is_a_secret_and_refused() {
+        let mut run = Run::new(OnPrompt::Wait);
+        run.show(b"Password: ");
+        run.tty.modes = Some(Modes {
+            echo: false,
+            ..LINE_MODE
+        });
+        let actions = run.idle();
+        let [Action::End(outcome)] = actions.as_slice() else {
+            panic!("{actions:?}");
+        };
+        let RunOutcome::SecretRefused {
+            prompt,
+            alternative,
+        } = outcome
+        else {
+            panic!("{outcome:?}");
+        };
+        assert_eq!(prompt, "Password:");
+        assert!(!alternative.is_empty());
+        assert_eq!(outcome.exit_code(), 93);
+        assert!(!run.conv.asking());
+    }
+
+    #[test]
+    fn a_stored_answer_is_typed() {
+        let mut run = Run::new(OnPrompt::Exit);
+        run.ask();
+        let actions = run.reply(PromptResolution::Answer {
+            approval: decided("AP-1", ApprovalStatus::Approved, Some("y")),
+            value: "y".into(),
+        });
+        assert!(!run.conv.asking());
+        assert_eq!(run.type_keys(actions), b"y\r");
+    }
+
+    #[test]
+    fn an_answer_after_the_output_moved_on_is_released_not_typed() {
+        let mut run = Run::new(OnPrompt::Exit);
+        run.ask();
+        run.show(b"Continue? [y/N] \nno longer asking\n");
+        let actions = run.reply(PromptResolution::Answer {
+            approval: decided("AP-1", ApprovalStatus::Approved, Some("y")),
+            value: "y".into(),
+        });
+        assert!(!typed_anything(&actions), "{actions:?}");
+        assert!(
+            matches!(actions.as_slice(), [Action::Say(_), Action::Release(id)] if id == "AP-1"),
+            "{actions:?}"
+        );
+    }
+
+    #[test]
+    fn an_answer_that_cannot_be_typed_ends_the_tool() {
+        let mut run = Run::new(OnPrompt::Exit);
+        run.ask();
+        let actions = run.reply(PromptResolution::Answer {
+            approval: decided("AP-1", ApprovalStatus::Approved, Some("maybe")),
+            value: "maybe".into(),
+        });
+        assert!(
+            matches!(ended(&actions), Some(RunOutcome::Rejected { why, .. }) if why.contains("cannot be typed")),
+            "{actions:?}"
+        );
+        assert!(!typed_anything(&actions));
+    }
+
+    #[test]
+    fn a_rejection_ends_the_tool_with_91() {
+        let mut run = Run::new(OnPrompt::Exit);
+        run.ask();
+        let actions = run.reply(PromptResolution::Rejected {
+            approval: decided("AP-1", ApprovalStatus::Rejected, None),
+        });
+        let outcome = ended(&actions).expect("the tool ends");
+        assert_eq!(outcome.exit_code(), 91);
+        assert!(
+            matches!(outcome, RunOutcome::Rejected { approval_id, why } if approval_id == "AP-1" && why == "rejected by alice via cli"),
+            "{outcome:?}"
+        );
+        assert!(!typed_anything(&actions));
+    }
+
+    #[test]
+    fn pending_in_exit_mode_ends_the_tool_with_90() {
+        let mut run = Run::new(OnPrompt::Exit);
+        run.ask();
+        let actions = run.reply(PromptResolution::Pending {
+            approval: pending("AP-1"),
+            taken_over: true,
+        });
+        let [
+            Action::Announce {
+                waiting: false,
+                taken_over: true,
+                ..
+            },
+            Action::End(outcome),
+        ] = actions.as_slice()
+        else {
+            panic!("{actions:?}");
+        };
+        assert_eq!(
+            outcome,
+            &RunOutcome::ApprovalPending {
+                approval_id: "AP-1".into()
+            }
+        );
+        assert_eq!(outcome.exit_code(), 90);
+        assert!(!run.conv.waiting());
+    }
+
+    /// Wait mode up to the watcher: the approval is announced and watched.
+    fn waiting_run() -> Run {
+        let mut run = Run::new(OnPrompt::Wait);
+        run.ask();
+        let actions = run.reply(PromptResolution::Pending {
+            approval: pending("AP-1"),
+            taken_over: false,
+        });
+        assert!(
+            matches!(
+                actions.as_slice(),
+                [
+                    Action::Announce {
+                        waiting: true,
+                        taken_over: false,
+                        ..
+                    },
+                    Action::Watch(a)
+                ] if a.approval_id == "AP-1"
+            ),
+            "{actions:?}"
+        );
+        assert!(run.conv.waiting());
+        assert!(run.watched(Err(TryRecvError::Empty)).is_empty());
+        let samples = run.tty.samples;
+        assert!(run.tick_after(ms(1000)).is_empty(), "kept at its prompt");
+        assert_eq!(run.tty.samples, samples);
+        run
+    }
+
+    #[test]
+    fn pending_in_wait_mode_types_the_approved_value() {
+        let mut run = waiting_run();
+        let actions = run.watched(Ok(Watched::Decided(decided(
+            "AP-1",
+            ApprovalStatus::Approved,
+            Some("n"),
+        ))));
+        assert!(
+            matches!(actions.first(), Some(Action::Consume(id)) if id == "AP-1"),
+            "{actions:?}"
+        );
+        assert_eq!(run.type_keys(actions), b"n\r");
+        assert!(!run.conv.waiting());
+    }
+
+    #[test]
+    fn pending_in_wait_mode_then_rejected_ends_with_91() {
+        let mut run = waiting_run();
+        let actions = run.watched(Ok(Watched::Decided(decided(
+            "AP-1",
+            ApprovalStatus::Rejected,
+            None,
+        ))));
+        assert_eq!(ended(&actions).map(RunOutcome::exit_code), Some(91));
+        assert!(!actions.iter().any(|a| matches!(a, Action::Consume(_))));
+        assert!(!typed_anything(&actions));
+        assert!(!run.conv.waiting());
+    }
+
+    #[test]
+    fn expired_with_a_default_answers_and_plain_expiry_rejects() {
+        let mut run = waiting_run();
+        let actions = run.watched(Ok(Watched::Decided(decided(
+            "AP-1",
+            ApprovalStatus::Expired,
+            Some("n"),
+        ))));
+        assert_eq!(run.type_keys(actions), b"n\r");
+
+        let mut run = waiting_run();
+        let actions = run.watched(Ok(Watched::Decided(decided(
+            "AP-1",
+            ApprovalStatus::Expired,
+            None,
+        ))));
+        assert_eq!(ended(&actions).map(RunOutcome::exit_code), Some(91));
+    }
+
+    #[test]
+    fn a_lost_or_missing_watcher_ends_the_wait() {
+        let mut run = waiting_run();
+        let actions = run.watched(Err(TryRecvError::Disconnected));
+        assert!(
+            matches!(ended(&actions), Some(RunOutcome::Unrecorded { prompt, .. }) if prompt == "Continue? [y/N]"),
+            "{actions:?}"
+        );
+        assert!(!run.conv.waiting());
+
+        let mut run = waiting_run();
+        let actions = run.conv.unwatched();
+        assert_eq!(ended(&actions).map(RunOutcome::exit_code), Some(90));
+        assert!(!run.conv.waiting());
+    }
+
+    #[test]
+    fn a_silent_store_ends_the_tool_after_the_ask_timeout() {
+        let mut run = Run::new(OnPrompt::Exit);
+        run.ask();
+        let asked = run.now;
+        assert!(
+            run.conv
+                .reply(asked + ASK_TIMEOUT - ms(1), Err(TryRecvError::Empty))
+                .is_empty()
+        );
+        assert!(run.conv.asking());
+        let actions = run
+            .conv
+            .reply(asked + ASK_TIMEOUT, Err(TryRecvError::Empty));
+        assert!(
+            matches!(ended(&actions), Some(RunOutcome::Unrecorded { why, .. }) if why == "the state store did not answer"),
+            "{actions:?}"
+        );
+
+        let mut run = Run::new(OnPrompt::Exit);
+        run.ask();
+        let actions = run.conv.reply(run.now, Err(TryRecvError::Disconnected));
+        assert!(matches!(
+            ended(&actions),
+            Some(RunOutcome::Unrecorded { .. })
+        ));
+
+        let mut run = Run::new(OnPrompt::Exit);
+        run.ask();
+        let actions = run.conv.reply(run.now, Ok(Err("disk full".into())));
+        assert!(
+            matches!(ended(&actions), Some(RunOutcome::Unrecorded { why, .. }) if why == "disk full"),
+            "{actions:?}"
+        );
+        assert_eq!(ended(&actions).map(RunOutcome::exit_code), Some(125));
+    }
+
+    #[test]
+    fn after_typing_the_same_screen_is_no_new_prompt_until_output() {
+        let mut run = Run::new(OnPrompt::Exit);
+        run.ask();
+        let actions = run.reply(PromptResolution::Answer {
+            approval: decided("AP-1", ApprovalStatus::Approved, Some("y")),
+            value: "y".into(),
+        });
+        run.type_keys(actions);
+        let samples = run.tty.samples;
+        for _ in 0..10 {
+            assert!(run.tick_after(ms(300)).is_empty());
+        }
+        assert_eq!(run.tty.samples, samples, "not even sampled");
+        // The tool answers with the same question again: that is a new prompt.
+        run.show(YES_NO);
+        run.ask();
+    }
+
+    #[test]
+    fn keys_that_did_not_reach_the_tool_leave_the_prompt_to_be_asked_again() {
+        let mut run = Run::new(OnPrompt::Exit);
+        run.ask();
+        let actions = run.reply(PromptResolution::Answer {
+            approval: decided("AP-1", ApprovalStatus::Approved, Some("y")),
+            value: "y".into(),
+        });
+        let Some(Action::Type(t)) = actions.into_iter().next() else {
+            panic!("keys to type");
+        };
+        let said = run
+            .conv
+            .typed(t, Err(io::Error::from_raw_os_error(libc::EIO)));
+        assert!(
+            matches!(said.as_slice(), [Action::Say(line)] if line.contains("cannot type the answer")),
+            "{said:?}"
+        );
+        assert!(matches!(
+            run.tick_after(ms(10)).as_slice(),
+            [Action::Ask(_)]
+        ));
+    }
+
+    #[test]
+    fn a_raw_answer_echoed_on_its_line_gets_enter() {
+        let mut run = Run::new(OnPrompt::Exit);
+        run.tty.modes = Some(RAW_MODE);
+        run.ask();
+        let actions = run.reply(PromptResolution::Answer {
+            approval: decided("AP-1", ApprovalStatus::Approved, Some("y")),
+            value: "y".into(),
+        });
+        assert_eq!(run.type_keys(actions), b"y");
+        // The tool echoes the key and still waits on the same line: it wants Enter.
+        run.show(b"working...\nContinue? [y/N] y");
+        assert!(
+            matches!(run.idle().as_slice(), [Action::Write(b)] if b == b"\r"),
+            "Enter"
+        );
+        for _ in 0..10 {
+            assert!(run.tick_after(ms(300)).is_empty(), "once, then quiet");
+        }
+    }
+
+    #[test]
+    fn a_raw_answer_taken_at_once_needs_no_enter() {
+        let mut run = Run::new(OnPrompt::Exit);
+        run.tty.modes = Some(RAW_MODE);
+        run.ask();
+        let actions = run.reply(PromptResolution::Answer {
+            approval: decided("AP-1", ApprovalStatus::Approved, Some("y")),
+            value: "y".into(),
+        });
+        run.type_keys(actions);
+        // The tool moved on to another question: that one is asked, no Enter is sent.
+        run.show(b"Continue? [y/N] y\nReally? [y/N] ");
+        let request = run.ask();
+        assert_eq!(request.prompt.prompt_line, "Really? [y/N]");
+    }
+
+    #[test]
+    fn a_stopped_conversation_ignores_late_replies() {
+        let mut run = Run::new(OnPrompt::Exit);
+        run.ask();
+        run.conv.stop();
+        assert!(!run.conv.asking());
+        let actions = run.reply(PromptResolution::Answer {
+            approval: decided("AP-1", ApprovalStatus::Approved, Some("y")),
+            value: "y".into(),
+        });
+        assert!(actions.is_empty(), "{actions:?}");
+    }
+}
