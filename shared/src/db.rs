@@ -136,8 +136,7 @@ const MIGRATIONS: &[&str] = &[
     // without `completed_at`, which reads as a live stall for ever.
     r#"
     DROP INDEX IF EXISTS tool_runs_status_end;
-    CREATE INDEX IF NOT EXISTS tool_runs_failed
-        ON tool_runs(status, COALESCE(completed_at, started_at))
+    CREATE INDEX IF NOT EXISTS tool_runs_failed ON tool_runs(status, COALESCE(completed_at, started_at))
         WHERE status IN ('failed', 'failed_timeout', 'stalled');
     UPDATE tool_runs SET completed_at = updated_at
         WHERE status = 'stalled' AND exit_code IS NOT NULL AND completed_at IS NULL;
