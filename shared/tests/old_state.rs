@@ -988,3 +988,82 @@ fn spool_is_empty(paths: &StatePaths) {
         .collect();
     assert!(left.is_empty(), "left in the spool: {left:?}");
 }
+
+// --- what an upgrade must not leave behind ----------------------------------------------
+
+/// The schema of a database as `sqlite_master` has it (auto-indexes have no SQL).
+fn schema(conn: &Connection) -> Vec<(String, String, Option<String>)> {
+    let mut stmt = conn
+        .prepare("SELECT type, name, sql FROM sqlite_master ORDER BY type, name")
+        .unwrap();
+    stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+        .unwrap()
+        .collect::<rusqlite::Result<Vec<_>>>()
+        .unwrap()
+}
+
+/// An old database, migrated, has the tables and indexes a new one gets: the queries
+/// written for them (and their plans) hold on upgraded state too. A shipped migration that
+/// is edited afterwards shows here: the v4 entry cb9c46c shipped made only
+/// `tool_runs_open`, and `tool_runs_failed` was added to that entry later (bd1b6e8,
+/// 9bd4ae9), so a database cb9c46c took to v4 is never given it.
+#[test]
+fn every_old_database_migrates_to_the_schema_of_a_new_one() {
+    let (_tmp, fresh) = fresh_state_dir();
+    let want = schema(&db::open(&fresh.db, OpenMode::Create).unwrap());
+    let mut differences = Vec::new();
+    for version in 1..=4 {
+        let (_tmp, paths) = open_fixture(version);
+        let got = schema(&open_store(&paths));
+        let missing: Vec<&str> = want
+            .iter()
+            .filter(|w| !got.contains(w))
+            .map(|w| w.1.as_str())
+            .collect();
+        let extra: Vec<&str> = got
+            .iter()
+            .filter(|g| !want.contains(g))
+            .map(|g| g.1.as_str())
+            .collect();
+        if !missing.is_empty() || !extra.is_empty() {
+            differences.push(format!(
+                "v{version}: missing or different {missing:?}, not in a new database {extra:?}"
+            ));
+        }
+    }
+    assert!(differences.is_empty(), "{}", differences.join("\n"));
+}
+
+/// v1 (3f60413) ended a run its shim killed as stalled (exit 92) without `completed_at`
+/// (`finished` was `status.is_final()` until ea44d98). This build counts such a run among
+/// the failures, not as a live stall (`alerts::live_counts`, `alerts::failed_since` tell
+/// the two apart by `completed_at`): the row v1 wrote must count that way too, or the
+/// dashboard shows a stall that ended long ago as live, for ever.
+#[test]
+fn a_v1_stall_killed_run_is_not_counted_live() {
+    let (_tmp, paths) = open_fixture(1);
+    let conn = open_store(&paths);
+    let exp = Expected::load(1);
+    let killed = exp.run("stall_killed");
+    assert_eq!(
+        (
+            killed.status,
+            killed.exit_code,
+            killed.completed_at.as_deref()
+        ),
+        (RunStatus::Stalled, Some(92), None),
+        "the fixture holds what v1 wrote"
+    );
+    let live: BTreeMap<&str, i64> = alerts::live_counts(&conn)
+        .unwrap()
+        .into_iter()
+        .map(|(s, n)| (s.as_str(), n))
+        .collect();
+    // Only the run whose shim was killed with -9 has not ended.
+    assert_eq!(live, BTreeMap::from([("running", 1)]));
+    // cargo test (101), npm ci (hard timeout) and the stall-killed fetch.
+    assert_eq!(
+        alerts::failed_since(&conn, "2026-01-01T00:00:00.000Z").unwrap(),
+        3
+    );
+}
