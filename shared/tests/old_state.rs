@@ -1,34 +1,48 @@
 //! Old state still loads: a database made by each released schema version (v1–v4), a
 //! `logs/combined.log` and a spooled run row as older builds wrote them are checked in
 //! under `tests/fixtures/old_state/` (made by `make.py` there, which says how) and must
-//! open, read and take writes through the library.
+//! open, read and take writes through the store the shim and `monitor` use.
 //!
 //! Each fixture is copied into a fresh state dir first (`open_fixture`), so the checked-in
-//! files are never changed. Each case is a function of an open state store (or state dir):
+//! files are never changed. Each case is a function of an open store (or state dir):
 //! opening goes through `open_store` alone, so a new store type changes that one helper.
+//! State is read and written only through the store's two traits (`RunnerStore`, what a
+//! shim does; `OperatorStore`, what `monitor` does). Raw SQL is used only to look at the
+//! file itself: its schema, and the remembered policies, which no trait method reads.
 //!
 //! What every database is checked for: it migrates to `SCHEMA_VERSION` in WAL mode; every
 //! run and approval reads back field for field as the fixture's `state-vN.expected.json`
-//! says (`runs::get`/`list`, the streamed JSON export, `approvals::get`/`list`); the
-//! queries a re-run and the worker depend on still find old rows (fingerprints recomputed
-//! by this build, `find_answer`, `find_pending`, remembered policies, parked runs with
-//! decisions, resumes); the library can write to it (a new run, a decision, an expiry, a
-//! consumed answer, a remembered policy, an approval on a v1 database); and the audit
-//! chain an old build wrote verifies, before and after.
+//! says (single reads, lists, the streamed JSON export), with what schema v5 repairs
+//! repaired; what a re-run and the worker depend on still works on old rows (fingerprints
+//! recomputed by this build; a re-run of an approved command is answered by the old
+//! decision, once; a retry takes the pending approval over; the remembered decision
+//! answers its prompt; parked runs with decisions and resumes are found); the store can
+//! write to it (a new run, a reconciliation, a decision, an expiry, a consumed answer, a
+//! remembered policy, an approval on a v1 database); and the audit chain an old build
+//! wrote verifies, before and after.
 
-use hr_shared::approvals::{self, Approval, ApprovalFilter, DecideOutcome, Decider, PromptKind};
-use hr_shared::db::{self, OpenMode};
-use hr_shared::event::{ApprovalOption, EventBody, LogEvent};
+use hr_shared::approvals::{Approval, ApprovalFilter, DecideOutcome, Decider, PromptKind};
+use hr_shared::config::{OnExpire, PromptRuleConfig};
+use hr_shared::db::SCHEMA_VERSION;
+use hr_shared::event::{EventBody, LogEvent};
 use hr_shared::paths::{self, StatePaths};
-use hr_shared::runs::{self, Guard, RunFilter, StatusChange, ToolRun};
+use hr_shared::prompt::{self, ScreenFacts};
+use hr_shared::rules::{self, HostFacts, Liveness};
+use hr_shared::runs::{RunFilter, StatusChange, ToolRun};
 use hr_shared::status::{ApprovalStatus, RunStatus};
-use hr_shared::{alerts, audit, export, fingerprint, id, policy, resume, spool, time};
-use rusqlite::Connection;
+use hr_shared::store::sqlite::SqliteStore;
+use hr_shared::store::{
+    Asker, OperatorStore, PromptRequest, PromptResolution, Replace, RunWrite, RunnerStore,
+    StoreHealth,
+};
+use hr_shared::{fingerprint, id, proc, spool, time};
+use rusqlite::{Connection, OpenFlags};
 use serde::Deserialize;
 use std::collections::BTreeMap;
 use std::fs;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 use tempfile::TempDir;
 
 // --- fixtures ---------------------------------------------------------------------------
@@ -51,18 +65,37 @@ fn fresh_state_dir() -> (TempDir, StatePaths) {
     let tmp = tempfile::tempdir().expect("tempdir");
     let root = tmp.path().join("state");
     paths::create_private_dir(&root).expect("state dir");
-    let paths = StatePaths {
-        db: root.join("state.db"),
-        root,
-    };
+    let paths = StatePaths::at(root);
     (tmp, paths)
 }
 
-/// The state store of `paths`, as every binary opens it (an existing database, migrated
-/// forward).
-fn open_store(paths: &StatePaths) -> Connection {
-    db::open(&paths.db, OpenMode::Existing)
-        .unwrap_or_else(|e| panic!("{} does not open: {e}", paths.db.display()))
+/// The state store of `paths`, as `monitor` opens it (an existing database, migrated
+/// forward, the spool replayed), connected.
+fn open_store(paths: &StatePaths) -> SqliteStore {
+    let mut store = SqliteStore::existing(paths.clone());
+    OperatorStore::connect(&mut store)
+        .unwrap_or_else(|e| panic!("{} does not open: {e}", paths.db.display()));
+    store
+}
+
+/// The database file itself, read-only, below the store: for what no trait method shows.
+fn raw_file(paths: &StatePaths) -> Connection {
+    Connection::open_with_flags(&paths.db, OpenFlags::SQLITE_OPEN_READ_ONLY)
+        .unwrap_or_else(|e| panic!("{}: {e}", paths.db.display()))
+}
+
+/// The host the old runs were recorded on (`build-01`), where none of their processes
+/// runs any more.
+struct OldHost;
+
+impl HostFacts for OldHost {
+    fn host(&self) -> &str {
+        "build-01"
+    }
+
+    fn process(&self, _pid: i32, _start_time: Option<u64>) -> Liveness {
+        Liveness::Gone
+    }
 }
 
 /// What `make.py` wrote into `state-vN.db`, as the library should read it back.
@@ -98,6 +131,25 @@ impl Expected {
             .get(role)
             .unwrap_or_else(|| panic!("v{}: no approval `{role}`", self.version))
     }
+
+    /// The runs as this build reads them back: as written, but for what schema v5
+    /// repaired. A run its shim killed as stalled (exit 92), which v1 wrote without
+    /// `completed_at`, ended when it was last updated.
+    fn runs_as_migrated(&self) -> BTreeMap<&str, ToolRun> {
+        self.runs
+            .iter()
+            .map(|(role, r)| {
+                let mut r = r.clone();
+                if r.status == RunStatus::Stalled
+                    && r.exit_code.is_some()
+                    && r.completed_at.is_none()
+                {
+                    r.completed_at = Some(r.updated_at.clone());
+                }
+                (role.as_str(), r)
+            })
+            .collect()
+    }
 }
 
 // --- one test per old version -----------------------------------------------------------
@@ -105,15 +157,16 @@ impl Expected {
 #[test]
 fn database_made_by_schema_v1_loads() {
     let (_tmp, paths) = open_fixture(1);
-    let mut conn = open_store(&paths);
+    let mut store = open_store(&paths);
     let exp = Expected::load(1);
-    is_migrated(&conn, &exp);
-    chain_is_intact(&conn, Some(exp.audit_rows));
-    reads_runs(&conn, &exp);
-    v1_runs_are_as_written(&conn, &exp);
-    takes_new_runs(&mut conn, &exp);
-    takes_approvals_on_a_v1_database(&mut conn, &exp);
-    chain_is_intact(&conn, None);
+    is_migrated(&mut store, &exp);
+    chain_is_intact(&mut store, Some(exp.audit_rows));
+    reads_runs(&mut store, &exp);
+    v1_runs_are_as_written(&mut store, &exp);
+    takes_new_runs(&mut store, &exp);
+    reconciles_the_vanished_run(&mut store, &exp);
+    takes_approvals_on_a_v1_database(&mut store);
+    chain_is_intact(&mut store, None);
 }
 
 #[test]
@@ -134,49 +187,62 @@ fn database_made_by_schema_v4_loads() {
 /// v2–v4 hold the same story: finished, failed and vanished runs, runs parked on a pending,
 /// an approved (and remembered), a rejected and an overdue approval, and a parked run
 /// whose approval a resume consumed.
+///
+/// The reads come first; then the writes, the expiry first of all, since a reconciliation
+/// and every prompt a re-run resolves expire overdue approvals on their way.
 fn approvals_era_database_loads(version: u32) {
     let (_tmp, paths) = open_fixture(version);
-    let mut conn = open_store(&paths);
+    let mut store = open_store(&paths);
     let exp = Expected::load(version);
-    is_migrated(&conn, &exp);
-    chain_is_intact(&conn, Some(exp.audit_rows));
-    reads_runs(&conn, &exp);
-    reads_approvals(&conn, &exp);
-    old_decisions_are_found_again(&conn, &exp);
-    takes_new_runs(&mut conn, &exp);
-    takes_decisions(&mut conn, &exp);
-    chain_is_intact(&conn, None);
+    is_migrated(&mut store, &exp);
+    chain_is_intact(&mut store, Some(exp.audit_rows));
+    reads_runs(&mut store, &exp);
+    reads_approvals(&mut store, &exp);
+    old_decisions_are_found_again(&mut store, &exp);
+    takes_new_runs(&mut store, &exp);
+    expires_the_overdue_one(&mut store, &exp);
+    reconciles_the_vanished_run(&mut store, &exp);
+    old_decisions_answer_reruns(&mut store, &exp);
+    takes_decisions(&mut store, &exp);
+    chain_is_intact(&mut store, None);
 }
 
-// --- cases on an open store -------------------------------------------------------------
+// --- reads ------------------------------------------------------------------------------
 
-fn is_migrated(conn: &Connection, exp: &Expected) {
+fn is_migrated(store: &mut SqliteStore, exp: &Expected) {
     assert_eq!(
-        db::schema_version(conn).unwrap(),
-        db::SCHEMA_VERSION,
+        store.health().unwrap(),
+        StoreHealth {
+            schema_version: SCHEMA_VERSION,
+            supported_version: SCHEMA_VERSION,
+            journal: "wal".into(),
+        },
         "made by {} at v{}",
         exp.made_by,
         exp.version
     );
-    assert_eq!(db::journal_mode(conn).unwrap(), "wal");
 }
 
 /// The audit chain verifies; `rows`, when given, is how many rows it must have.
-fn chain_is_intact(conn: &Connection, rows: Option<u64>) {
-    let report = audit::verify(conn).unwrap();
+fn chain_is_intact(store: &mut SqliteStore, rows: Option<u64>) {
+    let report = store.verify_audit().unwrap();
     assert!(report.intact(), "{:?}", report.problems);
     if let Some(rows) = rows {
         assert_eq!(report.rows, rows);
     }
-    assert_eq!(audit::unrecorded_decisions(conn).unwrap(), []);
+    assert_eq!(store.unrecorded_decisions().unwrap(), []);
 }
 
-fn reads_runs(conn: &Connection, exp: &Expected) {
-    for (role, want) in &exp.runs {
-        let got = runs::get(conn, &want.tool_run_id).unwrap();
+/// Failures are counted from here (every fixture is younger).
+const SINCE_2026: &str = "2026-01-01T00:00:00.000Z";
+
+fn reads_runs(store: &mut SqliteStore, exp: &Expected) {
+    let as_migrated = exp.runs_as_migrated();
+    for (role, want) in &as_migrated {
+        let got = store.run(&want.tool_run_id).unwrap();
         assert_eq!(got.as_ref(), Some(want), "v{} run `{role}`", exp.version);
     }
-    let listed = runs::list(conn, &RunFilter::default()).unwrap();
+    let listed = store.runs(&RunFilter::default()).unwrap();
     let mut ids: Vec<&str> = exp.runs.values().map(|r| r.tool_run_id.as_str()).collect();
     ids.sort_unstable_by(|a, b| b.cmp(a));
     assert_eq!(
@@ -185,11 +251,13 @@ fn reads_runs(conn: &Connection, exp: &Expected) {
             .map(|r| r.tool_run_id.as_str())
             .collect::<Vec<_>>(),
         ids,
-        "runs::list, newest first"
+        "runs, newest first"
     );
     // `monitor runs --json` streams the rows itself: the same document as the rows read.
     let mut json = Vec::new();
-    let n = export::write_runs_json(conn, &RunFilter::default(), &mut json).unwrap();
+    let n = store
+        .export_runs_json(&RunFilter::default(), &mut json)
+        .unwrap();
     assert_eq!(n, exp.runs.len());
     let exported: Vec<ToolRun> = serde_json::from_slice(&json).unwrap();
     assert_eq!(exported, listed);
@@ -198,15 +266,18 @@ fn reads_runs(conn: &Connection, exp: &Expected) {
     for r in exp.runs.values() {
         *want_counts.entry(r.status.as_str()).or_default() += 1;
     }
-    let counts: BTreeMap<&str, i64> = runs::count_by_status(conn)
+    let counts: BTreeMap<&str, i64> = store
+        .counts(SINCE_2026, Duration::ZERO)
         .unwrap()
+        .totals
         .into_iter()
         .map(|(s, n)| (s.as_str(), n))
         .collect();
     assert_eq!(counts, want_counts);
 
     // The shim killed with -9 is the one run reconcile should still look at.
-    let supervised: Vec<String> = runs::supervised(conn, None)
+    let supervised: Vec<String> = store
+        .supervised_runs(None)
         .unwrap()
         .into_iter()
         .map(|r| r.tool_run_id)
@@ -232,28 +303,32 @@ fn reads_runs(conn: &Connection, exp: &Expected) {
 }
 
 /// What only the v1 database holds: a hard timeout, and a run its shim killed as stalled.
-fn v1_runs_are_as_written(conn: &Connection, exp: &Expected) {
-    let timed_out = runs::get(conn, &exp.run("timed_out").tool_run_id)
+fn v1_runs_are_as_written(store: &mut SqliteStore, exp: &Expected) {
+    let timed_out = store
+        .run(&exp.run("timed_out").tool_run_id)
         .unwrap()
         .unwrap();
     assert_eq!(
         (timed_out.status, timed_out.exit_code),
         (RunStatus::FailedTimeout, Some(124))
     );
-    let killed = runs::get(conn, &exp.run("stall_killed").tool_run_id)
-        .unwrap()
-        .unwrap();
+    let written = exp.run("stall_killed");
+    let killed = store.run(&written.tool_run_id).unwrap().unwrap();
     assert_eq!(
         (killed.status, killed.exit_code),
         (RunStatus::Stalled, Some(92))
     );
+    // v1 wrote it without an end time; v5 gave it the time it was last written.
+    assert_eq!(written.completed_at, None);
+    assert_eq!(killed.completed_at.as_ref(), Some(&written.updated_at));
+    assert_eq!(killed.updated_at, written.updated_at);
     // v1 wrote the pid after the row (`runs::set_pid`): it is there all the same.
     assert!(exp.runs.values().all(|r| r.pid.is_some()));
 }
 
-fn reads_approvals(conn: &Connection, exp: &Expected) {
+fn reads_approvals(store: &mut SqliteStore, exp: &Expected) {
     for (role, want) in &exp.approvals {
-        let got = approvals::get(conn, &want.approval_id).unwrap();
+        let got = OperatorStore::approval(store, &want.approval_id).unwrap();
         assert_eq!(
             got.as_ref(),
             Some(want),
@@ -261,17 +336,15 @@ fn reads_approvals(conn: &Connection, exp: &Expected) {
             exp.version
         );
     }
-    let pending: Vec<String> = approvals::list(
-        conn,
-        &ApprovalFilter {
+    let pending: Vec<String> = store
+        .approvals(&ApprovalFilter {
             statuses: vec![ApprovalStatus::Pending],
             ..Default::default()
-        },
-    )
-    .unwrap()
-    .into_iter()
-    .map(|a| a.approval_id)
-    .collect();
+        })
+        .unwrap()
+        .into_iter()
+        .map(|a| a.approval_id)
+        .collect();
     let mut want = vec![
         exp.approval("pending").approval_id.clone(),
         exp.approval("overdue").approval_id.clone(),
@@ -279,10 +352,7 @@ fn reads_approvals(conn: &Connection, exp: &Expected) {
     want.sort_unstable_by(|a, b| b.cmp(a));
     assert_eq!(pending, want);
     // Both pending; the overdue one is past its expiry (it expired 2026-11-22).
-    assert_eq!(
-        approvals::pending_counts(conn, std::time::Duration::ZERO).unwrap(),
-        (2, 1)
-    );
+    assert_eq!(store.live_counts(Duration::ZERO).unwrap().pending, (2, 1));
 
     let approved = exp.approval("approved");
     assert_eq!(
@@ -334,28 +404,24 @@ fn reads_approvals(conn: &Connection, exp: &Expected) {
             (RunStatus::WaitingApproval, Some(90)),
             "{role}"
         );
-        assert!(hr_shared::control::is_parked(run), "{role}");
+        assert!(rules::is_parked(run), "{role}");
     }
-    let live: BTreeMap<&str, i64> = alerts::live_counts(conn)
-        .unwrap()
-        .into_iter()
-        .map(|(s, n)| (s.as_str(), n))
-        .collect();
+    let counts = store.counts(SINCE_2026, Duration::ZERO).unwrap();
+    let live: BTreeMap<&str, i64> = counts.live.iter().map(|(s, n)| (s.as_str(), *n)).collect();
     assert_eq!(
         live,
         BTreeMap::from([("running", 1), ("waiting_approval", 4)])
     );
-    assert_eq!(
-        alerts::failed_since(conn, "2026-01-01T00:00:00.000Z").unwrap(),
-        1
-    );
+    assert_eq!(counts.failed_recent, 1);
 }
 
-/// What a re-run or the worker of this build looks up in an old database finds what the
-/// old build left: fingerprints are recomputed here, not read from the fixture.
-fn old_decisions_are_found_again(conn: &Connection, exp: &Expected) {
+/// What the worker of this build looks up in an old database finds what the old build
+/// left, and the fingerprints a re-run of this build computes are the ones the old rows
+/// hold (recomputed here, not read from the fixture). Nothing here writes: what a re-run
+/// does with them is [`old_decisions_answer_reruns`].
+fn old_decisions_are_found_again(store: &mut SqliteStore, exp: &Expected) {
     for (role, a) in &exp.approvals {
-        let run = runs::get(conn, &a.tool_run_id).unwrap().unwrap();
+        let run = store.run(&a.tool_run_id).unwrap().unwrap();
         let request = fingerprint::request(
             &run.tool_name,
             &run.argv_json,
@@ -365,41 +431,20 @@ fn old_decisions_are_found_again(conn: &Connection, exp: &Expected) {
         let line = a.prompt_line.as_deref().expect("a prompt line");
         let prompt = fingerprint::prompt(&a.tool_name, line);
         assert_eq!(a.prompt_fingerprint.as_ref(), Some(&prompt), "{role}");
+        // The screen the old shim saw is recognised the same way by this build's shim.
+        let req = prompt_of(a);
+        assert_eq!(req.prompt.prompt_line, line, "{role}");
+        assert_eq!(req.prompt.kind, PromptKind::Choice, "{role}");
     }
-    let fps = |a: &Approval| {
-        (
-            a.request_fingerprint.clone().unwrap(),
-            a.prompt_fingerprint.clone().unwrap(),
-        )
-    };
-    // A re-run of the approved command is answered by the decision made before.
-    let approved = exp.approval("approved");
-    let (req, prompt) = fps(approved);
-    let found = approvals::find_answer(conn, &req, &prompt).unwrap();
-    assert_eq!(
-        found.map(|a| a.approval_id),
-        Some(approved.approval_id.clone())
-    );
-    // One whose decision a resume already used is not answered again.
-    let (req, prompt) = fps(exp.approval("parked_resumed"));
-    assert_eq!(approvals::find_answer(conn, &req, &prompt).unwrap(), None);
-    // A retry of the pending one takes it over.
-    let pending = exp.approval("pending");
-    let (req, prompt) = fps(pending);
-    let found = approvals::find_pending(conn, &req, &prompt).unwrap();
-    assert_eq!(
-        found.map(|a| a.approval_id),
-        Some(pending.approval_id.clone())
-    );
-    // The remembered decision answers that prompt of that tool.
+    // The remembered decision is stored as the old build stored it (no trait method reads
+    // policies: this looks at the file).
     let want = &exp.policies["remembered"];
-    let remembered = policy::find_remembered(conn, &approved.tool_name, &prompt_of(approved))
-        .unwrap()
-        .expect("the remembered decision");
-    assert_eq!(&serde_json::to_value(&remembered).unwrap(), want);
-    assert_eq!(remembered.value, "y");
+    assert_eq!(&policy_row(store.paths(), policy_id(want)), want);
+    assert_eq!(want["value"], "y");
     // The worker finds the parked runs that have a decision, with that decision.
-    let parked: Vec<(String, Vec<String>, usize)> = resume::decided_parked(conn)
+    let approved = exp.approval("approved");
+    let parked: Vec<(String, Vec<String>, usize)> = store
+        .decided_parked()
         .unwrap()
         .into_iter()
         .map(|p| {
@@ -421,7 +466,8 @@ fn old_decisions_are_found_again(conn: &Connection, exp: &Expected) {
     ];
     want.sort();
     assert_eq!(parked, want);
-    let resumes: Vec<String> = resume::resumes_of(conn, &exp.run("parked_resumed").tool_run_id)
+    let resumes: Vec<String> = store
+        .resumes_of(&exp.run("parked_resumed").tool_run_id)
         .unwrap()
         .into_iter()
         .map(|r| r.tool_run_id)
@@ -429,9 +475,7 @@ fn old_decisions_are_found_again(conn: &Connection, exp: &Expected) {
     assert_eq!(resumes, [exp.run("resume").tool_run_id.clone()]);
 }
 
-fn prompt_of(a: &Approval) -> String {
-    a.prompt_fingerprint.clone().expect("a prompt fingerprint")
-}
+// --- writes -----------------------------------------------------------------------------
 
 /// A run as this build's shim writes it.
 fn new_run(tool: &str) -> ToolRun {
@@ -461,128 +505,342 @@ fn new_run(tool: &str) -> ToolRun {
     }
 }
 
-/// A new run goes in, ends, and reads back; the old ones are untouched.
-fn takes_new_runs(conn: &mut Connection, exp: &Expected) {
-    let run = new_run("rustfmt");
-    db::write(conn, |tx| runs::insert(tx, &run, "ci")).unwrap();
-    assert_eq!(
-        runs::get(conn, &run.tool_run_id).unwrap().as_ref(),
-        Some(&run)
-    );
-    let previous = db::write(conn, |tx| {
-        runs::change_status(
-            tx,
+/// Records `run`'s first row as its shim does.
+fn start(store: &mut SqliteStore, run: &ToolRun) {
+    let done = store
+        .record(
             &run.tool_run_id,
-            &StatusChange {
-                status: RunStatus::Failed,
-                reason: Some("exited with code 1".into()),
-                exit_code: Some(1),
-                finished: true,
-                error: None,
-                at: None,
-            },
+            &[RunWrite::Start(Box::new(run.clone()))],
             "ci",
-            Guard::NotFinal,
+            false,
         )
-    })
-    .unwrap();
-    assert_eq!(previous, Some(RunStatus::Running));
-    let ended = runs::get(conn, &run.tool_run_id).unwrap().unwrap();
-    assert_eq!(
-        (ended.status, ended.exit_code),
-        (RunStatus::Failed, Some(1))
-    );
-    assert!(ended.completed_at.is_some());
-    // The newest run lists first, before every old one.
-    let newest = runs::list(
-        conn,
-        &RunFilter {
-            limit: Some(1),
-            ..Default::default()
-        },
-    )
-    .unwrap();
-    assert_eq!(newest[0].tool_run_id, run.tool_run_id);
-    assert_eq!(
-        runs::list(conn, &RunFilter::default()).unwrap().len(),
-        exp.runs.len() + 1
-    );
-    // An old run still takes a status change: the vanished one, reconciled.
-    let vanished = &exp.run("vanished").tool_run_id;
-    let previous = db::write(conn, |tx| {
-        runs::change_status(
-            tx,
-            vanished,
-            &StatusChange::to(
-                RunStatus::Failed,
-                Some("supervisor vanished (pid 1 is not running)".into()),
-            ),
-            "monitor",
-            Guard::NotFinal,
-        )
-    })
-    .unwrap();
-    assert_eq!(previous, Some(RunStatus::Running));
-    let after = runs::get(conn, vanished).unwrap().unwrap();
-    assert_eq!(after.status, RunStatus::Failed);
-    assert_eq!(after.argv_json, exp.run("vanished").argv_json);
+        .unwrap();
+    assert!(done.value.inserted);
 }
 
-/// A v1 database never held approvals; migrated, it takes one and its decision, and a
-/// remembered policy.
-fn takes_approvals_on_a_v1_database(conn: &mut Connection, exp: &Expected) {
-    let run = exp.run("completed");
-    let now = time::now_rfc3339();
-    let a = Approval {
-        approval_id: id::new_approval_id(),
-        tool_run_id: run.tool_run_id.clone(),
-        tool_name: run.tool_name.clone(),
-        execution_id: run.execution_id.clone(),
-        question: "Continue? [y/N]".into(),
-        context: None,
-        options_json: vec![
-            ApprovalOption {
-                value: "y".into(),
-                label: "Yes".into(),
-                keys: None,
-            },
-            ApprovalOption {
-                value: "n".into(),
-                label: "No".into(),
-                keys: None,
-            },
-        ],
-        default_value: Some("n".into()),
-        allows_text: false,
-        status: ApprovalStatus::Pending,
-        chosen_value: None,
-        created_at: now,
-        decided_at: None,
-        expires_at: None,
-        decided_by: None,
-        decision_channel: None,
-        comment: None,
-        request_fingerprint: Some("r".into()),
-        prompt_fingerprint: Some("p".into()),
-        consumed_at: None,
-        consumed_by: None,
-        prompt_kind: Some(PromptKind::Choice),
-        prompt_line: Some("Continue? [y/N]".into()),
-        rule_name: Some("generic:yes-no".into()),
-        expire_action: "default".into(),
-        claimed_by: None,
-        claimed_at: None,
-        resumed_run_id: None,
-    };
-    db::write(conn, |tx| approvals::insert(tx, &a, "ci")).unwrap();
-    assert_eq!(
-        approvals::get(conn, &a.approval_id).unwrap().as_ref(),
-        Some(&a)
+/// A new run of `argv` in `cwd` (on `build-02`, supervised now), started as its shim
+/// starts it; the shim's view of it, to ask with.
+fn start_command(store: &mut SqliteStore, argv: &[String], cwd: &str) -> Asker {
+    let mut run = new_run(&argv[0]);
+    run.tool_name = tool_name(&argv[0]);
+    run.argv_json = argv.to_vec();
+    run.cwd = Some(cwd.into());
+    start(store, &run);
+    Asker {
+        request_fingerprint: fingerprint::request(&run.tool_name, &run.argv_json, cwd),
+        tool_run_id: run.tool_run_id,
+        tool: run.tool_name,
+        execution_id: run.execution_id.expect("an execution id"),
+        actor: "ci".into(),
+    }
+}
+
+/// The tool name a shim records for `argv[0]` (its file name).
+fn tool_name(argv0: &str) -> String {
+    Path::new(argv0)
+        .file_name()
+        .and_then(|n| n.to_str())
+        .unwrap_or(argv0)
+        .to_owned()
+}
+
+/// A re-run of `old`'s command (same tool, argv and cwd), by hand or by the worker.
+fn rerun_of(store: &mut SqliteStore, old: &ToolRun) -> Asker {
+    let who = start_command(store, &old.argv_json, old.cwd.as_deref().unwrap_or(""));
+    assert_eq!(who.tool, old.tool_name);
+    who
+}
+
+/// `line` on the screen of `tool`, blocked reading in line mode with echo on, as this
+/// build's shim recognises it (no rules from config) and asks the store about it (no
+/// config policy matched).
+fn prompt_on_screen(tool: &str, line: &str) -> PromptRequest {
+    let rows = [line.to_owned()];
+    let prompt = prompt::classify(
+        &ScreenFacts {
+            tool,
+            rows: &rows,
+            prompt_line: line,
+            echo: true,
+            canonical: true,
+        },
+        std::iter::empty::<&PromptRuleConfig>(),
     );
-    let out = db::write(conn, |tx| {
-        approvals::decide(tx, &a.approval_id, "y", &carol())
-    })
-    .unwrap();
+    PromptRequest {
+        prompt_fingerprint: fingerprint::prompt(tool, &prompt.prompt_line),
+        prompt,
+        policies: Vec::new(),
+        ttl: None,
+        on_expire: OnExpire::Reject,
+    }
+}
+
+/// The prompt `a` was asked for, shown again: its fingerprint is the one `a` holds.
+fn prompt_of(a: &Approval) -> PromptRequest {
+    let req = prompt_on_screen(
+        &a.tool_name,
+        a.prompt_line.as_deref().expect("a prompt line"),
+    );
+    assert_eq!(
+        a.prompt_fingerprint.as_ref(),
+        Some(&req.prompt_fingerprint),
+        "{}",
+        a.approval_id
+    );
+    req
+}
+
+/// What the store says to `who` about `req`.
+fn ask(store: &mut SqliteStore, who: &Asker, req: &PromptRequest) -> PromptResolution {
+    store.resolve_prompt(who, req, &OldHost).unwrap().value
+}
+
+/// The answer `resolution` must be: (approval, value).
+fn answer(resolution: PromptResolution) -> (Approval, String) {
+    match resolution {
+        PromptResolution::Answer { approval, value } => (*approval, value),
+        other => panic!("not answered: {other:?}"),
+    }
+}
+
+/// The pending approval `resolution` must be: (approval, taken over).
+fn pending(resolution: PromptResolution) -> (Approval, bool) {
+    match resolution {
+        PromptResolution::Pending {
+            approval,
+            taken_over,
+        } => (*approval, taken_over),
+        other => panic!("not pending: {other:?}"),
+    }
+}
+
+/// The decision channel of a remembered policy's answers.
+fn policy_channel(policy: &serde_json::Value) -> String {
+    format!("policy:{}", policy["name"].as_str().expect("a policy name"))
+}
+
+fn policy_id(policy: &serde_json::Value) -> &str {
+    policy["policy_id"].as_str().expect("a policy id")
+}
+
+/// A row of `policies`, as `RememberedPolicy` serialises it, read from the file.
+fn policy_row(paths: &StatePaths, policy_id: &str) -> serde_json::Value {
+    raw_file(paths)
+        .query_row(
+            "SELECT policy_id, name, tool_name, prompt_fingerprint, value, source,
+                source_approval_id, created_at, created_by
+             FROM policies WHERE policy_id = ?1",
+            [policy_id],
+            |r| {
+                let mut row = serde_json::Map::new();
+                for (i, column) in [
+                    "policy_id",
+                    "name",
+                    "tool_name",
+                    "prompt_fingerprint",
+                    "value",
+                    "source",
+                    "source_approval_id",
+                    "created_at",
+                    "created_by",
+                ]
+                .into_iter()
+                .enumerate()
+                {
+                    let v: Option<String> = r.get(i)?;
+                    row.insert(column.into(), v.into());
+                }
+                Ok(serde_json::Value::Object(row))
+            },
+        )
+        .unwrap_or_else(|e| panic!("policy {policy_id}: {e}"))
+}
+
+/// Whether the policy is still the one that answers (the file says so).
+fn policy_enabled(paths: &StatePaths, policy_id: &str) -> bool {
+    raw_file(paths)
+        .query_row(
+            "SELECT enabled FROM policies WHERE policy_id = ?1",
+            [policy_id],
+            |r| r.get::<_, i64>(0),
+        )
+        .unwrap()
+        != 0
+}
+
+/// A new run goes in, ends, and reads back; the old ones are untouched.
+fn takes_new_runs(store: &mut SqliteStore, exp: &Expected) {
+    let run = new_run("rustfmt");
+    start(store, &run);
+    assert_eq!(store.run(&run.tool_run_id).unwrap().as_ref(), Some(&run));
+    let ended = StatusChange {
+        status: RunStatus::Failed,
+        reason: Some("exited with code 1".into()),
+        exit_code: Some(1),
+        finished: true,
+        error: None,
+        at: None,
+    };
+    store
+        .record(
+            &run.tool_run_id,
+            &[RunWrite::Status(ended, Replace::Live)],
+            "ci",
+            false,
+        )
+        .unwrap();
+    let after = store.run(&run.tool_run_id).unwrap().unwrap();
+    assert_eq!(
+        (after.status, after.exit_code),
+        (RunStatus::Failed, Some(1))
+    );
+    assert!(after.completed_at.is_some());
+    // It was running when it ended (the audit row of the change says so).
+    let changes: Vec<(String, serde_json::Value, serde_json::Value)> = store
+        .audit_of_run(&run.tool_run_id)
+        .unwrap()
+        .into_iter()
+        .map(|row| {
+            let data: serde_json::Value = serde_json::from_str(&row.data).unwrap();
+            (
+                row.event,
+                data["status"].clone(),
+                data["previous_status"].clone(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        changes,
+        [
+            (
+                "tool_status_change".to_owned(),
+                "running".into(),
+                serde_json::Value::Null
+            ),
+            (
+                "tool_status_change".to_owned(),
+                "failed".into(),
+                "running".into()
+            ),
+        ]
+    );
+    // The newest run lists first, before every old one.
+    let newest = store
+        .runs(&RunFilter {
+            limit: Some(1),
+            ..Default::default()
+        })
+        .unwrap();
+    assert_eq!(newest[0].tool_run_id, run.tool_run_id);
+    assert_eq!(
+        store.runs(&RunFilter::default()).unwrap().len(),
+        exp.runs.len() + 1
+    );
+    for old in exp.runs_as_migrated().values() {
+        assert_eq!(store.run(&old.tool_run_id).unwrap().as_ref(), Some(old));
+    }
+}
+
+/// An old run still takes a status change: the vanished one, reconciled on its host.
+fn reconciles_the_vanished_run(store: &mut SqliteStore, exp: &Expected) {
+    let vanished = exp.run("vanished");
+    let why = format!(
+        "{} (pid {} is not running)",
+        rules::VANISHED,
+        vanished.shim_pid.expect("a shim pid")
+    );
+    let done = store.reconcile("monitor", &OldHost).unwrap();
+    assert_eq!(
+        done.value.vanished,
+        [(vanished.tool_run_id.clone(), why.clone())]
+    );
+    assert_eq!(done.value.expired, []);
+    let events: Vec<(&str, &EventBody)> = done
+        .effects
+        .events
+        .iter()
+        .map(|e| (e.tool_run_id.as_str(), &e.body))
+        .collect();
+    assert_eq!(
+        events,
+        [(
+            vanished.tool_run_id.as_str(),
+            &EventBody::ToolStatusChange {
+                status: RunStatus::Failed,
+                previous_status: Some(RunStatus::Running),
+                reason: Some(why.clone()),
+                exit_code: None,
+            }
+        )]
+    );
+    let after = store.run(&vanished.tool_run_id).unwrap().unwrap();
+    assert_eq!(
+        (after.status, after.reason.as_deref()),
+        (RunStatus::Failed, Some(why.as_str()))
+    );
+    assert_eq!(after.argv_json, vanished.argv_json);
+}
+
+/// A v1 database never held approvals; migrated, a prompt of a new run there becomes an
+/// approval, takes its decision and a remembered policy, and both answer later runs.
+fn takes_approvals_on_a_v1_database(store: &mut SqliteStore) {
+    let argv: Vec<String> = vec!["./deploy.sh".into(), "--env".into(), "staging".into()];
+    let cwd = "/home/ci/src/app";
+    let who = start_command(store, &argv, cwd);
+    let mut req = prompt_on_screen(&who.tool, "Continue? [y/N]");
+    req.on_expire = OnExpire::Default;
+    let done = store.resolve_prompt(&who, &req, &OldHost).unwrap();
+    assert_eq!(done.effects.status, Some(RunStatus::WaitingApproval));
+    let (a, taken_over) = pending(done.value);
+    assert!(!taken_over);
+    // It reads back as it was made, but for the options' keys, which are never stored.
+    let mut stored = a.clone();
+    for o in &mut stored.options_json {
+        o.keys = None;
+    }
+    assert_eq!(
+        OperatorStore::approval(store, &a.approval_id)
+            .unwrap()
+            .as_ref(),
+        Some(&stored)
+    );
+    assert_eq!(
+        (
+            a.status,
+            a.prompt_kind,
+            a.default_value.as_deref(),
+            a.expire_action.as_str()
+        ),
+        (
+            ApprovalStatus::Pending,
+            Some(PromptKind::Choice),
+            Some("n"),
+            "default"
+        )
+    );
+    assert_eq!(
+        a.options_json
+            .iter()
+            .map(|o| o.value.as_str())
+            .collect::<Vec<_>>(),
+        ["y", "n"]
+    );
+    assert_eq!(
+        (
+            a.request_fingerprint.as_ref(),
+            a.prompt_fingerprint.as_ref()
+        ),
+        (
+            Some(&who.request_fingerprint),
+            Some(&req.prompt_fingerprint)
+        )
+    );
+    assert_eq!(
+        store.run(&who.tool_run_id).unwrap().unwrap().status,
+        RunStatus::WaitingApproval
+    );
+
+    let out = store.decide(&a.approval_id, "y", &carol()).unwrap().value;
     let DecideOutcome::Decided(decided) = out else {
         panic!("not decided: {out:?}");
     };
@@ -590,14 +848,34 @@ fn takes_approvals_on_a_v1_database(conn: &mut Connection, exp: &Expected) {
         (decided.status, decided.chosen_value.as_deref()),
         (ApprovalStatus::Approved, Some("y"))
     );
-    db::write(conn, |tx| {
-        policy::remember(tx, &a.tool_name, "p", "y", &a.approval_id, "carol")
-    })
-    .unwrap();
-    let remembered = policy::find_remembered(conn, &a.tool_name, "p")
-        .unwrap()
+    let remembered = store
+        .remember(
+            &a.tool_name,
+            &req.prompt_fingerprint,
+            "y",
+            &a.approval_id,
+            "carol",
+        )
         .unwrap();
     assert_eq!(remembered.source_approval_id.as_ref(), Some(&a.approval_id));
+
+    // A re-run of the command is answered by the decision…
+    let again = start_command(store, &argv, cwd);
+    let (used, value) = answer(ask(store, &again, &req));
+    assert_eq!(
+        (used.approval_id.as_str(), value.as_str()),
+        (a.approval_id.as_str(), "y")
+    );
+    assert_eq!(used.consumed_by.as_ref(), Some(&again.tool_run_id));
+    // …and the same prompt of another command by the remembered decision.
+    let other = start_command(store, &["./deploy.sh".into(), "--dry-run".into()], cwd);
+    let (by_policy, value) = answer(ask(store, &other, &req));
+    assert_eq!(value, "y");
+    assert_eq!(
+        by_policy.decision_channel,
+        Some(format!("policy:{}", remembered.name))
+    );
+    assert_eq!(remembered.name, format!("remembered:{}", a.approval_id));
 }
 
 fn carol() -> Decider<'static> {
@@ -608,12 +886,197 @@ fn carol() -> Decider<'static> {
     }
 }
 
-/// The pending approval is decided, the decided ones refuse another answer, the overdue
-/// one expires with its default, a decision is consumed once, a newer remembered decision
-/// replaces the old one.
-fn takes_decisions(conn: &mut Connection, exp: &Expected) {
+/// The overdue approval expires with its default.
+fn expires_the_overdue_one(store: &mut SqliteStore, exp: &Expected) {
+    let overdue = exp.approval("overdue");
+    assert!(
+        overdue.is_overdue(&time::now_rfc3339()),
+        "the clock is before the fixture's expiry ({:?})",
+        overdue.expires_at
+    );
+    let done = OperatorStore::expire_due(store).unwrap();
+    assert_eq!(
+        done.value
+            .iter()
+            .map(|a| (
+                a.approval_id.as_str(),
+                a.status,
+                a.chosen_value.as_deref(),
+                a.decided_by.as_deref()
+            ))
+            .collect::<Vec<_>>(),
+        [(
+            overdue.approval_id.as_str(),
+            ApprovalStatus::Expired,
+            Some("n"),
+            Some("system:expiry")
+        )]
+    );
+    assert_eq!(done.effects.events.len(), 1);
+    assert!(OperatorStore::expire_due(store).unwrap().value.is_empty());
+}
+
+/// Re-runs of the old commands meet the old decisions: the approved one answers its re-run
+/// (once), the one a resume used does not, the pending one is taken over by a retry, the
+/// remembered decision answers its prompt for another command, the rejected one ends its
+/// re-run.
+fn old_decisions_answer_reruns(store: &mut SqliteStore, exp: &Expected) {
+    // The decision a resume already used does not answer again: the re-run asks anew.
+    let resumed = exp.approval("parked_resumed");
+    let who = rerun_of(store, exp.run("parked_resumed"));
+    let (asked, taken_over) = pending(ask(store, &who, &prompt_of(resumed)));
+    assert!(!taken_over);
+    assert_ne!(asked.approval_id, resumed.approval_id);
+    assert_eq!(asked.tool_run_id, who.tool_run_id);
+
+    // A retry of the pending one takes it over from the parked run that asked it.
+    let was_pending = exp.approval("pending");
+    let retry = rerun_of(store, exp.run("pending"));
+    let (taken, taken_over) = pending(ask(store, &retry, &prompt_of(was_pending)));
+    assert!(taken_over);
+    assert_eq!(
+        (
+            taken.approval_id.as_str(),
+            taken.tool_run_id.as_str(),
+            taken.status
+        ),
+        (
+            was_pending.approval_id.as_str(),
+            retry.tool_run_id.as_str(),
+            ApprovalStatus::Pending
+        )
+    );
+    let owner = store.run(&exp.run("pending").tool_run_id).unwrap().unwrap();
+    assert_eq!(owner.status, RunStatus::Cancelled);
+    assert!(
+        owner
+            .reason
+            .as_deref()
+            .is_some_and(|r| r.starts_with("superseded by a retry")),
+        "{:?}",
+        owner.reason
+    );
+
+    // The remembered decision answers that prompt of that tool for another command.
+    let approved = exp.approval("approved");
+    let remembered = &exp.policies["remembered"];
+    let approved_run = exp.run("approved");
+    let cwd = approved_run.cwd.as_deref().unwrap_or("");
+    let other = start_command(store, &["./migrate.sh".into(), "down".into()], cwd);
+    assert_ne!(
+        Some(&other.request_fingerprint),
+        approved.request_fingerprint.as_ref()
+    );
+    let (by_policy, value) = answer(ask(store, &other, &prompt_of(approved)));
+    assert_eq!(value, "y");
+    assert_ne!(by_policy.approval_id, approved.approval_id);
+    assert_eq!(
+        (
+            by_policy.status,
+            by_policy.decision_channel.clone(),
+            by_policy.consumed_by.as_ref()
+        ),
+        (
+            ApprovalStatus::Approved,
+            Some(policy_channel(remembered)),
+            Some(&other.tool_run_id)
+        )
+    );
+
+    // The worker's re-run of the approved command, given the decision's id and value, has
+    // a real decision; another value or another command has not.
+    let rerun = rerun_of(store, approved_run);
+    let ok = store
+        .check_auto_approval(&rerun, &approved.approval_id, "y")
+        .unwrap()
+        .value
+        .expect("the decision holds for its command");
+    assert_eq!(ok.approval_id, approved.approval_id);
+    assert!(
+        store
+            .check_auto_approval(&rerun, &approved.approval_id, "n")
+            .unwrap()
+            .value
+            .is_err()
+    );
+    assert!(
+        store
+            .check_auto_approval(&other, &approved.approval_id, "y")
+            .unwrap()
+            .value
+            .is_err()
+    );
+    // The re-run is answered by the decision made before, which it uses up; the run that
+    // asked is done.
+    let (used, value) = answer(ask(store, &rerun, &prompt_of(approved)));
+    assert_eq!(
+        (used.approval_id.as_str(), value.as_str()),
+        (approved.approval_id.as_str(), "y")
+    );
+    assert_eq!(used.consumed_by.as_ref(), Some(&rerun.tool_run_id));
+    assert_eq!(used.resumed_run_id.as_ref(), Some(&rerun.tool_run_id));
+    let asked_first = store.run(&approved_run.tool_run_id).unwrap().unwrap();
+    assert_eq!(
+        (asked_first.status, asked_first.exit_code),
+        (RunStatus::Completed, Some(90))
+    );
+    // Once: the next re-run is not answered by it (the remembered decision answers).
+    let next = rerun_of(store, approved_run);
+    let (by_policy, value) = answer(ask(store, &next, &prompt_of(approved)));
+    assert_eq!(value, "y");
+    assert_ne!(by_policy.approval_id, approved.approval_id);
+    assert_eq!(by_policy.decision_channel, Some(policy_channel(remembered)));
+    assert!(
+        !store
+            .consume(&approved.approval_id, &next.tool_run_id, "ci")
+            .unwrap()
+    );
+
+    // The rejection ends its re-run, and the run that asked fails.
+    let rejected = exp.approval("rejected");
+    let rejected_run = exp.run("rejected");
+    let who = rerun_of(store, rejected_run);
+    match ask(store, &who, &prompt_of(rejected)) {
+        PromptResolution::Rejected { approval } => {
+            assert_eq!(approval.approval_id, rejected.approval_id);
+            assert_eq!(approval.consumed_by.as_ref(), Some(&who.tool_run_id));
+        }
+        other => panic!("not rejected: {other:?}"),
+    }
+    assert_eq!(
+        store
+            .run(&rejected_run.tool_run_id)
+            .unwrap()
+            .unwrap()
+            .status,
+        RunStatus::Failed
+    );
+
+    // What the worker has left: the overdue run, answered by its expiry's default.
+    let parked: Vec<(String, Vec<String>, usize)> = store
+        .decided_parked()
+        .unwrap()
+        .into_iter()
+        .map(|p| {
+            let decided = p.decided.into_iter().map(|a| a.approval_id).collect();
+            (p.run.tool_run_id, decided, p.pending)
+        })
+        .collect();
+    assert_eq!(
+        parked,
+        [(
+            exp.run("overdue").tool_run_id.clone(),
+            vec![exp.approval("overdue").approval_id.clone()],
+            0
+        )]
+    );
+}
+
+/// The pending approval is decided and its decision consumed once, the decided ones refuse
+/// another answer, a newer remembered decision replaces the old one.
+fn takes_decisions(store: &mut SqliteStore, exp: &Expected) {
     let pending = &exp.approval("pending").approval_id;
-    let out = db::write(conn, |tx| approvals::decide(tx, pending, "y", &carol())).unwrap();
+    let out = store.decide(pending, "y", &carol()).unwrap().value;
     let DecideOutcome::Decided(decided) = out else {
         panic!("not decided: {out:?}");
     };
@@ -621,71 +1084,61 @@ fn takes_decisions(conn: &mut Connection, exp: &Expected) {
         (decided.status, decided.chosen_value.as_deref()),
         (ApprovalStatus::Approved, Some("y"))
     );
-    let read = approvals::get(conn, pending).unwrap().unwrap();
+    let read = OperatorStore::approval(store, pending).unwrap().unwrap();
     assert_eq!(read.decided_by.as_deref(), Some("carol"));
     assert_eq!(read.question, exp.approval("pending").question);
+    // The worker's re-run uses it, once.
+    let rerun = new_run(&exp.run("pending").tool_name);
+    start(store, &rerun);
+    let consumed = (
+        store.consume(pending, &rerun.tool_run_id, "ci").unwrap(),
+        store.consume(pending, &rerun.tool_run_id, "ci").unwrap(),
+    );
+    assert_eq!(consumed, (true, false));
+    let used = OperatorStore::approval(store, pending).unwrap().unwrap();
+    assert_eq!(used.consumed_by.as_ref(), Some(&rerun.tool_run_id));
 
-    let approved = &exp.approval("approved").approval_id;
-    let again = db::write(conn, |tx| approvals::decide(tx, approved, "y", &carol())).unwrap();
+    let approved = exp.approval("approved");
+    let again = store
+        .decide(&approved.approval_id, "y", &carol())
+        .unwrap()
+        .value;
     assert!(matches!(again, DecideOutcome::AlreadySame(_)), "{again:?}");
-    let other = db::write(conn, |tx| approvals::decide(tx, approved, "n", &carol())).unwrap();
+    let other = store
+        .decide(&approved.approval_id, "n", &carol())
+        .unwrap()
+        .value;
     let DecideOutcome::Conflict(kept) = other else {
         panic!("not a conflict: {other:?}");
     };
     assert_eq!(kept.decided_by.as_deref(), Some("alice"));
 
-    let overdue = exp.approval("overdue");
-    assert!(
-        overdue.is_overdue(&time::now_rfc3339()),
-        "the clock is before the fixture's expiry ({:?})",
-        overdue.expires_at
-    );
-    let expired = db::write(conn, approvals::expire_due).unwrap();
-    assert_eq!(
-        expired
-            .iter()
-            .map(|a| (a.approval_id.as_str(), a.status, a.chosen_value.as_deref()))
-            .collect::<Vec<_>>(),
-        [(
-            overdue.approval_id.as_str(),
-            ApprovalStatus::Expired,
-            Some("n")
-        )]
-    );
-
-    let rerun = new_run(&exp.run("approved").tool_name);
-    let consumed = db::write(conn, |tx| {
-        runs::insert(tx, &rerun, "ci")?;
-        let first = approvals::consume(tx, approved, &rerun.tool_run_id, "ci")?;
-        let second = approvals::consume(tx, approved, &rerun.tool_run_id, "ci")?;
-        Ok((first, second))
-    })
-    .unwrap();
-    assert_eq!(consumed, (true, false));
-    let used = approvals::get(conn, approved).unwrap().unwrap();
-    assert_eq!(used.consumed_by.as_ref(), Some(&rerun.tool_run_id));
-
-    let a = exp.approval("approved");
-    let prompt = prompt_of(a);
-    db::write(conn, |tx| {
-        policy::remember(tx, &a.tool_name, &prompt, "n", pending, "carol")
-    })
-    .unwrap();
-    let now = policy::find_remembered(conn, &a.tool_name, &prompt)
-        .unwrap()
+    let prompt = prompt_of(approved);
+    let now = store
+        .remember(
+            &approved.tool_name,
+            &prompt.prompt_fingerprint,
+            "n",
+            pending,
+            "carol",
+        )
         .unwrap();
     assert_eq!(
         (now.value.as_str(), now.created_by.as_str()),
         ("n", "carol")
     );
-    let old_enabled: i64 = conn
-        .query_row(
-            "SELECT enabled FROM policies WHERE policy_id = ?1",
-            [exp.policies["remembered"]["policy_id"].as_str().unwrap()],
-            |r| r.get(0),
-        )
-        .unwrap();
-    assert_eq!(old_enabled, 0);
+    // It answers from now on; the old one no longer does.
+    let cwd = exp.run("approved").cwd.clone().unwrap_or_default();
+    let who = start_command(store, &["./migrate.sh".into(), "redo".into()], &cwd);
+    let (by_policy, value) = answer(ask(store, &who, &prompt));
+    assert_eq!(value, "n");
+    assert_eq!(
+        by_policy.decision_channel,
+        Some(format!("policy:{}", now.name))
+    );
+    let old = &exp.policies["remembered"];
+    assert!(!policy_enabled(store.paths(), policy_id(old)));
+    assert!(policy_enabled(store.paths(), &now.policy_id));
 }
 
 // --- the combined log and the spool -----------------------------------------------------
@@ -882,7 +1335,7 @@ fn combined_log_is_understood(paths: &StatePaths) {
     );
 }
 
-/// The spooled row and the state dir it is replayed into.
+/// The spooled row: its file, and the row the file holds.
 fn spooled_run() -> (PathBuf, ToolRun) {
     let dir = fixtures().join("spool");
     let mut files: Vec<PathBuf> = fs::read_dir(&dir)
@@ -904,64 +1357,59 @@ fn spooled_run() -> (PathBuf, ToolRun) {
     (file, exp.run)
 }
 
-/// A fresh state dir with the old spool file in `STATE/spool/` and a new database.
-fn state_with_spool() -> (TempDir, StatePaths, Connection, ToolRun) {
+/// A fresh state dir whose new database (made as a shim makes it) holds `rows`, then the
+/// old spool file in `STATE/spool/`, then the store opened as `monitor` opens it, which
+/// replays the spool.
+fn state_with_spool(rows: &[ToolRun]) -> (TempDir, StatePaths, SqliteStore) {
     let (tmp, paths) = fresh_state_dir();
-    let (file, run) = spooled_run();
+    let mut shim = SqliteStore::create(paths.clone());
+    RunnerStore::connect(&mut shim).unwrap();
+    for r in rows {
+        start(&mut shim, r);
+    }
+    drop(shim);
+    let (file, _) = spooled_run();
     let dir = spool::dir(&paths);
     paths::create_private_dir(&dir).unwrap();
     let to = dir.join(file.file_name().unwrap());
     fs::copy(&file, &to).unwrap();
     fs::set_permissions(&to, fs::Permissions::from_mode(0o600)).unwrap();
-    let conn = db::open(&paths.db, OpenMode::Create).unwrap();
-    (tmp, paths, conn, run)
+    let store = open_store(&paths);
+    (tmp, paths, store)
 }
 
+/// Its row never reached the database: opening the store inserts it whole.
 #[test]
 fn old_spool_file_lands_in_a_new_database() {
-    let (_tmp, paths, mut conn, run) = state_with_spool();
-    spooled_row_lands(&mut conn, &paths, &run);
-}
-
-/// Its row never reached the database: replay inserts it whole.
-fn spooled_row_lands(conn: &mut Connection, paths: &StatePaths, run: &ToolRun) {
-    let done = spool::replay(conn, paths, "monitor").unwrap();
-    assert_eq!(done, std::slice::from_ref(&run.tool_run_id));
-    assert_eq!(
-        runs::get(conn, &run.tool_run_id).unwrap().as_ref(),
-        Some(run)
-    );
+    let (_, run) = spooled_run();
+    let (_tmp, paths, mut store) = state_with_spool(&[]);
+    assert_eq!(store.run(&run.tool_run_id).unwrap().as_ref(), Some(&run));
     assert_eq!((run.status, run.exit_code), (RunStatus::Failed, Some(1)));
-    spool_is_empty(paths);
-    let rows = audit::for_run(conn, &run.tool_run_id).unwrap();
+    spool_is_empty(&paths);
+    // Replayed by whoever opened the store.
+    let rows = store.audit_of_run(&run.tool_run_id).unwrap();
     assert_eq!(
         rows.iter()
             .map(|r| (r.event.as_str(), r.actor.as_str()))
             .collect::<Vec<_>>(),
-        [("tool_status_change", "monitor")]
+        [("tool_status_change", proc::current_user().as_str())]
     );
-    chain_is_intact(conn, Some(1));
+    chain_is_intact(&mut store, Some(1));
 }
 
+/// Its first row landed (running) and the final one was spooled: opening the store ends
+/// the run as the spooled row says.
 #[test]
 fn old_spool_file_ends_its_running_row() {
-    let (_tmp, paths, mut conn, run) = state_with_spool();
-    spooled_row_ends_its_run(&mut conn, &paths, &run);
-}
-
-/// Its first row landed (running) and the final one was spooled: replay ends the run as
-/// the spooled row says.
-fn spooled_row_ends_its_run(conn: &mut Connection, paths: &StatePaths, run: &ToolRun) {
+    let (_, run) = spooled_run();
     let mut first = run.clone();
     first.status = RunStatus::Running;
     first.reason = None;
     first.exit_code = None;
     first.completed_at = None;
     first.updated_at = first.started_at.clone();
-    db::write(conn, |tx| runs::insert(tx, &first, "ci")).unwrap();
-    let done = spool::replay(conn, paths, "monitor").unwrap();
-    assert_eq!(done, std::slice::from_ref(&run.tool_run_id));
-    let got = runs::get(conn, &run.tool_run_id).unwrap().unwrap();
+    let (_tmp, paths, mut store) = state_with_spool(&[first]);
+    let got = store.run(&run.tool_run_id).unwrap().unwrap();
     assert_eq!(
         (
             got.status,
@@ -977,8 +1425,8 @@ fn spooled_row_ends_its_run(conn: &mut Connection, paths: &StatePaths, run: &Too
         )
     );
     assert_eq!(got.argv_json, run.argv_json);
-    spool_is_empty(paths);
-    chain_is_intact(conn, Some(2));
+    spool_is_empty(&paths);
+    chain_is_intact(&mut store, Some(2));
 }
 
 fn spool_is_empty(paths: &StatePaths) {
@@ -991,8 +1439,9 @@ fn spool_is_empty(paths: &StatePaths) {
 
 // --- what an upgrade must not leave behind ----------------------------------------------
 
-/// The schema of a database as `sqlite_master` has it (auto-indexes have no SQL).
-fn schema(conn: &Connection) -> Vec<(String, String, Option<String>)> {
+/// The schema of a database file as `sqlite_master` has it (auto-indexes have no SQL).
+fn schema(paths: &StatePaths) -> Vec<(String, String, Option<String>)> {
+    let conn = raw_file(paths);
     let mut stmt = conn
         .prepare("SELECT type, name, sql FROM sqlite_master ORDER BY type, name")
         .unwrap();
@@ -1006,15 +1455,17 @@ fn schema(conn: &Connection) -> Vec<(String, String, Option<String>)> {
 /// written for them (and their plans) hold on upgraded state too. A shipped migration that
 /// is edited afterwards shows here: the v4 entry cb9c46c shipped made only
 /// `tool_runs_open`, and `tool_runs_failed` was added to that entry later (bd1b6e8,
-/// 9bd4ae9), so a database cb9c46c took to v4 is never given it.
+/// 9bd4ae9), so a database cb9c46c took to v4 was never given it — until v5 (5bcc352).
 #[test]
 fn every_old_database_migrates_to_the_schema_of_a_new_one() {
     let (_tmp, fresh) = fresh_state_dir();
-    let want = schema(&db::open(&fresh.db, OpenMode::Create).unwrap());
+    RunnerStore::connect(&mut SqliteStore::create(fresh.clone())).unwrap();
+    let want = schema(&fresh);
     let mut differences = Vec::new();
     for version in 1..=4 {
         let (_tmp, paths) = open_fixture(version);
-        let got = schema(&open_store(&paths));
+        drop(open_store(&paths));
+        let got = schema(&paths);
         let missing: Vec<&str> = want
             .iter()
             .filter(|w| !got.contains(w))
@@ -1036,13 +1487,13 @@ fn every_old_database_migrates_to_the_schema_of_a_new_one() {
 
 /// v1 (3f60413) ended a run its shim killed as stalled (exit 92) without `completed_at`
 /// (`finished` was `status.is_final()` until ea44d98). This build counts such a run among
-/// the failures, not as a live stall (`alerts::live_counts`, `alerts::failed_since` tell
-/// the two apart by `completed_at`): the row v1 wrote must count that way too, or the
-/// dashboard shows a stall that ended long ago as live, for ever.
+/// the failures, not as a live stall (the live counts and the recent failures tell the two
+/// apart by `completed_at`): the row v1 wrote must count that way too, or the dashboard
+/// shows a stall that ended long ago as live, for ever. v5 (5bcc352) repairs the row.
 #[test]
 fn a_v1_stall_killed_run_is_not_counted_live() {
     let (_tmp, paths) = open_fixture(1);
-    let conn = open_store(&paths);
+    let mut store = open_store(&paths);
     let exp = Expected::load(1);
     let killed = exp.run("stall_killed");
     assert_eq!(
@@ -1054,16 +1505,11 @@ fn a_v1_stall_killed_run_is_not_counted_live() {
         (RunStatus::Stalled, Some(92), None),
         "the fixture holds what v1 wrote"
     );
-    let live: BTreeMap<&str, i64> = alerts::live_counts(&conn)
-        .unwrap()
-        .into_iter()
-        .map(|(s, n)| (s.as_str(), n))
-        .collect();
+    let counts = store.counts(SINCE_2026, Duration::ZERO).unwrap();
+    let live: BTreeMap<&str, i64> = counts.live.iter().map(|(s, n)| (s.as_str(), *n)).collect();
     // Only the run whose shim was killed with -9 has not ended.
     assert_eq!(live, BTreeMap::from([("running", 1)]));
+    assert_eq!(store.live_counts(Duration::ZERO).unwrap().live, counts.live);
     // cargo test (101), npm ci (hard timeout) and the stall-killed fetch.
-    assert_eq!(
-        alerts::failed_since(&conn, "2026-01-01T00:00:00.000Z").unwrap(),
-        3
-    );
+    assert_eq!(counts.failed_recent, 3);
 }
