@@ -1439,24 +1439,16 @@ fn spool_is_empty(paths: &StatePaths) {
 
 // --- what an upgrade must not leave behind ----------------------------------------------
 
-/// The schema of a database file as `sqlite_master` has it (auto-indexes have no SQL),
-/// each statement's spacing collapsed to single spaces. SQLite keeps a `CREATE` as it was
-/// typed, so the same index made by two migration entries laid out differently differs
-/// only in spacing (v5 re-creates `tool_runs_failed` with a line break before `ON` that
-/// the v4 entry does not have); none of these statements has spacing inside a literal.
+/// The schema of a database file as `sqlite_master` has it (auto-indexes have no SQL).
 fn schema(paths: &StatePaths) -> Vec<(String, String, Option<String>)> {
     let conn = raw_file(paths);
     let mut stmt = conn
         .prepare("SELECT type, name, sql FROM sqlite_master ORDER BY type, name")
         .unwrap();
-    stmt.query_map([], |r| {
-        let sql: Option<String> = r.get(2)?;
-        let sql = sql.map(|s| s.split_whitespace().collect::<Vec<_>>().join(" "));
-        Ok((r.get(0)?, r.get(1)?, sql))
-    })
-    .unwrap()
-    .collect::<rusqlite::Result<Vec<_>>>()
-    .unwrap()
+    stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+        .unwrap()
+        .collect::<rusqlite::Result<Vec<_>>>()
+        .unwrap()
 }
 
 /// An old database, migrated, has the tables and indexes a new one gets: the queries
