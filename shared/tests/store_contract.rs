@@ -5,6 +5,7 @@
 //!
 //! ```sh
 //! cargo test -p headless-run-shared --test store_contract
+//! cargo test -p headless-run-shared --test store_contract -- --ignored   # known bugs
 //! ```
 
 #[macro_use]
