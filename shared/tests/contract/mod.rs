@@ -1,0 +1,508 @@
+//! The store contract: what every implementation of [`RunnerStore`] and [`OperatorStore`]
+//! must do, as cases generic over a [`StoreUnderTest`] factory. `contract_tests!(name,
+//! Factory)` instantiates every case as `mod name { #[test] fn case() … }`.
+//!
+//! The cases reach the store only through the two traits (rows are seeded the way a shim
+//! writes them: `record` with `RunWrite::Start`, `resolve_prompt`, `cooperative`), so a new
+//! store passes them unchanged; only its factory is new. Each case gets a store of its own
+//! and, after it, the store's audit chain must verify with no decision left unrecorded.
+
+use hr_shared::approvals::{Approval, DecideOutcome, Decider, PromptKind};
+use hr_shared::config::OnExpire;
+use hr_shared::event::{ApprovalOption, EventBody, LogEvent};
+use hr_shared::fingerprint;
+use hr_shared::id;
+use hr_shared::prompt::Prompt;
+use hr_shared::rules::{HostFacts, Liveness};
+use hr_shared::runs::{StatusChange, ToolRun};
+use hr_shared::status::RunStatus;
+use hr_shared::store::{
+    Asker, Done, OperatorStore, PromptRequest, PromptResolution, Recorded, Replace, RunWrite,
+    RunnerStore,
+};
+use hr_shared::time;
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::time::{Duration, SystemTime};
+
+pub mod bugs;
+pub mod operator;
+pub mod runner;
+
+/// One kind of store under test: how to get an empty one and sessions on it.
+///
+/// To put a new store under the contract, implement this for a factory type and add
+/// `contract_tests!(its_name, ItsFactory);` to `store_contract.rs`.
+pub trait StoreUnderTest: Sized + Sync {
+    /// A new, empty store of its own, shared with no other `fresh()` (cases run in
+    /// parallel); dropping the value removes it.
+    fn fresh() -> Self;
+
+    /// A new runner session on this store: a connection of its own, as another shim
+    /// process would have. Later sessions must see what earlier ones committed.
+    fn runner(&self) -> Box<dyn RunnerStore>;
+
+    /// A new operator session on this store (the `monitor`'s), a connection of its own.
+    fn operator(&self) -> Box<dyn OperatorStore>;
+
+    /// An operator session on a store of this kind that is not there (no database, no
+    /// server): `connect` must fail.
+    fn absent_operator(&self) -> Box<dyn OperatorStore>;
+
+    /// Replaces the store under its open sessions with a new, empty one (what `replaced`
+    /// reports). `false`: this kind of store cannot be replaced under a session, and the
+    /// `replaced` case only checks that nothing is reported.
+    fn replace_with_empty(&self) -> bool;
+}
+
+/// Runs one case on a fresh store, then checks the store's audit chain.
+pub fn run_case<S: StoreUnderTest>(case: fn(&S)) {
+    let store = S::fresh();
+    case(&store);
+    audit_intact(&store);
+}
+
+/// The audit chain verifies, holds rows, and every decision has its audit row.
+pub fn audit_intact<S: StoreUnderTest>(s: &S) {
+    let mut op = s.operator();
+    let report = op.verify_audit().expect("verify_audit");
+    assert!(report.intact(), "audit chain broken: {report:?}");
+    assert!(report.rows > 0, "no audit rows after the case: {report:?}");
+    assert_eq!(
+        op.unrecorded_decisions().expect("unrecorded_decisions"),
+        Vec::<(String, String)>::new(),
+        "decisions without an audit row"
+    );
+}
+
+/// Instantiates every contract case for a store factory.
+macro_rules! contract_tests {
+    ($name:ident, $store:ty) => {
+        mod $name {
+            #[allow(unused_imports)]
+            use super::*;
+            contract_cases!($store, runner:
+                connect_then_work,
+                record_start_touch_pid_status_end_in_batches,
+                start_with_row_may_exist_does_not_insert_twice,
+                replace_live_and_any_but_cancelled,
+                cancelled_write_records_the_exit_code,
+                consume_and_release_answers,
+                abandon_expires_pending_approvals,
+                keep_for_later_lands_in_a_later_session,
+                kept_row_landed_discards_the_kept_row,
+                replaced_is_reported_once,
+                resolve_prompt_creates_a_pending_approval,
+                a_decision_answers_one_rerun_once,
+                a_rejection_ends_the_rerun,
+                a_policy_answers_with_its_channel,
+                takeover_of_a_parked_runs_approval,
+                no_takeover_from_a_supervised_twin,
+                takeover_from_a_run_whose_shim_is_gone,
+                cooperative_pending_then_already_decided,
+                cooperative_keeps_a_safe_approval_id_once,
+                check_auto_approval_cases,
+                runner_expire_due,
+                change_mark_moves_after_another_sessions_write,
+                two_reruns_race_for_one_decision,
+                two_retries_race_for_one_takeover,
+                free_text_decision_answers_a_text_prompt,
+            );
+            contract_cases!($store, operator:
+                run_and_runs_with_filters,
+                supervised_runs_are_live_and_unended,
+                export_runs_json_equals_runs,
+                approval_and_approvals_with_filters,
+                decide_first_writer_wins,
+                two_deciders_race_on_two_sessions,
+                cancel_marks_rejects_and_refuses,
+                reconcile_with_host_facts,
+                operator_expire_due,
+                decided_parked_lists_parked_runs_with_decisions,
+                claim_two_workers_one_wins,
+                take_over_claim_and_set_resumed_run,
+                resumes_of_oldest_first,
+                close_run_only_from_the_given_statuses,
+                consume_is_single_use,
+                gc_preview_and_gc,
+                remembered_decision_answers_a_later_prompt,
+                audit_of_run_tells_the_story,
+                counts_and_live_counts,
+                health_reports_a_supported_schema,
+            );
+            known_bugs!($store:
+                returned_approval_is_the_stored_one =>
+                    "BUG: resolve_prompt returns options_json with the keys, the store keeps them without",
+                a_supervised_twins_decision_is_not_taken =>
+                    "BUG: resolve_prompt step 1 hands a wait-mode run's decision to a re-run",
+                cancel_reports_the_expiry_it_causes =>
+                    "BUG: cancel expires an overdue pending approval without an event",
+                a_cancelled_runs_rejection_does_not_answer_a_retry =>
+                    "BUG: cancel's rejection of a run's pending approval ends the next retry of the command",
+            );
+        }
+    };
+}
+
+/// `#[test]` functions for the named cases of `crate::contract::$module`.
+macro_rules! contract_cases {
+    ($store:ty, $module:ident: $($case:ident),* $(,)?) => {
+        $(
+            #[test]
+            fn $case() {
+                $crate::contract::run_case::<$store>($crate::contract::$module::$case::<$store>);
+            }
+        )*
+    };
+}
+
+/// Cases that show a bug found in the store: ignored (with the reason) until it is fixed;
+/// `cargo test -p headless-run-shared --test store_contract -- --ignored` runs them.
+macro_rules! known_bugs {
+    ($store:ty: $($case:ident => $why:literal),* $(,)?) => {
+        $(
+            #[test]
+            #[ignore = $why]
+            fn $case() {
+                $crate::contract::run_case::<$store>($crate::contract::bugs::$case::<$store>);
+            }
+        )*
+    };
+}
+
+/// Host `h` (the host of `hr_shared::testing::run` rows), where only the listed shim pids
+/// run (as the same process, or reused by another one); every other pid is gone.
+#[derive(Debug, Default, Clone)]
+pub struct FakeHost {
+    pub alive: Vec<i64>,
+    pub reused: Vec<i64>,
+}
+
+impl FakeHost {
+    /// A host where these shims run.
+    pub fn alive(pids: &[i64]) -> Self {
+        FakeHost {
+            alive: pids.to_vec(),
+            reused: Vec::new(),
+        }
+    }
+}
+
+impl HostFacts for FakeHost {
+    fn host(&self) -> &str {
+        "h"
+    }
+
+    fn process(&self, pid: i32, _start_time: Option<u64>) -> Liveness {
+        let pid = i64::from(pid);
+        if self.alive.contains(&pid) {
+            Liveness::Same
+        } else if self.reused.contains(&pid) {
+            Liveness::Reused
+        } else {
+            Liveness::Gone
+        }
+    }
+}
+
+/// A distinct shim pid for each run, so a [`FakeHost`] can tell them apart.
+fn next_shim_pid() -> i64 {
+    static NEXT: AtomicI64 = AtomicI64::new(20_000);
+    NEXT.fetch_add(1, Ordering::Relaxed)
+}
+
+/// A command: tool, argv, cwd. Runs of the same command share a request fingerprint.
+#[derive(Debug, Clone)]
+pub struct Cmd {
+    pub tool: String,
+    pub argv: Vec<String>,
+    pub cwd: String,
+}
+
+impl Cmd {
+    pub fn new(tool: &str, args: &[&str]) -> Cmd {
+        let mut argv = vec![tool.to_owned()];
+        argv.extend(args.iter().map(|a| (*a).to_owned()));
+        Cmd {
+            tool: tool.to_owned(),
+            argv,
+            cwd: "/work/project".to_owned(),
+        }
+    }
+
+    pub fn fingerprint(&self) -> String {
+        fingerprint::request(&self.tool, &self.argv, &self.cwd)
+    }
+
+    /// A new run of this command (a fresh id and shim pid) with `status`, started now.
+    pub fn row(&self, status: RunStatus) -> ToolRun {
+        let mut row = hr_shared::testing::run(&id::new_run_id(), &self.tool, status);
+        row.argv_json = self.argv.clone();
+        row.cwd = Some(self.cwd.clone());
+        row.shim_pid = Some(next_shim_pid());
+        row
+    }
+}
+
+/// `n` new run ids in creation order (ids made in the same millisecond are not).
+pub fn ordered_run_ids(n: usize) -> Vec<String> {
+    let mut ids: Vec<String> = (0..n).map(|_| id::new_run_id()).collect();
+    ids.sort();
+    ids
+}
+
+/// One shim: a runner session of its own on its run.
+pub struct Shim {
+    pub store: Box<dyn RunnerStore>,
+    pub run: ToolRun,
+    pub who: Asker,
+}
+
+impl Shim {
+    /// A shim for `row` (a run of `cmd`) that has not written anything yet.
+    pub fn new<S: StoreUnderTest>(s: &S, cmd: &Cmd, row: ToolRun) -> Shim {
+        let who = Asker {
+            tool_run_id: row.tool_run_id.clone(),
+            tool: cmd.tool.clone(),
+            execution_id: row.execution_id.clone().unwrap_or_default(),
+            request_fingerprint: cmd.fingerprint(),
+            actor: "shim-user".to_owned(),
+        };
+        Shim {
+            store: s.runner(),
+            run: row,
+            who,
+        }
+    }
+
+    /// A new running run of `cmd`, its row recorded.
+    pub fn start<S: StoreUnderTest>(s: &S, cmd: &Cmd) -> Shim {
+        Shim::start_row(s, cmd, cmd.row(RunStatus::Running))
+    }
+
+    /// `row` (a run of `cmd`) recorded as it is.
+    pub fn start_row<S: StoreUnderTest>(s: &S, cmd: &Cmd, row: ToolRun) -> Shim {
+        let mut shim = Shim::new(s, cmd, row);
+        let done = shim.write(vec![RunWrite::Start(Box::new(shim.run.clone()))]);
+        assert_eq!(done.value, Recorded { inserted: true });
+        assert!(done.effects.events.is_empty(), "{:?}", done.effects.events);
+        shim
+    }
+
+    pub fn id(&self) -> &str {
+        &self.run.tool_run_id
+    }
+
+    /// Records a batch for this run.
+    pub fn write(&mut self, writes: Vec<RunWrite>) -> Done<Recorded> {
+        let id = self.run.tool_run_id.clone();
+        self.store
+            .record(&id, &writes, "shim-user", false)
+            .expect("record")
+    }
+
+    /// Asks `req` on a host where this shim is alive (and no other).
+    pub fn ask(&mut self, req: &PromptRequest) -> Done<PromptResolution> {
+        let host = FakeHost::alive(&[self.run.shim_pid.unwrap_or_default()]);
+        self.ask_on(req, &host)
+    }
+
+    pub fn ask_on(&mut self, req: &PromptRequest, host: &dyn HostFacts) -> Done<PromptResolution> {
+        self.store
+            .resolve_prompt(&self.who, req, host)
+            .expect("resolve_prompt")
+    }
+
+    /// Asks and expects a new pending approval.
+    pub fn ask_pending(&mut self, req: &PromptRequest) -> Approval {
+        match self.ask(req).value {
+            PromptResolution::Pending {
+                approval,
+                taken_over: false,
+            } => *approval,
+            other => panic!("expected a new pending approval, got {other:?}"),
+        }
+    }
+
+    /// Exit mode: the shim gives back what it used and parks its run (exit 90).
+    pub fn park(&mut self) {
+        self.write(vec![
+            RunWrite::Release(None),
+            RunWrite::Status(parked(), Replace::AnyButCancelled),
+        ]);
+    }
+
+    /// The shim's final word: `status` with `exit_code`, then its pending approvals closed.
+    pub fn end(&mut self, status: RunStatus, exit_code: i32) -> Done<Recorded> {
+        let change = StatusChange {
+            exit_code: Some(exit_code),
+            at: Some(time::now_rfc3339()),
+            ..StatusChange::to(status, Some(format!("exited with code {exit_code}")))
+        };
+        self.write(vec![
+            RunWrite::Status(change, Replace::AnyButCancelled),
+            RunWrite::Abandon(format!(
+                "the run ended before a decision (exited with code {exit_code})"
+            )),
+        ])
+    }
+}
+
+/// The change that parks a run on an approval (exit mode, exit 90).
+pub fn parked() -> StatusChange {
+    StatusChange {
+        exit_code: Some(90),
+        finished: false,
+        at: Some(time::now_rfc3339()),
+        ..StatusChange::to(
+            RunStatus::WaitingApproval,
+            Some("waiting for an approval (exit mode)".into()),
+        )
+    }
+}
+
+/// The prompt line of [`yes_no`].
+pub const RM_LINE: &str = "rm: remove regular file 'a.txt'?";
+
+/// `rm -i`'s question as the prompt matcher gives it: y/n with keys, default n; asked with
+/// a TTL of one hour, rejected on expiry.
+pub fn yes_no(tool: &str) -> PromptRequest {
+    let opt = |v: &str, l: &str| ApprovalOption {
+        value: v.into(),
+        label: l.into(),
+        keys: Some(format!("{v}\r")),
+    };
+    PromptRequest {
+        prompt: Prompt {
+            kind: PromptKind::Choice,
+            secret: false,
+            rule: "builtin:rm".into(),
+            question: RM_LINE.into(),
+            prompt_line: RM_LINE.into(),
+            context: "$ rm -i a.txt\nrm: remove regular file 'a.txt'?".into(),
+            options: vec![opt("y", "Yes"), opt("n", "No")],
+            default: Some("n".into()),
+            allows_text: false,
+            alternative: Some("rm -f".into()),
+        },
+        prompt_fingerprint: fingerprint::prompt(tool, RM_LINE),
+        policies: Vec::new(),
+        ttl: Some(Duration::from_secs(3600)),
+        on_expire: OnExpire::Reject,
+    }
+}
+
+/// A TTL short enough to wait out, long enough for a case to set up its other rows first.
+pub const SHORT_TTL: Duration = Duration::from_millis(1000);
+
+/// Waits until approvals asked with [`SHORT_TTL`] are overdue.
+pub fn wait_out_short_ttl() {
+    std::thread::sleep(SHORT_TTL + Duration::from_millis(100));
+}
+
+/// [`yes_no`] with another TTL and expiry action.
+pub fn yes_no_expiring(tool: &str, ttl: Duration, on_expire: OnExpire) -> PromptRequest {
+    PromptRequest {
+        ttl: Some(ttl),
+        on_expire,
+        ..yes_no(tool)
+    }
+}
+
+pub fn decider(by: &str) -> Decider<'_> {
+    Decider {
+        by,
+        channel: "cli",
+        comment: None,
+    }
+}
+
+/// Decides and expects it decided now.
+pub fn decide(op: &mut dyn OperatorStore, approval_id: &str, value: &str, by: &str) -> Approval {
+    match op
+        .decide(approval_id, value, &decider(by))
+        .expect("decide")
+        .value
+    {
+        DecideOutcome::Decided(a) => *a,
+        other => panic!("expected Decided, got {other:?}"),
+    }
+}
+
+/// The run as the store has it now.
+pub fn run_now(op: &mut dyn OperatorStore, id: &str) -> ToolRun {
+    op.run(id)
+        .expect("run")
+        .unwrap_or_else(|| panic!("no run {id}"))
+}
+
+/// The approval as the store has it now.
+pub fn approval_now(op: &mut dyn OperatorStore, id: &str) -> Approval {
+    op.approval(id)
+        .expect("approval")
+        .unwrap_or_else(|| panic!("no approval {id}"))
+}
+
+/// The `event` names of log events.
+pub fn names(events: &[LogEvent]) -> Vec<&'static str> {
+    events.iter().map(|e| e.body.name()).collect()
+}
+
+/// The `tool_status_change` events about run `id`: (status, previous).
+pub fn status_changes(events: &[LogEvent], id: &str) -> Vec<(RunStatus, Option<RunStatus>)> {
+    events
+        .iter()
+        .filter(|e| e.tool_run_id == id)
+        .filter_map(|e| match &e.body {
+            EventBody::ToolStatusChange {
+                status,
+                previous_status,
+                ..
+            } => Some((*status, *previous_status)),
+            _ => None,
+        })
+        .collect()
+}
+
+/// The `approval_status_change` events: (approval id, status, decided_by).
+pub fn approval_changes(
+    events: &[LogEvent],
+) -> Vec<(String, hr_shared::status::ApprovalStatus, Option<String>)> {
+    events
+        .iter()
+        .filter_map(|e| match &e.body {
+            EventBody::ApprovalStatusChange {
+                approval_id,
+                status,
+                decided_by,
+                ..
+            } => Some((approval_id.clone(), *status, decided_by.clone())),
+            _ => None,
+        })
+        .collect()
+}
+
+/// An RFC 3339 stamp `secs` from now (negative: in the past).
+pub fn stamp(secs: i64) -> String {
+    let now = SystemTime::now();
+    let t = if secs >= 0 {
+        now + Duration::from_secs(secs as u64)
+    } else {
+        now - Duration::from_secs(secs.unsigned_abs())
+    };
+    time::to_rfc3339(t)
+}
+
+/// The values of an approval's options.
+pub fn option_values(a: &Approval) -> Vec<&str> {
+    a.options_json.iter().map(|o| o.value.as_str()).collect()
+}
+
+/// Approval ids of a list.
+pub fn approval_ids(list: &[Approval]) -> Vec<&str> {
+    list.iter().map(|a| a.approval_id.as_str()).collect()
+}
+
+/// Run ids of a list.
+pub fn run_ids(list: &[ToolRun]) -> Vec<&str> {
+    list.iter().map(|r| r.tool_run_id.as_str()).collect()
+}
