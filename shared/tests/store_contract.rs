@@ -5,7 +5,6 @@
 //!
 //! ```sh
 //! cargo test -p headless-run-shared --test store_contract
-//! cargo test -p headless-run-shared --test store_contract -- --ignored   # known bugs
 //! ```
 
 #[macro_use]

@@ -38,7 +38,15 @@ pub fn approval_for(who: &Asker, req: &PromptRequest) -> Approval {
         execution_id: Some(who.execution_id.clone()),
         question: p.question.clone(),
         context: Some(p.context.clone()),
-        options_json: p.options.clone(),
+        // As stored: the keys to type stay with the prompt, never in the approval.
+        options_json: p
+            .options
+            .iter()
+            .map(|o| crate::event::ApprovalOption {
+                keys: None,
+                ..o.clone()
+            })
+            .collect(),
         default_value: p.default.clone(),
         allows_text: p.allows_text,
         status: ApprovalStatus::Pending,
@@ -80,9 +88,17 @@ pub fn answer_or_ask(
         for a in approvals::expire_due(tx)? {
             fx.events.push(a.status_event());
         }
-        // 1. A decision for an earlier run of this command.
-        if let Some(a) =
-            approvals::find_answer(tx, &who.request_fingerprint, &req.prompt_fingerprint)?
+        // 1. A decision for an earlier run of this command — not one a run still
+        //    supervised waits for (wait mode: its own shim types it), which stays with it.
+        let answer = approvals::find_answer(tx, &who.request_fingerprint, &req.prompt_fingerprint)?;
+        let answer = match answer {
+            Some(a) if a.tool_run_id != who.tool_run_id => {
+                let owner = runs::get(tx, &a.tool_run_id)?;
+                rules::may_take_over(owner.as_ref(), host).then_some(a)
+            }
+            other => other,
+        };
+        if let Some(a) = answer
             && rules::decision_fits(&a, &req.prompt)
         {
             approvals::consume(tx, &a.approval_id, &who.tool_run_id, &who.actor)?;

@@ -375,11 +375,19 @@ impl OperatorStore for SqliteStore {
             };
             let mut rejected = Vec::new();
             for a in pending {
-                if let DecideOutcome::Decided(a) =
-                    approvals::decide(tx, &a.approval_id, "reject", &comment)?
-                {
-                    rejected.push(*a);
+                match approvals::decide(tx, &a.approval_id, "reject", &comment)? {
+                    DecideOutcome::Decided(a) => rejected.push(*a),
+                    // Overdue: deciding expired it, which is news as well.
+                    DecideOutcome::Conflict(a)
+                        if a.decision_channel.as_deref() == Some("system:expiry") =>
+                    {
+                        rejected.push(*a)
+                    }
+                    _ => continue,
                 }
+                // The outcome stays with the cancelled run: a later run of the same
+                // command is asked again rather than answered by this cancellation.
+                approvals::consume(tx, &a.approval_id, tool_run_id, who.by)?;
             }
             let after = runs::get(tx, tool_run_id)?.unwrap_or(run);
             Ok(Some((after, previous, rejected)))

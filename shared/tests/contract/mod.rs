@@ -24,8 +24,8 @@ use hr_shared::time;
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::{Duration, SystemTime};
 
-pub mod bugs;
 pub mod operator;
+pub mod regressions;
 pub mod runner;
 
 /// One kind of store under test: how to get an empty one and sessions on it.
@@ -129,15 +129,11 @@ macro_rules! contract_tests {
                 counts_and_live_counts,
                 health_reports_a_supported_schema,
             );
-            known_bugs!($store:
-                returned_approval_is_the_stored_one =>
-                    "BUG: resolve_prompt returns options_json with the keys, the store keeps them without",
-                a_supervised_twins_decision_is_not_taken =>
-                    "BUG: resolve_prompt step 1 hands a wait-mode run's decision to a re-run",
-                cancel_reports_the_expiry_it_causes =>
-                    "BUG: cancel expires an overdue pending approval without an event",
-                a_cancelled_runs_rejection_does_not_answer_a_retry =>
-                    "BUG: cancel's rejection of a run's pending approval ends the next retry of the command",
+            contract_cases!($store, regressions:
+                returned_approval_is_the_stored_one,
+                a_supervised_twins_decision_is_not_taken,
+                cancel_reports_the_expiry_it_causes,
+                a_cancelled_runs_rejection_does_not_answer_a_retry,
             );
         }
     };
@@ -150,20 +146,6 @@ macro_rules! contract_cases {
             #[test]
             fn $case() {
                 $crate::contract::run_case::<$store>($crate::contract::$module::$case::<$store>);
-            }
-        )*
-    };
-}
-
-/// Cases that show a bug found in the store: ignored (with the reason) until it is fixed;
-/// `cargo test -p headless-run-shared --test store_contract -- --ignored` runs them.
-macro_rules! known_bugs {
-    ($store:ty: $($case:ident => $why:literal),* $(,)?) => {
-        $(
-            #[test]
-            #[ignore = $why]
-            fn $case() {
-                $crate::contract::run_case::<$store>($crate::contract::bugs::$case::<$store>);
             }
         )*
     };

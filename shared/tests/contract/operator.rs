@@ -575,9 +575,7 @@ pub fn cancel_marks_rejects_and_refuses<S: StoreUnderTest>(s: &S) {
         CancelOutcome::NotFound
     );
 
-    // A parked run (no shim) is cancelled too, and no reason is just the canceller. (Another
-    // command than A's: A's rejection would answer it, see
-    // bugs::a_cancelled_runs_rejection_does_not_answer_a_retry.)
+    // A parked run (no shim) is cancelled too, and no reason is just the canceller.
     let mut c = Shim::start(s, &Cmd::new("rm", &["-i", "parked.txt"]));
     c.ask_pending(&yes_no("rm"));
     c.park();

@@ -1,15 +1,12 @@
-//! Cases that show a bug found in the SQLite store while writing the contract. They are
-//! instantiated with `#[ignore = "BUG: …"]` (see `known_bugs!` in `mod.rs`) so that the
-//! suite stays green until the store is fixed; run them with
-//! `cargo test -p headless-run-shared --test store_contract -- --ignored`, and move each
-//! one into `runner.rs` / `operator.rs` once it passes.
+//! Regressions: bugs the contract suite found in the SQLite store as it was written, each
+//! pinned by the case that showed it (they failed before the fix, in the same change).
 
 use super::*;
 use hr_shared::control::CancelOutcome;
 use hr_shared::status::ApprovalStatus;
 
 /// `resolve_prompt` returns the approval it wrote. Expected: the row as stored, which is
-/// what `approval(id)` (and any other store, reading back what it wrote) gives. Found: the
+/// what `approval(id)` (and any other store, reading back what it wrote) gives. Was: the
 /// returned `options_json` still carries each option's `keys` (`"y\r"`), which the store
 /// never keeps ("never the keys typed", `Approval::options_json`), on the new-approval and
 /// the policy paths.
@@ -44,7 +41,7 @@ pub fn returned_approval_is_the_stored_one<S: StoreUnderTest>(s: &S) {
 /// typed the answer and written `Consume`, a re-run of the same command asks the same
 /// prompt. Expected: the decision stays with the run that is still supervised (as step 3,
 /// the takeover, already does via `rules::may_take_over`): the re-run asks anew, and the
-/// waiting run is not closed. Found: step 1 of `resolve_prompt` consumes the decision for
+/// waiting run is not closed. Was: step 1 of `resolve_prompt` consumes the decision for
 /// the re-run and closes the waiting run as `completed … resumed as <re-run>` while its
 /// shim still runs the tool; that shim then types the same decision too (its `Consume` is
 /// a silent no-op: `record` reports no per-write outcome), so one decision answers two
@@ -80,7 +77,7 @@ pub fn a_supervised_twins_decision_is_not_taken<S: StoreUnderTest>(s: &S) {
 
 /// Cancelling a run whose pending approval is overdue. Expected: the approval's change is
 /// among the returned events, as for every other approval the transaction changes (a
-/// cancel's rejections, `decide`'s own expiry, `expire_due`). Found: `cancel` decides
+/// cancel's rejections, `decide`'s own expiry, `expire_due`). Was: `cancel` decides
 /// each pending approval with `reject`; `decide` expires an overdue one instead and
 /// answers `Conflict`, which `cancel` skips: the approval is expired (with its audit row)
 /// but no `approval_status_change` event reaches the combined log.
@@ -109,7 +106,7 @@ pub fn cancel_reports_the_expiry_it_causes<S: StoreUnderTest>(s: &S) {
 /// "the run was cancelled"). Then the same command is run again by hand. Expected: the
 /// retry is asked anew, as after an approval closed by `system:run-ended` (which
 /// `resolve_prompt` never takes as an answer): the cancellation was about that run, nobody
-/// decided the question. Found: the retry finds the cancellation's rejection as a decided,
+/// decided the question. Was: the retry finds the cancellation's rejection as a decided,
 /// unconsumed decision for its command and prompt, consumes it, and ends at once
 /// (`Rejected`, exit 91, "approval … rejected by alice") without asking.
 pub fn a_cancelled_runs_rejection_does_not_answer_a_retry<S: StoreUnderTest>(s: &S) {
