@@ -72,6 +72,17 @@ impl Ctx {
         Ok(store)
     }
 
+    /// The store, or `None` when nothing has run with this state dir yet (no database):
+    /// for listings, where no state is an empty answer rather than an error.
+    pub fn open_if_any(&self) -> CliResult<Option<Box<dyn OperatorStore>>> {
+        let mut store = store::operator(&self.paths);
+        match store.connect() {
+            Ok(()) => Ok(Some(store)),
+            Err(hr_shared::db::StoreError::Missing(_)) => Ok(None),
+            Err(e) => Err(e.into()),
+        }
+    }
+
     /// Appends an operation's events to the combined log and hands back its outcome.
     pub fn logged<T>(&self, done: Done<T>) -> T {
         hr_shared::control::log_events(&self.paths.combined_log(), &done.effects.events);

@@ -2,27 +2,34 @@
 
 use crate::error::{CliError, CliResult};
 use hr_shared::time;
-use std::time::{Duration, SystemTime};
-
-/// A duration argument: `90s`, `10m`, `1h30m`, `250ms`, or a number of seconds.
-pub fn duration(s: &str) -> Result<Duration, String> {
-    time::parse_duration(s)
-}
+use std::time::Duration;
 
 /// A `--since` argument: a duration back from now, or an RFC 3339 time. Returned as the
 /// stored RFC 3339 form, so it compares as a string against the database's timestamps.
 pub fn since(s: &str) -> Result<String, String> {
     if let Ok(d) = time::parse_duration(s) {
-        let at = SystemTime::now()
-            .checked_sub(d)
-            .unwrap_or(SystemTime::UNIX_EPOCH);
-        return Ok(time::to_rfc3339(at));
+        return time::before_now(d).map(time::to_rfc3339);
     }
     match time::parse_rfc3339(s.trim()) {
         Some(t) => Ok(time::to_rfc3339(t)),
         None => Err(format!(
             "`{s}` is neither a duration (e.g. 2h, 30m) nor an RFC 3339 time (e.g. 2026-11-22T08:00:00Z)"
         )),
+    }
+}
+
+/// A duration back from now that stays after 1970 (`gc --older-than`).
+pub fn age(s: &str) -> Result<Duration, String> {
+    let d = time::parse_duration(s)?;
+    time::before_now(d)?;
+    Ok(d)
+}
+
+/// A timeout or an interval: a duration that is not zero.
+pub fn nonzero(s: &str) -> Result<Duration, String> {
+    match time::parse_duration(s)? {
+        d if d.is_zero() => Err(format!("`{s}` is no time at all")),
+        d => Ok(d),
     }
 }
 

@@ -109,16 +109,18 @@ parse_enum!(OnStall, "kill" => OnStall::Kill, "mark" => OnStall::Mark);
 parse_enum!(OnPrompt, "exit" => OnPrompt::Exit, "wait" => OnPrompt::Wait);
 parse_enum!(OnExpire, "reject" => OnExpire::Reject, "default" => OnExpire::Default);
 
-/// A duration setting that may also be switched off (`"none"`, `"off"`, `0`).
+/// A duration setting that may also be switched off (`"none"`, `"off"`, `"never"`). Zero is
+/// kept as zero: a zero timeout is refused by [`Resolved::check`] rather than read as "no
+/// timeout", which is what `none` says.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Limit(pub Option<Duration>);
 
 impl Limit {
-    /// Parses `10m`, `90`, `1.5`, `none`, `off`, `0`.
+    /// Parses `10m`, `90`, `1.5`, `none`, `off`.
     pub fn parse(s: &str) -> Result<Limit, String> {
         match s.trim() {
             "none" | "off" | "never" => Ok(Limit(None)),
-            other => crate::time::parse_duration(other).map(|d| Limit((!d.is_zero()).then_some(d))),
+            other => crate::time::parse_duration(other).map(|d| Limit(Some(d))),
         }
     }
 }
@@ -138,13 +140,17 @@ impl<'de> Deserialize<'de> for Limit {
                 if n < 0 {
                     return Err(E::custom("a duration cannot be negative"));
                 }
-                Ok(Limit((n > 0).then(|| Duration::from_secs(n as u64))))
+                crate::time::parse_duration(&n.to_string())
+                    .map(|d| Limit(Some(d)))
+                    .map_err(E::custom)
             }
             fn visit_f64<E: serde::de::Error>(self, n: f64) -> Result<Limit, E> {
                 if !(n.is_finite() && n >= 0.0) {
                     return Err(E::custom("a duration must be a non-negative number"));
                 }
-                Ok(Limit((n > 0.0).then(|| Duration::from_secs_f64(n))))
+                crate::time::parse_duration(&n.to_string())
+                    .map(|d| Limit(Some(d)))
+                    .map_err(E::custom)
             }
         }
         d.deserialize_any(V)
@@ -219,6 +225,37 @@ pub struct Resolved {
     /// How long an approval stays pending (`None`: forever).
     pub approval_ttl: Option<Duration>,
     pub on_expire: OnExpire,
+}
+
+impl Resolved {
+    /// Refuses settings that cannot mean what they say: a zero (or sub-nanosecond) timeout,
+    /// which is no time at all — `none` switches a limit off — and a stall timeout shorter
+    /// than the prompt idle window, which would call a tool at a prompt stalled before its
+    /// prompt is seen.
+    pub fn check(&self) -> Result<(), String> {
+        for (key, value) in [
+            ("timeout", self.timeout),
+            ("stall_timeout", self.stall_timeout),
+            ("approval_ttl", self.approval_ttl),
+            ("prompt_idle", Some(self.prompt_idle)),
+        ] {
+            if value.is_some_and(|d| d.is_zero()) {
+                return Err(format!(
+                    "{key} is 0, which is no time at all; give a duration, or `none` to switch it off"
+                ));
+            }
+        }
+        if let Some(stall) = self.stall_timeout
+            && stall < self.prompt_idle
+        {
+            return Err(format!(
+                "stall_timeout ({}) is shorter than prompt_idle ({}): a tool waiting at a prompt would be called stalled before the prompt is seen",
+                crate::time::short_duration(stall),
+                crate::time::short_duration(self.prompt_idle)
+            ));
+        }
+        Ok(())
+    }
 }
 
 impl Default for Resolved {
@@ -865,7 +902,24 @@ command = ["/bin/true"]
     #[test]
     fn limits() {
         assert_eq!(Limit::parse("none"), Ok(Limit(None)));
-        assert_eq!(Limit::parse("0"), Ok(Limit(None)));
+        assert_eq!(Limit::parse("0"), Ok(Limit(Some(Duration::ZERO))));
+        let zero = Settings {
+            timeout: Some(Limit::parse("0").unwrap()),
+            ..Settings::default()
+        };
+        assert!(zero.resolve().check().unwrap_err().contains("timeout is 0"));
+        let sub_ns = Settings {
+            stall_timeout: Some(Limit::parse("0.0000000001").unwrap()),
+            ..Settings::default()
+        };
+        assert!(sub_ns.resolve().check().is_err());
+        let short_stall = Settings {
+            stall_timeout: Some(Limit::parse("100ms").unwrap()),
+            ..Settings::default()
+        };
+        let err = short_stall.resolve().check().unwrap_err();
+        assert!(err.contains("shorter than prompt_idle"), "{err}");
+        assert_eq!(Settings::default().resolve().check(), Ok(()));
         assert_eq!(Limit::parse("2s"), Ok(Limit(Some(Duration::from_secs(2)))));
     }
 }

@@ -160,6 +160,10 @@ fn run(inv: Invocation) -> Result<u8, Failure> {
         .or_else(|| env("HEADLESS_RUN_EXECUTION_ID").map(|v| v.to_string_lossy().into_owned()))
         .filter(|v| !v.is_empty())
         .unwrap_or_else(id::new_execution_id);
+    let settings = settings.resolve();
+    settings
+        .check()
+        .map_err(|e| Failure::new(shim::SHIM_FAILED, format!("bad settings: {e}")))?;
     let mut ctx = RunContext {
         tool_run_id: id::new_run_id(),
         tool_name,
@@ -168,7 +172,7 @@ fn run(inv: Invocation) -> Result<u8, Failure> {
         args: inv.args,
         execution_id,
         cwd,
-        settings: settings.resolve(),
+        settings,
         paths,
         stdin_mode,
         config,

@@ -87,11 +87,17 @@ fn doctor_names_every_problem() {
     );
 }
 
+/// A fresh install (nothing has run yet) is not a problem: doctor says so as information
+/// and passes.
 #[test]
-fn doctor_on_a_missing_state_dir_says_so() {
+fn doctor_on_a_fresh_install_informs_and_passes() {
     let env = TestEnv::new();
     let out = env.monitor().arg("doctor").run();
-    out.expect_code(1);
-    assert!(out.out().contains("does not exist"), "{}", out.out());
-    assert!(out.out().contains("no database"), "{}", out.out());
+    out.expect_code(0);
+    let text = out.out();
+    assert!(text.contains("info  state dir"), "{text}");
+    assert!(text.contains("does not exist yet"), "{text}");
+    assert!(text.contains("info  no database"), "{text}");
+    assert!(!text.contains("FAIL"), "{text}");
+    assert!(text.contains("all checks passed"), "{text}");
 }

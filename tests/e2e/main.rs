@@ -15,6 +15,7 @@ mod hostile;
 mod install;
 mod listing;
 mod logs;
+mod operator;
 mod passthrough;
 mod prompts;
 mod reconcile;

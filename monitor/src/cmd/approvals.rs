@@ -56,7 +56,15 @@ pub fn run(ctx: &Ctx, args: Args) -> CliResult {
     if let Some(run) = &args.run {
         crate::parse::run_id(run)?;
     }
-    let mut store = ctx.open()?;
+    // No state yet: nothing has asked, which is an empty list, not an error.
+    let Some(mut store) = ctx.open_if_any()? else {
+        if args.json {
+            crate::outln!("[]");
+        } else {
+            crate::outln!("no {}approvals", status_prefix(args.status));
+        }
+        return Ok(());
+    };
     // Pending approvals are work nobody may miss: all of them unless told otherwise.
     let limit = args.limit.unwrap_or(match args.status {
         StatusArg::Pending => 0,
@@ -81,19 +89,21 @@ pub fn run(ctx: &Ctx, args: Args) -> CliResult {
         return Ok(output::print_json(&list)?);
     }
     if list.is_empty() {
-        crate::outln!(
-            "no {}approvals",
-            match args.status {
-                StatusArg::All => String::new(),
-                other => format!("{} ", status_word(other)),
-            }
-        );
+        crate::outln!("no {}approvals", status_prefix(args.status));
         return Ok(());
     }
     let decided = args.status != StatusArg::Pending;
     let width = output::terminal_width();
     crate::out!("{}", table(&list, decided).render(width));
     Ok(())
+}
+
+/// `pending ` (for "no pending approvals"), nothing for all.
+fn status_prefix(s: StatusArg) -> String {
+    match s {
+        StatusArg::All => String::new(),
+        other => format!("{} ", status_word(other)),
+    }
 }
 
 fn status_word(s: StatusArg) -> &'static str {

@@ -81,8 +81,9 @@ fn check_permissions(ctx: &Ctx, r: &mut Report) {
     let root = &ctx.paths.root;
     match mode_of(root) {
         None => {
-            r.fail(format!(
-                "state dir {} does not exist (nothing has run with it yet?)",
+            // A fresh install: not a problem, just nothing to check yet.
+            r.info(format!(
+                "state dir {} does not exist yet: nothing has run with it (the first headless-run creates it, 0700)",
                 root.display()
             ));
             return;
@@ -151,8 +152,8 @@ fn walk(dir: &Path, f: &mut dyn FnMut(&Path, &fs::Metadata)) {
 fn check_database(ctx: &Ctx, r: &mut Report) {
     let path = &ctx.paths.db;
     if !path.exists() {
-        r.fail(format!(
-            "no database at {} (run any tool through headless-run to create it)",
+        r.info(format!(
+            "no database at {} yet (the first tool run through headless-run creates it)",
             path.display()
         ));
         return;

@@ -2,11 +2,11 @@
 //! run logs.
 
 use crate::cli::Ctx;
-use crate::error::CliResult;
+use crate::error::{CliError, CliResult};
 use crate::parse;
 use hr_shared::gc::GcReport;
 use hr_shared::{proc, time};
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 #[derive(Debug, clap::Args)]
 #[command(after_help = "\
@@ -19,7 +19,7 @@ from it would break the chain `monitor doctor` verifies. A `gc` row records each
 collection. logs/combined.log rotates by itself (at 64 MB, to combined.log.1).")]
 pub struct Args {
     /// Delete what ended longer ago than this (e.g. 30d, 12h)
-    #[arg(long, value_name = "DUR", value_parser = parse::duration)]
+    #[arg(long, value_name = "DUR", value_parser = parse::age)]
     older_than: Duration,
     /// Only say what would be deleted
     #[arg(long)]
@@ -27,12 +27,22 @@ pub struct Args {
 }
 
 pub fn run(ctx: &Ctx, args: Args) -> CliResult {
-    let mut store = ctx.open()?;
-    let cutoff = time::to_rfc3339(
-        SystemTime::now()
-            .checked_sub(args.older_than)
-            .unwrap_or(SystemTime::UNIX_EPOCH),
-    );
+    if let Some(why) = hr_shared::self_approval::inside_supervised_tool() {
+        return Err(CliError::error(format!(
+            "refusing to delete history: {why}; a supervised tool must not erase the record of what it did — run gc from another terminal"
+        )));
+    }
+    let cutoff = time::to_rfc3339(time::before_now(args.older_than).map_err(CliError::usage)?);
+    // No state yet: nothing to delete.
+    let Some(mut store) = ctx.open_if_any()? else {
+        let verb = if args.dry_run {
+            "would delete"
+        } else {
+            "deleted"
+        };
+        crate::outln!("{verb} 0 runs, 0 approvals and 0 run logs (no state yet)");
+        return Ok(());
+    };
     if args.dry_run {
         let GcReport { runs, approvals } = store.gc_preview(&cutoff)?;
         let logs = runs

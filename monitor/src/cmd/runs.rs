@@ -37,7 +37,15 @@ pub struct Args {
 }
 
 pub fn run(ctx: &Ctx, args: Args) -> CliResult {
-    let mut store = ctx.open()?;
+    // No state yet: nothing has run, which is an empty list, not an error.
+    let Some(mut store) = ctx.open_if_any()? else {
+        if args.json {
+            crate::outln!("[]");
+        } else {
+            crate::outln!("no runs");
+        }
+        return Ok(());
+    };
     let filter = RunFilter {
         statuses: args.status,
         tool: args.tool,

@@ -30,7 +30,7 @@ pub struct Args {
     /// An approval (AP-…) or a run (TR-…)
     id: String,
     /// Give up after this long (default: wait for ever)
-    #[arg(long, value_name = "DUR", value_parser = parse::duration)]
+    #[arg(long, value_name = "DUR", value_parser = parse::nonzero)]
     timeout: Option<Duration>,
 }
 

@@ -35,7 +35,7 @@ pub struct Args {
     #[arg(long)]
     once: bool,
     /// Time between passes
-    #[arg(long, value_name = "DUR", default_value = "1s", value_parser = crate::parse::duration)]
+    #[arg(long, value_name = "DUR", default_value = "1s", value_parser = crate::parse::nonzero)]
     interval: Duration,
 }
 

@@ -1,0 +1,118 @@
+//! The operator's and the CI user's first contact (issue 15): no state yet is an empty answer,
+//! not an error; history cannot be deleted from inside a supervised tool; bad durations are
+//! usage errors, never panics, and a timeout of zero is refused rather than read as none.
+
+use headless_run_e2e::*;
+use std::time::Duration;
+
+#[test]
+fn no_state_yet_lists_nothing_and_exits_0() {
+    let env = TestEnv::new();
+    let runs = env.monitor().arg("runs").run();
+    runs.expect_code(0);
+    assert_eq!(runs.out().trim(), "no runs", "{}", runs.context());
+    let json = env.monitor().args(["runs", "--json"]).run();
+    json.expect_code(0);
+    assert_eq!(json.out().trim(), "[]", "{}", json.context());
+    let aps = env
+        .monitor()
+        .args(["approvals", "--status", "all", "--json"])
+        .run();
+    aps.expect_code(0);
+    assert_eq!(aps.out().trim(), "[]", "{}", aps.context());
+    let pending = env.monitor().arg("approvals").run();
+    pending.expect_code(0);
+    assert_eq!(pending.out().trim(), "no pending approvals");
+    let gc = env
+        .monitor()
+        .args(["gc", "--older-than", "1d", "--dry-run"])
+        .run();
+    gc.expect_code(0);
+    assert!(gc.out().contains("would delete 0 runs"), "{}", gc.context());
+    // Looking created nothing.
+    assert!(
+        !env.state().exists(),
+        "the state dir was created by a listing"
+    );
+    // What names one thing still says it is not there.
+    env.monitor()
+        .args(["show", "TR-01M843P2RDXRN7QN3V3KQE7DE4"])
+        .run()
+        .expect_code(1);
+}
+
+#[test]
+fn gc_is_refused_inside_a_supervised_tool() {
+    let env = TestEnv::new();
+    env.shim().arg("true").run().expect_code(0);
+    std::thread::sleep(Duration::from_millis(20));
+    // A tool under headless-run runs `monitor gc`: refused, the history stays.
+    let inside = env
+        .shim()
+        .args([
+            bin("monitor").to_str().unwrap(),
+            "gc",
+            "--older-than",
+            "1ms",
+        ])
+        .run();
+    inside.expect_code(1);
+    // The tool's stderr is the pty: it reaches the shim's stdout.
+    assert!(
+        inside.out().contains("refusing to delete history"),
+        "{}",
+        inside.context()
+    );
+    assert_eq!(env.runs().len(), 2, "gc deleted runs from inside a tool");
+    // The same from a terminal of the operator's deletes the finished runs.
+    let outside = env.monitor().args(["gc", "--older-than", "1ms"]).run();
+    outside.expect_code(0);
+    assert!(env.runs().is_empty(), "{}", outside.context());
+}
+
+#[test]
+fn bad_durations_are_usage_errors_not_panics() {
+    let env = TestEnv::new();
+    env.shim().arg("true").run().expect_code(0);
+    let id = s(&env.only_run(), "tool_run_id").to_owned();
+    for args in [
+        vec!["runs", "--since", "500000h"],
+        vec!["approvals", "--since", "500000h"],
+        vec!["gc", "--older-than", "500000h"],
+        vec!["wait", &id, "--timeout", "18446744073709551615s"],
+        vec!["wait", &id, "--timeout", "18446744073709551615"],
+        vec!["wait", &id, "--timeout", "0"],
+        vec!["wait", &id, "--timeout", "0.0000000001"],
+        vec!["worker", "--interval", "0"],
+    ] {
+        let out = env.monitor().args(&args).run();
+        out.expect_code(2);
+        assert!(
+            !out.stderr.contains("panicked"),
+            "{args:?}: {}",
+            out.context()
+        );
+    }
+    for args in [
+        vec!["--timeout", "0"],
+        vec!["--stall-timeout", "0.0000000001"],
+        vec!["--timeout", "18446744073709551615s"],
+        // Shorter than the prompt idle window (300ms): a tool at a prompt would be stalled
+        // before the prompt is seen.
+        vec!["--stall-timeout", "100ms"],
+    ] {
+        let out = env.shim().args(&args).args(["--", "true"]).run();
+        out.expect_code(125);
+        assert!(
+            !out.stderr.contains("panicked"),
+            "{args:?}: {}",
+            out.context()
+        );
+    }
+    assert_eq!(env.runs().len(), 1, "a refused invocation recorded a run");
+    // `none` is how a limit is switched off.
+    env.shim()
+        .args(["--timeout", "none", "--", "true"])
+        .run()
+        .expect_code(0);
+}
