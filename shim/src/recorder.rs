@@ -5,12 +5,13 @@
 //! [`MAX_PENDING`] bytes behind, chunks are dropped from the logs (and said so), never from
 //! stdout.
 
-use crate::store::{StoreMsg, StoreSender, warn_once};
+use crate::store::{StoreSender, warn_once};
 use hr_shared::event::{self, EventBody, LogEvent, ToolSignal};
 use hr_shared::logfile::CombinedLog;
 use hr_shared::paths::{self, StatePaths};
 use hr_shared::runs::Touch;
 use hr_shared::sanitize;
+use hr_shared::store::RunWrite;
 use hr_shared::time;
 use std::fs::File;
 use std::io::{BufWriter, Write};
@@ -413,7 +414,7 @@ impl Worker {
         }
         self.last_heartbeat_touch = Some(now);
         let stamp = time::now_rfc3339();
-        self.setup.store.send(StoreMsg::Touch(Touch {
+        self.setup.store.write(RunWrite::Touch(Touch {
             last_heartbeat_at: Some(stamp),
             ..Touch::default()
         }));

@@ -11,6 +11,7 @@ use hr_shared::mode::{ENV_APPROVAL_ID, ENV_AUTO_APPROVAL, ENV_RESUMED_FROM};
 use hr_shared::paths::StatePaths;
 use hr_shared::runs::{StatusChange, ToolRun};
 use hr_shared::status::RunStatus;
+use hr_shared::store::RunWrite;
 use hr_shared::tool_path::{self, FindToolError, ShimIdentity};
 use hr_shared::{db, fingerprint, id, proc, spool, time};
 use std::ffi::{OsStr, OsString};
@@ -257,17 +258,18 @@ fn run(inv: Invocation) -> Result<u8, Failure> {
         ),
     };
     match &outcome {
-        Ok(RunOutcome::Cancelled { code, .. }) => store.send(StoreMsg::Cancelled {
+        Ok(RunOutcome::Cancelled { code, .. }) => store.write(RunWrite::Cancelled {
             exit_code: i32::from(*code),
+            at: hr_shared::time::now_rfc3339(),
         }),
         Ok(RunOutcome::ApprovalPending { .. }) => {
-            store.send(StoreMsg::ReleaseConsumed(None));
-            store.send(StoreMsg::Status(change.clone(), Replace::AnyButCancelled));
+            store.write(RunWrite::Release(None));
+            store.write(RunWrite::Status(change.clone(), Replace::AnyButCancelled));
         }
         _ => {
-            store.send(StoreMsg::Status(change.clone(), Replace::AnyButCancelled));
+            store.write(RunWrite::Status(change.clone(), Replace::AnyButCancelled));
             let why = change.reason.as_deref().unwrap_or("it completed");
-            store.send(StoreMsg::Abandon(format!(
+            store.write(RunWrite::Abandon(format!(
                 "the run ended before a decision ({why})"
             )));
         }
@@ -302,11 +304,11 @@ impl RunStart<'_> {
         match self.row.take() {
             Some(mut row) => {
                 row.pid = pid.map(i64::from);
-                self.store.send(StoreMsg::Start(Box::new(row)));
+                self.store.write(RunWrite::Start(Box::new(row)));
             }
             None => {
                 if let Some(pid) = pid {
-                    self.store.send(StoreMsg::Pid(pid));
+                    self.store.write(RunWrite::Pid(pid));
                 }
             }
         }
@@ -432,6 +434,6 @@ pub fn spawn_failure(ctx: &RunContext, e: std::io::Error) -> Failure {
 }
 
 /// The store's view of a status change from a running run.
-pub fn live_status(status: RunStatus, reason: Option<String>) -> StoreMsg {
-    StoreMsg::Status(StatusChange::to(status, reason), Replace::Live)
+pub fn live_status(status: RunStatus, reason: Option<String>) -> RunWrite {
+    RunWrite::Status(StatusChange::to(status, reason), Replace::Live)
 }

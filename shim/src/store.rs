@@ -39,16 +39,8 @@ pub type Reply<T> = Sender<Result<T, String>>;
 
 /// A request to the store thread.
 pub enum StoreMsg {
-    Start(Box<ToolRun>),
-    /// The tool's pid, once spawned (when the row was written before).
-    Pid(i32),
-    Touch(Touch),
-    Status(StatusChange, Replace),
-    /// The run was cancelled (by `monitor cancel`): record how the tool really ended, keep
-    /// the canceller's status and reason.
-    Cancelled {
-        exit_code: i32,
-    },
+    /// A change to the run, written with the next batch.
+    Write(RunWrite),
     /// Resolve a prompt: answer, reject or a pending approval.
     Prompt(Box<PromptRequest>, Reply<PromptResolution>),
     /// Record a cooperative tool's request.
@@ -64,13 +56,6 @@ pub enum StoreMsg {
         value: String,
         reply: Reply<Approval>,
     },
-    /// A decision seen in wait mode has been typed: it is used up.
-    Consume(String),
-    /// The run ended without a decision on its pending approvals: close them.
-    Abandon(String),
-    /// Give back answers this run used: all of them (`None`: it stops at a prompt, exit 90,
-    /// and its re-run needs them again), or one that could not be typed after all.
-    ReleaseConsumed(Option<String>),
     Shutdown,
 }
 
@@ -82,6 +67,11 @@ impl StoreSender {
     /// Queues a message; a stopped store drops it.
     pub fn send(&self, msg: StoreMsg) {
         let _ = self.0.send(msg);
+    }
+
+    /// Queues a change to the run.
+    pub fn write(&self, w: RunWrite) {
+        self.send(StoreMsg::Write(w));
     }
 }
 
@@ -134,6 +124,11 @@ impl StoreHandle {
     /// Queues a message.
     pub fn send(&self, msg: StoreMsg) {
         self.tx.send(msg);
+    }
+
+    /// Queues a change to the run.
+    pub fn write(&self, w: RunWrite) {
+        self.tx.write(w);
     }
 
     /// Sends a request that needs an answer and waits for it (bounded: a database locked for
@@ -286,21 +281,9 @@ impl StoreThread {
             }
             for msg in batch {
                 match msg {
-                    StoreMsg::Start(run) => ops.push(RunWrite::Start(run)),
-                    StoreMsg::Pid(pid) => ops.push(RunWrite::Pid(pid)),
-                    StoreMsg::Touch(t) => ops.push(RunWrite::Touch(t)),
-                    StoreMsg::Status(change, replace) => {
-                        ops.push(RunWrite::Status(change, replace))
-                    }
-                    StoreMsg::Cancelled { exit_code } => ops.push(RunWrite::Cancelled {
-                        exit_code,
-                        at: time::now_rfc3339(),
-                    }),
-                    StoreMsg::Consume(id) => ops.push(RunWrite::Consume(id)),
                     // A run that never asked has nothing to abandon: no query for it.
-                    StoreMsg::Abandon(why) if self.asked => ops.push(RunWrite::Abandon(why)),
-                    StoreMsg::Abandon(_) => {}
-                    StoreMsg::ReleaseConsumed(one) => ops.push(RunWrite::Release(one)),
+                    StoreMsg::Write(RunWrite::Abandon(_)) if !self.asked => {}
+                    StoreMsg::Write(w) => ops.push(w),
                     StoreMsg::Prompt(req, reply) => {
                         self.asked = true;
                         self.flush(std::mem::take(&mut ops));

@@ -23,7 +23,7 @@ use hr_shared::runs::Touch;
 use hr_shared::sanitize::sanitize_line;
 use hr_shared::status::RunStatus;
 use hr_shared::store::watch::{self, Watched, Watcher};
-use hr_shared::store::{Cooperative, PromptResolution};
+use hr_shared::store::{Cooperative, PromptResolution, RunWrite};
 use hr_shared::time;
 use std::io;
 use std::os::fd::RawFd;
@@ -341,7 +341,7 @@ impl Supervisor<'_> {
                 OnStall::Kill => self.end_tool(RunOutcome::Stalled),
                 OnStall::Mark if !self.stalled => {
                     self.stalled = true;
-                    self.store.send(run::live_status(
+                    self.store.write(run::live_status(
                         RunStatus::Stalled,
                         Some(format!(
                             "no output and no heartbeat for {}",
@@ -377,7 +377,7 @@ impl Supervisor<'_> {
         if self.touch_pending && self.last_touch.is_none_or(|t| now >= t + TOUCH_EVERY) {
             self.touch_pending = false;
             self.last_touch = Some(now);
-            self.store.send(StoreMsg::Touch(Touch {
+            self.store.write(RunWrite::Touch(Touch {
                 last_output_at: Some(time::now_rfc3339()),
                 ..Touch::default()
             }));
@@ -520,7 +520,7 @@ impl Supervisor<'_> {
         self.conv.output();
         if self.stalled {
             self.stalled = false;
-            self.store.send(run::live_status(RunStatus::Running, None));
+            self.store.write(run::live_status(RunStatus::Running, None));
         }
     }
 
@@ -582,12 +582,12 @@ impl Supervisor<'_> {
                     self.asking =
                         Some(self.store.request(|reply| StoreMsg::Prompt(request, reply)));
                 }
-                Action::Release(approval_id) => self
-                    .store
-                    .send(StoreMsg::ReleaseConsumed(Some(approval_id))),
+                Action::Release(approval_id) => {
+                    self.store.write(RunWrite::Release(Some(approval_id)))
+                }
                 Action::Consume(approval_id) => {
-                    self.store.send(StoreMsg::Consume(approval_id));
-                    self.store.send(run::live_status(RunStatus::Running, None));
+                    self.store.write(RunWrite::Consume(approval_id));
+                    self.store.write(run::live_status(RunStatus::Running, None));
                 }
                 Action::Watch(approval) => match self.watcher_for(&approval) {
                     Some(watcher) => self.watcher = Some(watcher),
@@ -718,7 +718,7 @@ impl Supervisor<'_> {
                 watch::decided_by(&a)
             );
             if self.coops.is_empty() && !self.conv.waiting() && self.exited.is_none() {
-                self.store.send(run::live_status(RunStatus::Running, None));
+                self.store.write(run::live_status(RunStatus::Running, None));
             }
         }
     }
