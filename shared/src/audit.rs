@@ -230,38 +230,25 @@ pub(crate) fn unrecorded_decisions(conn: &Connection) -> Result<Vec<(String, Str
     Ok(rows)
 }
 
-/// The audit rows of one run (and its approvals), oldest first.
+/// The audit rows filed under one run, oldest first (an approval's rows are filed under the
+/// run that caused them: its consumption under the run that consumed it).
 pub(crate) fn for_run(conn: &Connection, tool_run_id: &str) -> Result<Vec<AuditRow>> {
-    let mut stmt = conn.prepare(
-        "SELECT id, at, event, tool_run_id, approval_id, actor, data, prev_hash, hash
-         FROM events WHERE tool_run_id = ?1 ORDER BY id",
-    )?;
-    let rows = stmt
-        .query_map([tool_run_id], |r| {
-            Ok(AuditRow {
-                id: r.get(0)?,
-                at: r.get(1)?,
-                event: r.get(2)?,
-                tool_run_id: r.get(3)?,
-                approval_id: r.get(4)?,
-                actor: r.get(5)?,
-                data: r.get(6)?,
-                prev_hash: r.get(7)?,
-                hash: r.get(8)?,
-            })
-        })?
-        .collect::<rusqlite::Result<Vec<_>>>()?;
-    Ok(rows)
+    rows_where(conn, "tool_run_id", tool_run_id)
 }
 
 /// The audit rows of one approval (whichever run they name, if any), oldest first.
 pub(crate) fn for_approval(conn: &Connection, approval_id: &str) -> Result<Vec<AuditRow>> {
-    let mut stmt = conn.prepare(
+    rows_where(conn, "approval_id", approval_id)
+}
+
+/// The rows whose `column` (a fixed name, never input) is `value`, oldest first.
+fn rows_where(conn: &Connection, column: &'static str, value: &str) -> Result<Vec<AuditRow>> {
+    let mut stmt = conn.prepare(&format!(
         "SELECT id, at, event, tool_run_id, approval_id, actor, data, prev_hash, hash
-         FROM events WHERE approval_id = ?1 ORDER BY id",
-    )?;
+         FROM events WHERE {column} = ?1 ORDER BY id"
+    ))?;
     let rows = stmt
-        .query_map([approval_id], |r| {
+        .query_map([value], |r| {
             Ok(AuditRow {
                 id: r.get(0)?,
                 at: r.get(1)?,

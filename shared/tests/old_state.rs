@@ -505,6 +505,27 @@ fn new_run(tool: &str) -> ToolRun {
     }
 }
 
+/// Parks run `id` on its approval as an exit-mode shim does when it exits 90: nobody
+/// supervises it any more, so a re-run may take up its decision.
+fn park(store: &mut SqliteStore, id: &str) {
+    let change = StatusChange {
+        exit_code: Some(90),
+        finished: false,
+        ..StatusChange::to(
+            RunStatus::WaitingApproval,
+            Some("waiting for approval".into()),
+        )
+    };
+    store
+        .record(
+            id,
+            &[RunWrite::Status(change, Replace::AnyButCancelled)],
+            "ci",
+            false,
+        )
+        .unwrap();
+}
+
 /// Records `run`'s first row as its shim does.
 fn start(store: &mut SqliteStore, run: &ToolRun) {
     let done = store
@@ -859,7 +880,8 @@ fn takes_approvals_on_a_v1_database(store: &mut SqliteStore) {
         .unwrap();
     assert_eq!(remembered.source_approval_id.as_ref(), Some(&a.approval_id));
 
-    // A re-run of the command is answered by the decision…
+    // The asking shim exits 90; a re-run of the command is answered by the decision…
+    park(store, &who.tool_run_id);
     let again = start_command(store, &argv, cwd);
     let (used, value) = answer(ask(store, &again, &req));
     assert_eq!(
