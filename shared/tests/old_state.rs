@@ -482,26 +482,17 @@ fn new_run(tool: &str) -> ToolRun {
     let now = time::now_rfc3339();
     ToolRun {
         tool_run_id: id::new_run_id(),
-        tool_name: tool.into(),
         execution_id: Some(id::new_execution_id()),
         status: RunStatus::Running,
-        reason: None,
-        exit_code: None,
-        started_at: now.clone(),
-        completed_at: None,
-        last_output_at: None,
-        last_heartbeat_at: None,
-        supervisor_heartbeat_at: Some(now.clone()),
-        last_error_msg: None,
+        supervisor_heartbeat_at: Some(now),
         pid: Some(7001),
         shim_pid: Some(7000),
         shim_start_time: Some(123_456),
         host: Some("build-02".into()),
         argv_json: vec![tool.into(), "--check".into()],
         cwd: Some("/home/ci/src/app".into()),
-        resumed_from: None,
         metadata: Some(serde_json::json!({"mode": "pty", "tool_path": "/usr/bin/x"})),
-        updated_at: now,
+        ..hr_shared::testing::run("", tool, RunStatus::Running)
     }
 }
 
