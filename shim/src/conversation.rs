@@ -84,8 +84,12 @@ pub enum Action {
     Ask(Box<PromptRequest>),
     /// The answer taken for this approval was not typed: give it back.
     Release(String),
-    /// A wait-mode decision is being typed: mark the approval consumed and the run running.
-    Consume(String),
+    /// A wait-mode decision reached this run: mark the approval consumed (its outcome stays
+    /// with this run, a yes or a no); `answering`: it is being typed, the run goes on.
+    Consume {
+        approval_id: String,
+        answering: bool,
+    },
     /// Watch this approval and feed what comes to [`Conversation::watched`] (or say
     /// [`Conversation::unwatched`] when it cannot be watched).
     Watch(Box<Approval>),
@@ -422,10 +426,20 @@ impl<'a> Conversation<'a> {
             return Vec::new();
         };
         if !decided.answers() {
-            return self.reject(&decided);
+            // A no given to this run ends it, and ends with it: a later run of the same
+            // command is asked again rather than answered by it.
+            let mut actions = vec![Action::Consume {
+                approval_id: decided.approval_id.clone(),
+                answering: false,
+            }];
+            actions.extend(self.reject(&decided));
+            return actions;
         }
         let value = decided.chosen_value.clone().unwrap_or_default();
-        let consume = Action::Consume(decided.approval_id.clone());
+        let consume = Action::Consume {
+            approval_id: decided.approval_id.clone(),
+            answering: true,
+        };
         // The modes now, not when the prompt was seen: the tool may have switched meanwhile.
         let canonical = obs.modes().is_none_or(|m| m.canonical);
         vec![consume, self.answer(&prompt, canonical, &value, &decided)]
@@ -628,7 +642,9 @@ mod tests {
             for a in actions {
                 match a {
                     Action::Type(t) => typing = Some(t),
-                    Action::Consume(_) => {}
+                    Action::Consume {
+                        answering: true, ..
+                    } => {}
                     other => panic!("expected only typing, got {other:?}"),
                 }
             }
@@ -963,7 +979,7 @@ mod tests {
             Some("n"),
         ))));
         assert!(
-            matches!(actions.first(), Some(Action::Consume(id)) if id == "AP-1"),
+            matches!(actions.first(), Some(Action::Consume { approval_id, answering: true }) if approval_id == "AP-1"),
             "{actions:?}"
         );
         assert_eq!(run.type_keys(actions), b"n\r");
@@ -979,7 +995,11 @@ mod tests {
             None,
         ))));
         assert_eq!(ended(&actions).map(RunOutcome::exit_code), Some(91));
-        assert!(!actions.iter().any(|a| matches!(a, Action::Consume(_))));
+        // The no is used up by this run: it answers no later run.
+        assert!(
+            matches!(actions.first(), Some(Action::Consume { approval_id, answering: false }) if approval_id == "AP-1"),
+            "{actions:?}"
+        );
         assert!(!typed_anything(&actions));
         assert!(!run.conv.waiting());
     }

@@ -585,9 +585,14 @@ impl Supervisor<'_> {
                 Action::Release(approval_id) => {
                     self.store.write(RunWrite::Release(Some(approval_id)))
                 }
-                Action::Consume(approval_id) => {
+                Action::Consume {
+                    approval_id,
+                    answering,
+                } => {
                     self.store.write(RunWrite::Consume(approval_id));
-                    self.store.write(run::live_status(RunStatus::Running, None));
+                    if answering {
+                        self.store.write(run::live_status(RunStatus::Running, None));
+                    }
                 }
                 Action::Watch(approval) => match self.watcher_for(&approval) {
                     Some(watcher) => self.watcher = Some(watcher),

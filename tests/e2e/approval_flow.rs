@@ -170,6 +170,14 @@ fn wait_mode_rejection_ends_the_tool_with_91() {
     assert!(!out.out().contains("got"));
     assert!(wait_until(Duration::from_secs(5), || !alive(pid)));
     assert_eq!(s(&env.only_run(), "status"), "failed");
+    // The no stays with the run it was given to: a fresh run of the same command is asked
+    // again (exit mode: 90), not ended at once by the old rejection.
+    let rejected = env.approvals().remove(0);
+    assert_eq!(s(&rejected, "status"), "rejected");
+    assert!(!rejected["consumed_at"].is_null(), "{rejected:#?}");
+    let again = env.shim().arg(tool()).args(["ask", "Deploy? [y/N] "]).run();
+    again.expect_code(90);
+    assert_eq!(env.approvals().len(), 2, "the re-run asked anew");
 }
 
 #[test]
