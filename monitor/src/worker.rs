@@ -4,10 +4,11 @@
 //! * rejected, or expired without an answer → the waiting run becomes `failed`;
 //! * approved (or expired with the default) → the approval is claimed atomically (of two
 //!   workers exactly one wins) and the stored command is re-run in its stored directory
-//!   through `headless-run`, with `AUTO_APPROVAL`, `HEADLESS_RUN_APPROVAL_ID` and
-//!   `HEADLESS_RUN_RESUMED_FROM` set. The re-run shim answers the prompt itself, consumes
-//!   the approval and closes the waiting run; when the re-run ends without reaching the
-//!   prompt, the worker closes the waiting run from the re-run's exit code.
+//!   through `headless-run`, with `HEADLESS_RUN_APPROVAL_ID` and `HEADLESS_RUN_RESUMED_FROM`
+//!   set (and, for a cooperative tool's request only, `AUTO_APPROVAL`, a single-use token
+//!   its shim checks against this claim). The re-run shim answers the prompt itself,
+//!   consumes the approval and closes the waiting run; when the re-run ends without
+//!   reaching the prompt, the worker closes the waiting run from the re-run's exit code.
 //!
 //! Children are never waited for inside a pass: they run in their own process group (an
 //! operator's Ctrl-C to the worker does not reach the tools) and are reaped with
@@ -15,7 +16,7 @@
 //! exiting 125/126/127 at once, before the prompt) is retried [`SPAWN_RETRIES`] times,
 //! then the waiting run fails.
 
-use hr_shared::approvals::Approval;
+use hr_shared::approvals::{Approval, PromptKind};
 use hr_shared::control::{self, ReconcileReport};
 use hr_shared::db::StoreError;
 use hr_shared::event::LogEvent;
@@ -342,10 +343,6 @@ impl Worker {
             .env("HEADLESS", "1")
             .env(ENV_RESUMED_FROM, &run.tool_run_id)
             .env(ENV_APPROVAL_ID, &job.approval.approval_id)
-            .env(
-                ENV_AUTO_APPROVAL,
-                job.approval.chosen_value.as_deref().unwrap_or(""),
-            )
             .env("HEADLESS_RUN_HOME", &self.paths.root)
             .env("HEADLESS_RUN_DB", &self.paths.db)
             .stdin(Stdio::null())
@@ -356,6 +353,13 @@ impl Worker {
         match &run.execution_id {
             Some(ex) => cmd.env(ENV_EXECUTION_ID, ex),
             None => cmd.env_remove(ENV_EXECUTION_ID),
+        };
+        // A cooperative tool acts on AUTO_APPROVAL (its shim checks it against this claim
+        // and uses it up); a prompt's decision is typed at the prompt by the shim instead,
+        // and the variable is not set at all.
+        match (&job.approval.prompt_kind, &job.approval.chosen_value) {
+            (Some(PromptKind::Cooperative), Some(value)) => cmd.env(ENV_AUTO_APPROVAL, value),
+            _ => cmd.env_remove(ENV_AUTO_APPROVAL),
         };
         if let Some(cwd) = &run.cwd {
             cmd.current_dir(cwd);

@@ -996,29 +996,22 @@ fn old_decisions_answer_reruns(store: &mut SqliteStore, exp: &Expected) {
         )
     );
 
-    // The worker's re-run of the approved command, given the decision's id and value, has
-    // a real decision; another value or another command has not.
+    // A prompt's decision is never handed to a re-run as AUTO_APPROVAL (it is typed at its
+    // prompt), whatever the value or the command: the variable is for cooperative tools.
     let rerun = rerun_of(store, approved_run);
-    let ok = store
-        .check_auto_approval(&rerun, &approved.approval_id, "y")
-        .unwrap()
-        .value
-        .expect("the decision holds for its command");
-    assert_eq!(ok.approval_id, approved.approval_id);
-    assert!(
-        store
-            .check_auto_approval(&rerun, &approved.approval_id, "n")
+    for (who, value) in [(&rerun, "y"), (&rerun, "n"), (&other, "y")] {
+        let refused = store
+            .check_auto_approval(
+                who,
+                &approved.approval_id,
+                value,
+                Some(&approved_run.tool_run_id),
+            )
             .unwrap()
             .value
-            .is_err()
-    );
-    assert!(
-        store
-            .check_auto_approval(&other, &approved.approval_id, "y")
-            .unwrap()
-            .value
-            .is_err()
-    );
+            .expect_err("a prompt's decision is not a token");
+        assert!(!refused.is_empty());
+    }
     // The re-run is answered by the decision made before, which it uses up; the run that
     // asked is done.
     let (used, value) = answer(ask(store, &rerun, &prompt_of(approved)));

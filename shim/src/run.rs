@@ -320,9 +320,11 @@ impl RunStart<'_> {
 /// agent can approve itself by setting a variable.
 fn check_auto_approval(ctx: &mut RunContext, store: &StoreHandle, value: &str) {
     let approval_id = env(ENV_APPROVAL_ID).map(|v| v.to_string_lossy().into_owned());
+    let resumed_from = env(ENV_RESUMED_FROM).map(|v| v.to_string_lossy().into_owned());
     let checked = store.ask(|reply| StoreMsg::AutoApproval {
         approval_id,
         value: value.to_owned(),
+        resumed_from,
         reply,
     });
     if let Err(why) = checked {

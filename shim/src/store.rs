@@ -54,6 +54,8 @@ pub enum StoreMsg {
     AutoApproval {
         approval_id: Option<String>,
         value: String,
+        /// The run this one resumes (`HEADLESS_RUN_RESUMED_FROM`), as the worker says.
+        resumed_from: Option<String>,
         reply: Reply<Approval>,
     },
     Shutdown,
@@ -307,6 +309,7 @@ impl StoreThread {
                     StoreMsg::AutoApproval {
                         approval_id,
                         value,
+                        resumed_from,
                         reply,
                     } => {
                         self.flush(std::mem::take(&mut ops));
@@ -314,7 +317,14 @@ impl StoreThread {
                         let out = match approval_id.as_deref().filter(|a| !a.is_empty()) {
                             None => Err("HEADLESS_RUN_APPROVAL_ID is not set".to_owned()),
                             Some(id) => self
-                                .ask(|s| s.check_auto_approval(&asker, id, &value))
+                                .ask(|s| {
+                                    s.check_auto_approval(
+                                        &asker,
+                                        id,
+                                        &value,
+                                        resumed_from.as_deref(),
+                                    )
+                                })
                                 .and_then(|r| r),
                         };
                         let _ = reply.send(out);

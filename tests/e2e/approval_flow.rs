@@ -454,6 +454,50 @@ fn a_callers_own_auto_approval_answers_nothing() {
     );
 }
 
+/// `AUTO_APPROVAL` is a single-use token the worker hands to the one re-run it claimed the
+/// decision for: a caller who knows a decided approval's id and value cannot replay it.
+#[test]
+fn a_decided_approval_is_no_token_for_a_callers_own_rerun() {
+    let env = TestEnv::new();
+    let coop = |c: &mut Cmd| {
+        c.arg(tool())
+            .args(["cooperative", "Deploy?", "ship", "hold"]);
+    };
+    let mut first = env.shim();
+    coop(&mut first);
+    first.run().expect_code(90);
+    let id = s(&env.pending_approval(), "approval_id").to_owned();
+    env.decide(&id, "ship").expect_code(0);
+    // Not the worker's re-run: the variable is removed, the tool asks again.
+    let mut replay = env.shim();
+    replay
+        .env("AUTO_APPROVAL", "ship")
+        .env("HEADLESS_RUN_APPROVAL_ID", &id);
+    coop(&mut replay);
+    let out = replay.run();
+    out.expect_code(90);
+    assert!(!out.out().contains("resumed with"), "{}", out.context());
+    assert!(
+        out.stderr.contains("AUTO_APPROVAL ignored"),
+        "{}",
+        out.stderr
+    );
+    let ap = env.approval_by_id(&id);
+    assert!(
+        ap["consumed_at"].is_null(),
+        "the replay used the decision up: {ap:#?}"
+    );
+    // The worker's resume still gets it, once.
+    env.monitor()
+        .args(["worker", "--once"])
+        .run()
+        .expect_code(0);
+    let resumed = wait_for_state(Duration::from_secs(20), || {
+        env.approval_by_id(&id)["consumed_at"].is_string()
+    });
+    assert!(resumed, "{:#?}", env.approvals());
+}
+
 #[test]
 fn a_policy_approves_rm_of_tmp_files_and_nothing_else() {
     let env = TestEnv::new();

@@ -357,15 +357,18 @@ pub fn cooperative(
     })
 }
 
-/// Whether a caller's `AUTO_APPROVAL` is a real decision for this command: the approval
-/// `HEADLESS_RUN_APPROVAL_ID` names must be decided, answer with exactly this value, and
-/// belong to this command. A cooperative one is consumed here (the tool acts on the
-/// variable); a prompt one is consumed when the prompt shows.
+/// Whether a caller's `AUTO_APPROVAL` is a real decision for this run: a single-use token
+/// for one question. The approval `HEADLESS_RUN_APPROVAL_ID` names must be a cooperative
+/// tool's request (a prompt's decision is typed at its prompt, never handed to the tool),
+/// decided with exactly this value, asked by this command, claimed by `monitor worker` for
+/// resuming the run that asked (`resumed_from`), and not used yet; it is consumed here, in
+/// the same transaction.
 pub fn validate_auto_approval(
     conn: &mut Connection,
     who: &Asker,
     approval_id: &str,
     value: &str,
+    resumed_from: Option<&str>,
 ) -> db::Result<(Result<Approval, String>, Effects)> {
     db::write(conn, |tx| {
         let mut fx = Effects::default();
@@ -388,13 +391,27 @@ pub fn validate_auto_approval(
                 fx,
             ));
         }
-        if a.prompt_kind == Some(PromptKind::Cooperative) {
-            if !approvals::consume(tx, approval_id, &who.tool_run_id, &who.actor)? {
-                return Ok((Err(format!("approval {approval_id} was already used")), fx));
-            }
-            approvals::set_resumed_run(tx, approval_id, &who.tool_run_id)?;
-            close_waiting_run(tx, who, &a, &mut fx)?;
+        if a.prompt_kind != Some(PromptKind::Cooperative) {
+            return Ok((
+                Err(format!(
+                    "approval {approval_id} answers a prompt, which is typed at the prompt, not handed to the tool"
+                )),
+                fx,
+            ));
         }
+        if a.claimed_by.is_none() || resumed_from != Some(a.tool_run_id.as_str()) {
+            return Ok((
+                Err(format!(
+                    "approval {approval_id} was not claimed by `monitor worker` for resuming this run"
+                )),
+                fx,
+            ));
+        }
+        if !approvals::consume(tx, approval_id, &who.tool_run_id, &who.actor)? {
+            return Ok((Err(format!("approval {approval_id} was already used")), fx));
+        }
+        approvals::set_resumed_run(tx, approval_id, &who.tool_run_id)?;
+        close_waiting_run(tx, who, &a, &mut fx)?;
         Ok((Ok(a), fx))
     })
 }

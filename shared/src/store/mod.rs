@@ -212,13 +212,15 @@ pub trait RunnerStore: Send {
         on_expire: OnExpire,
     ) -> StoreResult<Done<Cooperative>>;
 
-    /// Whether a caller's `AUTO_APPROVAL` is a real decision for this command (the inner
-    /// `Err` says why not).
+    /// Whether a caller's `AUTO_APPROVAL` is a real decision for this run (the inner `Err`
+    /// says why not): the unconsumed cooperative approval `approval_id`, decided `value`,
+    /// claimed by a worker for resuming run `resumed_from`; consumed by this call.
     fn check_auto_approval(
         &mut self,
         who: &Asker,
         approval_id: &str,
         value: &str,
+        resumed_from: Option<&str>,
     ) -> StoreResult<Done<Result<Approval, String>>>;
 
     /// One approval as it is now.

@@ -257,9 +257,10 @@ impl RunnerStore for SqliteStore {
         who: &Asker,
         approval_id: &str,
         value: &str,
+        resumed_from: Option<&str>,
     ) -> StoreResult<Done<Result<Approval, String>>> {
-        let (value, effects) =
-            self.with(|c| asking::validate_auto_approval(c, who, approval_id, value))?;
+        let (value, effects) = self
+            .with(|c| asking::validate_auto_approval(c, who, approval_id, value, resumed_from))?;
         Ok(Done { value, effects })
     }
 

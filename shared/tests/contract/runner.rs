@@ -887,10 +887,11 @@ pub fn cooperative_pending_then_already_decided<S: StoreUnderTest>(s: &S) {
     a.park();
     decide(op.as_mut(), &ap.approval_id, "yes", "alice");
 
+    assert!(op.claim(&ap.approval_id, "worker:h:1:1").unwrap());
     let mut b = Shim::start(s, &cmd);
     let checked = b
         .store
-        .check_auto_approval(&b.who, &ap.approval_id, "yes")
+        .check_auto_approval(&b.who, &ap.approval_id, "yes", Some(a.id()))
         .unwrap();
     assert_eq!(
         checked.value.as_ref().map(|a| a.approval_id.as_str()),
@@ -961,8 +962,9 @@ pub fn cooperative_keeps_a_safe_approval_id_once<S: StoreUnderTest>(s: &S) {
     );
 }
 
-/// `check_auto_approval`: only a real decision, with exactly this value, of this command,
-/// not used yet, makes `AUTO_APPROVAL` worth anything.
+/// `check_auto_approval`: `AUTO_APPROVAL` is a single-use token for one question — only a
+/// cooperative request's decision, with exactly this value, of this command, claimed by a
+/// worker for resuming the run that asked, and not used yet, makes it worth anything.
 pub fn check_auto_approval_cases<S: StoreUnderTest>(s: &S) {
     let cmd = Cmd::new("deployer", &["--prod"]);
     let mut op = s.operator();
@@ -977,12 +979,15 @@ pub fn check_auto_approval_cases<S: StoreUnderTest>(s: &S) {
     };
     a.park();
     let mut b = Shim::start(s, &cmd);
-    let check = |shim: &mut Shim, id: &str, value: &str| {
+    let asker = a.id().to_owned();
+    let check_from = |shim: &mut Shim, id: &str, value: &str, from: Option<&str>| {
         shim.store
-            .check_auto_approval(&shim.who, id, value)
+            .check_auto_approval(&shim.who, id, value, from)
             .expect("check_auto_approval")
             .value
     };
+    let check =
+        |shim: &mut Shim, id: &str, value: &str| check_from(shim, id, value, Some(asker.as_str()));
     // Not decided yet.
     let err = check(&mut b, &ap.approval_id, "yes").unwrap_err();
     assert!(err.contains(&ap.approval_id), "{err}");
@@ -1001,6 +1006,15 @@ pub fn check_auto_approval_cases<S: StoreUnderTest>(s: &S) {
         None,
         "refusals use nothing up"
     );
+    // Decided, but no worker claimed it to resume A: a caller's own variable.
+    let err = check(&mut b, &ap.approval_id, "yes").unwrap_err();
+    assert!(err.contains("claimed"), "{err}");
+    assert!(op.claim(&ap.approval_id, "worker:h:1:1").unwrap());
+    // Claimed, but this run does not say it resumes A.
+    let err = check_from(&mut b, &ap.approval_id, "yes", None).unwrap_err();
+    assert!(err.contains("claimed"), "{err}");
+    let err = check_from(&mut b, &ap.approval_id, "yes", Some("TR-OTHER")).unwrap_err();
+    assert!(err.contains("claimed"), "{err}");
     // The real thing: used up by B.
     let ok = check(&mut b, &ap.approval_id, "yes").expect("a real decision");
     assert_eq!(ok.approval_id, ap.approval_id);
@@ -1016,14 +1030,16 @@ pub fn check_auto_approval_cases<S: StoreUnderTest>(s: &S) {
     let err = check(&mut c, &ap.approval_id, "yes").unwrap_err();
     assert!(err.contains("used"), "{err}");
 
-    // A prompt's decision is checked but used up only when the prompt shows.
+    // A prompt's decision is never handed to the tool: it is typed at its prompt, once.
     let rm = Cmd::new("rm", &["-i", "z.txt"]);
     let mut p = Shim::start(s, &rm);
     let pap = p.ask_pending(&yes_no("rm"));
     p.park();
     decide(op.as_mut(), &pap.approval_id, "y", "alice");
+    assert!(op.claim(&pap.approval_id, "worker:h:1:1").unwrap());
     let mut q = Shim::start(s, &rm);
-    assert!(check(&mut q, &pap.approval_id, "y").is_ok());
+    let err = check_from(&mut q, &pap.approval_id, "y", Some(p.id())).unwrap_err();
+    assert!(err.contains("prompt"), "{err}");
     assert_eq!(
         approval_now(op.as_mut(), &pap.approval_id).consumed_at,
         None
