@@ -172,6 +172,19 @@ pub struct Settings {
 }
 
 impl Settings {
+    /// Removes what shapes decisions (`approval_ttl`, `on_expire`, `on_prompt`); returns
+    /// the keys of those that were set.
+    pub fn drop_decision_settings(&mut self) -> Vec<&'static str> {
+        [
+            ("approval_ttl", self.approval_ttl.take().is_some()),
+            ("on_expire", self.on_expire.take().is_some()),
+            ("on_prompt", self.on_prompt.take().is_some()),
+        ]
+        .into_iter()
+        .filter_map(|(key, was_set)| was_set.then_some(key))
+        .collect()
+    }
+
     /// Takes every field that `top` sets.
     pub fn overlay(&mut self, top: &Settings) {
         macro_rules! take {
@@ -318,11 +331,31 @@ pub struct OptionConfig {
     pub keys: Option<String>,
 }
 
+/// Which file a rule came from: the user's own, or a project's (which may only describe
+/// prompts). Shown before the rule's name: `user:deploy`, `project:deploy`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Origin {
+    #[default]
+    User,
+    Project,
+}
+
+impl Origin {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Origin::User => "user",
+            Origin::Project => "project",
+        }
+    }
+}
+
 /// A user prompt rule.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields, try_from = "RawPromptRule")]
 pub struct PromptRuleConfig {
     pub name: String,
+    /// The file it came from (set as the file is loaded).
+    pub origin: Origin,
     pub tool: Option<String>,
     pub regex: Pattern,
     pub options: Vec<OptionConfig>,
@@ -374,6 +407,18 @@ impl TryFrom<RawPromptRule> for PromptRuleConfig {
                 r.name, bad.value
             ));
         }
+        // Keys are typed into the tool: plain text and at most a final Enter, so a rule can
+        // never send a control sequence the operator did not see as an option.
+        if let Some(bad) = r.options.iter().find_map(|o| {
+            let keys = o.keys.as_deref()?;
+            let body = keys.strip_suffix('\r').unwrap_or(keys);
+            body.chars().any(char::is_control).then_some(keys)
+        }) {
+            return Err(format!(
+                "prompt rule `{}`: keys {bad:?} may hold no control characters but a final \\r",
+                r.name
+            ));
+        }
         if let Some(d) = &r.default
             && !r.options.iter().any(|o| &o.value == d)
         {
@@ -384,6 +429,7 @@ impl TryFrom<RawPromptRule> for PromptRuleConfig {
         }
         Ok(PromptRuleConfig {
             name: r.name,
+            origin: Origin::User,
             tool: r.tool,
             regex: r.regex,
             options: r.options,
@@ -566,28 +612,22 @@ impl Config {
             }
         }
         let mut warnings = Vec::new();
+        let home = env("HOME").filter(|h| !h.is_empty()).map(PathBuf::from);
         for dir in cwd.ancestors() {
             let file = dir.join(PROJECT_FILE);
-            if let Some((mut cfg, text)) = read_if_exists(&file)? {
-                // A project file travels with the code (a cloned repository, a directory the
-                // supervised tool can write): it may tune thresholds and describe prompts,
-                // but what decides or runs commands without a person — policies and the
-                // notify hook — is taken from the user's own file only.
-                for (key, present) in [
-                    ("policies", !cfg.policies.is_empty()),
-                    ("notify", cfg.notify.is_some()),
-                ] {
-                    if present {
-                        warnings.push(format!(
-                            "{}{}: `{key}` ignored: policies and the notify hook are read only from the user config, never from a project's {PROJECT_FILE}",
-                            file.display(),
-                            key_line(&text, key).map(|l| format!(":{l}")).unwrap_or_default(),
-                        ));
-                    }
-                }
-                cfg.policies.clear();
-                cfg.notify = None;
+            if let Some(why) = untrusted(&file) {
+                warnings.push(format!(
+                    "project:{}: ignored: {why} (only your own file, writable by you alone, is read)",
+                    file.display()
+                ));
+            } else if let Some((mut cfg, text)) = read_if_exists(&file)? {
+                warnings.extend(describe_prompts_only(&mut cfg, &file, &text));
                 layers.push((file, cfg));
+                break;
+            }
+            // The search ends at the repository's root or the home directory: a file above
+            // them belongs to someone else's tree.
+            if home.as_deref() == Some(dir) || dir.join(".git").exists() {
                 break;
             }
         }
@@ -629,6 +669,68 @@ impl Config {
             .rev()
             .find_map(|(_, l)| l.notify.as_ref())
     }
+}
+
+/// Why a project file may not be read at all: owned by another user, or writable by others.
+fn untrusted(file: &Path) -> Option<String> {
+    use std::os::unix::fs::MetadataExt;
+    let meta = std::fs::metadata(file).ok()?;
+    // SAFETY: geteuid cannot fail.
+    let me = unsafe { libc::geteuid() };
+    if meta.uid() != me {
+        return Some(format!(
+            "owned by uid {}, not by you (uid {me})",
+            meta.uid()
+        ));
+    }
+    let mode = meta.mode() & 0o777;
+    (mode & 0o022 != 0).then(|| format!("writable by others (mode {mode:04o})"))
+}
+
+/// A project file travels with the code (a cloned repository, a directory the supervised
+/// tool can write): it may tune thresholds and describe prompts — which text is a prompt,
+/// its options, whether it is secret — but nothing that decides or answers without a
+/// person: policies, the notify hook, `approval_ttl`, `on_expire`, `on_prompt`, and a
+/// rule's `keys` and `default` are taken from the user's own file only. What it held of
+/// those is removed, one warning each (file and line).
+fn describe_prompts_only(cfg: &mut ConfigFile, file: &Path, text: &str) -> Vec<String> {
+    let mut found = Vec::new();
+    if !cfg.policies.is_empty() {
+        found.push("policies");
+    }
+    if cfg.notify.is_some() {
+        found.push("notify");
+    }
+    cfg.policies.clear();
+    cfg.notify = None;
+    for settings in std::iter::once(&mut cfg.defaults).chain(cfg.tools.values_mut()) {
+        for key in settings.drop_decision_settings() {
+            if !found.contains(&key) {
+                found.push(key);
+            }
+        }
+    }
+    for rule in &mut cfg.prompt_rules {
+        rule.origin = Origin::Project;
+        if rule.default.take().is_some() && !found.contains(&"default") {
+            found.push("default");
+        }
+        for o in &mut rule.options {
+            if o.keys.take().is_some() && !found.contains(&"keys") {
+                found.push("keys");
+            }
+        }
+    }
+    found
+        .into_iter()
+        .map(|key| {
+            format!(
+                "project:{}{}: `{key}` ignored: what decides or answers (policies, notify, approval_ttl, on_expire, on_prompt, a rule's keys and default) is read only from the user config, never from a project's {PROJECT_FILE}",
+                file.display(),
+                key_line(text, key).map(|l| format!(":{l}")).unwrap_or_default(),
+            )
+        })
+        .collect()
 }
 
 fn read_file(file: &Path) -> Result<ConfigFile, ConfigError> {

@@ -142,7 +142,7 @@ pub fn classify<'r>(
         if !(rule.regex.regex.is_match(&p.prompt_line) || rule.regex.regex.is_match(&p.question)) {
             continue;
         }
-        p.rule = format!("user:{}", rule.name);
+        p.rule = format!("{}:{}", rule.origin.as_str(), rule.name);
         if let Some(alt) = &rule.alternative {
             p.alternative = Some(alt.clone());
         }

@@ -137,9 +137,19 @@ fn run(inv: Invocation) -> Result<u8, Failure> {
         eprintln!("headless-run: warning: {w}");
     }
     let mut settings = config.settings_for(&tool_name);
-    settings.overlay(
-        &config::env_settings(&env).map_err(|e| Failure::new(shim::SHIM_FAILED, e.to_string()))?,
-    );
+    let mut from_env =
+        config::env_settings(&env).map_err(|e| Failure::new(shim::SHIM_FAILED, e.to_string()))?;
+    // Inside a supervised tool (a nested run), the environment is the tool's to set: what
+    // shapes decisions is not taken from it.
+    if env(hr_shared::mode::ENV_TOOL_RUN_ID).is_some_and(|v| !v.is_empty()) {
+        for key in from_env.drop_decision_settings() {
+            eprintln!(
+                "headless-run: warning: HEADLESS_RUN_{} ignored: set inside a supervised tool (a nested run), where the tool could approve its own prompts with it",
+                key.to_uppercase()
+            );
+        }
+    }
+    settings.overlay(&from_env);
     if let Some(flags) = &inv.flags {
         settings.overlay(&flags.settings());
     }

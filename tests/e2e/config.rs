@@ -3,6 +3,7 @@
 //! project file < environment < flags; prompt rules of the user's own.
 
 use headless_run_e2e::*;
+use std::time::Duration;
 
 #[test]
 fn a_broken_config_is_exit_125_naming_file_line_and_key() {
@@ -128,4 +129,125 @@ default = "hold"
         "the rule's keys were typed: {:?}",
         out.out()
     );
+}
+
+/// A project `.headless-run.toml` may describe prompts but never decide them: a short
+/// `approval_ttl` with `on_expire = "default"` would approve with nobody deciding (recorded
+/// as `system:expiry`), and a rule's `keys` would type `y` when the operator chose `n`.
+#[test]
+fn a_project_file_describes_prompts_but_cannot_decide_them() {
+    let env = TestEnv::new();
+    std::fs::write(
+        env.work().join(".headless-run.toml"),
+        r#"[defaults]
+approval_ttl = "1s"
+on_expire = "default"
+
+[[prompt_rules]]
+name = "deploy"
+regex = 'Deploy to (\w+)\?'
+options = [{ value = "ship", keys = "n\r" }, { value = "hold", keys = "y\r" }]
+default = "ship"
+"#,
+    )
+    .unwrap();
+    let ask = |env: &TestEnv| {
+        let mut c = env.shim();
+        c.arg(tool()).args(["ask", "Deploy to prod? "]);
+        c
+    };
+    let out = ask(&env).run();
+    out.expect_code(90);
+    for key in ["approval_ttl", "on_expire", "keys", "default"] {
+        assert!(
+            out.stderr.contains(&format!("`{key}` ignored")),
+            "{key}: {}",
+            out.stderr
+        );
+    }
+    assert!(out.stderr.contains("project:"), "{}", out.stderr);
+    let ap = env.pending_approval();
+    // The rule still describes the prompt, and says where it came from.
+    assert_eq!(s(&ap, "rule_name"), "project:deploy", "{ap:#?}");
+    assert!(ap["default_value"].is_null(), "{ap:#?}");
+    // Its TTL is the user's (24 h): a second later nothing has expired into an answer.
+    std::thread::sleep(Duration::from_millis(1500));
+    let out = ask(&env).run();
+    out.expect_code(90);
+    assert_eq!(
+        s(&env.approval_by_id(s(&ap, "approval_id")), "status"),
+        "pending"
+    );
+    // The operator's choice is typed as the operator chose it, not as the file's keys say.
+    env.decide(s(&ap, "approval_id"), "hold").expect_code(0);
+    let out = ask(&env).run();
+    out.expect_code(0);
+    assert!(out.out().ends_with("got hold\n"), "{:?}", out.out());
+}
+
+/// A project file someone else could have written (group- or world-writable) is not read;
+/// nor is one above the repository's root.
+#[test]
+fn untrusted_or_foreign_project_files_are_ignored() {
+    use std::os::unix::fs::PermissionsExt;
+    let env = TestEnv::new();
+    let file = env.work().join(".headless-run.toml");
+    std::fs::write(&file, "[defaults]\ntimeout = \"1s\"\n").unwrap();
+    std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o666)).unwrap();
+    let out = env.shim().arg(tool()).args(["sleep", "2"]).run();
+    out.expect_code(0);
+    assert!(out.stderr.contains("writable by others"), "{}", out.stderr);
+    // Mode 0600 again, but the command runs in a repository below it: the search stops at
+    // the repository's root.
+    std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let repo = env.work().join("repo");
+    std::fs::create_dir_all(repo.join(".git")).unwrap();
+    let out = env
+        .shim()
+        .current_dir(&repo)
+        .arg(tool())
+        .args(["sleep", "2"])
+        .run();
+    out.expect_code(0);
+    // Directly in work/, it is read: the 1 s timeout ends the sleep.
+    env.shim()
+        .arg(tool())
+        .args(["sleep", "2"])
+        .run()
+        .expect_code(124);
+}
+
+/// Inside a supervised tool (a nested run) the environment is the tool's: what shapes
+/// decisions is not taken from it; keys with control characters are refused.
+#[test]
+fn a_nested_runs_environment_cannot_shape_decisions() {
+    let env = TestEnv::new();
+    let out = env
+        .shim()
+        .env("HEADLESS_RUN_TOOL_RUN_ID", "TR-01M843P2RDXRN7QN3V3KQE7DE4")
+        .env("HEADLESS_RUN_APPROVAL_TTL", "1s")
+        .env("HEADLESS_RUN_ON_EXPIRE", "default")
+        .arg(tool())
+        .args(["ask", "Proceed? [Y/n] "])
+        .run();
+    out.expect_code(90);
+    assert!(
+        out.stderr.contains("HEADLESS_RUN_APPROVAL_TTL ignored")
+            && out.stderr.contains("HEADLESS_RUN_ON_EXPIRE ignored"),
+        "{}",
+        out.stderr
+    );
+    let ap = env.pending_approval();
+    assert_eq!(s(&ap, "expire_action"), "reject", "{ap:#?}");
+    env.write_config(
+        r#"
+[[prompt_rules]]
+name = "sneaky"
+regex = 'Deploy'
+options = [{ value = "ship", keys = "y\u001b[A\r" }]
+"#,
+    );
+    let out = env.shim().arg("true").run();
+    out.expect_code(125);
+    assert!(out.stderr.contains("control characters"), "{}", out.stderr);
 }
