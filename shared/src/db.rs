@@ -141,6 +141,12 @@ const MIGRATIONS: &[&str] = &[
     UPDATE tool_runs SET completed_at = updated_at
         WHERE status = 'stalled' AND exit_code IS NOT NULL AND completed_at IS NULL;
     "#,
+    // v6: a remembered decision's scope — the command line and directory it was made in
+    // (NULL: any; decisions remembered before keep the reach they were made with).
+    r#"
+    ALTER TABLE policies ADD COLUMN argv_json TEXT;
+    ALTER TABLE policies ADD COLUMN cwd TEXT;
+    "#,
 ];
 
 /// The schema version this build writes.

@@ -109,17 +109,38 @@ pub struct RememberedPolicy {
     pub source_approval_id: Option<String>,
     pub created_at: String,
     pub created_by: String,
+    /// Only this command line (`None`: any arguments; decisions remembered before schema
+    /// v6 have no scope).
+    pub argv_json: Option<Vec<String>>,
+    /// Only in this directory (`None`: any directory).
+    pub cwd: Option<String>,
 }
 
-/// Stores a remembered decision: prompts of `tool` with this fingerprint get `value`.
-pub(crate) fn remember(
-    tx: &Transaction<'_>,
-    tool: &str,
-    prompt_fingerprint: &str,
-    value: &str,
-    approval_id: &str,
-    by: &str,
-) -> Result<RememberedPolicy> {
+/// What `remember` stores.
+pub(crate) struct Remembered<'a> {
+    pub tool: &'a str,
+    pub prompt_fingerprint: &'a str,
+    pub scope: &'a crate::store::RememberScope,
+    pub value: &'a str,
+    pub approval_id: &'a str,
+    pub by: &'a str,
+}
+
+/// Stores a remembered decision: prompts of `tool` with this fingerprint, within its scope,
+/// get `value`.
+pub(crate) fn remember(tx: &Transaction<'_>, r: &Remembered<'_>) -> Result<RememberedPolicy> {
+    let Remembered {
+        tool,
+        prompt_fingerprint,
+        scope,
+        value,
+        approval_id,
+        by,
+    } = *r;
+    let argv_json = scope
+        .argv
+        .as_ref()
+        .map(|a| serde_json::to_string(a).unwrap_or_else(|_| "[]".into()));
     let policy = RememberedPolicy {
         policy_id: id::new_id("PO-"),
         name: format!("remembered:{approval_id}"),
@@ -130,17 +151,20 @@ pub(crate) fn remember(
         source_approval_id: Some(approval_id.to_owned()),
         created_at: time::now_rfc3339(),
         created_by: by.to_owned(),
+        argv_json: scope.argv.clone(),
+        cwd: scope.cwd.clone(),
     };
-    // The newest remembered decision for a prompt replaces older ones.
+    // The newest remembered decision for a prompt, in the same scope, replaces older ones.
     tx.execute(
         "UPDATE policies SET enabled = 0
-         WHERE source = 'remembered' AND tool_name = ?1 AND prompt_fingerprint = ?2",
-        params![tool, prompt_fingerprint],
+         WHERE source = 'remembered' AND tool_name = ?1 AND prompt_fingerprint = ?2
+           AND argv_json IS ?3 AND cwd IS ?4",
+        params![tool, prompt_fingerprint, argv_json, scope.cwd],
     )?;
     tx.execute(
         "INSERT INTO policies (policy_id, name, tool_name, prompt_fingerprint, value, source,
-            source_approval_id, created_at, created_by, enabled)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, 1)",
+            source_approval_id, created_at, created_by, enabled, argv_json, cwd)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, 1, ?10, ?11)",
         params![
             policy.policy_id,
             policy.name,
@@ -151,6 +175,8 @@ pub(crate) fn remember(
             policy.source_approval_id,
             policy.created_at,
             policy.created_by,
+            argv_json,
+            policy.cwd,
         ],
     )?;
     crate::audit::append(
@@ -165,26 +191,33 @@ pub(crate) fn remember(
                 "tool": tool,
                 "prompt_fingerprint": prompt_fingerprint,
                 "value": value,
+                "argv": scope.argv,
+                "cwd": scope.cwd,
             }),
         },
     )?;
     Ok(policy)
 }
 
-/// The enabled remembered decision for this prompt of this tool, if any.
+/// The newest enabled remembered decision for this prompt of this tool whose scope takes
+/// in this command line and directory, if any.
 pub(crate) fn find_remembered(
     conn: &Connection,
     tool: &str,
     prompt_fingerprint: &str,
+    argv: &[String],
+    cwd: &str,
 ) -> Result<Option<RememberedPolicy>> {
+    let argv_json = serde_json::to_string(argv).unwrap_or_else(|_| "[]".into());
     Ok(conn
         .query_row(
             "SELECT policy_id, name, tool_name, prompt_fingerprint, value, source,
-                source_approval_id, created_at, created_by
+                source_approval_id, created_at, created_by, argv_json, cwd
              FROM policies
              WHERE enabled = 1 AND tool_name = ?1 AND prompt_fingerprint = ?2
+               AND (argv_json IS NULL OR argv_json = ?3) AND (cwd IS NULL OR cwd = ?4)
              ORDER BY created_at DESC LIMIT 1",
-            params![tool, prompt_fingerprint],
+            params![tool, prompt_fingerprint, argv_json, cwd],
             |r| {
                 Ok(RememberedPolicy {
                     policy_id: r.get(0)?,
@@ -196,6 +229,10 @@ pub(crate) fn find_remembered(
                     source_approval_id: r.get(6)?,
                     created_at: r.get(7)?,
                     created_by: r.get(8)?,
+                    argv_json: r
+                        .get::<_, Option<String>>(9)?
+                        .and_then(|a| serde_json::from_str(&a).ok()),
+                    cwd: r.get(10)?,
                 })
             },
         )
@@ -274,19 +311,58 @@ when = [{ field = "cwd", op = "starts_with", value = "/work" }, { field = "arg",
     }
 
     #[test]
-    fn remembered_decisions_replace_older_ones() {
+    fn remembered_decisions_replace_older_ones_within_their_scope() {
+        use crate::store::RememberScope;
         let tmp = tempfile::tempdir().unwrap();
         let mut conn =
             crate::db::open(&tmp.path().join("s.db"), crate::db::OpenMode::Create).unwrap();
-        assert!(find_remembered(&conn, "rm", "fp").unwrap().is_none());
+        let argv: Vec<String> = vec!["rm".into(), "-i".into(), "a".into()];
+        let find = |conn: &Connection, tool: &str, argv: &[String], cwd: &str| {
+            find_remembered(conn, tool, "fp", argv, cwd).unwrap()
+        };
+        assert!(find(&conn, "rm", &argv, "/w").is_none());
+        let here = RememberScope {
+            argv: Some(argv.clone()),
+            cwd: Some("/w".into()),
+        };
+        let remembered = |value: &'static str, id: &'static str, by: &'static str| Remembered {
+            tool: "rm",
+            prompt_fingerprint: "fp",
+            scope: &here,
+            value,
+            approval_id: id,
+            by,
+        };
         crate::db::write(&mut conn, |tx| {
-            remember(tx, "rm", "fp", "y", "AP-1", "alice")
+            remember(tx, &remembered("y", "AP-1", "alice"))
         })
         .unwrap();
-        crate::db::write(&mut conn, |tx| remember(tx, "rm", "fp", "n", "AP-2", "bob")).unwrap();
-        let p = find_remembered(&conn, "rm", "fp").unwrap().unwrap();
+        crate::db::write(&mut conn, |tx| {
+            remember(tx, &remembered("n", "AP-2", "bob"))
+        })
+        .unwrap();
+        let p = find(&conn, "rm", &argv, "/w").unwrap();
         assert_eq!(p.value, "n");
         assert_eq!(p.name, "remembered:AP-2");
-        assert!(find_remembered(&conn, "cp", "fp").unwrap().is_none());
+        assert!(find(&conn, "cp", &argv, "/w").is_none());
+        // Out of its scope: other arguments, another directory.
+        assert!(find(&conn, "rm", &argv[..2], "/w").is_none());
+        assert!(find(&conn, "rm", &argv, "/elsewhere").is_none());
+        // Widened on purpose: any directory.
+        let anywhere = RememberScope {
+            argv: Some(argv.clone()),
+            cwd: None,
+        };
+        crate::db::write(&mut conn, |tx| {
+            remember(
+                tx,
+                &Remembered {
+                    scope: &anywhere,
+                    ..remembered("y", "AP-3", "carol")
+                },
+            )
+        })
+        .unwrap();
+        assert_eq!(find(&conn, "rm", &argv, "/elsewhere").unwrap().value, "y");
     }
 }

@@ -32,8 +32,8 @@ use hr_shared::runs::{RunFilter, StatusChange, ToolRun};
 use hr_shared::status::{ApprovalStatus, RunStatus};
 use hr_shared::store::sqlite::SqliteStore;
 use hr_shared::store::{
-    Asker, OperatorStore, PromptRequest, PromptResolution, Replace, RunWrite, RunnerStore,
-    StoreHealth,
+    Asker, OperatorStore, PromptRequest, PromptResolution, RememberScope, Replace, RunWrite,
+    RunnerStore, StoreHealth,
 };
 use hr_shared::{fingerprint, id, proc, spool, time};
 use rusqlite::{Connection, OpenFlags};
@@ -540,6 +540,8 @@ fn start_command(store: &mut SqliteStore, argv: &[String], cwd: &str) -> Asker {
     start(store, &run);
     Asker {
         request_fingerprint: fingerprint::request(&run.tool_name, &run.argv_json, cwd),
+        argv: run.argv_json.clone(),
+        cwd: cwd.to_owned(),
         tool_run_id: run.tool_run_id,
         tool: run.tool_name,
         execution_id: run.execution_id.expect("an execution id"),
@@ -860,10 +862,12 @@ fn takes_approvals_on_a_v1_database(store: &mut SqliteStore) {
         (decided.status, decided.chosen_value.as_deref()),
         (ApprovalStatus::Approved, Some("y"))
     );
+    // Widened on purpose to any command line and directory, as before scopes existed.
     let remembered = store
         .remember(
             &a.tool_name,
             &req.prompt_fingerprint,
+            &RememberScope::default(),
             "y",
             &a.approval_id,
             "carol",
@@ -1124,6 +1128,7 @@ fn takes_decisions(store: &mut SqliteStore, exp: &Expected) {
         .remember(
             &approved.tool_name,
             &prompt.prompt_fingerprint,
+            &RememberScope::default(),
             "n",
             pending,
             "carol",

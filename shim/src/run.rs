@@ -204,6 +204,8 @@ fn run(inv: Invocation) -> Result<u8, Failure> {
             tool: ctx.tool_name.clone(),
             execution_id: ctx.execution_id.clone(),
             request_fingerprint: ctx.request_fingerprint.clone(),
+            argv: ctx.argv(),
+            cwd: ctx.cwd.to_string_lossy().into_owned(),
         },
     );
     let skip_dir = env("HEADLESS_RUN_SHIM_DIR")

@@ -30,6 +30,9 @@ pub struct RunIdentity {
     pub execution_id: String,
     /// The command's fingerprint (tool, argv, cwd), to find decisions for it.
     pub request_fingerprint: String,
+    /// The command line and working directory (a remembered decision's scope).
+    pub argv: Vec<String>,
+    pub cwd: String,
 }
 
 pub use hr_shared::store::Replace;
@@ -372,6 +375,8 @@ impl StoreThread {
             tool: self.ident.tool.clone(),
             execution_id: self.ident.execution_id.clone(),
             request_fingerprint: self.ident.request_fingerprint.clone(),
+            argv: self.ident.argv.clone(),
+            cwd: self.ident.cwd.clone(),
             actor: self.actor.clone(),
         }
     }

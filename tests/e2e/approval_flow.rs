@@ -767,23 +767,63 @@ fn a_remembered_decision_answers_the_same_prompt_later() {
     std::fs::write(&file, "x").unwrap();
     rm_i(&env, "h.txt").run().expect_code(90);
     let id = s(&env.pending_approval(), "approval_id").to_owned();
-    env.monitor()
-        .args(["decide", &id, "y", "--remember"])
-        .run()
-        .expect_code(0);
+    let out = env.monitor().args(["decide", &id, "y", "--remember"]).run();
+    out.expect_code(0);
+    // The scope is this command line in this directory, and it says so.
+    assert!(out.out().contains("of `rm -i h.txt` in "), "{}", out.out());
     // The decision itself answers the retry…
     rm_i(&env, "h.txt").run().expect_code(0);
     assert!(!file.exists());
-    // …and the remembered policy every later run of that prompt, in another directory too.
+    // …and the remembered policy later runs of that command there.
+    std::fs::write(&file, "x").unwrap();
+    rm_i(&env, "h.txt").run().expect_code(0);
+    assert!(!file.exists());
+    // Not another file, nor another directory: those were never decided, and are asked.
+    std::fs::write(env.work().join("other.txt"), "x").unwrap();
+    rm_i(&env, "other.txt").run().expect_code(90);
+    assert!(env.work().join("other.txt").exists());
     let elsewhere = env.work().join("sub");
     std::fs::create_dir_all(&elsewhere).unwrap();
     std::fs::write(elsewhere.join("h.txt"), "x").unwrap();
-    let out = rm_i(&env, "h.txt").current_dir(&elsewhere).run();
-    out.expect_code(0);
-    assert!(!elsewhere.join("h.txt").exists());
+    rm_i(&env, "h.txt")
+        .current_dir(&elsewhere)
+        .run()
+        .expect_code(90);
+    assert!(elsewhere.join("h.txt").exists());
     let approvals = env.approvals();
-    assert_eq!(approvals.len(), 2, "{approvals:#?}");
-    let auto = &approvals[1];
-    assert_eq!(s(auto, "decided_by"), format!("policy:remembered:{id}"));
-    assert_eq!(s(auto, "chosen_value"), "y");
+    let auto: Vec<_> = approvals
+        .iter()
+        .filter(|a| a["decided_by"] == format!("policy:remembered:{id}"))
+        .collect();
+    assert_eq!(auto.len(), 1, "{approvals:#?}");
+    assert_eq!(s(auto[0], "chosen_value"), "y");
+    // Widened on purpose: any arguments, any directory.
+    let pending = env.pending_approval();
+    let out = env
+        .monitor()
+        .args([
+            "decide",
+            s(&pending, "approval_id"),
+            "y",
+            "--remember",
+            "--any-args",
+            "--any-dir",
+        ])
+        .run();
+    out.expect_code(0);
+    assert!(
+        out.out().contains("with any arguments in any directory"),
+        "{}",
+        out.out()
+    );
+    // The same prompt of other arguments in a third directory is now answered.
+    let third = env.work().join("third");
+    std::fs::create_dir_all(&third).unwrap();
+    std::fs::write(third.join("h.txt"), "x").unwrap();
+    env.shim()
+        .args(["rm", "-i", "-v", "h.txt"])
+        .current_dir(&third)
+        .run()
+        .expect_code(0);
+    assert!(!third.join("h.txt").exists());
 }

@@ -8,7 +8,7 @@ use hr_shared::approvals::{self, Approval, DecideOutcome, Decider, PromptKind};
 use hr_shared::proc;
 use hr_shared::sanitize::sanitize_line;
 use hr_shared::status::ApprovalStatus;
-use hr_shared::store::OperatorStore;
+use hr_shared::store::{OperatorStore, RememberScope};
 
 const AFTER_HELP: &str = "\
 VALUE is `approve` (the approving option), `reject` (or `abort`: end the tool), one of
@@ -23,9 +23,16 @@ decided_by is the OS user running this command (from its uid, not $USER). Decidi
 refused inside a tool supervised by headless-run (HEADLESS_RUN_TOOL_RUN_ID set, or a
 headless-run ancestor process): a tool cannot approve its own prompts.
 
---remember stores an approval as a policy: later prompts of the same tool with the same
-prompt fingerprint are answered the same way (each still gets its own approval row,
-decided by policy:remembered:AP-…). Rejections are not remembered.";
+--remember stores an approval as a policy: later prompts with the same prompt fingerprint
+of the same command line in the same directory are answered the same way (each still gets
+its own approval row, decided by policy:remembered:AP-…). --any-args widens that to any
+arguments of the tool, --any-dir to any directory; the scope is printed. Rejections are
+not remembered.
+
+Examples:
+  monitor decide AP-01J… approve
+  monitor decide AP-01J… reject --comment 'not on a Friday'
+  monitor decide AP-01J… y --remember --any-dir";
 
 #[derive(Debug, clap::Args)]
 #[command(after_help = AFTER_HELP)]
@@ -37,9 +44,15 @@ pub struct Args {
     /// A comment stored with the decision
     #[arg(long, value_name = "T")]
     comment: Option<String>,
-    /// Also answer this prompt of this tool the same way from now on
+    /// Also answer this prompt of this command, in this directory, the same way from now on
     #[arg(long)]
     remember: bool,
+    /// With --remember: for any arguments of the tool, not only this command line
+    #[arg(long, requires = "remember")]
+    any_args: bool,
+    /// With --remember: in any directory, not only this one
+    #[arg(long, requires = "remember")]
+    any_dir: bool,
 }
 
 pub fn run(ctx: &Ctx, args: Args) -> CliResult {
@@ -116,7 +129,7 @@ pub fn run(ctx: &Ctx, args: Args) -> CliResult {
         }
     };
     if args.remember {
-        remember(store.as_mut(), &decided, &by)?;
+        remember(store.as_mut(), &decided, &by, &args)?;
     }
     Ok(())
 }
@@ -153,7 +166,7 @@ fn decision_summary(a: &Approval) -> String {
     )
 }
 
-fn remember(store: &mut dyn OperatorStore, a: &Approval, by: &str) -> CliResult {
+fn remember(store: &mut dyn OperatorStore, a: &Approval, by: &str, args: &Args) -> CliResult {
     let Some(fp) = a.prompt_fingerprint.as_deref() else {
         return Ok(());
     };
@@ -167,10 +180,26 @@ fn remember(store: &mut dyn OperatorStore, a: &Approval, by: &str) -> CliResult 
             )));
         }
     };
-    let policy = store.remember(&a.tool_name, fp, &value, &a.approval_id, by)?;
+    // The command that asked: its line and directory are the decision's scope.
+    let run = store.run(&a.tool_run_id)?;
+    let scope = RememberScope {
+        argv: run
+            .as_ref()
+            .map(|r| r.argv_json.clone())
+            .filter(|_| !args.any_args),
+        cwd: run.and_then(|r| r.cwd).filter(|_| !args.any_dir),
+    };
+    let policy = store.remember(&a.tool_name, fp, &scope, &value, &a.approval_id, by)?;
+    let args_part = match &policy.argv_json {
+        Some(argv) => format!("of `{}`", sanitize_line(&crate::output::shell_words(argv))),
+        None => format!("of `{}` with any arguments", sanitize_line(&a.tool_name)),
+    };
+    let dir_part = match &policy.cwd {
+        Some(cwd) => format!("in {}", sanitize_line(cwd)),
+        None => "in any directory".to_owned(),
+    };
     crate::outln!(
-        "remembered: `{}` prompts like this one are answered `{}` ({})",
-        sanitize_line(&a.tool_name),
+        "remembered: this prompt {args_part} {dir_part} is answered `{}` ({})",
         sanitize_line(&value),
         policy.policy_id
     );

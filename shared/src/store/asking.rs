@@ -126,7 +126,9 @@ pub fn answer_or_ask(
         // 2. A policy: the config's, in order, then a remembered decision.
         let mut fresh = approval_for(who, req);
         let mut candidates = req.policies.clone();
-        if let Some(p) = policy::find_remembered(tx, &who.tool, &req.prompt_fingerprint)? {
+        if let Some(p) =
+            policy::find_remembered(tx, &who.tool, &req.prompt_fingerprint, &who.argv, &who.cwd)?
+        {
             candidates.push((p.name, p.value));
         }
         for (name, value) in candidates {

@@ -85,8 +85,22 @@ pub struct Asker {
     pub execution_id: String,
     /// The command's fingerprint (tool, argv, cwd), to find decisions for it.
     pub request_fingerprint: String,
+    /// The command line (program first) and working directory: what a remembered
+    /// decision's scope is compared with.
+    pub argv: Vec<String>,
+    pub cwd: String,
     /// The OS user of the shim.
     pub actor: String,
+}
+
+/// How far a remembered decision reaches beyond the prompt it was made on: by default this
+/// command line in this directory; widened only on purpose.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RememberScope {
+    /// Only this command line (`None`: any arguments of the tool).
+    pub argv: Option<Vec<String>>,
+    /// Only in this directory (`None`: any directory).
+    pub cwd: Option<String>,
 }
 
 /// A prompt to resolve.
@@ -331,11 +345,13 @@ pub trait OperatorStore {
     /// Removes finished runs older than `cutoff` with their decided approvals.
     fn gc(&mut self, cutoff: &str, actor: &str) -> StoreResult<GcReport>;
 
-    /// Stores a remembered decision.
+    /// Stores a remembered decision: later prompts of `tool` with this fingerprint, within
+    /// `scope`, are answered `value`.
     fn remember(
         &mut self,
         tool: &str,
         prompt_fingerprint: &str,
+        scope: &RememberScope,
         value: &str,
         approval_id: &str,
         by: &str,

@@ -6,7 +6,7 @@
 use super::asking;
 use super::{
     Asker, Cooperative, Counts, Done, OperatorStore, PromptRequest, PromptResolution, Recorded,
-    Replace, RunWrite, RunnerStore, StoreError, StoreHealth, StoreResult,
+    RememberScope, Replace, RunWrite, RunnerStore, StoreError, StoreHealth, StoreResult,
 };
 use crate::approvals::{self, Approval, ApprovalFilter, DecideOutcome, Decider};
 use crate::audit::{self, AuditRow, ChainReport};
@@ -496,11 +496,24 @@ impl OperatorStore for SqliteStore {
         &mut self,
         tool: &str,
         prompt_fingerprint: &str,
+        scope: &RememberScope,
         value: &str,
         approval_id: &str,
         by: &str,
     ) -> StoreResult<RememberedPolicy> {
-        self.write(|tx| policy::remember(tx, tool, prompt_fingerprint, value, approval_id, by))
+        self.write(|tx| {
+            policy::remember(
+                tx,
+                &policy::Remembered {
+                    tool,
+                    prompt_fingerprint,
+                    scope,
+                    value,
+                    approval_id,
+                    by,
+                },
+            )
+        })
     }
 
     fn audit_of_run(&mut self, tool_run_id: &str) -> StoreResult<Vec<AuditRow>> {

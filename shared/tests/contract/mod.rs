@@ -247,6 +247,8 @@ impl Shim {
             tool: cmd.tool.clone(),
             execution_id: row.execution_id.clone().unwrap_or_default(),
             request_fingerprint: cmd.fingerprint(),
+            argv: cmd.argv.clone(),
+            cwd: cmd.cwd.clone(),
             actor: "shim-user".to_owned(),
         };
         Shim {

@@ -8,7 +8,7 @@ use hr_shared::gc::GcReport;
 use hr_shared::rules::VANISHED;
 use hr_shared::runs::RunFilter;
 use hr_shared::status::ApprovalStatus;
-use hr_shared::store::Cooperative;
+use hr_shared::store::{Cooperative, RememberScope};
 use std::sync::Barrier;
 
 /// Five runs, oldest first: ids and start times in creation order, two tools, two
@@ -1072,20 +1072,36 @@ pub fn gc_preview_and_gc<S: StoreUnderTest>(s: &S) {
     assert_eq!(op.gc_preview(cutoff).unwrap(), GcReport::default());
 }
 
-/// `remember` stores a decision for a prompt; a later prompt of the tool with that
-/// fingerprint (another command too) is answered by it, decided by `policy:NAME`; the
-/// newest remembered decision wins.
+/// `remember` stores a decision for a prompt: by default for that command line in that
+/// directory only; widened on purpose (any arguments, any directory) it answers the same
+/// prompt of other commands of the tool, decided by `policy:NAME`. The newest remembered
+/// decision in a scope wins.
 pub fn remembered_decision_answers_a_later_prompt<S: StoreUnderTest>(s: &S) {
     let req = yes_no("rm");
     let mut op = s.operator();
-    let mut a = Shim::start(s, &Cmd::new("rm", &["-i", "first.txt"]));
+    let first = Cmd::new("rm", &["-i", "first.txt"]);
+    let mut a = Shim::start(s, &first);
     let ap = a.ask_pending(&req);
+    a.park();
     decide(op.as_mut(), &ap.approval_id, "y", "alice");
+    let this_command = RememberScope {
+        argv: Some(first.argv.clone()),
+        cwd: Some(first.cwd.clone()),
+    };
     let policy = op
-        .remember("rm", &req.prompt_fingerprint, "y", &ap.approval_id, "alice")
+        .remember(
+            "rm",
+            &req.prompt_fingerprint,
+            &this_command,
+            "y",
+            &ap.approval_id,
+            "alice",
+        )
         .unwrap();
     assert_eq!(policy.value, "y");
     assert_eq!(policy.tool_name.as_deref(), Some("rm"));
+    assert_eq!(policy.argv_json.as_ref(), Some(&first.argv));
+    assert_eq!(policy.cwd.as_ref(), Some(&first.cwd));
     assert_eq!(
         policy.prompt_fingerprint.as_deref(),
         Some(req.prompt_fingerprint.as_str())
@@ -1096,7 +1112,21 @@ pub fn remembered_decision_answers_a_later_prompt<S: StoreUnderTest>(s: &S) {
     );
     assert_eq!(policy.created_by, "alice");
 
-    let mut b = Shim::start(s, &Cmd::new("rm", &["-i", "second.txt"]));
+    // Another file, or the same command elsewhere: not what was decided, asked again.
+    let mut other_args = Shim::start(s, &Cmd::new("rm", &["-i", "second.txt"]));
+    other_args.ask_pending(&req);
+    let mut elsewhere = Cmd::new("rm", &["-i", "first.txt"]);
+    elsewhere.cwd = "/elsewhere".into();
+    let mut other_dir = Shim::start(s, &elsewhere);
+    other_dir.ask_pending(&req);
+    // The same command in the same place: answered (its own decision is used up by the
+    // re-run first, then the remembered one answers the next).
+    let mut again = Shim::start(s, &first);
+    assert!(matches!(
+        again.ask(&req).value,
+        PromptResolution::Answer { .. }
+    ));
+    let mut b = Shim::start(s, &first);
     let done = b.ask(&req);
     let PromptResolution::Answer { approval, value } = done.value else {
         panic!("{:?}", done.value)
@@ -1110,21 +1140,38 @@ pub fn remembered_decision_answers_a_later_prompt<S: StoreUnderTest>(s: &S) {
             .as_deref(),
         Some(channel.as_str())
     );
+    // Widened on purpose to any arguments in this directory.
+    let any_args = RememberScope {
+        argv: None,
+        cwd: Some(first.cwd.clone()),
+    };
+    op.remember(
+        "rm",
+        &req.prompt_fingerprint,
+        &any_args,
+        "y",
+        &ap.approval_id,
+        "alice",
+    )
+    .unwrap();
+    let mut c = Shim::start(s, &Cmd::new("rm", &["-i", "third.txt"]));
+    assert!(matches!(c.ask(&req).value, PromptResolution::Answer { .. }));
     // Another tool's prompt is not answered by it.
     let mut other = Shim::start(s, &Cmd::new("rmdir", &["-i", "x"]));
     other.ask_pending(&yes_no("rmdir"));
-    // A newer remembered decision replaces it.
+    // A newer remembered decision in the same scope replaces it.
     let newer = op
         .remember(
             "rm",
             &req.prompt_fingerprint,
+            &any_args,
             "reject",
             &ap.approval_id,
             "bob",
         )
         .unwrap();
-    let mut c = Shim::start(s, &Cmd::new("rm", &["-i", "third.txt"]));
-    let PromptResolution::Rejected { approval } = c.ask(&req).value else {
+    let mut d = Shim::start(s, &Cmd::new("rm", &["-i", "fourth.txt"]));
+    let PromptResolution::Rejected { approval } = d.ask(&req).value else {
         panic!("the newer decision rejects")
     };
     assert_eq!(
