@@ -96,13 +96,17 @@ pub struct Approval {
     pub claimed_by: Option<String>,
     pub claimed_at: Option<String>,
     pub resumed_run_id: Option<String>,
+    /// The digest of the screen it was asked on (`fingerprint::screen` of the context): a
+    /// decision answers only that screen. None for cooperative requests and old rows.
+    #[serde(default)]
+    pub screen_digest: Option<String>,
 }
 
 const COLUMNS: &str = "approval_id, tool_run_id, tool_name, execution_id, question, context, \
     options_json, default_value, allows_text, status, chosen_value, created_at, decided_at, \
     expires_at, decided_by, decision_channel, comment, request_fingerprint, prompt_fingerprint, \
     consumed_at, consumed_by, prompt_kind, prompt_line, rule_name, expire_action, claimed_by, \
-    claimed_at, resumed_run_id";
+    claimed_at, resumed_run_id, screen_digest";
 
 fn from_row(r: &Row<'_>) -> rusqlite::Result<Approval> {
     let options: String = r.get(6)?;
@@ -138,6 +142,7 @@ fn from_row(r: &Row<'_>) -> rusqlite::Result<Approval> {
         claimed_by: r.get(25)?,
         claimed_at: r.get(26)?,
         resumed_run_id: r.get(27)?,
+        screen_digest: r.get(28)?,
     })
 }
 
@@ -314,7 +319,8 @@ pub(crate) fn insert(tx: &Transaction<'_>, a: &Approval, actor: &str) -> Result<
     tx.execute(
         &format!(
             "INSERT INTO approvals ({COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, \
-             ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21, ?22, ?23, ?24, ?25, ?26, ?27, ?28)"
+             ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21, ?22, ?23, ?24, ?25, ?26, ?27, ?28, \
+             ?29)"
         ),
         params![
             a.approval_id,
@@ -345,6 +351,7 @@ pub(crate) fn insert(tx: &Transaction<'_>, a: &Approval, actor: &str) -> Result<
             a.claimed_by,
             a.claimed_at,
             a.resumed_run_id,
+            a.screen_digest,
         ],
     )?;
     audit::append(
@@ -561,6 +568,26 @@ pub(crate) fn expire_due(tx: &Transaction<'_>) -> Result<Vec<Approval>> {
         }
     }
     Ok(out)
+}
+
+/// A taken-over approval shows the screen as it is now (the retry's), with its digest.
+pub(crate) fn refresh_screen(
+    tx: &Transaction<'_>,
+    now: &Approval,
+    approval_id: &str,
+) -> Result<()> {
+    tx.execute(
+        "UPDATE approvals SET question = ?2, context = ?3, prompt_line = ?4, screen_digest = ?5
+         WHERE approval_id = ?1 AND status = 'pending'",
+        params![
+            approval_id,
+            now.question,
+            now.context,
+            now.prompt_line,
+            now.screen_digest
+        ],
+    )?;
+    Ok(())
 }
 
 /// The approvals of run `tool_run_id` still pending, newest first.

@@ -142,10 +142,12 @@ const MIGRATIONS: &[&str] = &[
         WHERE status = 'stalled' AND exit_code IS NOT NULL AND completed_at IS NULL;
     "#,
     // v6: a remembered decision's scope — the command line and directory it was made in
-    // (NULL: any; decisions remembered before keep the reach they were made with).
+    // (NULL: any; decisions remembered before keep the reach they were made with); and the
+    // digest of the screen an approval was asked on, which a decision is bound to.
     r#"
     ALTER TABLE policies ADD COLUMN argv_json TEXT;
     ALTER TABLE policies ADD COLUMN cwd TEXT;
+    ALTER TABLE approvals ADD COLUMN screen_digest TEXT;
     "#,
 ];
 

@@ -6,9 +6,13 @@
 //!   parts that change between runs of the same question collapsed (digits, hashes,
 //!   directories of paths, spacing), so `rm: remove regular file '/tmp/tmp.x81/a.txt'? `
 //!   and the same prompt in tomorrow's temp dir match.
+//! * The **screen digest** names what the operator saw: the prompt's context, normalised
+//!   only for what cannot matter (spacing, blank lines, clock times and dates, spinner
+//!   glyphs) — digits are kept, so `Plan: 2 to add` and `Plan: 3 to add` differ. A
+//!   decision is typed or re-used only while the screen has the digest it was made on.
 
 use crate::audit::hex;
-use crate::sanitize::sanitize_line;
+use crate::sanitize::{sanitize_line, sanitize_text};
 use sha2::{Digest, Sha256};
 
 /// SHA-256 over length-prefixed fields, as lower-case hex.
@@ -31,6 +35,57 @@ pub fn request(tool: &str, argv: &[String], cwd: &str) -> String {
 /// The fingerprint of a prompt line shown by `tool`.
 pub fn prompt(tool: &str, prompt_line: &str) -> String {
     digest("prompt/v1", &[tool, &normalize_prompt(prompt_line)])
+}
+
+/// The digest of the screen an approval was asked on (its context).
+pub fn screen(context: &str) -> String {
+    digest("screen/v1", &[&normalize_screen(context)])
+}
+
+/// The context with only what cannot matter removed: spacing runs, blank lines, clock
+/// times (`12:34:56`, `12:34:56.789`), dates (`2026-11-23`, with a `T…Z` time), spinner
+/// glyphs (braille cells, and a lone `| / - \` before the text). Digits stay.
+pub fn normalize_screen(context: &str) -> String {
+    let mut lines = Vec::new();
+    for line in sanitize_text(context).lines() {
+        let words: Vec<String> = line
+            .split_whitespace()
+            .filter_map(|w| {
+                let w: String = w
+                    .chars()
+                    .filter(|c| !('\u{2800}'..='\u{28ff}').contains(c))
+                    .collect();
+                (!w.is_empty() && !is_clock_or_date(&w)).then_some(w)
+            })
+            .collect();
+        let mut words = words.as_slice();
+        if words.len() > 1 && matches!(words[0].as_str(), "|" | "/" | "-" | "\\") {
+            words = &words[1..];
+        }
+        if !words.is_empty() {
+            lines.push(words.join(" "));
+        }
+    }
+    lines.join("\n")
+}
+
+/// `12:34`, `12:34:56.789`, `2026-11-23`, `2026-11-23T12:34:56Z`, with brackets or
+/// trailing punctuation around them.
+fn is_clock_or_date(word: &str) -> bool {
+    let w = word.trim_matches(|c: char| "[](),;".contains(c));
+    let shape: String = w
+        .chars()
+        .map(|c| if c.is_ascii_digit() { '9' } else { c })
+        .collect();
+    let shape = shape.trim_end_matches('Z');
+    let time = |t: &str| {
+        let t = t.split(['.', ',']).next().unwrap_or(t);
+        t == "99:99" || t == "99:99:99" || t == "9:99" || t == "9:99:99"
+    };
+    match shape.split_once('T') {
+        Some((d, t)) => d == "9999-99-99" && time(t),
+        None => shape == "9999-99-99" || shape == "9999/99/99" || time(shape),
+    }
 }
 
 /// The prompt line with what varies between runs collapsed: directories of paths (`…/`),
@@ -101,6 +156,23 @@ fn split_leading_quote(word: &str) -> (&str, &str) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn screens_differ_by_digits_but_not_by_clocks_spacing_or_spinners() {
+        let a = "Plan: 2 to add, 0 to change\n\n  Do you want to perform these actions?";
+        let b = "Plan: 3 to add, 0 to change\n\n  Do you want to perform these actions?";
+        assert_ne!(screen(a), screen(b));
+        assert_eq!(
+            screen("[12:30:01] fetching   done\n\nDeploy?"),
+            screen("[12:31:59] fetching done\nDeploy?")
+        );
+        assert_eq!(
+            screen("2026-11-23T12:30:01.123Z start\n⠋ Working\nDeploy?"),
+            screen("2026-11-24T01:00:00Z start\n⠙ Working\nDeploy?")
+        );
+        assert_eq!(screen("| building\nDeploy?"), screen("/ building\nDeploy?"));
+        assert_ne!(screen("rm 'a.txt'?"), screen("rm 'b.txt'?"));
+    }
 
     #[test]
     fn prompts_differing_only_in_temp_dirs_and_numbers_match() {

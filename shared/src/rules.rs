@@ -196,6 +196,13 @@ pub fn decision_fits(a: &Approval, prompt: &Prompt) -> bool {
             .is_some_and(|v| prompt.keys_for(v, true).is_some())
 }
 
+/// Whether a decided approval may answer a prompt shown on a screen with digest `screen`:
+/// a rejection always may (it only ends the tool); a yes only on the screen it was given on
+/// (approvals from before screen digests, and cooperative requests, have none).
+pub fn screen_fits(a: &Approval, screen: &str) -> bool {
+    !a.answers() || a.screen_digest.as_deref().is_none_or(|d| d == screen)
+}
+
 /// What an overdue approval becomes at `now`: expired, answered with its default where it
 /// was asked with `on_expire = "default"` (and has one), else without a decision.
 #[derive(Debug, Clone, PartialEq, Eq)]

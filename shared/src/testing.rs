@@ -72,5 +72,6 @@ pub fn approval(id: &str, kind: PromptKind) -> Approval {
         claimed_by: None,
         claimed_at: None,
         resumed_run_id: None,
+        screen_digest: None,
     }
 }

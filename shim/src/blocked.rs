@@ -176,6 +176,22 @@ pub struct GroupSample {
     /// CPU time of the whole group, in clock ticks.
     pub cpu_ticks: u64,
     pub pids: Vec<i32>,
+    /// The processes with a thread blocked reading the terminal: (pid, start time).
+    pub readers: Vec<(i32, u64)>,
+}
+
+impl GroupSample {
+    /// Who reads the terminal, as one number (a digest of the readers' pids and start
+    /// times): the same process still blocked at the same read gives the same one.
+    pub fn reader_id(&self) -> Option<u64> {
+        use std::hash::{Hash, Hasher};
+        if self.readers.is_empty() {
+            return None;
+        }
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        self.readers.hash(&mut h);
+        Some(h.finish())
+    }
 }
 
 /// What a sample says about waiting for input.
@@ -223,6 +239,7 @@ pub fn sample(root: i32, pgrp: i32, tty_rdev: u64) -> GroupSample {
             }],
             cpu_ticks: 0,
             pids: vec![pgrp],
+            readers: Vec::new(),
         };
     }
     let mut members: Vec<ProcStat> = descendants(root)
@@ -265,6 +282,9 @@ pub fn sample(root: i32, pgrp: i32, tty_rdev: u64) -> GroupSample {
                     _ => false,
                 }),
             };
+            if reads_tty == Some(true) && out.readers.last().map(|r| r.0) != Some(st.pid) {
+                out.readers.push((st.pid, st.start_time));
+            }
             out.threads.push(ThreadSample {
                 state: tstat.state,
                 reads_tty,
@@ -342,6 +362,7 @@ mod tests {
             threads,
             cpu_ticks: 0,
             pids: vec![],
+            readers: vec![],
         };
         assert_eq!(s(vec![t('S', Some(true))]).reading(), Reading::Yes);
         // A Python main thread in a futex while another thread reads.

@@ -71,6 +71,11 @@ pub trait Observe {
     fn modes(&mut self) -> Option<Modes>;
     /// The rendered screen; `None` when it cannot be read.
     fn screen(&mut self) -> Option<ScreenText>;
+    /// Who reads the terminal now (the reading processes' pids and start times, as one
+    /// number); `None` when `/proc` will not say.
+    fn reader(&mut self) -> Option<u64> {
+        None
+    }
 }
 
 /// What the supervisor is to do, in order.
@@ -127,13 +132,20 @@ enum State {
     /// A prompt was sent to the store; its reply is awaited.
     Asking {
         prompt: Prompt,
+        /// Who read the terminal when it was asked.
+        reader: Option<u64>,
         canonical: bool,
         /// The output count when the prompt was seen: if output came since, it is gone.
         seq: u64,
         since: Instant,
     },
-    /// Wait mode: the tool is kept at its prompt until the approval is decided.
-    Waiting { prompt: Prompt, approval_id: String },
+    /// Wait mode: the tool is kept at its prompt until the approval is decided; `reader`:
+    /// who read the terminal when it was asked.
+    Waiting {
+        prompt: Prompt,
+        approval_id: String,
+        reader: Option<u64>,
+    },
 }
 
 pub struct Conversation<'a> {
@@ -244,17 +256,7 @@ impl<'a> Conversation<'a> {
                 return vec![Action::Write(b"\r".to_vec())];
             }
         }
-        let end = (shown.cursor_row + 1).min(shown.rows.len());
-        let prompt = prompt::classify(
-            &ScreenFacts {
-                tool: self.setup.tool,
-                rows: &shown.rows[..end],
-                prompt_line: &shown.prompt_line,
-                echo: modes.echo,
-                canonical: modes.canonical,
-            },
-            self.setup.config.prompt_rules(),
-        );
+        let prompt = self.classify(&shown, modes);
         if prompt.secret {
             let alternative = prompt
                 .alternative
@@ -275,6 +277,7 @@ impl<'a> Conversation<'a> {
         };
         self.state = State::Asking {
             prompt,
+            reader: obs.reader(),
             canonical: modes.canonical,
             seq: self.output_seq,
             since: now,
@@ -332,6 +335,7 @@ impl<'a> Conversation<'a> {
         };
         let State::Asking {
             prompt,
+            reader,
             canonical,
             seq,
             ..
@@ -372,6 +376,7 @@ impl<'a> Conversation<'a> {
                     self.state = State::Waiting {
                         prompt,
                         approval_id,
+                        reader,
                     };
                     vec![announce, Action::Watch(approval)]
                 } else {
@@ -421,7 +426,8 @@ impl<'a> Conversation<'a> {
                 })];
             }
         };
-        let State::Waiting { prompt, .. } = std::mem::replace(&mut self.state, State::Looking)
+        let State::Waiting { prompt, reader, .. } =
+            std::mem::replace(&mut self.state, State::Looking)
         else {
             return Vec::new();
         };
@@ -435,6 +441,16 @@ impl<'a> Conversation<'a> {
             actions.extend(self.reject(&decided));
             return actions;
         }
+        // A yes is typed only into the prompt it was given for: the same reader still
+        // blocked on the same prompt, the screen as the operator saw it. Otherwise it is
+        // not used (it stays decided, for that screen), and the screen is asked about anew.
+        if let Some(why) = self.moved_on(&prompt, reader, obs) {
+            self.prev = None;
+            return vec![Action::Say(format!(
+                "headless-run: {}: {} was decided for {:?}, which is no longer what the tool asks ({why}); not typed — asking again",
+                self.setup.tool, decided.approval_id, prompt.prompt_line
+            ))];
+        }
         let value = decided.chosen_value.clone().unwrap_or_default();
         let consume = Action::Consume {
             approval_id: decided.approval_id.clone(),
@@ -443,6 +459,53 @@ impl<'a> Conversation<'a> {
         // The modes now, not when the prompt was seen: the tool may have switched meanwhile.
         let canonical = obs.modes().is_none_or(|m| m.canonical);
         vec![consume, self.answer(&prompt, canonical, &value, &decided)]
+    }
+
+    /// Why the terminal no longer shows `asked` to the reader that was asked, if it does
+    /// not: the tool stopped reading, another process reads, the prompt or the screen
+    /// changed.
+    fn moved_on(
+        &self,
+        asked: &Prompt,
+        reader: Option<u64>,
+        obs: &mut impl Observe,
+    ) -> Option<String> {
+        if obs.blocked().is_none_or(|b| b.reading == Reading::No) {
+            return Some("it no longer waits for input".into());
+        }
+        if let (Some(then), Some(now)) = (reader, obs.reader())
+            && then != now
+        {
+            return Some("another process reads the terminal now".into());
+        }
+        let (Some(modes), Some(shown)) = (obs.modes(), obs.screen()) else {
+            return Some("its screen cannot be read".into());
+        };
+        let now = self.classify(&shown, modes);
+        if fingerprint::prompt(self.setup.tool, &now.prompt_line)
+            != fingerprint::prompt(self.setup.tool, &asked.prompt_line)
+        {
+            return Some(format!("it now asks {:?}", now.prompt_line));
+        }
+        if fingerprint::screen(&now.context) != fingerprint::screen(&asked.context) {
+            return Some("the screen around the prompt changed".into());
+        }
+        None
+    }
+
+    /// The prompt on `shown`, as the detector reads it.
+    fn classify(&self, shown: &ScreenText, modes: Modes) -> Prompt {
+        let end = (shown.cursor_row + 1).min(shown.rows.len());
+        prompt::classify(
+            &ScreenFacts {
+                tool: self.setup.tool,
+                rows: &shown.rows[..end],
+                prompt_line: &shown.prompt_line,
+                echo: modes.echo,
+                canonical: modes.canonical,
+            },
+            self.setup.config.prompt_rules(),
+        )
     }
 
     /// The keys of `value` for prompt `p`, or the end of the tool when they cannot be typed.
@@ -984,6 +1047,52 @@ mod tests {
         );
         assert_eq!(run.type_keys(actions), b"n\r");
         assert!(!run.conv.waiting());
+    }
+
+    /// Issue 12 item 7: a tool that asked one thing, gave up its read and asks another gets
+    /// nothing typed for the first question's decision; the new screen is asked about.
+    #[test]
+    fn a_decision_for_a_question_no_longer_asked_is_not_typed() {
+        let mut run = waiting_run();
+        run.show(b"Run the unit tests? [y/N] \r\nDROP the production database? [y/N] ");
+        let actions = run.watched(Ok(Watched::Decided(decided(
+            "AP-1",
+            ApprovalStatus::Approved,
+            Some("y"),
+        ))));
+        assert!(
+            matches!(actions.as_slice(), [Action::Say(line)] if line.contains("not typed") && line.contains("DROP")),
+            "{actions:?}"
+        );
+        assert!(!run.conv.waiting());
+        // The new question is asked about as any prompt is.
+        let request = run.ask();
+        assert!(request.prompt.prompt_line.contains("DROP"), "{request:?}");
+    }
+
+    /// The same prompt line, but the screen around it changed (`2 to add` became `3 to
+    /// add`): not typed either.
+    #[test]
+    fn a_decision_for_a_changed_screen_is_not_typed() {
+        let mut run = Run::new(OnPrompt::Wait);
+        run.show(b"Plan: 2 to add\r\nProceed? [y/N] ");
+        run.ask();
+        run.reply(PromptResolution::Pending {
+            approval: pending("AP-1"),
+            taken_over: false,
+        });
+        assert!(run.conv.waiting());
+        run.show(b"Plan: 3 to add\r\nProceed? [y/N] ");
+        let actions = run.watched(Ok(Watched::Decided(decided(
+            "AP-1",
+            ApprovalStatus::Approved,
+            Some("y"),
+        ))));
+        assert!(
+            matches!(actions.as_slice(), [Action::Say(line)] if line.contains("screen")),
+            "{actions:?}"
+        );
+        assert!(!typed_anything(&actions));
     }
 
     #[test]

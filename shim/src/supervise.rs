@@ -755,6 +755,11 @@ impl Observe for Look<'_> {
         self.pty.termios().as_ref().map(Modes::of)
     }
 
+    fn reader(&mut self) -> Option<u64> {
+        let pgrp = self.pty.foreground_pgrp()?;
+        blocked::sample(self.pid, pgrp, self.pty.slave_rdev()).reader_id()
+    }
+
     fn screen(&mut self) -> Option<ScreenText> {
         let guard = self.recorder.shared.screen.lock().ok()?;
         Some(guard.as_ref().map(ScreenText::read).unwrap_or_default())

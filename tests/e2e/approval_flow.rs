@@ -827,3 +827,83 @@ fn a_remembered_decision_answers_the_same_prompt_later() {
         .expect_code(0);
     assert!(!third.join("h.txt").exists());
 }
+
+/// Issue 12 item 7: a tool that asked "Run the unit tests?", timed out its read and asked
+/// "DROP the production database?" gets nothing typed for the first question's decision:
+/// the shim sees the screen is no longer what was approved and asks about the new one.
+#[test]
+fn wait_mode_types_only_into_the_prompt_that_was_approved() {
+    let env = TestEnv::new();
+    let running = env
+        .shim()
+        .args(["--on-prompt", "wait"])
+        .arg(tool())
+        .args([
+            "ask-then-switch",
+            "Run the unit tests? [y/N] ",
+            "DROP the production database? [y/N] ",
+            "2",
+        ])
+        .spawn();
+    let first = env.pending_approval();
+    assert!(s(&first, "question").contains("unit tests"), "{first:#?}");
+    let run_id = s(&env.only_run(), "tool_run_id").to_owned();
+    // The tool gives up on the first question and asks the second…
+    assert!(wait_for_state(Duration::from_secs(20), || {
+        String::from_utf8_lossy(&env.run_log(&run_id)).contains("DROP")
+    }));
+    // …and only then is the first one approved.
+    env.decide(s(&first, "approval_id"), "y").expect_code(0);
+    let mut second = None;
+    assert!(wait_for_state(Duration::from_secs(20), || {
+        second = env
+            .approvals()
+            .into_iter()
+            .find(|a| a["status"] == "pending" && s(a, "question").contains("DROP"));
+        second.is_some()
+    }));
+    let second = second.unwrap_or_default();
+    // The yes for the tests was not used for the database.
+    let first_now = env.approval_by_id(s(&first, "approval_id"));
+    assert!(first_now["consumed_at"].is_null(), "{first_now:#?}");
+    env.decide(s(&second, "approval_id"), "n").expect_code(0);
+    let out = running.wait();
+    out.expect_code(0);
+    assert!(out.out().contains("second got n"), "{}", out.context());
+    assert!(!out.out().contains("second got y"), "{}", out.context());
+    assert!(out.stderr.contains("not typed"), "{}", out.stderr);
+}
+
+/// Issue 12 item 8: a decision covers the screen it was made on. Approved for "Plan: 2 to
+/// add", a re-run whose plan now says 3 gets a new approval that shows what changed.
+#[test]
+fn a_rerun_on_a_changed_screen_is_asked_again_showing_what_changed() {
+    let env = TestEnv::new();
+    let count = env.work().join("count");
+    std::fs::write(&count, "2").unwrap();
+    let plan = |env: &TestEnv| {
+        let mut c = env.shim();
+        c.arg(tool()).args(["plan", count.to_str().unwrap()]);
+        c
+    };
+    plan(&env).run().expect_code(90);
+    let first = env.pending_approval();
+    env.decide(s(&first, "approval_id"), "yes").expect_code(0);
+    // The plan changed between the decision and the re-run.
+    std::fs::write(&count, "3").unwrap();
+    let out = plan(&env).run();
+    out.expect_code(90);
+    assert!(!out.out().contains("applied"), "{}", out.context());
+    let second = env.pending_approval();
+    assert_ne!(s(&second, "approval_id"), s(&first, "approval_id"));
+    let context = s(&second, "context");
+    assert!(context.contains("The screen changed since"), "{context}");
+    assert!(context.contains("+ Plan: 3 to add"), "{context}");
+    assert!(context.contains("- Plan: 2 to add"), "{context}");
+    // The old decision is still unused; the new one, once given, applies the 3.
+    assert!(env.approval_by_id(s(&first, "approval_id"))["consumed_at"].is_null());
+    env.decide(s(&second, "approval_id"), "yes").expect_code(0);
+    let out = plan(&env).run();
+    out.expect_code(0);
+    assert!(out.out().ends_with("applied 3\n"), "{}", out.context());
+}

@@ -71,7 +71,37 @@ pub fn approval_for(who: &Asker, req: &PromptRequest) -> Approval {
         claimed_by: None,
         claimed_at: None,
         resumed_run_id: None,
+        screen_digest: Some(fingerprint::screen(&p.context)),
     }
+}
+
+/// The context of a new approval for a screen that changed since `old` was decided on the
+/// same prompt: what changed first (`+` lines now shown, `-` lines gone), then the screen.
+fn changed_context(old: &Approval, now: &str) -> String {
+    let before: Vec<&str> = old.context.as_deref().unwrap_or("").lines().collect();
+    let after: Vec<&str> = now.lines().collect();
+    let mut out = format!(
+        "The screen changed since {} was decided ({} `{}` by {}):\n",
+        old.approval_id,
+        old.status,
+        old.chosen_value.as_deref().unwrap_or(""),
+        old.decided_by.as_deref().unwrap_or("?")
+    );
+    for line in after
+        .iter()
+        .filter(|l| !l.trim().is_empty() && !before.contains(l))
+    {
+        out.push_str(&format!("+ {line}\n"));
+    }
+    for line in before
+        .iter()
+        .filter(|l| !l.trim().is_empty() && !after.contains(l))
+    {
+        out.push_str(&format!("- {line}\n"));
+    }
+    out.push('\n');
+    out.push_str(now);
+    out
 }
 
 /// Resolves a prompt (steps 1–4 above) in one write transaction.
@@ -90,11 +120,22 @@ pub fn answer_or_ask(
         }
         // 1. A decision for an earlier run of this command — not one a run still
         //    supervised waits for (wait mode: its own shim types it), which stays with it.
+        //    And a yes only for the screen it was given on: the same prompt around another
+        //    screen (`Plan: 3 to add` where `2 to add` was approved) is a new question.
+        let screen = fingerprint::screen(&req.prompt.context);
         let answer = approvals::find_answer(tx, &who.request_fingerprint, &req.prompt_fingerprint)?;
+        let mut changed_since = None;
         let answer = match answer {
             Some(a) if a.tool_run_id != who.tool_run_id => {
                 let owner = runs::get(tx, &a.tool_run_id)?;
                 rules::may_take_over(owner.as_ref(), host).then_some(a)
+            }
+            other => other,
+        };
+        let answer = match answer {
+            Some(a) if !rules::screen_fits(&a, &screen) => {
+                changed_since = Some(a);
+                None
             }
             other => other,
         };
@@ -194,6 +235,8 @@ pub fn answer_or_ask(
         let (approval, taken_over) = match pending {
             Some(old) => {
                 approvals::move_to_run(tx, &old.approval_id, &who.tool_run_id)?;
+                // The retry's screen is the one the operator must see now.
+                approvals::refresh_screen(tx, &fresh, &old.approval_id)?;
                 let change = StatusChange::to(
                     RunStatus::Cancelled,
                     Some(format!(
@@ -205,8 +248,13 @@ pub fn answer_or_ask(
                 let moved = approvals::get(tx, &old.approval_id)?.unwrap_or(old);
                 (moved, true)
             }
-            // 4. A new question.
+            // 4. A new question (saying what changed, if a decision was made on another
+            //    screen of it).
             _ => {
+                if let Some(old) = &changed_since {
+                    fresh.context =
+                        Some(changed_context(old, fresh.context.as_deref().unwrap_or("")));
+                }
                 approvals::insert(tx, &fresh, &who.actor)?;
                 fx.events.push(fresh.needed_event());
                 (fresh, false)
