@@ -295,6 +295,19 @@ impl Worker {
     /// Starts the re-run of a claimed job (attempt `attempt`); a failure to start is queued
     /// for a retry.
     fn start(&mut self, job: Job, attempt: u32) {
+        // A decision covers what the command ran when it asked: a changed executable or
+        // script is not started at all (it could act before reaching the prompt).
+        if let Some(why) = tool_changed(&job) {
+            let reason = format!(
+                "approval {} approved, but {why}: not resumed — run the command again to be asked anew",
+                job.approval.approval_id
+            );
+            if let Err(e) = self.close_waiting(&job.run, RunStatus::Failed, reason, None, Some(why))
+            {
+                self.say(format!("{}: {e}", job.run.tool_run_id));
+            }
+            return;
+        }
         match self.spawn(&job) {
             Ok(child) => {
                 self.say(format!(
@@ -554,6 +567,31 @@ impl Worker {
         }
         Ok(())
     }
+}
+
+/// Why the command of `job` may no longer be resumed with its decision: what it runs (its
+/// executable, and an interpreter's script) is not what it ran when it asked.
+fn tool_changed(job: &Job) -> Option<String> {
+    let asked = job.approval.tool_digest.as_deref()?;
+    let path = job
+        .run
+        .metadata
+        .as_ref()
+        .and_then(|m| m.get("tool_path"))
+        .and_then(|p| p.as_str())
+        .unwrap_or("");
+    let cwd = job.run.cwd.as_deref().unwrap_or("/");
+    let now = hr_shared::fingerprint::tool(
+        std::path::Path::new(path),
+        &job.run.argv_json,
+        std::path::Path::new(cwd),
+    );
+    (now.as_deref() != Some(asked)).then(|| {
+        format!(
+            "{} (or the script it runs) changed since it asked",
+            sanitize_line(path)
+        )
+    })
 }
 
 /// Why a decision ends the waiting run: `approval AP-… rejected by alice: not now`.

@@ -100,13 +100,17 @@ pub struct Approval {
     /// decision answers only that screen. None for cooperative requests and old rows.
     #[serde(default)]
     pub screen_digest: Option<String>,
+    /// What the asking command ran (`fingerprint::tool`: its executable and script): a
+    /// decision is not used, nor resumed, for a command that runs something else now.
+    #[serde(default)]
+    pub tool_digest: Option<String>,
 }
 
 const COLUMNS: &str = "approval_id, tool_run_id, tool_name, execution_id, question, context, \
     options_json, default_value, allows_text, status, chosen_value, created_at, decided_at, \
     expires_at, decided_by, decision_channel, comment, request_fingerprint, prompt_fingerprint, \
     consumed_at, consumed_by, prompt_kind, prompt_line, rule_name, expire_action, claimed_by, \
-    claimed_at, resumed_run_id, screen_digest";
+    claimed_at, resumed_run_id, screen_digest, tool_digest";
 
 fn from_row(r: &Row<'_>) -> rusqlite::Result<Approval> {
     let options: String = r.get(6)?;
@@ -143,6 +147,7 @@ fn from_row(r: &Row<'_>) -> rusqlite::Result<Approval> {
         claimed_at: r.get(26)?,
         resumed_run_id: r.get(27)?,
         screen_digest: r.get(28)?,
+        tool_digest: r.get(29)?,
     })
 }
 
@@ -320,7 +325,7 @@ pub(crate) fn insert(tx: &Transaction<'_>, a: &Approval, actor: &str) -> Result<
         &format!(
             "INSERT INTO approvals ({COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, \
              ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21, ?22, ?23, ?24, ?25, ?26, ?27, ?28, \
-             ?29)"
+             ?29, ?30)"
         ),
         params![
             a.approval_id,
@@ -352,6 +357,7 @@ pub(crate) fn insert(tx: &Transaction<'_>, a: &Approval, actor: &str) -> Result<
             a.claimed_at,
             a.resumed_run_id,
             a.screen_digest,
+            a.tool_digest,
         ],
     )?;
     audit::append(

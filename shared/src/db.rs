@@ -143,11 +143,13 @@ const MIGRATIONS: &[&str] = &[
     "#,
     // v6: a remembered decision's scope — the command line and directory it was made in
     // (NULL: any; decisions remembered before keep the reach they were made with); and the
-    // digest of the screen an approval was asked on, which a decision is bound to.
+    // digest of the screen an approval was asked on, and of the tool that asked (its
+    // executable and script), which a decision is bound to.
     r#"
     ALTER TABLE policies ADD COLUMN argv_json TEXT;
     ALTER TABLE policies ADD COLUMN cwd TEXT;
     ALTER TABLE approvals ADD COLUMN screen_digest TEXT;
+    ALTER TABLE approvals ADD COLUMN tool_digest TEXT;
     "#,
 ];
 

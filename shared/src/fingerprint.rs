@@ -37,6 +37,54 @@ pub fn prompt(tool: &str, prompt_line: &str) -> String {
     digest("prompt/v1", &[tool, &normalize_prompt(prompt_line)])
 }
 
+/// Interpreters whose first non-option argument is the script they run.
+const INTERPRETERS: &[&str] = &[
+    "sh", "bash", "dash", "zsh", "ksh", "fish", "python", "python2", "python3", "node", "nodejs",
+    "deno", "bun", "perl", "ruby", "php", "lua", "Rscript", "pwsh",
+];
+
+/// What a command runs, as one digest: the resolved executable and, for an interpreter,
+/// the script it is given (resolved against `cwd`). Made from each file's identity —
+/// device, inode, size, modification and change times — which changes with any write or
+/// replacement of the file (`ctime` cannot be set back by its owner), without reading
+/// the file: a 100 MB binary costs two `stat` calls, not a second of hashing on the prompt
+/// path. `None` when the executable cannot be looked at.
+pub fn tool(
+    executable: &std::path::Path,
+    argv: &[String],
+    cwd: &std::path::Path,
+) -> Option<String> {
+    use std::os::unix::fs::MetadataExt;
+    let identity = |p: &std::path::Path| {
+        std::fs::metadata(p).ok().map(|m| {
+            format!(
+                "{}:{}:{}:{}.{}:{}.{}",
+                m.dev(),
+                m.ino(),
+                m.size(),
+                m.mtime(),
+                m.mtime_nsec(),
+                m.ctime(),
+                m.ctime_nsec()
+            )
+        })
+    };
+    let exe = identity(executable)?;
+    let name = executable
+        .file_name()
+        .and_then(|n| n.to_str())
+        .unwrap_or("");
+    let base = name.trim_end_matches(|c: char| c.is_ascii_digit() || c == '.');
+    let script = (INTERPRETERS.contains(&name) || INTERPRETERS.contains(&base))
+        .then(|| argv.iter().skip(1).find(|a| !a.starts_with('-')))
+        .flatten()
+        .map(|s| cwd.join(s))
+        .filter(|p| p.is_file())
+        .and_then(|p| identity(&p).map(|id| format!("{}={id}", p.display())))
+        .unwrap_or_default();
+    Some(digest("tool/v1", &[&exe, &script]))
+}
+
 /// The digest of the screen an approval was asked on (its context).
 pub fn screen(context: &str) -> String {
     digest("screen/v1", &[&normalize_screen(context)])

@@ -203,6 +203,13 @@ pub fn screen_fits(a: &Approval, screen: &str) -> bool {
     !a.answers() || a.screen_digest.as_deref().is_none_or(|d| d == screen)
 }
 
+/// Whether a decided approval may answer a run of a command that now runs `tool` (its
+/// `fingerprint::tool`): a rejection always may; a yes only for the executable and script
+/// it was asked by (approvals from before tool digests have none).
+pub fn tool_fits(a: &Approval, tool: Option<&str>) -> bool {
+    !a.answers() || a.tool_digest.as_deref().is_none_or(|d| Some(d) == tool)
+}
+
 /// What an overdue approval becomes at `now`: expired, answered with its default where it
 /// was asked with `on_expire = "default"` (and has one), else without a decision.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -73,5 +73,6 @@ pub fn approval(id: &str, kind: PromptKind) -> Approval {
         claimed_at: None,
         resumed_run_id: None,
         screen_digest: None,
+        tool_digest: None,
     }
 }

@@ -542,6 +542,7 @@ fn start_command(store: &mut SqliteStore, argv: &[String], cwd: &str) -> Asker {
         request_fingerprint: fingerprint::request(&run.tool_name, &run.argv_json, cwd),
         argv: run.argv_json.clone(),
         cwd: cwd.to_owned(),
+        tool_digest: None,
         tool_run_id: run.tool_run_id,
         tool: run.tool_name,
         execution_id: run.execution_id.expect("an execution id"),

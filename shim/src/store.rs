@@ -186,6 +186,7 @@ struct StoreThread {
     spooled_start: bool,
     /// An approval was asked for (so there may be one to abandon when the run ends).
     asked: bool,
+    tool_digest: std::sync::OnceLock<Option<String>>,
     status: RunStatus,
     warned_db: AtomicBool,
     warned_log: AtomicBool,
@@ -207,6 +208,7 @@ impl StoreThread {
             start_row: None,
             spooled_start: false,
             asked: false,
+            tool_digest: std::sync::OnceLock::new(),
             status: RunStatus::Running,
             warned_db: AtomicBool::new(false),
             warned_log: AtomicBool::new(false),
@@ -369,6 +371,20 @@ impl StoreThread {
         }
     }
 
+    /// What the command runs, looked at once, when it first asks (off the output path).
+    fn tool_digest(&self) -> &Option<String> {
+        // The resolved executable is in the run's first row (metadata `tool_path`).
+        self.tool_digest.get_or_init(|| {
+            let row = self.start_row.as_ref()?;
+            let path = row.metadata.as_ref()?.get("tool_path")?.as_str()?;
+            hr_shared::fingerprint::tool(
+                std::path::Path::new(path),
+                &self.ident.argv,
+                std::path::Path::new(&self.ident.cwd),
+            )
+        })
+    }
+
     fn asker(&self) -> Asker {
         Asker {
             tool_run_id: self.ident.tool_run_id.clone(),
@@ -377,6 +393,7 @@ impl StoreThread {
             request_fingerprint: self.ident.request_fingerprint.clone(),
             argv: self.ident.argv.clone(),
             cwd: self.ident.cwd.clone(),
+            tool_digest: self.tool_digest().clone(),
             actor: self.actor.clone(),
         }
     }

@@ -544,3 +544,77 @@ fn kill_9_of_the_worker_mid_resume_loses_nothing_and_resumes_nothing_twice() {
     let ap = approval_row(&env, s(&ap, "approval_id"));
     assert_eq!(s(&ap, "consumed_by"), s(&resumes[0], "tool_run_id"));
 }
+
+/// A deploy script that asks first, then does its work (writes `marker` with its version).
+fn deploy_script(env: &TestEnv, version: &str) -> std::path::PathBuf {
+    use std::os::unix::fs::PermissionsExt;
+    let script = env.work().join("deploy.sh");
+    std::fs::write(
+        &script,
+        format!(
+            "#!/bin/sh\nread -p 'Deploy to prod? [y/N] ' answer\n[ \"$answer\" = y ] && echo {version} > marker && echo deployed {version}\n"
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+    script
+}
+
+/// Issue 12 item 8: a decision covers what the command ran when it asked. The script is
+/// edited between the decision and the resume: the worker does not start it at all (it
+/// could act before it reaches the prompt), and the waiting run fails saying why.
+#[test]
+fn the_worker_refuses_to_resume_a_changed_script() {
+    let env = TestEnv::new();
+    deploy_script(&env, "v1");
+    env.shim().arg("./deploy.sh").run().expect_code(90);
+    let ap = env.pending_approval();
+    env.decide(s(&ap, "approval_id"), "y").expect_code(0);
+    // Edited after the decision (another length, so its identity surely changes).
+    deploy_script(&env, "v2-with-something-else");
+    env.monitor()
+        .args(["worker", "--once"])
+        .run()
+        .expect_code(0);
+    let runs = env.runs();
+    assert_eq!(runs.len(), 1, "a changed script was started: {runs:#?}");
+    assert_eq!(s(&runs[0], "status"), "failed", "{runs:#?}");
+    assert!(
+        s(&runs[0], "reason").contains("changed since it asked"),
+        "{runs:#?}"
+    );
+    assert!(!env.work().join("marker").exists(), "the script ran");
+}
+
+/// The same for a hand re-run through an interpreter (`sh deploy.sh`): the edited script
+/// is asked about anew, and the approval says what changed.
+#[test]
+fn a_rerun_of_an_edited_script_is_asked_again() {
+    let env = TestEnv::new();
+    deploy_script(&env, "v1");
+    let run = |env: &TestEnv| env.shim().args(["sh", "deploy.sh"]).run();
+    run(&env).expect_code(90);
+    let first = env.pending_approval();
+    env.decide(s(&first, "approval_id"), "y").expect_code(0);
+    deploy_script(&env, "v2-edited-after-the-decision");
+    run(&env).expect_code(90);
+    assert!(
+        !env.work().join("marker").exists(),
+        "the edited script acted"
+    );
+    let second = env.pending_approval();
+    assert_ne!(s(&second, "approval_id"), s(&first, "approval_id"));
+    assert!(
+        s(&second, "context").contains("The tool (its executable or script) changed since"),
+        "{second:#?}"
+    );
+    // Unchanged since the second decision: it runs.
+    env.decide(s(&second, "approval_id"), "y").expect_code(0);
+    let out = run(&env);
+    out.expect_code(0);
+    assert!(
+        out.out().contains("deployed v2-edited"),
+        "{}",
+        out.context()
+    );
+}

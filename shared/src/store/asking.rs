@@ -72,16 +72,17 @@ pub fn approval_for(who: &Asker, req: &PromptRequest) -> Approval {
         claimed_at: None,
         resumed_run_id: None,
         screen_digest: Some(fingerprint::screen(&p.context)),
+        tool_digest: who.tool_digest.clone(),
     }
 }
 
 /// The context of a new approval for a screen that changed since `old` was decided on the
 /// same prompt: what changed first (`+` lines now shown, `-` lines gone), then the screen.
-fn changed_context(old: &Approval, now: &str) -> String {
+fn changed_context(old: &Approval, now: &str, what: &str) -> String {
     let before: Vec<&str> = old.context.as_deref().unwrap_or("").lines().collect();
     let after: Vec<&str> = now.lines().collect();
     let mut out = format!(
-        "The screen changed since {} was decided ({} `{}` by {}):\n",
+        "The {what} changed since {} was decided ({} `{}` by {}):\n",
         old.approval_id,
         old.status,
         old.chosen_value.as_deref().unwrap_or(""),
@@ -124,7 +125,7 @@ pub fn answer_or_ask(
         //    screen (`Plan: 3 to add` where `2 to add` was approved) is a new question.
         let screen = fingerprint::screen(&req.prompt.context);
         let answer = approvals::find_answer(tx, &who.request_fingerprint, &req.prompt_fingerprint)?;
-        let mut changed_since = None;
+        let mut changed_since: Option<(Approval, &str)> = None;
         let answer = match answer {
             Some(a) if a.tool_run_id != who.tool_run_id => {
                 let owner = runs::get(tx, &a.tool_run_id)?;
@@ -133,8 +134,12 @@ pub fn answer_or_ask(
             other => other,
         };
         let answer = match answer {
+            Some(a) if !rules::tool_fits(&a, who.tool_digest.as_deref()) => {
+                changed_since = Some((a, "tool (its executable or script)"));
+                None
+            }
             Some(a) if !rules::screen_fits(&a, &screen) => {
-                changed_since = Some(a);
+                changed_since = Some((a, "screen"));
                 None
             }
             other => other,
@@ -251,9 +256,12 @@ pub fn answer_or_ask(
             // 4. A new question (saying what changed, if a decision was made on another
             //    screen of it).
             _ => {
-                if let Some(old) = &changed_since {
-                    fresh.context =
-                        Some(changed_context(old, fresh.context.as_deref().unwrap_or("")));
+                if let Some((old, what)) = &changed_since {
+                    fresh.context = Some(changed_context(
+                        old,
+                        fresh.context.as_deref().unwrap_or(""),
+                        what,
+                    ));
                 }
                 approvals::insert(tx, &fresh, &who.actor)?;
                 fx.events.push(fresh.needed_event());

@@ -89,6 +89,8 @@ pub struct Asker {
     /// decision's scope is compared with.
     pub argv: Vec<String>,
     pub cwd: String,
+    /// What the command runs (`fingerprint::tool`), when it could be looked at.
+    pub tool_digest: Option<String>,
     /// The OS user of the shim.
     pub actor: String,
 }

@@ -249,6 +249,7 @@ impl Shim {
             request_fingerprint: cmd.fingerprint(),
             argv: cmd.argv.clone(),
             cwd: cmd.cwd.clone(),
+            tool_digest: None,
             actor: "shim-user".to_owned(),
         };
         Shim {
