@@ -23,6 +23,7 @@ use hr_shared::event::LogEvent;
 use hr_shared::exit::RunOutcome;
 use hr_shared::mode::{
     ENV_APPROVAL_ID, ENV_AUTO_APPROVAL, ENV_EXECUTION_ID, ENV_RESUMED_FROM, ENV_TOOL_RUN_ID,
+    SavedEnvironment,
 };
 use hr_shared::paths::StatePaths;
 use hr_shared::resume::{self, ParkedRun};
@@ -311,7 +312,7 @@ impl Worker {
         match self.spawn(&job) {
             Ok(child) => {
                 self.say(format!(
-                    "resuming {} ({}) with {} = `{}`: headless-run pid {}{}",
+                    "resuming {} ({}) with {} = `{}`: headless-run pid {}{}{}",
                     job.run.tool_run_id,
                     sanitize_line(&job.run.tool_name),
                     job.approval.approval_id,
@@ -321,6 +322,14 @@ impl Worker {
                         format!(" (attempt {attempt})")
                     } else {
                         String::new()
+                    },
+                    match saved_environment(&job.run) {
+                        Some(env) if !env.withheld.is_empty() => format!(
+                            "; in its own environment, without {} (never stored)",
+                            sanitize_line(&env.withheld.join(", "))
+                        ),
+                        Some(_) => "; in its own environment".to_owned(),
+                        None => String::new(),
                     }
                 ));
                 self.children.push(Resume {
@@ -350,6 +359,12 @@ impl Worker {
             return Err("the run has no stored command line".into());
         }
         let mut cmd = Command::new(&self.shim);
+        // The command's own environment, as it was when it asked (its secret-looking
+        // variables were never stored: the resume runs without them); the worker's own
+        // for a run that kept none.
+        if let Some(saved) = saved_environment(run) {
+            cmd.env_clear().envs(&saved.vars);
+        }
         cmd.arg("--")
             .args(&run.argv_json)
             .env_remove(ENV_TOOL_RUN_ID)
@@ -462,18 +477,17 @@ impl Worker {
         let ap = &job.approval.approval_id;
         let (status, reason) = match &resumed {
             Some(r) => {
+                // A resume that never met the prompt did not do what was approved, whatever
+                // its exit code: reported as such, not as a success.
                 let outcome = if rules::is_parked(r) {
                     "stopped at another prompt (exit 90)".to_owned()
                 } else if code == 0 {
-                    "completed; the prompt did not appear again".to_owned()
+                    "exited 0 without the prompt appearing again: the decision answered nothing"
+                        .to_owned()
                 } else {
                     format!("exited {code} before reaching the prompt")
                 };
-                let status = if code == 0 {
-                    RunStatus::Completed
-                } else {
-                    RunStatus::Failed
-                };
+                let status = RunStatus::Failed;
                 (
                     status,
                     format!(
@@ -483,11 +497,7 @@ impl Worker {
                 )
             }
             None => (
-                if code == 0 {
-                    RunStatus::Completed
-                } else {
-                    RunStatus::Failed
-                },
+                RunStatus::Failed,
                 format!("approval {ap} approved; the resume exited {code} without recording a run"),
             ),
         };
@@ -567,6 +577,12 @@ impl Worker {
         }
         Ok(())
     }
+}
+
+/// The environment a parked run kept for its resume (metadata `env`).
+fn saved_environment(run: &ToolRun) -> Option<SavedEnvironment> {
+    let env = run.metadata.as_ref()?.get("env")?;
+    serde_json::from_value(env.clone()).ok()
 }
 
 /// Why the command of `job` may no longer be resumed with its decision: what it runs (its

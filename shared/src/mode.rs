@@ -16,6 +16,64 @@ pub const ENV_APPROVAL_ID: &str = "HEADLESS_RUN_APPROVAL_ID";
 /// passes it to the tool only when `HEADLESS_RUN_APPROVAL_ID` names a decided approval of
 /// this very command with this value; a bare one is removed (no self-approval).
 pub const ENV_AUTO_APPROVAL: &str = "AUTO_APPROVAL";
+
+/// What in a variable's name says "this holds a secret": anywhere in a part of the name...
+const SECRET_ANYWHERE: &[&str] = &[
+    "TOKEN",
+    "SECRET",
+    "PASSWORD",
+    "PASSWD",
+    "PASSPHRASE",
+    "CREDENTIAL",
+    "PRIVATE",
+    "APIKEY",
+];
+/// ...or at the end of a part (`API_KEY`, `OAUTH`, `GH_PIN`, not `GIT_AUTHOR_NAME`).
+const SECRET_SUFFIXES: &[&str] = &["KEY", "AUTH", "PIN", "OTP", "CERT", "SESSION", "COOKIE"];
+
+/// Whether an environment variable's name looks like it holds a secret: such variables are
+/// never stored (a parked run's environment names them as withheld instead).
+pub fn looks_secret(name: &str) -> bool {
+    let upper = name.to_ascii_uppercase();
+    upper
+        .split(|c: char| !c.is_ascii_alphanumeric())
+        .any(|part| {
+            SECRET_ANYWHERE.iter().any(|s| part.contains(s))
+                || SECRET_SUFFIXES.iter().any(|s| part.ends_with(s))
+        })
+}
+
+/// A run's environment as a resume restores it: the variables (`HEADLESS_RUN_*` of the
+/// run itself and `AUTO_APPROVAL` left out: a resume sets its own), and the names of the
+/// secret-looking ones withheld. Variables whose name or value is not UTF-8 are left out.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct SavedEnvironment {
+    pub vars: std::collections::BTreeMap<String, String>,
+    pub withheld: Vec<String>,
+}
+
+impl SavedEnvironment {
+    pub fn capture(
+        vars: impl IntoIterator<Item = (std::ffi::OsString, std::ffi::OsString)>,
+    ) -> Self {
+        let mut out = SavedEnvironment::default();
+        for (k, v) in vars {
+            let (Ok(k), Ok(v)) = (k.into_string(), v.into_string()) else {
+                continue;
+            };
+            if k.starts_with("HEADLESS_RUN_") || k == ENV_AUTO_APPROVAL {
+                continue;
+            }
+            if looks_secret(&k) {
+                out.withheld.push(k);
+            } else {
+                out.vars.insert(k, v);
+            }
+        }
+        out.withheld.sort();
+        out
+    }
+}
 /// The signal `monitor cancel` sends to a run's shim: end the tool, status `cancelled`.
 pub const CANCEL_SIGNAL: i32 = libc::SIGUSR1;
 
@@ -73,6 +131,43 @@ impl StdinMode {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn secret_looking_names() {
+        for name in [
+            "GITHUB_TOKEN",
+            "AWS_SECRET_ACCESS_KEY",
+            "API_KEY",
+            "OPENAI_APIKEY",
+            "DB_PASSWORD",
+            "MYSQL_PWD_PASSWD",
+            "GPG_PASSPHRASE",
+            "OAUTH",
+            "NPM_AUTH",
+            "GOOGLE_CREDENTIALS",
+            "SSH_PRIVATE",
+            "my_token",
+        ] {
+            assert!(looks_secret(name), "{name}");
+        }
+        for name in [
+            "PATH",
+            "HOME",
+            "GIT_AUTHOR_NAME",
+            "LANG",
+            "TERM",
+            "KEYBOARD_LAYOUT",
+        ] {
+            assert!(!looks_secret(name), "{name}");
+        }
+        let saved = SavedEnvironment::capture([
+            ("PATH".into(), "/bin".into()),
+            ("GITHUB_TOKEN".into(), "ghp_x".into()),
+            ("HEADLESS_RUN_TOOL_RUN_ID".into(), "TR-1".into()),
+        ]);
+        assert_eq!(saved.vars.keys().collect::<Vec<_>>(), ["PATH"]);
+        assert_eq!(saved.withheld, ["GITHUB_TOKEN"]);
+    }
 
     fn h(headless: Option<&str>, ci: Option<&str>) -> Option<bool> {
         headless_from_env(headless.map(OsStr::new), ci.map(OsStr::new))

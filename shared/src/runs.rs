@@ -301,6 +301,21 @@ pub(crate) fn set_pid(conn: &Connection, tool_run_id: &str, pid: i64) -> Result<
     Ok(())
 }
 
+/// Keeps a parked run's environment in its metadata (`env`), for its resume.
+pub(crate) fn set_environment(
+    conn: &Connection,
+    tool_run_id: &str,
+    env: &crate::mode::SavedEnvironment,
+) -> Result<()> {
+    let env = serde_json::to_string(env).unwrap_or_else(|_| "{}".into());
+    conn.execute(
+        "UPDATE tool_runs SET metadata = json_set(COALESCE(metadata, '{}'), '$.env', json(?2))
+         WHERE tool_run_id = ?1",
+        params![tool_run_id, env],
+    )?;
+    Ok(())
+}
+
 /// One run by id.
 pub(crate) fn get(conn: &Connection, tool_run_id: &str) -> Result<Option<ToolRun>> {
     Ok(conn

@@ -276,6 +276,10 @@ fn run(inv: Invocation) -> Result<u8, Failure> {
         }),
         Ok(RunOutcome::ApprovalPending { .. }) => {
             store.write(RunWrite::Release(None));
+            // The resume re-runs the command in this environment (secrets withheld).
+            store.write(RunWrite::Environment(
+                hr_shared::mode::SavedEnvironment::capture(std::env::vars_os()),
+            ));
             store.write(RunWrite::Status(change.clone(), Replace::AnyButCancelled));
         }
         _ => {

@@ -2,8 +2,9 @@
 //! headless-run and linked by `resumed_from`; rejected or expired → the waiting run fails;
 //! claims are exclusive between workers; failed starts are retried, then the run fails;
 //! abandoned claims are taken over; database trouble does not stop the daemon; SIGTERM
-//! stops it cleanly. The first tests use parked runs written straight into the database,
-//! the last ones the shim's own prompt flow (`rm -i`, a cooperative tool).
+//! stops it cleanly. The first tests use parked runs written straight into the database
+//! (their re-runs never meet a prompt, so the waiting run fails: the decision answered
+//! nothing), the last ones the shim's own prompt flow (`rm -i`, a cooperative tool).
 
 use crate::rows::*;
 use headless_run_e2e::*;
@@ -70,10 +71,15 @@ fn an_approved_run_is_re_run_and_linked() {
         "{output}"
     );
     // The waiting run is closed, naming its resume (by the shim, or by the worker when the
-    // re-run never reached the prompt, as here).
+    // re-run never reached the prompt, as here: then the decision answered nothing, which
+    // is no success).
     let waiting = run_row(&env, &run.id);
-    assert_eq!(s(&waiting, "status"), "completed", "{waiting:#?}");
+    assert_eq!(s(&waiting, "status"), "failed", "{waiting:#?}");
     assert!(s(&waiting, "reason").contains(rid), "{waiting:#?}");
+    assert!(
+        s(&waiting, "reason").contains("the decision answered nothing"),
+        "{waiting:#?}"
+    );
     let ap_row = approval_row(&env, &ap.id);
     assert!(
         s(&ap_row, "claimed_by").starts_with("worker:"),
@@ -86,7 +92,7 @@ fn an_approved_run_is_re_run_and_linked() {
             .iter()
             .any(|e| e["event"] == "tool_status_change"
                 && e["tool_run_id"] == run.id.as_str()
-                && e["status"] == "completed"),
+                && e["status"] == "failed"),
         "no status event for the waiting run"
     );
     // A second pass has nothing left to do.
@@ -198,7 +204,7 @@ fn two_workers_resume_each_run_exactly_once() {
             a.out(),
             b.out()
         );
-        assert_eq!(s(&run_row(&env, &run.id), "status"), "completed");
+        assert_eq!(s(&run_row(&env, &run.id), "status"), "failed");
     }
     let started = a.out().matches("resuming").count() + b.out().matches("resuming").count();
     assert_eq!(started, 4, "A: {}\nB: {}", a.out(), b.out());
@@ -280,7 +286,7 @@ fn a_claim_left_by_a_dead_worker_is_taken_over() {
     out.expect_code(0);
     assert!(out.out().contains("took over"), "{}", out.out());
     assert_eq!(resumes_of(&env, &run.id).len(), 1);
-    assert_eq!(s(&run_row(&env, &run.id), "status"), "completed");
+    assert_eq!(s(&run_row(&env, &run.id), "status"), "failed");
     assert!(resumes_of(&env, &live.id).is_empty());
     assert_eq!(s(&run_row(&env, &live.id), "status"), "waiting_approval");
 }
@@ -331,7 +337,7 @@ fn the_daemon_survives_a_missing_database_and_stops_on_sigterm() {
     assert!(
         wait_for_state(Duration::from_secs(20), || !resumes_of(&env, &run.id)
             .is_empty()
-            && s(&run_row(&env, &run.id), "status") == "completed"),
+            && s(&run_row(&env, &run.id), "status") == "failed"),
         "not resumed; stderr: {}",
         worker.stderr_now()
     );
@@ -389,7 +395,7 @@ fn sigterm_lets_the_resumes_in_flight_finish() {
     // It waited: the re-run finished and the waiting run was closed before it exited.
     let resumed = &resumes_of(&env, &run.id)[0];
     assert_eq!(s(resumed, "status"), "completed");
-    assert_eq!(s(&run_row(&env, &run.id), "status"), "completed");
+    assert_eq!(s(&run_row(&env, &run.id), "status"), "failed");
 }
 
 // ---- Through the shim's own prompt flow -------------------------------------------------
@@ -617,4 +623,68 @@ fn a_rerun_of_an_edited_script_is_asked_again() {
         "{}",
         out.context()
     );
+}
+
+/// Issue 12 item 12: the worker re-runs a parked command in the environment it asked in
+/// (not the worker's own), with its secret-looking variables never stored and left out.
+#[test]
+fn the_worker_resumes_in_the_runs_own_environment_without_its_secrets() {
+    let env = TestEnv::new();
+    let script =
+        "read -p 'Proceed? [y/N] ' a; echo \"answer=$a FOO=$FOO TOKEN=${MY_TOKEN:-unset}\"";
+    env.shim()
+        .env("FOO", "bar-from-the-run")
+        .env("MY_TOKEN", "s3cret-value")
+        .args(["sh", "-c", script])
+        .run()
+        .expect_code(90);
+    let ap = env.pending_approval();
+    let parked = env.only_run();
+    let saved = &parked["metadata"]["env"];
+    assert_eq!(saved["vars"]["FOO"], "bar-from-the-run", "{parked:#?}");
+    assert!(saved["vars"].get("MY_TOKEN").is_none(), "{parked:#?}");
+    assert!(
+        saved["withheld"]
+            .as_array()
+            .is_some_and(|w| w.iter().any(|n| n == "MY_TOKEN")),
+        "{parked:#?}"
+    );
+    env.decide(s(&ap, "approval_id"), "y").expect_code(0);
+    // The worker's environment has neither variable.
+    let out = env.monitor().args(["worker", "--once"]).run();
+    out.expect_code(0);
+    assert!(out.out().contains("without MY_TOKEN"), "{}", out.context());
+    let id = s(&parked, "tool_run_id").to_owned();
+    let resumes = resumes_of(&env, &id);
+    assert_eq!(resumes.len(), 1, "{resumes:#?}");
+    let output = String::from_utf8_lossy(&env.run_log(s(&resumes[0], "tool_run_id"))).into_owned();
+    assert!(
+        output.contains("answer=y FOO=bar-from-the-run TOKEN=unset"),
+        "{output}"
+    );
+    // The secret reached no file of the state dir.
+    for entry in walk_files(&env.state()) {
+        let bytes = std::fs::read(&entry).unwrap_or_default();
+        assert!(
+            !String::from_utf8_lossy(&bytes).contains("s3cret-value"),
+            "{} holds the secret",
+            entry.display()
+        );
+    }
+}
+
+/// Every file below `dir`.
+fn walk_files(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    if let Ok(entries) = std::fs::read_dir(dir) {
+        for e in entries.flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                out.extend(walk_files(&p));
+            } else {
+                out.push(p);
+            }
+        }
+    }
+    out
 }

@@ -175,6 +175,9 @@ pub enum RunWrite {
     Release(Option<String>),
     /// The run ended without a decision on its pending approvals: close them.
     Abandon(String),
+    /// The run is parked on an approval: keep its environment (secrets withheld) for the
+    /// resume, in its metadata (`env`).
+    Environment(crate::mode::SavedEnvironment),
 }
 
 /// How a shim's batch went.

@@ -207,6 +207,7 @@ impl RunnerStore for SqliteStore {
                     RunWrite::Abandon(why) => {
                         abandoned = approvals::abandon_pending(tx, run_id, why)?;
                     }
+                    RunWrite::Environment(env) => runs::set_environment(tx, run_id, env)?,
                 }
             }
             Ok(())
