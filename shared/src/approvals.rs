@@ -176,10 +176,44 @@ impl Approval {
                 v.push(o.value.clone());
             }
         }
-        if self.allows_text {
+        if self.allows_text && !self.asks_for_secret() {
             v.push("any text".to_owned());
         }
         v
+    }
+
+    /// Whether the question reads like it asks for a secret (a password, a token, a key, a
+    /// one-time code): no free-text answer is taken for it — a secret is never stored in,
+    /// nor typed from, the database.
+    pub fn asks_for_secret(&self) -> bool {
+        crate::sanitize::looks_like_secret_request(&self.question)
+            || self
+                .prompt_line
+                .as_deref()
+                .is_some_and(crate::sanitize::looks_like_secret_request)
+    }
+
+    /// Whether the chosen value is free text (none of the options): such an answer is the
+    /// tool's business only — it is logged and audited as a digest, and dropped from the
+    /// row once used.
+    pub fn chose_free_text(&self) -> bool {
+        self.chosen_value
+            .as_deref()
+            .is_some_and(|v| !self.options_json.iter().any(|o| o.value == v))
+    }
+
+    /// The chosen value as the combined log and the audit chain may show it: an option's
+    /// value as it is, free text only as its digest (`sha256:…`).
+    pub fn logged_value(&self) -> Option<String> {
+        if self.chose_free_text() {
+            use sha2::{Digest, Sha256};
+            let v = self.chosen_value.as_deref().unwrap_or("");
+            return Some(format!(
+                "sha256:{}",
+                audit::hex(&Sha256::digest(v.as_bytes()))
+            ));
+        }
+        self.chosen_value.clone()
     }
 
     /// Whether this decision answers the prompt (rather than ending the tool).
@@ -223,7 +257,7 @@ impl Approval {
         self.log_event(crate::event::EventBody::ApprovalStatusChange {
             approval_id: self.approval_id.clone(),
             status: self.status,
-            chosen_value: self.chosen_value.clone(),
+            chosen_value: self.logged_value(),
             decided_by: self.decided_by.clone(),
             decision_channel: self.decision_channel.clone(),
             comment: self.comment.clone(),
@@ -300,7 +334,8 @@ pub fn value_decision(
     if let [one] = folded.as_slice() {
         return Ok(approved(&one.value));
     }
-    if a.allows_text && is_acceptable_text(input) {
+    // Free text, where allowed — never for a question that asks for a secret.
+    if a.allows_text && !a.asks_for_secret() && is_acceptable_text(input) {
         return Ok(approved(input));
     }
     Err(invalid())
@@ -395,7 +430,7 @@ fn audit_status(tx: &Transaction<'_>, a: &Approval, actor: &str) -> Result<()> {
             actor,
             data: serde_json::json!({
                 "status": a.status,
-                "chosen_value": a.chosen_value,
+                "chosen_value": a.logged_value(),
                 "decided_by": a.decided_by,
                 "decision_channel": a.decision_channel,
                 "comment": a.comment,
@@ -710,6 +745,13 @@ pub(crate) fn consume(
          WHERE approval_id = ?1 AND consumed_at IS NULL AND status != 'pending'",
         params![approval_id, time::now_rfc3339(), by_run],
     )?;
+    // A free-text answer is kept only until the tool has it: gone once used.
+    if changed > 0 && get(tx, approval_id)?.is_some_and(|a| a.chose_free_text()) {
+        tx.execute(
+            "UPDATE approvals SET chosen_value = NULL WHERE approval_id = ?1",
+            [approval_id],
+        )?;
+    }
     if changed > 0 {
         audit::append(
             tx,

@@ -227,7 +227,29 @@ pub(crate) fn unrecorded_decisions(conn: &Connection) -> Result<Vec<(String, Str
             Ok((id, format!("{status} {value}").trim_end().to_owned()))
         })?
         .collect::<rusqlite::Result<Vec<_>>>()?;
-    Ok(rows)
+    // A free-text answer is audited as its digest, and leaves the row once used: those
+    // match by digest (or, used up, by the digest alone).
+    let mut unrecorded = Vec::new();
+    for (id, what) in rows {
+        let Some(a) = crate::approvals::get(conn, &id)? else {
+            continue;
+        };
+        let recorded = for_approval(conn, &id)?.into_iter().any(|e| {
+            let data: serde_json::Value = serde_json::from_str(&e.data).unwrap_or_default();
+            let logged = data["chosen_value"].as_str();
+            e.event == "approval_status_change"
+                && data["status"].as_str() == Some(a.status.as_str())
+                && logged.is_some_and(|v| v.starts_with("sha256:"))
+                && match a.logged_value() {
+                    Some(now) => logged == Some(now.as_str()),
+                    None => a.consumed_at.is_some(),
+                }
+        });
+        if !recorded {
+            unrecorded.push((id, what));
+        }
+    }
+    Ok(unrecorded)
 }
 
 /// The audit rows filed under one run, oldest first (an approval's rows are filed under the

@@ -97,9 +97,74 @@ fn is_unsafe(c: char) -> bool {
         || matches!(c, '\u{200b}'..='\u{200d}' | '\u{2060}' | '\u{feff}' | '\u{2028}' | '\u{2029}')
 }
 
+/// Whether a question reads like it asks for a secret: a password or passphrase, a token,
+/// a secret, an API or unseal key, a PIN, a one-time or 2FA/MFA code, an access code,
+/// credentials, a private key.
+pub fn looks_like_secret_request(text: &str) -> bool {
+    let t = text.to_lowercase();
+    let words: Vec<&str> = t
+        .split(|c: char| !c.is_alphanumeric())
+        .filter(|w| !w.is_empty())
+        .collect();
+    let has = |w: &str| words.contains(&w);
+    let pair = |a: &str, b: &str| words.windows(2).any(|p| p[0] == a && p[1] == b);
+    [
+        "password",
+        "passwd",
+        "passphrase",
+        "token",
+        "secret",
+        "credentials",
+        "credential",
+        "pin",
+        "otp",
+        "2fa",
+        "mfa",
+        "totp",
+        "apikey",
+    ]
+    .iter()
+    .any(|w| has(w))
+        || pair("api", "key")
+        || pair("unseal", "key")
+        || pair("private", "key")
+        || pair("access", "code")
+        || pair("access", "key")
+        || pair("one", "time")
+        || pair("verification", "code")
+        || pair("security", "code")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn secret_requests_are_told_by_their_words() {
+        for q in [
+            "Password: ",
+            "Enter passphrase for key '/root/.ssh/id_ed25519': ",
+            "GitHub token: ",
+            "Enter Gemini API Key",
+            "Unseal Key (will be hidden): ",
+            "Enter your PIN:",
+            "2FA code: ",
+            "One-time code:",
+            "Access code?",
+            "AWS Secret Access Key [None]: ",
+        ] {
+            assert!(looks_like_secret_request(q), "{q}");
+        }
+        for q in [
+            "Project name: ",
+            "Do you want to continue? [Y/n] ",
+            "Keyboard layout? ",
+            "Username for 'https://github.com': ",
+            "Spinning up 3 instances, proceed?",
+        ] {
+            assert!(!looks_like_secret_request(q), "{q}");
+        }
+    }
 
     #[test]
     fn removes_colours_and_cursor_moves() {

@@ -907,3 +907,71 @@ fn a_rerun_on_a_changed_screen_is_asked_again_showing_what_changed() {
     out.expect_code(0);
     assert!(out.out().ends_with("applied 3\n"), "{}", out.context());
 }
+
+/// Issue 12 item 1 (defence in depth): a free-text answer reaches the tool, but the combined
+/// log and the audit chain see only its digest, and the row forgets it once used; a
+/// question that asks for a secret takes no free text at all.
+#[test]
+fn free_text_answers_are_never_logged_in_clear_and_secrets_take_none() {
+    let env = TestEnv::new();
+    let ask = |env: &TestEnv, q: &str| {
+        let mut c = env.shim();
+        c.arg(tool()).args(["ask", q]);
+        c
+    };
+    ask(&env, "Project name: ").run().expect_code(90);
+    let ap = env.pending_approval();
+    let id = s(&ap, "approval_id").to_owned();
+    env.decide(&id, "myproj-7f3a-unique").expect_code(0);
+    let out = ask(&env, "Project name: ").run();
+    out.expect_code(0);
+    assert!(
+        out.out().ends_with("got myproj-7f3a-unique\n"),
+        "{}",
+        out.context()
+    );
+    let used = env.approval_by_id(&id);
+    assert!(used["chosen_value"].is_null(), "{used:#?}");
+    // (The tool's own output — the terminal's echo of what was typed, its `got …` — is its
+    // business and logged as such; the decision's events never hold the answer.)
+    let decisions: Vec<_> = env
+        .log_events()
+        .into_iter()
+        .filter(|e| e["event"] != "tool_output")
+        .collect();
+    assert!(
+        decisions
+            .iter()
+            .all(|e| !e.to_string().contains("myproj-7f3a-unique")),
+        "the combined log holds the answer: {decisions:#?}"
+    );
+    assert!(
+        decisions
+            .iter()
+            .any(|e| e["event"] == "approval_status_change"
+                && e["chosen_value"]
+                    .as_str()
+                    .is_some_and(|v| v.starts_with("sha256:"))),
+        "{decisions:#?}"
+    );
+    let audit = env.audit_of(&id);
+    assert!(
+        audit
+            .iter()
+            .all(|e| !format!("{e:?}").contains("myproj-7f3a-unique")),
+        "{audit:#?}"
+    );
+    // doctor still finds every decision in the audit chain.
+    let doc = env.monitor().arg("doctor").run();
+    assert!(
+        doc.out().contains("every decision is in the audit chain"),
+        "{}",
+        doc.out()
+    );
+    // A prompt that asks for a token, even echoed, is a secret: refused (93), no approval
+    // to answer it with text (the store refuses free text for such a question too: see
+    // the contract's free_text_decision_answers_a_text_prompt).
+    let before = env.approvals().len();
+    ask(&env, "API token: ").run().expect_code(93);
+    assert_eq!(env.approvals().len(), before);
+}

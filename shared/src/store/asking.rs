@@ -147,12 +147,13 @@ pub fn answer_or_ask(
         if let Some(a) = answer
             && rules::decision_fits(&a, &req.prompt)
         {
+            // Taken before it is used up: a free-text answer leaves the row as it is used.
+            let value = a.chosen_value.clone().unwrap_or_default();
             approvals::consume(tx, &a.approval_id, &who.tool_run_id, &who.actor)?;
             approvals::set_resumed_run(tx, &a.approval_id, &who.tool_run_id)?;
             close_waiting_run(tx, who, &a, &mut fx)?;
             let a = approvals::get(tx, &a.approval_id)?.unwrap_or(a);
             return Ok(if a.answers() {
-                let value = a.chosen_value.clone().unwrap_or_default();
                 (
                     PromptResolution::Answer {
                         approval: Box::new(a),

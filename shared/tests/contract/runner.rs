@@ -1283,6 +1283,39 @@ pub fn free_text_decision_answers_a_text_prompt<S: StoreUnderTest>(s: &S) {
         panic!("the text answers")
     };
     assert_eq!(value, "v2 (spring)");
+    // Free text is the tool's business: gone from the row once used, and audited only as
+    // its digest.
+    let used = approval_now(op.as_mut(), &ap.approval_id);
+    assert_eq!(used.chosen_value, None, "{used:?}");
+    let audited = op.audit_of_approval(&ap.approval_id).unwrap();
+    assert!(
+        audited.iter().all(|e| !e.data.contains("spring")),
+        "{audited:?}"
+    );
+    assert!(
+        audited.iter().any(|e| e.data.contains("sha256:")),
+        "{audited:?}"
+    );
+    // A question that asks for a secret takes no free text at all.
+    let token_line = "GitHub token:";
+    let mut t = Shim::start(s, &Cmd::new("gh", &["auth", "login"]));
+    let tap = t.ask_pending(&PromptRequest {
+        prompt: Prompt {
+            question: token_line.into(),
+            prompt_line: token_line.into(),
+            context: token_line.into(),
+            default: None,
+            ..req("gh").prompt
+        },
+        prompt_fingerprint: fingerprint::prompt("gh", token_line),
+        ..req("gh")
+    });
+    assert!(matches!(
+        op.decide(&tap.approval_id, "ghp_not_a_real_token", &decider("alice"))
+            .unwrap()
+            .value,
+        DecideOutcome::Invalid(_)
+    ));
 
     let mut c = Shim::start(s, &Cmd::new("release", &["--again"]));
     let ap = c.ask_pending(&req("release"));
