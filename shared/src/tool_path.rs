@@ -27,6 +27,19 @@ pub enum FindToolError {
     NotExecutable { path: PathBuf, why: String },
 }
 
+impl FindToolError {
+    /// One short line for tables and the run's reason (the whole `PATH` stays in the full
+    /// message, for stderr and the run's error).
+    pub fn short(&self) -> String {
+        match self {
+            FindToolError::NotFound { tool, .. } => {
+                format!("{}: command not found on PATH", tool.to_string_lossy())
+            }
+            other => other.to_string(),
+        }
+    }
+}
+
 fn skipped_note(skipped: &[PathBuf]) -> String {
     if skipped.is_empty() {
         String::new()

@@ -64,12 +64,9 @@ pub struct Flags {
     #[arg(long, value_name = "DIR")]
     pub state_dir: Option<PathBuf>,
     /// The tool and its arguments
-    #[arg(
-        required = true,
-        trailing_var_arg = true,
-        allow_hyphen_values = true,
-        value_name = "TOOL"
-    )]
+    // Only an explicit `--` or the first word that is not an option starts the tool, so a
+    // mistyped option (`--tiemout`) is a usage error, not a tool of that name.
+    #[arg(required = true, trailing_var_arg = true, value_name = "TOOL")]
     pub command: Vec<OsString>,
 }
 
@@ -200,6 +197,8 @@ mod tests {
             &["headless-run"][..],
             &["headless-run", "--timeout", "soon", "x"],
             &["headless-run", "--on-stall", "nap", "x"],
+            &["headless-run", "--tiemout", "1s", "--", "true"],
+            &["headless-run", "-x", "true"],
         ] {
             match parse(args(bad)) {
                 Parsed::Exit { code, .. } => assert_eq!(code, 125, "{bad:?}"),
@@ -210,5 +209,18 @@ mod tests {
             parse(args(&["headless-run", "--help"])),
             Parsed::Exit { code: 0, .. }
         ));
+        let Parsed::Exit { text, .. } = parse(args(&["headless-run", "--tiemout", "1s", "true"]))
+        else {
+            panic!("parsed")
+        };
+        assert!(
+            text.contains("--tiemout") && text.contains("--timeout"),
+            "{text}"
+        );
+        // A tool's own options after its name are its own.
+        let Parsed::Run(inv) = parse(args(&["headless-run", "ls", "-la", "--color"])) else {
+            panic!()
+        };
+        assert_eq!(inv.args, args(&["-la", "--color"]));
     }
 }

@@ -82,6 +82,8 @@ impl RunContext {
 pub struct Failure {
     pub code: u8,
     pub message: String,
+    /// A shorter line for the run's reason, where the message is long.
+    pub reason: Option<String>,
 }
 
 impl Failure {
@@ -89,6 +91,7 @@ impl Failure {
         Failure {
             code,
             message: message.into(),
+            reason: None,
         }
     }
 }
@@ -239,7 +242,10 @@ fn run(inv: Invocation) -> Result<u8, Failure> {
                 FindToolError::NotFound { .. } => shim::NOT_FOUND,
                 FindToolError::NotExecutable { .. } => shim::NOT_EXECUTABLE,
             };
-            Err(Failure::new(code, e.to_string()))
+            Err(Failure {
+                reason: Some(e.short()),
+                ..Failure::new(code, e.to_string())
+            })
         }
     };
     // A run that never started still gets its row.
@@ -261,7 +267,7 @@ fn run(inv: Invocation) -> Result<u8, Failure> {
             f.code,
             StatusChange {
                 status: RunStatus::Failed,
-                reason: Some(f.message.clone()),
+                reason: Some(f.reason.clone().unwrap_or_else(|| f.message.clone())),
                 exit_code: Some(i32::from(f.code)),
                 finished: true,
                 error: Some(f.message.clone()),

@@ -116,3 +116,29 @@ fn bad_durations_are_usage_errors_not_panics() {
         .run()
         .expect_code(0);
 }
+
+/// Issue 15 item 4: a mistyped option is a usage error naming it (with a suggestion), not a
+/// tool of that name; nothing is recorded. Only `--` or the first non-option word starts the
+/// tool. A tool that is not found keeps the whole `PATH` out of its run's reason.
+#[test]
+fn a_mistyped_option_is_a_usage_error_not_a_tool() {
+    let env = TestEnv::new();
+    let out = env.shim().args(["--tiemout", "1s", "--", "true"]).run();
+    out.expect_code(125);
+    assert!(out.stderr.contains("'--tiemout'"), "{}", out.stderr);
+    assert!(out.stderr.contains("'--timeout'"), "{}", out.stderr);
+    assert!(env.runs().is_empty(), "{:#?}", env.runs());
+    // The tool's own options after its name still reach it; `--` still starts a tool that
+    // looks like an option.
+    let out = env.shim().args(["sh", "-c", "echo $0 -x", "--yes"]).run();
+    out.expect_code(0);
+    assert_eq!(out.out(), "--yes -x\n");
+    let out = env.shim().args(["--", "no-such-tool-anywhere"]).run();
+    out.expect_code(127);
+    assert!(out.stderr.contains("searched PATH="), "{}", out.stderr);
+    let runs = env.runs();
+    assert_eq!(
+        s(&runs[runs.len() - 1], "reason"),
+        "no-such-tool-anywhere: command not found on PATH"
+    );
+}
