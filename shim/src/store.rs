@@ -524,6 +524,11 @@ impl StoreThread {
             ),
             _ => return,
         };
+        // No self-transitions in the log (a run parking on the approval it already waits
+        // for): as the audit chain, only a new status or an end is an event.
+        if previous == Some(change.status) && !change.finished {
+            return;
+        }
         self.status = change.status;
         let Some(log) = self.log.as_mut() else {
             return;
