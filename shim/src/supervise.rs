@@ -102,6 +102,7 @@ pub fn run(
         recorder,
         size_fd: own_size.map(|(_, _, fd)| fd),
         stdout_open: true,
+        line_open: false,
         started: now,
         last_output: now,
         last_touch: None,
@@ -199,6 +200,8 @@ struct Supervisor<'a> {
     recorder: Recorder,
     size_fd: Option<RawFd>,
     stdout_open: bool,
+    /// The tool's output so far does not end with a newline (a prompt waits on its line).
+    line_open: bool,
     started: Instant,
     last_output: Instant,
     last_touch: Option<Instant>,
@@ -497,6 +500,7 @@ impl Supervisor<'_> {
                 // Nobody reads our stdout any more; keep draining the tool so it never blocks.
                 self.stdout_open = false;
             }
+            self.line_open = data.last() != Some(&b'\n');
             self.recorder.push(data);
             self.on_output();
             return;
@@ -637,6 +641,10 @@ impl Supervisor<'_> {
         } else {
             "VALUE"
         };
+        // After a prompt without a newline on the same terminal, the line starts afresh.
+        if self.line_open && stdout_is_stderr() {
+            eprintln!();
+        }
         eprintln!(
             "headless-run: {} asks {asked:?}: approval {} is {}; decide with: monitor decide {} {first}  (or: {}){}",
             self.ctx.tool_name,
@@ -767,6 +775,17 @@ impl Observe for Look<'_> {
 }
 
 /// Writes all of `data` to stdout; EAGAIN (a non-blocking stdout) waits for room.
+/// Whether stdout and stderr are the same file (one terminal, or one log).
+fn stdout_is_stderr() -> bool {
+    let id = |fd| {
+        // SAFETY: fstat fills a zeroed stat for a descriptor we own.
+        let mut st: libc::stat = unsafe { std::mem::zeroed() };
+        (unsafe { libc::fstat(fd, &mut st) } == 0).then_some((st.st_dev, st.st_ino))
+    };
+    let out = id(libc::STDOUT_FILENO);
+    out.is_some() && out == id(libc::STDERR_FILENO)
+}
+
 fn write_stdout(mut data: &[u8]) -> io::Result<()> {
     while !data.is_empty() {
         // SAFETY: data is readable for its length.

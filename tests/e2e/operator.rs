@@ -142,3 +142,26 @@ fn a_mistyped_option_is_a_usage_error_not_a_tool() {
         "no-such-tool-anywhere: command not found on PATH"
     );
 }
+
+/// Issue 15 item 8 (part): when the tool's prompt has no newline and stdout and stderr are
+/// one terminal, the shim's line about the approval starts on a line of its own.
+#[test]
+fn the_shims_line_starts_on_its_own_line_after_a_prompt() {
+    let env = TestEnv::new();
+    let mut cmd = env.command(bin("headless-run")).cmd;
+    cmd.env("HEADLESS", "1")
+        .arg(tool())
+        .args(["ask", "Proceed? [y/N] "]);
+    let (code, screen) = run_in_pty(cmd, None, std::time::Duration::from_secs(30));
+    assert_eq!(code, Some(90));
+    let screen = String::from_utf8_lossy(&screen);
+    let at = screen
+        .find("headless-run: tool.py asks")
+        .unwrap_or_else(|| panic!("{screen:?}"));
+    let before = &screen[..at];
+    assert!(
+        before.ends_with('\n'),
+        "the line does not start afresh: {screen:?}"
+    );
+    assert!(before.contains("Proceed? [y/N] "), "{screen:?}");
+}
