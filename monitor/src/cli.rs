@@ -55,6 +55,8 @@ enum Command {
     Doctor(cmd::doctor::Args),
     /// Delete finished runs older than a duration, with their approvals and logs
     Gc(cmd::gc::Args),
+    /// The policies that decide without a person (config and remembered); remove one
+    Policies(cmd::policies::Args),
 }
 
 /// Where the state lives, and the database opened on demand.
@@ -119,6 +121,7 @@ pub fn run() -> CliResult {
         Some(Command::Install(args)) => cmd::install::run(args),
         Some(Command::Doctor(args)) => cmd::doctor::run(&ctx, args),
         Some(Command::Gc(args)) => cmd::gc::run(&ctx, args),
+        Some(Command::Policies(args)) => cmd::policies::run(&ctx, args),
         None => crate::tui::run(&ctx.paths),
     }
 }

@@ -199,6 +199,76 @@ pub(crate) fn remember(tx: &Transaction<'_>, r: &Remembered<'_>) -> Result<Remem
     Ok(policy)
 }
 
+/// Every remembered decision still in force (enabled), newest first.
+pub(crate) fn remembered(conn: &Connection) -> Result<Vec<RememberedPolicy>> {
+    let mut stmt = conn.prepare(&format!(
+        "SELECT {REMEMBERED_COLUMNS} FROM policies
+         WHERE enabled = 1 AND source = 'remembered' ORDER BY created_at DESC, policy_id DESC"
+    ))?;
+    let rows = stmt
+        .query_map([], remembered_from_row)?
+        .collect::<rusqlite::Result<Vec<_>>>()?;
+    Ok(rows)
+}
+
+/// Withdraws remembered decision `policy_id` (it stays in the table, disabled, and the audit
+/// chain says who withdrew it). `None` when there is no such remembered decision in force.
+pub(crate) fn forget(
+    tx: &Transaction<'_>,
+    policy_id: &str,
+    by: &str,
+) -> Result<Option<RememberedPolicy>> {
+    let found = tx
+        .query_row(
+            &format!(
+                "SELECT {REMEMBERED_COLUMNS} FROM policies
+                 WHERE policy_id = ?1 AND enabled = 1 AND source = 'remembered'"
+            ),
+            [policy_id],
+            remembered_from_row,
+        )
+        .optional()?;
+    let Some(p) = found else {
+        return Ok(None);
+    };
+    tx.execute(
+        "UPDATE policies SET enabled = 0 WHERE policy_id = ?1",
+        [policy_id],
+    )?;
+    crate::audit::append(
+        tx,
+        &crate::audit::AuditEntry {
+            event: "policy_removed",
+            tool_run_id: None,
+            approval_id: p.source_approval_id.as_deref(),
+            actor: by,
+            data: serde_json::json!({ "policy_id": policy_id }),
+        },
+    )?;
+    Ok(Some(p))
+}
+
+const REMEMBERED_COLUMNS: &str = "policy_id, name, tool_name, prompt_fingerprint, value, source, \
+    source_approval_id, created_at, created_by, argv_json, cwd";
+
+fn remembered_from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<RememberedPolicy> {
+    Ok(RememberedPolicy {
+        policy_id: r.get(0)?,
+        name: r.get(1)?,
+        tool_name: r.get(2)?,
+        prompt_fingerprint: r.get(3)?,
+        value: r.get(4)?,
+        source: r.get(5)?,
+        source_approval_id: r.get(6)?,
+        created_at: r.get(7)?,
+        created_by: r.get(8)?,
+        argv_json: r
+            .get::<_, Option<String>>(9)?
+            .and_then(|a| serde_json::from_str(&a).ok()),
+        cwd: r.get(10)?,
+    })
+}
+
 /// The newest enabled remembered decision for this prompt of this tool whose scope takes
 /// in this command line and directory, if any.
 pub(crate) fn find_remembered(
@@ -211,30 +281,14 @@ pub(crate) fn find_remembered(
     let argv_json = serde_json::to_string(argv).unwrap_or_else(|_| "[]".into());
     Ok(conn
         .query_row(
-            "SELECT policy_id, name, tool_name, prompt_fingerprint, value, source,
-                source_approval_id, created_at, created_by, argv_json, cwd
-             FROM policies
-             WHERE enabled = 1 AND tool_name = ?1 AND prompt_fingerprint = ?2
-               AND (argv_json IS NULL OR argv_json = ?3) AND (cwd IS NULL OR cwd = ?4)
-             ORDER BY created_at DESC LIMIT 1",
+            &format!(
+                "SELECT {REMEMBERED_COLUMNS} FROM policies
+                 WHERE enabled = 1 AND tool_name = ?1 AND prompt_fingerprint = ?2
+                   AND (argv_json IS NULL OR argv_json = ?3) AND (cwd IS NULL OR cwd = ?4)
+                 ORDER BY created_at DESC LIMIT 1"
+            ),
             params![tool, prompt_fingerprint, argv_json, cwd],
-            |r| {
-                Ok(RememberedPolicy {
-                    policy_id: r.get(0)?,
-                    name: r.get(1)?,
-                    tool_name: r.get(2)?,
-                    prompt_fingerprint: r.get(3)?,
-                    value: r.get(4)?,
-                    source: r.get(5)?,
-                    source_approval_id: r.get(6)?,
-                    created_at: r.get(7)?,
-                    created_by: r.get(8)?,
-                    argv_json: r
-                        .get::<_, Option<String>>(9)?
-                        .and_then(|a| serde_json::from_str(&a).ok()),
-                    cwd: r.get(10)?,
-                })
-            },
+            remembered_from_row,
         )
         .optional()?)
 }

@@ -353,3 +353,70 @@ fn approvals_are_listed_and_shown_sanitized() {
     let shown: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(shown["approvals"][0]["approval_id"], ap.id.as_str());
 }
+
+/// Issue 15 item 9: remembered decisions (and config policies) are visible and reversible.
+#[test]
+fn policies_are_listed_and_a_remembered_one_can_be_removed() {
+    let env = TestEnv::new();
+    env.write_config(
+        "[[policies]]\nname = \"tmp-files\"\ntool = \"rm\"\nvalue = \"y\"\nwhen = [{ field = \"prompt\", op = \"glob\", value = \"*.tmp'? \" }]\n",
+    );
+    std::fs::write(env.work().join("keep.txt"), "x").unwrap();
+    let rm = |env: &TestEnv| {
+        let mut c = env.shim();
+        c.args(["rm", "-i", "keep.txt"]);
+        c
+    };
+    rm(&env).run().expect_code(90);
+    let ap = env.pending_approval();
+    env.monitor()
+        .args(["decide", s(&ap, "approval_id"), "n", "--remember"])
+        .run()
+        .expect_code(0);
+    let listed = env.monitor_json(&["policies"]).expect("a database");
+    let listed = listed.as_array().expect("an array").clone();
+    assert_eq!(listed.len(), 2, "{listed:#?}");
+    let config = listed
+        .iter()
+        .find(|p| p["name"] == "tmp-files")
+        .expect("the config's");
+    assert!(
+        config["source"].as_str().unwrap_or("").starts_with("user:"),
+        "{config:#?}"
+    );
+    let po = listed
+        .iter()
+        .find(|p| p["source"] == "remembered")
+        .expect("the remembered one");
+    let id = po["policy_id"].as_str().unwrap_or_default().to_owned();
+    assert!(id.starts_with("PO-"), "{po:#?}");
+    assert!(
+        po["scope"]
+            .as_str()
+            .unwrap_or("")
+            .contains("`rm -i keep.txt`"),
+        "{po:#?}"
+    );
+    // Used up by the re-run, then the remembered no answers the next one.
+    rm(&env).run().expect_code(0);
+    rm(&env).run().expect_code(0);
+    assert!(env.work().join("keep.txt").exists());
+    // Not from inside a supervised tool; an unknown id is not found.
+    let inside = env
+        .monitor()
+        .env("HEADLESS_RUN_TOOL_RUN_ID", "TR-01M843P2RDXRN7QN3V3KQE7DE4")
+        .args(["policies", "remove", &id])
+        .run();
+    inside.expect_code(1);
+    env.monitor()
+        .args(["policies", "remove", "PO-NOPE"])
+        .run()
+        .expect_code(4);
+    let out = env.monitor().args(["policies", "remove", &id]).run();
+    out.expect_code(0);
+    assert!(out.out().contains("asked again"), "{}", out.context());
+    // Removed: the prompt is asked again.
+    rm(&env).run().expect_code(90);
+    let listed = env.monitor_json(&["policies"]).expect("a database");
+    assert_eq!(listed.as_array().map(Vec::len), Some(1), "{listed:#?}");
+}

@@ -7,6 +7,7 @@ pub mod doctor;
 pub mod gc;
 pub mod install;
 pub mod logs;
+pub mod policies;
 pub mod reconcile;
 pub mod runs;
 pub mod show;

@@ -362,6 +362,11 @@ pub trait OperatorStore {
         by: &str,
     ) -> StoreResult<RememberedPolicy>;
 
+    /// The remembered decisions in force, newest first.
+    fn remembered(&mut self) -> StoreResult<Vec<RememberedPolicy>>;
+    /// Withdraws a remembered decision (audited); `None` when none is in force by that id.
+    fn forget(&mut self, policy_id: &str, by: &str) -> StoreResult<Option<RememberedPolicy>>;
+
     /// The audit rows of one run.
     fn audit_of_run(&mut self, tool_run_id: &str) -> StoreResult<Vec<AuditRow>>;
     /// The audit rows of one approval (whichever run, or none, they are filed under).

@@ -517,6 +517,14 @@ impl OperatorStore for SqliteStore {
         })
     }
 
+    fn remembered(&mut self) -> StoreResult<Vec<RememberedPolicy>> {
+        self.with(|c| policy::remembered(c))
+    }
+
+    fn forget(&mut self, policy_id: &str, by: &str) -> StoreResult<Option<RememberedPolicy>> {
+        self.write(|tx| policy::forget(tx, policy_id, by))
+    }
+
     fn audit_of_run(&mut self, tool_run_id: &str) -> StoreResult<Vec<AuditRow>> {
         self.with(|c| audit::for_run(c, tool_run_id))
     }

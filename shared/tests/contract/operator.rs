@@ -1178,6 +1178,20 @@ pub fn remembered_decision_answers_a_later_prompt<S: StoreUnderTest>(s: &S) {
         approval.decision_channel.as_deref(),
         Some(format!("policy:{}", newer.name).as_str())
     );
+    // Listed while in force (the replaced one is not), newest first; withdrawn, gone.
+    let listed: Vec<String> = op
+        .remembered()
+        .unwrap()
+        .into_iter()
+        .map(|p| p.policy_id)
+        .collect();
+    assert_eq!(listed, [newer.policy_id.clone(), policy.policy_id.clone()]);
+    let forgotten = op.forget(&newer.policy_id, "carol").unwrap();
+    assert_eq!(forgotten.map(|p| p.value), Some("reject".to_owned()));
+    assert_eq!(op.forget(&newer.policy_id, "carol").unwrap(), None);
+    assert_eq!(op.forget("PO-NOPE", "carol").unwrap(), None);
+    let mut e = Shim::start(s, &Cmd::new("rm", &["-i", "fifth.txt"]));
+    e.ask_pending(&req);
 }
 
 /// `audit_of_run`: a run's audit rows, in order, name what happened to it and who did it.
