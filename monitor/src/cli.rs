@@ -85,6 +85,32 @@ impl Ctx {
         }
     }
 
+    /// The whole id that `input` names: any unique prefix of a run's (`TR-…`) or an
+    /// approval's (`AP-…`) id, in any case. Unknown: exit 4; several: exit 2, naming them.
+    pub fn full_id(&self, store: &mut dyn OperatorStore, input: &str) -> CliResult<String> {
+        crate::parse::id_kind(input)?;
+        let prefix = input.trim().to_ascii_uppercase();
+        let found = store.ids_starting_with(&prefix, 10)?;
+        let shown = hr_shared::sanitize::sanitize_line(input);
+        match found.as_slice() {
+            [] => Err(CliError::not_found(format!(
+                "no {} {shown}",
+                if prefix.starts_with(hr_shared::id::APPROVAL_PREFIX) {
+                    "approval"
+                } else {
+                    "run"
+                }
+            ))),
+            [one] => Ok(one.clone()),
+            many => Err(CliError::usage(format!(
+                "`{shown}` names {}{} ids: {}; give more of it",
+                if many.len() >= 10 { "at least " } else { "" },
+                many.len(),
+                many.join(", ")
+            ))),
+        }
+    }
+
     /// Appends an operation's events to the combined log and hands back its outcome.
     pub fn logged<T>(&self, done: Done<T>) -> T {
         hr_shared::control::log_events(&self.paths.combined_log(), &done.effects.events);

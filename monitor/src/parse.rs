@@ -42,9 +42,10 @@ pub enum IdKind {
 
 /// Which kind of id `id` is, or a usage error saying what was expected.
 pub fn id_kind(id: &str) -> CliResult<IdKind> {
-    if id.starts_with(hr_shared::id::RUN_PREFIX) {
+    let upper = id.to_ascii_uppercase();
+    if upper.starts_with(hr_shared::id::RUN_PREFIX) {
         Ok(IdKind::Run)
-    } else if id.starts_with(hr_shared::id::APPROVAL_PREFIX) {
+    } else if upper.starts_with(hr_shared::id::APPROVAL_PREFIX) {
         Ok(IdKind::Approval)
     } else {
         Err(CliError::usage(format!(

@@ -165,3 +165,41 @@ fn the_shims_line_starts_on_its_own_line_after_a_prompt() {
     );
     assert!(before.contains("Proceed? [y/N] "), "{screen:?}");
 }
+
+/// Issue 15 item 6: any unique prefix of an id, in any case, names it in every command;
+/// an ambiguous one is a usage error listing the matches, an unknown one "not found".
+#[test]
+fn ids_can_be_given_by_a_unique_prefix_in_any_case() {
+    let env = TestEnv::new();
+    env.shim().arg("true").run().expect_code(0);
+    env.shim()
+        .arg(tool())
+        .args(["ask", "Proceed? [y/N] "])
+        .run()
+        .expect_code(90);
+    let ap = env.pending_approval();
+    let ap_id = s(&ap, "approval_id").to_owned();
+    let run_id = s(&ap, "tool_run_id").to_owned();
+    // Both runs were started in the same few milliseconds: their ids share a long
+    // prefix. Enough of the random part makes each unique.
+    let short_ap = ap_id[..20].to_ascii_lowercase();
+    let shown = env.monitor().args(["show", &short_ap, "--json"]).run();
+    shown.expect_code(0);
+    assert!(shown.out().contains(&ap_id), "{}", shown.context());
+    let short_run = run_id[..22].to_ascii_lowercase();
+    env.monitor()
+        .args(["show", &short_run])
+        .run()
+        .expect_code(0);
+    // Ambiguous: both runs start with TR-.
+    let out = env.monitor().args(["show", "tr-"]).run();
+    out.expect_code(2);
+    assert!(out.stderr.contains("names 2 ids"), "{}", out.stderr);
+    env.monitor().args(["show", "TR-ZZZZ"]).run().expect_code(4);
+    // Deciding by a prefix decides the whole id.
+    env.monitor()
+        .args(["decide", &short_ap, "n"])
+        .run()
+        .expect_code(0);
+    assert_eq!(s(&env.approval_by_id(&ap_id), "status"), "approved");
+}

@@ -65,6 +65,10 @@ pub fn run(ctx: &Ctx, args: Args) -> CliResult {
         }
         return Ok(());
     };
+    let run = match &args.run {
+        Some(r) => Some(ctx.full_id(store.as_mut(), r)?),
+        None => None,
+    };
     // Pending approvals are work nobody may miss: all of them unless told otherwise.
     let limit = args.limit.unwrap_or(match args.status {
         StatusArg::Pending => 0,
@@ -80,7 +84,7 @@ pub fn run(ctx: &Ctx, args: Args) -> CliResult {
     let list = store.approvals(&ApprovalFilter {
         statuses,
         tool: args.tool,
-        tool_run_id: args.run,
+        tool_run_id: run,
         execution_id: args.execution,
         since: args.since,
         limit: (limit > 0).then_some(limit),
@@ -202,6 +206,7 @@ pub fn clip(s: &str, max: usize) -> String {
 /// One approval for `monitor show AP-…`.
 pub fn show(ctx: &Ctx, id: &str, json: bool) -> CliResult {
     let mut store = ctx.open()?;
+    let id = &ctx.full_id(store.as_mut(), id)?;
     let Some(a) = store.approval(id)? else {
         return Err(CliError::not_found(format!("no approval {id}")));
     };

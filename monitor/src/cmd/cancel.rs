@@ -25,8 +25,9 @@ pub struct Args {
 }
 
 pub fn run(ctx: &Ctx, args: Args) -> CliResult {
-    let id = parse::run_id(&args.id)?;
+    parse::run_id(&args.id)?;
     let mut store = ctx.open()?;
+    let id = &ctx.full_id(store.as_mut(), &args.id)?;
     let by = proc::current_user();
     let reason = args.reason.as_deref().map(sanitize_line);
     let who = Decider {

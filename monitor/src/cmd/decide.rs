@@ -57,7 +57,7 @@ pub struct Args {
 
 pub fn run(ctx: &Ctx, args: Args) -> CliResult {
     refuse_inside_supervised_tool()?;
-    let id = parse::approval_id(&args.id)?;
+    parse::approval_id(&args.id)?;
     if args
         .comment
         .as_deref()
@@ -68,6 +68,7 @@ pub fn run(ctx: &Ctx, args: Args) -> CliResult {
         ));
     }
     let mut store = ctx.open()?;
+    let id = &ctx.full_id(store.as_mut(), &args.id)?;
     let Some(before) = store.approval(id)? else {
         return Err(CliError::not_found(format!("no approval {id}")));
     };

@@ -113,16 +113,14 @@ pub fn run(ctx: &Ctx, args: Args) -> CliResult {
     let terminal = output::stdout_is_terminal();
     let (paths, format, only_run, run_id) = match &args.run {
         Some(id) => {
-            let id = parse::run_id(id)?.to_owned();
+            parse::run_id(id)?;
             // An unknown run is an error; a database that cannot be read does not stop us
             // from printing a log file that exists.
-            let known = match ctx.open() {
-                Ok(mut store) => store.run(&id)?.is_some(),
-                Err(_) => ctx.paths.run_log(&id).exists(),
+            let id = match ctx.open() {
+                Ok(mut store) => ctx.full_id(store.as_mut(), id)?,
+                Err(_) if ctx.paths.run_log(id).exists() => id.to_owned(),
+                Err(_) => return Err(CliError::not_found(format!("no run {id}"))),
             };
-            if !known {
-                return Err(CliError::not_found(format!("no run {id}")));
-            }
             if args.json {
                 let log = ctx.paths.combined_log();
                 (

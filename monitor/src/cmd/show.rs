@@ -24,11 +24,11 @@ pub struct Args {
 }
 
 pub fn run(ctx: &Ctx, args: Args) -> CliResult {
-    let id = args.id.as_str();
-    if parse::id_kind(id)? == IdKind::Approval {
-        return crate::cmd::approvals::show(ctx, id, args.json);
+    if parse::id_kind(&args.id)? == IdKind::Approval {
+        return crate::cmd::approvals::show(ctx, &args.id, args.json);
     }
     let mut store = ctx.open()?;
+    let id = &ctx.full_id(store.as_mut(), &args.id)?;
     let Some(run) = store.run(id)? else {
         return Err(CliError::not_found(format!("no run {id}")));
     };

@@ -42,8 +42,8 @@ enum Look {
 
 pub fn run(ctx: &Ctx, args: Args) -> CliResult {
     let kind = parse::id_kind(&args.id)?;
-    let id = args.id.as_str();
     let mut store = ctx.open()?;
+    let id = &ctx.full_id(store.as_mut(), &args.id)?;
     let host = LocalHost::new();
     stop::install();
     let deadline = args.timeout.map(|t| Instant::now() + t);

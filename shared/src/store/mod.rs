@@ -283,6 +283,10 @@ pub trait OperatorStore {
     /// A cheap mark that changes whenever anything in the store may have changed.
     fn change_mark(&mut self) -> StoreResult<u64>;
 
+    /// The ids of runs (`TR-…`) or approvals (`AP-…`) that start with `prefix` (upper
+    /// case), at most `limit`, in id order; an exact id alone when it exists.
+    fn ids_starting_with(&mut self, prefix: &str, limit: usize) -> StoreResult<Vec<String>>;
+
     fn run(&mut self, tool_run_id: &str) -> StoreResult<Option<ToolRun>>;
     fn runs(&mut self, filter: &RunFilter) -> StoreResult<Vec<ToolRun>>;
     /// The runs a shim should still be supervising (no exit code recorded yet).

@@ -305,6 +305,31 @@ impl OperatorStore for SqliteStore {
         RunnerStore::change_mark(self)
     }
 
+    fn ids_starting_with(&mut self, prefix: &str, limit: usize) -> StoreResult<Vec<String>> {
+        let (table, column) = if prefix.starts_with(crate::id::APPROVAL_PREFIX) {
+            ("approvals", "approval_id")
+        } else {
+            ("tool_runs", "tool_run_id")
+        };
+        self.with(|c| {
+            // A range on the primary key (not LIKE, whose escapes and case rules differ):
+            // every id with the prefix sorts between it and the prefix with U+FFFF after.
+            let mut stmt = c.prepare(&format!(
+                "SELECT {column} FROM {table} WHERE {column} >= ?1 AND {column} < ?2
+                 ORDER BY {column} LIMIT ?3"
+            ))?;
+            let end = format!("{prefix}\u{ffff}");
+            let ids = stmt
+                .query_map(rusqlite::params![prefix, end, limit as i64], |r| r.get(0))?
+                .collect::<rusqlite::Result<Vec<String>>>()?;
+            Ok(if ids.iter().any(|i| i == prefix) {
+                vec![prefix.to_owned()]
+            } else {
+                ids
+            })
+        })
+    }
+
     fn run(&mut self, tool_run_id: &str) -> StoreResult<Option<ToolRun>> {
         self.with(|c| runs::get(c, tool_run_id))
     }

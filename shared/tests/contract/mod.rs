@@ -128,6 +128,7 @@ macro_rules! contract_tests {
                 audit_of_run_tells_the_story,
                 counts_and_live_counts,
                 health_reports_a_supported_schema,
+                ids_by_prefix,
             );
             contract_cases!($store, regressions:
                 returned_approval_is_the_stored_one,

@@ -1331,3 +1331,27 @@ pub fn health_reports_a_supported_schema<S: StoreUnderTest>(s: &S) {
     assert_eq!(h.schema_version, h.supported_version, "{h:?}");
     assert!(!h.journal.is_empty());
 }
+
+/// `ids_starting_with`: the runs' or approvals' ids under a prefix, in id order and bounded;
+/// an exact id alone.
+pub fn ids_by_prefix<S: StoreUnderTest>(s: &S) {
+    let mut op = s.operator();
+    let a = Shim::start(s, &Cmd::new("true", &[]));
+    let b = Shim::start(s, &Cmd::new("true", &["x"]));
+    let mut both = vec![a.id().to_owned(), b.id().to_owned()];
+    both.sort();
+    assert_eq!(op.ids_starting_with("TR-", 10).unwrap(), both);
+    assert_eq!(op.ids_starting_with("TR-", 1).unwrap().len(), 1);
+    assert_eq!(op.ids_starting_with(a.id(), 10).unwrap(), [a.id()]);
+    assert!(op.ids_starting_with("TR-ZZZ", 10).unwrap().is_empty());
+    let mut c = Shim::start(s, &Cmd::new("rm", &["-i", "p"]));
+    let ap = c.ask_pending(&yes_no("rm"));
+    assert_eq!(
+        op.ids_starting_with("AP-", 10).unwrap(),
+        [ap.approval_id.clone()]
+    );
+    assert_eq!(
+        op.ids_starting_with(&ap.approval_id[..12], 10).unwrap(),
+        [ap.approval_id.clone()]
+    );
+}
