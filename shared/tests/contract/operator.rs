@@ -1348,10 +1348,10 @@ pub fn ids_by_prefix<S: StoreUnderTest>(s: &S) {
     let ap = c.ask_pending(&yes_no("rm"));
     assert_eq!(
         op.ids_starting_with("AP-", 10).unwrap(),
-        [ap.approval_id.clone()]
+        [ap.approval_id.as_str()]
     );
     assert_eq!(
         op.ids_starting_with(&ap.approval_id[..12], 10).unwrap(),
-        [ap.approval_id.clone()]
+        [ap.approval_id.as_str()]
     );
 }
