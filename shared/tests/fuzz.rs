@@ -60,6 +60,27 @@ fn is_bidi_control(c: char) -> bool {
     matches!(c, '\u{061c}' | '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
         // Invisible characters and Unicode line/paragraph separators go too.
         || matches!(c, '\u{200b}'..='\u{200d}' | '\u{2060}' | '\u{feff}' | '\u{2028}' | '\u{2029}')
+        // And every other default-ignorable character: tags, invisible operators,
+        // fillers, variation selectors, the soft hyphen (issue 12.15).
+        || matches!(
+            c,
+            '\u{00ad}'
+                | '\u{034f}'
+                | '\u{115f}'
+                | '\u{1160}'
+                | '\u{17b4}'
+                | '\u{17b5}'
+                | '\u{180b}'..='\u{180f}'
+                | '\u{2061}'..='\u{2065}'
+                | '\u{206a}'..='\u{206f}'
+                | '\u{3164}'
+                | '\u{fe00}'..='\u{fe0f}'
+                | '\u{ffa0}'
+                | '\u{fff0}'..='\u{fffb}'
+                | '\u{1bca0}'..='\u{1bca3}'
+                | '\u{1d173}'..='\u{1d17a}'
+                | '\u{e0000}'..='\u{e0fff}'
+        )
 }
 
 /// Text that cannot drive a terminal: no ESC, no C0/C1 control (but `\n` where
@@ -152,6 +173,12 @@ const FRAGMENTS: &[&[u8]] = &[
     b"\t",
     b" ",
     b"   ",
+    // Invisible characters: a tag, an invisible operator, fillers, a variation selector.
+    "\u{e0041}\u{e0020}".as_bytes(),
+    "\u{2062}".as_bytes(),
+    "\u{3164}\u{115f}".as_bytes(),
+    "\u{180e}".as_bytes(),
+    "\u{fe0f}".as_bytes(),
     // Invalid UTF-8: stray bytes, a cut-off sequence, a surrogate, an overlong NUL.
     b"\xff",
     b"\xfe",
