@@ -10,6 +10,7 @@ use hr_shared::mode::{self, StdinMode};
 use hr_shared::mode::{ENV_APPROVAL_ID, ENV_AUTO_APPROVAL, ENV_RESUMED_FROM};
 use hr_shared::paths::StatePaths;
 use hr_shared::runs::{StatusChange, ToolRun};
+use hr_shared::sanitize::escape_name;
 use hr_shared::status::RunStatus;
 use hr_shared::store::RunWrite;
 use hr_shared::tool_path::{self, FindToolError, ShimIdentity};
@@ -26,6 +27,9 @@ pub struct RunContext {
     pub tool_run_id: String,
     /// The tool's name as shown and stored (`terraform`, `deploy.sh`).
     pub tool_name: String,
+    /// The name for the shim's own stderr lines: control, bidi and invisible characters
+    /// escaped, so a tool named with an escape sequence cannot drive the reader's terminal.
+    pub tool_label: String,
     /// What the caller typed for the tool (becomes the tool's argv[0]).
     pub argv0: OsString,
     pub tool_path: PathBuf,
@@ -109,7 +113,8 @@ pub fn main_with(argv: Vec<OsString>) -> u8 {
     match run(inv) {
         Ok(code) => code,
         Err(f) => {
-            eprintln!("headless-run: {}", f.message);
+            // The message may name the tool or its path as given.
+            eprintln!("headless-run: {}", escape_name(&f.message));
             f.code
         }
     }
@@ -177,6 +182,7 @@ fn run(inv: Invocation) -> Result<u8, Failure> {
         .map_err(|e| Failure::new(shim::SHIM_FAILED, format!("bad settings: {e}")))?;
     let mut ctx = RunContext {
         tool_run_id: id::new_run_id(),
+        tool_label: escape_name(&tool_name),
         tool_name,
         argv0: inv.tool.clone(),
         tool_path: PathBuf::new(),
@@ -346,7 +352,7 @@ fn check_auto_approval(ctx: &mut RunContext, store: &StoreHandle, value: &str) {
     if let Err(why) = checked {
         eprintln!(
             "headless-run: warning: AUTO_APPROVAL ignored and not passed to {} ({why}); only `monitor worker` resumes with a decision",
-            ctx.tool_name
+            ctx.tool_label
         );
         ctx.env_remove.push(ENV_AUTO_APPROVAL);
     }
@@ -400,7 +406,7 @@ fn run_row(ctx: &RunContext, interactive: bool) -> ToolRun {
 
 /// One plain line on stderr for the outcomes a caller must understand.
 fn outcome_note(ctx: &RunContext, outcome: &RunOutcome) -> Option<String> {
-    let tool = &ctx.tool_name;
+    let tool = &ctx.tool_label;
     let fmt = |d: Option<Duration>| d.map(time::short_duration).unwrap_or_default();
     match outcome {
         RunOutcome::TimedOut => Some(format!(

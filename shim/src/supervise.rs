@@ -112,6 +112,7 @@ pub fn run(
         stalled: false,
         conv: Conversation::new(Setup {
             tool: &ctx.tool_name,
+            label: &ctx.tool_label,
             settings: &ctx.settings,
             config: &ctx.config,
             argv: ctx.argv(),
@@ -639,7 +640,7 @@ impl Supervisor<'_> {
         };
         eprintln!(
             "headless-run: {} asks {asked:?}: approval {} is {}; decide with: monitor decide {} {first}  (or: {}){}",
-            self.ctx.tool_name,
+            self.ctx.tool_label,
             a.approval_id,
             if taken_over {
                 "still pending"
@@ -697,7 +698,7 @@ impl Supervisor<'_> {
                 Ok(Cooperative::AlreadyDecided) => {}
                 Err(why) => eprintln!(
                     "headless-run: warning: {}'s approval request was not recorded: {why}",
-                    self.ctx.tool_name
+                    self.ctx.tool_label
                 ),
             }
         }
@@ -716,7 +717,7 @@ impl Supervisor<'_> {
             }
             eprintln!(
                 "headless-run: {}: approval {} was {} ({}) by {}",
-                self.ctx.tool_name,
+                self.ctx.tool_label,
                 a.approval_id,
                 a.status,
                 a.chosen_value.as_deref().unwrap_or("-"),

@@ -196,3 +196,45 @@ fn control_characters_in_the_tools_name_and_argv_never_reach_the_operators_termi
         "JSON escapes, it does not alter"
     );
 }
+
+/// Regression (issue 12.15): the shim's own stderr lines named the tool as given, so a
+/// tool named with an escape sequence (a symlink) drove the terminal of whoever read them.
+#[test]
+fn the_shims_own_lines_escape_control_characters_in_the_tools_name() {
+    let env = TestEnv::new();
+    let name = "dep\x1b]0;pwned\x07loy\x1b[2J\u{202e}";
+    std::os::unix::fs::symlink(tool(), env.work().join(name)).unwrap();
+    let escaped = "dep\\u{1b}]0;pwned\\u{7}loy\\u{1b}[2J\\u{202e}";
+    let raw = |t: &str| t.contains('\x1b') || t.contains('\x07') || t.contains('\u{202e}');
+    // An approval announced…
+    let out = env
+        .shim()
+        .arg(format!("./{name}"))
+        .args(["cooperative", "Go?"])
+        .run();
+    out.expect_code(90);
+    assert!(out.stderr.contains("asks \"Go?\""), "{}", out.stderr);
+    assert!(out.stderr.contains(escaped), "{}", out.stderr);
+    assert!(!raw(&out.stderr), "{:?}", out.stderr);
+    // …a stall reported, a caller's AUTO_APPROVAL refused…
+    let out = env
+        .shim()
+        .args(["--stall-timeout", "1s"])
+        .env("AUTO_APPROVAL", "yes")
+        .arg(format!("./{name}"))
+        .args(["sleep", "30"])
+        .run();
+    out.expect_code(92);
+    assert!(
+        out.stderr.contains("AUTO_APPROVAL ignored"),
+        "{}",
+        out.stderr
+    );
+    assert!(out.stderr.contains(escaped), "{}", out.stderr);
+    assert!(!raw(&out.stderr), "{:?}", out.stderr);
+    // …and a tool that is not there.
+    let out = env.shim().arg(format!("./missing-{name}")).run();
+    assert!(out.code() > 100, "{}", out.context());
+    assert!(out.stderr.contains("missing-dep"), "{}", out.stderr);
+    assert!(!raw(&out.stderr), "{:?}", out.stderr);
+}
