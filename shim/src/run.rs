@@ -3,8 +3,9 @@
 
 use crate::cli::{self, Invocation, Parsed};
 use crate::store::{Replace, RunIdentity, StoreHandle, StoreMsg};
-use crate::{interactive, pty, supervise};
+use crate::{event_fd, interactive, pty, supervise};
 use hr_shared::config::{self, Config, Resolved};
+use hr_shared::event::{ENV_EVENT_FD, ENV_EVENT_TOKEN};
 use hr_shared::exit::{RunOutcome, shim};
 use hr_shared::mode::{self, StdinMode};
 use hr_shared::mode::{ENV_APPROVAL_ID, ENV_AUTO_APPROVAL, ENV_RESUMED_FROM};
@@ -60,13 +61,19 @@ impl RunContext {
         env
     }
 
-    /// The command that starts the tool with inherited stdio (interactive mode).
+    /// The command that starts the tool with inherited stdio (interactive mode). Nothing
+    /// reads the tool's events there, so it gets no token and no event descriptor — nor an
+    /// outer run's.
     pub fn command(&self) -> Command {
         let mut cmd = Command::new(&self.tool_path);
         cmd.arg0(&self.argv0)
             .args(&self.args)
             .envs(self.tool_env(false));
-        for var in &self.env_remove {
+        for var in self
+            .env_remove
+            .iter()
+            .chain(&[ENV_EVENT_TOKEN, ENV_EVENT_FD])
+        {
             cmd.env_remove(var);
         }
         cmd
@@ -125,6 +132,7 @@ fn env(key: &str) -> Option<OsString> {
 }
 
 fn run(inv: Invocation) -> Result<u8, Failure> {
+    event_fd::forget_outer();
     let cwd = std::env::current_dir().map_err(|e| {
         Failure::new(
             shim::SHIM_FAILED,
