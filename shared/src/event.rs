@@ -1,8 +1,18 @@
 //! The JSON event protocol: what goes to `logs/combined.log` (snake_case out), and the
-//! events a cooperative tool may print on its own output (both spellings accepted in).
+//! events a cooperative tool sends (both spellings accepted in) — on its terminal only
+//! with its run's [`EventToken`], on its event descriptor without.
 
+use crate::sanitize::{is_unsafe, sanitize_line, sanitize_text};
 use crate::status::{ApprovalStatus, RunStatus};
 use serde::{Deserialize, Serialize};
+use std::borrow::Cow;
+
+/// The variable that gives a tool its run's event token.
+pub const ENV_EVENT_TOKEN: &str = "HEADLESS_RUN_EVENT_TOKEN";
+/// The variable that names a tool's event descriptor (a number, such as `3`).
+pub const ENV_EVENT_FD: &str = "HEADLESS_RUN_EVENT_FD";
+/// The field of an event line that carries the token.
+pub const TOKEN_FIELD: &str = "token";
 
 /// The most text a `tool_output` event carries; the raw run log has the rest.
 pub const MAX_OUTPUT_TEXT: usize = 4096;
@@ -155,7 +165,104 @@ pub fn truncate_utf8(s: &mut String, max: usize) -> bool {
     true
 }
 
-/// An event a tool printed as a line of its own output.
+/// A run's secret for the events its tool prints: 128 random bits as 32 lowercase hex
+/// digits, made by the shim for each run and given only to its tool
+/// ([`ENV_EVENT_TOKEN`]). A line on the terminal is an event only when it carries it:
+/// text the tool merely passes on (a file it prints, a log it tails) cannot. Never stored
+/// or logged: [`EventToken::redact`] masks it wherever it shows up.
+#[derive(Clone, PartialEq, Eq)]
+pub struct EventToken(String);
+
+impl EventToken {
+    /// Its length in characters.
+    pub const LEN: usize = 32;
+
+    /// A new token from the kernel's random source; `None` when there is none (then only
+    /// the event descriptor carries events).
+    pub fn generate() -> Option<EventToken> {
+        let mut bytes = [0u8; Self::LEN / 2];
+        if !crate::id::random_bytes(&mut bytes) {
+            return None;
+        }
+        const HEX: &[u8; 16] = b"0123456789abcdef";
+        let mut s = String::with_capacity(Self::LEN);
+        for b in bytes {
+            s.push(HEX[usize::from(b >> 4)] as char);
+            s.push(HEX[usize::from(b & 0xf)] as char);
+        }
+        Some(EventToken(s))
+    }
+
+    /// A given token (tests, fixtures): 32 lowercase hex digits, else `None`.
+    pub fn from_hex(s: &str) -> Option<EventToken> {
+        (s.len() == Self::LEN && s.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f')))
+            .then(|| EventToken(s.to_owned()))
+    }
+
+    /// The value to export to the tool.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+
+    /// Whether `claimed` is this token, in time that does not depend on where they differ.
+    pub fn matches(&self, claimed: &str) -> bool {
+        let (a, b) = (self.0.as_bytes(), claimed.as_bytes());
+        if a.len() != b.len() {
+            return false;
+        }
+        let diff = a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y));
+        std::hint::black_box(diff) == 0
+    }
+
+    /// `bytes` with every occurrence of the token masked as [`EventToken::MASK`] (the same
+    /// length, so offsets into the text stay true).
+    pub fn redact_bytes<'b>(&self, bytes: &'b [u8]) -> Cow<'b, [u8]> {
+        let needle = self.0.as_bytes();
+        let Some(first) = find(bytes, needle) else {
+            return Cow::Borrowed(bytes);
+        };
+        let mut out = bytes.to_vec();
+        let mut at = first;
+        loop {
+            out[at..at + needle.len()].copy_from_slice(Self::MASK);
+            match find(&out[at + needle.len()..], needle) {
+                Some(next) => at += needle.len() + next,
+                None => break,
+            }
+        }
+        Cow::Owned(out)
+    }
+
+    /// `text` with the token masked.
+    pub fn redact(&self, text: &mut String) {
+        if let Cow::Owned(masked) = self.redact_bytes(text.as_bytes()) {
+            // Only ASCII was replaced by ASCII: still UTF-8.
+            *text = String::from_utf8(masked).unwrap_or_default();
+        }
+    }
+
+    /// What stands where the token was.
+    pub const MASK: &'static [u8; Self::LEN] = b"********************************";
+}
+
+impl std::fmt::Debug for EventToken {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("EventToken(…)")
+    }
+}
+
+/// Where a tool's line came from, which decides what it needs to be an event.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Channel {
+    /// The tool's terminal: whatever it prints, including text it only passes on. A line
+    /// counts only when it carries the run's token.
+    Terminal,
+    /// The run's event descriptor ([`ENV_EVENT_FD`]): written on purpose, so every event
+    /// line counts.
+    EventFd,
+}
+
+/// An event a tool sent.
 #[derive(Debug, Clone, PartialEq)]
 pub enum ToolSignal {
     /// `{"event":"heartbeat", …}`: the tool is alive.
@@ -187,6 +294,8 @@ const MAX_CONTEXT: usize = 8192;
 #[derive(Deserialize)]
 struct RawSignal {
     event: String,
+    #[serde(default)]
+    token: Option<String>,
     #[serde(default, alias = "approvalId")]
     approval_id: Option<String>,
     #[serde(default, alias = "toolRunId")]
@@ -216,10 +325,16 @@ enum RawOption {
     },
 }
 
-/// Reads one complete output line (without its newline) as a tool event. Anything that is
-/// not a whole JSON object under [`MAX_EVENT_LINE`] with a known `event` and well-typed
-/// fields is `None`: ordinary output.
-pub fn parse_tool_line(line: &[u8]) -> Option<ToolSignal> {
+/// Reads one complete line (without its newline) from `channel` as a tool event. Anything
+/// that is not a whole JSON object under [`MAX_EVENT_LINE`] with a known `event` and
+/// well-typed fields is `None`: ordinary output — and so is, on the terminal, a line whose
+/// `token` is not the run's `token` (no token: nothing on the terminal is an event). Text
+/// is cleaned of what could hide or drive a terminal, and the token is masked in it.
+pub fn parse_tool_line(
+    line: &[u8],
+    channel: Channel,
+    token: Option<&EventToken>,
+) -> Option<ToolSignal> {
     if line.len() > MAX_EVENT_LINE {
         return None;
     }
@@ -232,16 +347,31 @@ pub fn parse_tool_line(line: &[u8]) -> Option<ToolSignal> {
         return None;
     }
     let raw: RawSignal = serde_json::from_slice(trimmed).ok()?;
+    if channel == Channel::Terminal {
+        let claimed = raw.token.as_deref()?;
+        if !token?.matches(claimed) {
+            return None;
+        }
+    }
+    let clean_text = |mut s: String, max: usize| {
+        if let Some(t) = token {
+            t.redact(&mut s);
+        }
+        let mut s = sanitize_text(&s);
+        truncate_utf8(&mut s, max);
+        s
+    };
     match raw.event.as_str() {
         "heartbeat" => Some(ToolSignal::Heartbeat {
-            message: raw.message.map(|mut m| {
-                truncate_utf8(&mut m, MAX_OPTION_FIELD);
-                m
-            }),
+            message: raw
+                .message
+                .map(|m| sanitize_line(&clean_text(m, MAX_OPTION_FIELD))),
         }),
         "approval_needed" => {
-            let mut question = raw.question.filter(|q| !q.trim().is_empty())?;
-            truncate_utf8(&mut question, MAX_QUESTION);
+            let question = clean_text(raw.question?, MAX_QUESTION);
+            if question.trim().is_empty() {
+                return None;
+            }
             let mut options: Vec<ApprovalOption> = raw
                 .options
                 .unwrap_or_default()
@@ -254,7 +384,13 @@ pub fn parse_tool_line(line: &[u8]) -> Option<ToolSignal> {
                             (value, label)
                         }
                     };
-                    clean_option(value, label)
+                    let value = clean_value(&value, token)?;
+                    let label = sanitize_line(&clean_text(label, MAX_OPTION_FIELD));
+                    Some(ApprovalOption {
+                        value,
+                        label,
+                        keys: None,
+                    })
                 })
                 .collect();
             // Each value once (the first label wins), so a decision names one option.
@@ -277,6 +413,7 @@ pub fn parse_tool_line(line: &[u8]) -> Option<ToolSignal> {
             }
             let default = raw
                 .default
+                .and_then(|d| clean_value(&d, token))
                 .filter(|d| options.iter().any(|o| &o.value == d));
             Some(ToolSignal::ApprovalNeeded(CooperativeRequest {
                 approval_id: raw.approval_id.filter(|id| is_safe_id(id)),
@@ -285,29 +422,30 @@ pub fn parse_tool_line(line: &[u8]) -> Option<ToolSignal> {
                 options,
                 default,
                 allows_text: raw.allows_text.unwrap_or(false),
-                context: raw.context.map(|mut c| {
-                    truncate_utf8(&mut c, MAX_CONTEXT);
-                    c
-                }),
+                context: raw.context.map(|c| clean_text(c, MAX_CONTEXT)),
             }))
         }
         _ => None,
     }
 }
 
-/// An option value must be one short line a person can type on the command line; the
-/// label is free text within a bound.
-fn clean_option(value: String, mut label: String) -> Option<ApprovalOption> {
-    let value = value.trim().to_owned();
-    if value.is_empty() || value.len() > MAX_OPTION_FIELD || value.chars().any(char::is_control) {
+/// An option value must be one short line a person can type on the command line: a value
+/// with a control character (a newline) is refused; bidi controls and invisible characters
+/// are taken out (`ye\u{2063}s` is `yes`); a value that is nothing once trimmed is
+/// refused.
+fn clean_value(value: &str, token: Option<&EventToken>) -> Option<String> {
+    if value.chars().any(char::is_control) {
         return None;
     }
-    truncate_utf8(&mut label, MAX_OPTION_FIELD);
-    Some(ApprovalOption {
-        value,
-        label,
-        keys: None,
-    })
+    let mut value: String = value.chars().filter(|&c| !is_unsafe(c)).collect();
+    if let Some(t) = token {
+        t.redact(&mut value);
+    }
+    let value = value.trim();
+    if value.is_empty() || value.len() > MAX_OPTION_FIELD {
+        return None;
+    }
+    Some(value.to_owned())
 }
 
 /// Ids a tool may choose: 1–100 of `[A-Za-z0-9._:-]`.
@@ -320,12 +458,40 @@ pub fn is_safe_id(id: &str) -> bool {
 }
 
 fn contains(hay: &[u8], needle: &[u8]) -> bool {
-    hay.windows(needle.len()).any(|w| w == needle)
+    find(hay, needle).is_some()
+}
+
+/// Where `needle` first starts in `hay`.
+fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
+    let (&first, rest) = needle.split_first()?;
+    let mut from = 0;
+    while from + needle.len() <= hay.len() {
+        let at = from
+            + hay[from..=hay.len() - needle.len()]
+                .iter()
+                .position(|&b| b == first)?;
+        if &hay[at + 1..at + needle.len()] == rest {
+            return Some(at);
+        }
+        from = at + 1;
+    }
+    None
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A line as read from the event descriptor, where no token is needed.
+    fn on_fd(line: &[u8]) -> Option<ToolSignal> {
+        parse_tool_line(line, Channel::EventFd, None)
+    }
+
+    const TOKEN: &str = "0123456789abcdef0123456789abcdef";
+
+    fn token() -> EventToken {
+        EventToken::from_hex(TOKEN).unwrap()
+    }
 
     fn status_event() -> LogEvent {
         LogEvent {
@@ -404,11 +570,11 @@ mod tests {
     #[test]
     fn heartbeat_lines() {
         assert_eq!(
-            parse_tool_line(br#"{"event":"heartbeat"}"#),
+            on_fd(br#"{"event":"heartbeat"}"#),
             Some(ToolSignal::Heartbeat { message: None })
         );
         assert_eq!(
-            parse_tool_line(b"  {\"event\": \"heartbeat\", \"message\": \"step 3\"}\r"),
+            on_fd(b"  {\"event\": \"heartbeat\", \"message\": \"step 3\"}\r"),
             Some(ToolSignal::Heartbeat {
                 message: Some("step 3".into())
             })
@@ -421,7 +587,7 @@ mod tests {
             r#"{"event":"approval_needed","approvalId":"AP-77","toolRunId":"TR-9","question":"Deploy?","options":["yes","no"],"default":"no"}"#,
             r#"{"event":"approval_needed","approval_id":"AP-77","tool_run_id":"TR-9","question":"Deploy?","options":[{"value":"yes"},{"value":"no","label":"No"}],"default":"no"}"#,
         ] {
-            let Some(ToolSignal::ApprovalNeeded(req)) = parse_tool_line(line.as_bytes()) else {
+            let Some(ToolSignal::ApprovalNeeded(req)) = on_fd(line.as_bytes()) else {
                 panic!("not parsed: {line}");
             };
             assert_eq!(req.approval_id.as_deref(), Some("AP-77"));
@@ -451,17 +617,12 @@ mod tests {
             b"{\"event\":\"heartbeat\"",
             b"\xff\xfe{\"event\":\"heartbeat\"}",
         ] {
-            assert_eq!(
-                parse_tool_line(line),
-                None,
-                "{}",
-                String::from_utf8_lossy(line)
-            );
+            assert_eq!(on_fd(line), None, "{}", String::from_utf8_lossy(line));
         }
         let mut huge = b"{\"event\":\"heartbeat\",\"message\":\"".to_vec();
         huge.extend(std::iter::repeat_n(b'x', MAX_EVENT_LINE));
         huge.extend(b"\"}");
-        assert_eq!(parse_tool_line(&huge), None);
+        assert_eq!(on_fd(&huge), None);
     }
 
     #[test]
@@ -470,7 +631,7 @@ mod tests {
         let line = format!(
             r#"{{"event":"approval_needed","approvalId":"../../etc/passwd","question":"{long_q}","options":["ok\nrm -rf /","fine"],"default":"missing"}}"#
         );
-        let Some(ToolSignal::ApprovalNeeded(req)) = parse_tool_line(line.as_bytes()) else {
+        let Some(ToolSignal::ApprovalNeeded(req)) = on_fd(line.as_bytes()) else {
             panic!("not parsed");
         };
         assert_eq!(req.approval_id, None);
@@ -485,7 +646,7 @@ mod tests {
     #[test]
     fn duplicate_option_values_are_offered_once() {
         let line = r#"{"event":"approval_needed","question":"Go?","options":["yes","no",{"value":"yes","label":"Again"}," no "]}"#;
-        let Some(ToolSignal::ApprovalNeeded(req)) = parse_tool_line(line.as_bytes()) else {
+        let Some(ToolSignal::ApprovalNeeded(req)) = on_fd(line.as_bytes()) else {
             panic!("not parsed");
         };
         let values: Vec<&str> = req.options.iter().map(|o| o.value.as_str()).collect();
@@ -498,5 +659,156 @@ mod tests {
         let mut s = "ééé".to_string();
         assert!(truncate_utf8(&mut s, 3));
         assert_eq!(s, "é");
+    }
+
+    /// Regression (issue 12.14): any `approval_needed` line on the terminal was a request,
+    /// so `cat NOTES.md` asked for approval. Now only the run's token makes it one.
+    #[test]
+    fn on_the_terminal_only_the_runs_token_makes_an_event() {
+        let t = token();
+        let line = |extra: &str| {
+            format!(r#"{{"event":"approval_needed","question":"Deploy?"{extra}}}"#).into_bytes()
+        };
+        let wrong = format!(r#","token":"{}""#, TOKEN.replace('0', "1"));
+        for forged in [
+            line(""),
+            line(r#","token":"""#),
+            line(r#","token":null"#),
+            line(r#","token":42"#),
+            line(&wrong),
+            line(&format!(r#","token":"{}""#, &TOKEN[..31])),
+            line(&format!(r#","token":"{TOKEN}0""#)),
+            line(&format!(r#","token":"{}""#, TOKEN.to_uppercase())),
+            line(&format!(r#","token":"{TOKEN}","token":"{TOKEN}""#)),
+        ] {
+            let text = String::from_utf8_lossy(&forged).into_owned();
+            assert_eq!(
+                parse_tool_line(&forged, Channel::Terminal, Some(&t)),
+                None,
+                "{text}"
+            );
+        }
+        let real = line(&format!(r#","token":"{TOKEN}""#));
+        assert!(matches!(
+            parse_tool_line(&real, Channel::Terminal, Some(&t)),
+            Some(ToolSignal::ApprovalNeeded(_))
+        ));
+        // A shim without a token takes nothing from the terminal.
+        assert_eq!(parse_tool_line(&real, Channel::Terminal, None), None);
+        // Heartbeats too.
+        let beat = format!(r#"{{"event":"heartbeat","token":"{TOKEN}"}}"#);
+        assert_eq!(
+            parse_tool_line(br#"{"event":"heartbeat"}"#, Channel::Terminal, Some(&t)),
+            None
+        );
+        assert_eq!(
+            parse_tool_line(beat.as_bytes(), Channel::Terminal, Some(&t)),
+            Some(ToolSignal::Heartbeat { message: None })
+        );
+    }
+
+    #[test]
+    fn on_the_event_fd_no_token_is_needed() {
+        let t = token();
+        for line in [
+            r#"{"event":"heartbeat"}"#.to_string(),
+            format!(r#"{{"event":"heartbeat","token":"{TOKEN}"}}"#),
+            r#"{"event":"heartbeat","token":"whatever"}"#.to_string(),
+        ] {
+            assert_eq!(
+                parse_tool_line(line.as_bytes(), Channel::EventFd, Some(&t)),
+                Some(ToolSignal::Heartbeat { message: None }),
+                "{line}"
+            );
+        }
+    }
+
+    #[test]
+    fn the_token_is_masked_in_what_a_request_carries() {
+        let t = token();
+        let line = format!(
+            r#"{{"event":"approval_needed","token":"{TOKEN}","question":"Use {TOKEN}?","options":[{{"value":"{TOKEN}","label":"is {TOKEN}"}},"ok"],"default":"{TOKEN}","context":"{TOKEN}{TOKEN}"}}"#
+        );
+        let Some(ToolSignal::ApprovalNeeded(req)) =
+            parse_tool_line(line.as_bytes(), Channel::Terminal, Some(&t))
+        else {
+            panic!("not parsed");
+        };
+        let debug = format!("{req:?}");
+        assert!(!debug.contains(TOKEN), "{debug}");
+        let mask = "*".repeat(32);
+        assert_eq!(req.question, format!("Use {mask}?"));
+        assert_eq!(req.options[0].value, mask);
+        assert_eq!(req.options[0].label, format!("is {mask}"));
+        assert_eq!(req.context, Some(format!("{mask}{mask}")));
+        let beat = format!(r#"{{"event":"heartbeat","token":"{TOKEN}","message":"{TOKEN}"}}"#);
+        assert_eq!(
+            parse_tool_line(beat.as_bytes(), Channel::Terminal, Some(&t)),
+            Some(ToolSignal::Heartbeat {
+                message: Some(mask)
+            })
+        );
+    }
+
+    /// Regression (issue 12.15): a request's question, options and context kept invisible
+    /// characters (Unicode tags spell a sentence nobody sees).
+    #[test]
+    fn invisible_characters_are_taken_out_of_a_request() {
+        let line = serde_json::json!({
+            "event": "approval_needed",
+            "question": "Go\u{e0061}\u{e0062}?",
+            "options": [{"value": "ye\u{2063}s", "label": "Yes\u{3164}"}, "n\u{180e}o", "\u{e0061}", "yes"],
+            "default": "n\u{180e}o",
+            "context": "c\u{2062}x",
+        })
+        .to_string();
+        let Some(ToolSignal::ApprovalNeeded(req)) = on_fd(line.as_bytes()) else {
+            panic!("not parsed: {line}");
+        };
+        assert_eq!(req.question, "Go?");
+        let options: Vec<(&str, &str)> = req
+            .options
+            .iter()
+            .map(|o| (o.value.as_str(), o.label.as_str()))
+            .collect();
+        assert_eq!(options, [("yes", "Yes"), ("no", "no")]);
+        assert_eq!(req.default.as_deref(), Some("no"));
+        assert_eq!(req.context.as_deref(), Some("cx"));
+        // A question of nothing visible is no question.
+        assert_eq!(
+            on_fd(
+                serde_json::json!({"event": "approval_needed", "question": "\u{e0041}\u{3164}"})
+                    .to_string()
+                    .as_bytes()
+            ),
+            None
+        );
+    }
+
+    #[test]
+    fn tokens_are_random_hex_and_compared_whole() {
+        let a = EventToken::generate().unwrap();
+        let b = EventToken::generate().unwrap();
+        assert_ne!(a, b);
+        assert_eq!(EventToken::from_hex(a.as_str()), Some(a.clone()));
+        assert!(a.matches(a.as_str()));
+        assert!(!a.matches(b.as_str()));
+        assert!(!a.matches(""));
+        assert!(!a.matches(&a.as_str()[..31]));
+        assert_eq!(format!("{a:?}"), "EventToken(…)");
+        assert_eq!(EventToken::from_hex("ABC"), None);
+        assert_eq!(EventToken::from_hex(&TOKEN.to_uppercase()), None);
+    }
+
+    #[test]
+    fn redaction_masks_every_occurrence_in_place() {
+        let t = token();
+        let mask = "*".repeat(32);
+        let text = format!("a{TOKEN}{TOKEN}b {} {TOKEN}", &TOKEN[..20]);
+        let mut s = text.clone();
+        t.redact(&mut s);
+        assert_eq!(s, format!("a{mask}{mask}b {} {mask}", &TOKEN[..20]));
+        assert_eq!(s.len(), text.len());
+        assert!(matches!(t.redact_bytes(b"nothing here"), Cow::Borrowed(_)));
     }
 }

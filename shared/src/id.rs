@@ -56,18 +56,7 @@ fn encode(millis: u64, random: u128) -> String {
 
 fn random_u128() -> u128 {
     let mut bytes = [0u8; 16];
-    let mut filled = 0;
-    while filled < bytes.len() {
-        // SAFETY: the pointer and length describe the unfilled tail of `bytes`.
-        let n = unsafe {
-            libc::getrandom(bytes[filled..].as_mut_ptr().cast(), bytes.len() - filled, 0)
-        };
-        if n <= 0 {
-            break;
-        }
-        filled += n as usize;
-    }
-    if filled < bytes.len() {
+    if !random_bytes(&mut bytes) {
         // getrandom(2) is missing or failing: fall back to a time/pid mix, which keeps ids
         // unique within this host even though they are no longer unpredictable.
         let nanos = SystemTime::now()
@@ -77,6 +66,28 @@ fn random_u128() -> u128 {
         return nanos ^ (u128::from(std::process::id()) << 64);
     }
     u128::from_le_bytes(bytes)
+}
+
+/// Fills `buf` from the kernel's random source (getrandom(2), else `/dev/urandom`); false
+/// when neither gives enough.
+pub(crate) fn random_bytes(buf: &mut [u8]) -> bool {
+    let mut filled = 0;
+    while filled < buf.len() {
+        // SAFETY: the pointer and length describe the unfilled tail of `buf`.
+        let n =
+            unsafe { libc::getrandom(buf[filled..].as_mut_ptr().cast(), buf.len() - filled, 0) };
+        if n <= 0 {
+            break;
+        }
+        filled += n as usize;
+    }
+    if filled == buf.len() {
+        return true;
+    }
+    use std::io::Read;
+    std::fs::File::open("/dev/urandom")
+        .and_then(|mut f| f.read_exact(buf))
+        .is_ok()
 }
 
 /// Whether `s` looks like an id with the given prefix (prefix plus 26 base32 characters).

@@ -1,6 +1,7 @@
-//! Removing what a tool could use to drive an operator's terminal: escape sequences, C0
-//! and C1 control characters and bidirectional overrides. Everything a tool wrote passes
-//! through here before it is stored as context or drawn by the dashboard.
+//! Removing what a tool could use to drive an operator's terminal or hide text from them:
+//! escape sequences, C0 and C1 control characters, bidirectional overrides and invisible
+//! characters. Everything a tool wrote passes through here before it is stored as a
+//! question, option or context, or drawn by `monitor`.
 
 /// Text with escape sequences and control characters removed; newlines are kept and tabs
 /// become spaces.
@@ -84,17 +85,70 @@ fn strip(s: &str, one_line: bool) -> String {
     out
 }
 
-/// Control characters (C0 except newline and tab, DEL, C1) and bidirectional controls
-/// that could reorder what the operator reads (Unicode's Bidi_Control set: the Arabic
-/// letter mark, LRM/RLM, embeddings and overrides, isolates).
-fn is_unsafe(c: char) -> bool {
-    c.is_control()
-        // Bidirectional controls: they reorder what the operator reads.
-        || matches!(c, '\u{061c}' | '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
-        // Invisible characters that hide or split text (zero-width space, joiners, word
-        // joiner, byte-order mark) and the Unicode line and paragraph separators, which
-        // some terminals take as line breaks.
-        || matches!(c, '\u{200b}'..='\u{200d}' | '\u{2060}' | '\u{feff}' | '\u{2028}' | '\u{2029}')
+/// Control characters (C0 except newline and tab, DEL, C1), bidirectional controls that
+/// could reorder what the operator reads, and characters that show nothing yet carry text.
+pub fn is_unsafe(c: char) -> bool {
+    c.is_control() || is_bidi_control(c) || is_invisible(c)
+}
+
+/// Unicode's Bidi_Control set: the Arabic letter mark, LRM/RLM, embeddings and overrides,
+/// isolates.
+fn is_bidi_control(c: char) -> bool {
+    matches!(c, '\u{061c}' | '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
+}
+
+/// Characters a terminal draws as nothing (or as blank space that is not a space) while
+/// they still carry text: Unicode's Default_Ignorable_Code_Point set — zero-width space and
+/// joiners, the word joiner and invisible operators (U+2060–2064), the byte-order mark,
+/// the soft hyphen, the combining grapheme joiner, Hangul fillers (U+115F, U+1160, U+3164,
+/// U+FFA0), Khmer inherent vowels, Mongolian vowel separator and variation selectors, all
+/// variation selectors (which can smuggle bytes behind an emoji), the tag characters
+/// U+E0000–E0FFF (which spell a whole hidden sentence) — plus the interlinear annotation
+/// marks (U+FFF9–FFFB, which hide their annotation) and the Unicode line and paragraph
+/// separators, which some terminals take as line breaks.
+pub fn is_invisible(c: char) -> bool {
+    matches!(
+        c,
+        '\u{00ad}'
+            | '\u{034f}'
+            | '\u{115f}'
+            | '\u{1160}'
+            | '\u{17b4}'
+            | '\u{17b5}'
+            | '\u{180b}'..='\u{180f}'
+            | '\u{200b}'..='\u{200d}'
+            | '\u{2028}'
+            | '\u{2029}'
+            | '\u{2060}'..='\u{2065}'
+            | '\u{206a}'..='\u{206f}'
+            | '\u{3164}'
+            | '\u{fe00}'..='\u{fe0f}'
+            | '\u{feff}'
+            | '\u{ffa0}'
+            | '\u{fff0}'..='\u{fffb}'
+            | '\u{1bca0}'..='\u{1bca3}'
+            | '\u{1d173}'..='\u{1d17a}'
+            | '\u{e0000}'..='\u{e0fff}'
+    )
+}
+
+/// A name (a tool's, a path) for one line of a message on the shim's or the monitor's own
+/// stderr: every [`is_unsafe`] character, newlines included, written as a `\u{…}` escape
+/// and everything else as it is, so the reader sees what is there without the terminal
+/// acting on it.
+pub fn escape_name(s: &str) -> String {
+    if !s.chars().any(is_unsafe) {
+        return s.to_owned();
+    }
+    let mut out = String::with_capacity(s.len() + 8);
+    for c in s.chars() {
+        if is_unsafe(c) {
+            out.extend(c.escape_unicode());
+        } else {
+            out.push(c);
+        }
+    }
+    out
 }
 
 /// Whether a question reads like it asks for a secret: a password or passphrase, a token,
@@ -205,6 +259,49 @@ mod tests {
     fn arabic_letter_mark_is_removed() {
         assert_eq!(sanitize_text("a\u{61c}b"), "ab");
         assert_eq!(sanitize_line("\u{61c}"), "");
+    }
+
+    /// Regression (issue 12.15): Unicode tag characters (which spell a whole sentence no
+    /// terminal shows), invisible operators, the Mongolian vowel separator and the Hangul
+    /// fillers went through untouched.
+    #[test]
+    fn invisible_characters_are_removed() {
+        let hidden: String = "approve it"
+            .chars()
+            .map(|c| char::from_u32(0xE0000 + c as u32).unwrap())
+            .collect();
+        assert_eq!(
+            sanitize_text(&format!("Deploy{hidden}?\u{e0001}\u{e007f}")),
+            "Deploy?"
+        );
+        assert_eq!(
+            sanitize_line("a\u{2061}b\u{2062}c\u{2063}d\u{2064}e"),
+            "abcde"
+        );
+        assert_eq!(
+            sanitize_line("x\u{180e}y\u{3164}z\u{115f}\u{1160}\u{ffa0}"),
+            "xyz"
+        );
+        assert_eq!(sanitize_line("r\u{ad}m \u{34f}-\u{17b4}rf"), "rm -rf");
+        assert_eq!(sanitize_line("ok\u{fe0f}\u{e0100}\u{e01ef}"), "ok");
+        assert_eq!(
+            sanitize_line("shown\u{fff9}hidden\u{fffa}\u{fffb}"),
+            "shownhidden"
+        );
+        assert_eq!(sanitize_line("\u{1d173}beam\u{1d17a}\u{1bca0}"), "beam");
+        // Visible neighbours stay: a non-breaking space, a Hangul letter, an emoji, CJK.
+        let visible = "a\u{a0}b 한 ✓ 漢字 \u{2800}";
+        assert_eq!(sanitize_text(visible), visible);
+    }
+
+    #[test]
+    fn every_unsafe_character_is_escaped_in_a_name() {
+        assert_eq!(escape_name("deploy.sh"), "deploy.sh");
+        assert_eq!(
+            escape_name("dep\x1b]0;x\x07loy\n\u{202e}\u{e0041}"),
+            "dep\\u{1b}]0;x\\u{7}loy\\u{a}\\u{202e}\\u{e0041}"
+        );
+        assert_eq!(escape_name("überall ✓"), "überall ✓");
     }
 
     #[test]

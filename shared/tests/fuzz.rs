@@ -20,7 +20,9 @@
 //! `fuzz.proptest-regressions` beside this file (checked in: those cases run first, every
 //! time). The 1 MB properties save none: fix what they find and pin it with a unit test.
 
-use hr_shared::event::{ApprovalOption, MAX_EVENT_LINE, ToolSignal, is_safe_id, parse_tool_line};
+use hr_shared::event::{
+    ApprovalOption, Channel, EventToken, MAX_EVENT_LINE, ToolSignal, is_safe_id, parse_tool_line,
+};
 use hr_shared::fingerprint::{self, normalize_prompt};
 use hr_shared::prompt::{self, CONTEXT_LINES, QUESTION_LINES, ScreenFacts};
 use hr_shared::sanitize::{sanitize_bytes, sanitize_line, sanitize_text};
@@ -60,6 +62,27 @@ fn is_bidi_control(c: char) -> bool {
     matches!(c, '\u{061c}' | '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
         // Invisible characters and Unicode line/paragraph separators go too.
         || matches!(c, '\u{200b}'..='\u{200d}' | '\u{2060}' | '\u{feff}' | '\u{2028}' | '\u{2029}')
+        // And every other default-ignorable character: tags, invisible operators,
+        // fillers, variation selectors, the soft hyphen (issue 12.15).
+        || matches!(
+            c,
+            '\u{00ad}'
+                | '\u{034f}'
+                | '\u{115f}'
+                | '\u{1160}'
+                | '\u{17b4}'
+                | '\u{17b5}'
+                | '\u{180b}'..='\u{180f}'
+                | '\u{2061}'..='\u{2065}'
+                | '\u{206a}'..='\u{206f}'
+                | '\u{3164}'
+                | '\u{fe00}'..='\u{fe0f}'
+                | '\u{ffa0}'
+                | '\u{fff0}'..='\u{fffb}'
+                | '\u{1bca0}'..='\u{1bca3}'
+                | '\u{1d173}'..='\u{1d17a}'
+                | '\u{e0000}'..='\u{e0fff}'
+        )
 }
 
 /// Text that cannot drive a terminal: no ESC, no C0/C1 control (but `\n` where
@@ -152,6 +175,12 @@ const FRAGMENTS: &[&[u8]] = &[
     b"\t",
     b" ",
     b"   ",
+    // Invisible characters: a tag, an invisible operator, fillers, a variation selector.
+    "\u{e0041}\u{e0020}".as_bytes(),
+    "\u{2062}".as_bytes(),
+    "\u{3164}\u{115f}".as_bytes(),
+    "\u{180e}".as_bytes(),
+    "\u{fe0f}".as_bytes(),
     // Invalid UTF-8: stray bytes, a cut-off sequence, a surrogate, an overlong NUL.
     b"\xff",
     b"\xfe",
@@ -298,7 +327,9 @@ fn event_line() -> impl Strategy<Value = (Vec<u8>, Expect)> {
                 m.insert("event".into(), Value::from(event));
                 let mut expect = match event {
                     "heartbeat" => Expect::Heartbeat,
-                    "approval_needed" if !question.trim().is_empty() => Expect::Approval,
+                    "approval_needed" if !sanitize_text(&question).trim().is_empty() => {
+                        Expect::Approval
+                    }
                     _ => Expect::NotAnEvent,
                 };
                 if event == "heartbeat" {
@@ -382,6 +413,7 @@ fn check_event(line: &[u8], signal: &ToolSignal) -> Checked {
         ToolSignal::Heartbeat { message } => {
             if let Some(m) = message {
                 prop_assert!(m.len() <= 256, "heartbeat message of {} bytes", m.len());
+                terminal_safe("heartbeat message", m, false)?;
             }
         }
         ToolSignal::ApprovalNeeded(req) => {
@@ -392,6 +424,15 @@ fn check_event(line: &[u8], signal: &ToolSignal) -> Checked {
                 req.question.len()
             );
             prop_assert!(req.context.as_ref().is_none_or(|c| c.len() <= 8192));
+            // Nothing that could drive a terminal or hide text (issue 12.15).
+            terminal_safe("question", &req.question, true)?;
+            if let Some(c) = &req.context {
+                terminal_safe("context", c, true)?;
+            }
+            for o in &req.options {
+                terminal_safe("option value", &o.value, false)?;
+                terminal_safe("option label", &o.label, false)?;
+            }
             for id in [&req.approval_id, &req.tool_run_id].into_iter().flatten() {
                 prop_assert!(is_safe_id(id), "unsafe id {id:?}");
             }
@@ -464,24 +505,40 @@ fn check_sanitizers(input: &str) -> Checked {
 
 // ------------------------------------------------------------------------ parse_tool_line
 
+/// A line read from the event descriptor, where every event line counts.
+fn on_fd(line: &[u8]) -> Option<ToolSignal> {
+    parse_tool_line(line, Channel::EventFd, None)
+}
+
+const TOKEN: &str = "00112233445566778899aabbccddeeff";
+
+/// `line` (a JSON object) with `"token":TOKEN` as its first field.
+fn with_token(line: &[u8]) -> Vec<u8> {
+    let start = line.iter().position(|&b| b == b'{').map_or(0, |i| i + 1);
+    let mut out = line[..start].to_vec();
+    out.extend(format!("\"token\":\"{TOKEN}\",").as_bytes());
+    out.extend(&line[start..]);
+    out
+}
+
 proptest! {
     #[test]
     fn parse_tool_line_on_hostile_bytes(line in hostile_bytes(48)) {
-        if let Some(signal) = parse_tool_line(&line) {
+        if let Some(signal) = on_fd(&line) {
             check_event(&line, &signal)?;
         }
     }
 
     #[test]
     fn parse_tool_line_on_arbitrary_bytes(line in vec(any::<u8>(), 0..512)) {
-        if let Some(signal) = parse_tool_line(&line) {
+        if let Some(signal) = on_fd(&line) {
             check_event(&line, &signal)?;
         }
     }
 
     #[test]
     fn parse_tool_line_on_generated_events((line, expect) in event_line()) {
-        let got = parse_tool_line(&line);
+        let got = on_fd(&line);
         if let Some(signal) = &got {
             check_event(&line, signal)?;
         }
@@ -491,6 +548,24 @@ proptest! {
             None => Expect::NotAnEvent,
         };
         prop_assert_eq!(kind, expect, "{}", String::from_utf8_lossy(&line));
+    }
+
+    /// On the terminal a line is an event only with the run's token, and then the same
+    /// event as on the descriptor (issue 12.14).
+    #[test]
+    fn on_the_terminal_only_the_token_makes_an_event((line, _) in event_line()) {
+        let token = EventToken::from_hex(TOKEN).unwrap();
+        prop_assert_eq!(parse_tool_line(&line, Channel::Terminal, Some(&token)), None);
+        prop_assert_eq!(parse_tool_line(&line, Channel::Terminal, None), None);
+        let tokened = with_token(&line);
+        if tokened.len() <= MAX_EVENT_LINE {
+            prop_assert_eq!(
+                parse_tool_line(&tokened, Channel::Terminal, Some(&token)),
+                on_fd(&line),
+                "{}",
+                String::from_utf8_lossy(&tokened)
+            );
+        }
     }
 
     #[test]
@@ -505,7 +580,7 @@ proptest! {
         } else {
             framed.extend(junk);
         }
-        prop_assert_eq!(parse_tool_line(&framed), None, "{}", String::from_utf8_lossy(&framed));
+        prop_assert_eq!(on_fd(&framed), None, "{}", String::from_utf8_lossy(&framed));
     }
 }
 
@@ -524,7 +599,7 @@ fn parse_tool_line_on_huge_lines() {
         } else {
             line
         };
-        let got = parse_tool_line(&line);
+        let got = on_fd(&line);
         if line.len() > MAX_EVENT_LINE {
             prop_assert!(got.is_none(), "accepted a line of {} bytes", line.len());
         }

@@ -24,6 +24,8 @@ use std::time::{Duration, Instant};
 pub struct Setup<'a> {
     /// The tool's name as shown and stored.
     pub tool: &'a str,
+    /// Its name for stderr lines (escaped).
+    pub label: &'a str,
     pub settings: &'a Resolved,
     /// Prompt rules and policies.
     pub config: &'a Config,
@@ -353,7 +355,7 @@ impl<'a> Conversation<'a> {
                     return vec![
                         Action::Say(format!(
                             "headless-run: {}: the prompt went away before {} could answer it; the answer was not typed (it stays for the prompt's return)",
-                            self.setup.tool, approval.approval_id
+                            self.setup.label, approval.approval_id
                         )),
                         Action::Release(approval.approval_id),
                     ];
@@ -523,7 +525,7 @@ impl<'a> Conversation<'a> {
             });
         let answered = format!(
             "headless-run: {}: answered {:?} with `{value}` ({}, {} by {})",
-            self.setup.tool,
+            self.setup.label,
             p.prompt_line,
             a.approval_id,
             a.status,
@@ -542,7 +544,7 @@ impl<'a> Conversation<'a> {
         if let Err(e) = written {
             return vec![Action::Say(format!(
                 "headless-run: {}: cannot type the answer: {e}",
-                self.setup.tool
+                self.setup.label
             ))];
         }
         self.typed_at = Some(self.output_seq);
@@ -556,7 +558,7 @@ impl<'a> Conversation<'a> {
         vec![
             Action::Say(format!(
                 "headless-run: {}: approval {} was {why}; ending the tool (exit 91)",
-                self.setup.tool, a.approval_id
+                self.setup.label, a.approval_id
             )),
             Action::End(RunOutcome::Rejected {
                 approval_id: a.approval_id.clone(),
@@ -636,6 +638,7 @@ mod tests {
             let config = Box::leak(Box::new(Config::default()));
             let conv = Conversation::new(Setup {
                 tool: "deploy",
+                label: "deploy",
                 settings,
                 config,
                 argv: vec!["deploy".into(), "--prod".into()],

@@ -5,11 +5,13 @@
 mod blocked;
 mod cli;
 mod conversation;
+mod event_fd;
 mod group;
 mod interactive;
 mod notify;
 mod pty;
 mod recorder;
+mod redact;
 mod run;
 mod screen;
 mod signals;

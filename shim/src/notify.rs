@@ -67,8 +67,11 @@ pub fn run(cfg: &NotifyConfig, a: &Approval) -> Option<String> {
             a.expires_at.as_deref().unwrap_or(""),
         )
         .env("HEADLESS_RUN_DECIDE_COMMAND", decide_command(a))
-        // The hook is not the tool: it must not pass for a supervised tool's child.
+        // The hook is not the tool: it must not pass for a supervised tool's child, nor
+        // send events as one (a shim inside a supervised tool inherits its run's token).
         .env_remove("HEADLESS_RUN_TOOL_RUN_ID")
+        .env_remove(hr_shared::event::ENV_EVENT_TOKEN)
+        .env_remove(hr_shared::event::ENV_EVENT_FD)
         .stdin(Stdio::piped())
         .stdout(Stdio::null())
         .stderr(Stdio::null());

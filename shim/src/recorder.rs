@@ -1,12 +1,14 @@
 //! The output recorder thread: takes copies of what the tool wrote (after it has already
 //! gone to stdout) and appends them to the run log, splits lines for `tool_output` events,
-//! recognises heartbeat and `approval_needed` lines, and keeps the terminal screen model the
-//! prompt detector reads. The copy loop never waits for it: when it falls more than
-//! [`MAX_PENDING`] bytes behind, chunks are dropped from the logs (and said so), never from
-//! stdout.
+//! recognises heartbeat and `approval_needed` lines (on the terminal only with the run's
+//! token; every one on the event descriptor), masks the token in all it keeps, and keeps the
+//! terminal screen model the prompt detector reads. The copy loop never waits for it: when
+//! it falls more than [`MAX_PENDING`] bytes behind, chunks are dropped from the logs (and
+//! said so), never from stdout.
 
+use crate::redact::StreamRedactor;
 use crate::store::{StoreSender, warn_once};
-use hr_shared::event::{self, EventBody, LogEvent, ToolSignal};
+use hr_shared::event::{self, Channel, EventBody, EventToken, LogEvent, ToolSignal};
 use hr_shared::logfile::CombinedLog;
 use hr_shared::paths::{self, StatePaths};
 use hr_shared::runs::Touch;
@@ -17,7 +19,7 @@ use std::fs::File;
 use std::io::{BufWriter, Write};
 use std::num::NonZeroU16;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
-use std::sync::mpsc::{self, Receiver, Sender, TryRecvError};
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender, TryRecvError};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -32,6 +34,20 @@ const SCREEN_BACKLOG: usize = 256 * 1024;
 /// `tool_output` events: a burst of this many lines, then this many per second.
 const EVENT_BURST: f64 = 1000.0;
 const EVENT_RATE: f64 = 200.0;
+/// Event-descriptor bytes handed over but not yet read beyond this, and the supervisor
+/// stops reading the descriptor (the tool's writes wait) until the recorder catches up.
+pub const MAX_EVENTS_PENDING: usize = 256 * 1024;
+/// How long a tail that may start the token is held back from the run log and the screen
+/// when no more output follows.
+const HOLD_FOR: Duration = Duration::from_millis(20);
+
+/// A copy handed to the recorder.
+enum Chunk {
+    /// From the tool's terminal (already on stdout).
+    Output(Vec<u8>),
+    /// From the run's event descriptor: events, never output.
+    Events(Vec<u8>),
+}
 
 /// What the supervisor reads from the recorder.
 pub struct RecorderShared {
@@ -42,25 +58,29 @@ pub struct RecorderShared {
     pub screened: AtomicU64,
     /// Milliseconds after `epoch` of the last heartbeat line (0: none yet).
     pub last_heartbeat_ms: AtomicU64,
+    /// Event-descriptor bytes fully read so far (their events sent).
+    pub events_read: AtomicU64,
     pub epoch: Instant,
 }
 
 /// Something the supervisor must act on.
 pub enum RecorderEvent {
-    /// A cooperative tool printed an `approval_needed` line.
+    /// A cooperative tool sent an `approval_needed` line.
     Approval(event::CooperativeRequest),
 }
 
 /// The supervisor's side of the recorder.
 pub struct Recorder {
-    tx: Option<Sender<Vec<u8>>>,
+    tx: Option<Sender<Chunk>>,
     /// The worker, until the first output starts its thread.
-    idle: Option<(Worker, Receiver<Vec<u8>>, Sender<()>)>,
+    idle: Option<(Worker, Receiver<Chunk>, Sender<()>)>,
     /// The pty size as `rows << 16 | cols`, for the screen model.
     size: Arc<AtomicU32>,
     pending: Arc<AtomicUsize>,
     dropped: Arc<AtomicU64>,
     accepted: u64,
+    events_pending: Arc<AtomicUsize>,
+    events_accepted: u64,
     pub shared: Arc<RecorderShared>,
     pub events: Receiver<RecorderEvent>,
     thread: Option<JoinHandle<()>>,
@@ -76,21 +96,25 @@ pub struct RecorderSetup {
     pub rows: u16,
     pub cols: u16,
     pub store: StoreSender,
+    /// The run's event token (none: nothing on the terminal is an event).
+    pub token: Option<EventToken>,
 }
 
 impl Recorder {
     /// Starts the recorder thread.
     pub fn start(setup: RecorderSetup) -> Recorder {
-        let (tx, rx) = mpsc::channel::<Vec<u8>>();
+        let (tx, rx) = mpsc::channel::<Chunk>();
         let (ev_tx, events) = mpsc::channel();
         let (done_tx, done) = mpsc::channel();
         let shared = Arc::new(RecorderShared {
             screen: Mutex::new(None),
             screened: AtomicU64::new(0),
             last_heartbeat_ms: AtomicU64::new(0),
+            events_read: AtomicU64::new(0),
             epoch: Instant::now(),
         });
         let pending = Arc::new(AtomicUsize::new(0));
+        let events_pending = Arc::new(AtomicUsize::new(0));
         let dropped = Arc::new(AtomicU64::new(0));
         let size = Arc::new(AtomicU32::new(
             u32::from(setup.rows) << 16 | u32::from(setup.cols),
@@ -98,8 +122,11 @@ impl Recorder {
         let worker = Worker::new(
             setup,
             shared.clone(),
-            pending.clone(),
-            dropped.clone(),
+            Backlogs {
+                pending: pending.clone(),
+                dropped: dropped.clone(),
+                events_pending: events_pending.clone(),
+            },
             ev_tx,
             size.clone(),
         );
@@ -110,6 +137,8 @@ impl Recorder {
             pending,
             dropped,
             accepted: 0,
+            events_pending,
+            events_accepted: 0,
             shared,
             events,
             thread: None,
@@ -141,12 +170,33 @@ impl Recorder {
         }
         self.pending.fetch_add(bytes.len(), Ordering::Relaxed);
         self.accepted += bytes.len() as u64;
-        let _ = tx.send(bytes.to_vec());
+        let _ = tx.send(Chunk::Output(bytes.to_vec()));
+    }
+
+    /// Hands over what was read from the event descriptor. Never dropped: the supervisor
+    /// stops reading while [`Recorder::events_backlog`] is over [`MAX_EVENTS_PENDING`].
+    pub fn push_events(&mut self, bytes: &[u8]) {
+        self.ensure_thread();
+        let Some(tx) = &self.tx else { return };
+        self.events_pending
+            .fetch_add(bytes.len(), Ordering::Relaxed);
+        self.events_accepted += bytes.len() as u64;
+        let _ = tx.send(Chunk::Events(bytes.to_vec()));
+    }
+
+    /// Event-descriptor bytes handed over and not yet read.
+    pub fn events_backlog(&self) -> usize {
+        self.events_pending.load(Ordering::Relaxed)
     }
 
     /// Whether the screen model has seen everything handed over so far.
     pub fn caught_up(&self) -> bool {
         self.shared.screened.load(Ordering::Acquire) >= self.accepted
+    }
+
+    /// Whether every event line handed over has been read (its event sent).
+    pub fn events_caught_up(&self) -> bool {
+        self.shared.events_read.load(Ordering::Acquire) >= self.events_accepted
     }
 
     /// Resizes the screen model with the pty.
@@ -180,6 +230,16 @@ impl Recorder {
     }
 }
 
+/// Appends `part` to `line` up to one byte past the longest event line, noting in
+/// `overflow` when some did not fit.
+fn extend_bounded(line: &mut Vec<u8>, overflow: &mut bool, part: &[u8]) {
+    let room = (event::MAX_EVENT_LINE + 1).saturating_sub(line.len());
+    if part.len() > room {
+        *overflow = true;
+    }
+    line.extend_from_slice(&part[..part.len().min(room)]);
+}
+
 /// How much of `len` more bytes fits in a run log of `written` bytes under `limit`: the
 /// bytes to write and whether they reach the limit (the rest is cut). `None` once full.
 fn run_log_room(written: u64, len: usize, limit: u64) -> Option<(usize, bool)> {
@@ -202,11 +262,17 @@ fn new_screen(rows: u16, cols: u16) -> vt100::Parser {
     vt100::Parser::new(nz(rows), nz(cols), 0)
 }
 
+/// The counters the supervisor and the worker share about what is in flight.
+struct Backlogs {
+    pending: Arc<AtomicUsize>,
+    dropped: Arc<AtomicU64>,
+    events_pending: Arc<AtomicUsize>,
+}
+
 struct Worker {
     setup: RecorderSetup,
     shared: Arc<RecorderShared>,
-    pending: Arc<AtomicUsize>,
-    dropped: Arc<AtomicU64>,
+    backlogs: Backlogs,
     events: Sender<RecorderEvent>,
     size: Arc<AtomicU32>,
     logs_opened: bool,
@@ -215,6 +281,11 @@ struct Worker {
     combined: Option<CombinedLog>,
     line: Vec<u8>,
     line_overflow: bool,
+    /// The event descriptor's unfinished line.
+    event_line: Vec<u8>,
+    event_line_overflow: bool,
+    /// Masks the token in what the run log and the screen get.
+    redactor: StreamRedactor,
     screen_backlog: Vec<u8>,
     screen_reset: bool,
     tokens: f64,
@@ -228,16 +299,15 @@ impl Worker {
     fn new(
         setup: RecorderSetup,
         shared: Arc<RecorderShared>,
-        pending: Arc<AtomicUsize>,
-        dropped: Arc<AtomicU64>,
+        backlogs: Backlogs,
         events: Sender<RecorderEvent>,
         size: Arc<AtomicU32>,
     ) -> Worker {
+        let redactor = StreamRedactor::new(setup.token.clone());
         Worker {
             setup,
             shared,
-            pending,
-            dropped,
+            backlogs,
             events,
             size,
             logs_opened: false,
@@ -246,6 +316,9 @@ impl Worker {
             combined: None,
             line: Vec::new(),
             line_overflow: false,
+            event_line: Vec::new(),
+            event_line_overflow: false,
+            redactor,
             screen_backlog: Vec::new(),
             screen_reset: false,
             tokens: EVENT_BURST,
@@ -280,25 +353,58 @@ impl Worker {
         warn_once(&self.warned, || msg);
     }
 
-    fn run(mut self, rx: Receiver<Vec<u8>>) {
+    fn run(mut self, rx: Receiver<Chunk>) {
         loop {
             let chunk = match rx.try_recv() {
                 Ok(chunk) => chunk,
                 Err(TryRecvError::Empty) => {
                     self.idle();
-                    match rx.recv() {
-                        Ok(chunk) => chunk,
-                        Err(_) => break,
+                    if self.redactor.holding() {
+                        // A tail that may start the token waits a moment for the rest;
+                        // a prompt left there must still reach the screen.
+                        match rx.recv_timeout(HOLD_FOR) {
+                            Ok(chunk) => chunk,
+                            Err(RecvTimeoutError::Timeout) => {
+                                self.release_held();
+                                continue;
+                            }
+                            Err(RecvTimeoutError::Disconnected) => break,
+                        }
+                    } else {
+                        match rx.recv() {
+                            Ok(chunk) => chunk,
+                            Err(_) => break,
+                        }
                     }
                 }
                 Err(TryRecvError::Disconnected) => break,
             };
-            self.pending.fetch_sub(chunk.len(), Ordering::Relaxed);
-            self.take(&chunk);
+            match chunk {
+                Chunk::Output(bytes) => {
+                    self.backlogs
+                        .pending
+                        .fetch_sub(bytes.len(), Ordering::Relaxed);
+                    self.take(&bytes);
+                }
+                Chunk::Events(bytes) => {
+                    self.take_events(&bytes);
+                    self.backlogs
+                        .events_pending
+                        .fetch_sub(bytes.len(), Ordering::Relaxed);
+                    self.shared
+                        .events_read
+                        .fetch_add(bytes.len() as u64, Ordering::Release);
+                }
+            }
         }
+        self.release_held();
         if !self.line.is_empty() {
             let line = std::mem::take(&mut self.line);
             self.finish_line(&line);
+        }
+        if !self.event_line.is_empty() && !self.event_line_overflow {
+            let line = std::mem::take(&mut self.event_line);
+            self.finish_event_line(&line);
         }
         // Lines skipped by the rate limit since the last event are still counted.
         let skipped_lines = std::mem::take(&mut self.skipped_lines);
@@ -317,8 +423,9 @@ impl Worker {
         if !self.logs_opened {
             self.open_logs();
         }
-        let dropped = self.dropped.swap(0, Ordering::Relaxed);
+        let dropped = self.backlogs.dropped.swap(0, Ordering::Relaxed);
         if dropped > 0 {
+            self.release_held();
             let note = format!(
                 "\n[headless-run: {dropped} bytes of output not logged: the logger fell behind]\n"
             );
@@ -326,16 +433,10 @@ impl Worker {
             self.screen_reset = true;
             self.screen_backlog.clear();
         }
-        self.write_run_log(chunk);
-        self.screen_backlog.extend_from_slice(chunk);
-        if self.screen_backlog.len() > SCREEN_BACKLOG {
-            let cut = self.screen_backlog.len() - SCREEN_BACKLOG / 2;
-            self.screen_backlog.drain(..cut);
-            self.screen_reset = true;
-            self.shared
-                .screened
-                .fetch_add(cut as u64, Ordering::Release);
-        }
+        // The run log and the screen get the output with the token masked (same length);
+        // lines are read from the output as written, for the token to be checked.
+        let kept = self.redactor.feed(chunk);
+        self.keep(&kept);
         let mut rest = chunk;
         while let Some(nl) = rest.iter().position(|&b| b == b'\n') {
             self.extend_line(&rest[..nl]);
@@ -349,12 +450,71 @@ impl Worker {
         self.extend_line(rest);
     }
 
-    fn extend_line(&mut self, part: &[u8]) {
-        let room = (event::MAX_EVENT_LINE + 1).saturating_sub(self.line.len());
-        if part.len() > room {
-            self.line_overflow = true;
+    /// Output for the run log and the screen model.
+    fn keep(&mut self, bytes: &[u8]) {
+        self.write_run_log(bytes);
+        self.screen_backlog.extend_from_slice(bytes);
+        if self.screen_backlog.len() > SCREEN_BACKLOG {
+            let cut = self.screen_backlog.len() - SCREEN_BACKLOG / 2;
+            self.screen_backlog.drain(..cut);
+            self.screen_reset = true;
+            self.shared
+                .screened
+                .fetch_add(cut as u64, Ordering::Release);
         }
-        self.line.extend_from_slice(&part[..part.len().min(room)]);
+    }
+
+    /// No token followed the held tail: it is output like any other.
+    fn release_held(&mut self) {
+        let held = self.redactor.release();
+        if !held.is_empty() {
+            self.keep(&held);
+        }
+    }
+
+    /// Bytes from the event descriptor: whole lines are events, the rest is ignored.
+    fn take_events(&mut self, chunk: &[u8]) {
+        if !self.logs_opened {
+            self.open_logs();
+        }
+        let mut rest = chunk;
+        while let Some(nl) = rest.iter().position(|&b| b == b'\n') {
+            extend_bounded(
+                &mut self.event_line,
+                &mut self.event_line_overflow,
+                &rest[..nl],
+            );
+            let line = std::mem::take(&mut self.event_line);
+            if !self.event_line_overflow {
+                self.finish_event_line(&line);
+            }
+            self.event_line = line;
+            self.event_line.clear();
+            self.event_line_overflow = false;
+            rest = &rest[nl + 1..];
+        }
+        extend_bounded(&mut self.event_line, &mut self.event_line_overflow, rest);
+    }
+
+    fn finish_event_line(&mut self, line: &[u8]) {
+        if let Some(signal) =
+            event::parse_tool_line(line, Channel::EventFd, self.setup.token.as_ref())
+        {
+            self.signal(signal);
+        }
+    }
+
+    fn signal(&mut self, signal: ToolSignal) {
+        match signal {
+            ToolSignal::Heartbeat { message } => self.heartbeat(message),
+            ToolSignal::ApprovalNeeded(req) => {
+                let _ = self.events.send(RecorderEvent::Approval(req));
+            }
+        }
+    }
+
+    fn extend_line(&mut self, part: &[u8]) {
+        extend_bounded(&mut self.line, &mut self.line_overflow, part);
     }
 
     fn write_run_log(&mut self, bytes: &[u8]) {
@@ -389,15 +549,11 @@ impl Worker {
 
     fn finish_line(&mut self, raw: &[u8]) {
         let line = raw.strip_suffix(b"\r").unwrap_or(raw);
-        if !self.line_overflow {
-            match event::parse_tool_line(line) {
-                Some(ToolSignal::Heartbeat { message }) => return self.heartbeat(message),
-                Some(ToolSignal::ApprovalNeeded(req)) => {
-                    let _ = self.events.send(RecorderEvent::Approval(req));
-                    return;
-                }
-                None => {}
-            }
+        if !self.line_overflow
+            && let Some(signal) =
+                event::parse_tool_line(line, Channel::Terminal, self.setup.token.as_ref())
+        {
+            return self.signal(signal);
         }
         self.output_event(line);
     }
@@ -435,6 +591,10 @@ impl Worker {
             return;
         }
         self.tokens -= 1.0;
+        let line = match &self.setup.token {
+            Some(token) => token.redact_bytes(line),
+            None => std::borrow::Cow::Borrowed(line),
+        };
         let cut = &line[..line.len().min(event::MAX_OUTPUT_TEXT * 2)];
         let mut text = sanitize::sanitize_bytes(cut);
         let truncated = event::truncate_utf8(&mut text, event::MAX_OUTPUT_TEXT)

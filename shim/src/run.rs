@@ -3,13 +3,15 @@
 
 use crate::cli::{self, Invocation, Parsed};
 use crate::store::{Replace, RunIdentity, StoreHandle, StoreMsg};
-use crate::{interactive, pty, supervise};
+use crate::{event_fd, interactive, pty, supervise};
 use hr_shared::config::{self, Config, Resolved};
+use hr_shared::event::{ENV_EVENT_FD, ENV_EVENT_TOKEN};
 use hr_shared::exit::{RunOutcome, shim};
 use hr_shared::mode::{self, StdinMode};
 use hr_shared::mode::{ENV_APPROVAL_ID, ENV_AUTO_APPROVAL, ENV_RESUMED_FROM};
 use hr_shared::paths::StatePaths;
 use hr_shared::runs::{StatusChange, ToolRun};
+use hr_shared::sanitize::escape_name;
 use hr_shared::status::RunStatus;
 use hr_shared::store::RunWrite;
 use hr_shared::tool_path::{self, FindToolError, ShimIdentity};
@@ -26,6 +28,9 @@ pub struct RunContext {
     pub tool_run_id: String,
     /// The tool's name as shown and stored (`terraform`, `deploy.sh`).
     pub tool_name: String,
+    /// The name for the shim's own stderr lines: control, bidi and invisible characters
+    /// escaped, so a tool named with an escape sequence cannot drive the reader's terminal.
+    pub tool_label: String,
     /// What the caller typed for the tool (becomes the tool's argv[0]).
     pub argv0: OsString,
     pub tool_path: PathBuf,
@@ -56,13 +61,19 @@ impl RunContext {
         env
     }
 
-    /// The command that starts the tool with inherited stdio (interactive mode).
+    /// The command that starts the tool with inherited stdio (interactive mode). Nothing
+    /// reads the tool's events there, so it gets no token and no event descriptor — nor an
+    /// outer run's.
     pub fn command(&self) -> Command {
         let mut cmd = Command::new(&self.tool_path);
         cmd.arg0(&self.argv0)
             .args(&self.args)
             .envs(self.tool_env(false));
-        for var in &self.env_remove {
+        for var in self
+            .env_remove
+            .iter()
+            .chain(&[ENV_EVENT_TOKEN, ENV_EVENT_FD])
+        {
             cmd.env_remove(var);
         }
         cmd
@@ -112,7 +123,8 @@ pub fn main_with(argv: Vec<OsString>) -> u8 {
     match run(inv) {
         Ok(code) => code,
         Err(f) => {
-            eprintln!("headless-run: {}", f.message);
+            // The message may name the tool or its path as given.
+            eprintln!("headless-run: {}", escape_name(&f.message));
             f.code
         }
     }
@@ -123,6 +135,7 @@ fn env(key: &str) -> Option<OsString> {
 }
 
 fn run(inv: Invocation) -> Result<u8, Failure> {
+    event_fd::forget_outer();
     let cwd = std::env::current_dir().map_err(|e| {
         Failure::new(
             shim::SHIM_FAILED,
@@ -180,6 +193,7 @@ fn run(inv: Invocation) -> Result<u8, Failure> {
         .map_err(|e| Failure::new(shim::SHIM_FAILED, format!("bad settings: {e}")))?;
     let mut ctx = RunContext {
         tool_run_id: id::new_run_id(),
+        tool_label: escape_name(&tool_name),
         tool_name,
         argv0: inv.tool.clone(),
         tool_path: PathBuf::new(),
@@ -352,7 +366,7 @@ fn check_auto_approval(ctx: &mut RunContext, store: &StoreHandle, value: &str) {
     if let Err(why) = checked {
         eprintln!(
             "headless-run: warning: AUTO_APPROVAL ignored and not passed to {} ({why}); only `monitor worker` resumes with a decision",
-            ctx.tool_name
+            ctx.tool_label
         );
         ctx.env_remove.push(ENV_AUTO_APPROVAL);
     }
@@ -406,7 +420,7 @@ fn run_row(ctx: &RunContext, interactive: bool) -> ToolRun {
 
 /// One plain line on stderr for the outcomes a caller must understand.
 fn outcome_note(ctx: &RunContext, outcome: &RunOutcome) -> Option<String> {
-    let tool = &ctx.tool_name;
+    let tool = &ctx.tool_label;
     let fmt = |d: Option<Duration>| d.map(time::short_duration).unwrap_or_default();
     match outcome {
         RunOutcome::TimedOut => Some(format!(

@@ -2,10 +2,12 @@
 //! the multi-threaded shim copies its page tables and cost most of its start-up time.
 //! `POSIX_SPAWN_SETSID` makes the tool a session leader; the first file action then opens
 //! the pty slave *without* `O_NOCTTY`, which on Linux makes it the session's controlling
-//! terminal — everything `setsid(); ioctl(TIOCSCTTY)` in a `pre_exec` hook would do.
+//! terminal — everything `setsid(); ioctl(TIOCSCTTY)` in a `pre_exec` hook would do. The
+//! run's event pipe is `dup2`ed to its number before that (see `event_fd`).
 
 use std::ffi::{CString, OsStr, OsString};
 use std::io;
+use std::os::fd::RawFd;
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::path::Path;
 
@@ -22,6 +24,9 @@ pub struct SpawnSpec<'a> {
     pub tty: &'a Path,
     /// The tool keeps the shim's stdin instead of reading the pty.
     pub pass_stdin: bool,
+    /// The event pipe's write end and the number the tool gets it at (the write end is
+    /// close-on-exec and never at that number, so the tool has it there only).
+    pub event_fd: Option<(RawFd, RawFd)>,
 }
 
 fn cstr(b: &[u8]) -> io::Result<CString> {
@@ -103,6 +108,15 @@ fn spawn_raw(
                 | libc::POSIX_SPAWN_SETSIGMASK as libc::c_short
                 | libc::POSIX_SPAWN_SETSIGDEF as libc::c_short;
             check(libc::posix_spawnattr_setflags(&mut attr, flags))?;
+            // First, while the write end cannot have been replaced by the stdio actions
+            // (a shim started with a closed stdout may hold it at 0–2).
+            if let Some((source, target)) = spec.event_fd {
+                check(libc::posix_spawn_file_actions_adddup2(
+                    &mut actions,
+                    source,
+                    target,
+                ))?;
+            }
             // The first open of a terminal by a new session leader makes it the controlling
             // terminal: open the slave on stdout first, then dup it where needed.
             check(libc::posix_spawn_file_actions_addopen(

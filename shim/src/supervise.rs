@@ -1,13 +1,15 @@
 //! Supervised (headless) mode: the tool in a pty, its output copied to stdout byte for
-//! byte, signals forwarded, hard and stall timeouts enforced, and the prompt conversation
-//! fed whenever output goes idle, its actions carried out (pty writes, store messages, the
-//! approval watcher). Everything slow (database, logs, screen model) happens on other
-//! threads; this loop only copies bytes and keeps time.
+//! byte, signals forwarded, hard and stall timeouts enforced, the run's event descriptor
+//! read, and the prompt conversation fed whenever output goes idle, its actions carried out
+//! (pty writes, store messages, the approval watcher). Everything slow (database, logs,
+//! screen model, event lines) happens on other threads; this loop only copies bytes and
+//! keeps time.
 
 use crate::blocked;
 use crate::conversation::{Action, Blocked, Conversation, Modes, Observe, Setup};
+use crate::event_fd::EventPipe;
 use crate::pty::{self, Pty};
-use crate::recorder::{Recorder, RecorderEvent, RecorderSetup};
+use crate::recorder::{MAX_EVENTS_PENDING, Recorder, RecorderEvent, RecorderSetup};
 use crate::run::{self, Failure, RunContext, RunStart};
 use crate::screen::ScreenText;
 use crate::signals::SignalPipe;
@@ -16,7 +18,7 @@ use crate::store::{StoreHandle, StoreMsg};
 use crate::{group, notify};
 use hr_shared::approvals::Approval;
 use hr_shared::config::OnStall;
-use hr_shared::event::truncate_utf8;
+use hr_shared::event::{ENV_EVENT_FD, ENV_EVENT_TOKEN, EventToken, truncate_utf8};
 use hr_shared::exit::{RunOutcome, shim};
 use hr_shared::mode::{CANCEL_SIGNAL, StdinMode};
 use hr_shared::runs::Touch;
@@ -25,8 +27,9 @@ use hr_shared::status::RunStatus;
 use hr_shared::store::watch::{self, Watched, Watcher};
 use hr_shared::store::{Cooperative, PromptResolution, RunWrite};
 use hr_shared::time;
+use std::ffi::OsStr;
 use std::io;
-use std::os::fd::RawFd;
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::os::unix::fs::FileTypeExt;
 use std::sync::mpsc::{Receiver, TryRecvError};
 use std::time::{Duration, Instant};
@@ -71,17 +74,41 @@ pub fn run(
         StdinMode::Pty => false,
         StdinMode::Auto => stdin_carries_data(),
     };
-    let env = ctx.tool_env(true);
+    // Each run its own token and descriptor: they replace an outer run's in the tool's
+    // environment, and where one cannot be had the outer one is removed, not passed on.
+    let token = EventToken::generate();
+    let events = match EventPipe::open() {
+        Ok(p) => Some(p),
+        Err(e) => {
+            eprintln!("headless-run: warning: no event descriptor for the tool: {e}");
+            None
+        }
+    };
+    let fd_number = events.as_ref().map(|p| p.target.to_string());
+    let mut env = ctx.tool_env(true);
+    let mut remove = ctx.env_remove.clone();
+    match &token {
+        Some(t) => env.push((ENV_EVENT_TOKEN, OsStr::new(t.as_str()))),
+        None => remove.push(ENV_EVENT_TOKEN),
+    }
+    match &fd_number {
+        Some(n) => env.push((ENV_EVENT_FD, OsStr::new(n))),
+        None => remove.push(ENV_EVENT_FD),
+    }
     let spec = SpawnSpec {
         program: &ctx.tool_path,
         argv0: &ctx.argv0,
         args: &ctx.args,
         env: &env,
-        remove: &ctx.env_remove,
+        remove: &remove,
         tty: pty.slave_path(),
         pass_stdin,
+        event_fd: events.as_ref().map(|p| (p.write.as_raw_fd(), p.target)),
     };
     let pid = pty.spawn(&spec).map_err(|e| run::spawn_failure(ctx, e))?;
+    // The tool has its copy; the shim keeps only the read end, so the pipe ends when the
+    // tool and whatever it passed the descriptor to have closed it.
+    let events = events.map(|p| p.read);
     start.send(Some(pid));
     let recorder = Recorder::start(RecorderSetup {
         paths: ctx.paths.clone(),
@@ -91,6 +118,7 @@ pub fn run(
         rows,
         cols,
         store: store.sender(),
+        token,
     });
     let now = Instant::now();
     let mut sup = Supervisor {
@@ -100,6 +128,7 @@ pub fn run(
         pid,
         signals,
         recorder,
+        events,
         size_fd: own_size.map(|(_, _, fd)| fd),
         stdout_open: true,
         line_open: false,
@@ -113,6 +142,7 @@ pub fn run(
         stalled: false,
         conv: Conversation::new(Setup {
             tool: &ctx.tool_name,
+            label: &ctx.tool_label,
             settings: &ctx.settings,
             config: &ctx.config,
             argv: ctx.argv(),
@@ -198,6 +228,8 @@ struct Supervisor<'a> {
     pid: i32,
     signals: SignalPipe,
     recorder: Recorder,
+    /// The event descriptor's read end, until every writer has closed it.
+    events: Option<OwnedFd>,
     size_fd: Option<RawFd>,
     stdout_open: bool,
     /// The tool's output so far does not end with a newline (a prompt waits on its line).
@@ -257,8 +289,13 @@ impl Supervisor<'_> {
         if !drained {
             return None;
         }
-        // Lines still being read may hold an `approval_needed` the exit code depends on.
-        let settled = self.recorder.caught_up() && self.coop_asks.is_empty();
+        // Lines still being read may hold an `approval_needed` the exit code depends on:
+        // what the tool wrote to its event descriptor before it exited is read now, and
+        // requests the recorder sent before it caught up are taken before they are counted.
+        self.drain_events();
+        let caught_up = self.recorder.caught_up() && self.recorder.events_caught_up();
+        self.poll_cooperative();
+        let settled = caught_up && self.coop_asks.is_empty();
         if !settled && now < at + DRAIN_MAX {
             return None;
         }
@@ -392,7 +429,10 @@ impl Supervisor<'_> {
         let s = &self.ctx.settings;
         if let Some((_, at)) = self.exited {
             deadlines.push((self.last_output.max(at) + DRAIN_QUIET).min(at + DRAIN_MAX));
-            if self.ending.is_some() || !self.recorder.caught_up() {
+            if self.ending.is_some()
+                || !self.recorder.caught_up()
+                || !self.recorder.events_caught_up()
+            {
                 deadlines.push(now + TICK);
             }
         } else {
@@ -430,6 +470,10 @@ impl Supervisor<'_> {
         if self.touch_pending {
             deadlines.push(self.last_touch.map_or(now, |t| t + TOUCH_EVERY));
         }
+        if self.events.is_some() && !self.reading_events() {
+            // The recorder is behind on events: look again soon.
+            deadlines.push(now + TICK);
+        }
         let next = deadlines
             .into_iter()
             .min()
@@ -439,6 +483,12 @@ impl Supervisor<'_> {
     }
 
     fn wait(&mut self, timeout: Duration, buf: &mut [u8]) {
+        let events_fd = self
+            .events
+            .as_ref()
+            .filter(|_| self.reading_events())
+            .map_or(-1, |fd| fd.as_raw_fd());
+        // A negative descriptor is skipped by poll(2).
         let mut fds = [
             libc::pollfd {
                 fd: self.signals.fd(),
@@ -446,15 +496,19 @@ impl Supervisor<'_> {
                 revents: 0,
             },
             libc::pollfd {
-                fd: self.pty.fd(),
+                fd: if self.master_eof { -1 } else { self.pty.fd() },
+                events: libc::POLLIN,
+                revents: 0,
+            },
+            libc::pollfd {
+                fd: events_fd,
                 events: libc::POLLIN,
                 revents: 0,
             },
         ];
-        let nfds = if self.master_eof { 1 } else { 2 };
         let ms = timeout.as_millis().min(i32::MAX as u128) as i32;
-        // SAFETY: fds holds nfds valid pollfd entries.
-        let n = unsafe { libc::poll(fds.as_mut_ptr(), nfds, ms) };
+        // SAFETY: fds holds fds.len() valid pollfd entries.
+        let n = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, ms) };
         if n <= 0 {
             return;
         }
@@ -463,9 +517,50 @@ impl Supervisor<'_> {
                 self.on_signal(sig);
             }
         }
-        if nfds == 2 && fds[1].revents != 0 {
+        if fds[1].revents != 0 {
             self.read_output(buf);
         }
+        if fds[2].revents != 0 {
+            self.read_events(buf);
+        }
+    }
+
+    /// Whether the event descriptor is read now: not while the recorder is behind on it
+    /// (the tool's writes wait instead, as on any full pipe).
+    fn reading_events(&self) -> bool {
+        self.recorder.events_backlog() < MAX_EVENTS_PENDING
+    }
+
+    /// One read of the event descriptor into the recorder; whether it gave anything.
+    /// End of file (every writer closed it) or an error stops reading it.
+    fn read_events(&mut self, buf: &mut [u8]) -> bool {
+        let Some(fd) = &self.events else {
+            return false;
+        };
+        // SAFETY: buf is writable for its length.
+        let n = unsafe { libc::read(fd.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len()) };
+        if n > 0 {
+            self.recorder.push_events(&buf[..n as usize]);
+            return true;
+        }
+        let err = io::Error::last_os_error();
+        if n < 0
+            && matches!(
+                err.kind(),
+                io::ErrorKind::Interrupted | io::ErrorKind::WouldBlock
+            )
+        {
+            return false;
+        }
+        self.events = None;
+        false
+    }
+
+    /// Reads what is waiting on the event descriptor (the tool has exited: what it wrote
+    /// is there now), within the recorder's backlog.
+    fn drain_events(&mut self) {
+        let mut buf = [0u8; 16 * 1024];
+        while self.events.is_some() && self.reading_events() && self.read_events(&mut buf) {}
     }
 
     fn on_signal(&mut self, sig: i32) {
@@ -647,7 +742,7 @@ impl Supervisor<'_> {
         }
         eprintln!(
             "headless-run: {} asks {asked:?}: approval {} is {}; decide with: monitor decide {} {first}  (or: {}){}",
-            self.ctx.tool_name,
+            self.ctx.tool_label,
             a.approval_id,
             if taken_over {
                 "still pending"
@@ -705,7 +800,7 @@ impl Supervisor<'_> {
                 Ok(Cooperative::AlreadyDecided) => {}
                 Err(why) => eprintln!(
                     "headless-run: warning: {}'s approval request was not recorded: {why}",
-                    self.ctx.tool_name
+                    self.ctx.tool_label
                 ),
             }
         }
@@ -724,7 +819,7 @@ impl Supervisor<'_> {
             }
             eprintln!(
                 "headless-run: {}: approval {} was {} ({}) by {}",
-                self.ctx.tool_name,
+                self.ctx.tool_label,
                 a.approval_id,
                 a.status,
                 a.chosen_value.as_deref().unwrap_or("-"),

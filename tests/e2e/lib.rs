@@ -722,6 +722,13 @@ pub fn open_pty(cols: u16, rows: u16) -> (OwnedFd, OwnedFd) {
         )
     };
     assert_eq!(rc, 0, "openpty failed");
+    // openpty cannot open them close-on-exec: set it at once, or every child another test
+    // spawns meanwhile inherits this terminal (callers hand the slave over as stdio, which
+    // a dup2 makes inheritable again).
+    for fd in [master, slave] {
+        // SAFETY: F_SETFD on a descriptor openpty just returned.
+        unsafe { libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC) };
+    }
     // SAFETY: openpty returned these descriptors and nothing else owns them.
     unsafe { (OwnedFd::from_raw_fd(master), OwnedFd::from_raw_fd(slave)) }
 }

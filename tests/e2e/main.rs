@@ -9,6 +9,7 @@ mod dashboard;
 mod decide;
 mod demo;
 mod doctor;
+mod events;
 mod faults;
 mod gc;
 mod hostile;

@@ -56,7 +56,7 @@ impl Behaviour {
         match self {
             Heartbeat => sh(
                 &format!(
-                    r#"n=0; while [ $n -lt {HEARTBEATS} ]; do echo '{{"event":"heartbeat"}}'; sleep 0.3; n=$((n+1)); done; echo "$0 done""#
+                    r#"n=0; while [ $n -lt {HEARTBEATS} ]; do echo "{{\"event\":\"heartbeat\",\"token\":\"$HEADLESS_RUN_EVENT_TOKEN\"}}"; sleep 0.3; n=$((n+1)); done; echo "$0 done""#
                 ),
                 &[tag],
             ),
@@ -357,7 +357,12 @@ fn concurrent_shims_with_a_dashboard_a_decider_and_a_worker_lose_nothing() {
                 if row["last_heartbeat_at"].is_null() {
                     problems.push(format!("{what}: no heartbeat recorded"));
                 }
-                if out.out().matches(r#"{"event":"heartbeat"}"#).count() != HEARTBEATS {
+                if out
+                    .out()
+                    .matches(r#"{"event":"heartbeat","token":""#)
+                    .count()
+                    != HEARTBEATS
+                {
                     problems.push(format!("{what}: heartbeats not passed through"));
                 }
             }

@@ -289,6 +289,19 @@ fn harmful(c: char) -> bool {
             c,
             '\u{200b}'..='\u{200d}' | '\u{2060}' | '\u{feff}' | '\u{2028}' | '\u{2029}'
         )
+        // Text no terminal shows: tags, invisible operators, fillers, variation selectors.
+        || matches!(
+            c,
+            '\u{e0000}'..='\u{e0fff}'
+                | '\u{2061}'..='\u{2064}'
+                | '\u{180e}'
+                | '\u{3164}'
+                | '\u{115f}'
+                | '\u{1160}'
+                | '\u{ffa0}'
+                | '\u{00ad}'
+                | '\u{fe00}'..='\u{fe0f}'
+        )
 }
 
 /// Every string the view model holds for this state (each run, approval, log line, the
@@ -474,7 +487,7 @@ fn a_question_full_of_escape_sequences_is_drawn_harmlessly() {
     let mut w = World::new();
     let mut run = w.run(
         "TR-000000000000000000HOSTILE1",
-        "evil\x1b[2J\u{200b}tool",
+        "evil\x1b[2J\u{200b}\u{115f}tool",
         RunStatus::WaitingApproval,
         10,
     );
@@ -484,12 +497,12 @@ fn a_question_full_of_escape_sequences_is_drawn_harmlessly() {
     let mut a = w.approval(
         "AP-\x1b[31m00000000000000000HOSTILE",
         &run,
-        "\x1b[2J\x1b[H\x1b]0;owned\x07\x1b]8;;http://evil\x1b\\Delete\x1b]8;;\x1b\\ every\u{200d}thing?\u{2066}\x07\x08\r\u{202e}[y/N]\x1bP1$r\x1b\\ \u{feff}\u{9b}31m",
+        "\x1b[2J\x1b[H\x1b]0;owned\x07\x1b]8;;http://evil\x1b\\Delete\x1b]8;;\x1b\\ every\u{200d}thing?\u{e0061}\u{e0070}\u{2066}\x07\x08\r\u{202e}[y/N]\x1bP1$r\x1b\\ \u{feff}\u{9b}31m",
         5,
     );
     a.context =
-        Some("\x1b[?1049h\x1b[?25lfull \u{2028}screen\x1b[6n\n\x1b]52;c;Y2xpcGJvYXJk\x07".into());
-    a.options_json[0].label = "\x1b[5mYes\u{200f}\x1b[0m".into();
+        Some("\x1b[?1049h\x1b[?25lfull \u{2028}scr\u{2062}een\u{180e}\x1b[6n\n\x1b]52;c;Y2xpcGJvYXJk\x07".into());
+    a.options_json[0].label = "\x1b[5mYes\u{200f}\u{3164}\x1b[0m".into();
     a.options_json[1].value = "n\x1b[D".into();
     w.insert_approvals(&[a.clone()]);
     std::fs::write(

@@ -27,7 +27,10 @@ use crate::{fingerprint, id, time};
 use rusqlite::{Connection, Transaction};
 use std::time::{Duration, SystemTime};
 
-/// The approval row a prompt becomes.
+/// The approval row a prompt becomes. Its text is cleaned here once more, whatever made
+/// the prompt (screen, rule or cooperative line): no escape, control, bidi or invisible
+/// character is stored. Option values are the prompt's own (a decision is matched
+/// against them to find the keys); every source already cleans them.
 pub fn approval_for(who: &Asker, req: &PromptRequest) -> Approval {
     let p = &req.prompt;
     let now = SystemTime::now();
@@ -36,15 +39,16 @@ pub fn approval_for(who: &Asker, req: &PromptRequest) -> Approval {
         tool_run_id: who.tool_run_id.clone(),
         tool_name: who.tool.clone(),
         execution_id: Some(who.execution_id.clone()),
-        question: p.question.clone(),
-        context: Some(p.context.clone()),
+        question: sanitize_text(&p.question),
+        context: Some(sanitize_text(&p.context)),
         // As stored: the keys to type stay with the prompt, never in the approval.
         options_json: p
             .options
             .iter()
             .map(|o| crate::event::ApprovalOption {
+                value: o.value.clone(),
+                label: sanitize_line(&o.label),
                 keys: None,
-                ..o.clone()
             })
             .collect(),
         default_value: p.default.clone(),
@@ -62,7 +66,7 @@ pub fn approval_for(who: &Asker, req: &PromptRequest) -> Approval {
         consumed_at: None,
         consumed_by: None,
         prompt_kind: Some(p.kind),
-        prompt_line: Some(p.prompt_line.clone()),
+        prompt_line: Some(sanitize_line(&p.prompt_line)),
         rule_name: Some(p.rule.clone()),
         expire_action: match req.on_expire {
             OnExpire::Reject => "reject".into(),
