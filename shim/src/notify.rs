@@ -26,7 +26,14 @@ pub const WATCHDOG_NAME: &str = "headless-run-notify";
 /// again as `headless-run-notify`, which runs the hook and kills it after its timeout —
 /// even when the shim has exited meanwhile (exit mode exits at once). Returns a warning to
 /// print when it could not be started.
-pub fn run(cfg: &NotifyConfig, a: &Approval) -> Option<String> {
+/// What the approval is for: the command that asked, where, on which host.
+pub struct AskedBy {
+    pub argv: Vec<String>,
+    pub cwd: String,
+    pub host: String,
+}
+
+pub fn run(cfg: &NotifyConfig, a: &Approval, by: &AskedBy) -> Option<String> {
     let (program, args) = cfg.command.split_first()?;
     let path_var = std::env::var_os("PATH");
     let resolved = match tool_path::find_tool(
@@ -39,7 +46,14 @@ pub fn run(cfg: &NotifyConfig, a: &Approval) -> Option<String> {
         Err(e) => return Some(format!("notify hook {program:?} could not start: {e}")),
     };
     let values: Vec<&str> = a.options_json.iter().map(|o| o.value.as_str()).collect();
-    let json = serde_json::to_vec(&a.needed_event()).unwrap_or_default();
+    let mut event = serde_json::to_value(a.needed_event()).unwrap_or_default();
+    if let Some(obj) = event.as_object_mut() {
+        obj.insert("command".into(), serde_json::json!(by.argv));
+        obj.insert("cwd".into(), serde_json::json!(by.cwd));
+        obj.insert("host".into(), serde_json::json!(by.host));
+    }
+    let json = serde_json::to_vec(&event).unwrap_or_default();
+    let command = serde_json::to_string(&by.argv).unwrap_or_default();
     let timeout = cfg
         .timeout
         .map(|l| l.0.unwrap_or(Duration::MAX))
@@ -67,6 +81,13 @@ pub fn run(cfg: &NotifyConfig, a: &Approval) -> Option<String> {
             a.expires_at.as_deref().unwrap_or(""),
         )
         .env("HEADLESS_RUN_DECIDE_COMMAND", decide_command(a))
+        .env("HEADLESS_RUN_APPROVAL_COMMAND", command)
+        .env("HEADLESS_RUN_APPROVAL_CWD", &by.cwd)
+        .env("HEADLESS_RUN_APPROVAL_HOST", &by.host)
+        .env(
+            "HEADLESS_RUN_APPROVAL_EXECUTION_ID",
+            a.execution_id.as_deref().unwrap_or(""),
+        )
         // The hook is not the tool: it must not pass for a supervised tool's child, nor
         // send events as one (a shim inside a supervised tool inherits its run's token).
         .env_remove("HEADLESS_RUN_TOOL_RUN_ID")

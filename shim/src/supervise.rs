@@ -759,7 +759,15 @@ impl Supervisor<'_> {
         );
         if !taken_over
             && let Some(cfg) = self.ctx.config.notify()
-            && let Some(warning) = notify::run(cfg, a)
+            && let Some(warning) = notify::run(
+                cfg,
+                a,
+                &notify::AskedBy {
+                    argv: self.ctx.argv(),
+                    cwd: self.ctx.cwd.to_string_lossy().into_owned(),
+                    host: hr_shared::proc::hostname(),
+                },
+            )
         {
             eprintln!("headless-run: warning: {warning}");
         }

@@ -689,7 +689,7 @@ fn the_notify_hook_gets_the_approval_and_its_failure_changes_nothing() {
     env.write_config(&format!(
         r#"
 [notify]
-command = ["sh", "-c", "{{ echo \"id=$HEADLESS_RUN_APPROVAL_ID tool=$HEADLESS_RUN_APPROVAL_TOOL opts=$HEADLESS_RUN_APPROVAL_OPTIONS\"; echo \"cmd=$HEADLESS_RUN_DECIDE_COMMAND\"; cat; }} > {}; exit 3"]
+command = ["sh", "-c", "{{ echo \"id=$HEADLESS_RUN_APPROVAL_ID tool=$HEADLESS_RUN_APPROVAL_TOOL opts=$HEADLESS_RUN_APPROVAL_OPTIONS\"; echo \"cmd=$HEADLESS_RUN_DECIDE_COMMAND\"; echo \"asked=$HEADLESS_RUN_APPROVAL_COMMAND in $HEADLESS_RUN_APPROVAL_CWD on $HEADLESS_RUN_APPROVAL_HOST\"; cat; }} > {}; exit 3"]
 "#,
         seen.display()
     ));
@@ -706,6 +706,16 @@ command = ["sh", "-c", "{{ echo \"id=$HEADLESS_RUN_APPROVAL_ID tool=$HEADLESS_RU
     );
     assert!(
         text.contains(&format!("cmd=monitor decide {id} approve")),
+        "{text}"
+    );
+    // What is being approved: the command, where, on which host (issue 15 item 7).
+    let work = env.work().display().to_string();
+    assert!(
+        text.contains(&format!("asked=[\"rm\",\"-i\",\"f.txt\"] in {work} on ")),
+        "{text}"
+    );
+    assert!(
+        text.contains("\"command\":[\"rm\",\"-i\",\"f.txt\"]"),
         "{text}"
     );
     // What the hook prints goes nowhere, and it is not taken for a supervised tool.

@@ -203,3 +203,43 @@ fn ids_can_be_given_by_a_unique_prefix_in_any_case() {
         .expect_code(0);
     assert_eq!(s(&env.approval_by_id(&ap_id), "status"), "approved");
 }
+
+/// Issue 15 item 7: the approval views say what is being approved — the command line, its
+/// directory, host and execution — in the table, `show`, and `--json`.
+#[test]
+fn approval_views_show_the_command_being_approved() {
+    let env = TestEnv::new();
+    env.shim()
+        .arg(tool())
+        .args(["ask", "Ship it? [y/N] ", "my arg"])
+        .run()
+        .expect_code(90);
+    let ap = env.pending_approval();
+    let id = s(&ap, "approval_id").to_owned();
+    let work = env.work().display().to_string();
+    // --json: the columns plus command (argv), cwd and host.
+    assert_eq!(ap["command"][1], "ask", "{ap:#?}");
+    assert_eq!(ap["command"][3], "my arg", "{ap:#?}");
+    assert_eq!(ap["cwd"], work.as_str(), "{ap:#?}");
+    assert!(
+        ap["host"].as_str().is_some_and(|h| !h.is_empty()),
+        "{ap:#?}"
+    );
+    assert!(ap["execution_id"].as_str().is_some(), "{ap:#?}");
+    let shown = env.monitor().args(["show", &id]).run();
+    shown.expect_code(0);
+    assert!(shown.out().contains("'my arg'"), "{}", shown.out());
+    assert!(
+        shown
+            .out()
+            .contains(&format!("cwd                  {work}")),
+        "{}",
+        shown.out()
+    );
+    let table = env.monitor().arg("approvals").env("COLUMNS", "250").run();
+    table.expect_code(0);
+    assert!(table.out().contains("COMMAND"), "{}", table.out());
+    // The command line, clipped to its column.
+    let tool_path = tool().display().to_string();
+    assert!(table.out().contains(&tool_path[..12]), "{}", table.out());
+}

@@ -6,6 +6,7 @@ use crate::output::{self, Table};
 use hr_shared::approvals::{Approval, ApprovalFilter};
 use hr_shared::sanitize::sanitize_line;
 use hr_shared::status::ApprovalStatus;
+use hr_shared::store::OperatorStore;
 use hr_shared::time;
 use std::time::SystemTime;
 
@@ -89,8 +90,18 @@ pub fn run(ctx: &Ctx, args: Args) -> CliResult {
         since: args.since,
         limit: (limit > 0).then_some(limit),
     })?;
+    // What is being approved: the command that asked, where, on which host.
+    let asked: Vec<Asked> = list
+        .iter()
+        .map(|a| Asked::of(store.as_mut(), a))
+        .collect::<CliResult<_>>()?;
     if args.json {
-        return Ok(output::print_json(&list)?);
+        let objects = list
+            .iter()
+            .zip(&asked)
+            .map(|(a, w)| w.into_json(a))
+            .collect::<CliResult<Vec<_>>>()?;
+        return Ok(output::print_json(&objects)?);
     }
     if list.is_empty() {
         crate::outln!("no {}approvals", status_prefix(args.status));
@@ -98,8 +109,45 @@ pub fn run(ctx: &Ctx, args: Args) -> CliResult {
     }
     let decided = args.status != StatusArg::Pending;
     let width = output::terminal_width();
-    crate::out!("{}", table(&list, decided).render(width));
+    crate::out!("{}", table(&list, &asked, decided).render(width));
     Ok(())
+}
+
+/// The command an approval was asked by, from its run: what the operator approves.
+pub struct Asked {
+    pub command: Option<Vec<String>>,
+    pub cwd: Option<String>,
+    pub host: Option<String>,
+}
+
+impl Asked {
+    pub fn of(store: &mut dyn OperatorStore, a: &Approval) -> CliResult<Asked> {
+        let run = store.run(&a.tool_run_id)?;
+        Ok(Asked {
+            command: run.as_ref().map(|r| r.argv_json.clone()),
+            cwd: run.as_ref().and_then(|r| r.cwd.clone()),
+            host: run.and_then(|r| r.host),
+        })
+    }
+
+    /// The approval's columns plus `command` (argv), `cwd` and `host`.
+    pub fn into_json(&self, a: &Approval) -> CliResult<serde_json::Value> {
+        let mut value = serde_json::to_value(a).map_err(|e| CliError::error(e.to_string()))?;
+        if let Some(obj) = value.as_object_mut() {
+            obj.insert("command".into(), serde_json::json!(self.command));
+            obj.insert("cwd".into(), serde_json::json!(self.cwd));
+            obj.insert("host".into(), serde_json::json!(self.host));
+        }
+        Ok(value)
+    }
+
+    /// The command line, shell-quoted, for people.
+    pub fn command_line(&self) -> String {
+        self.command
+            .as_deref()
+            .map(output::shell_words)
+            .unwrap_or_default()
+    }
 }
 
 /// `pending ` (for "no pending approvals"), nothing for all.
@@ -121,14 +169,14 @@ fn status_word(s: StatusArg) -> &'static str {
 }
 
 /// The human table; with `decided`, the status and who decided are shown too.
-pub fn table(list: &[Approval], decided: bool) -> Table {
+pub fn table(list: &[Approval], asked: &[Asked], decided: bool) -> Table {
     let mut headers = vec!["APPROVAL", "TOOL", "AGE", "LEFT"];
     if decided {
         headers.extend(["STATUS", "VALUE", "BY"]);
     }
-    headers.extend(["OPTIONS", "QUESTION"]);
+    headers.extend(["OPTIONS", "COMMAND", "QUESTION"]);
     let mut t = Table::new(headers);
-    for a in list {
+    for (a, w) in list.iter().zip(asked) {
         let mut row = vec![
             a.approval_id.clone(),
             clip(&sanitize_line(&a.tool_name), 16),
@@ -152,6 +200,7 @@ pub fn table(list: &[Approval], decided: bool) -> Table {
             ));
         }
         row.push(clip(&options_summary(a), 32));
+        row.push(clip(&sanitize_line(&w.command_line()), 32));
         row.push(sanitize_line(&a.question).trim().to_owned());
         t.row(row);
     }
@@ -210,9 +259,10 @@ pub fn show(ctx: &Ctx, id: &str, json: bool) -> CliResult {
     let Some(a) = store.approval(id)? else {
         return Err(CliError::not_found(format!("no approval {id}")));
     };
+    let asked = Asked::of(store.as_mut(), &a)?;
     if json {
-        // The columns, plus the approval's audit rows.
-        let mut value = serde_json::to_value(&a).map_err(|e| CliError::error(e.to_string()))?;
+        // The columns, the command that asked, plus the approval's audit rows.
+        let mut value = asked.into_json(&a)?;
         if let Some(obj) = value.as_object_mut() {
             let events = store.audit_of_approval(id)?;
             obj.insert(
@@ -233,6 +283,9 @@ pub fn show(ctx: &Ctx, id: &str, json: bool) -> CliResult {
     field("tool_name", Some(&a.tool_name));
     field("tool_run_id", Some(&a.tool_run_id));
     field("execution_id", a.execution_id.as_deref());
+    field("command", Some(&asked.command_line()));
+    field("cwd", asked.cwd.as_deref());
+    field("host", asked.host.as_deref());
     field("question", Some(&a.question));
     field("prompt_line", a.prompt_line.as_deref());
     field("prompt_kind", a.prompt_kind.map(|k| k.as_str()));
