@@ -99,7 +99,7 @@ pub fn run(ctx: &Ctx, args: Args) -> CliResult {
         let objects = list
             .iter()
             .zip(&asked)
-            .map(|(a, w)| w.into_json(a))
+            .map(|(a, w)| w.to_json(a))
             .collect::<CliResult<Vec<_>>>()?;
         return Ok(output::print_json(&objects)?);
     }
@@ -131,7 +131,7 @@ impl Asked {
     }
 
     /// The approval's columns plus `command` (argv), `cwd` and `host`.
-    pub fn into_json(&self, a: &Approval) -> CliResult<serde_json::Value> {
+    pub fn to_json(&self, a: &Approval) -> CliResult<serde_json::Value> {
         let mut value = serde_json::to_value(a).map_err(|e| CliError::error(e.to_string()))?;
         if let Some(obj) = value.as_object_mut() {
             obj.insert("command".into(), serde_json::json!(self.command));
@@ -262,7 +262,7 @@ pub fn show(ctx: &Ctx, id: &str, json: bool) -> CliResult {
     let asked = Asked::of(store.as_mut(), &a)?;
     if json {
         // The columns, the command that asked, plus the approval's audit rows.
-        let mut value = asked.into_json(&a)?;
+        let mut value = asked.to_json(&a)?;
         if let Some(obj) = value.as_object_mut() {
             let events = store.audit_of_approval(id)?;
             obj.insert(
