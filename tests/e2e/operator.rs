@@ -243,3 +243,21 @@ fn approval_views_show_the_command_being_approved() {
     let tool_path = tool().display().to_string();
     assert!(table.out().contains(&tool_path[..12]), "{}", table.out());
 }
+
+/// Issue 15 item 12 (part): a mistyped status is a usage error listing the valid ones, for
+/// runs as for approvals; a zero worker interval is refused.
+#[test]
+fn value_errors_list_the_valid_values() {
+    let env = TestEnv::new();
+    let out = env.monitor().args(["runs", "--status", "faild"]).run();
+    out.expect_code(2);
+    assert!(out.stderr.contains("possible values"), "{}", out.stderr);
+    assert!(out.stderr.contains("'failed'"), "{}", out.stderr);
+    let out = env.monitor().args(["approvals", "--status", "pend"]).run();
+    out.expect_code(2);
+    assert!(out.stderr.contains("'pending'"), "{}", out.stderr);
+    env.monitor()
+        .args(["worker", "--interval", "0"])
+        .run()
+        .expect_code(2);
+}

@@ -17,7 +17,7 @@ array it holds, metadata as the object it holds), newest first.")]
 pub struct Args {
     /// Only runs in this status (repeatable): running, completed, failed, failed_timeout,
     /// stalled, waiting_approval, cancelled, queued
-    #[arg(long, value_name = "S", value_parser = str::parse::<RunStatus>)]
+    #[arg(long, value_name = "S", value_parser = status_parser())]
     status: Vec<RunStatus>,
     /// Only runs of this tool
     #[arg(long, value_name = "T")]
@@ -34,6 +34,14 @@ pub struct Args {
     /// Print JSON (an array of objects whose fields are the tool_runs columns)
     #[arg(long)]
     json: bool,
+}
+
+/// `--status`: one of the stored spellings, listed (with a suggestion) when mistyped, as
+/// `approvals --status` does.
+fn status_parser() -> impl clap::builder::TypedValueParser<Value = RunStatus> {
+    use clap::builder::{PossibleValuesParser, TypedValueParser};
+    PossibleValuesParser::new(RunStatus::ALL.map(RunStatus::as_str))
+        .try_map(|s| s.parse::<RunStatus>())
 }
 
 pub fn run(ctx: &Ctx, args: Args) -> CliResult {
