@@ -2,7 +2,7 @@
 //! between supervised (pty) and interactive mode. The one place outcomes become exit codes.
 
 use crate::cli::{self, Invocation, Parsed};
-use crate::store::{Replace, RunIdentity, StoreHandle, StoreMsg};
+use crate::store::{Replace, StoreHandle, StoreMsg};
 use crate::{event_fd, interactive, pty, supervise};
 use hr_shared::config::{self, Config, Resolved};
 use hr_shared::event::{ENV_EVENT_FD, ENV_EVENT_TOKEN};
@@ -13,7 +13,7 @@ use hr_shared::paths::StatePaths;
 use hr_shared::runs::{StatusChange, ToolRun};
 use hr_shared::sanitize::escape_name;
 use hr_shared::status::RunStatus;
-use hr_shared::store::RunWrite;
+use hr_shared::store::{Asker, RunWrite};
 use hr_shared::tool_path::{self, FindToolError, ShimIdentity};
 use hr_shared::{db, fingerprint, id, proc, spool, time};
 use std::ffi::{OsStr, OsString};
@@ -216,13 +216,15 @@ fn run(inv: Invocation) -> Result<u8, Failure> {
     };
     let store = StoreHandle::start(
         ctx.paths.clone(),
-        RunIdentity {
+        Asker {
             tool_run_id: ctx.tool_run_id.clone(),
             tool: ctx.tool_name.clone(),
             execution_id: ctx.execution_id.clone(),
             request_fingerprint: ctx.request_fingerprint.clone(),
             argv: ctx.argv(),
             cwd: ctx.cwd.to_string_lossy().into_owned(),
+            tool_digest: None,
+            actor: String::new(),
         },
     );
     let skip_dir = env("HEADLESS_RUN_SHIM_DIR")

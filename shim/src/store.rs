@@ -22,19 +22,6 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
 use std::time::{Duration, Instant};
 
-/// Names a run in events.
-#[derive(Debug, Clone)]
-pub struct RunIdentity {
-    pub tool_run_id: String,
-    pub tool: String,
-    pub execution_id: String,
-    /// The command's fingerprint (tool, argv, cwd), to find decisions for it.
-    pub request_fingerprint: String,
-    /// The command line and working directory (a remembered decision's scope).
-    pub argv: Vec<String>,
-    pub cwd: String,
-}
-
 pub use hr_shared::store::Replace;
 
 /// A reply to a request that needs the database.
@@ -99,7 +86,9 @@ pub fn warn_once(flag: &AtomicBool, msg: impl FnOnce() -> String) {
 
 impl StoreHandle {
     /// Starts the thread; `paths` is `None` when no state dir could be resolved.
-    pub fn start(paths: Option<StatePaths>, ident: RunIdentity) -> StoreHandle {
+    /// `ident` names the run; its `actor` and `tool_digest` are filled in on the thread
+    /// (looking them up is kept off the shim's start).
+    pub fn start(paths: Option<StatePaths>, ident: Asker) -> StoreHandle {
         let (tx, rx) = mpsc::channel();
         let (done_tx, done) = mpsc::channel();
         // Never joined (see `finish`): a thread that could not start leaves `done` without a
@@ -167,7 +156,7 @@ impl StoreHandle {
 
 struct StoreThread {
     paths: Option<StatePaths>,
-    ident: RunIdentity,
+    ident: Asker,
     /// The store; `None` when no state dir could be resolved.
     store: Option<Box<dyn RunnerStore>>,
     opened: bool,
@@ -193,7 +182,12 @@ struct StoreThread {
 }
 
 impl StoreThread {
-    fn new(paths: Option<StatePaths>, ident: RunIdentity) -> Self {
+    fn new(paths: Option<StatePaths>, ident: Asker) -> Self {
+        let actor = proc::current_user();
+        let ident = Asker {
+            actor: actor.clone(),
+            ..ident
+        };
         StoreThread {
             store: paths.as_ref().map(store::runner),
             paths,
@@ -201,7 +195,7 @@ impl StoreThread {
             opened: false,
             host: LocalHost::new(),
             log: None,
-            actor: proc::current_user(),
+            actor,
             inserted: false,
             backlog: Vec::new(),
             locked: false,
@@ -387,14 +381,8 @@ impl StoreThread {
 
     fn asker(&self) -> Asker {
         Asker {
-            tool_run_id: self.ident.tool_run_id.clone(),
-            tool: self.ident.tool.clone(),
-            execution_id: self.ident.execution_id.clone(),
-            request_fingerprint: self.ident.request_fingerprint.clone(),
-            argv: self.ident.argv.clone(),
-            cwd: self.ident.cwd.clone(),
             tool_digest: self.tool_digest().clone(),
-            actor: self.actor.clone(),
+            ..self.ident.clone()
         }
     }
 
