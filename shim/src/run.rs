@@ -147,8 +147,15 @@ fn run(inv: Invocation) -> Result<u8, Failure> {
         .unwrap_or(inv.tool.as_os_str())
         .to_string_lossy()
         .into_owned();
-    let config =
-        Config::load(&cwd, &env).map_err(|e| Failure::new(shim::SHIM_FAILED, e.to_string()))?;
+    // A broken config file must not stop every tool on the machine: it is named (file,
+    // line, key) and the tool runs on the built-in defaults — which decide nothing by
+    // themselves (no policies), so every prompt is asked. `monitor` fails loudly on it.
+    let config = Config::load(&cwd, &env).unwrap_or_else(|e| {
+        eprintln!(
+            "headless-run: warning: {e}; the tool runs with the built-in settings until it is fixed (`monitor doctor` names it)"
+        );
+        Config::default()
+    });
     for w in &config.warnings {
         eprintln!("headless-run: warning: {w}");
     }

@@ -1,25 +1,38 @@
-//! Configuration through the real shim: a broken file or variable is exit 125 naming the
-//! file, line and key (the tool never runs on a silent default); the layers user file <
-//! project file < environment < flags; prompt rules of the user's own.
+//! Configuration through the real shim: a broken file is named (file, line, key) and the tool
+//! still runs, on the built-in settings (a broken config must not stop every tool); a broken
+//! variable is exit 125; the layers user file < project file < environment < flags; prompt
+//! rules of the user's own.
 
 use headless_run_e2e::*;
 use std::time::Duration;
 
 #[test]
-fn a_broken_config_is_exit_125_naming_file_line_and_key() {
+fn a_broken_config_is_named_and_the_tool_still_runs() {
     let env = TestEnv::new();
     env.write_config("[defaults]\nstall_timeout = \"5m\"\ntimeout = \"soon\"\n");
     let out = env.shim().args(["echo", "ran"]).run();
-    out.expect_code(125);
-    assert_eq!(out.out(), "", "the tool does not run on a broken config");
+    out.expect_code(0);
+    assert_eq!(out.out(), "ran\n", "the tool runs on the built-in settings");
     let file = env.path().join("config/headless-run/config.toml");
-    for part in [file.to_str().unwrap(), "line 3", "key `defaults.timeout`"] {
+    for part in [
+        file.to_str().unwrap(),
+        "line 3",
+        "key `defaults.timeout`",
+        "built-in",
+    ] {
         assert!(out.stderr.contains(part), "{part}: {}", out.stderr);
     }
-    // doctor names it too.
+    // A prompt is still asked (the defaults decide nothing by themselves).
+    env.shim()
+        .arg(tool())
+        .args(["ask", "Proceed? [y/N] "])
+        .run()
+        .expect_code(90);
+    // doctor names it, and monitor commands that read the config fail loudly.
     let doc = env.monitor().arg("doctor").run();
     doc.expect_code(1);
     assert!(doc.out().contains("line 3"), "{}", doc.out());
+    env.monitor().arg("policies").run().expect_code(2);
 
     // The project file, with an unknown key.
     let env = TestEnv::new();
@@ -29,7 +42,7 @@ fn a_broken_config_is_exit_125_naming_file_line_and_key() {
     )
     .unwrap();
     let out = env.shim().args(["echo", "ran"]).run();
-    out.expect_code(125);
+    out.expect_code(0);
     assert!(
         out.stderr.contains(".headless-run.toml, line 2"),
         "{}",
@@ -50,7 +63,10 @@ fn a_broken_config_is_exit_125_naming_file_line_and_key() {
         "{}",
         out.stderr
     );
-    assert!(env.runs().is_empty(), "nothing ran, nothing recorded");
+    assert!(
+        env.runs().is_empty(),
+        "a bad variable: nothing ran, nothing recorded"
+    );
 }
 
 #[test]
@@ -247,7 +263,9 @@ regex = 'Deploy'
 options = [{ value = "ship", keys = "y\u001b[A\r" }]
 "#,
     );
+    // The rule is refused as broken config: named, and not used.
     let out = env.shim().arg("true").run();
-    out.expect_code(125);
+    out.expect_code(0);
     assert!(out.stderr.contains("control characters"), "{}", out.stderr);
+    env.monitor().arg("policies").run().expect_code(2);
 }
