@@ -57,6 +57,8 @@ enum Command {
     Gc(cmd::gc::Args),
     /// The policies that decide without a person (config and remembered); remove one
     Policies(cmd::policies::Args),
+    /// The settings in force and where each comes from; --example prints a config file
+    Config(cmd::config::Args),
 }
 
 /// Where the state lives, and the database opened on demand.
@@ -148,6 +150,7 @@ pub fn run() -> CliResult {
         Some(Command::Doctor(args)) => cmd::doctor::run(&ctx, args),
         Some(Command::Gc(args)) => cmd::gc::run(&ctx, args),
         Some(Command::Policies(args)) => cmd::policies::run(&ctx, args),
+        Some(Command::Config(args)) => cmd::config::run(&ctx, args),
         None => crate::tui::run(&ctx.paths),
     }
 }

@@ -733,6 +733,94 @@ fn describe_prompts_only(cfg: &mut ConfigFile, file: &Path, text: &str) -> Vec<S
         .collect()
 }
 
+/// One effective setting and where it came from (`default`, `user:PATH`, `project:PATH`,
+/// `environment`), for `monitor config`.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Explained {
+    pub key: &'static str,
+    pub value: String,
+    pub from: String,
+}
+
+impl Config {
+    /// The effective settings for `tool` (files, then `env`'s variables), each with its
+    /// source.
+    pub fn explain(&self, tool: &str, env: &Settings) -> Vec<Explained> {
+        let mut layers: Vec<(String, &Settings)> = Vec::new();
+        for (path, file) in &self.layers {
+            let kind = if path.file_name().is_some_and(|n| n == PROJECT_FILE) {
+                "project"
+            } else {
+                "user"
+            };
+            layers.push((format!("{kind}:{}", path.display()), &file.defaults));
+            if let Some(t) = file.tools.get(tool) {
+                layers.push((format!("{kind}:{} [tools.{tool}]", path.display()), t));
+            }
+        }
+        layers.push(("environment".into(), env));
+        let mut merged = Settings::default();
+        for (_, s) in &layers {
+            merged.overlay(s);
+        }
+        let r = merged.resolve();
+        let from = |set: &dyn Fn(&Settings) -> bool| {
+            layers
+                .iter()
+                .rev()
+                .find(|(_, s)| set(s))
+                .map(|(name, _)| name.clone())
+                .unwrap_or_else(|| "default".into())
+        };
+        let limit = |d: Option<Duration>| {
+            d.map(crate::time::short_duration)
+                .unwrap_or_else(|| "none".into())
+        };
+        vec![
+            Explained {
+                key: "timeout",
+                value: limit(r.timeout),
+                from: from(&|s| s.timeout.is_some()),
+            },
+            Explained {
+                key: "stall_timeout",
+                value: limit(r.stall_timeout),
+                from: from(&|s| s.stall_timeout.is_some()),
+            },
+            Explained {
+                key: "on_stall",
+                value: format!("{:?}", r.on_stall).to_lowercase(),
+                from: from(&|s| s.on_stall.is_some()),
+            },
+            Explained {
+                key: "on_prompt",
+                value: format!("{:?}", r.on_prompt).to_lowercase(),
+                from: from(&|s| s.on_prompt.is_some()),
+            },
+            Explained {
+                key: "prompt_idle",
+                value: limit(Some(r.prompt_idle)),
+                from: from(&|s| s.prompt_idle.is_some()),
+            },
+            Explained {
+                key: "kill_grace",
+                value: limit(Some(r.kill_grace)),
+                from: from(&|s| s.kill_grace.is_some()),
+            },
+            Explained {
+                key: "approval_ttl",
+                value: limit(r.approval_ttl),
+                from: from(&|s| s.approval_ttl.is_some()),
+            },
+            Explained {
+                key: "on_expire",
+                value: format!("{:?}", r.on_expire).to_lowercase(),
+                from: from(&|s| s.on_expire.is_some()),
+            },
+        ]
+    }
+}
+
 fn read_file(file: &Path) -> Result<ConfigFile, ConfigError> {
     let text = std::fs::read_to_string(file).map_err(|source| ConfigError::Read {
         file: file.to_path_buf(),

@@ -269,3 +269,65 @@ options = [{ value = "ship", keys = "y\u001b[A\r" }]
     assert!(out.stderr.contains("control characters"), "{}", out.stderr);
     env.monitor().arg("policies").run().expect_code(2);
 }
+
+/// Issue 15 item 10: `monitor config` shows each setting in force with where it came from;
+/// `--example` prints a config file that is valid as it is.
+#[test]
+fn monitor_config_says_where_each_setting_comes_from() {
+    let env = TestEnv::new();
+    env.write_config("[defaults]\nstall_timeout = 90\n\n[tools.terraform]\nkill_grace = \"5s\"\n");
+    std::fs::write(
+        env.work().join(".headless-run.toml"),
+        "[defaults]\ntimeout = \"30m\"\napproval_ttl = \"1s\"\n",
+    )
+    .unwrap();
+    let out = env
+        .monitor()
+        .env("HEADLESS_RUN_ON_STALL", "mark")
+        .args(["config", "--tool", "terraform", "--json"])
+        .run();
+    out.expect_code(0);
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    let setting = |key: &str| {
+        v["settings"]
+            .as_array()
+            .and_then(|a| a.iter().find(|s| s["key"] == key))
+            .cloned()
+            .unwrap_or_else(|| panic!("{key}: {v:#}"))
+    };
+    let user = env.path().join("config/headless-run/config.toml");
+    assert_eq!(setting("stall_timeout")["value"], "1m30s");
+    assert_eq!(
+        setting("stall_timeout")["from"],
+        format!("user:{}", user.display())
+    );
+    assert_eq!(setting("kill_grace")["value"], "5s");
+    assert!(
+        setting("kill_grace")["from"]
+            .as_str()
+            .unwrap_or("")
+            .ends_with("[tools.terraform]"),
+        "{v:#}"
+    );
+    assert_eq!(setting("timeout")["value"], "30m00s");
+    assert!(
+        setting("timeout")["from"]
+            .as_str()
+            .unwrap_or("")
+            .starts_with("project:"),
+        "{v:#}"
+    );
+    assert_eq!(setting("on_stall")["value"], "mark");
+    assert_eq!(setting("on_stall")["from"], "environment");
+    // A project file's approval_ttl is not taken: the default holds, and a warning says so.
+    assert_eq!(setting("approval_ttl")["from"], "default");
+    assert!(v["warnings"].to_string().contains("approval_ttl"), "{v:#}");
+    // The example file is valid as it is.
+    let example = env.monitor().args(["config", "--example"]).run();
+    example.expect_code(0);
+    env.write_config(&example.out());
+    let out = env.monitor().arg("config").run();
+    out.expect_code(0);
+    assert!(out.out().contains("user:deploy"), "{}", out.out());
+    assert!(out.out().contains("tmp-files"), "{}", out.out());
+}

@@ -260,7 +260,9 @@ fn approvals_are_listed_and_shown_sanitized() {
     .map(|r| s(r, "name").to_owned())
     .collect();
     let mut keys: Vec<String> = list[0].as_object().unwrap().keys().cloned().collect();
+    // The columns, plus what is being approved: the command that asked, where, on which host.
     let mut cols = columns.clone();
+    cols.extend(["command", "cwd", "host"].map(String::from));
     keys.sort();
     cols.sort();
     assert_eq!(keys, cols);
