@@ -39,6 +39,7 @@ use serde::de::Error as _;
 use serde::{Deserialize, Deserializer};
 use std::collections::BTreeMap;
 use std::fmt;
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -822,11 +823,41 @@ impl Config {
 }
 
 fn read_file(file: &Path) -> Result<ConfigFile, ConfigError> {
-    let text = std::fs::read_to_string(file).map_err(|source| ConfigError::Read {
+    let text = read_bounded(file).map_err(|source| ConfigError::Read {
         file: file.to_path_buf(),
         source,
     })?;
     ConfigFile::parse(file, &text)
+}
+
+/// The most a config file may hold: more is not a config file.
+const MAX_CONFIG_BYTES: u64 = 1 << 20;
+
+/// A config file's text: a regular file only (a FIFO or a device such as `/dev/zero` would
+/// block or never end — before any timeout is armed), at most [`MAX_CONFIG_BYTES`].
+fn read_bounded(file: &Path) -> std::io::Result<String> {
+    use std::io::Read;
+    let meta = std::fs::metadata(file)?;
+    if !meta.is_file() {
+        return Err(std::io::Error::other("not a regular file"));
+    }
+    if meta.len() > MAX_CONFIG_BYTES {
+        return Err(std::io::Error::other(format!(
+            "larger than {} KiB",
+            MAX_CONFIG_BYTES / 1024
+        )));
+    }
+    // O_NONBLOCK: should it have become a FIFO since, opening does not wait for a writer.
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(file)?;
+    let mut text = String::new();
+    f.take(MAX_CONFIG_BYTES + 1).read_to_string(&mut text)?;
+    if text.len() as u64 > MAX_CONFIG_BYTES {
+        return Err(std::io::Error::other("grew past the size limit while read"));
+    }
+    Ok(text)
 }
 
 /// The first line that opens table `key` or assigns it at the top level.
@@ -848,7 +879,11 @@ fn key_line(text: &str, key: &str) -> Option<usize> {
 }
 
 fn read_if_exists(file: &Path) -> Result<Option<(ConfigFile, String)>, ConfigError> {
-    match std::fs::read_to_string(file) {
+    match std::fs::symlink_metadata(file) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        _ => {}
+    }
+    match read_bounded(file) {
         Ok(text) => ConfigFile::parse(file, &text).map(|c| Some((c, text))),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
         Err(source) => Err(ConfigError::Read {

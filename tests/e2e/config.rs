@@ -331,3 +331,38 @@ fn monitor_config_says_where_each_setting_comes_from() {
     assert!(out.out().contains("user:deploy"), "{}", out.out());
     assert!(out.out().contains("tmp-files"), "{}", out.out());
 }
+
+/// Issue 15 item 13: a `.headless-run.toml` that is a FIFO, a device or huge is refused at
+/// once — reading config is bounded in size and time — and the tool runs.
+#[test]
+fn a_fifo_device_or_huge_project_file_is_refused_not_waited_on() {
+    let env = TestEnv::new();
+    let file = env.work().join(".headless-run.toml");
+    let fifo = std::process::Command::new("mkfifo")
+        .arg(&file)
+        .status()
+        .expect("mkfifo");
+    assert!(fifo.success());
+    let out = env
+        .shim()
+        .args(["echo", "ran"])
+        .timeout(Duration::from_secs(20))
+        .run();
+    out.expect_code(0);
+    assert_eq!(out.out(), "ran\n");
+    assert!(out.stderr.contains("not a regular file"), "{}", out.stderr);
+    std::fs::remove_file(&file).unwrap();
+    std::os::unix::fs::symlink("/dev/zero", &file).unwrap();
+    let out = env
+        .shim()
+        .args(["echo", "ran"])
+        .timeout(Duration::from_secs(20))
+        .run();
+    out.expect_code(0);
+    assert_eq!(out.out(), "ran\n");
+    std::fs::remove_file(&file).unwrap();
+    std::fs::write(&file, format!("# {}\n", "x".repeat(2 << 20))).unwrap();
+    let out = env.shim().args(["echo", "ran"]).run();
+    out.expect_code(0);
+    assert!(out.stderr.contains("larger than"), "{}", out.stderr);
+}
