@@ -57,22 +57,9 @@ pub fn stdout_is_terminal() -> bool {
     unsafe { libc::isatty(libc::STDOUT_FILENO) == 1 }
 }
 
-/// A command line as a POSIX shell would read it back: words with nothing special left
-/// bare, the rest single-quoted (`'it'\''s'`), an empty word as `''`.
+/// A command line as a POSIX shell would read it back (see `hr_shared::shell`).
 pub fn shell_words(argv: &[String]) -> String {
-    argv.iter()
-        .map(|w| {
-            let plain = !w.is_empty()
-                && w.chars()
-                    .all(|c| c.is_ascii_alphanumeric() || "-_./:=@%+,".contains(c));
-            if plain {
-                w.clone()
-            } else {
-                format!("'{}'", w.replace('\'', "'\\''"))
-            }
-        })
-        .collect::<Vec<_>>()
-        .join(" ")
+    hr_shared::shell::words(argv)
 }
 
 /// Prints `value` as one JSON document (characters that could drive a terminal escaped, see
@@ -184,14 +171,6 @@ fn cut_to_width(s: &str, w: usize) -> &str {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn shell_words_quote_what_a_shell_would_split() {
-        let argv: Vec<String> = ["rm", "-i", "my file", "it's", "", "a=b"]
-            .map(String::from)
-            .to_vec();
-        assert_eq!(shell_words(&argv), "rm -i 'my file' 'it'\\''s' '' a=b");
-    }
 
     #[test]
     fn terminal_controls_in_json_are_escaped() {

@@ -27,6 +27,7 @@ pub mod rules;
 pub mod runs;
 pub mod sanitize;
 pub mod self_approval;
+pub mod shell;
 pub mod spool;
 pub mod status;
 pub mod store;

@@ -68,6 +68,30 @@ impl StatePaths {
         Ok(StatePaths { root, db })
     }
 
+    /// How an operator reaches this state from another shell: `monitor`, with
+    /// `--state-dir` when it is not where `monitor` looks by default (and `HEADLESS_RUN_DB`
+    /// when the database lives elsewhere), shell-quoted to copy and paste.
+    pub fn monitor_command(&self, env: EnvLookup<'_>) -> String {
+        let default_root = xdg_dir(env, "XDG_STATE_HOME", ".local/state")
+            .map(|d| d.join("headless-run"))
+            .ok();
+        let mut cmd = String::new();
+        if self.db != self.root.join("state.db") {
+            cmd.push_str(&format!(
+                "HEADLESS_RUN_DB={} ",
+                crate::shell::quote(&self.db.to_string_lossy())
+            ));
+        }
+        cmd.push_str("monitor");
+        if default_root.as_deref() != Some(self.root.as_path()) {
+            cmd.push_str(&format!(
+                " --state-dir {}",
+                crate::shell::quote(&self.root.to_string_lossy())
+            ));
+        }
+        cmd
+    }
+
     /// `root/logs`.
     pub fn logs_dir(&self) -> PathBuf {
         self.root.join("logs")
@@ -214,6 +238,26 @@ mod tests {
             .map(|(k, v)| (k.to_string(), OsString::from(v)))
             .collect();
         move |k| map.get(k).cloned()
+    }
+
+    #[test]
+    fn the_monitor_command_names_a_state_dir_that_is_not_the_default() {
+        let env = env_of(&[("HOME", "/home/op")]);
+        let default = StatePaths::resolve_with(None, &env).unwrap();
+        assert_eq!(default.monitor_command(&env), "monitor");
+        let other = StatePaths::at("/srv/ci state");
+        assert_eq!(
+            other.monitor_command(&env),
+            "monitor --state-dir '/srv/ci state'"
+        );
+        let db_elsewhere = StatePaths {
+            db: "/data/hr.db".into(),
+            ..other
+        };
+        assert_eq!(
+            db_elsewhere.monitor_command(&env),
+            "HEADLESS_RUN_DB=/data/hr.db monitor --state-dir '/srv/ci state'"
+        );
     }
 
     #[test]

@@ -14,25 +14,28 @@ use std::time::{Duration, Instant};
 /// How long a hook may run by default.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// The `monitor decide` command line that approves `a`.
-pub fn decide_command(a: &Approval) -> String {
-    format!("monitor decide {} approve", a.approval_id)
+/// The `monitor decide` command line that approves `a`, for the state reached by
+/// `monitor` (see `StatePaths::monitor_command`).
+pub fn decide_command(monitor: &str, a: &Approval) -> String {
+    format!("{monitor} decide {} approve", a.approval_id)
 }
 
 /// The name the shim is started under to act as a hook's watchdog (argv[0]).
 pub const WATCHDOG_NAME: &str = "headless-run-notify";
 
-/// Starts the hook for `a` in the background, under a watchdog: the shim itself started
-/// again as `headless-run-notify`, which runs the hook and kills it after its timeout —
-/// even when the shim has exited meanwhile (exit mode exits at once). Returns a warning to
-/// print when it could not be started.
-/// What the approval is for: the command that asked, where, on which host.
+/// What the approval is for: the command that asked, where, on which host; and the
+/// `monitor` command line that reaches its state.
 pub struct AskedBy {
     pub argv: Vec<String>,
     pub cwd: String,
     pub host: String,
+    pub monitor: String,
 }
 
+/// Starts the hook for `a` in the background, under a watchdog: the shim itself started
+/// again as `headless-run-notify`, which runs the hook and kills it after its timeout —
+/// even when the shim has exited meanwhile (exit mode exits at once). Returns a warning to
+/// print when it could not be started.
 pub fn run(cfg: &NotifyConfig, a: &Approval, by: &AskedBy) -> Option<String> {
     let (program, args) = cfg.command.split_first()?;
     let path_var = std::env::var_os("PATH");
@@ -80,7 +83,10 @@ pub fn run(cfg: &NotifyConfig, a: &Approval, by: &AskedBy) -> Option<String> {
             "HEADLESS_RUN_APPROVAL_EXPIRES_AT",
             a.expires_at.as_deref().unwrap_or(""),
         )
-        .env("HEADLESS_RUN_DECIDE_COMMAND", decide_command(a))
+        .env(
+            "HEADLESS_RUN_DECIDE_COMMAND",
+            decide_command(&by.monitor, a),
+        )
         .env("HEADLESS_RUN_APPROVAL_COMMAND", command)
         .env("HEADLESS_RUN_APPROVAL_CWD", &by.cwd)
         .env("HEADLESS_RUN_APPROVAL_HOST", &by.host)

@@ -722,6 +722,15 @@ impl Supervisor<'_> {
 
     /// One plain line on stderr: what is asked and the exact command that decides it; and
     /// the notify hook.
+    /// `monitor`, with what it needs to reach this run's state from another shell.
+    fn monitor_command(&self) -> String {
+        self.ctx
+            .paths
+            .as_ref()
+            .map(|p| p.monitor_command(&hr_shared::paths::real_env))
+            .unwrap_or_else(|| "monitor".into())
+    }
+
     fn announce(&self, a: &Approval, waiting: bool, taken_over: bool) {
         let asked = a.prompt_line.as_deref().unwrap_or(&a.question);
         let mut asked = sanitize_line(asked);
@@ -740,8 +749,9 @@ impl Supervisor<'_> {
         if self.line_open && stdout_is_stderr() {
             eprintln!();
         }
+        let monitor = self.monitor_command();
         eprintln!(
-            "headless-run: {} asks {asked:?}: approval {} is {}; decide with: monitor decide {} {first}  (or: {}){}",
+            "headless-run: {} asks {asked:?}: approval {} is {}; decide with: {monitor} decide {} {first}  (or: {}){}",
             self.ctx.tool_label,
             a.approval_id,
             if taken_over {
@@ -766,6 +776,7 @@ impl Supervisor<'_> {
                     argv: self.ctx.argv(),
                     cwd: self.ctx.cwd.to_string_lossy().into_owned(),
                     host: hr_shared::proc::hostname(),
+                    monitor,
                 },
             )
         {

@@ -705,7 +705,10 @@ command = ["sh", "-c", "{{ echo \"id=$HEADLESS_RUN_APPROVAL_ID tool=$HEADLESS_RU
         "{text}"
     );
     assert!(
-        text.contains(&format!("cmd=monitor decide {id} approve")),
+        text.contains(&format!(
+            "cmd=monitor --state-dir {} decide {id} approve",
+            env.state().display()
+        )),
         "{text}"
     );
     // What is being approved: the command, where, on which host (issue 15 item 7).

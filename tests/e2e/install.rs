@@ -85,7 +85,7 @@ fn a_plain_rm_i_through_the_link_becomes_an_approval() {
         .run();
     out.expect_code(90);
     assert!(file.exists());
-    assert!(out.stderr.contains("monitor decide AP-"), "{}", out.stderr);
+    assert!(out.stderr.contains(" decide AP-"), "{}", out.stderr);
     let aps = env.approvals();
     assert_eq!(aps.len(), 1);
     assert_eq!(s(&aps[0], "tool_name"), "rm");

@@ -40,8 +40,12 @@ fn expect_approval(
     assert!(a["expires_at"].is_string(), "default ttl 24h");
     let id = s(&a, "approval_id");
     assert!(id.starts_with("AP-"), "{id}");
+    // The exact command to copy: this state dir is not monitor's default, so it is named
+    // (issue 15 item 5).
+    let state = env.state().display().to_string();
     assert!(
-        out.stderr.contains(&format!("monitor decide {id} ")),
+        out.stderr
+            .contains(&format!("monitor --state-dir {state} decide {id} ")),
         "the exact decide command is printed: {}",
         out.stderr
     );
