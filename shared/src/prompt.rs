@@ -51,7 +51,8 @@ pub struct Prompt {
     pub question: String,
     /// The line the answer is typed on (or the last line, when the cursor's is empty).
     pub prompt_line: String,
-    /// Up to [`CONTEXT_LINES`] lines of the screen.
+    /// Up to [`CONTEXT_LINES`] lines of the screen above the question (earlier output, the
+    /// notices cut from the question).
     pub context: String,
     /// The answers, each with the keys that give it.
     pub options: Vec<ApprovalOption>,
@@ -113,8 +114,13 @@ pub fn classify<'r>(
     } else {
         cursor_line
     };
-    let question = question_of(&rows, &prompt_line);
-    let context = nonempty[nonempty.len().saturating_sub(CONTEXT_LINES)..].join("\n");
+    let (question, first) = question_of(&rows, &prompt_line);
+    let above: Vec<&str> = rows[..first]
+        .iter()
+        .map(|r| r.trim_end())
+        .filter(|r| !r.trim().is_empty())
+        .collect();
+    let context = above[above.len().saturating_sub(CONTEXT_LINES)..].join("\n");
     let mut p = Prompt {
         kind: PromptKind::Unknown,
         secret: false,
@@ -233,14 +239,18 @@ pub fn classify<'r>(
     p
 }
 
-/// The question: the prompt's paragraph (the lines above it back to a blank line), at most
-/// [`QUESTION_LINES`] lines. A paragraph that is only a bare prompt line (`Enter a value:`)
-/// takes the paragraph before it too, where the real question is.
-fn question_of(rows: &[String], prompt_line: &str) -> String {
+/// The question: the prompt's own lines, at most [`QUESTION_LINES`] — its paragraph (the
+/// lines above it back to a blank line), cut at the first line that is some earlier
+/// output's notice rather than part of a question (apt's `N: Ignoring file …`, `[INFO] …`,
+/// a timestamped log line). A paragraph that is only a bare prompt line (`Enter a value:`)
+/// takes the paragraph before it too, where the real question is. Also returns the index
+/// of the question's first row: the rows above it are the context.
+fn question_of(rows: &[String], prompt_line: &str) -> (String, usize) {
     let mut lines: Vec<&str> = Vec::new();
+    let mut first = rows.len();
     let mut paragraphs = 0;
     let mut in_paragraph = false;
-    for r in rows.iter().rev() {
+    for (i, r) in rows.iter().enumerate().rev() {
         let r = r.trim();
         if r.is_empty() {
             if in_paragraph {
@@ -253,17 +263,63 @@ fn question_of(rows: &[String], prompt_line: &str) -> String {
             }
             continue;
         }
+        if !lines.is_empty() && is_notice(r) {
+            break;
+        }
         in_paragraph = true;
         lines.push(r);
+        first = i;
         if lines.len() == QUESTION_LINES {
             break;
         }
     }
     lines.reverse();
     if lines.is_empty() {
-        return prompt_line.trim().to_owned();
+        return (prompt_line.trim().to_owned(), rows.len());
     }
-    lines.join("\n")
+    (lines.join("\n"), first)
+}
+
+/// A line that reports rather than asks: apt's and dpkg's `N:`/`W:`/`E:`/`I:` notices,
+/// compiler- and git-style lowercase `warning:`/`note:`/`hint:` lines, bracketed log levels
+/// (`[INFO]`, `[warn]`), `npm WARN`, and lines that start with a timestamp. Capitalised
+/// `Warning:` / `Note:` sentences are left in: a tool may be explaining its question.
+pub fn is_notice(line: &str) -> bool {
+    static NOTICE: LazyLock<Regex> = LazyLock::new(|| {
+        Regex::new(
+            r"^(?:[NWEI]: |(?:warning|note|hint|info|debug|error)(?:\[[^\]]*\])?: |\[(?i:info|warn|warning|notice|note|debug|error|trace)\]|(?:npm|yarn|pnpm) (?i:warn|notice|err!)|\d{4}-\d\d-\d\d[T ]\d\d:\d\d)",
+        )
+        .expect("notice regex")
+    });
+    NOTICE.is_match(line.trim_start())
+}
+
+/// A REPL's or a shell's own prompt alone on its line: the tool waits for commands and
+/// asks nothing (`>>>`, `>`, `$`, `#`, `%`, `sqlite>`, `mysql>`, `postgres=#`, `bash-5.2$`,
+/// `user@host:~/src$`, `(venv) user@host:~$`, `irb(main):001:0>`, `iex(1)>`, `(gdb)`,
+/// `(Pdb)`, `In [3]:`). With stdin carrying nothing, such a read gets EOF, as it would
+/// from /dev/null.
+pub fn is_repl_prompt(line: &str) -> bool {
+    static REPL: LazyLock<Regex> = LazyLock::new(|| {
+        Regex::new(concat!(
+            r"^(?:",
+            r">>>|>|\$|#|%",
+            r"|(?:sqlite|mysql|ghci|Prelude|scala|jshell|julia|node|lua|ipdb|gdb|irb|pry|iex|sftp|ftp|cqlsh|redis)(?:\([^()\s]*\))?(?::\d+)*>",
+            r"|MariaDB \[[^\]]*\]>",
+            r"|\((?:gdb|lldb|Pdb|pdb|rdb|jdb)\)",
+            r"|[\w-]+[=\-(][#>]",
+            r"|In \[\d+\]:",
+            r"|(?:\([\w.-]+\) )?[\w.-]+(?:@[\w.-]+)?(?::\S*)?[$#%]",
+            r")$",
+        ))
+        .expect("repl regex")
+    });
+    REPL.is_match(sanitize_line(line).trim())
+}
+
+/// Whether these lines (oldest first) hold a numbered menu (`1) …`, `2. …`, `❯ 1. …`).
+pub fn shows_menu(lines: &[&str]) -> bool {
+    numbered_menu(lines, true).is_some()
 }
 
 static SECRET: LazyLock<Regex> = LazyLock::new(|| {
@@ -502,6 +558,9 @@ pub fn alternative_for(tool: &str) -> Option<&'static str> {
         "aider" => "pass --yes-always",
         "claude" => "run with -p and --allowedTools or --permission-mode",
         "codex" => "use codex exec, or -a never",
+        "gpg" | "gpg2" => {
+            "pass --batch --pinentry-mode loopback with --passphrase-file or --passphrase-fd, or use a key without a passphrase"
+        }
         _ => return None,
     })
 }
@@ -604,7 +663,7 @@ mod tests {
             p.question,
             "Do you want to perform these actions?\nTerraform will perform the actions described above.\nOnly 'yes' will be accepted to approve.\nEnter a value:"
         );
-        assert!(p.context.contains("Only 'yes' will be accepted"));
+        assert!(!p.context.contains("Only 'yes' will be accepted"), "{p:?}");
     }
 
     #[test]
@@ -711,6 +770,144 @@ mod tests {
             "The following packages will be installed:\ncurl\nDo you want to continue? [Y/n]"
         );
         assert!(p.context.starts_with("Reading package lists..."));
+    }
+
+    #[test]
+    fn notices_above_a_question_go_to_the_context() {
+        // apt 2.6 as captured through a pty: the notices sit right above the question.
+        let screen_text = "Reading package lists... Done\nThe following NEW packages will be installed:\n  hr-demo-a hr-demo-b\n0 upgraded, 2 newly installed, 0 to remove and 0 not upgraded.\nAfter this operation, 61.4 kB of additional disk space will be used.\nN: Ignoring file 'a.list.old' in directory '/etc/apt/sources.list.d/' as it has an invalid filename extension\nN: Ignoring file 'b.sources.bak1' in directory '/etc/apt/sources.list.d/' as it has an invalid filename extension\nDo you want to continue? [Y/n] ";
+        let p = line("apt-get", screen_text);
+        assert_eq!(p.question, "Do you want to continue? [Y/n]");
+        assert!(
+            p.context
+                .ends_with("as it has an invalid filename extension"),
+            "{p:?}"
+        );
+        assert!(p.context.contains("N: Ignoring file 'a.list.old'"));
+        assert!(p.context.starts_with("Reading package lists... Done"));
+        assert!(!p.context.contains("Do you want"));
+        // With a blank line between, the same.
+        let p = line(
+            "apt-get",
+            &screen_text.replace("\nDo you want", "\n\nDo you want"),
+        );
+        assert_eq!(p.question, "Do you want to continue? [Y/n]");
+        assert!(p.context.contains("N: Ignoring file 'b.sources.bak1'"));
+        // A bare prompt's paragraph still reaches back to its question, but not past a
+        // notice.
+        let p = line(
+            "x",
+            "W: cache is stale\nDeploy to production?\n  This cannot be undone.\n\nEnter a value: ",
+        );
+        assert_eq!(
+            p.question,
+            "Deploy to production?\nThis cannot be undone.\nEnter a value:"
+        );
+        assert_eq!(p.context, "W: cache is stale");
+        let p = line(
+            "x",
+            "[INFO] fetched 3 files\n2024-05-01 10:00:01 sync done\nContinue? [y/N] ",
+        );
+        assert_eq!(p.question, "Continue? [y/N]");
+        // Text that explains the question stays with it.
+        let p = line(
+            "x",
+            "Warning: this drops the database.\nNote: backups are kept.\nContinue? [y/N] ",
+        );
+        assert_eq!(
+            p.question,
+            "Warning: this drops the database.\nNote: backups are kept.\nContinue? [y/N]"
+        );
+        assert_eq!(p.context, "");
+    }
+
+    #[test]
+    fn notices() {
+        for yes in [
+            "N: Ignoring file 'x' in directory '/etc/apt/sources.list.d/'",
+            "W: Some index files failed to download.",
+            "E: Unable to locate package foo",
+            "warning: unused variable: `x`",
+            "error[E0425]: cannot find value",
+            "hint: Using 'master' as the name for the initial branch.",
+            "[INFO] Building jar",
+            "[warn] deprecated",
+            "npm WARN deprecated inflight@1.0.6",
+            "2024-05-01T10:00:01Z sync done",
+            "2024-05-01 10:00:01,123 INFO started",
+        ] {
+            assert!(is_notice(yes), "{yes}");
+        }
+        for no in [
+            "Do you want to continue? [Y/n]",
+            "Warning: this cannot be undone.",
+            "Note: the key will be overwritten.",
+            "Need to get 1288 B of archives.",
+            "N:",
+            "Enter a value:",
+        ] {
+            assert!(!is_notice(no), "{no}");
+        }
+    }
+
+    #[test]
+    fn repl_prompts() {
+        for yes in [
+            ">>>",
+            ">>> ",
+            ">",
+            "$ ",
+            "#",
+            "%",
+            "sqlite>",
+            "mysql>",
+            "MariaDB [(none)]>",
+            "postgres=#",
+            "postgres=>",
+            "bash-5.2$",
+            "sh-5.2#",
+            "root@build-7:/srv/app#",
+            "alice@host:~/src$ ",
+            "(venv) alice@host:~/src$",
+            "irb(main):001:0>",
+            "iex(1)>",
+            "node>",
+            "(gdb)",
+            "(Pdb)",
+            "In [3]:",
+            "\x1b[1m>>> \x1b[0m",
+        ] {
+            assert!(is_repl_prompt(yes), "{yes:?}");
+        }
+        for no in [
+            "",
+            "Continue? [y/N]",
+            "Enter a value:",
+            "Name>",
+            "Password:",
+            "Which environment? >",
+            "rm: remove regular file 'a'?",
+            "Passphrase: ____",
+            "Total: 5$",
+            "Press Enter to continue",
+            "lines.txt",
+            ":",
+            "(END)",
+        ] {
+            assert!(!is_repl_prompt(no), "{no:?}");
+        }
+    }
+
+    #[test]
+    fn menus_are_seen_in_any_lines() {
+        assert!(shows_menu(&[
+            "Deploy where?",
+            "1. staging",
+            "2. production"
+        ]));
+        assert!(shows_menu(&["❯ 1. Yes", "  2. No"]));
+        assert!(!shows_menu(&["1. only one item"]));
+        assert!(!shows_menu(&["Type \"help\" for more information."]));
     }
 
     #[test]

@@ -2,7 +2,9 @@
 //! pty's foreground process group through `/proc/PID/task/TID/{stat,syscall}`: a thread
 //! asleep in `read` on a descriptor that is the pty (or `/dev/tty`), or in
 //! `poll`/`select`/`epoll` with such a descriptor in its read set, is waiting for input.
-//! A shell in `wait4`, a `sleep`, a busy loop or a read on a pipe are not.
+//! A shell in `wait4`, a `sleep`, a busy loop or a read on a pipe are not. Also: which
+//! program reads (a pager is no prompt), and the readers outside the tool's session that a
+//! daemon started on the tool's terminal (gpg-agent's pinentry).
 
 use hr_shared::proc::{self, ProcStat};
 use std::fs;
@@ -106,8 +108,9 @@ fn input_wait(nr: i64) -> Option<InputWait> {
 /// `/dev/tty`: a process's controlling terminal, whichever it is.
 const DEV_TTY: (u32, u32) = (5, 0);
 
-/// Whether descriptor `fd` of `pid` is the tool's terminal.
-fn fd_is_terminal(pid: i32, fd: i32, tty_rdev: u64) -> bool {
+/// Whether descriptor `fd` of `pid` is the tool's terminal; `/dev/tty` counts only for
+/// processes whose controlling terminal it is (`own_tty`).
+fn fd_is_terminal(pid: i32, fd: i32, tty_rdev: u64, own_tty: bool) -> bool {
     let Ok(meta) = fs::metadata(format!("/proc/{pid}/fd/{fd}")) else {
         return false;
     };
@@ -115,7 +118,7 @@ fn fd_is_terminal(pid: i32, fd: i32, tty_rdev: u64) -> bool {
         return false;
     }
     let rdev = meta.rdev();
-    rdev == tty_rdev || (libc::major(rdev), libc::minor(rdev)) == DEV_TTY
+    rdev == tty_rdev || (own_tty && (libc::major(rdev), libc::minor(rdev)) == DEV_TTY)
 }
 
 fn read_mem(pid: i32, addr: u64, len: usize) -> Option<Vec<u8>> {
@@ -176,8 +179,8 @@ pub struct GroupSample {
     /// CPU time of the whole group, in clock ticks.
     pub cpu_ticks: u64,
     pub pids: Vec<i32>,
-    /// The processes with a thread blocked reading the terminal: (pid, start time).
-    pub readers: Vec<(i32, u64)>,
+    /// The processes with a thread waiting on the terminal.
+    pub readers: Vec<ProcStat>,
 }
 
 impl GroupSample {
@@ -189,10 +192,17 @@ impl GroupSample {
             return None;
         }
         let mut h = std::collections::hash_map::DefaultHasher::new();
-        self.readers.hash(&mut h);
+        for r in &self.readers {
+            (r.pid, r.start_time).hash(&mut h);
+        }
         Some(h.finish())
     }
 }
+
+/// Programs that show text a screen at a time and wait for a key to go on: a pager's
+/// prompt (`:`, `(END)`, `--More--`) asks nothing. `pager` is Debian's alternative that
+/// `man` and others run.
+const PAGERS: [&str; 6] = ["less", "more", "most", "pg", "pager", "moar"];
 
 /// What a sample says about waiting for input.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -206,6 +216,69 @@ pub enum Reading {
 }
 
 impl GroupSample {
+    /// Whether what waits on the terminal is a pager.
+    pub fn pager(&self) -> bool {
+        !self.readers.is_empty()
+            && self
+                .readers
+                .iter()
+                .all(|p| PAGERS.contains(&p.comm.as_str()))
+    }
+
+    /// Whether no thread is on a CPU or in an uninterruptible wait.
+    pub fn all_asleep(&self) -> bool {
+        !self.threads.is_empty()
+            && self
+                .threads
+                .iter()
+                .all(|t| !matches!(t.state, 'R' | 'D' | 'T' | 't'))
+    }
+
+    /// Adds the threads of process `st`; `own_tty`: the terminal is its controlling one.
+    fn add(&mut self, st: &ProcStat, tty_rdev: u64, own_tty: bool) {
+        self.pids.push(st.pid);
+        let Ok(tasks) = fs::read_dir(format!("/proc/{}/task", st.pid)) else {
+            return;
+        };
+        let mut reads = false;
+        for task in tasks.flatten() {
+            let Some(tid) = task
+                .file_name()
+                .to_str()
+                .and_then(|t| t.parse::<i32>().ok())
+            else {
+                continue;
+            };
+            let base = format!("/proc/{}/task/{tid}", st.pid);
+            let Some(tstat) = fs::read_to_string(format!("{base}/stat"))
+                .ok()
+                .and_then(|t| proc::parse_stat(&t))
+            else {
+                continue;
+            };
+            self.cpu_ticks += tstat.cpu_ticks();
+            let reads_tty = match fs::read_to_string(format!("{base}/syscall")) {
+                Err(_) => None,
+                Ok(text) => Some(match parse_syscall(&text) {
+                    Syscall::Blocked { nr, args } => input_wait(nr).is_some_and(|kind| {
+                        watched_fds(st.pid, kind, &args)
+                            .into_iter()
+                            .any(|fd| fd_is_terminal(st.pid, fd, tty_rdev, own_tty))
+                    }),
+                    _ => false,
+                }),
+            };
+            reads |= reads_tty == Some(true);
+            self.threads.push(ThreadSample {
+                state: tstat.state,
+                reads_tty,
+            });
+        }
+        if reads {
+            self.readers.push(st.clone());
+        }
+    }
+
     /// Whether the group waits for terminal input.
     pub fn reading(&self) -> Reading {
         if self.threads.is_empty()
@@ -237,9 +310,8 @@ pub fn sample(root: i32, pgrp: i32, tty_rdev: u64) -> GroupSample {
                 state: 'S',
                 reads_tty: None,
             }],
-            cpu_ticks: 0,
             pids: vec![pgrp],
-            readers: Vec::new(),
+            ..GroupSample::default()
         };
     }
     let mut members: Vec<ProcStat> = descendants(root)
@@ -250,46 +322,49 @@ pub fn sample(root: i32, pgrp: i32, tty_rdev: u64) -> GroupSample {
         members = session_scan(root, pgrp);
     }
     let mut out = GroupSample::default();
-    for st in members {
-        out.pids.push(st.pid);
-        let Ok(tasks) = fs::read_dir(format!("/proc/{}/task", st.pid)) else {
-            continue;
-        };
-        for task in tasks.flatten() {
-            let Some(tid) = task
-                .file_name()
-                .to_str()
-                .and_then(|t| t.parse::<i32>().ok())
-            else {
-                continue;
-            };
-            let base = format!("/proc/{}/task/{tid}", st.pid);
-            let Some(tstat) = fs::read_to_string(format!("{base}/stat"))
-                .ok()
-                .and_then(|t| proc::parse_stat(&t))
-            else {
-                continue;
-            };
-            out.cpu_ticks += tstat.cpu_ticks();
-            let reads_tty = match fs::read_to_string(format!("{base}/syscall")) {
-                Err(_) => None,
-                Ok(text) => Some(match parse_syscall(&text) {
-                    Syscall::Blocked { nr, args } => input_wait(nr).is_some_and(|kind| {
-                        watched_fds(st.pid, kind, &args)
-                            .into_iter()
-                            .any(|fd| fd_is_terminal(st.pid, fd, tty_rdev))
-                    }),
-                    _ => false,
-                }),
-            };
-            if reads_tty == Some(true) && out.readers.last().map(|r| r.0) != Some(st.pid) {
-                out.readers.push((st.pid, st.start_time));
-            }
-            out.threads.push(ThreadSample {
-                state: tstat.state,
-                reads_tty,
-            });
-        }
+    for st in &members {
+        out.add(st, tty_rdev, true);
+    }
+    out
+}
+
+/// Processes outside the tool's session `sid` that have the tool's terminal open (by its
+/// device, not as `/dev/tty`) — the helper a daemon starts on the terminal the tool names,
+/// as gpg-agent does with pinentry, which is in neither the tool's group nor its session.
+/// Only processes of the shim's own user. Walks all of `/proc`: called only when the
+/// foreground group is asleep on something else while the terminal's modes say that
+/// someone reads keys.
+pub fn outside_openers(tty_rdev: u64, sid: i32) -> Vec<ProcStat> {
+    let Ok(dir) = fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    // SAFETY: geteuid cannot fail.
+    let uid = unsafe { libc::geteuid() };
+    let me = std::process::id() as i32;
+    dir.flatten()
+        .filter_map(|e| {
+            let pid = e.file_name().to_str()?.parse::<i32>().ok()?;
+            (pid != me && e.metadata().ok()?.uid() == uid).then_some(pid)
+        })
+        .filter(|&pid| {
+            fs::read_dir(format!("/proc/{pid}/fd")).is_ok_and(|fds| {
+                fds.flatten().any(|fd| {
+                    fs::metadata(fd.path())
+                        .is_ok_and(|m| m.file_type().is_char_device() && m.rdev() == tty_rdev)
+                })
+            })
+        })
+        .filter_map(proc::read_stat)
+        .filter(|st| st.session != sid && st.state != 'Z')
+        .collect()
+}
+
+/// Samples processes outside the tool's session (see [`outside_openers`]): only the tool's
+/// terminal itself counts as it, not their own `/dev/tty`.
+pub fn sample_outside(procs: &[ProcStat], tty_rdev: u64) -> GroupSample {
+    let mut out = GroupSample::default();
+    for st in procs {
+        out.add(st, tty_rdev, false);
     }
     out
 }
@@ -360,9 +435,7 @@ mod tests {
         let t = |state, reads_tty| ThreadSample { state, reads_tty };
         let s = |threads| GroupSample {
             threads,
-            cpu_ticks: 0,
-            pids: vec![],
-            readers: vec![],
+            ..GroupSample::default()
         };
         assert_eq!(s(vec![t('S', Some(true))]).reading(), Reading::Yes);
         // A Python main thread in a futex while another thread reads.
@@ -377,6 +450,31 @@ mod tests {
         assert_eq!(s(vec![t('S', Some(false))]).reading(), Reading::No);
         assert_eq!(s(vec![t('S', None)]).reading(), Reading::Unknown);
         assert_eq!(s(vec![]).reading(), Reading::No);
+    }
+
+    #[test]
+    fn a_pager_is_a_group_whose_only_readers_are_pagers() {
+        let reader = |comm: &str| ProcStat {
+            pid: 1,
+            comm: comm.into(),
+            state: 'S',
+            ppid: 0,
+            pgrp: 1,
+            session: 1,
+            tty_nr: 0,
+            utime: 0,
+            stime: 0,
+            start_time: 0,
+        };
+        let s = |readers: Vec<ProcStat>| GroupSample {
+            readers,
+            ..GroupSample::default()
+        };
+        assert!(s(vec![reader("less")]).pager());
+        assert!(s(vec![reader("pager")]).pager(), "Debian's alternative");
+        assert!(!s(vec![reader("python3")]).pager());
+        assert!(!s(vec![reader("less"), reader("bash")]).pager());
+        assert!(!s(vec![]).pager(), "nothing reads");
     }
 
     #[test]

@@ -40,6 +40,8 @@ pub struct Setup<'a> {
 pub struct Blocked {
     pub cpu_ticks: u64,
     pub reading: Reading,
+    /// What reads the terminal is a pager (`less`, `more`): it shows a file, asks nothing.
+    pub pager: bool,
 }
 
 /// The terminal modes that matter to a prompt.
@@ -157,7 +159,8 @@ pub struct Conversation<'a> {
     output_seq: u64,
     /// The previous sample: a prompt needs two equal ones in a row.
     prev: Option<Blocked>,
-    last_eof: Option<Instant>,
+    /// When keys that answer no question (EOF, a pager's space) were last written.
+    last_nudge: Option<Instant>,
     /// The output count when the shim last typed: no new prompt until the tool reacts.
     typed_at: Option<u64>,
     pending_enter: Option<PendingEnter>,
@@ -170,7 +173,7 @@ impl<'a> Conversation<'a> {
             state: State::Looking,
             output_seq: 0,
             prev: None,
-            last_eof: None,
+            last_nudge: None,
             typed_at: None,
             pending_enter: None,
         }
@@ -240,12 +243,11 @@ impl<'a> Conversation<'a> {
         {
             return Vec::new();
         }
-        if !shown.shows_question() {
-            return if modes.canonical {
-                self.eof(now, modes).into_iter().collect()
-            } else {
-                Vec::new()
-            };
+        if sample.pager && sample.reading == Reading::Yes {
+            return self.page(now, &shown).into_iter().collect();
+        }
+        if !shown.asks(modes.canonical) {
+            return self.eof(now, modes).into_iter().collect();
         }
         if let Some(pe) = self.pending_enter.take() {
             let line = sanitize_line(&shown.prompt_line);
@@ -287,20 +289,36 @@ impl<'a> Conversation<'a> {
         vec![Action::Ask(Box::new(request))]
     }
 
-    /// A read with nothing asked: answer EOF, as /dev/null would without the shim — once
-    /// per idle window, so a tool that reads again gets its next EOF after a pause.
+    /// A read with nothing asked (nothing on screen, a REPL's bare prompt, a raw-mode read
+    /// with nothing question-like shown): answer EOF, the terminal's VEOF character, as
+    /// /dev/null would without the shim. Line discipline and readline alike take it on an
+    /// empty line as the end of input.
     fn eof(&mut self, now: Instant, modes: Modes) -> Option<Action> {
+        let eof = if modes.eof == 0 { 4 } else { modes.eof };
+        self.nudge(now, vec![eof])
+    }
+
+    /// A pager waits at its prompt: without the shim (stdout not a terminal) it would have
+    /// copied the whole file, so page through it — a screen at a time, so everything passes
+    /// through the output — and quit at its end (`(END)`).
+    fn page(&mut self, now: Instant, shown: &ScreenText) -> Option<Action> {
+        let at_end = shown
+            .last_lines(1)
+            .first()
+            .is_some_and(|l| l.contains("(END)"));
+        self.nudge(now, if at_end { b"q".to_vec() } else { b" ".to_vec() })
+    }
+
+    /// Writes `keys` that answer no question — once per idle window, so a tool that reads
+    /// again gets the next ones only after a pause.
+    fn nudge(&mut self, now: Instant, keys: Vec<u8>) -> Option<Action> {
         let idle_window = self.setup.settings.prompt_idle;
-        if self.last_eof.is_some_and(|t| now < t + idle_window) {
+        if self.last_nudge.is_some_and(|t| now < t + idle_window) {
             return None;
         }
-        self.last_eof = Some(now);
+        self.last_nudge = Some(now);
         self.prev = None;
-        Some(Action::Write(vec![if modes.eof == 0 {
-            4
-        } else {
-            modes.eof
-        }]))
+        Some(Action::Write(keys))
     }
 
     /// The config policies whose conditions hold for this prompt, in order: (name, value).
@@ -652,6 +670,7 @@ mod tests {
                     blocked: Some(Blocked {
                         cpu_ticks: 7,
                         reading: Reading::Yes,
+                        pager: false,
                     }),
                     modes: Some(LINE_MODE),
                     screen: ScreenText::default(),
@@ -806,6 +825,7 @@ mod tests {
             run.tty.blocked = Some(Blocked {
                 cpu_ticks: i,
                 reading: Reading::Yes,
+                pager: false,
             });
             assert!(run.tick_after(ms(100)).is_empty());
         }
@@ -822,6 +842,7 @@ mod tests {
         run.tty.blocked = Some(Blocked {
             cpu_ticks: 7,
             reading: Reading::No,
+            pager: false,
         });
         for _ in 0..10 {
             assert!(run.tick_after(ms(200)).is_empty());
@@ -838,6 +859,7 @@ mod tests {
         run.tty.blocked = Some(Blocked {
             cpu_ticks: 7,
             reading: Reading::Unknown,
+            pager: false,
         });
         run.show(b"compiling\n");
         for _ in 0..10 {
@@ -884,13 +906,109 @@ mod tests {
     }
 
     #[test]
-    fn a_raw_read_with_nothing_asked_gets_nothing() {
+    fn a_raw_read_with_nothing_asked_gets_eof_at_once() {
+        // `bash -c 'read -e x'`, `bc -q`: readline in raw mode, an empty screen.
         let mut run = Run::new(OnPrompt::Exit);
         run.show(b"");
         run.tty.modes = Some(RAW_MODE);
-        for _ in 0..20 {
-            assert!(run.tick_after(ms(100)).is_empty());
+        assert!(matches!(run.idle().as_slice(), [Action::Write(b)] if b == &[4]));
+        assert!(!run.conv.asking());
+    }
+
+    #[test]
+    fn a_bare_repl_prompt_gets_eof_in_raw_and_line_mode() {
+        for (modes, shown) in [
+            (
+                RAW_MODE,
+                &b"Python 3.11.7\nType \"help\" for more information.\n>>> "[..],
+            ),
+            (RAW_MODE, b"SQLite version 3.40.1\nsqlite> "),
+            (RAW_MODE, b"bash-5.2# "),
+            (LINE_MODE, b"$ "),
+        ] {
+            let mut run = Run::new(OnPrompt::Exit);
+            run.show(shown);
+            run.tty.modes = Some(modes);
+            let actions = run.idle();
+            assert!(
+                matches!(actions.as_slice(), [Action::Write(b)] if b == &[4]),
+                "{}: {actions:?}",
+                String::from_utf8_lossy(shown)
+            );
         }
+    }
+
+    #[test]
+    fn a_bare_prompt_under_a_question_or_menu_is_asked() {
+        for modes in [RAW_MODE, LINE_MODE] {
+            let mut run = Run::new(OnPrompt::Exit);
+            run.show(b"Which environment should be deployed?\n> ");
+            run.tty.modes = Some(modes);
+            let request = run.ask();
+            assert_eq!(request.prompt.prompt_line, ">");
+            assert!(request.prompt.question.contains("Which environment"));
+
+            let mut run = Run::new(OnPrompt::Exit);
+            run.show(b"1) Proceed with standard installation\n2) Customize installation\n3) Cancel installation\n>");
+            run.tty.modes = Some(modes);
+            assert_eq!(run.ask().prompt.rule, "generic:numbered-menu");
+        }
+    }
+
+    #[test]
+    fn a_raw_menu_above_an_empty_cursor_line_is_asked() {
+        let mut run = Run::new(OnPrompt::Exit);
+        run.show(b"Deploy where?\r\n1. staging\r\n2. production\r\n");
+        run.tty.modes = Some(RAW_MODE);
+        let request = run.ask();
+        assert_eq!(request.prompt.rule, "generic:numbered-menu");
+        let values: Vec<&str> = request
+            .prompt
+            .options
+            .iter()
+            .map(|o| o.value.as_str())
+            .collect();
+        assert_eq!(values, ["1", "2"]);
+    }
+
+    #[test]
+    fn a_pager_is_paged_through_and_quit_at_its_end_never_asked() {
+        let mut run = Run::new(OnPrompt::Exit);
+        run.tty.blocked = Some(Blocked {
+            cpu_ticks: 7,
+            reading: Reading::Yes,
+            pager: true,
+        });
+        run.tty.modes = Some(RAW_MODE);
+        run.show(b"line 1\nline 2\nlines.txt");
+        assert!(matches!(run.idle().as_slice(), [Action::Write(b)] if b == b" "));
+        run.show(b"line 3\nline 4\n:");
+        assert!(matches!(run.idle().as_slice(), [Action::Write(b)] if b == b" "));
+        run.show(b"line 5\n(END)");
+        assert!(matches!(run.idle().as_slice(), [Action::Write(b)] if b == b"q"));
+        // Even a pager showing something question-shaped is not asked about.
+        run.show(b"Really quit? [y/N]\nlines.txt (END)");
+        assert!(matches!(run.idle().as_slice(), [Action::Write(b)] if b == b"q"));
+        assert!(!run.conv.asking());
+    }
+
+    #[test]
+    fn a_pinentry_dialog_is_a_secret_in_raw_mode() {
+        // pinentry-curses: raw mode, echo off, the cursor at the start of the entry field.
+        let mut run = Run::new(OnPrompt::Exit);
+        run.show(
+            b"\x1b[2J\x1b[3;5H\xe2\x94\x82 Please enter the passphrase\x1b[5;5H\xe2\x94\x82 Passphrase: ________\x1b[5;19H",
+        );
+        run.tty.modes = Some(Modes {
+            canonical: false,
+            echo: false,
+            eof: 4,
+        });
+        let actions = run.idle();
+        assert!(
+            matches!(ended(&actions), Some(RunOutcome::SecretRefused { prompt, .. }) if prompt.contains("Passphrase:")),
+            "{actions:?}"
+        );
     }
 
     #[test]

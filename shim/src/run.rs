@@ -48,17 +48,42 @@ pub struct RunContext {
     pub env_remove: Vec<&'static str>,
 }
 
+/// The pager variables a tool gets in headless (pty) mode, each unless the caller set it
+/// (to anything, empty included): with a terminal as its stdout a tool would start a pager
+/// and wait at its prompt, where in CI without the shim (stdout a pipe) it prints
+/// everything. `cat` is the value every one of these tools takes as "no pager".
+pub const PAGER_VARS: [&str; 7] = [
+    "PAGER",
+    "GIT_PAGER",
+    "MANPAGER",
+    "SYSTEMD_PAGER",
+    "GH_PAGER",
+    "AWS_PAGER",
+    "PSQL_PAGER",
+];
+
+/// The pager variables to set, given which ones the caller has.
+fn pager_env(caller_has: impl Fn(&str) -> bool) -> Vec<(&'static str, &'static OsStr)> {
+    PAGER_VARS
+        .into_iter()
+        .filter(|v| !caller_has(v))
+        .map(|v| (v, OsStr::new("cat")))
+        .collect()
+}
+
 impl RunContext {
-    /// What the tool's environment gets on top of the shim's.
+    /// What the tool's environment gets on top of the shim's; in headless (pty) mode also
+    /// `HEADLESS=1` and the pager variables the caller did not set.
     pub fn tool_env(&self, headless: bool) -> Vec<(&'static str, &OsStr)> {
-        let mut env = vec![
+        let mut vars = vec![
             ("HEADLESS_RUN_TOOL_RUN_ID", OsStr::new(&self.tool_run_id)),
             ("HEADLESS_RUN_EXECUTION_ID", OsStr::new(&self.execution_id)),
         ];
         if headless {
-            env.push(("HEADLESS", OsStr::new("1")));
+            vars.push(("HEADLESS", OsStr::new("1")));
+            vars.extend(pager_env(|v| env(v).is_some()));
         }
-        env
+        vars
     }
 
     /// The command that starts the tool with inherited stdio (interactive mode). Nothing
@@ -483,4 +508,28 @@ pub fn spawn_failure(ctx: &RunContext, e: std::io::Error) -> Failure {
 /// The store's view of a status change from a running run.
 pub fn live_status(status: RunStatus, reason: Option<String>) -> RunWrite {
     RunWrite::Status(StatusChange::to(status, reason), Replace::Live)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pager_variables_the_caller_set_are_left_alone() {
+        let set = pager_env(|v| v == "PAGER" || v == "GIT_PAGER");
+        let names: Vec<&str> = set.iter().map(|(k, _)| *k).collect();
+        assert_eq!(
+            names,
+            [
+                "MANPAGER",
+                "SYSTEMD_PAGER",
+                "GH_PAGER",
+                "AWS_PAGER",
+                "PSQL_PAGER"
+            ]
+        );
+        assert!(set.iter().all(|(_, v)| *v == "cat"));
+        assert_eq!(pager_env(|_| false).len(), PAGER_VARS.len());
+        assert!(pager_env(|_| true).is_empty());
+    }
 }

@@ -1,6 +1,7 @@
 //! Reading the tool's screen as a person would: the terminal emulator has already applied
 //! colours, cursor moves and redraws; what is left is plain text, the cursor's line (the
-//! prompt line) and the last non-empty lines (the question).
+//! prompt line), the last non-empty lines (the question), and whether anything is asked
+//! at all.
 
 use hr_shared::prompt;
 
@@ -72,17 +73,62 @@ impl ScreenText {
         out
     }
 
-    /// Whether anything that could be a question is showing: text on the cursor's line, or a
-    /// last line shaped like a question. A read with nothing like that showing gets EOF.
-    pub fn shows_question(&self) -> bool {
-        if !self.prompt_line.trim().is_empty() {
-            return true;
+    /// The last `n` non-empty rows of the whole screen, the cursor's or not, oldest first.
+    fn last_rows(&self, n: usize) -> Vec<&str> {
+        let mut out: Vec<&str> = self
+            .rows
+            .iter()
+            .rev()
+            .filter(|r| !r.trim().is_empty())
+            .take(n)
+            .map(String::as_str)
+            .collect();
+        out.reverse();
+        out
+    }
+
+    /// Whether anything is asked; a read with nothing asked gets EOF, as /dev/null would give
+    /// it. Text on the cursor's line asks, unless it is only a REPL's or a shell's bare
+    /// prompt (`>>> `, `sqlite> `, `$ `) with no question or menu right above it. With the
+    /// cursor's line empty, in line mode a last line shaped like a question asks; in raw mode
+    /// (ICANON off), where full-screen programs draw their question anywhere and park the
+    /// cursor, any of the screen's last lines shaped like a question, or a numbered menu,
+    /// asks.
+    pub fn asks(&self, canonical: bool) -> bool {
+        let line = self.prompt_line.trim();
+        if !line.is_empty() {
+            if !prompt::is_repl_prompt(line) {
+                return true;
+            }
+            let end = self.cursor_row.min(self.rows.len());
+            let mut above: Vec<&str> = self.rows[..end]
+                .iter()
+                .rev()
+                .filter(|r| !r.trim().is_empty())
+                .take(MENU_LINES)
+                .map(String::as_str)
+                .collect();
+            above.reverse();
+            return above.last().is_some_and(|l| looks_like_question(l))
+                || prompt::shows_menu(&above);
         }
-        self.last_lines(1)
-            .first()
-            .is_some_and(|l| looks_like_question(l))
+        if canonical {
+            return self
+                .last_lines(1)
+                .first()
+                .is_some_and(|l| looks_like_question(l));
+        }
+        let tail = self.last_rows(MENU_LINES);
+        tail.iter()
+            .rev()
+            .take(prompt::QUESTION_LINES)
+            .any(|l| looks_like_question(l))
+            || prompt::shows_menu(&tail)
     }
 }
+
+/// How far up a menu is looked for.
+const MENU_LINES: usize = 12;
 
 /// A line that ends the way questions and prompts end: `?`, `:`, `>`, or a closing bracket
 /// around choices (`[y/N]`, `(yes/no)`, `[1-3]`) — not any closing bracket, so that
@@ -128,14 +174,64 @@ mod tests {
         let s = screen(b"working...\n\x1b[1mContinue? [y/N] \x1b[0m");
         assert_eq!(s.prompt_line, "Continue? [y/N]");
         assert_eq!(s.last_lines(2), vec!["working...", "Continue? [y/N]"]);
-        assert!(s.shows_question());
+        assert!(s.asks(true));
     }
 
     #[test]
-    fn empty_and_plain_output_shows_no_question() {
-        assert!(!screen(b"").shows_question());
-        assert!(!screen(b"reading input from stdin\n").shows_question());
-        assert!(screen(b"Name:\n").shows_question());
+    fn empty_and_plain_output_asks_nothing() {
+        for canonical in [true, false] {
+            assert!(!screen(b"").asks(canonical));
+            assert!(!screen(b"reading input from stdin\n").asks(canonical));
+            assert!(screen(b"Name:\n").asks(canonical));
+            assert!(screen(b"Name: ").asks(canonical));
+        }
+    }
+
+    #[test]
+    fn a_bare_repl_prompt_asks_nothing_unless_a_question_or_menu_is_right_above() {
+        let tall = |b: &[u8]| ScreenText::rendered(20, 60, b);
+        for canonical in [true, false] {
+            for shown in [
+                &b"Python 3.11.7 (main)\nType \"help\" for more information.\n>>> "[..],
+                b"SQLite version 3.40.1\nEnter \".help\" for usage hints.\nsqlite> ",
+                b"$ ",
+                b"bash-5.2# ",
+            ] {
+                assert!(
+                    !tall(shown).asks(canonical),
+                    "{}",
+                    String::from_utf8_lossy(shown)
+                );
+            }
+            for shown in [
+                &b"Which environment should be deployed?\n> "[..],
+                b"Current installation options:\n\n1) Proceed\n2) Customize\n3) Cancel\n>",
+                b"Name for the release:\n$ ",
+            ] {
+                assert!(
+                    tall(shown).asks(canonical),
+                    "{}",
+                    String::from_utf8_lossy(shown)
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn raw_mode_looks_at_the_whole_screen_for_a_question() {
+        let tall = |b: &[u8]| ScreenText::rendered(20, 60, b);
+        // A menu or question above an empty cursor line: line mode only looks at the last
+        // line, raw mode at the last few and for a menu.
+        let menu = tall(b"Deploy where?\n1. staging\n2. production\n");
+        assert!(menu.asks(false));
+        assert!(!menu.asks(true));
+        let question = tall(b"Overwrite? [y/N]\n(press a key)\n");
+        assert!(question.asks(false));
+        // The cursor parked at the top of a full-screen program, its menu below.
+        let parked = tall(b"\x1b[5;1HPick one:\n 1. Yes\n 2. No\x1b[H");
+        assert!(parked.asks(false));
+        // Output with nothing question-like.
+        assert!(!tall(b"building...\ndone.\n").asks(false));
     }
 
     #[test]

@@ -5,7 +5,7 @@
 //! screen model, event lines) happens on other threads; this loop only copies bytes and
 //! keeps time.
 
-use crate::blocked;
+use crate::blocked::{self, Reading};
 use crate::conversation::{Action, Blocked, Conversation, Modes, Observe, Setup};
 use crate::event_fd::EventPipe;
 use crate::pty::{self, Pty};
@@ -21,6 +21,7 @@ use hr_shared::config::OnStall;
 use hr_shared::event::{ENV_EVENT_FD, ENV_EVENT_TOKEN, EventToken, truncate_utf8};
 use hr_shared::exit::{RunOutcome, shim};
 use hr_shared::mode::{CANCEL_SIGNAL, StdinMode};
+use hr_shared::proc::{self, ProcStat};
 use hr_shared::runs::Touch;
 use hr_shared::sanitize::sanitize_line;
 use hr_shared::status::RunStatus;
@@ -154,6 +155,7 @@ pub fn run(
         coops: Vec::new(),
         coop_pending: None,
         paused_since: None,
+        outside: Outside::default(),
     };
     let outcome = sup.run_loop();
     let Supervisor { recorder, .. } = sup;
@@ -255,6 +257,56 @@ struct Supervisor<'a> {
     coop_pending: Option<String>,
     /// Since when timeouts are paused (an approval is pending).
     paused_since: Option<Instant>,
+    /// Readers of the tool's terminal outside its session (pinentry).
+    outside: Outside,
+}
+
+/// How often all of `/proc` is walked for readers of the terminal outside the tool's
+/// session, at most.
+const OUTSIDE_RESCAN: Duration = Duration::from_secs(1);
+
+/// Processes outside the tool's session that read its terminal for it — gpg-agent's
+/// pinentry draws its passphrase dialog on the terminal gpg names while gpg itself waits on
+/// the agent's socket. Once seen reading, they are ended with the tool: left behind, they
+/// would spin on the closed terminal.
+#[derive(Default)]
+struct Outside {
+    openers: Vec<ProcStat>,
+    scanned: Option<Instant>,
+    /// Those seen reading the terminal.
+    readers: Vec<ProcStat>,
+}
+
+impl Outside {
+    /// Samples the processes outside session `sid` with the terminal open (walking `/proc`
+    /// for them at most every [`OUTSIDE_RESCAN`]) and remembers those that read it.
+    fn sample(&mut self, tty_rdev: u64, sid: i32) -> blocked::GroupSample {
+        let now = Instant::now();
+        if self.scanned.is_none_or(|t| now >= t + OUTSIDE_RESCAN) {
+            self.scanned = Some(now);
+            self.openers = blocked::outside_openers(tty_rdev, sid);
+        } else {
+            self.openers
+                .retain(|p| proc::same_process(p.pid, Some(p.start_time)));
+        }
+        let sample = blocked::sample_outside(&self.openers, tty_rdev);
+        for r in &sample.readers {
+            if !self.readers.iter().any(|p| p.pid == r.pid) {
+                self.readers.push(r.clone());
+            }
+        }
+        sample
+    }
+
+    /// Sends `sig` to every reader seen that is still the same process.
+    fn signal(&self, sig: i32) {
+        for p in &self.readers {
+            if proc::same_process(p.pid, Some(p.start_time)) {
+                // SAFETY: kill(2) of a pid just checked against its start time.
+                unsafe { libc::kill(p.pid, sig) };
+            }
+        }
+    }
 }
 
 impl Supervisor<'_> {
@@ -305,6 +357,7 @@ impl Supervisor<'_> {
                     return None;
                 }
                 group::signal_session(self.pid, libc::SIGKILL);
+                self.outside.signal(libc::SIGKILL);
                 ending.killed = true;
             }
             return Some(ending.outcome.clone());
@@ -362,6 +415,7 @@ impl Supervisor<'_> {
         if let Some(ending) = &mut self.ending {
             if !ending.killed && now >= ending.kill_at {
                 group::signal_session(self.pid, libc::SIGKILL);
+                self.outside.signal(libc::SIGKILL);
                 ending.killed = true;
             }
             return;
@@ -406,6 +460,7 @@ impl Supervisor<'_> {
         group::signal_session(self.pid, libc::SIGTERM);
         // A stopped process cannot act on TERM until it is continued.
         group::signal_session(self.pid, libc::SIGCONT);
+        self.outside.signal(libc::SIGTERM);
         self.ending = Some(Ending {
             outcome,
             kill_at: Instant::now() + self.ctx.settings.kill_grace,
@@ -630,6 +685,7 @@ impl Supervisor<'_> {
             pty: &self.pty,
             pid: self.pid,
             recorder: &self.recorder,
+            outside: &mut self.outside,
         };
         let actions = self.conv.tick(now, idle_for, &mut look);
         self.carry_out(actions);
@@ -656,6 +712,7 @@ impl Supervisor<'_> {
             pty: &self.pty,
             pid: self.pid,
             recorder: &self.recorder,
+            outside: &mut self.outside,
         };
         let actions = self.conv.watched(got, &mut look);
         if !self.conv.waiting() {
@@ -851,12 +908,14 @@ impl Supervisor<'_> {
     }
 }
 
-/// The tool's terminal as the conversation sees it: the foreground group in `/proc`, the
-/// pty's modes, the recorder's screen.
+/// The tool's terminal as the conversation sees it: the foreground group in `/proc` (and,
+/// when it waits on something else while the terminal is set up for keys, whoever outside
+/// the session reads the terminal), the pty's modes, the recorder's screen.
 struct Look<'s> {
     pty: &'s Pty,
     pid: i32,
     recorder: &'s Recorder,
+    outside: &'s mut Outside,
 }
 
 impl Observe for Look<'_> {
@@ -866,10 +925,26 @@ impl Observe for Look<'_> {
 
     fn blocked(&mut self) -> Option<Blocked> {
         let pgrp = self.pty.foreground_pgrp()?;
-        let sample = blocked::sample(self.pid, pgrp, self.pty.slave_rdev());
+        let rdev = self.pty.slave_rdev();
+        let mut sample = blocked::sample(self.pid, pgrp, rdev);
+        let mut reading = sample.reading();
+        // The pty starts in line mode with echo: modes changed while the tool's group sleeps
+        // on something else mean another program has taken the terminal to read keys.
+        if reading == Reading::No
+            && sample.all_asleep()
+            && self.modes().is_some_and(|m| !m.canonical || !m.echo)
+        {
+            let outside = self.outside.sample(rdev, self.pid);
+            if outside.reading() == Reading::Yes {
+                reading = Reading::Yes;
+                sample.cpu_ticks += outside.cpu_ticks;
+                sample.readers = outside.readers;
+            }
+        }
         Some(Blocked {
             cpu_ticks: sample.cpu_ticks,
-            reading: sample.reading(),
+            reading,
+            pager: sample.pager(),
         })
     }
 

@@ -60,6 +60,23 @@ pub fn running_as_root(test: &str) -> bool {
     root
 }
 
+/// The path of a real tool a test drives, found on `PATH`. A missing tool fails the test,
+/// never skips it: `.ci/run` installs each from the Debian `package` named here.
+pub fn need(command: &str, package: &str) -> PathBuf {
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    std::env::split_paths(&path)
+        .map(|dir| dir.join(command))
+        .find(|p| {
+            std::fs::metadata(p).is_ok_and(|m| {
+                use std::os::unix::fs::PermissionsExt;
+                m.is_file() && m.permissions().mode() & 0o111 != 0
+            })
+        })
+        .unwrap_or_else(|| {
+            panic!("`{command}` is not installed: apt-get install {package} (as .ci/run does)")
+        })
+}
+
 /// Polls `cond` every 20 ms until it holds or `limit` passes.
 pub fn wait_until(limit: Duration, cond: impl FnMut() -> bool) -> bool {
     wait_until_every(limit, Duration::from_millis(20), cond)

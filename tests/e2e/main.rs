@@ -16,6 +16,7 @@ mod hostile;
 mod install;
 mod listing;
 mod logs;
+mod not_prompts;
 mod operator;
 mod passthrough;
 mod prompts;
