@@ -96,7 +96,7 @@ pub struct Approval {
     pub claimed_by: Option<String>,
     pub claimed_at: Option<String>,
     pub resumed_run_id: Option<String>,
-    /// The digest of the screen it was asked on (`fingerprint::screen` of the context): a
+    /// The digest of the screen it was asked on (`fingerprint::seen`: context and question): a
     /// decision answers only that screen. None for cooperative requests and old rows.
     #[serde(default)]
     pub screen_digest: Option<String>,

@@ -85,7 +85,17 @@ pub fn tool(
     Some(digest("tool/v1", &[&exe, &script]))
 }
 
-/// The digest of the screen an approval was asked on (its context).
+/// What the operator saw of a prompt: the screen above the question, and the question.
+pub fn seen_text(context: &str, question: &str) -> String {
+    format!("{context}\n{question}")
+}
+
+/// The digest of what the operator saw of `p` (its context and question).
+pub fn seen(p: &crate::prompt::Prompt) -> String {
+    screen(&seen_text(&p.context, &p.question))
+}
+
+/// The digest of the screen an approval was asked on (its context and question).
 pub fn screen(context: &str) -> String {
     digest("screen/v1", &[&normalize_screen(context)])
 }

@@ -507,7 +507,7 @@ impl<'a> Conversation<'a> {
         {
             return Some(format!("it now asks {:?}", now.prompt_line));
         }
-        if fingerprint::screen(&now.context) != fingerprint::screen(&asked.context) {
+        if fingerprint::seen(&now) != fingerprint::seen(asked) {
             return Some("the screen around the prompt changed".into());
         }
         None

@@ -75,16 +75,19 @@ pub fn approval_for(who: &Asker, req: &PromptRequest) -> Approval {
         claimed_by: None,
         claimed_at: None,
         resumed_run_id: None,
-        screen_digest: Some(fingerprint::screen(&p.context)),
+        screen_digest: Some(fingerprint::seen(p)),
         tool_digest: who.tool_digest.clone(),
     }
 }
 
 /// The context of a new approval for a screen that changed since `old` was decided on the
 /// same prompt: what changed first (`+` lines now shown, `-` lines gone), then the screen.
-fn changed_context(old: &Approval, now: &str, what: &str) -> String {
-    let before: Vec<&str> = old.context.as_deref().unwrap_or("").lines().collect();
-    let after: Vec<&str> = now.lines().collect();
+fn changed_context(old: &Approval, fresh: &Approval, what: &str) -> String {
+    let now = fresh.context.as_deref().unwrap_or("");
+    let old_seen = fingerprint::seen_text(old.context.as_deref().unwrap_or(""), &old.question);
+    let new_seen = fingerprint::seen_text(now, &fresh.question);
+    let before: Vec<&str> = old_seen.lines().collect();
+    let after: Vec<&str> = new_seen.lines().collect();
     let mut out = format!(
         "The {what} changed since {} was decided ({} `{}` by {}):\n",
         old.approval_id,
@@ -127,7 +130,7 @@ pub fn answer_or_ask(
         //    supervised waits for (wait mode: its own shim types it), which stays with it.
         //    And a yes only for the screen it was given on: the same prompt around another
         //    screen (`Plan: 3 to add` where `2 to add` was approved) is a new question.
-        let screen = fingerprint::screen(&req.prompt.context);
+        let screen = fingerprint::seen(&req.prompt);
         let answer = approvals::find_answer(tx, &who.request_fingerprint, &req.prompt_fingerprint)?;
         let mut changed_since: Option<(Approval, &str)> = None;
         let answer = match answer {
@@ -262,11 +265,7 @@ pub fn answer_or_ask(
             //    screen of it).
             _ => {
                 if let Some((old, what)) = &changed_since {
-                    fresh.context = Some(changed_context(
-                        old,
-                        fresh.context.as_deref().unwrap_or(""),
-                        what,
-                    ));
+                    fresh.context = Some(changed_context(old, &fresh, what));
                 }
                 approvals::insert(tx, &fresh, &who.actor)?;
                 fx.events.push(fresh.needed_event());
