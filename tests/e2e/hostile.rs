@@ -277,7 +277,8 @@ fn text_hidden_in_invisible_characters_never_reaches_an_approval() {
         "output is passed on as written"
     );
     let ap = env.pending_approval();
-    assert!(s(&ap, "context").contains("Keep everything"), "{ap:#?}");
+    let seen = format!("{}\n{}", s(&ap, "context"), s(&ap, "question"));
+    assert!(seen.contains("Keep everything"), "{ap:#?}");
     assert_nothing_hidden(&ap);
     let labels: Vec<&str> = arr(&ap, "options_json")
         .iter()
