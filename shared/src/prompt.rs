@@ -37,6 +37,8 @@ pub struct ScreenFacts<'a> {
     /// Terminal modes while blocked.
     pub echo: bool,
     pub canonical: bool,
+    /// The screen's rows below the cursor's row (where full-screen prompts draw their menus).
+    pub below: &'a [String],
 }
 
 /// A recognised prompt.
@@ -60,9 +62,25 @@ pub struct Prompt {
     pub allows_text: bool,
     /// The tool's non-interactive alternative, for messages.
     pub alternative: Option<String>,
+    /// An arrow-key menu: its options are its items, chosen by moving the highlight.
+    pub select: Option<SelectMenu>,
 }
 
 impl Prompt {
+    /// Whether `value` answers this prompt: an arrow-key menu's item (chosen by steering
+    /// the highlight to it), or a value with keys.
+    pub fn takes(&self, value: &str) -> bool {
+        self.select_index(value).is_some() || self.keys_for(value, true).is_some()
+    }
+
+    /// Which item of an arrow-key menu `value` chooses.
+    pub fn select_index(&self, value: &str) -> Option<usize> {
+        self.select
+            .as_ref()
+            .filter(|m| !m.checkbox)
+            .and_then(|_| self.options.iter().position(|o| o.value == value))
+    }
+
     /// The bytes to type for a chosen value: an option's keys, or free text where allowed.
     /// `None` for a value that does not answer (`abort`) or is not acceptable.
     pub fn keys_for(&self, value: &str, canonical: bool) -> Option<Vec<u8>> {
@@ -132,6 +150,7 @@ pub fn classify<'r>(
         default: None,
         allows_text: false,
         alternative: alternative_for(facts.tool).map(str::to_owned),
+        select: None,
     };
     let canonical = facts.canonical;
 
@@ -185,6 +204,9 @@ pub fn classify<'r>(
         return p;
     }
     if builtin(facts.tool, &mut p, canonical) {
+        return p;
+    }
+    if !canonical && select_prompt(&mut p, &rows, facts.below) {
         return p;
     }
     if let Some((options, default)) = letter_menu(&p.prompt_line, canonical) {
@@ -474,6 +496,161 @@ fn numbered_menu(lines: &[&str], canonical: bool) -> Option<(Vec<ApprovalOption>
     (options.len() >= 2).then_some((options, default))
 }
 
+/// A menu whose highlighted item moves with the arrow keys: @inquirer `select`,
+/// questionary and InquirerPy `select`, the `❯ 1. Yes` menus of coding agents. One item
+/// carries a pointer (`❯`, `»`, `›`, `>`, `▶`, …); the others are indented to the same
+/// column; the nearest line above the items is the menu's title.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SelectMenu {
+    /// The items as shown, pointer and indentation removed.
+    pub items: Vec<String>,
+    /// The highlighted item.
+    pub highlighted: usize,
+    /// Items with check boxes (`◉ red`, `○ green`): submitted as a whole, as shown.
+    pub checkbox: bool,
+    /// The title's row on the screen (the menu's question).
+    pub title_row: usize,
+}
+
+const POINTERS: &[char] = &['❯', '›', '»', '>', '▶', '►', '➤', '→', '➜', '▸'];
+const BOXES: &[char] = &['◯', '◉', '○', '●', '◎', '☐', '☑', '☒', '□', '■', '⬡', '⬢'];
+const CHECKED: &[char] = &['◉', '●', '◎', '☑', '☒', '■', '⬢'];
+
+/// The character column where a pointer line's item text starts, if `row` is one (leading
+/// spaces, a pointer glyph, optional spaces, then text).
+fn pointer_column(row: &str) -> Option<usize> {
+    let mut chars = row.chars().enumerate().skip_while(|&(_, c)| c == ' ');
+    let (_, pointer) = chars.next()?;
+    if !POINTERS.contains(&pointer) {
+        return None;
+    }
+    chars.find(|&(_, c)| c != ' ').map(|(i, _)| i)
+}
+
+/// The arrow-key menu on a screen (sanitized rows, top down) whose cursor is on
+/// `cursor_row`: the last pointer line, the rows next to it indented to its item column,
+/// and a title above them. The cursor must be on the title, the items, or just below them
+/// (a key hint), so that a `>`-quoted line far up in the output is no menu. Items must be
+/// distinct: an item is chosen by its text.
+pub fn select_menu(rows: &[String], cursor_row: usize) -> Option<SelectMenu> {
+    let (at, col) = rows
+        .iter()
+        .enumerate()
+        .rev()
+        .find_map(|(i, r)| pointer_column(r).map(|c| (i, c)))?;
+    let aligned = |r: &str| {
+        let lead = r.chars().take_while(|&c| c == ' ').count();
+        lead == col && r.trim_end().chars().count() > col
+    };
+    let mut first = at;
+    while first > 0 && aligned(&rows[first - 1]) {
+        first -= 1;
+    }
+    let mut last = at;
+    while last + 1 < rows.len() && aligned(&rows[last + 1]) {
+        last += 1;
+    }
+    if first == last {
+        return None;
+    }
+    let title_row = (0..first).rev().find(|&i| !rows[i].trim().is_empty())?;
+    if cursor_row < title_row || cursor_row > last + 3 {
+        return None;
+    }
+    let items: Vec<String> = rows[first..=last]
+        .iter()
+        .map(|r| r.chars().skip(col).collect::<String>().trim().to_owned())
+        .collect();
+    let distinct: std::collections::HashSet<&String> = items.iter().collect();
+    if distinct.len() != items.len() {
+        return None;
+    }
+    let checkbox = items
+        .iter()
+        .all(|i| i.starts_with(BOXES) || i.starts_with("[ ]") || i.starts_with("[x]"));
+    Some(SelectMenu {
+        items,
+        highlighted: at - first,
+        checkbox,
+        title_row,
+    })
+}
+
+/// An arrow-key menu below or around the cursor: the prompt becomes the menu's title, its
+/// options the items (the highlighted one the default), chosen by moving the highlight
+/// (the shim steers it, checking the screen at each step). A check-box menu is decided as
+/// a whole: submit the selection shown, or abort.
+fn select_prompt(p: &mut Prompt, rows: &[String], below: &[String]) -> bool {
+    let cursor_row = rows.len().saturating_sub(1);
+    let all: Vec<String> = rows
+        .iter()
+        .cloned()
+        .chain(below.iter().map(|r| sanitize_line(r)))
+        .collect();
+    let Some(menu) = select_menu(&all, cursor_row) else {
+        return false;
+    };
+    let title = all[menu.title_row].trim().to_owned();
+    let (question, first) = question_of(&all[..=menu.title_row], &title);
+    let above: Vec<&str> = all[..first]
+        .iter()
+        .map(|r| r.trim_end())
+        .filter(|r| !r.trim().is_empty())
+        .collect();
+    p.context = above[above.len().saturating_sub(CONTEXT_LINES)..].join("\n");
+    p.question = question;
+    p.prompt_line = title;
+    p.kind = PromptKind::Menu;
+    p.allows_text = false;
+    if menu.checkbox {
+        let chosen: Vec<&str> = menu
+            .items
+            .iter()
+            .filter(|i| i.starts_with(CHECKED) || i.starts_with("[x]"))
+            .map(|i| i.trim_start_matches(|c: char| BOXES.contains(&c) || "[x] ".contains(c)))
+            .collect();
+        let shown = if chosen.is_empty() {
+            "nothing selected".to_owned()
+        } else {
+            chosen.join(", ")
+        };
+        p.rule = "generic:checkbox".into();
+        p.options = vec![
+            opt(
+                "submit",
+                &format!("Submit the selection shown ({shown})"),
+                Some("\r".into()),
+            ),
+            abort_option(),
+        ];
+        p.default = Some("submit".into());
+    } else {
+        p.rule = "generic:select".into();
+        // Numbered items (`1. Yes`) are chosen by their number, others by their text.
+        let numbered = menu.items.iter().enumerate().all(|(i, item)| {
+            let n = (i + 1).to_string();
+            item.strip_prefix(&n)
+                .is_some_and(|r| r.starts_with(". ") || r.starts_with(") "))
+        });
+        p.options = menu
+            .items
+            .iter()
+            .enumerate()
+            .map(|(i, item)| {
+                let value = if numbered {
+                    (i + 1).to_string()
+                } else {
+                    item.clone()
+                };
+                opt(&value, item, None)
+            })
+            .collect();
+        p.default = Some(p.options[menu.highlighted].value.clone());
+    }
+    p.select = Some(menu);
+    true
+}
+
 /// Tools whose prompts have no generic shape, or whose answers are special.
 fn builtin(tool: &str, p: &mut Prompt, canonical: bool) -> bool {
     static COREUTILS: LazyLock<Regex> = LazyLock::new(|| {
@@ -588,6 +765,7 @@ mod tests {
                 prompt_line: &prompt_line,
                 echo,
                 canonical,
+                below: &[],
             },
             &[],
         )
@@ -686,7 +864,7 @@ mod tests {
         assert_eq!(values(&p), ["1", "2", "3"]);
         assert_eq!(p.default.as_deref(), Some("1"));
         assert_eq!(p.keys_for("2", true), Some(b"2\r".to_vec()));
-        // A full-screen raw-mode menu (Claude Code): the digit alone.
+        // A full-screen raw-mode menu (Claude Code): chosen by moving its highlight.
         let p = screen(
             "claude",
             "Do you want to proceed?\n❯ 1. Yes\n  2. Yes, and don't ask again for ls commands\n  3. No, and tell Claude what to do differently (esc)\n",
@@ -696,7 +874,9 @@ mod tests {
         assert_eq!(p.kind, PromptKind::Menu);
         assert_eq!(values(&p), ["1", "2", "3"]);
         assert_eq!(p.default.as_deref(), Some("1"));
-        assert_eq!(p.keys_for("3", false), Some(b"3".to_vec()));
+        assert_eq!(p.rule, "generic:select");
+        assert_eq!(p.select_index("3"), Some(2));
+        assert!(p.takes("3") && !p.takes("4"));
         let p = screen(
             "codex",
             "Would you like to run the following command?\n1. Yes, proceed (y)\n2. Yes, and don't ask again (p)\n3. No (esc)\n",
@@ -938,6 +1118,7 @@ alternative = "use VAULT_TOKEN"
                 prompt_line: &rows[0],
                 echo: true,
                 canonical: true,
+                below: &[],
             },
             &cfg.prompt_rules,
         );
@@ -953,6 +1134,7 @@ alternative = "use VAULT_TOKEN"
                 prompt_line: &rows[0],
                 echo: true,
                 canonical: true,
+                below: &[],
             },
             &cfg.prompt_rules,
         );
@@ -965,6 +1147,7 @@ alternative = "use VAULT_TOKEN"
                 prompt_line: &rows[0],
                 echo: true,
                 canonical: true,
+                below: &[],
             },
             &cfg.prompt_rules,
         );
@@ -1202,11 +1385,113 @@ alternative = "use VAULT_TOKEN"
                     assert_eq!(p.default.as_deref(), default, "{tool}: {text:?}");
                     for o in &p.options {
                         if o.value != "abort" {
-                            assert!(o.keys.is_some(), "{tool}: {} has no keys", o.value);
+                            assert!(p.takes(&o.value), "{tool}: {} cannot be typed", o.value);
                         }
                     }
                 }
             }
         }
+    }
+
+    fn rows(text: &str) -> Vec<String> {
+        text.split('\n').map(str::to_owned).collect()
+    }
+
+    /// Classifies a raw-mode screen whose cursor is on row `cursor`.
+    fn raw_screen(text: &str, cursor: usize) -> Prompt {
+        let all = rows(text);
+        let (above, below) = all.split_at(cursor + 1);
+        classify(
+            &ScreenFacts {
+                tool: "tool",
+                rows: above,
+                prompt_line: &above[cursor],
+                echo: false,
+                canonical: false,
+                below,
+            },
+            &[],
+        )
+    }
+
+    #[test]
+    fn select_menus_of_the_common_libraries_are_read_with_their_highlight() {
+        // @inquirer/prompts: cursor on the key hint below the items.
+        let inquirer = "? Pick a color\n  red\n\u{276f} green\n  blue\n\n\u{2191}\u{2193} navigate \u{2022} \u{23ce} select";
+        // questionary: cursor on the title.
+        let questionary = "? Pick a color (Use arrow keys)\n   red\n \u{bb} green\n   blue";
+        // InquirerPy: cursor on the highlighted item.
+        let inquirerpy = "? Pick one:\n  red\n\u{276f} green\n  blue";
+        for (text, cursor, title) in [
+            (inquirer, 5, "? Pick a color"),
+            (questionary, 0, "? Pick a color (Use arrow keys)"),
+            (inquirerpy, 2, "? Pick one:"),
+        ] {
+            let p = raw_screen(text, cursor);
+            assert_eq!(p.rule, "generic:select", "{text}");
+            assert_eq!(p.prompt_line, title);
+            assert_eq!(p.question, title);
+            assert_eq!(values(&p), ["red", "green", "blue"]);
+            assert_eq!(p.default.as_deref(), Some("green"));
+            assert!(!p.allows_text);
+            assert!(p.takes("blue") && !p.takes("purple") && p.keys_for("blue", false).is_none());
+            assert_eq!(p.select.as_ref().unwrap().highlighted, 1);
+        }
+        // A coding agent's numbered arrow menu, earlier output above it as context.
+        let agent = "Edited src/main.rs\n\nDo you want to make this edit?\n\u{276f} 1. Yes\n  2. Yes, and don't ask again this session\n  3. No, and tell Claude what to do differently (esc)";
+        let p = raw_screen(agent, 3);
+        assert_eq!(p.rule, "generic:select");
+        assert_eq!(p.question, "Do you want to make this edit?");
+        assert_eq!(p.context, "Edited src/main.rs");
+        assert_eq!(values(&p), ["1", "2", "3"]);
+        assert_eq!(p.default.as_deref(), Some("1"));
+        assert_eq!(
+            p.options[1].label,
+            "2. Yes, and don't ask again this session"
+        );
+        assert_eq!(p.select_index("3"), Some(2));
+    }
+
+    #[test]
+    fn a_checkbox_menu_is_decided_as_a_whole() {
+        let p = raw_screen(
+            "? Pick some\n\u{276f}\u{25c9} red\n \u{25ef} green\n \u{25c9} blue\n\n\u{2191}\u{2193} navigate",
+            5,
+        );
+        assert_eq!(p.rule, "generic:checkbox");
+        assert_eq!(values(&p), ["submit", "abort"]);
+        assert_eq!(p.default.as_deref(), Some("submit"));
+        assert!(
+            p.options[0].label.contains("red, blue"),
+            "{:?}",
+            p.options[0]
+        );
+        assert_eq!(p.keys_for("submit", false), Some(b"\r".to_vec()));
+        assert!(!p.takes("red"));
+    }
+
+    #[test]
+    fn quoted_or_far_away_pointer_lines_and_line_mode_are_no_select_menu() {
+        // Line mode: a `>` list is text, not an arrow menu.
+        let rs = rows("Changes:\n> added x\n  fixed y\nContinue? [y/N] ");
+        let p = classify(
+            &ScreenFacts {
+                tool: "tool",
+                rows: &rs,
+                prompt_line: &rs[3],
+                echo: true,
+                canonical: true,
+                below: &[],
+            },
+            &[],
+        );
+        assert_eq!(p.rule, "generic:yes-no");
+        // Raw mode, but the pointer lines are far above the cursor's question.
+        let far = "Notes:\n> one\n  two\nbuilding\nlinking\ntesting\npackaging\nContinue? [y/N] ";
+        assert_eq!(raw_screen(far, 7).rule, "generic:yes-no");
+        // Items that repeat cannot be chosen by their text.
+        assert!(select_menu(&rows("Pick:\n\u{276f} same\n  same"), 0).is_none());
+        // One pointer line alone is no menu.
+        assert!(select_menu(&rows("Pick:\n\u{276f} only"), 0).is_none());
     }
 }

@@ -190,10 +190,7 @@ pub fn may_take_over(owner: Option<&ToolRun>, host: &dyn HostFacts) -> bool {
 /// Whether a decided approval answers (or ends) `prompt`: a rejection always does; an
 /// approval only when its value has keys for this prompt.
 pub fn decision_fits(a: &Approval, prompt: &Prompt) -> bool {
-    !a.answers()
-        || a.chosen_value
-            .as_deref()
-            .is_some_and(|v| prompt.keys_for(v, true).is_some())
+    !a.answers() || a.chosen_value.as_deref().is_some_and(|v| prompt.takes(v))
 }
 
 /// Whether a decided approval may answer a prompt shown on a screen with digest `screen`:

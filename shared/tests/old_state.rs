@@ -578,6 +578,7 @@ fn prompt_on_screen(tool: &str, line: &str) -> PromptRequest {
             prompt_line: line,
             echo: true,
             canonical: true,
+            below: &[],
         },
         std::iter::empty::<&PromptRuleConfig>(),
     );

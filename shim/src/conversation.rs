@@ -122,6 +122,64 @@ pub struct Typing {
     answered: String,
 }
 
+/// Keys typed a step at a time, each step checked on the screen before the next, and
+/// Enter only once the screen shows what was decided.
+#[derive(Debug)]
+struct Steer {
+    prompt: Prompt,
+    goal: Goal,
+    approval_id: String,
+    /// The line for stderr once it is submitted.
+    answered: String,
+    /// The output count when the last keys were sent: the tool has drawn since when it
+    /// differs.
+    sent_seq: u64,
+    sent_at: Instant,
+    steps: usize,
+}
+
+#[derive(Debug)]
+enum Goal {
+    /// Move a menu's highlight to this item, then press Enter.
+    Select(usize),
+    /// The field shows exactly this text (it was cleared first), then press Enter.
+    Text(String),
+}
+
+/// Arrow keys, as the terminal's cursor-key mode says they are sent.
+fn arrow(down: bool, application: bool) -> Vec<u8> {
+    match (application, down) {
+        (false, true) => b"\x1b[B".to_vec(),
+        (false, false) => b"\x1b[A".to_vec(),
+        (true, true) => b"\x1bOB".to_vec(),
+        (true, false) => b"\x1bOA".to_vec(),
+    }
+}
+
+/// Ctrl-E (end of line) then Ctrl-U (erase to the line's start): empties a line editor's
+/// field — readline, prompt_toolkit, Node's readline — whatever it was pre-filled with.
+const CLEAR_FIELD: &[u8] = b"\x05\x15";
+
+/// Whether the prompt line `shown` shows exactly `text` typed into the field of `asked`
+/// (the prompt line when it was asked): the line ends with the text, and what comes before
+/// it is the prompt's own start — the asked line itself, or the asked line less a hint at
+/// its end that the field's content replaces (`(demo)`, `[demo]`) or the pre-filled
+/// value it was cleared of.
+pub fn field_shows(asked: &str, shown: &str, text: &str) -> bool {
+    let shown = sanitize_line(shown);
+    let shown = shown.trim_end();
+    let Some(head) = shown.strip_suffix(text.trim_end()) else {
+        return false;
+    };
+    let head = head.trim_end();
+    let asked = asked.trim_end();
+    !head.is_empty() && asked.starts_with(head) && {
+        // What the field replaced: nothing, a bracketed hint, or the pre-filled text.
+        let rest = &asked[head.len()..];
+        rest.is_empty() || rest.starts_with(char::is_whitespace)
+    }
+}
+
 /// Text typed in raw mode without Enter, and the prompt line it was typed on: if it shows
 /// up echoed on that line while the tool still waits, the prompt wants Enter too.
 #[derive(Debug)]
@@ -144,12 +202,15 @@ enum State {
         since: Instant,
     },
     /// Wait mode: the tool is kept at its prompt until the approval is decided; `reader`:
-    /// who read the terminal when it was asked.
+    /// who read the terminal when it was asked; `seq`: the output count then.
     Waiting {
         prompt: Prompt,
         approval_id: String,
         reader: Option<u64>,
+        seq: u64,
     },
+    /// An answer is being typed and checked step by step.
+    Steering(Box<Steer>),
 }
 
 pub struct Conversation<'a> {
@@ -208,6 +269,9 @@ impl<'a> Conversation<'a> {
         idle_for: Duration,
         obs: &mut impl Observe,
     ) -> Vec<Action> {
+        if matches!(self.state, State::Steering(_)) {
+            return self.steer(now, idle_for, obs);
+        }
         if !matches!(self.state, State::Looking) {
             return Vec::new();
         }
@@ -378,7 +442,7 @@ impl<'a> Conversation<'a> {
                         Action::Release(approval.approval_id),
                     ];
                 }
-                vec![self.answer(&prompt, canonical, &value, &approval)]
+                self.answer(now, prompt, canonical, &value, &approval)
             }
             Ok(PromptResolution::Rejected { approval }) => self.reject(&approval),
             Ok(PromptResolution::Pending {
@@ -397,6 +461,7 @@ impl<'a> Conversation<'a> {
                         prompt,
                         approval_id,
                         reader,
+                        seq,
                     };
                     vec![announce, Action::Watch(approval)]
                 } else {
@@ -425,6 +490,7 @@ impl<'a> Conversation<'a> {
     /// Wait mode: what came from the approval's watcher so far (`rx.try_recv()`).
     pub fn watched(
         &mut self,
+        now: Instant,
         got: Result<Watched, TryRecvError>,
         obs: &mut impl Observe,
     ) -> Vec<Action> {
@@ -446,8 +512,12 @@ impl<'a> Conversation<'a> {
                 })];
             }
         };
-        let State::Waiting { prompt, reader, .. } =
-            std::mem::replace(&mut self.state, State::Looking)
+        let State::Waiting {
+            prompt,
+            reader,
+            seq,
+            ..
+        } = std::mem::replace(&mut self.state, State::Looking)
         else {
             return Vec::new();
         };
@@ -464,7 +534,7 @@ impl<'a> Conversation<'a> {
         // A yes is typed only into the prompt it was given for: the same reader still
         // blocked on the same prompt, the screen as the operator saw it. Otherwise it is
         // not used (it stays decided, for that screen), and the screen is asked about anew.
-        if let Some(why) = self.moved_on(&prompt, reader, obs) {
+        if let Some(why) = self.moved_on(&prompt, reader, seq, obs) {
             self.prev = None;
             return vec![Action::Say(format!(
                 "headless-run: {}: {} was decided for {:?}, which is no longer what the tool asks ({why}); not typed — asking again",
@@ -478,16 +548,19 @@ impl<'a> Conversation<'a> {
         };
         // The modes now, not when the prompt was seen: the tool may have switched meanwhile.
         let canonical = obs.modes().is_none_or(|m| m.canonical);
-        vec![consume, self.answer(&prompt, canonical, &value, &decided)]
+        let mut actions = vec![consume];
+        actions.extend(self.answer(now, prompt, canonical, &value, &decided));
+        actions
     }
 
     /// Why the terminal no longer shows `asked` to the reader that was asked, if it does
-    /// not: the tool stopped reading, another process reads, the prompt or the screen
-    /// changed.
+    /// not: the tool wrote something since (`seq`: the output count when it asked), stopped
+    /// reading, another process reads, the prompt or the screen changed.
     fn moved_on(
         &self,
         asked: &Prompt,
         reader: Option<u64>,
+        seq: u64,
         obs: &mut impl Observe,
     ) -> Option<String> {
         if obs.blocked().is_none_or(|b| b.reading == Reading::No) {
@@ -510,6 +583,11 @@ impl<'a> Conversation<'a> {
         if fingerprint::seen(&now) != fingerprint::seen(asked) {
             return Some("the screen around the prompt changed".into());
         }
+        // The same text drawn again is still another question (a read that timed out and
+        // asked anew), and a screen not yet caught up cannot be vouched for.
+        if self.output_seq != seq || !obs.caught_up() {
+            return Some("it wrote something since it asked".into());
+        }
         None
     }
 
@@ -520,6 +598,7 @@ impl<'a> Conversation<'a> {
             &ScreenFacts {
                 tool: self.setup.tool,
                 rows: &shown.rows[..end],
+                below: &shown.rows[end..],
                 prompt_line: &shown.prompt_line,
                 echo: modes.echo,
                 canonical: modes.canonical,
@@ -528,19 +607,18 @@ impl<'a> Conversation<'a> {
         )
     }
 
-    /// The keys of `value` for prompt `p`, or the end of the tool when they cannot be typed.
-    fn answer(&self, p: &Prompt, canonical: bool, value: &str, a: &Approval) -> Action {
-        let Some(keys) = p.keys_for(value, canonical) else {
-            return Action::End(RunOutcome::Rejected {
-                approval_id: a.approval_id.clone(),
-                why: format!("answer `{value}` cannot be typed into this prompt"),
-            });
-        };
-        let pending_enter = (!canonical && !keys.ends_with(b"\r") && p.kind != PromptKind::Menu)
-            .then(|| PendingEnter {
-                line: p.prompt_line.clone(),
-                typed: String::from_utf8_lossy(&keys).into_owned(),
-            });
+    /// What answering prompt `p` with `value` takes: the keys of an option or of a line
+    /// of text; for an arrow-key menu or a line editor's field, keys typed and checked on
+    /// the screen step by step ([`Self::steer`]); or the end of the tool when the value
+    /// cannot be typed.
+    fn answer(
+        &mut self,
+        now: Instant,
+        p: Prompt,
+        canonical: bool,
+        value: &str,
+        a: &Approval,
+    ) -> Vec<Action> {
         let answered = format!(
             "headless-run: {}: answered {:?} with `{value}` ({}, {} by {})",
             self.setup.label,
@@ -549,11 +627,153 @@ impl<'a> Conversation<'a> {
             a.status,
             watch::decided_by(a)
         );
-        Action::Type(Typing {
+        let is_option = p.options.iter().any(|o| o.value == value);
+        let goal = match &p.select {
+            Some(menu) if !menu.checkbox => p.select_index(value).map(Goal::Select),
+            _ if !canonical && !is_option && p.allows_text => {
+                hr_shared::approvals::is_acceptable_text(value)
+                    .then(|| Goal::Text(value.to_owned()))
+            }
+            _ => None,
+        };
+        if let Some(goal) = goal {
+            let first = match &goal {
+                // The first look at the menu sends the first arrow (or Enter).
+                Goal::Select(_) => Vec::new(),
+                Goal::Text(text) => [CLEAR_FIELD, text.as_bytes()].concat(),
+            };
+            let steps = usize::from(!first.is_empty());
+            self.state = State::Steering(Box::new(Steer {
+                prompt: p,
+                goal,
+                approval_id: a.approval_id.clone(),
+                answered,
+                sent_seq: self.output_seq,
+                sent_at: now,
+                steps,
+            }));
+            self.prev = None;
+            return if first.is_empty() {
+                Vec::new()
+            } else {
+                vec![Action::Write(first)]
+            };
+        }
+        let Some(keys) = p.keys_for(value, canonical) else {
+            return vec![Action::End(RunOutcome::Rejected {
+                approval_id: a.approval_id.clone(),
+                why: format!("answer `{value}` cannot be typed into this prompt"),
+            })];
+        };
+        let pending_enter = (!canonical && !keys.ends_with(b"\r") && p.kind != PromptKind::Menu)
+            .then(|| PendingEnter {
+                line: p.prompt_line.clone(),
+                typed: String::from_utf8_lossy(&keys).into_owned(),
+            });
+        vec![Action::Type(Typing {
             keys,
             pending_enter,
             answered,
-        })
+        })]
+    }
+
+    /// One step of typing an answer that is checked on the screen: once the tool has drawn
+    /// what the last keys did (or a while has passed), look. A menu whose items are no
+    /// longer the ones decided on, or a prompt that went away, gives the decision back and
+    /// asks again; a highlight that does not reach the item, or a field that does not show
+    /// exactly the answer, is not submitted and ends the tool. Otherwise the next arrow, or
+    /// Enter.
+    fn steer(&mut self, now: Instant, idle_for: Duration, obs: &mut impl Observe) -> Vec<Action> {
+        let State::Steering(st) = &self.state else {
+            return Vec::new();
+        };
+        let idle_window = self.setup.settings.prompt_idle;
+        let settle = (idle_window / 3).max(Duration::from_millis(30));
+        if idle_for < settle || !obs.caught_up() {
+            return Vec::new();
+        }
+        let drew = self.output_seq != st.sent_seq;
+        if st.steps > 0 && !drew && now < st.sent_at + idle_window * 2 {
+            return Vec::new();
+        }
+        let State::Steering(mut st) = std::mem::replace(&mut self.state, State::Looking) else {
+            return Vec::new();
+        };
+        let (Some(shown), Some(modes)) = (obs.screen(), obs.modes()) else {
+            return self.steer_lost(&st, "its screen cannot be read".into());
+        };
+        if obs.blocked().is_none_or(|b| b.reading == Reading::No) {
+            return self.steer_lost(&st, "it no longer waits for input".into());
+        }
+        let failed = |st: &Steer, why: String| {
+            vec![Action::End(RunOutcome::Rejected {
+                approval_id: st.approval_id.clone(),
+                why: format!("{why}; not submitted"),
+            })]
+        };
+        match st.goal {
+            Goal::Select(target) => {
+                let now_shown = self.classify(&shown, modes);
+                let Some(menu) = now_shown.select.filter(|m| {
+                    st.prompt
+                        .select
+                        .as_ref()
+                        .is_some_and(|was| was.items == m.items)
+                }) else {
+                    return self.steer_lost(&st, "the menu changed".into());
+                };
+                if menu.highlighted == target {
+                    return self.submit(*st);
+                }
+                if st.steps > 2 * menu.items.len() + 2 || (st.steps > 0 && !drew) {
+                    return failed(
+                        &st,
+                        format!(
+                            "the highlight did not reach {:?} (it is on {:?})",
+                            menu.items[target], menu.items[menu.highlighted]
+                        ),
+                    );
+                }
+                st.steps += 1;
+                st.sent_seq = self.output_seq;
+                st.sent_at = now;
+                let keys = arrow(target > menu.highlighted, shown.app_cursor);
+                self.state = State::Steering(st);
+                vec![Action::Write(keys)]
+            }
+            Goal::Text(ref text) => {
+                if field_shows(&st.prompt.prompt_line, &shown.prompt_line, text) {
+                    return self.submit(*st);
+                }
+                let line = sanitize_line(&shown.prompt_line);
+                let mut actions = vec![Action::Write(CLEAR_FIELD.to_vec())];
+                actions.extend(failed(
+                    &st,
+                    format!("the field showed {:?}, not the answer", line.trim()),
+                ));
+                actions
+            }
+        }
+    }
+
+    /// The screen shows what was decided: press Enter.
+    fn submit(&mut self, st: Steer) -> Vec<Action> {
+        self.typed_at = Some(self.output_seq);
+        self.prev = None;
+        vec![Action::Write(b"\r".to_vec()), Action::Say(st.answered)]
+    }
+
+    /// The prompt an answer was being typed into went away: give the decision back (it stays
+    /// for that prompt's return) and look at the screen anew.
+    fn steer_lost(&mut self, st: &Steer, why: String) -> Vec<Action> {
+        self.prev = None;
+        vec![
+            Action::Say(format!(
+                "headless-run: {}: {} was decided for {:?}, which is no longer what the tool asks ({why}); not submitted — asking again",
+                self.setup.label, st.approval_id, st.prompt.prompt_line
+            )),
+            Action::Release(st.approval_id.clone()),
+        ]
     }
 
     /// How writing the keys of an [`Action::Type`] went. Keys that did not reach the tool
@@ -718,7 +938,7 @@ mod tests {
         }
 
         fn watched(&mut self, got: Result<Watched, TryRecvError>) -> Vec<Action> {
-            self.conv.watched(got, &mut self.tty)
+            self.conv.watched(self.now, got, &mut self.tty)
         }
 
         /// Carries out a typing as the pty would take it: written in full.
@@ -1191,6 +1411,24 @@ mod tests {
         assert!(request.prompt.prompt_line.contains("DROP"), "{request:?}");
     }
 
+    /// The same question drawn again (a read that timed out and asked anew): another
+    /// question, not typed into.
+    #[test]
+    fn a_decision_for_a_question_drawn_again_is_not_typed() {
+        let mut run = waiting_run();
+        run.show(YES_NO);
+        let actions = run.watched(Ok(Watched::Decided(decided(
+            "AP-1",
+            ApprovalStatus::Approved,
+            Some("y"),
+        ))));
+        assert!(
+            matches!(actions.as_slice(), [Action::Say(line)] if line.contains("wrote something since")),
+            "{actions:?}"
+        );
+        assert!(!typed_anything(&actions));
+    }
+
     /// The same prompt line, but the screen around it changed (`2 to add` became `3 to
     /// add`): not typed either.
     #[test]
@@ -1397,5 +1635,173 @@ mod tests {
             value: "y".into(),
         });
         assert!(actions.is_empty(), "{actions:?}");
+    }
+
+    /// An @inquirer-style select menu with the highlight on item `at`, the cursor parked
+    /// on the key hint below it.
+    fn menu_screen(at: usize) -> Vec<u8> {
+        let mut out = b"? Pick a color\n".to_vec();
+        for (i, item) in ["red", "green", "blue"].iter().enumerate() {
+            let pointer = if i == at { "\x1b[36m\u{276f} " } else { "  " };
+            out.extend(format!("{pointer}{item}\x1b[0m\n").as_bytes());
+        }
+        out.extend("\n\u{2191}\u{2193} navigate".as_bytes());
+        out
+    }
+
+    fn writes(actions: &[Action]) -> Vec<Vec<u8>> {
+        actions
+            .iter()
+            .filter_map(|a| match a {
+                Action::Write(k) => Some(k.clone()),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// Settles after the tool drew: ticks until the conversation acts (or gives up).
+    fn settle(run: &mut Run) -> Vec<Action> {
+        for _ in 0..20 {
+            let actions = run.tick_after(ms(50));
+            if !actions.is_empty() {
+                return actions;
+            }
+        }
+        Vec::new()
+    }
+
+    fn answered_select(run: &mut Run, value: &str) -> Vec<Action> {
+        run.tty.modes = Some(RAW_MODE);
+        run.show(&menu_screen(1));
+        let request = run.ask();
+        assert_eq!(request.prompt.rule, "generic:select");
+        assert_eq!(request.prompt.prompt_line, "? Pick a color");
+        assert_eq!(request.prompt.default.as_deref(), Some("green"));
+        run.reply(PromptResolution::Answer {
+            approval: decided("AP-1", ApprovalStatus::Approved, Some(value)),
+            value: value.into(),
+        })
+    }
+
+    #[test]
+    fn a_select_menu_is_answered_by_moving_the_highlight_and_checking_it() {
+        let mut run = Run::new(OnPrompt::Exit);
+        let first = answered_select(&mut run, "blue");
+        assert!(
+            first.is_empty(),
+            "nothing is typed before the menu is looked at: {first:?}"
+        );
+        let step = settle(&mut run);
+        assert_eq!(writes(&step), [b"\x1b[B".to_vec()], "one arrow down");
+        // Until the tool draws the moved highlight, nothing more is sent.
+        assert!(run.tick_after(ms(50)).is_empty());
+        run.show(&menu_screen(2));
+        let done = settle(&mut run);
+        assert_eq!(
+            writes(&done),
+            [b"\r".to_vec()],
+            "Enter once blue is highlighted"
+        );
+        assert!(
+            done.iter()
+                .any(|a| matches!(a, Action::Say(l) if l.contains("answered")))
+        );
+        // Upwards, in application cursor-key mode.
+        let mut run = Run::new(OnPrompt::Exit);
+        answered_select(&mut run, "red");
+        run.tty.screen.app_cursor = true;
+        assert_eq!(writes(&settle(&mut run)), [b"\x1bOA".to_vec()]);
+    }
+
+    #[test]
+    fn a_select_menu_that_changes_or_does_not_move_is_not_submitted() {
+        // Other items than the operator saw: the decision is given back, nothing submitted.
+        let mut run = Run::new(OnPrompt::Exit);
+        answered_select(&mut run, "blue");
+        run.show("? Pick a region\n\x1b[36m\u{276f} eu-west\x1b[0m\n  us-east\n".as_bytes());
+        let lost = settle(&mut run);
+        assert!(
+            lost.iter()
+                .any(|a| matches!(a, Action::Release(id) if id == "AP-1")),
+            "{lost:?}"
+        );
+        assert!(writes(&lost).is_empty(), "{lost:?}");
+        // The arrow did nothing: the tool ends, Enter never sent.
+        let mut run = Run::new(OnPrompt::Exit);
+        answered_select(&mut run, "blue");
+        assert_eq!(writes(&settle(&mut run)), [b"\x1b[B".to_vec()]);
+        let stuck = settle(&mut run);
+        assert!(
+            matches!(ended(&stuck), Some(RunOutcome::Rejected { why, .. }) if why.contains("did not reach")),
+            "{stuck:?}"
+        );
+        assert!(!writes(&stuck).contains(&b"\r".to_vec()));
+        // The highlight jumps past the item (a menu that skips): it steers back, bounded.
+        let mut run = Run::new(OnPrompt::Exit);
+        answered_select(&mut run, "blue");
+        let mut sent = 0;
+        loop {
+            let acts = settle(&mut run);
+            if ended(&acts).is_some() {
+                break;
+            }
+            assert!(!writes(&acts).contains(&b"\r".to_vec()), "never submitted");
+            sent += 1;
+            assert!(sent < 20, "steering is bounded");
+            run.show(&menu_screen(if sent % 2 == 1 { 0 } else { 1 }));
+        }
+    }
+
+    #[test]
+    fn a_text_answer_in_raw_mode_clears_the_field_and_checks_it_before_enter() {
+        let mut run = Run::new(OnPrompt::Exit);
+        run.tty.modes = Some(RAW_MODE);
+        run.show(b"Project name: demo");
+        let request = run.ask();
+        assert!(request.prompt.allows_text);
+        let first = run.reply(PromptResolution::Answer {
+            approval: decided("AP-1", ApprovalStatus::Approved, Some("myproj")),
+            value: "myproj".into(),
+        });
+        assert_eq!(writes(&first), [b"\x05\x15myproj".to_vec()]);
+        run.show(b"Project name: myproj");
+        let done = settle(&mut run);
+        assert_eq!(writes(&done), [b"\r".to_vec()]);
+        // A field that did not take the answer as typed: erased, not submitted.
+        let mut run = Run::new(OnPrompt::Exit);
+        run.tty.modes = Some(RAW_MODE);
+        run.show(b"Project name: demo");
+        run.ask();
+        run.reply(PromptResolution::Answer {
+            approval: decided("AP-1", ApprovalStatus::Approved, Some("myproj")),
+            value: "myproj".into(),
+        });
+        run.show(b"Project name: xmyproj");
+        let bad = settle(&mut run);
+        assert_eq!(writes(&bad), [CLEAR_FIELD.to_vec()]);
+        assert!(
+            matches!(ended(&bad), Some(RunOutcome::Rejected { why, .. }) if why.contains("xmyproj"))
+        );
+    }
+
+    #[test]
+    fn a_field_shows_the_answer_only_in_place_of_its_content() {
+        for (asked, shown) in [
+            ("Project name: demo", "Project name: myproj"),
+            ("? Project name (demo)", "? Project name myproj"),
+            ("? Project name", "? Project name myproj"),
+            ("Name:", "Name:myproj"),
+        ] {
+            assert!(field_shows(asked, shown, "myproj"), "{asked} / {shown}");
+        }
+        for (asked, shown) in [
+            ("Project name: demo", "Project name: xmyproj"),
+            ("Project name: demo", "Project name: de"),
+            ("? Token", "? Token ******"),
+            ("? Project name", "myproj"),
+            ("Name: a", "Other: myproj"),
+        ] {
+            assert!(!field_shows(asked, shown, "myproj"), "{asked} / {shown}");
+        }
     }
 }

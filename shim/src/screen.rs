@@ -13,6 +13,8 @@ pub struct ScreenText {
     /// The cursor's row up to the cursor, trailing blanks removed.
     pub prompt_line: String,
     pub cursor_row: usize,
+    /// The terminal is in application cursor-key mode (DECCKM): arrows send `ESC O A`.
+    pub app_cursor: bool,
 }
 
 /// Feeds tool output to the emulator as a terminal with `ONLCR` would show it: the pty has
@@ -46,6 +48,7 @@ impl ScreenText {
             rows,
             prompt_line,
             cursor_row: crow as usize,
+            app_cursor: screen.application_cursor(),
         }
     }
 

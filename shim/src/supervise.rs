@@ -714,7 +714,7 @@ impl Supervisor<'_> {
             recorder: &self.recorder,
             outside: &mut self.outside,
         };
-        let actions = self.conv.watched(got, &mut look);
+        let actions = self.conv.watched(Instant::now(), got, &mut look);
         if !self.conv.waiting() {
             self.watcher = None;
         }

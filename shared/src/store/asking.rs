@@ -191,7 +191,7 @@ pub fn answer_or_ask(
                 Ok(r)
                     if r.chosen_value
                         .as_deref()
-                        .is_some_and(|v| req.prompt.keys_for(v, true).is_some()) =>
+                        .is_some_and(|v| req.prompt.takes(v)) =>
                 {
                     Some(r)
                 }
@@ -392,6 +392,7 @@ pub fn cooperative(
                     default: req.default.clone(),
                     allows_text: req.allows_text,
                     alternative: None,
+                    select: None,
                 },
                 prompt_fingerprint: prompt_fp.clone(),
                 policies: Vec::new(),

@@ -369,6 +369,7 @@ pub fn yes_no(tool: &str) -> PromptRequest {
             default: Some("n".into()),
             allows_text: false,
             alternative: Some("rm -f".into()),
+            select: None,
         },
         prompt_fingerprint: fingerprint::prompt(tool, RM_LINE),
         policies: Vec::new(),

@@ -1254,6 +1254,7 @@ pub fn free_text_decision_answers_a_text_prompt<S: StoreUnderTest>(s: &S) {
             default: Some("v1".into()),
             allows_text: true,
             alternative: None,
+            select: None,
         },
         prompt_fingerprint: fingerprint::prompt(tool, line),
         policies: Vec::new(),
