@@ -334,6 +334,17 @@ pub fn value_decision(
     if let [one] = folded.as_slice() {
         return Ok(approved(&one.value));
     }
+    // `yes` / `no` where the options are `y` / `n`, and the other way round.
+    let alias = match input.to_ascii_lowercase().as_str() {
+        "yes" => Some("y"),
+        "no" => Some("n"),
+        "y" => Some("yes"),
+        "n" => Some("no"),
+        _ => None,
+    };
+    if let Some(o) = alias.and_then(|v| a.options_json.iter().find(|o| o.value == v)) {
+        return Ok(approved(&o.value));
+    }
     // Free text, where allowed — never for a question that asks for a secret.
     if a.allows_text && !a.asks_for_secret() && is_acceptable_text(input) {
         return Ok(approved(input));
@@ -873,6 +884,9 @@ mod tests {
         assert_eq!(ok("approve").chosen_value.as_deref(), Some("y"));
         assert_eq!(ok("n").status, ApprovalStatus::Approved);
         assert_eq!(ok("Y").chosen_value.as_deref(), Some("y"));
+        // `yes` / `no` where the options are `y` / `n`.
+        assert_eq!(ok("yes").chosen_value.as_deref(), Some("y"));
+        assert_eq!(ok("No").chosen_value.as_deref(), Some("n"));
         assert_eq!(ok("reject").status, ApprovalStatus::Rejected);
         assert_eq!(ok("abort").status, ApprovalStatus::Rejected);
         let err = value_decision(&a, "maybe").unwrap_err();

@@ -198,15 +198,15 @@ pub fn classify<'r>(
         }
         return p;
     }
-    if is_secret_text(&p.prompt_line) {
-        p.secret = true;
-        p.rule = "secret:text".into();
-        return p;
-    }
     if builtin(facts.tool, &mut p, canonical) {
         return p;
     }
     if !canonical && select_prompt(&mut p, &rows, facts.below) {
+        return p;
+    }
+    if is_secret_text(&p.prompt_line, canonical) {
+        p.secret = true;
+        p.rule = "secret:text".into();
         return p;
     }
     if let Some((options, default)) = letter_menu(&p.prompt_line, canonical) {
@@ -219,6 +219,13 @@ pub fn classify<'r>(
     if let Some((options, default)) = yes_no(&p.prompt_line, canonical) {
         p.kind = PromptKind::Choice;
         p.rule = "generic:yes-no".into();
+        p.options = options;
+        p.default = default;
+        return p;
+    }
+    if let Some((options, default)) = slash_choices(&p.prompt_line, canonical) {
+        p.kind = PromptKind::Choice;
+        p.rule = "generic:choices".into();
         p.options = options;
         p.default = default;
         return p;
@@ -238,7 +245,10 @@ pub fn classify<'r>(
         p.default = Some("continue".into());
         return p;
     }
-    if let Some(c) = TEXT_DEFAULT.captures(&p.prompt_line) {
+    if let Some(c) = TEXT_DEFAULT
+        .captures(&p.prompt_line)
+        .or_else(|| paren_default(&p.prompt_line))
+    {
         let default = c[1].trim().to_owned();
         p.kind = PromptKind::Text;
         p.rule = "generic:text-default".into();
@@ -346,7 +356,7 @@ pub fn shows_menu(lines: &[&str]) -> bool {
 
 static SECRET: LazyLock<Regex> = LazyLock::new(|| {
     Regex::new(
-        r"(?i)\b(password|passphrase|pass phrase|passcode|passwort|pin|token|secret|api[ _-]?key|otp|verification code)\b.*:\s*$",
+        r"(?i)\b(password|passphrase|pass phrase|passcode|passwort|pin|token|secret|api[ _-]?key|unseal key|private key|otp|one[- ]time (?:password|code)|(?:2fa|mfa|verification|access|auth|authentication|security) code|credentials?)\b",
     )
     .expect("secret regex")
 });
@@ -355,12 +365,76 @@ static PRESS_ENTER: LazyLock<Regex> = LazyLock::new(|| {
     Regex::new(r"(?i)\bpress\s+(enter|return|any key|<enter>|\[enter\])").expect("press regex")
 });
 
+/// `package name: (probe)`, `? Project name (demo)` — a text prompt with its default in
+/// parentheses at the end (npm init, @inquirer `input`), which Enter on an empty field
+/// takes. Not a remark such as `(optional)`, and not choices (`(y/n)`, `(1-3)`).
+fn paren_default(line: &str) -> Option<regex::Captures<'_>> {
+    static PAREN: LazyLock<Regex> = LazyLock::new(|| {
+        Regex::new(r"(?:[:?]\s*|\s)\(([^()/|]{1,60})\)\s*:?\s*$").expect("paren default regex")
+    });
+    let c = PAREN.captures(line)?;
+    let word = c[1].trim().to_ascii_lowercase();
+    let remark = [
+        "optional",
+        "required",
+        "default",
+        "recommended",
+        "experimental",
+        "beta",
+        "y",
+        "n",
+        "yes",
+        "no",
+        "none",
+        "empty",
+    ];
+    let range = word.split_once('-').is_some_and(|(a, b)| {
+        a.trim().chars().all(|c| c.is_ascii_digit()) && b.trim().chars().all(|c| c.is_ascii_digit())
+    });
+    (!remark.contains(&word.as_str())
+        && !range
+        && !word.starts_with("e.g")
+        && !word.contains("press"))
+    .then_some(c)
+}
+
+/// rich's `Pick a color [red/green/blue] (green): ` and kin: words between slashes in
+/// brackets, an optional `(default)` after them. Each word is an option typed as itself.
+fn slash_choices(line: &str, canonical: bool) -> Option<(Vec<ApprovalOption>, Option<String>)> {
+    static CHOICES: LazyLock<Regex> = LazyLock::new(|| {
+        Regex::new(r"\[([\w.-]+(?:/[\w.-]+)+)\]\s*(?:\(([\w.-]+)\))?\s*:?\s*$")
+            .expect("choices regex")
+    });
+    let c = CHOICES.captures(line)?;
+    let words: Vec<&str> = c[1].split('/').collect();
+    if words.len() > 12 {
+        return None;
+    }
+    let options = words
+        .iter()
+        .map(|w| opt(w, w, Some(line_keys(w, canonical))))
+        .collect();
+    let default = c
+        .get(2)
+        .map(|d| d.as_str())
+        .filter(|d| words.contains(d))
+        .map(str::to_owned);
+    Some((options, default))
+}
+
 /// `Country Name (2 letter code) [AU]:` — a text prompt with its default in brackets.
 static TEXT_DEFAULT: LazyLock<Regex> =
     LazyLock::new(|| Regex::new(r"\[([^\[\]]{0,80})\]\s*:\s*$").expect("text default regex"));
 
-fn is_secret_text(line: &str) -> bool {
-    SECRET.is_match(line) && yes_no(line, true).is_none()
+/// A prompt line that asks for a secret by its words (password, token, API key, unseal
+/// key, OTP or 2FA code, credentials …) — whatever the terminal's echo says, since raw-mode
+/// readers always turn ECHO off and mask or hide typing themselves. It must read as a
+/// field (`Token:`) or, in raw mode, as a prompt library's question (`? Enter your API
+/// token`); a line that offers choices (`Delete the token? [y/N]`) is a choice.
+fn is_secret_text(line: &str, canonical: bool) -> bool {
+    let t = line.trim();
+    let field = t.ends_with(':') || (!canonical && (t.starts_with('?') || t.ends_with('>')));
+    field && SECRET.is_match(t) && yes_no(t, true).is_none() && letter_menu(t, true).is_none()
 }
 
 /// Whether a line offers generic choices (`[y/N]`, `(yes/no)`, `(Y)es/(N)o/…`).
@@ -468,7 +542,8 @@ fn letter_menu(line: &str, canonical: bool) -> Option<(Vec<ApprovalOption>, Opti
 /// Lines such as `1) Proceed`, `2. Yes`, `❯ 1. Yes`, `[3] Cancel`, numbered from 1.
 fn numbered_menu(lines: &[&str], canonical: bool) -> Option<(Vec<ApprovalOption>, Option<String>)> {
     static ITEM: LazyLock<Regex> = LazyLock::new(|| {
-        Regex::new(r"^\s*([❯>›▶→*]\s*)?(?:\[(\d{1,2})\]|(\d{1,2})[.)])\s+(\S.*?)\s*$").unwrap()
+        Regex::new(r"^\s*([❯>›▶→*]\s*)?(?:\[(\d{1,2})\]|\((\d{1,2})\)|(\d{1,2})[.)])\s+(\S.*?)\s*$")
+            .unwrap()
     });
     let mut options: Vec<ApprovalOption> = Vec::new();
     let mut default = None;
@@ -476,19 +551,28 @@ fn numbered_menu(lines: &[&str], canonical: bool) -> Option<(Vec<ApprovalOption>
         let Some(c) = ITEM.captures(line) else {
             continue;
         };
-        let n = c.get(2).or(c.get(3)).map_or("", |m| m.as_str());
-        let label = c[4].to_owned();
-        if n.parse::<usize>().ok() != Some(options.len() + 1) {
-            // A restart at 1 starts a new menu; anything else is not a menu item.
-            if n == "1" {
-                options.clear();
-                default = None;
-            } else {
-                continue;
-            }
+        let n = c
+            .get(2)
+            .or(c.get(3))
+            .or(c.get(4))
+            .map_or("", |m| m.as_str());
+        let label = c[5].to_owned();
+        let num = n.parse::<usize>().unwrap_or(0);
+        let last = options.last().and_then(|o| o.value.parse::<usize>().ok());
+        // Numbered from 1, each number above the one before (gpg skips some: 1 2 3 4 9 10
+        // 14); a restart at 1 starts a new menu; anything else is not a menu item.
+        if num == 1 {
+            options.clear();
+            default = None;
+        } else if last.is_none_or(|l| num <= l) || options.is_empty() {
+            continue;
         }
         let lower = label.to_ascii_lowercase();
-        if c.get(1).is_some() || lower.contains("(default") || lower.contains("[default") {
+        if c.get(1).is_some()
+            || lower.contains("(default")
+            || lower.contains("[default")
+            || lower.contains("*default*")
+        {
             default = Some(n.to_owned());
         }
         options.push(opt(n, &label, Some(line_keys(n, canonical))));
@@ -1493,5 +1577,67 @@ alternative = "use VAULT_TOKEN"
         assert!(select_menu(&rows("Pick:\n\u{276f} same\n  same"), 0).is_none());
         // One pointer line alone is no menu.
         assert!(select_menu(&rows("Pick:\n\u{276f} only"), 0).is_none());
+    }
+
+    #[test]
+    fn defaults_and_choices_in_common_shapes() {
+        // npm init and @inquirer input: `(default)` at the end; Enter takes it.
+        for (text, default) in [
+            ("package name: (probe) ", "probe"),
+            ("? Project name (demo)", "demo"),
+        ] {
+            let p = line("npm", text);
+            assert_eq!(p.rule, "generic:text-default", "{text}");
+            assert_eq!(p.default.as_deref(), Some(default));
+            assert_eq!(p.keys_for(default, true), Some(b"\r".to_vec()));
+            assert!(p.allows_text);
+        }
+        // Remarks and ranges in parentheses are no default.
+        for text in ["Comment (optional): ", "Pick one (1-3): "] {
+            assert_ne!(line("t", text).rule, "generic:text-default", "{text}");
+        }
+        // openssl / adduser: `[]` is an empty default.
+        let p = line("openssl", "Organizational Unit Name (eg, section) []:");
+        assert_eq!(values(&p), ["empty"]);
+        // rich Prompt with choices.
+        let p = line("python", "Pick a color [red/green/blue] (green): ");
+        assert_eq!(p.rule, "generic:choices");
+        assert_eq!(values(&p), ["red", "green", "blue"]);
+        assert_eq!(p.default.as_deref(), Some("green"));
+        assert_eq!(p.keys_for("blue", true), Some(b"blue\r".to_vec()));
+        // gpg's menus: `(N)` items, numbers skipped, `*default*`.
+        let gpg = "Please select what kind of key you want:\n   (1) RSA and RSA\n   (2) DSA and Elgamal\n   (3) DSA (sign only)\n   (4) RSA (sign only)\n   (9) ECC (sign and encrypt) *default*\n  (10) ECC (sign only)\n  (14) Existing key from card\nYour selection? ";
+        let p = line("gpg", gpg);
+        assert_eq!(p.rule, "generic:numbered-menu");
+        assert_eq!(values(&p), ["1", "2", "3", "4", "9", "10", "14"]);
+        assert_eq!(p.default.as_deref(), Some("9"));
+    }
+
+    #[test]
+    fn secrets_are_known_by_their_words_whatever_the_echo_says() {
+        // Raw-mode readers turn ECHO off and mask typing themselves: the words decide.
+        for text in [
+            "? Enter your API token",
+            "? Password",
+            "Vault unseal key:",
+            "Enter the 2FA code:",
+            "? Access code >",
+            "AWS credentials:",
+        ] {
+            let p = screen("tool", text, false, false);
+            assert!(p.secret, "{text}: {p:?}");
+            assert_eq!(p.rule, "secret:text");
+        }
+        // Choices about a token are choices; a raw-mode line that is no field is not a
+        // secret by its words alone.
+        for text in ["Delete the old token? [y/N]", "Rotating the token now"] {
+            assert!(!screen("tool", text, true, false).secret, "{text}");
+        }
+        // A select menu titled with such a word is a menu.
+        let p = raw_screen(
+            "? Pick a token type (Use arrow keys)\n \u{bb} classic\n   fine-grained",
+            0,
+        );
+        assert_eq!(p.rule, "generic:select");
     }
 }

@@ -819,3 +819,100 @@ pub fn alive(pid: i32) -> bool {
         Err(_) => false,
     }
 }
+
+/// Pinned versions of the real prompt libraries the tests drive (issue 12).
+const INQUIRER: &str = "@inquirer/prompts@8.8.0";
+const PY_LIBS: &[&str] = &[
+    "questionary==2.1.1",
+    "InquirerPy==0.3.4",
+    "prompt_toolkit==3.0.53",
+];
+
+/// A directory installed once under `target/e2e-deps/NAME` by `install` (given a scratch
+/// directory to fill), shared by every test and test process: filled beside it and
+/// renamed into place, so a half-done install is never used. A failed install fails the
+/// test, never skips it.
+fn installed_once(name: &str, install: impl FnOnce(&Path)) -> PathBuf {
+    let deps = target_dir().join("e2e-deps");
+    let done = deps.join(name);
+    if done.join(".complete").exists() {
+        return done;
+    }
+    std::fs::create_dir_all(&deps).expect("create target/e2e-deps");
+    let scratch = deps.join(format!("{name}.tmp-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&scratch);
+    std::fs::create_dir_all(&scratch).expect("scratch dir");
+    install(&scratch);
+    std::fs::write(scratch.join(".complete"), "").expect("mark install complete");
+    if std::fs::rename(&scratch, &done).is_err() {
+        // Another test process finished first (or a stale partial copy is in the way).
+        if !done.join(".complete").exists() {
+            let _ = std::fs::remove_dir_all(&done);
+            std::fs::rename(&scratch, &done).expect("move the install into place");
+        } else {
+            let _ = std::fs::remove_dir_all(&scratch);
+        }
+    }
+    done
+}
+
+fn run_install(cmd: &mut Command, what: &str) {
+    let out = cmd
+        .stdin(Stdio::null())
+        .output()
+        .unwrap_or_else(|e| panic!("{what}: {e}"));
+    assert!(
+        out.status.success(),
+        "{what} failed ({}): {}{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// `tests/fixtures/libs/inquirer.mjs` beside an installed `@inquirer/prompts` (npm
+/// registry), ready for `node`. ES modules resolve packages from the script's own
+/// directory, so the fixture is copied there.
+pub fn inquirer_fixture() -> PathBuf {
+    need("npm", "npm");
+    static LOCK: Mutex<()> = Mutex::new(());
+    let _one = LOCK.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = installed_once("node", |dir| {
+        run_install(
+            Command::new("npm")
+                .args(["install", "--no-audit", "--no-fund", "--loglevel=error"])
+                .arg("--prefix")
+                .arg(dir)
+                .arg(INQUIRER),
+            "npm install @inquirer/prompts",
+        );
+    });
+    let script = dir.join("inquirer.mjs");
+    // Copied only when it changed: a decision binds to the script it was asked by.
+    let text = std::fs::read(fixture("libs/inquirer.mjs")).expect("read the inquirer fixture");
+    if std::fs::read(&script).ok().as_ref() != Some(&text) {
+        let part = dir.join(format!("inquirer.mjs.{}", std::process::id()));
+        std::fs::write(&part, &text).expect("copy the inquirer fixture");
+        std::fs::rename(&part, &script).expect("copy the inquirer fixture");
+    }
+    script
+}
+
+/// The python of a venv holding questionary, InquirerPy and prompt_toolkit (PyPI).
+pub fn prompt_libs_python() -> PathBuf {
+    static LOCK: Mutex<()> = Mutex::new(());
+    let _one = LOCK.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = installed_once("py", |dir| {
+        run_install(
+            Command::new("python3").args(["-m", "venv"]).arg(dir),
+            "python3 -m venv",
+        );
+        run_install(
+            Command::new(dir.join("bin/python"))
+                .args(["-m", "pip", "install", "-q", "--disable-pip-version-check"])
+                .args(PY_LIBS),
+            "pip install questionary InquirerPy prompt_toolkit",
+        );
+    });
+    dir.join("bin/python")
+}

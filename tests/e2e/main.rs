@@ -14,6 +14,7 @@ mod faults;
 mod gc;
 mod hostile;
 mod install;
+mod libraries;
 mod listing;
 mod logs;
 mod not_prompts;

@@ -1,0 +1,243 @@
+//! The prompt libraries modern CLIs are built on, for real (issue 12 items 2–4): npm
+//! `@inquirer/prompts` (select, input, checkbox, password), PyPI questionary, InquirerPy and
+//! prompt_toolkit, and bash's readline with a pre-filled field. Each goes through the shim
+//! in exit mode (approve → the re-run is answered), wait mode and reject, and each test
+//! checks what the tool itself received (it prints it), never just what the shim said.
+
+use headless_run_e2e::*;
+use serde_json::{Map, Value};
+
+fn option_values(a: &Map<String, Value>) -> Vec<String> {
+    arr(a, "options_json")
+        .iter()
+        .map(|o| o["value"].as_str().unwrap().to_owned())
+        .collect()
+}
+
+/// The newest pending approval after a run that exited 90 for it.
+fn parked(env: &TestEnv, out: &Outcome) -> Map<String, Value> {
+    out.expect_code(90);
+    let a = env
+        .approvals()
+        .into_iter()
+        .rev()
+        .find(|a| a["status"] == "pending")
+        .unwrap_or_else(|| panic!("no pending approval: {}", out.context()));
+    assert_eq!(
+        s(&env.runs().last().unwrap().clone(), "status"),
+        "waiting_approval"
+    );
+    a
+}
+
+fn node(env: &TestEnv, which: &str) -> Cmd {
+    let script = inquirer_fixture();
+    let mut c = env.shim();
+    c.arg(need("node", "nodejs")).arg(script).arg(which);
+    c
+}
+
+fn python(env: &TestEnv, which: &str) -> Cmd {
+    let py = prompt_libs_python();
+    let mut c = env.shim();
+    c.arg(py).arg(fixture("libs/pyprompts.py")).arg(which);
+    c
+}
+
+#[test]
+fn inquirer_select_is_a_menu_approval_answered_by_moving_the_highlight() {
+    let env = TestEnv::new();
+    let out = node(&env, "select").run();
+    let a = parked(&env, &out);
+    assert_eq!(s(&a, "rule_name"), "generic:select");
+    assert_eq!(s(&a, "prompt_kind"), "menu");
+    assert_eq!(s(&a, "prompt_line"), "? Pick a color");
+    assert_eq!(option_values(&a), ["red", "green", "blue"]);
+    assert_eq!(s(&a, "default_value"), "green", "the highlighted item");
+    // A value that is not an item is refused, listing the items.
+    let bad = env.decide(s(&a, "approval_id"), "purple");
+    assert_ne!(bad.code(), 0, "{}", bad.context());
+    assert!(bad.stderr.contains("blue"), "{}", bad.stderr);
+    env.decide(s(&a, "approval_id"), "blue").expect_code(0);
+    // The re-run: the highlight is moved to blue, then Enter; the next prompt, an input
+    // with a default, is asked.
+    let out = node(&env, "select").run();
+    assert!(out.out().contains("GOT blue"), "{}", out.context());
+    let b = parked(&env, &out);
+    assert_eq!(s(&b, "prompt_line"), "? Project name (demo)");
+    // Free text into a raw-mode field: cleared, typed, checked, submitted.
+    env.decide(s(&b, "approval_id"), "myproj").expect_code(0);
+    let out = node(&env, "select").run();
+    out.expect_code(0);
+    assert!(out.out().contains("GOT blue"), "{}", out.context());
+    assert!(out.out().contains("NAME [myproj]"), "{}", out.context());
+    assert_eq!(s(env.runs().last().unwrap(), "status"), "completed");
+}
+
+#[test]
+fn inquirer_input_answers_are_submitted_and_never_run_into_the_next_question() {
+    // Wait mode: both answers reach the one run. (In exit mode a free-text value is gone
+    // once a run consumed it, so a re-run is asked again rather than replaying it.)
+    let env = TestEnv::new();
+    let running = node(&env, "input").spawn_wait_mode();
+    let a = env.pending_approval();
+    assert_eq!(s(&a, "prompt_line"), "? Project name");
+    env.decide(s(&a, "approval_id"), "myproj").expect_code(0);
+    let b = wait_for_pending_other_than(&env, s(&a, "approval_id"));
+    assert_eq!(s(&b, "prompt_line"), "? Owner");
+    env.decide(s(&b, "approval_id"), "x").expect_code(0);
+    let out = running.wait();
+    out.expect_code(0);
+    // Before: typed without Enter, the next answer was appended (`myprojx`).
+    assert!(
+        out.out().contains("NAME [myproj] OWNER [x]"),
+        "{}",
+        out.context()
+    );
+    // Neither value stays in the store once typed.
+    for ap in env.approvals() {
+        assert!(ap["chosen_value"].is_null(), "{ap:#?}");
+    }
+}
+
+#[test]
+fn inquirer_select_in_wait_mode_and_rejected() {
+    let env = TestEnv::new();
+    let running = node(&env, "select").spawn_wait_mode();
+    let a = env.pending_approval();
+    env.decide(s(&a, "approval_id"), "red").expect_code(0);
+    // Then the input: its default taken by approving.
+    let b = wait_for_pending_other_than(&env, s(&a, "approval_id"));
+    assert_eq!(s(&b, "default_value"), "demo");
+    env.decide(s(&b, "approval_id"), "approve").expect_code(0);
+    let out = running.wait();
+    out.expect_code(0);
+    assert!(out.out().contains("GOT red"), "{}", out.context());
+    assert!(out.out().contains("NAME [demo]"), "{}", out.context());
+    // Rejected: the tool is ended with 91, nothing chosen.
+    let env = TestEnv::new();
+    let out = node(&env, "select").run();
+    let a = parked(&env, &out);
+    env.decide(s(&a, "approval_id"), "reject").expect_code(0);
+    let out = node(&env, "select").run();
+    out.expect_code(91);
+    assert!(!out.out().contains("GOT"), "{}", out.context());
+}
+
+#[test]
+fn inquirer_checkbox_is_decided_as_a_whole() {
+    let env = TestEnv::new();
+    let out = node(&env, "checkbox").run();
+    let a = parked(&env, &out);
+    assert_eq!(s(&a, "rule_name"), "generic:checkbox");
+    assert_eq!(option_values(&a), ["submit", "abort"]);
+    let label = arr(&a, "options_json")[0]["label"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert!(label.contains("red, blue"), "the selection shown: {label}");
+    env.decide(s(&a, "approval_id"), "approve").expect_code(0);
+    let out = node(&env, "checkbox").run();
+    out.expect_code(0);
+    assert!(
+        out.out().contains(r#"GOT ["red","blue"]"#),
+        "{}",
+        out.context()
+    );
+}
+
+#[test]
+fn inquirer_password_is_a_refused_secret_and_nothing_is_stored() {
+    let env = TestEnv::new();
+    let out = node(&env, "password").run();
+    out.expect_code(93);
+    assert!(
+        out.stderr.contains("Enter your API token"),
+        "the refusal names the prompt: {}",
+        out.context()
+    );
+    assert!(env.approvals().is_empty(), "{:#?}", env.approvals());
+    assert_eq!(s(&env.only_run(), "status"), "failed");
+}
+
+#[test]
+fn questionary_select_and_prefilled_text() {
+    let env = TestEnv::new();
+    let out = python(&env, "questionary-select").run();
+    let a = parked(&env, &out);
+    assert_eq!(s(&a, "rule_name"), "generic:select");
+    assert_eq!(option_values(&a), ["red", "green", "blue"]);
+    assert_eq!(s(&a, "default_value"), "green");
+    env.decide(s(&a, "approval_id"), "red").expect_code(0);
+    let out = python(&env, "questionary-select").run();
+    assert!(out.out().contains("GOT red"), "{}", out.context());
+    let b = parked(&env, &out);
+    // prompt_toolkit pre-fills the field with the default: the answer replaces it.
+    assert_eq!(s(&b, "prompt_line"), "? Project name demo");
+    env.decide(s(&b, "approval_id"), "myproj").expect_code(0);
+    let out = python(&env, "questionary-select").run();
+    out.expect_code(0);
+    assert!(out.out().contains("NAME [myproj]"), "{}", out.context());
+    assert!(!out.out().contains("demomyproj"), "{}", out.context());
+}
+
+#[test]
+fn inquirerpy_select_in_wait_mode() {
+    let env = TestEnv::new();
+    let running = python(&env, "inquirerpy-select").spawn_wait_mode();
+    let a = env.pending_approval();
+    assert_eq!(option_values(&a), ["staging", "production", "dev"]);
+    assert_eq!(s(&a, "default_value"), "staging");
+    env.decide(s(&a, "approval_id"), "dev").expect_code(0);
+    let out = running.wait();
+    out.expect_code(0);
+    assert!(out.out().contains("GOT dev"), "{}", out.context());
+}
+
+#[test]
+fn prefilled_line_editors_get_the_answer_in_place_of_their_content() {
+    // prompt_toolkit's prompt(default=…) and bash's `read -e -i`: Enter alone would submit
+    // the pre-filled text; an answer must replace it, not be appended to it.
+    let env = TestEnv::new();
+    let out = python(&env, "toolkit-text").run();
+    let a = parked(&env, &out);
+    assert_eq!(s(&a, "prompt_line"), "Release name: v1-demo");
+    env.decide(s(&a, "approval_id"), "v2").expect_code(0);
+    let out = python(&env, "toolkit-text").run();
+    out.expect_code(0);
+    assert!(out.out().contains("NAME [v2]"), "{}", out.context());
+
+    let env = TestEnv::new();
+    let read = "read -e -i demo -p 'Project name: ' x; echo \"got [$x]\"";
+    let out = env.shim().args(["bash", "-c", read]).run();
+    let a = parked(&env, &out);
+    assert_eq!(s(&a, "prompt_line"), "Project name: demo");
+    env.decide(s(&a, "approval_id"), "myproj").expect_code(0);
+    let out = env.shim().args(["bash", "-c", read]).run();
+    out.expect_code(0);
+    assert!(out.out().contains("got [myproj]"), "{}", out.context());
+}
+
+fn wait_for_pending_other_than(env: &TestEnv, id: &str) -> Map<String, Value> {
+    let mut found = None;
+    let seen = wait_for_state(std::time::Duration::from_secs(20), || {
+        found = env
+            .approvals()
+            .into_iter()
+            .find(|a| a["status"] == "pending" && s(a, "approval_id") != id);
+        found.is_some()
+    });
+    assert!(seen, "no second approval: {:#?}", env.approvals());
+    found.unwrap()
+}
+
+trait WaitMode {
+    fn spawn_wait_mode(&mut self) -> Running;
+}
+
+impl WaitMode for Cmd {
+    /// Runs with `HEADLESS_RUN_ON_PROMPT=wait`: kept at each prompt until it is decided.
+    fn spawn_wait_mode(&mut self) -> Running {
+        self.env("HEADLESS_RUN_ON_PROMPT", "wait").spawn()
+    }
+}
