@@ -102,7 +102,8 @@ pub fn screen(context: &str) -> String {
 
 /// The context with only what cannot matter removed: spacing runs, blank lines, clock
 /// times (`12:34:56`, `12:34:56.789`), dates (`2026-11-23`, with a `T…Z` time), spinner
-/// glyphs (braille cells, and a lone `| / - \` before the text). Digits stay.
+/// glyphs (braille cells, and a lone `| / \` before the text — not `-`, which also marks
+/// what a plan destroys). Digits stay.
 pub fn normalize_screen(context: &str) -> String {
     let mut lines = Vec::new();
     for line in sanitize_text(context).lines() {
@@ -117,7 +118,7 @@ pub fn normalize_screen(context: &str) -> String {
             })
             .collect();
         let mut words = words.as_slice();
-        if words.len() > 1 && matches!(words[0].as_str(), "|" | "/" | "-" | "\\") {
+        if words.len() > 1 && matches!(words[0].as_str(), "|" | "/" | "\\") {
             words = &words[1..];
         }
         if !words.is_empty() {
@@ -229,6 +230,11 @@ mod tests {
             screen("2026-11-24T01:00:00Z start\n⠙ Working\nDeploy?")
         );
         assert_eq!(screen("| building\nDeploy?"), screen("/ building\nDeploy?"));
+        // A plan's `-` (destroy) is no spinner frame.
+        assert_ne!(
+            screen("- aws_instance.db\nApply?"),
+            screen("aws_instance.db\nApply?")
+        );
         assert_ne!(screen("rm 'a.txt'?"), screen("rm 'b.txt'?"));
     }
 

@@ -28,19 +28,41 @@ const SECRET_ANYWHERE: &[&str] = &[
     "PRIVATE",
     "APIKEY",
 ];
-/// ...or at the end of a part (`API_KEY`, `OAUTH`, `GH_PIN`, not `GIT_AUTHOR_NAME`).
-const SECRET_SUFFIXES: &[&str] = &["KEY", "AUTH", "PIN", "OTP", "CERT", "SESSION", "COOKIE"];
+/// ...or at the end of a part (`API_KEY`, `OAUTH`, `GH_PIN`, `MYSQL_PWD`, `SENTRY_DSN`, not
+/// `GIT_AUTHOR_NAME`).
+const SECRET_SUFFIXES: &[&str] = &[
+    "KEY", "AUTH", "PIN", "OTP", "CERT", "SESSION", "COOKIE", "PWD", "JWT", "DSN",
+];
+/// The shell's working directories, which end in `PWD` and hold none.
+const NOT_SECRET: &[&str] = &["PWD", "OLDPWD"];
 
 /// Whether an environment variable's name looks like it holds a secret: such variables are
 /// never stored (a parked run's environment names them as withheld instead).
 pub fn looks_secret(name: &str) -> bool {
     let upper = name.to_ascii_uppercase();
+    if NOT_SECRET.contains(&upper.as_str()) {
+        return false;
+    }
     upper
         .split(|c: char| !c.is_ascii_alphanumeric())
         .any(|part| {
             SECRET_ANYWHERE.iter().any(|s| part.contains(s))
                 || SECRET_SUFFIXES.iter().any(|s| part.ends_with(s))
         })
+}
+
+/// Whether a variable's value carries credentials whatever its name: a URL with a password
+/// in it (`postgres://app:s3cret@db/app`, `https://user:token@host/`).
+pub fn value_holds_credentials(value: &str) -> bool {
+    value.split_whitespace().any(|word| {
+        let Some((_, rest)) = word.split_once("://") else {
+            return false;
+        };
+        let authority = rest.split(['/', '?', '#']).next().unwrap_or("");
+        authority.rsplit_once('@').is_some_and(|(userinfo, _)| {
+            userinfo.split_once(':').is_some_and(|(_, p)| !p.is_empty())
+        })
+    })
 }
 
 /// A run's environment as a resume restores it: the variables (`HEADLESS_RUN_*` of the
@@ -64,7 +86,7 @@ impl SavedEnvironment {
             if k.starts_with("HEADLESS_RUN_") || k == ENV_AUTO_APPROVAL {
                 continue;
             }
-            if looks_secret(&k) {
+            if looks_secret(&k) || value_holds_credentials(&v) {
                 out.withheld.push(k);
             } else {
                 out.vars.insert(k, v);
@@ -147,6 +169,9 @@ mod tests {
             "GOOGLE_CREDENTIALS",
             "SSH_PRIVATE",
             "my_token",
+            "MYSQL_PWD",
+            "SENTRY_DSN",
+            "SUPABASE_JWT",
         ] {
             assert!(looks_secret(name), "{name}");
         }
@@ -157,6 +182,8 @@ mod tests {
             "LANG",
             "TERM",
             "KEYBOARD_LAYOUT",
+            "PWD",
+            "OLDPWD",
         ] {
             assert!(!looks_secret(name), "{name}");
         }
@@ -164,9 +191,18 @@ mod tests {
             ("PATH".into(), "/bin".into()),
             ("GITHUB_TOKEN".into(), "ghp_x".into()),
             ("HEADLESS_RUN_TOOL_RUN_ID".into(), "TR-1".into()),
+            (
+                "DATABASE_URL".into(),
+                "postgres://app:s3cret@db:5432/app".into(),
+            ),
+            ("MIRROR".into(), "https://mirror.example/debian".into()),
+            ("REPO".into(), "ssh://git@host/repo.git".into()),
         ]);
-        assert_eq!(saved.vars.keys().collect::<Vec<_>>(), ["PATH"]);
-        assert_eq!(saved.withheld, ["GITHUB_TOKEN"]);
+        assert_eq!(
+            saved.vars.keys().collect::<Vec<_>>(),
+            ["MIRROR", "PATH", "REPO"]
+        );
+        assert_eq!(saved.withheld, ["DATABASE_URL", "GITHUB_TOKEN"]);
     }
 
     fn h(headless: Option<&str>, ci: Option<&str>) -> Option<bool> {

@@ -230,6 +230,15 @@ pub fn classify<'r>(
         p.default = default;
         return p;
     }
+    let tall = &nonempty[nonempty.len().saturating_sub(40)..];
+    if let Some((options, default)) = column_menu(tall, &p.prompt_line, canonical) {
+        p.kind = PromptKind::Menu;
+        p.rule = "generic:column-menu".into();
+        p.options = options;
+        p.default = default;
+        p.allows_text = true;
+        return p;
+    }
     let tail = &nonempty[nonempty.len().saturating_sub(12)..];
     if let Some((options, default)) = numbered_menu(tail, canonical) {
         p.kind = PromptKind::Menu;
@@ -578,6 +587,68 @@ fn numbered_menu(lines: &[&str], canonical: bool) -> Option<(Vec<ApprovalOption>
         options.push(opt(n, &label, Some(line_keys(n, canonical))));
     }
     (options.len() >= 2).then_some((options, default))
+}
+
+/// Debconf's readline and teletype menus (`dpkg-reconfigure tzdata`): `  N. label` items
+/// laid out in columns, several on a line, numbered down each column; the block of item
+/// lines right above the prompt. All items count, in number order (1..n, none missing);
+/// the default is the number in the prompt's brackets (`Geographic area [8]:`). Debconf
+/// also takes an item's name, so free text is allowed.
+fn column_menu(
+    lines: &[&str],
+    prompt_line: &str,
+    canonical: bool,
+) -> Option<(Vec<ApprovalOption>, Option<String>)> {
+    static START: LazyLock<Regex> =
+        LazyLock::new(|| Regex::new(r"(?:^\s*|\s{2,})(\d{1,3})[.)]\s+").expect("column regex"));
+    static DEFAULT: LazyLock<Regex> =
+        LazyLock::new(|| Regex::new(r"\[(\d{1,3})\]\s*:?\s*$").expect("default regex"));
+    let mut items: Vec<(usize, String)> = Vec::new();
+    let mut several = false;
+    for line in lines.iter().rev() {
+        let starts: Vec<regex::Captures<'_>> = START.captures_iter(line).collect();
+        let at_start = starts
+            .first()
+            .is_some_and(|c| c.get(0).is_some_and(|m| m.start() == 0));
+        if !at_start {
+            if items.is_empty() {
+                continue;
+            }
+            break;
+        }
+        several |= starts.len() >= 2;
+        for (i, c) in starts.iter().enumerate() {
+            let whole = c.get(0)?;
+            let end = starts
+                .get(i + 1)
+                .and_then(|n| n.get(0))
+                .map_or(line.len(), |m| m.start());
+            let label = line[whole.end()..end].trim();
+            if label.is_empty() {
+                return None;
+            }
+            items.push((c[1].parse().ok()?, label.to_owned()));
+        }
+    }
+    if !several || items.len() < 2 {
+        return None;
+    }
+    items.sort_by_key(|(n, _)| *n);
+    if items.iter().enumerate().any(|(i, (n, _))| *n != i + 1) {
+        return None;
+    }
+    let options: Vec<ApprovalOption> = items
+        .iter()
+        .map(|(n, label)| {
+            let n = n.to_string();
+            opt(&n, label, Some(line_keys(&n, canonical)))
+        })
+        .collect();
+    let default = DEFAULT
+        .captures(prompt_line)
+        .map(|c| c[1].to_owned())
+        .filter(|d| options.iter().any(|o| &o.value == d));
+    Some((options, default))
 }
 
 /// A menu whose highlighted item moves with the arrow keys: @inquirer `select`,
@@ -1639,5 +1710,26 @@ alternative = "use VAULT_TOKEN"
             0,
         );
         assert_eq!(p.rule, "generic:select");
+    }
+
+    #[test]
+    fn debconf_menus_in_columns_offer_every_item() {
+        let tz = "Please select the geographic area in which you live.\n\n  1. Africa   3. Antarctica  5. Arctic    7. Atlantic  9. Indian    11. US\n  2. America  4. Australia   6. Asia      8. Europe    10. Pacific  12. Etc\nGeographic area [8]: ";
+        let p = line("dpkg-reconfigure", tz);
+        assert_eq!(p.rule, "generic:column-menu");
+        let want: Vec<String> = (1..=12).map(|n| n.to_string()).collect();
+        assert_eq!(values(&p), want);
+        assert_eq!(p.options[10].label, "US");
+        assert_eq!(p.options[2].label, "Antarctica");
+        assert_eq!(p.default.as_deref(), Some("8"));
+        assert_eq!(p.keys_for("12", true), Some(b"12\r".to_vec()));
+        // One line.
+        let p = line("debconf", "Use the proxy?\n  1. yes  2. no\nAnswer: ");
+        assert_eq!(values(&p), ["1", "2"]);
+        // A gap in the numbering is no menu.
+        assert_ne!(
+            line("t", "  1. a  3. c\nPick: ").rule,
+            "generic:column-menu"
+        );
     }
 }

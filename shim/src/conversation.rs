@@ -180,6 +180,18 @@ pub fn field_shows(asked: &str, shown: &str, text: &str) -> bool {
     }
 }
 
+/// Whether the prompt line `shown` ends with `text` masked (`******`, `••••`): a field
+/// that hides what is typed into it.
+fn masks(shown: &str, text: &str) -> bool {
+    let n = text.chars().count();
+    let tail: Vec<char> = shown.trim_end().chars().rev().take(n).collect();
+    n > 0
+        && tail.len() == n
+        && tail
+            .iter()
+            .all(|c| matches!(c, '*' | '•' | '●' | '·' | '∙'))
+}
+
 /// Text typed in raw mode without Enter, and the prompt line it was typed on: if it shows
 /// up echoed on that line while the tool still waits, the prompt wants Enter too.
 #[derive(Debug)]
@@ -688,7 +700,7 @@ impl<'a> Conversation<'a> {
             return Vec::new();
         };
         let idle_window = self.setup.settings.prompt_idle;
-        let settle = (idle_window / 3).max(Duration::from_millis(30));
+        let settle = (idle_window / 6).max(Duration::from_millis(30));
         if idle_for < settle || !obs.caught_up() {
             return Vec::new();
         }
@@ -747,6 +759,20 @@ impl<'a> Conversation<'a> {
                 }
                 let line = sanitize_line(&shown.prompt_line);
                 let mut actions = vec![Action::Write(CLEAR_FIELD.to_vec())];
+                if masks(&line, text) {
+                    // The field hides what is typed: it asks for a secret, which is never
+                    // answered from the store.
+                    let alternative = st
+                        .prompt
+                        .alternative
+                        .clone()
+                        .unwrap_or_else(|| prompt::secret_alternative(self.setup.tool));
+                    actions.push(Action::End(RunOutcome::SecretRefused {
+                        prompt: st.prompt.prompt_line.clone(),
+                        alternative,
+                    }));
+                    return actions;
+                }
                 actions.extend(failed(
                     &st,
                     format!("the field showed {:?}, not the answer", line.trim()),
@@ -1781,6 +1807,22 @@ mod tests {
         assert_eq!(writes(&bad), [CLEAR_FIELD.to_vec()]);
         assert!(
             matches!(ended(&bad), Some(RunOutcome::Rejected { why, .. }) if why.contains("xmyproj"))
+        );
+        // A field that masks what is typed asks for a secret: erased, refused as one (93).
+        let mut run = Run::new(OnPrompt::Exit);
+        run.tty.modes = Some(RAW_MODE);
+        run.show(b"? Enter the value");
+        run.ask();
+        run.reply(PromptResolution::Answer {
+            approval: decided("AP-1", ApprovalStatus::Approved, Some("hunter2")),
+            value: "hunter2".into(),
+        });
+        run.show(b"? Enter the value *******");
+        let masked = settle(&mut run);
+        assert_eq!(writes(&masked), [CLEAR_FIELD.to_vec()]);
+        assert!(
+            matches!(ended(&masked), Some(RunOutcome::SecretRefused { .. })),
+            "{masked:?}"
         );
     }
 

@@ -234,6 +234,58 @@ fn remember_stores_a_policy_for_the_prompt() {
     );
 }
 
+/// `--remember` keeps an option for this prompt of this command in this directory: never
+/// free text, and never wider than asked when the run that gives the scope is gone.
+#[test]
+fn remember_refuses_free_text_and_an_unknown_scope() {
+    let env = TestEnv::new();
+    let (_run, ap) = pending(&env, "Release name?");
+    // Seeding: a text prompt (no command makes a seeded row take free text).
+    env.raw_db()
+        .execute(
+            "UPDATE approvals SET allows_text = 1 WHERE approval_id = ?1",
+            [&ap.id],
+        )
+        .unwrap();
+    let out = env
+        .monitor()
+        .args(["decide", &ap.id, "v2-final", "--remember"])
+        .run();
+    out.expect_code(2);
+    assert!(out.stderr.contains("free text"), "{}", out.stderr);
+    assert_eq!(s(&approval_row(&env, &ap.id), "status"), "pending");
+    // The asking run is gone: its scope is unknown, so only a deliberate widening goes.
+    let run = Run::parked(&env, &["deploy.sh", "--env", "prod"]);
+    let orphan = Approval::pending(&run, "Deploy?");
+    orphan.insert(&env);
+    let out = env
+        .monitor()
+        .args(["decide", &orphan.id, "yes", "--remember"])
+        .run();
+    out.expect_code(2);
+    assert!(
+        out.stderr.contains("--any-args --any-dir"),
+        "{}",
+        out.stderr
+    );
+    assert_eq!(s(&approval_row(&env, &orphan.id), "status"), "pending");
+    assert!(env.raw_rows("policies").is_empty());
+    env.monitor()
+        .args([
+            "decide",
+            &orphan.id,
+            "yes",
+            "--remember",
+            "--any-args",
+            "--any-dir",
+        ])
+        .run()
+        .expect_code(0);
+    let policies = env.raw_rows("policies");
+    assert_eq!(policies.len(), 1, "{policies:#?}");
+    assert!(policies[0]["argv_json"].is_null() && policies[0]["cwd"].is_null());
+}
+
 #[test]
 fn approvals_are_listed_and_shown_sanitized() {
     let env = TestEnv::new();

@@ -88,6 +88,28 @@ pub fn run(ctx: &Ctx, args: Args) -> CliResult {
             "--remember keeps approvals only (a remembered decision answers later prompts; it never ends a tool); decide without --remember",
         ));
     }
+    if args.remember
+        && approvals::value_decision(&before, &args.value).is_ok_and(|r| {
+            r.chosen_value
+                .as_deref()
+                .is_some_and(|v| !before.options_json.iter().any(|o| o.value == v))
+        })
+    {
+        return Err(CliError::usage(
+            "--remember keeps one of the prompt's options only, never free text (a remembered value is kept in the store and typed into later prompts); decide without --remember",
+        ));
+    }
+    // The scope of a remembered decision is the asking run's command line and directory:
+    // without that run, it could only be remembered for any, and only when asked so.
+    if args.remember
+        && !(args.any_args && args.any_dir)
+        && store.run(&before.tool_run_id)?.is_none()
+    {
+        return Err(CliError::usage(format!(
+            "the run that asked {id} is gone (garbage-collected), so its command line and directory are unknown; pass --any-args --any-dir to remember it for every run of `{}`, or decide without --remember",
+            sanitize_line(&before.tool_name)
+        )));
+    }
     let by = proc::current_user();
     let who = Decider {
         by: &by,

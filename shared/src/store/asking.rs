@@ -403,15 +403,16 @@ pub fn cooperative(
         if req.context.is_none() {
             a.context = None;
         }
-        // The tool may name its approval; a name already taken (or not ours to take) is
-        // replaced.
+        // The tool may name its approval, with an id of the usual shape (any case); a name
+        // of another shape, or one already taken, is replaced.
         if let Some(wanted) = req
             .approval_id
             .as_deref()
-            .filter(|w| id::has_shape(w, id::APPROVAL_PREFIX) || w.starts_with(id::APPROVAL_PREFIX))
-            && approvals::get(tx, wanted)?.is_none()
+            .map(str::to_ascii_uppercase)
+            .filter(|w| id::has_shape(w, id::APPROVAL_PREFIX))
+            && approvals::get(tx, &wanted)?.is_none()
         {
-            a.approval_id = wanted.to_owned();
+            a.approval_id = wanted;
         }
         approvals::insert(tx, &a, &who.actor)?;
         fx.events.push(a.needed_event());
