@@ -10,6 +10,7 @@ mod group;
 mod interactive;
 mod notify;
 mod pty;
+mod queries;
 mod recorder;
 mod redact;
 mod run;

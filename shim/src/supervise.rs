@@ -9,6 +9,7 @@ use crate::blocked::{self, Reading};
 use crate::conversation::{Action, Blocked, Conversation, Modes, Observe, Setup};
 use crate::event_fd::EventPipe;
 use crate::pty::{self, Pty};
+use crate::queries::{self, Query};
 use crate::recorder::{MAX_EVENTS_PENDING, Recorder, RecorderEvent, RecorderSetup};
 use crate::run::{self, Failure, RunContext, RunStart};
 use crate::screen::ScreenText;
@@ -156,6 +157,11 @@ pub fn run(
         coop_pending: None,
         paused_since: None,
         outside: Outside::default(),
+        // A real terminal on stdout answers the tool's queries itself.
+        // SAFETY: isatty(3) on our own stdout.
+        queries: (unsafe { libc::isatty(libc::STDOUT_FILENO) } == 0)
+            .then(queries::Scanner::default),
+        unanswered: Vec::new(),
     };
     let outcome = sup.run_loop();
     let Supervisor { recorder, .. } = sup;
@@ -259,6 +265,11 @@ struct Supervisor<'a> {
     paused_since: Option<Instant>,
     /// Readers of the tool's terminal outside its session (pinentry).
     outside: Outside,
+    /// Finds the tool's questions to its terminal, when the shim answers them (no real
+    /// terminal sees the output).
+    queries: Option<queries::Scanner>,
+    /// Questions found and not answered yet: answered once the screen model has caught up.
+    unanswered: Vec<Query>,
 }
 
 /// How often all of `/proc` is walked for readers of the terminal outside the tool's
@@ -321,6 +332,7 @@ impl Supervisor<'_> {
             }
             self.poll_resolving(now);
             self.poll_waiting();
+            self.answer_queries();
             self.track_pause(now);
             self.enforce_limits(now);
             if self.exited.is_none() && self.ending.is_none() {
@@ -525,6 +537,10 @@ impl Supervisor<'_> {
         if self.touch_pending {
             deadlines.push(self.last_touch.map_or(now, |t| t + TOUCH_EVERY));
         }
+        if !self.unanswered.is_empty() {
+            // The screen model is catching up to a query: answer it soon.
+            deadlines.push(now + Duration::from_millis(2));
+        }
         if self.events.is_some() && !self.reading_events() {
             // The recorder is behind on events: look again soon.
             deadlines.push(now + TICK);
@@ -651,6 +667,9 @@ impl Supervisor<'_> {
                 self.stdout_open = false;
             }
             self.line_open = data.last() != Some(&b'\n');
+            if let Some(scanner) = self.queries.as_mut() {
+                self.unanswered.extend(scanner.scan(data));
+            }
             self.recorder.push(data);
             self.on_output();
             return;
@@ -676,6 +695,29 @@ impl Supervisor<'_> {
             self.stalled = false;
             self.store.write(run::live_status(RunStatus::Running, None));
         }
+    }
+
+    /// Answers the tool's questions to its terminal from the screen model, once it has taken
+    /// in the output up to them (a tool waiting for the reply writes nothing after them).
+    fn answer_queries(&mut self) {
+        if self.unanswered.is_empty() || !self.recorder.caught_up() {
+            return;
+        }
+        let cursor = self
+            .recorder
+            .shared
+            .screen
+            .lock()
+            .ok()
+            .and_then(|g| g.as_ref().map(|p| p.screen().cursor_position()))
+            .unwrap_or((0, 0));
+        let replies: Vec<u8> = self
+            .unanswered
+            .drain(..)
+            .flat_map(|q| queries::reply(q, cursor))
+            .collect();
+        // As a terminal's would: a reply that cannot be written changes nothing.
+        let _ = self.pty.write_all(&replies);
     }
 
     /// One detector tick: the conversation looks at the terminal as far as it needs to.

@@ -181,6 +181,27 @@ fn questionary_select_and_prefilled_text() {
     assert!(!out.out().contains("demomyproj"), "{}", out.context());
 }
 
+/// prompt_toolkit asks the terminal where the cursor is before each prompt; unanswered,
+/// it warns after 2 s ("your terminal doesn't support cursor position requests (CPR)") and
+/// redraws — a changed screen, so a decision made after that was never typed. The shim
+/// answers as a terminal would when no real terminal sees the output.
+#[test]
+fn prompt_toolkit_gets_its_cursor_position_answered_while_it_waits() {
+    let env = TestEnv::new();
+    let running = python(&env, "questionary-select").spawn_wait_mode();
+    let a = env.pending_approval();
+    std::thread::sleep(std::time::Duration::from_millis(2500));
+    env.decide(s(&a, "approval_id"), "blue").expect_code(0);
+    let b = wait_for_pending_other_than(&env, s(&a, "approval_id"));
+    env.decide(s(&b, "approval_id"), "myproj").expect_code(0);
+    let out = running.wait();
+    out.expect_code(0);
+    assert!(!out.out().contains("CPR"), "{}", out.context());
+    assert!(out.out().contains("GOT blue"), "{}", out.context());
+    assert!(out.out().contains("NAME [myproj]"), "{}", out.context());
+    assert_eq!(env.approvals().len(), 2, "nothing was asked twice");
+}
+
 #[test]
 fn inquirerpy_select_in_wait_mode() {
     let env = TestEnv::new();
