@@ -257,6 +257,17 @@ impl<'a> Conversation<'a> {
         matches!(self.state, State::Asking { .. })
     }
 
+    /// An answer is being typed step by step: when the next step may be looked at, at the
+    /// earliest (`last_output`: when the tool last drew).
+    pub fn steering_at(&self, last_output: Instant) -> Option<Instant> {
+        matches!(self.state, State::Steering(_)).then(|| last_output + self.settle())
+    }
+
+    /// How long the tool's drawing must have been still before a step is checked.
+    fn settle(&self) -> Duration {
+        (self.setup.settings.prompt_idle / 6).max(Duration::from_millis(30))
+    }
+
     /// The tool is kept at a prompt until its approval is decided.
     pub fn waiting(&self) -> bool {
         matches!(self.state, State::Waiting { .. })
@@ -700,7 +711,7 @@ impl<'a> Conversation<'a> {
             return Vec::new();
         };
         let idle_window = self.setup.settings.prompt_idle;
-        let settle = (idle_window / 6).max(Duration::from_millis(30));
+        let settle = self.settle();
         if idle_for < settle || !obs.caught_up() {
             return Vec::new();
         }

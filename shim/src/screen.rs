@@ -127,6 +127,18 @@ impl ScreenText {
             .take(prompt::QUESTION_LINES)
             .any(|l| looks_like_question(l))
             || prompt::shows_menu(&tail)
+            || self.shows_select_menu()
+    }
+
+    /// Whether an arrow-key menu is drawn around the cursor (its pointer line, the items
+    /// aligned with it, a title above).
+    fn shows_select_menu(&self) -> bool {
+        let rows: Vec<String> = self
+            .rows
+            .iter()
+            .map(|r| hr_shared::sanitize::sanitize_line(r))
+            .collect();
+        prompt::select_menu(&rows, self.cursor_row).is_some()
     }
 }
 
@@ -233,6 +245,9 @@ mod tests {
         // The cursor parked at the top of a full-screen program, its menu below.
         let parked = tall(b"\x1b[5;1HPick one:\n 1. Yes\n 2. No\x1b[H");
         assert!(parked.asks(false));
+        // An arrow-key menu, the cursor on the empty line below it.
+        let select = tall("? Pick a color\n\u{276f} red\n  green\n".as_bytes());
+        assert!(select.asks(false));
         // Output with nothing question-like.
         assert!(!tall(b"building...\ndone.\n").asks(false));
     }

@@ -526,6 +526,9 @@ impl Supervisor<'_> {
         if self.conv.asking() || !self.coop_asks.is_empty() {
             deadlines.push(now + ASK_TICK);
         }
+        if let Some(at) = self.conv.steering_at(self.last_output) {
+            deadlines.push(at.max(now + Duration::from_millis(5)));
+        }
         if self.conv.waiting() || !self.coops.is_empty() {
             deadlines.push(now + watch::WATCH_EVERY);
         }
