@@ -24,6 +24,8 @@ use std::sync::LazyLock;
 pub const CONTEXT_LINES: usize = 20;
 /// The most lines taken as the question.
 pub const QUESTION_LINES: usize = 6;
+/// The most lines taken as a numbered menu's question: its title, items and prompt.
+pub const MENU_QUESTION_LINES: usize = 24;
 
 /// What the shim saw while the tool was blocked reading.
 #[derive(Debug, Clone)]
@@ -132,13 +134,7 @@ pub fn classify<'r>(
     } else {
         cursor_line
     };
-    let (question, first) = question_of(&rows, &prompt_line);
-    let above: Vec<&str> = rows[..first]
-        .iter()
-        .map(|r| r.trim_end())
-        .filter(|r| !r.trim().is_empty())
-        .collect();
-    let context = above[above.len().saturating_sub(CONTEXT_LINES)..].join("\n");
+    let (question, context) = split_question(&rows, &prompt_line, QUESTION_LINES);
     let mut p = Prompt {
         kind: PromptKind::Unknown,
         secret: false,
@@ -232,6 +228,7 @@ pub fn classify<'r>(
     }
     let tall = &nonempty[nonempty.len().saturating_sub(40)..];
     if let Some((options, default)) = column_menu(tall, &p.prompt_line, canonical) {
+        (p.question, p.context) = split_question(&rows, &prompt_line, MENU_QUESTION_LINES);
         p.kind = PromptKind::Menu;
         p.rule = "generic:column-menu".into();
         p.options = options;
@@ -241,6 +238,7 @@ pub fn classify<'r>(
     }
     let tail = &nonempty[nonempty.len().saturating_sub(12)..];
     if let Some((options, default)) = numbered_menu(tail, canonical) {
+        (p.question, p.context) = split_question(&rows, &prompt_line, MENU_QUESTION_LINES);
         p.kind = PromptKind::Menu;
         p.rule = "generic:numbered-menu".into();
         p.options = options;
@@ -280,13 +278,27 @@ pub fn classify<'r>(
     p
 }
 
-/// The question: the prompt's own lines, at most [`QUESTION_LINES`] — its paragraph (the
+/// The question (at most `limit` lines, see [`question_of`]) and the context: up to
+/// [`CONTEXT_LINES`] non-empty rows above it.
+fn split_question(rows: &[String], prompt_line: &str, limit: usize) -> (String, String) {
+    let (question, first) = question_of(rows, prompt_line, limit);
+    let above: Vec<&str> = rows[..first]
+        .iter()
+        .map(|r| r.trim_end())
+        .filter(|r| !r.trim().is_empty())
+        .collect();
+    let context = above[above.len().saturating_sub(CONTEXT_LINES)..].join("\n");
+    (question, context)
+}
+
+/// The question: the prompt's own lines, at most `limit` ([`QUESTION_LINES`]; a menu's
+/// [`MENU_QUESTION_LINES`], so that its title stays with its items) — its paragraph (the
 /// lines above it back to a blank line), cut at the first line that is some earlier
 /// output's notice rather than part of a question (apt's `N: Ignoring file …`, `[INFO] …`,
 /// a timestamped log line). A paragraph that is only a bare prompt line (`Enter a value:`)
 /// takes the paragraph before it too, where the real question is. Also returns the index
 /// of the question's first row: the rows above it are the context.
-fn question_of(rows: &[String], prompt_line: &str) -> (String, usize) {
+fn question_of(rows: &[String], prompt_line: &str, limit: usize) -> (String, usize) {
     let mut lines: Vec<&str> = Vec::new();
     let mut first = rows.len();
     let mut paragraphs = 0;
@@ -310,7 +322,7 @@ fn question_of(rows: &[String], prompt_line: &str) -> (String, usize) {
         in_paragraph = true;
         lines.push(r);
         first = i;
-        if lines.len() == QUESTION_LINES {
+        if lines.len() == limit {
             break;
         }
     }
@@ -556,7 +568,8 @@ fn numbered_menu(lines: &[&str], canonical: bool) -> Option<(Vec<ApprovalOption>
     });
     let mut options: Vec<ApprovalOption> = Vec::new();
     let mut default = None;
-    for line in lines {
+    let mut last_item = 0;
+    for (at, line) in lines.iter().enumerate() {
         let Some(c) = ITEM.captures(line) else {
             continue;
         };
@@ -585,8 +598,11 @@ fn numbered_menu(lines: &[&str], canonical: bool) -> Option<(Vec<ApprovalOption>
             default = Some(n.to_owned());
         }
         options.push(opt(n, &label, Some(line_keys(n, canonical))));
+        last_item = at;
     }
-    (options.len() >= 2).then_some((options, default))
+    // The menu ends right above the prompt (a line or two between at most): an earlier
+    // menu further up is not what is asked now.
+    (options.len() >= 2 && lines.len() - last_item <= 3).then_some((options, default))
 }
 
 /// Debconf's readline and teletype menus (`dpkg-reconfigure tzdata`): `  N. label` items
@@ -605,13 +621,14 @@ fn column_menu(
         LazyLock::new(|| Regex::new(r"\[(\d{1,3})\]\s*:?\s*$").expect("default regex"));
     let mut items: Vec<(usize, String)> = Vec::new();
     let mut several = false;
-    for line in lines.iter().rev() {
+    for (below, line) in lines.iter().rev().enumerate() {
         let starts: Vec<regex::Captures<'_>> = START.captures_iter(line).collect();
         let at_start = starts
             .first()
             .is_some_and(|c| c.get(0).is_some_and(|m| m.start() == 0));
         if !at_start {
-            if items.is_empty() {
+            // Only the block right above the prompt (a line or two between at most).
+            if items.is_empty() && below < 3 {
                 continue;
             }
             break;
@@ -746,14 +763,7 @@ fn select_prompt(p: &mut Prompt, rows: &[String], below: &[String]) -> bool {
         return false;
     };
     let title = all[menu.title_row].trim().to_owned();
-    let (question, first) = question_of(&all[..=menu.title_row], &title);
-    let above: Vec<&str> = all[..first]
-        .iter()
-        .map(|r| r.trim_end())
-        .filter(|r| !r.trim().is_empty())
-        .collect();
-    p.context = above[above.len().saturating_sub(CONTEXT_LINES)..].join("\n");
-    p.question = question;
+    (p.question, p.context) = split_question(&all[..=menu.title_row], &title, QUESTION_LINES);
     p.prompt_line = title;
     p.kind = PromptKind::Menu;
     p.allows_text = false;
@@ -1682,6 +1692,12 @@ alternative = "use VAULT_TOKEN"
         assert_eq!(p.rule, "generic:numbered-menu");
         assert_eq!(values(&p), ["1", "2", "3", "4", "9", "10", "14"]);
         assert_eq!(p.default.as_deref(), Some("9"));
+        assert!(
+            p.question
+                .starts_with("Please select what kind of key you want:"),
+            "a menu's question keeps its title: {}",
+            p.question
+        );
     }
 
     #[test]
@@ -1731,5 +1747,13 @@ alternative = "use VAULT_TOKEN"
             line("t", "  1. a  3. c\nPick: ").rule,
             "generic:column-menu"
         );
+    }
+
+    #[test]
+    fn an_earlier_menu_is_not_the_question_asked_below_it() {
+        let gpg = "Please select what kind of key you want:\n   (1) RSA and RSA (default)\n   (2) DSA and Elgamal\n  (14) Existing key from card\nYour selection? 1\nRSA keys may be between 1024 and 4096 bits long.\nWhat keysize do you want? (3072) ";
+        let p = line("gpg", gpg);
+        assert_eq!(p.rule, "generic:text-default");
+        assert_eq!(p.default.as_deref(), Some("3072"));
     }
 }

@@ -7,7 +7,7 @@
 use crate::blocked::Reading;
 use crate::screen::{self, ScreenText};
 use crate::store::ASK_TIMEOUT;
-use hr_shared::approvals::{Approval, PromptKind};
+use hr_shared::approvals::Approval;
 use hr_shared::config::{Config, OnPrompt, Resolved};
 use hr_shared::exit::RunOutcome;
 use hr_shared::fingerprint;
@@ -688,11 +688,12 @@ impl<'a> Conversation<'a> {
                 why: format!("answer `{value}` cannot be typed into this prompt"),
             })];
         };
-        let pending_enter = (!canonical && !keys.ends_with(b"\r") && p.kind != PromptKind::Menu)
-            .then(|| PendingEnter {
-                line: p.prompt_line.clone(),
-                typed: String::from_utf8_lossy(&keys).into_owned(),
-            });
+        // Enter follows only if the keys show up echoed on the prompt line while the tool
+        // still waits (a line editor); a key a menu acts on at once never does.
+        let pending_enter = (!canonical && !keys.ends_with(b"\r")).then(|| PendingEnter {
+            line: p.prompt_line.clone(),
+            typed: String::from_utf8_lossy(&keys).into_owned(),
+        });
         vec![Action::Type(Typing {
             keys,
             pending_enter,
@@ -846,6 +847,7 @@ impl<'a> Conversation<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use hr_shared::approvals::PromptKind;
     use hr_shared::status::ApprovalStatus;
     use hr_shared::testing;
 

@@ -826,6 +826,8 @@ const PY_LIBS: &[&str] = &[
     "questionary==2.1.1",
     "InquirerPy==0.3.4",
     "prompt_toolkit==3.0.53",
+    "rich==14.2.0",
+    "click==8.3.1",
 ];
 
 /// A directory installed once under `target/e2e-deps/NAME` by `install` (given a scratch
@@ -898,11 +900,12 @@ pub fn inquirer_fixture() -> PathBuf {
     script
 }
 
-/// The python of a venv holding questionary, InquirerPy and prompt_toolkit (PyPI).
+/// The python of a venv holding questionary, InquirerPy, prompt_toolkit, rich and click
+/// (PyPI).
 pub fn prompt_libs_python() -> PathBuf {
     static LOCK: Mutex<()> = Mutex::new(());
     let _one = LOCK.lock().unwrap_or_else(|e| e.into_inner());
-    let dir = installed_once("py", |dir| {
+    let dir = installed_once("py-2", |dir| {
         run_install(
             Command::new("python3").args(["-m", "venv"]).arg(dir),
             "python3 -m venv",
@@ -911,7 +914,7 @@ pub fn prompt_libs_python() -> PathBuf {
             Command::new(dir.join("bin/python"))
                 .args(["-m", "pip", "install", "-q", "--disable-pip-version-check"])
                 .args(PY_LIBS),
-            "pip install questionary InquirerPy prompt_toolkit",
+            "pip install questionary InquirerPy prompt_toolkit rich click",
         );
     });
     dir.join("bin/python")

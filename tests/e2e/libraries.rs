@@ -262,3 +262,110 @@ impl WaitMode for Cmd {
         self.env("HEADLESS_RUN_ON_PROMPT", "wait").spawn()
     }
 }
+
+#[test]
+fn rich_choices_offer_each_word_with_the_default() {
+    let env = TestEnv::new();
+    let out = python(&env, "rich-choices").run();
+    let a = parked(&env, &out);
+    assert_eq!(s(&a, "rule_name"), "generic:choices");
+    assert_eq!(option_values(&a), ["red", "green", "blue"]);
+    assert_eq!(s(&a, "default_value"), "green");
+    env.decide(s(&a, "approval_id"), "blue").expect_code(0);
+    let out = python(&env, "rich-choices").run();
+    out.expect_code(0);
+    assert!(out.out().contains("GOT blue"), "{}", out.context());
+    // Rejected: ended with 91, nothing chosen.
+    let env = TestEnv::new();
+    let a = parked(&env, &python(&env, "rich-choices").run());
+    env.decide(s(&a, "approval_id"), "reject").expect_code(0);
+    let out = python(&env, "rich-choices").run();
+    out.expect_code(91);
+    assert!(!out.out().contains("GOT"), "{}", out.context());
+}
+
+#[test]
+fn click_takes_yes_for_y_and_its_bracketed_default() {
+    let env = TestEnv::new();
+    let a = parked(&env, &python(&env, "click-confirm").run());
+    assert_eq!(option_values(&a), ["y", "n"]);
+    // `yes` where the options are `y`/`n`.
+    let decided = env.decide(s(&a, "approval_id"), "yes");
+    decided.expect_code(0);
+    assert!(decided.out().contains("with `y`"), "{}", decided.out());
+    let out = python(&env, "click-confirm").run();
+    assert!(out.out().contains("CONFIRMED True"), "{}", out.context());
+    let b = parked(&env, &out);
+    assert_eq!(s(&b, "prompt_line"), "Release name [v1]:");
+    assert_eq!(s(&b, "default_value"), "v1");
+    env.decide(s(&b, "approval_id"), "approve").expect_code(0);
+    let out = python(&env, "click-confirm").run();
+    out.expect_code(0);
+    assert!(out.out().contains("NAME [v1]"), "{}", out.context());
+}
+
+/// gpg's `(N)` menus with a `(default)` item and skipped numbers, then a `(3072)` default.
+#[test]
+fn gpg_key_menus_offer_their_items_and_defaults() {
+    let gpg = need("gpg", "gnupg");
+    let env = TestEnv::new();
+    let home = env.path().join("gnupg");
+    std::fs::create_dir(&home).unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&home, std::fs::Permissions::from_mode(0o700)).unwrap();
+    // The keybox is made first, so each run shows the same screen ("keybox … created" only
+    // on the first run would be a changed screen, asked anew).
+    let made = std::process::Command::new(&gpg)
+        .arg("--homedir")
+        .arg(&home)
+        .arg("--list-keys")
+        .output()
+        .unwrap();
+    assert!(made.status.success(), "{made:?}");
+    let run = |env: &TestEnv| {
+        env.shim()
+            .arg(&gpg)
+            .arg("--homedir")
+            .arg(&home)
+            .arg("--full-generate-key")
+            .run()
+    };
+    let a = parked(&env, &run(&env));
+    assert_eq!(s(&a, "rule_name"), "generic:numbered-menu");
+    assert_eq!(option_values(&a), ["1", "2", "3", "4", "14"]);
+    assert_eq!(s(&a, "default_value"), "1");
+    assert!(s(&a, "question").contains("Please select what kind of key you want"));
+    env.decide(s(&a, "approval_id"), "4").expect_code(0);
+    let out = run(&env);
+    let b = parked(&env, &out);
+    assert!(
+        s(&b, "prompt_line").starts_with("What keysize do you want?"),
+        "RSA (sign only) was chosen: {}",
+        out.context()
+    );
+    assert_eq!(s(&b, "default_value"), "3072");
+    env.decide(s(&b, "approval_id"), "reject").expect_code(0);
+    run(&env).expect_code(91);
+}
+
+/// npm init's `name: (default)` questions.
+#[test]
+fn npm_init_questions_take_their_defaults() {
+    let npm = need("npm", "npm");
+    let env = TestEnv::new();
+    let run = |env: &TestEnv| env.shim().arg(&npm).args(["init"]).run();
+    let a = parked(&env, &run(&env));
+    assert_eq!(s(&a, "prompt_line"), "package name: (work)");
+    assert_eq!(s(&a, "rule_name"), "generic:text-default");
+    assert_eq!(s(&a, "default_value"), "work");
+    env.decide(s(&a, "approval_id"), "approve").expect_code(0);
+    let b = parked(&env, &run(&env));
+    assert_eq!(s(&b, "prompt_line"), "version: (1.0.0)");
+    assert_eq!(s(&b, "default_value"), "1.0.0");
+    env.decide(s(&b, "approval_id"), "reject").expect_code(0);
+    run(&env).expect_code(91);
+    assert!(
+        !env.work().join("package.json").exists(),
+        "npm init was ended before writing"
+    );
+}

@@ -4,6 +4,7 @@
 
 mod approval_flow;
 mod cancel;
+mod ci_guide;
 mod config;
 mod dashboard;
 mod decide;
