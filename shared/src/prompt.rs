@@ -309,7 +309,12 @@ fn question_of(rows: &[String], prompt_line: &str, limit: usize) -> (String, usi
             if in_paragraph {
                 in_paragraph = false;
                 paragraphs += 1;
-                let bare = lines.len() == 1 && !lines[0].contains('?');
+                // A paragraph of only the prompt, or of a menu's items and the prompt (a
+                // menu's limit is larger), asks nothing by itself: its title is above.
+                let only_items = limit > QUESTION_LINES
+                    && lines.len() > 1
+                    && lines[1..].iter().all(|l| MENU_ITEM_START.is_match(l));
+                let bare = (lines.len() == 1 && !lines[0].contains('?')) || only_items;
                 if paragraphs >= 2 || !bare {
                     break;
                 }
@@ -332,6 +337,11 @@ fn question_of(rows: &[String], prompt_line: &str, limit: usize) -> (String, usi
     }
     (lines.join("\n"), first)
 }
+
+/// The start of a numbered menu item: `1)`, `2.`, `[3]`, `(4)`.
+static MENU_ITEM_START: LazyLock<Regex> = LazyLock::new(|| {
+    Regex::new(r"^\s*(?:\(\d{1,3}\)|\[\d{1,3}\]|\d{1,3}[.)])\s").expect("item regex")
+});
 
 /// A line that reports rather than asks: apt's and dpkg's `N:`/`W:`/`E:`/`I:` notices,
 /// compiler- and git-style lowercase `warning:`/`note:`/`hint:` lines, bracketed log levels
@@ -1739,6 +1749,11 @@ alternative = "use VAULT_TOKEN"
         assert_eq!(p.options[2].label, "Antarctica");
         assert_eq!(p.default.as_deref(), Some("8"));
         assert_eq!(p.keys_for("12", true), Some(b"12\r".to_vec()));
+        assert!(
+            p.question.starts_with("Please select the geographic area"),
+            "{}",
+            p.question
+        );
         // One line.
         let p = line("debconf", "Use the proxy?\n  1. yes  2. no\nAnswer: ");
         assert_eq!(values(&p), ["1", "2"]);

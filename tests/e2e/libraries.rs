@@ -369,3 +369,59 @@ fn npm_init_questions_take_their_defaults() {
         "npm init was ended before writing"
     );
 }
+
+/// Debconf's readline frontend (what `dpkg-reconfigure` shows): a select question laid out
+/// in columns, every item an option, in a private debconf database.
+#[test]
+fn debconf_column_menus_offer_every_item() {
+    need("debconf", "debconf");
+    let env = TestEnv::new();
+    let dir = env.path().join("debconf");
+    std::fs::create_dir(&dir).unwrap();
+    std::fs::write(
+        dir.join("hr.templates"),
+        "Template: hrtest/area\nType: select\nChoices: Africa, America, Antarctica, Arctic, Asia, Atlantic, Australia, Europe, Indian, Pacific, US, Etc\nDescription: Geographic area:\n Please select the geographic area in which you live.\n",
+    )
+    .unwrap();
+    std::fs::write(
+        dir.join("debconf.conf"),
+        format!(
+            "Config: configdb\nTemplates: templatedb\n\nName: configdb\nDriver: File\nFilename: {d}/config.dat\n\nName: templatedb\nDriver: File\nMode: 644\nFilename: {d}/templates.dat\n",
+            d = dir.display()
+        ),
+    )
+    .unwrap();
+    // A file: the confmodule re-runs its script (`$0`) under debconf's frontend.
+    let script = dir.join("config.sh");
+    std::fs::write(
+        &script,
+        format!(
+            "#!/bin/sh\nset -e\n. /usr/share/debconf/confmodule\ndb_x_loadtemplatefile {d}/hr.templates hrtest\ndb_fset hrtest/area seen false\ndb_input critical hrtest/area || true\ndb_go\ndb_get hrtest/area\necho \"AREA=$RET\" >&2\n",
+            d = dir.display()
+        ),
+    )
+    .unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let run = |env: &TestEnv| {
+        env.shim()
+            .arg(&script)
+            .env("DEBCONF_SYSTEMRC", dir.join("debconf.conf"))
+            .env("DEBIAN_FRONTEND", "readline")
+            .run()
+    };
+    let a = parked(&env, &run(&env));
+    assert_eq!(s(&a, "rule_name"), "generic:column-menu");
+    let want: Vec<String> = (1..=12).map(|n| n.to_string()).collect();
+    assert_eq!(option_values(&a), want, "all twelve, not the first column");
+    let labels: Vec<String> = arr(&a, "options_json")
+        .iter()
+        .map(|o| o["label"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(labels[10], "US");
+    assert!(s(&a, "question").contains("geographic area"), "{a:#?}");
+    env.decide(s(&a, "approval_id"), "11").expect_code(0);
+    let out = run(&env);
+    out.expect_code(0);
+    assert!(out.out().contains("AREA=US"), "{}", out.context());
+}
