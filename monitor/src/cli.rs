@@ -59,6 +59,16 @@ enum Command {
     Policies(cmd::policies::Args),
     /// The settings in force and where each comes from; --example prints a config file
     Config(cmd::config::Args),
+    /// Shell completions for monitor or headless-run (bash, zsh, fish, elvish, powershell)
+    Completions(cmd::completions::Args),
+    /// Write man pages for monitor, each subcommand and headless-run into a directory
+    Man(cmd::completions::ManArgs),
+}
+
+/// The whole command line as clap knows it (for completions and man pages).
+pub fn command() -> clap::Command {
+    use clap::CommandFactory;
+    Cli::command()
 }
 
 /// Where the state lives, and the database opened on demand.
@@ -151,6 +161,8 @@ pub fn run() -> CliResult {
         Some(Command::Gc(args)) => cmd::gc::run(&ctx, args),
         Some(Command::Policies(args)) => cmd::policies::run(&ctx, args),
         Some(Command::Config(args)) => cmd::config::run(&ctx, args),
+        Some(Command::Completions(args)) => cmd::completions::completions(args),
+        Some(Command::Man(args)) => cmd::completions::man(args),
         None => crate::tui::run(&ctx.paths),
     }
 }

@@ -6,6 +6,7 @@ mod approval_flow;
 mod cancel;
 mod ci_guide;
 mod config;
+mod conventions;
 mod dashboard;
 mod decide;
 mod demo;

@@ -2,6 +2,7 @@
 
 pub mod approvals;
 pub mod cancel;
+pub mod completions;
 pub mod config;
 pub mod decide;
 pub mod doctor;
