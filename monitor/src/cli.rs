@@ -49,6 +49,8 @@ enum Command {
     Reconcile(cmd::reconcile::Args),
     /// End a live run: its tool's process group is ended, status cancelled
     Cancel(cmd::cancel::Args),
+    /// Run an ended run's command again, in its directory, as a new run linked to it
+    Restart(cmd::restart::Args),
     /// Create (or --list, --remove) links that run tools through headless-run
     Install(cmd::install::Args),
     /// Check permissions, schema, PATH, /proc access and the audit chain
@@ -162,6 +164,7 @@ pub fn run() -> CliResult {
         Some(Command::Policies(args)) => cmd::policies::run(&ctx, args),
         Some(Command::Config(args)) => cmd::config::run(&ctx, args),
         Some(Command::Completions(args)) => cmd::completions::completions(args),
+        Some(Command::Restart(args)) => cmd::restart::run(&ctx, args),
         Some(Command::Man(args)) => cmd::completions::man(args),
         None => crate::tui::run(&ctx.paths),
     }

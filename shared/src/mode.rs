@@ -10,6 +10,9 @@ pub const ENV_TOOL_RUN_ID: &str = "HEADLESS_RUN_TOOL_RUN_ID";
 pub const ENV_EXECUTION_ID: &str = "HEADLESS_RUN_EXECUTION_ID";
 /// Set by `monitor worker` on a re-run: the run it resumes (recorded as `resumed_from`).
 pub const ENV_RESUMED_FROM: &str = "HEADLESS_RUN_RESUMED_FROM";
+/// Set by `monitor restart`: the ended run whose command this one runs again (kept in the
+/// new run's metadata as `restart_of`).
+pub const ENV_RESTART_OF: &str = "HEADLESS_RUN_RESTART_OF";
 /// Set by `monitor worker` on a re-run: the approval being resumed.
 pub const ENV_APPROVAL_ID: &str = "HEADLESS_RUN_APPROVAL_ID";
 /// Set by `monitor worker` on a re-run: the decided value, for cooperative tools. The shim

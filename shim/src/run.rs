@@ -8,7 +8,7 @@ use hr_shared::config::{self, Config, Resolved};
 use hr_shared::event::{ENV_EVENT_FD, ENV_EVENT_TOKEN};
 use hr_shared::exit::{RunOutcome, shim};
 use hr_shared::mode::{self, StdinMode};
-use hr_shared::mode::{ENV_APPROVAL_ID, ENV_AUTO_APPROVAL, ENV_RESUMED_FROM};
+use hr_shared::mode::{ENV_APPROVAL_ID, ENV_AUTO_APPROVAL, ENV_RESTART_OF, ENV_RESUMED_FROM};
 use hr_shared::paths::StatePaths;
 use hr_shared::runs::{StatusChange, ToolRun};
 use hr_shared::sanitize::escape_name;
@@ -444,10 +444,21 @@ fn run_row(ctx: &RunContext, interactive: bool) -> ToolRun {
         resumed_from: env(ENV_RESUMED_FROM)
             .map(|v| v.to_string_lossy().into_owned())
             .filter(|v| id::has_shape(v, id::RUN_PREFIX)),
-        metadata: Some(serde_json::json!({
-            "mode": if interactive { "interactive" } else { "pty" },
-            "tool_path": ctx.tool_path.to_string_lossy(),
-        })),
+        metadata: Some({
+            let mut m = serde_json::json!({
+                "mode": if interactive { "interactive" } else { "pty" },
+                "tool_path": ctx.tool_path.to_string_lossy(),
+                // SAFETY: geteuid cannot fail.
+                "uid": unsafe { libc::geteuid() },
+            });
+            if let Some(of) = env(ENV_RESTART_OF)
+                .map(|v| v.to_string_lossy().into_owned())
+                .filter(|v| id::has_shape(v, id::RUN_PREFIX))
+            {
+                m["restart_of"] = serde_json::Value::String(of);
+            }
+            m
+        }),
         updated_at: now,
     }
 }

@@ -11,6 +11,7 @@ pub mod install;
 pub mod logs;
 pub mod policies;
 pub mod reconcile;
+pub mod restart;
 pub mod runs;
 pub mod show;
 pub mod wait;
