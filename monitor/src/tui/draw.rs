@@ -740,12 +740,20 @@ fn draw_approval(app: &App, f: &mut Frame, area: Rect, id: &str) {
             Span::raw(format!(" · {}", card.status)),
         ]),
         Line::from(""),
-        Line::from(" Question".bold()),
-        Line::from(Span::styled(
-            format!("   {}", card.question),
-            Style::new().yellow(),
-        )),
     ];
+    if let Some(command) = card.command {
+        lines.push(Line::from(" Command".bold()));
+        lines.push(Line::from(format!("   {command}")));
+        if let Some(place) = card.place {
+            lines.push(Line::from(format!("   {place}")).dim());
+        }
+        lines.push(Line::from(""));
+    }
+    lines.push(Line::from(" Question".bold()));
+    lines.push(Line::from(Span::styled(
+        format!("   {}", card.question),
+        Style::new().yellow(),
+    )));
     if !card.context.is_empty() {
         lines.push(Line::from(""));
         lines.push(Line::from(" Screen".bold()));

@@ -80,10 +80,22 @@ pub struct Snapshot {
     pub runs: Vec<ToolRun>,
     /// Pending approvals, newest first.
     pub approvals: Vec<Approval>,
+    /// What asked each pending approval, by run id: the command, where, on which host.
+    pub askers: BTreeMap<String, Asker>,
     /// The tail of `logs/combined.log`, oldest first.
     pub log: Vec<tail::LogLine>,
     /// The open run, if one is open.
     pub detail: Option<RunDetail>,
+}
+
+/// The run that asked an approval, as the operator must see it to decide: its command
+/// line, working directory, host and execution.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Asker {
+    pub argv: Vec<String>,
+    pub cwd: Option<String>,
+    pub host: Option<String>,
+    pub execution_id: Option<String>,
 }
 
 impl Snapshot {
@@ -115,6 +127,7 @@ impl Snapshot {
             expiring,
             runs,
             approvals,
+            askers,
             log,
             detail,
         } = self;
@@ -126,6 +139,7 @@ impl Snapshot {
             && runs.len() == other.runs.len()
             && runs.iter().zip(&other.runs).all(|(a, b)| same_row(a, b))
             && *approvals == other.approvals
+            && *askers == other.askers
             && *log == other.log
             && *detail == other.detail
     }
@@ -232,6 +246,23 @@ pub fn load_view(
         limit: Some(APPROVAL_LIMIT),
         ..ApprovalFilter::default()
     })?;
+    let mut askers = BTreeMap::new();
+    for a in &approvals {
+        if askers.contains_key(&a.tool_run_id) {
+            continue;
+        }
+        if let Some(run) = store.run(&a.tool_run_id)? {
+            askers.insert(
+                a.tool_run_id.clone(),
+                Asker {
+                    argv: run.argv_json,
+                    cwd: run.cwd,
+                    host: run.host,
+                    execution_id: run.execution_id,
+                },
+            );
+        }
+    }
     let detail = match open_run {
         Some(id) => load_detail(store, paths, id, tails)?,
         None => None,
@@ -244,6 +275,7 @@ pub fn load_view(
         expiring,
         runs,
         approvals,
+        askers,
         log: tails.combined_log(&paths.combined_log(), LOG_LINES),
         detail,
     })

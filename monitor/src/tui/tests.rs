@@ -262,6 +262,7 @@ fn snapshot(name: &str, buf: &Buffer) {
             // Pids and the host name vary in length: take the padding after them too.
             (r"pid \d+ · shim \d+ · host [^\s│]+ *", "pid [pid] · shim [pid] · host [host] "),
             (r"pid \d+", "pid [pid]"),
+            (r"( in \S+ on )[^\s│]+ *", "$1[host] "),
         ],
         prepend_module_to_snapshot => false,
         omit_expression => true,

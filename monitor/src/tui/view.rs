@@ -315,6 +315,9 @@ pub struct ApprovalCard {
     pub question: String,
     /// The last lines of the screen it was asked on.
     pub context: Vec<String>,
+    /// The command that asked (shell-quoted), and `in DIR on HOST · execution EX-…`.
+    pub command: Option<String>,
+    pub place: Option<String>,
     pub answers: Vec<Answer>,
     pub allows_text: bool,
     /// What `a` does.
@@ -325,6 +328,7 @@ pub struct ApprovalCard {
 
 pub fn approval_card(app: &App, a: &Approval) -> ApprovalCard {
     let (left, urgent) = time_left(app.now, a);
+    let asker = app.data.as_ref().and_then(|d| d.askers.get(&a.tool_run_id));
     let context = a
         .context
         .as_deref()
@@ -367,6 +371,20 @@ pub fn approval_card(app: &App, a: &Approval) -> ApprovalCard {
         status: a.status,
         question: clean(&a.question),
         context,
+        command: asker
+            .filter(|w| !w.argv.is_empty())
+            .map(|w| clean(&crate::output::shell_words(&w.argv))),
+        place: asker.map(|w| {
+            let mut place = format!(
+                "in {} on {}",
+                clean(w.cwd.as_deref().unwrap_or("?")),
+                clean(w.host.as_deref().unwrap_or("?"))
+            );
+            if let Some(ex) = &w.execution_id {
+                place.push_str(&format!(" · execution {}", clean(ex)));
+            }
+            place
+        }),
         answers,
         allows_text: a.allows_text,
         approve: match a.approve_value() {
