@@ -64,6 +64,20 @@ pub fn shell_words(argv: &[String]) -> String {
 
 /// Prints `value` as one JSON document (characters that could drive a terminal escaped, see
 /// [`escape_terminal_controls`]).
+/// The version of the `--json` reports of commands that act (`decide`, `wait`, `cancel`):
+/// each object carries it as `schema`, raised when a field changes meaning or goes away.
+pub const REPORT_SCHEMA: u32 = 1;
+
+/// One `--json` report of a command that acts: `{"schema": …, fields…}`.
+pub fn print_report(fields: serde_json::Value) -> crate::error::CliResult {
+    let mut obj = serde_json::Map::new();
+    obj.insert("schema".into(), serde_json::json!(REPORT_SCHEMA));
+    if let serde_json::Value::Object(m) = fields {
+        obj.extend(m);
+    }
+    Ok(print_json(&serde_json::Value::Object(obj))?)
+}
+
 pub fn print_json<T: Serialize + ?Sized>(value: &T) -> io::Result<()> {
     let json = serde_json::to_vec(value).map_err(io::Error::other)?;
     let stdout = io::stdout();

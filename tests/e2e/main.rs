@@ -25,6 +25,7 @@ mod passthrough;
 mod prompts;
 mod reconcile;
 mod records;
+mod reports;
 mod restart;
 mod resume;
 mod rows;

@@ -22,6 +22,19 @@ pub struct Args {
     /// Why (stored in the run's reason)
     #[arg(long, value_name = "T")]
     reason: Option<String>,
+    /// Print the result as a JSON object: schema, outcome (`signalled`: its headless-run
+    /// was told to end the tool; `marked`: nothing live to signal), shim_pid, and the run
+    #[arg(long)]
+    json: bool,
+}
+
+fn report(outcome: &str, run: &hr_shared::runs::ToolRun, shim_pid: Option<i32>) -> CliResult {
+    let row = serde_json::to_value(run).map_err(|e| CliError::error(e.to_string()))?;
+    crate::output::print_report(serde_json::json!({
+        "outcome": outcome,
+        "shim_pid": shim_pid,
+        "run": row,
+    }))
 }
 
 pub fn run(ctx: &Ctx, args: Args) -> CliResult {
@@ -37,6 +50,10 @@ pub fn run(ctx: &Ctx, args: Args) -> CliResult {
     };
     let marked = ctx.logged(store.cancel(id, reason.as_deref(), &who)?);
     match marked.signal_shim(&LocalHost::new()) {
+        CancelOutcome::Signalled { run, shim_pid } if args.json => {
+            report("signalled", &run, Some(shim_pid))
+        }
+        CancelOutcome::Marked { run } if args.json => report("marked", &run, None),
         CancelOutcome::Signalled { run, shim_pid } => {
             crate::outln!(
                 "{id} {}; headless-run (pid {shim_pid}) told to end the tool",

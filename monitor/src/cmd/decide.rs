@@ -53,6 +53,10 @@ pub struct Args {
     /// With --remember: in any directory, not only this one
     #[arg(long, requires = "remember")]
     any_dir: bool,
+    /// Print the result as a JSON object: schema, outcome (`decided`, or `unchanged` for
+    /// the same decision again) and the approval's row
+    #[arg(long)]
+    json: bool,
 }
 
 pub fn run(ctx: &Ctx, args: Args) -> CliResult {
@@ -119,11 +123,17 @@ pub fn run(ctx: &Ctx, args: Args) -> CliResult {
     let out = ctx.logged(store.decide(id, &args.value, &who)?);
     let decided = match out {
         DecideOutcome::Decided(a) => {
-            crate::outln!("{}", decided_line(&a));
+            if !args.json {
+                crate::outln!("{}", decided_line(&a));
+            }
+            report(&args, "decided", &a)?;
             a
         }
         DecideOutcome::AlreadySame(a) => {
-            crate::outln!("already {}", decision_summary(&a));
+            if !args.json {
+                crate::outln!("already {}", decision_summary(&a));
+            }
+            report(&args, "unchanged", &a)?;
             a
         }
         DecideOutcome::Conflict(a) => {
@@ -155,6 +165,15 @@ pub fn run(ctx: &Ctx, args: Args) -> CliResult {
         remember(store.as_mut(), &decided, &by, &args)?;
     }
     Ok(())
+}
+
+/// With --json: the decision as one object.
+fn report(args: &Args, outcome: &str, a: &Approval) -> CliResult {
+    if !args.json {
+        return Ok(());
+    }
+    let row = serde_json::to_value(a).map_err(|e| CliError::error(e.to_string()))?;
+    crate::output::print_report(serde_json::json!({ "outcome": outcome, "approval": row }))
 }
 
 /// `approved AP-… with `y` (by alice via cli)` / `rejected AP-… (by alice via cli)`.
@@ -221,11 +240,17 @@ fn remember(store: &mut dyn OperatorStore, a: &Approval, by: &str, args: &Args) 
         Some(cwd) => format!("in {}", sanitize_line(cwd)),
         None => "in any directory".to_owned(),
     };
-    crate::outln!(
+    let line = format!(
         "remembered: this prompt {args_part} {dir_part} is answered `{}` ({})",
         sanitize_line(&value),
         policy.policy_id
     );
+    // With --json, stdout holds the one object.
+    if args.json {
+        eprintln!("{line}");
+    } else {
+        crate::outln!("{line}");
+    }
     Ok(())
 }
 

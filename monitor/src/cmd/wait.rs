@@ -32,10 +32,15 @@ pub struct Args {
     /// Give up after this long (default: wait for ever)
     #[arg(long, value_name = "DUR", value_parser = parse::nonzero)]
     timeout: Option<Duration>,
+    /// Print the outcome as a JSON object: schema, id, outcome (the line), and the
+    /// approval's or run's row as `approval` / `run`
+    #[arg(long)]
+    json: bool,
 }
 
 enum Look {
-    Done(String),
+    /// The outcome's line, and the row as `(field name, value)` for --json.
+    Done(String, (&'static str, serde_json::Value)),
     Vanished(String),
     NotYet(String),
 }
@@ -63,7 +68,14 @@ pub fn run(ctx: &Ctx, args: Args) -> CliResult {
                 IdKind::Run => look_run(store.as_mut(), id, check_live.then_some(&host))?,
             };
             match look {
-                Look::Done(line) => {
+                Look::Done(line, (field, row)) => {
+                    if args.json {
+                        return crate::output::print_report(serde_json::json!({
+                            "id": id,
+                            "outcome": line,
+                            field: row,
+                        }));
+                    }
                     crate::outln!("{line}");
                     return Ok(());
                 }
@@ -95,7 +107,11 @@ fn look_approval(store: &mut dyn OperatorStore, id: &str) -> CliResult<Look> {
     if a.status == ApprovalStatus::Pending {
         return Ok(Look::NotYet("pending".into()));
     }
-    Ok(Look::Done(approval_outcome(&a)))
+    Ok(Look::Done(approval_outcome(&a), ("approval", to_json(&a)?)))
+}
+
+fn to_json<T: serde::Serialize>(row: &T) -> CliResult<serde_json::Value> {
+    serde_json::to_value(row).map_err(|e| CliError::error(e.to_string()))
 }
 
 /// `AP-… approved: y by alice at T` (with the comment, if any).
@@ -124,7 +140,7 @@ fn look_run(store: &mut dyn OperatorStore, id: &str, host: Option<&LocalHost>) -
     };
     // Ended, or ended as stalled by its own shim (exit 92: the status stays `stalled`).
     if rules::phase(&run).is_over() {
-        return Ok(Look::Done(run_outcome(&run)));
+        return Ok(Look::Done(run_outcome(&run), ("run", to_json(&run)?)));
     }
     if rules::is_parked(&run) {
         let pending = store.approvals(&ApprovalFilter {
@@ -140,9 +156,10 @@ fn look_run(store: &mut dyn OperatorStore, id: &str, host: Option<&LocalHost>) -
             ),
             None => ": its approval is decided; `monitor worker` resumes it".into(),
         };
-        return Ok(Look::Done(format!(
-            "{id} waiting_approval (exited 90){hint}"
-        )));
+        return Ok(Look::Done(
+            format!("{id} waiting_approval (exited 90){hint}"),
+            ("run", to_json(&run)?),
+        ));
     }
     if let Some(host) = host
         && let Some(why) = rules::shim_gone(&run, host)

@@ -1,0 +1,70 @@
+//! `--json` reports of the commands that act (issue 15 item 12): `decide`, `wait` and
+//! `cancel` print one object with a `schema` version, the outcome and the row it concerns.
+
+use crate::rows::*;
+use headless_run_e2e::*;
+use serde_json::Value;
+
+fn report(out: &Outcome) -> Value {
+    out.expect_code(0);
+    let v: Value = serde_json::from_str(&out.out())
+        .unwrap_or_else(|e| panic!("not one JSON object ({e}): {}", out.context()));
+    assert_eq!(v["schema"], 1, "{v}");
+    v
+}
+
+#[test]
+fn decide_wait_and_cancel_report_in_json() {
+    let env = TestEnv::new();
+    let run = Run::parked(&env, &["deploy.sh", "--prod"]);
+    run.insert(&env);
+    let ap = Approval::pending(&run, "Deploy?");
+    ap.insert(&env);
+    let v = report(
+        &env.monitor()
+            .args(["decide", &ap.id, "yes", "--json"])
+            .run(),
+    );
+    assert_eq!(v["outcome"], "decided");
+    assert_eq!(v["approval"]["approval_id"], ap.id.as_str());
+    assert_eq!(v["approval"]["status"], "approved");
+    assert_eq!(v["approval"]["chosen_value"], "yes");
+    // The same decision again changes nothing, and says so.
+    let v = report(
+        &env.monitor()
+            .args(["decide", &ap.id, "yes", "--json"])
+            .run(),
+    );
+    assert_eq!(v["outcome"], "unchanged");
+    // wait: the approval is decided already.
+    let v = report(&env.monitor().args(["wait", &ap.id, "--json"]).run());
+    assert_eq!(v["id"], ap.id.as_str());
+    assert!(v["outcome"].as_str().unwrap().contains("approved"), "{v}");
+    assert_eq!(v["approval"]["decided_by"], user_name().as_str());
+    // wait on a run that ended.
+    env.shim().arg("true").run().expect_code(0);
+    let done = env
+        .runs()
+        .into_iter()
+        .find(|r| s(r, "tool_name") == "true")
+        .unwrap();
+    let id = s(&done, "tool_run_id").to_owned();
+    let v = report(&env.monitor().args(["wait", &id, "--json"]).run());
+    assert_eq!(v["run"]["status"], "completed");
+    assert_eq!(v["run"]["exit_code"], 0);
+    // cancel: a parked run has nothing live to signal.
+    let parked = Run::parked(&env, &["other.sh"]);
+    parked.insert(&env);
+    let v = report(
+        &env.monitor()
+            .args(["cancel", &parked.id, "--reason", "not today", "--json"])
+            .run(),
+    );
+    assert_eq!(v["outcome"], "marked");
+    assert_eq!(v["run"]["status"], "cancelled");
+    assert!(v["shim_pid"].is_null());
+    // Errors stay errors: exit codes and stderr, nothing on stdout.
+    let out = env.monitor().args(["decide", &ap.id, "no", "--json"]).run();
+    out.expect_code(3);
+    assert!(out.out().is_empty(), "{}", out.context());
+}
