@@ -19,6 +19,54 @@ pub fn session_members(sid: i32) -> Vec<i32> {
         .collect()
 }
 
+/// Every live process descended from `root` by parent links in `/proc`, at any depth,
+/// with its start time — except `root`, processes in session `sid` (ended with it anyway)
+/// and the subtrees of `except` (the notify hooks' watchdogs). With the shim as child
+/// subreaper, a daemon that left the tool's session (`setsid`, a double fork) is re-parented
+/// to the shim rather than to init, so it is still found here.
+pub fn strays(root: i32, sid: i32, except: &[i32]) -> Vec<(i32, u64)> {
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    let stats: Vec<proc::ProcStat> = dir
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
+        .filter_map(proc::read_stat)
+        .filter(|st| st.state != 'Z')
+        .collect();
+    let mut found: Vec<(i32, u64)> = Vec::new();
+    let mut frontier = vec![root];
+    while let Some(parent) = frontier.pop() {
+        for st in stats.iter().filter(|st| st.ppid == parent) {
+            if except.contains(&st.pid) || found.iter().any(|&(p, _)| p == st.pid) {
+                continue;
+            }
+            frontier.push(st.pid);
+            if st.session != sid {
+                found.push((st.pid, st.start_time));
+            }
+        }
+    }
+    found
+}
+
+/// Sends `sig` to each of `pids` that is still the same process (pid and start time).
+pub fn signal_strays(pids: &[(i32, u64)], sig: i32) {
+    for &(pid, start) in pids {
+        if proc::same_process(pid, Some(start)) {
+            // SAFETY: kill(2) of a pid just checked against its start time.
+            unsafe { libc::kill(pid, sig) };
+        }
+    }
+}
+
+/// Makes this process the child subreaper of its descendants: orphans are re-parented to
+/// it, not to init, so [`strays`] can find daemons the tool started.
+pub fn become_subreaper() {
+    // SAFETY: prctl(PR_SET_CHILD_SUBREAPER) takes plain integers; failure leaves the
+    // default (orphans go to init) and only makes strays harder to find.
+    unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) };
+}
+
 /// Sends `sig` to the tool's group and to every process still in its session (children
 /// that moved to groups of their own included). Returns how many were signalled.
 pub fn signal_session(sid: i32, sig: i32) -> usize {

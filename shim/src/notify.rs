@@ -106,6 +106,9 @@ pub fn run(cfg: &NotifyConfig, a: &Approval, by: &AskedBy) -> Option<String> {
         Ok(c) => c,
         Err(e) => return Some(format!("notify hook {program:?} could not start: {e}")),
     };
+    if let Ok(mut hooks) = WATCHDOGS.lock() {
+        hooks.push(child.id() as i32);
+    }
     let _ = std::thread::Builder::new()
         .name("notify".into())
         .spawn(move || {
@@ -118,6 +121,9 @@ pub fn run(cfg: &NotifyConfig, a: &Approval, by: &AskedBy) -> Option<String> {
         });
     None
 }
+
+/// The watchdogs of notify hooks this shim started: not the tool's, so never ended with it.
+pub static WATCHDOGS: std::sync::Mutex<Vec<i32>> = std::sync::Mutex::new(Vec::new());
 
 /// The watchdog (`headless-run-notify TIMEOUT_MS PROGRAM ARGS...`): runs the hook with this
 /// process's stdin (the approval as JSON) and environment, no output, and kills it once the

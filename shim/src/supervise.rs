@@ -107,6 +107,7 @@ pub fn run(
         pass_stdin,
         event_fd: events.as_ref().map(|p| (p.write.as_raw_fd(), p.target)),
     };
+    group::become_subreaper();
     let pid = pty.spawn(&spec).map_err(|e| run::spawn_failure(ctx, e))?;
     // The tool has its copy; the shim keeps only the read end, so the pipe ends when the
     // tool and whatever it passed the descriptor to have closed it.
@@ -224,6 +225,9 @@ struct Ending {
     outcome: RunOutcome,
     kill_at: Instant,
     killed: bool,
+    /// Processes the tool started outside its session (daemons), ended with it when it is
+    /// ended for a fault (hard timeout, stall, cancel).
+    strays: Vec<(i32, u64)>,
 }
 
 /// How often to look for the store's answer while one is expected.
@@ -369,6 +373,7 @@ impl Supervisor<'_> {
                     return None;
                 }
                 group::signal_session(self.pid, libc::SIGKILL);
+                group::signal_strays(&ending.strays, libc::SIGKILL);
                 self.outside.signal(libc::SIGKILL);
                 ending.killed = true;
             }
@@ -427,6 +432,7 @@ impl Supervisor<'_> {
         if let Some(ending) = &mut self.ending {
             if !ending.killed && now >= ending.kill_at {
                 group::signal_session(self.pid, libc::SIGKILL);
+                group::signal_strays(&ending.strays, libc::SIGKILL);
                 self.outside.signal(libc::SIGKILL);
                 ending.killed = true;
             }
@@ -469,14 +475,45 @@ impl Supervisor<'_> {
         self.conv.stop();
         self.asking = None;
         self.watcher = None;
-        group::signal_session(self.pid, libc::SIGTERM);
+        // A fault (the hard timeout, a stall, a cancel) ends everything the tool started,
+        // daemons that left its session included; a prompt or a refusal ends its session.
+        let strays = if matches!(
+            outcome,
+            RunOutcome::TimedOut | RunOutcome::Stalled | RunOutcome::Cancelled { .. }
+        ) {
+            let hooks = notify::WATCHDOGS
+                .lock()
+                .map(|h| h.clone())
+                .unwrap_or_default();
+            group::strays(std::process::id() as i32, self.pid, &hooks)
+        } else {
+            Vec::new()
+        };
+        let in_session = group::signal_session(self.pid, libc::SIGTERM);
         // A stopped process cannot act on TERM until it is continued.
         group::signal_session(self.pid, libc::SIGCONT);
+        group::signal_strays(&strays, libc::SIGTERM);
+        group::signal_strays(&strays, libc::SIGCONT);
         self.outside.signal(libc::SIGTERM);
+        if !strays.is_empty() {
+            eprintln!(
+                "headless-run: {}: ending {} process{} of its session and {} it started outside it (pids {})",
+                self.ctx.tool_label,
+                in_session,
+                if in_session == 1 { "" } else { "es" },
+                strays.len(),
+                strays
+                    .iter()
+                    .map(|(p, _)| p.to_string())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            );
+        }
         self.ending = Some(Ending {
             outcome,
             kill_at: Instant::now() + self.ctx.settings.kill_grace,
             killed: false,
+            strays,
         });
     }
 

@@ -182,3 +182,45 @@ fn heartbeats_keep_a_silent_tool_alive() {
         .count();
     assert!(beats >= 2, "expected heartbeat events in the log");
 }
+
+/// Issue 15 item 19: the hard timeout ends every descendant, also those that left the
+/// tool's session — a `setsid` child, and a double-forked daemon (re-parented to the shim,
+/// its child subreaper, instead of init) — and says how many it ended.
+#[test]
+fn the_hard_timeout_ends_daemons_outside_the_tools_session() {
+    let env = TestEnv::new();
+    let script = r#"
+import os, subprocess, sys, time
+setsid = subprocess.Popen(["setsid", "sleep", "300"])
+open("setsid.pid", "w").write(str(setsid.pid))
+if os.fork() == 0:
+    os.setsid()
+    if os.fork() == 0:
+        open("daemon.pid", "w").write(str(os.getpid()))
+        time.sleep(300)
+    os._exit(0)
+time.sleep(300)
+"#;
+    let out = env
+        .shim()
+        .args(["--timeout", "2s", "python3", "-c", script])
+        .run();
+    out.expect_code(124);
+    assert!(
+        out.stderr.contains("outside it"),
+        "it says what it ended: {}",
+        out.context()
+    );
+    for file in ["setsid.pid", "daemon.pid"] {
+        let pid: i32 = std::fs::read_to_string(env.work().join(file))
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap();
+        assert!(
+            wait_until(Duration::from_secs(10), || !alive(pid)),
+            "{file}: pid {pid} outlived the timeout"
+        );
+    }
+    assert_eq!(s(&env.only_run(), "status"), "failed_timeout");
+}
