@@ -154,6 +154,61 @@ impl StoreHandle {
     }
 }
 
+/// How long the first write may wait before the run's row is spooled meanwhile.
+const SPOOL_AFTER: Duration = Duration::from_millis(200);
+
+/// Spools the run's first row if the first write has not finished within [`SPOOL_AFTER`];
+/// disarmed the moment it finishes, so a write that does not wait costs no file.
+struct SpoolGuard {
+    state: std::sync::Arc<(std::sync::Mutex<GuardState>, std::sync::Condvar)>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+#[derive(Default)]
+struct GuardState {
+    done: bool,
+    spooled: bool,
+}
+
+impl SpoolGuard {
+    fn arm(paths: StatePaths, row: ToolRun) -> SpoolGuard {
+        let state = std::sync::Arc::new((
+            std::sync::Mutex::new(GuardState::default()),
+            std::sync::Condvar::new(),
+        ));
+        let shared = state.clone();
+        let thread = std::thread::Builder::new()
+            .name("spool-guard".into())
+            .spawn(move || {
+                let (lock, cv) = &*shared;
+                let Ok(guard) = lock.lock() else {
+                    return;
+                };
+                let Ok((mut st, _)) = cv.wait_timeout_while(guard, SPOOL_AFTER, |s| !s.done) else {
+                    return;
+                };
+                if !st.done {
+                    st.spooled = hr_shared::spool::write(&paths, &row).is_ok();
+                }
+            })
+            .ok();
+        SpoolGuard { state, thread }
+    }
+
+    /// The write finished: stop the guard; whether it spooled the row meanwhile.
+    fn disarm(mut self) -> bool {
+        let (lock, cv) = &*self.state;
+        if let Ok(mut st) = lock.lock() {
+            st.done = true;
+        }
+        cv.notify_all();
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+        lock.lock().map(|st| st.spooled).unwrap_or(false)
+    }
+}
+
 struct StoreThread {
     paths: Option<StatePaths>,
     ident: Asker,
@@ -449,8 +504,17 @@ impl StoreThread {
             self.backlog = all;
             return;
         };
+        // The first write may wait on a lock for up to the busy timeout: past a moment, the
+        // row goes to the spool meanwhile, so that a shim killed while it waits (kill -9)
+        // still leaves its run behind.
+        let guard = match (&self.paths, &self.start_row) {
+            (Some(paths), Some(row)) if !self.inserted && !self.spooled_start => {
+                Some(SpoolGuard::arm(paths.clone(), row.clone()))
+            }
+            _ => None,
+        };
         // Only a row that was spooled can already be there (replayed by another process).
-        let maybe_replayed = self.spooled_start && !self.inserted;
+        let maybe_replayed = (self.spooled_start || guard.is_some()) && !self.inserted;
         let writes: Vec<RunWrite> = if self.inserted {
             // Written once already: a Start left in the backlog must not insert it twice.
             all.iter()
@@ -461,7 +525,11 @@ impl StoreThread {
             all.clone()
         };
         let id = self.ident.tool_run_id.clone();
-        match store.record(&id, &writes, &self.actor, maybe_replayed) {
+        let recorded = store.record(&id, &writes, &self.actor, maybe_replayed);
+        if let Some(guard) = guard {
+            self.spooled_start |= guard.disarm();
+        }
+        match recorded {
             Ok(done) => {
                 self.inserted |= done.value.inserted;
                 self.locked = false;
