@@ -123,6 +123,9 @@ pub struct ChainReport {
     pub rows: u64,
     /// Every problem found, with the row id it concerns.
     pub problems: Vec<(i64, String)>,
+    /// The last row's id and hash: what a later check finds again unless the chain was
+    /// replaced, emptied or cut back.
+    pub head: Option<(i64, String)>,
 }
 
 impl ChainReport {
@@ -144,6 +147,7 @@ pub(crate) fn verify(conn: &Connection) -> Result<ChainReport> {
     let mut report = ChainReport {
         rows: 0,
         problems: Vec::new(),
+        head: None,
     };
     let mut prev_hash = GENESIS.to_owned();
     let mut prev_id = 0i64;
@@ -188,6 +192,9 @@ pub(crate) fn verify(conn: &Connection) -> Result<ChainReport> {
         prev_hash = row.hash;
         prev_id = row.id;
     }
+    if prev_id > 0 {
+        report.head = Some((prev_id, prev_hash.clone()));
+    }
     let highest: Option<i64> = conn
         .query_row(
             "SELECT seq FROM sqlite_sequence WHERE name = 'events'",
@@ -204,6 +211,13 @@ pub(crate) fn verify(conn: &Connection) -> Result<ChainReport> {
         ));
     }
     Ok(report)
+}
+
+/// The hash of audit row `id`, if there is such a row.
+pub(crate) fn hash_at(conn: &Connection, id: i64) -> Result<Option<String>> {
+    Ok(conn
+        .query_row("SELECT hash FROM events WHERE id = ?1", [id], |r| r.get(0))
+        .optional()?)
 }
 
 /// Decided approvals whose decision has no matching `approval_status_change` row in the

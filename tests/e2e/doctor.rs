@@ -101,3 +101,62 @@ fn doctor_on_a_fresh_install_informs_and_passes() {
     assert!(!text.contains("FAIL"), "{text}");
     assert!(text.contains("all checks passed"), "{text}");
 }
+
+/// Issue 15 item 18: state files of another owner or reached through a link, a shim link
+/// replaced by another file, and policies in the user config are reported.
+#[test]
+fn doctor_reports_foreign_files_links_replaced_shims_and_policies() {
+    let env = TestEnv::new();
+    let dir = good_setup(&env);
+    let path = format!("{}:/usr/bin:/bin", dir.display());
+    // A shim link replaced by a script: `rm` from the shim dir now runs unsupervised.
+    std::fs::remove_file(dir.join("rm")).unwrap();
+    std::fs::write(dir.join("rm"), "#!/bin/sh\nexec /bin/rm \"$@\"\n").unwrap();
+    // A link inside the state dir.
+    std::os::unix::fs::symlink("/etc/hostname", env.state().join("logs/elsewhere.log")).unwrap();
+    env.write_config("[[policies]]\nname = \"always-apt\"\ntool = \"apt-get\"\nvalue = \"y\"\n");
+    let out = doctor(&env, &dir, &path);
+    out.expect_code(1);
+    let text = out.out();
+    assert!(text.contains("is not a link to headless-run"), "{text}");
+    assert!(text.contains("elsewhere.log is a symbolic link"), "{text}");
+    assert!(text.contains("policy always-apt"), "{text}");
+    if running_as_root("doctor_reports_foreign_files") {
+        let db = env.state().join("state.db");
+        let chown = std::process::Command::new("chown")
+            .arg("nobody")
+            .arg(&db)
+            .status()
+            .unwrap();
+        assert!(chown.success());
+        let text = doctor(&env, &dir, &path).out();
+        assert!(text.contains("state.db is owned by uid"), "{text}");
+    }
+}
+
+/// A database replaced or emptied since a check saw its audit chain's head is reported,
+/// until the head file is removed to accept it.
+#[test]
+fn doctor_notices_a_database_replaced_since_the_last_check() {
+    let env = TestEnv::new();
+    let dir = good_setup(&env);
+    let path = format!("{}:/usr/bin:/bin", dir.display());
+    doctor(&env, &dir, &path).expect_code(0);
+    assert!(env.state().join("audit.head").is_file(), "the head is kept");
+    // The database swapped for a fresh one (as a supervised tool with write access could).
+    for f in ["state.db", "state.db-wal", "state.db-shm"] {
+        let _ = std::fs::remove_file(env.state().join(f));
+    }
+    env.shim().arg("true").run().expect_code(0);
+    let out = doctor(&env, &dir, &path);
+    out.expect_code(1);
+    assert!(
+        out.out().contains("the database was replaced"),
+        "{}",
+        out.out()
+    );
+    // Still reported on the next check; accepted once the head file is removed.
+    doctor(&env, &dir, &path).expect_code(1);
+    std::fs::remove_file(env.state().join("audit.head")).unwrap();
+    doctor(&env, &dir, &path).expect_code(0);
+}

@@ -9,7 +9,7 @@ use hr_shared::sanitize::sanitize_line;
 use hr_shared::store;
 use hr_shared::{config, paths};
 use std::fs;
-use std::os::unix::fs::PermissionsExt;
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -96,8 +96,38 @@ fn check_permissions(ctx: &Ctx, r: &mut Report) {
         )),
     }
     let mut bad = Vec::new();
+    let mut foreign = Vec::new();
     let mut files = 0usize;
+    // SAFETY: geteuid cannot fail.
+    let me = unsafe { libc::geteuid() };
+    if let Ok(meta) = fs::symlink_metadata(root) {
+        use std::os::unix::fs::MetadataExt;
+        if meta.uid() != me {
+            foreign.push(format!(
+                "{} is owned by uid {}, not by you (uid {me})",
+                root.display(),
+                meta.uid()
+            ));
+        }
+    }
     walk(root, &mut |path, meta| {
+        use std::os::unix::fs::MetadataExt;
+        if meta.file_type().is_symlink() {
+            let to = fs::read_link(path).unwrap_or_default();
+            foreign.push(format!(
+                "{} is a symbolic link (to {}): state is reached through nothing but its own files",
+                path.display(),
+                to.display()
+            ));
+            return;
+        }
+        if meta.uid() != me {
+            foreign.push(format!(
+                "{} is owned by uid {}, not by you (uid {me})",
+                path.display(),
+                meta.uid()
+            ));
+        }
         let mode = meta.permissions().mode() & 0o777;
         if meta.is_dir() {
             if mode & 0o077 != 0 {
@@ -129,6 +159,9 @@ fn check_permissions(ctx: &Ctx, r: &mut Report) {
     }
     for b in bad {
         r.fail(format!("{b}: readable by others"));
+    }
+    for f in foreign {
+        r.fail(f);
     }
 }
 
@@ -192,7 +225,11 @@ fn check_database(ctx: &Ctx, r: &mut Report) {
             "database journal mode is {m}, not wal (any headless-run command sets it)"
         ));
     }
-    match store.verify_audit() {
+    let report = store.verify_audit();
+    if let Ok(report) = &report {
+        check_known_head(ctx, store.as_mut(), report, r);
+    }
+    match report {
         Ok(report) if report.intact() => r.ok(format!("audit chain intact ({} rows)", report.rows)),
         Ok(report) => {
             for (id, why) in report.problems.iter().take(20) {
@@ -222,13 +259,90 @@ fn check_database(ctx: &Ctx, r: &mut Report) {
     }
 }
 
+/// The audit chain's head as a previous `doctor` saw it (`STATE/audit.head`): still there
+/// with the same hash, or the database was replaced, emptied or cut back since. The file
+/// is then kept (the problem stays reported until someone looks: remove it to accept the
+/// database as it is); otherwise it moves on to the current head.
+fn check_known_head(
+    ctx: &Ctx,
+    store: &mut dyn hr_shared::store::OperatorStore,
+    report: &hr_shared::audit::ChainReport,
+    r: &mut Report,
+) {
+    let file = ctx.paths.root.join("audit.head");
+    let known = fs::read_to_string(&file).ok().and_then(|t| {
+        let mut w = t.split_whitespace();
+        Some((
+            w.next()?.parse::<i64>().ok()?,
+            w.next()?.to_owned(),
+            w.next().unwrap_or("?").to_owned(),
+        ))
+    });
+    let mut keep_old = false;
+    if let Some((id, hash, when)) = known {
+        match store.audit_hash(id) {
+            Ok(Some(h)) if h == hash => r.ok(format!(
+                "the audit chain still holds the head a check saw at {when} (row {id})"
+            )),
+            Ok(Some(_)) => {
+                keep_old = true;
+                r.fail(format!(
+                    "audit row {id} is not the one a check saw at {when}: the database was replaced since (remove {} to accept it)",
+                    file.display()
+                ));
+            }
+            Ok(None) => {
+                keep_old = true;
+                r.fail(format!(
+                    "audit row {id}, seen by a check at {when}, is gone: the database was replaced, emptied or cut back since (remove {} to accept it)",
+                    file.display()
+                ));
+            }
+            Err(e) => {
+                keep_old = true;
+                r.fail(format!("cannot look up audit row {id}: {e}"));
+            }
+        }
+    }
+    if let (false, Some((id, hash))) = (keep_old, &report.head)
+        && report.intact()
+    {
+        let text = format!("{id} {hash} {}\n", hr_shared::time::now_rfc3339());
+        let tmp = file.with_extension("head.tmp");
+        let written = fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(0o600)
+            .open(&tmp)
+            .and_then(|mut f| std::io::Write::write_all(&mut f, text.as_bytes()))
+            .and_then(|()| fs::rename(&tmp, &file));
+        if let Err(e) = written {
+            r.info(format!(
+                "cannot keep the audit head in {}: {e}",
+                file.display()
+            ));
+        }
+    }
+}
+
 fn check_config(r: &mut Report) {
     let cwd = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("/"));
     match config::Config::load(&cwd, &paths::real_env) {
-        Ok(cfg) if cfg.warnings.is_empty() => r.ok("configuration parses"),
         Ok(cfg) => {
+            if cfg.warnings.is_empty() {
+                r.ok("configuration parses");
+            }
             for w in &cfg.warnings {
                 r.fail(sanitize_line(w));
+            }
+            // Policies decide without a person: say which, so none goes unnoticed.
+            for p in cfg.policies() {
+                r.info(format!(
+                    "policy {} in the user config answers `{}` without a person (`monitor policies` lists them)",
+                    sanitize_line(&p.name),
+                    sanitize_line(&p.value)
+                ));
             }
         }
         Err(e) => r.fail(sanitize_line(&e.to_string())),
@@ -274,7 +388,10 @@ fn check_shims(dir: Option<&Path>, r: &mut Report) -> CliResult {
                 dir.join(name).display(),
                 t.display()
             )),
-            Entry::Foreign => {}
+            Entry::Foreign => r.fail(format!(
+                "{} is not a link to headless-run (replaced by another file?): `{name_s}` from the shim dir runs unsupervised",
+                dir.join(name).display()
+            )),
         }
     }
     if ours.is_empty() {

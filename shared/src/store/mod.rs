@@ -377,6 +377,8 @@ pub trait OperatorStore {
     fn audit_of_approval(&mut self, approval_id: &str) -> StoreResult<Vec<AuditRow>>;
     /// Checks the audit chain.
     fn verify_audit(&mut self) -> StoreResult<ChainReport>;
+    /// The hash of audit row `id` (a head seen before), if the chain has such a row.
+    fn audit_hash(&mut self, id: i64) -> StoreResult<Option<String>>;
     /// Decisions without an audit row: (approval id, status).
     fn unrecorded_decisions(&mut self) -> StoreResult<Vec<(String, String)>>;
 

@@ -562,6 +562,10 @@ impl OperatorStore for SqliteStore {
         self.with(|c| audit::verify(c))
     }
 
+    fn audit_hash(&mut self, id: i64) -> StoreResult<Option<String>> {
+        self.with(|c| audit::hash_at(c, id))
+    }
+
     fn unrecorded_decisions(&mut self) -> StoreResult<Vec<(String, String)>> {
         self.with(|c| audit::unrecorded_decisions(c))
     }
