@@ -90,6 +90,11 @@ pub fn seen_text(context: &str, question: &str) -> String {
     format!("{context}\n{question}")
 }
 
+/// A short name for a state dir (its path's digest), for what is kept for it elsewhere.
+pub fn state_key(root: &str) -> String {
+    digest("state/v1", &[root])[..16].to_owned()
+}
+
 /// The digest of what the operator saw of `p` (its context and question).
 pub fn seen(p: &crate::prompt::Prompt) -> String {
     screen(&seen_text(&p.context, &p.question))

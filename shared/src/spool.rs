@@ -1,7 +1,12 @@
 //! Final run rows that could not reach the database before a shim had to exit (another
-//! process held the lock longer than the shim may wait): each is kept as a file in
-//! `STATE/spool/` and written to the database by the next process that gets it (a shim's
-//! store thread as it starts, the monitor, the worker). A lock loses nothing.
+//! process held the lock longer than the shim may wait, or the disk was full): each is kept
+//! as a file in `STATE/spool/` and written to the database by the next process that gets it
+//! (a shim's store thread as it starts, the monitor, the worker). A lock loses nothing.
+//!
+//! When the state dir's disk is full, the spool cannot be written there either: the row
+//! goes to a fallback spool in memory (`$XDG_RUNTIME_DIR`, else `/dev/shm`, in a directory
+//! of this user's, 0700, one per state dir), replayed the same way once the disk has room.
+//! A full disk loses nothing either (a reboot before then does).
 
 use crate::db::{self, Result};
 use crate::paths::{self, StatePaths};
@@ -18,10 +23,64 @@ pub fn dir(paths: &StatePaths) -> PathBuf {
     paths.root.join("spool")
 }
 
-/// Keeps `run` (its final state) for a later writer. Written whole or not at all.
+/// The fallback spool for `paths`, in memory: `$XDG_RUNTIME_DIR/headless-run-spool/KEY`, else
+/// `/dev/shm/headless-run-spool-UID/KEY`, KEY naming the state dir. `None` when neither is
+/// there.
+pub fn fallback_dir(paths: &StatePaths) -> Option<PathBuf> {
+    // SAFETY: geteuid cannot fail.
+    let uid = unsafe { libc::geteuid() };
+    let base = std::env::var_os("XDG_RUNTIME_DIR")
+        .map(PathBuf::from)
+        .filter(|d| d.is_absolute() && d.is_dir())
+        .map(|d| d.join("headless-run-spool"))
+        .or_else(|| {
+            let shm = PathBuf::from("/dev/shm");
+            shm.is_dir()
+                .then(|| shm.join(format!("headless-run-spool-{uid}")))
+        })?;
+    let key = crate::fingerprint::state_key(&paths.root.to_string_lossy());
+    Some(base.join(key))
+}
+
+/// Whether `dir` (and the directory holding it) is this user's own, private, and no link:
+/// in a world-writable place such as `/dev/shm`, another user could have made it first.
+fn own_private_dir(dir: &std::path::Path) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    // SAFETY: geteuid cannot fail.
+    let uid = unsafe { libc::geteuid() };
+    [Some(dir), dir.parent()].into_iter().flatten().all(|d| {
+        std::fs::symlink_metadata(d).is_ok_and(|m| {
+            m.is_dir() && !m.file_type().is_symlink() && m.uid() == uid && m.mode() & 0o077 == 0
+        })
+    })
+}
+
+/// Keeps `run` (its final state) for a later writer. Written whole or not at all: in the
+/// state dir's spool, else (a full disk) in the fallback spool.
 pub fn write(paths: &StatePaths, run: &ToolRun) -> io::Result<PathBuf> {
-    let dir = dir(paths);
-    paths::create_private_dir(&dir)?;
+    match write_in(&dir(paths), run) {
+        Ok(p) => Ok(p),
+        Err(e) => {
+            let Some(fallback) = fallback_dir(paths) else {
+                return Err(e);
+            };
+            if let Some(parent) = fallback.parent() {
+                paths::create_private_dir(parent)?;
+            }
+            paths::create_private_dir(&fallback)?;
+            if !own_private_dir(&fallback) {
+                return Err(io::Error::other(format!(
+                    "{} is not a private directory of this user's",
+                    fallback.display()
+                )));
+            }
+            write_in(&fallback, run)
+        }
+    }
+}
+
+fn write_in(dir: &std::path::Path, run: &ToolRun) -> io::Result<PathBuf> {
+    paths::create_private_dir(dir)?;
     let path = dir.join(format!("{}.json", run.tool_run_id));
     let tmp = dir.join(format!(".{}.tmp", run.tool_run_id));
     let mut f = std::fs::OpenOptions::new()
@@ -39,6 +98,18 @@ pub fn write(paths: &StatePaths, run: &ToolRun) -> io::Result<PathBuf> {
 /// Removes the spooled row of run `id`, if any (it reached the database after all).
 pub fn discard(paths: &StatePaths, id: &str) {
     let _ = std::fs::remove_file(dir(paths).join(format!("{id}.json")));
+    if let Some(fallback) = fallback_dir(paths) {
+        let _ = std::fs::remove_file(fallback.join(format!("{id}.json")));
+    }
+}
+
+/// The spool dirs to replay: the state dir's, and the fallback when it is this user's own.
+fn spool_dirs(paths: &StatePaths) -> Vec<PathBuf> {
+    let mut dirs = vec![dir(paths)];
+    if let Some(fallback) = fallback_dir(paths).filter(|d| own_private_dir(d)) {
+        dirs.push(fallback);
+    }
+    dirs
 }
 
 /// Writes every spooled run into the database and removes its file; returns their ids. A
@@ -50,12 +121,12 @@ pub(crate) fn replay(
     paths: &StatePaths,
     actor: &str,
 ) -> Result<Vec<String>> {
-    let entries = match std::fs::read_dir(dir(paths)) {
-        Ok(e) => e,
-        Err(_) => return Ok(Vec::new()),
-    };
     let mut done = Vec::new();
-    for entry in entries.flatten() {
+    for entry in spool_dirs(paths)
+        .iter()
+        .filter_map(|d| std::fs::read_dir(d).ok())
+        .flat_map(|e| e.flatten())
+    {
         let path = entry.path();
         if path.extension().is_none_or(|e| e != "json") {
             continue;

@@ -306,7 +306,9 @@ impl StoreThread {
             .map(|p| p.db.display().to_string())
             .unwrap_or_default();
         warn_once(&self.warned_db, || {
-            format!("state store {db} unavailable ({e}); the tool runs on, unrecorded")
+            format!(
+                "state store {db} unavailable ({e}); the tool runs on, and its run is kept for the store to take later"
+            )
         });
     }
 
@@ -393,8 +395,10 @@ impl StoreThread {
         }
     }
 
+    /// Whether everything reached the store. What did not (a lock, a full disk, a store
+    /// that could not be opened) goes to the spool as the shim exits.
     fn landed(&self) -> bool {
-        self.backlog.is_empty() || !self.locked
+        self.backlog.is_empty()
     }
 
     /// The database file was deleted or replaced under the running shim: the run's row is

@@ -177,6 +177,70 @@ fn a_full_log_disk_loses_no_output_and_no_row() {
     );
 }
 
+/// Issue 15 item 22: the state dir's disk is full (database, spool and logs on it): the
+/// tool runs and exits with its own code, and its run is recorded with its true outcome
+/// once space returns — through the fallback spool in memory, not left `running`.
+#[test]
+fn a_full_state_disk_records_the_run_once_space_returns() {
+    if !running_as_root("a_full_state_disk_records_the_run_once_space_returns") {
+        return;
+    }
+    let env = TestEnv::new();
+    let runtime = env.path().join("runtime");
+    std::fs::create_dir_all(&runtime).unwrap();
+    std::fs::set_permissions(
+        &runtime,
+        std::os::unix::fs::PermissionsExt::from_mode(0o700),
+    )
+    .unwrap();
+    let _mount = FullDisk::mount(&env.state(), "4m").expect("mount a tmpfs (as root)");
+    env.shim()
+        .arg("true")
+        .env("XDG_RUNTIME_DIR", &runtime)
+        .run()
+        .expect_code(0);
+    // Fill the disk to the last byte.
+    let filler = env.state().join("filler");
+    {
+        use std::io::Write;
+        let mut f = std::fs::File::create(&filler).unwrap();
+        let block = vec![0u8; 64 * 1024];
+        while f.write_all(&block).is_ok() {}
+        let byte = [0u8; 1];
+        while f.write_all(&byte).is_ok() {}
+    }
+    let out = env
+        .shim()
+        .args(["sh", "-c", "echo on a full disk; exit 7"])
+        .env("XDG_RUNTIME_DIR", &runtime)
+        .run();
+    out.expect_code(7);
+    assert!(out.out().contains("on a full disk"), "{}", out.context());
+    // Space returns; the next process to open the store records what was kept.
+    std::fs::remove_file(&filler).unwrap();
+    let listed = env
+        .monitor()
+        .args(["runs", "--json"])
+        .env("XDG_RUNTIME_DIR", &runtime)
+        .run();
+    listed.expect_code(0);
+    let runs = env.runs();
+    assert_eq!(runs.len(), 2, "{runs:#?}");
+    let run = runs
+        .iter()
+        .find(|r| s(r, "tool_name") == "sh")
+        .expect("the sh run");
+    assert_eq!(s(run, "status"), "failed", "{run:#?}");
+    assert_eq!(n(run, "exit_code"), 7);
+    let left: Vec<_> = std::fs::read_dir(&runtime)
+        .unwrap()
+        .flatten()
+        .flat_map(|d| std::fs::read_dir(d.path()).into_iter().flatten().flatten())
+        .flat_map(|d| std::fs::read_dir(d.path()).into_iter().flatten().flatten())
+        .collect();
+    assert!(left.is_empty(), "the fallback spool is emptied: {left:?}");
+}
+
 #[test]
 fn kill_9_of_a_waiting_shim_leaves_nothing_pending() {
     let env = TestEnv::new();
