@@ -2,9 +2,12 @@
 //! gone to stdout) and appends them to the run log, splits lines for `tool_output` events,
 //! recognises heartbeat and `approval_needed` lines (on the terminal only with the run's
 //! token; every one on the event descriptor), masks the token in all it keeps, and keeps the
-//! terminal screen model the prompt detector reads. The copy loop never waits for it: when
-//! it falls more than [`MAX_PENDING`] bytes behind, chunks are dropped from the logs (and
-//! said so), never from stdout.
+//! terminal screen model the prompt detector reads. The copy loop does not wait for it
+//! byte by byte: while it is more than half of [`MAX_PENDING`] behind, the supervisor stops
+//! reading the tool's terminal (back-pressure: the tool waits in `write`, as it would on a
+//! slow terminal), so the run log keeps every byte. Only past [`MAX_PENDING`] — which
+//! back-pressure keeps from happening — would chunks be dropped from the logs (and said so,
+//! with the count in the run's row), never from stdout.
 
 use crate::redact::StreamRedactor;
 use crate::store::{StoreSender, warn_once};
@@ -182,6 +185,11 @@ impl Recorder {
             .fetch_add(bytes.len(), Ordering::Relaxed);
         self.events_accepted += bytes.len() as u64;
         let _ = tx.send(Chunk::Events(bytes.to_vec()));
+    }
+
+    /// Output bytes handed over and not yet taken in by the recorder thread.
+    pub fn output_backlog(&self) -> usize {
+        self.pending.load(Ordering::Relaxed)
     }
 
     /// Event-descriptor bytes handed over and not yet read.

@@ -10,7 +10,7 @@ use crate::conversation::{Action, Blocked, Conversation, Modes, Observe, Setup};
 use crate::event_fd::EventPipe;
 use crate::pty::{self, Pty};
 use crate::queries::{self, Query};
-use crate::recorder::{MAX_EVENTS_PENDING, Recorder, RecorderEvent, RecorderSetup};
+use crate::recorder::{MAX_EVENTS_PENDING, MAX_PENDING, Recorder, RecorderEvent, RecorderSetup};
 use crate::run::{self, Failure, RunContext, RunStart};
 use crate::screen::ScreenText;
 use crate::signals::SignalPipe;
@@ -581,6 +581,10 @@ impl Supervisor<'_> {
             // The screen model is catching up to a query: answer it soon.
             deadlines.push(now + Duration::from_millis(2));
         }
+        if self.output_paused() {
+            // The recorder is catching up: read again soon.
+            deadlines.push(now + Duration::from_millis(2));
+        }
         if self.events.is_some() && !self.reading_events() {
             // The recorder is behind on events: look again soon.
             deadlines.push(now + TICK);
@@ -607,7 +611,11 @@ impl Supervisor<'_> {
                 revents: 0,
             },
             libc::pollfd {
-                fd: if self.master_eof { -1 } else { self.pty.fd() },
+                fd: if self.master_eof || self.output_paused() {
+                    -1
+                } else {
+                    self.pty.fd()
+                },
                 events: libc::POLLIN,
                 revents: 0,
             },
@@ -640,6 +648,14 @@ impl Supervisor<'_> {
     /// (the tool's writes wait instead, as on any full pipe).
     fn reading_events(&self) -> bool {
         self.recorder.events_backlog() < MAX_EVENTS_PENDING
+    }
+
+    /// Back-pressure: while the recorder is far behind (a tool flooding output on a machine
+    /// that starves the recorder thread), the terminal is not read, so the tool waits in
+    /// `write` and no byte is dropped from the run log. Only while the tool runs: after
+    /// it exited, what is left is drained.
+    fn output_paused(&self) -> bool {
+        self.exited.is_none() && self.recorder.output_backlog() >= MAX_PENDING / 2
     }
 
     /// One read of the event descriptor into the recorder; whether it gave anything.

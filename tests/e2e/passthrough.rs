@@ -109,3 +109,31 @@ fn help_and_bad_flags() {
     out.expect_code(125);
     env.shim().run().expect_code(125);
 }
+
+/// Issue 15 item 15: the run log keeps every byte even when the recorder is starved of CPU
+/// (the shim, its recorder thread and a flooding tool all pinned to one core): the shim
+/// stops reading while the recorder is far behind, so the tool waits instead of bytes
+/// being dropped.
+#[test]
+fn a_flood_on_one_starved_core_loses_nothing_from_the_run_log() {
+    let taskset = need("taskset", "util-linux");
+    let env = TestEnv::new();
+    let out = env
+        .command(&taskset)
+        .args(["-c", "0"])
+        .arg(bin("headless-run"))
+        .env("HEADLESS", "1")
+        .args(["sh", "-c", "head -c 4000000 /dev/urandom | od -An -tx1 -v"])
+        .timeout(std::time::Duration::from_secs(120))
+        .run();
+    out.expect_code(0);
+    let run = env.only_run();
+    let id = s(&run, "tool_run_id").to_owned();
+    let log = env.run_log(&id);
+    assert!(
+        !String::from_utf8_lossy(&log).contains("not logged"),
+        "nothing was dropped"
+    );
+    assert_eq!(log.len(), out.stdout.len(), "the run log holds every byte");
+    assert!(log == out.stdout, "byte for byte");
+}
