@@ -83,7 +83,11 @@ fn draw_alerts(app: &App, f: &mut Frame, area: Rect) {
     };
     let failed = d.aggregates.failed_recent + d.vanished.len() as i64;
     let stalled = count(app, RunStatus::Stalled);
-    let waiting = count(app, RunStatus::WaitingApproval);
+    // Runs waiting on an approval: those whose approval still needs a decision, and those
+    // decided and waiting for `monitor worker` to resume them.
+    let waiting_runs = count(app, RunStatus::WaitingApproval);
+    let waiting = waiting_runs.min(d.pending);
+    let decided = waiting_runs - waiting;
     // (count, full text, compact text, style): the compact words are used when the full
     // ones do not fit the width.
     let plural = |n: i64| if n == 1 { "" } else { "s" };
@@ -105,6 +109,12 @@ fn draw_alerts(app: &App, f: &mut Frame, area: Rect) {
             format!("{waiting} waiting for approval"),
             format!("{waiting} waiting"),
             Style::new().yellow().bold(),
+        ),
+        (
+            decided,
+            format!("{decided} approved, waiting for `monitor worker` to resume"),
+            format!("{decided} decided, run `monitor worker`"),
+            Style::new().cyan(),
         ),
         (
             d.expiring,

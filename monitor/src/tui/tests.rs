@@ -391,7 +391,31 @@ fn alerts_count_stalled_failed_waiting_and_expiring() {
     assert!(top.contains(" 1 approval expiring within 1h"), "{top}");
     // The vanished run no longer counts as running.
     assert!(top.contains("1 running · 2 pending · 9 runs"), "{top}");
+    assert!(!top.contains("monitor worker"), "{top}");
     snapshot("alerts", &buf);
+    // Decided, the waiting run needs the worker now, not a decision.
+    for id in [
+        "AP-0000000000000000000000APP1",
+        "AP-0000000000000000000000APP2",
+    ] {
+        let who = hr_shared::approvals::Decider {
+            by: "alice",
+            channel: "cli",
+            comment: None,
+        };
+        let _ = OperatorStore::decide(&mut *w.store.borrow_mut(), id, "approve", &who);
+    }
+    let app = w.app(w.snapshot(&RunQuery::default(), None));
+    let top = text(&render(&app, 160, 30))
+        .lines()
+        .next()
+        .unwrap_or_default()
+        .to_owned();
+    assert!(!top.contains("waiting for approval"), "{top}");
+    assert!(
+        top.contains("1 approved, waiting for `monitor worker` to resume"),
+        "{top}"
+    );
 }
 
 #[test]
