@@ -308,12 +308,34 @@ pub(crate) fn set_environment(
     env: &crate::mode::SavedEnvironment,
 ) -> Result<()> {
     let env = serde_json::to_string(env).unwrap_or_else(|_| "{}".into());
+    // Kept as the run parks (exit 90): with it, also when it parked, so that the time it
+    // took excludes the wait for a decision.
     conn.execute(
-        "UPDATE tool_runs SET metadata = json_set(COALESCE(metadata, '{}'), '$.env', json(?2))
+        "UPDATE tool_runs
+         SET metadata = json_set(COALESCE(metadata, '{}'), '$.env', json(?2), '$.parked_at', ?3)
          WHERE tool_run_id = ?1",
-        params![tool_run_id, env],
+        params![tool_run_id, env, crate::time::now_rfc3339()],
     )?;
     Ok(())
+}
+
+/// When a run's own work ended, for the time it took: when it parked on an approval (the
+/// wait for a decision is not its time), else when it completed; `None` while it runs.
+pub fn worked_until(run: &ToolRun) -> Option<&str> {
+    run.metadata
+        .as_ref()
+        .and_then(|m| m.get("parked_at"))
+        .and_then(|v| v.as_str())
+        .or(run.completed_at.as_deref())
+}
+
+/// The status word to show: `resumed` for a run that parked on an approval and whose
+/// decision a later run took up (stored `completed`, exit 90), else the status.
+pub fn shown_status(run: &ToolRun) -> &'static str {
+    match crate::rules::phase(run) {
+        crate::rules::RunPhase::Resumed => "resumed",
+        _ => run.status.as_str(),
+    }
 }
 
 /// One run by id.

@@ -446,6 +446,19 @@ fn approve_then_worker_resumes_rm_and_the_file_is_removed() {
     let ap_row = approval_row(&env, &ap);
     assert!(ap_row["consumed_at"].is_string(), "{ap_row:#?}");
     assert_eq!(s(&ap_row, "consumed_by"), s(&resumes[0], "tool_run_id"));
+    // Issue 15 item 8: the parked run reads as resumed, and the time it took ends where it
+    // parked, not when the worker took it up.
+    assert!(waiting["metadata"]["parked_at"].is_string(), "{waiting:#?}");
+    let table = env.monitor().arg("runs").run();
+    table.expect_code(0);
+    let line = table
+        .out()
+        .lines()
+        .find(|l| l.starts_with(&run))
+        .map(str::to_owned)
+        .unwrap_or_default();
+    assert!(line.contains(" resumed "), "{}", table.out());
+    assert!(!line.contains(" completed "), "{line}");
 }
 
 #[test]

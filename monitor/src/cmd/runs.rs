@@ -89,7 +89,7 @@ pub fn table(runs: &[ToolRun]) -> Table {
         t.row(vec![
             r.tool_run_id.clone(),
             sanitize_line(&r.tool_name),
-            r.status.to_string(),
+            hr_shared::runs::shown_status(r).to_owned(),
             time::age_of(&r.started_at)
                 .map(|d| format!("{} ago", time::short_duration(d)))
                 .unwrap_or_default(),
@@ -103,7 +103,7 @@ pub fn table(runs: &[ToolRun]) -> Table {
 
 fn took(r: &ToolRun) -> String {
     let start = time::parse_rfc3339(&r.started_at);
-    let end = match &r.completed_at {
+    let end = match hr_shared::runs::worked_until(r) {
         Some(c) => time::parse_rfc3339(c),
         None => Some(std::time::SystemTime::now()),
     };

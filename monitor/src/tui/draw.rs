@@ -302,7 +302,7 @@ fn draw_runs(app: &App, f: &mut Frame, area: Rect) {
                 Cell::from(row.id),
                 Cell::from(row.tool),
                 Cell::from(Span::styled(
-                    row.status.as_str(),
+                    row.status_word,
                     Style::new().fg(status_color(row.status)),
                 )),
                 Cell::from(row.started),

@@ -45,9 +45,7 @@ fn took(now: SystemTime, run: &ToolRun) -> String {
     let Some(start) = parse_rfc3339(&run.started_at) else {
         return "—".into();
     };
-    let end = run
-        .completed_at
-        .as_deref()
+    let end = hr_shared::runs::worked_until(run)
         .and_then(parse_rfc3339)
         .unwrap_or(now);
     end.duration_since(start)
@@ -96,6 +94,8 @@ pub struct RunRow {
     pub tool: String,
     /// As shown: a live run whose shim vanished is failed.
     pub status: RunStatus,
+    /// The status word (`resumed` for a parked run a later run took up).
+    pub status_word: &'static str,
     pub started: String,
     pub took: String,
     pub last_output: String,
@@ -112,6 +112,11 @@ pub fn run_row(app: &App, r: &ToolRun) -> RunRow {
         id: short_id(&r.tool_run_id),
         tool: clean(&r.tool_name),
         status: app.shown_status(r),
+        status_word: if app.shown_status(r) == r.status {
+            hr_shared::runs::shown_status(r)
+        } else {
+            app.shown_status(r).as_str()
+        },
         started: ago(app.now, Some(&r.started_at)),
         took: took(app.now, r),
         last_output: ago(app.now, r.last_output_at.as_deref()),
