@@ -25,6 +25,10 @@ struct Cli {
     /// State directory (default: HEADLESS_RUN_HOME or ~/.local/state/headless-run)
     #[arg(long, global = true, value_name = "DIR")]
     state_dir: Option<PathBuf>,
+    /// Colour status words in tables: auto (a terminal, NO_COLOR unset, TERM not dumb),
+    /// always, never
+    #[arg(long, global = true, value_name = "WHEN", default_value = "auto")]
+    color: crate::output::ColorWhen,
     #[command(subcommand)]
     command: Option<Command>,
 }
@@ -145,6 +149,7 @@ pub fn run() -> CliResult {
             };
         }
     };
+    crate::output::set_color(cli.color);
     let paths = StatePaths::resolve(cli.state_dir.as_deref())
         .map_err(|e| CliError::error(e.to_string()))?;
     let ctx = Ctx { paths };

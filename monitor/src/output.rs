@@ -112,15 +112,56 @@ pub fn escape_terminal_controls(json: &[u8]) -> Option<String> {
     Some(out)
 }
 
+/// Whether tables colour their status words: `--color always|never|auto` (auto: stdout is
+/// a terminal, `NO_COLOR` is unset or empty, and `TERM` is not `dumb`).
+static COLOR: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum ColorWhen {
+    Auto,
+    Always,
+    Never,
+}
+
+/// Decides colour once, from the flag and the environment.
+pub fn set_color(when: ColorWhen) {
+    let on = match when {
+        ColorWhen::Always => true,
+        ColorWhen::Never => false,
+        ColorWhen::Auto => {
+            stdout_is_terminal()
+                && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty())
+                && std::env::var_os("TERM").is_none_or(|t| t != "dumb")
+        }
+    };
+    COLOR.store(on, std::sync::atomic::Ordering::Relaxed);
+}
+
+/// The SGR colour of a status word, if it has one.
+fn status_sgr(word: &str) -> Option<&'static str> {
+    Some(match word {
+        "failed" | "failed_timeout" | "rejected" => "31",
+        "stalled" => "35",
+        "waiting_approval" | "pending" | "queued" => "33",
+        "completed" | "approved" | "resumed" => "32",
+        "running" => "36",
+        "cancelled" | "expired" => "2",
+        _ => return None,
+    })
+}
+
 /// A text table: columns sized to their content; the last column is cut to fit `width`.
 pub struct Table {
     headers: Vec<&'static str>,
     rows: Vec<Vec<String>>,
+    /// The column of status words, coloured when colour is on.
+    status_column: Option<usize>,
 }
 
 impl Table {
     pub fn new(headers: Vec<&'static str>) -> Self {
         Table {
+            status_column: headers.iter().position(|h| *h == "STATUS"),
             headers,
             rows: Vec::new(),
         }
@@ -148,21 +189,36 @@ impl Table {
                 .collect::<Vec<_>>(),
         )
         .chain(self.rows.iter().cloned());
-        for row in all {
+        let color = COLOR.load(std::sync::atomic::Ordering::Relaxed);
+        for (r, row) in all.enumerate() {
             let mut line = String::new();
+            // Where the status word is in the line (bytes), and its colour.
+            let mut paint: Option<(usize, usize, &str)> = None;
             for (i, cell) in row.iter().enumerate().take(n) {
+                if color && r > 0 && Some(i) == self.status_column {
+                    paint = status_sgr(cell).map(|sgr| (line.len(), line.len() + cell.len(), sgr));
+                }
                 line.push_str(cell);
                 if i + 1 < n {
                     line.extend(std::iter::repeat_n(' ', widths[i] - cell.width() + 2));
                 }
             }
             let line = line.trim_end();
-            match width {
-                Some(w) if line.width() > w => {
-                    out.push_str(cut_to_width(line, w.saturating_sub(1)));
-                    out.push('…');
+            // Cut by what shows, then colour what is left of the status word.
+            let (kept, cut) = match width {
+                Some(w) if line.width() > w => (cut_to_width(line, w.saturating_sub(1)), true),
+                _ => (line, false),
+            };
+            match paint {
+                Some((start, end, sgr)) if end <= kept.len() => {
+                    out.push_str(&kept[..start]);
+                    out.push_str(&format!("\x1b[{sgr}m{}\x1b[0m", &kept[start..end]));
+                    out.push_str(&kept[end..]);
                 }
-                _ => out.push_str(line),
+                _ => out.push_str(kept),
+            }
+            if cut {
+                out.push('…');
             }
             out.push('\n');
         }

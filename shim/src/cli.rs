@@ -29,7 +29,12 @@ Environment:
   HEADLESS_RUN_HOME, HEADLESS_RUN_DB, HEADLESS_RUN_TIMEOUT, HEADLESS_RUN_STALL_TIMEOUT,
   HEADLESS_RUN_ON_STALL, HEADLESS_RUN_ON_PROMPT, HEADLESS_RUN_PROMPT_IDLE,
   HEADLESS_RUN_KILL_GRACE, HEADLESS_RUN_EXECUTION_ID, HEADLESS_RUN_STDIN=pass|pty,
-  HEADLESS_RUN_SHIM_DIR, HEADLESS_RUN_CONFIG";
+  HEADLESS_RUN_SHIM_DIR, HEADLESS_RUN_CONFIG
+
+Examples:
+  HEADLESS=1 headless-run --timeout 30m -- terraform apply
+  headless-run --on-prompt wait --stall-timeout 5m -- ./deploy.sh
+  monitor install terraform && export PATH=~/.local/share/headless-run/bin:$PATH";
 
 /// The explicit command line.
 #[derive(Debug, Parser)]

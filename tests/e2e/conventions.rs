@@ -166,3 +166,75 @@ fn the_install_script_installs_prebuilt_binaries_with_pages_and_completions_and_
     );
     assert!(prefix.join("bin/other-tool").exists());
 }
+
+#[test]
+fn every_subcommand_explains_itself_with_an_example() {
+    let env = TestEnv::new();
+    for sub in [
+        "runs",
+        "approvals",
+        "show",
+        "decide",
+        "wait",
+        "logs",
+        "worker",
+        "reconcile",
+        "cancel",
+        "restart",
+        "install",
+        "doctor",
+        "gc",
+        "policies",
+        "config",
+        "completions",
+        "man",
+    ] {
+        let out = env.monitor().args([sub, "--help"]).run();
+        out.expect_code(0);
+        assert!(
+            out.out().contains("Example"),
+            "monitor {sub} --help: {}",
+            out.out()
+        );
+    }
+    let out = env.command(bin("headless-run")).arg("--help").run();
+    out.expect_code(0);
+    assert!(out.out().contains("Examples:"), "{}", out.out());
+}
+
+/// Status words are coloured on a terminal, or with --color always; never with
+/// --color never, NO_COLOR, or into a pipe.
+#[test]
+fn status_words_are_coloured_only_where_wanted() {
+    let env = TestEnv::new();
+    env.shim().arg("false").run().expect_code(1);
+    let red = "\x1b[31mfailed\x1b[0m";
+    let piped = env.monitor().arg("runs").run();
+    assert!(piped.out().contains("failed") && !piped.out().contains('\x1b'));
+    let always = env.monitor().args(["runs", "--color", "always"]).run();
+    assert!(always.out().contains(red), "{:?}", always.out());
+    let never = env.monitor().args(["runs", "--color", "never"]).run();
+    assert!(!never.out().contains('\x1b'));
+    let on_tty = |no_color: Option<&str>| {
+        let mut cmd = std::process::Command::new(bin("monitor"));
+        cmd.arg("runs")
+            .env("HEADLESS_RUN_HOME", env.state())
+            .env("TERM", "xterm")
+            .env_remove("NO_COLOR");
+        if let Some(v) = no_color {
+            cmd.env("NO_COLOR", v);
+        }
+        let (code, out) = run_in_pty(cmd, None, std::time::Duration::from_secs(20));
+        assert_eq!(code, Some(0));
+        String::from_utf8_lossy(&out).into_owned()
+    };
+    assert!(on_tty(None).contains(red), "a terminal gets colour");
+    assert!(
+        !on_tty(Some("1")).contains("\x1b[31m"),
+        "NO_COLOR is respected"
+    );
+    env.monitor()
+        .args(["runs", "--color", "sometimes"])
+        .run()
+        .expect_code(2);
+}

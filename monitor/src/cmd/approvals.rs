@@ -28,7 +28,12 @@ allowed) and the question on one line. Decide with `monitor decide AP-… VALUE`
 full with `monitor show AP-…`.
 
 --json prints an array of objects whose fields are the approvals columns (options_json as
-the array it holds).")]
+the array it holds).
+
+Examples:
+  monitor approvals                       # what waits for a decision
+  monitor approvals --status all --tool apt-get --since 1d
+  monitor approvals --json | jq -r '.[].approval_id'")]
 pub struct Args {
     /// Which approvals to list
     #[arg(long, value_enum, value_name = "STATUS", default_value = "pending")]

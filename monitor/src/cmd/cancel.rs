@@ -15,7 +15,10 @@ The run becomes cancelled (reason: `cancelled by USER: REASON`, the user from th
 process's uid), its pending approvals are rejected, and its headless-run is signalled
 (SIGUSR1) to end the tool's whole process group; headless-run then exits 143. A run parked
 on an approval (exit 90) has no live process: it is only marked. A run that has already
-ended exits 3; an unknown id exits 4.")]
+ended exits 3; an unknown id exits 4.
+
+Examples:
+  monitor cancel TR-01m8a --reason 'stuck on a lock'")]
 pub struct Args {
     /// The run to cancel (TR-…)
     id: String,

@@ -25,7 +25,11 @@ Checks, one line each (ok / FAIL / info):
   * /proc/PID/syscall of a child process is readable (prompt detection needs it; without
     it the shim falls back to slower heuristics);
   * the audit chain (the events table) is intact: no row edited or deleted.
-Exit 1 when any check fails.";
+Exit 1 when any check fails.
+
+Examples:
+  monitor doctor
+  monitor doctor --dir ~/.local/share/headless-run/bin";
 
 #[derive(Debug, clap::Args)]
 #[command(after_help = AFTER_HELP)]

@@ -16,7 +16,11 @@ on an approval and pending approvals are kept.
 
 The audit table (events) is NOT pruned: it is append-only and hash-chained, so deleting
 from it would break the chain `monitor doctor` verifies. A `gc` row records each
-collection. logs/combined.log rotates by itself (at 64 MB, to combined.log.1).")]
+collection. logs/combined.log rotates by itself (at 64 MB, to combined.log.1).
+
+Examples:
+  monitor gc --older-than 30d --dry-run
+  monitor gc --older-than 7d")]
 pub struct Args {
     /// Delete what ended longer ago than this (e.g. 30d, 12h)
     #[arg(long, value_name = "DUR", value_parser = parse::age)]

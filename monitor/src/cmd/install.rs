@@ -24,7 +24,12 @@ a link to headless-run is never replaced (exit 3); our own links are replaced. T
 line printed is the PATH line to add to your shell profile.
 
 Exit codes: 0 ok, 1 error, 2 usage, 3 a file in the way, 4 no such tool on PATH (or, with
---remove, no such link).";
+--remove, no such link).
+
+Examples:
+  monitor install terraform apt-get pip    # then put the printed PATH line in your profile
+  monitor install --list
+  monitor install --remove pip";
 
 #[derive(Debug, clap::Args)]
 #[command(after_help = AFTER_HELP)]

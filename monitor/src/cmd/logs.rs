@@ -30,7 +30,12 @@ to a terminal, escape sequences and control characters are removed. With --json 
 run's events from the combined log instead.
 
 -f keeps printing what is appended: it follows the combined log through rotation and waits
-for a file that does not exist yet; following a run's output ends once the run has ended.")]
+for a file that does not exist yet; following a run's output ends once the run has ended.
+
+Examples:
+  monitor logs -n 50                     # the last 50 events
+  monitor logs -f --json | jq 'select(.event == \"approval_needed\")'
+  monitor logs --run TR-01m8a > output.txt")]
 pub struct Args {
     /// Keep printing new lines as they are written
     #[arg(short = 'f', long)]

@@ -12,7 +12,10 @@ failed with reason `supervisor vanished`: on this host when its pid is not runni
 belongs to another process (its start time differs), on another host when its supervisor
 heartbeat is stale. A run parked on an approval (headless-run exited 90 on purpose) is not
 touched. Pending approvals past their expires_at expire (rejected, or answered with the
-default where the config says on_expire = \"default\").")]
+default where the config says on_expire = \"default\").
+
+Examples:
+  monitor reconcile                      # after a reboot or a killed shim")]
 pub struct Args {}
 
 pub fn run(ctx: &Ctx, _args: Args) -> CliResult {

@@ -13,7 +13,12 @@ use hr_shared::time;
 #[command(after_help = "\
 Filters combine (all must hold); --status may be given several times (any of them).
 --json prints an array of objects whose fields are the tool_runs columns (argv_json as the
-array it holds, metadata as the object it holds), newest first.")]
+array it holds, metadata as the object it holds), newest first.
+
+Examples:
+  monitor runs --status failed --status failed_timeout --since 2h
+  monitor runs --tool terraform --json | jq '.[0].reason'
+  monitor runs --execution EX-01m8 --limit 0")]
 pub struct Args {
     /// Only runs in this status (repeatable): running, completed, failed, failed_timeout,
     /// stalled, waiting_approval, cancelled, queued

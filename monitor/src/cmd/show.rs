@@ -11,6 +11,10 @@ use hr_shared::sanitize::{sanitize_line, sanitize_text};
 use std::io::{Read, Seek, SeekFrom};
 
 #[derive(Debug, clap::Args)]
+#[command(after_help = "\
+Examples:
+  monitor show TR-01m8a                  # a run: its approvals, audit trail, output tail
+  monitor show AP-01m8b --json           # an approval: question, context, options, command")]
 pub struct Args {
     /// A run id (TR-…) or an approval id (AP-…)
     id: String,

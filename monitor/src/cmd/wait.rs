@@ -25,7 +25,11 @@ headless-run exited 90; the approval id is printed). Prints the outcome on one l
 
 Exit codes: 0 when it happened (whatever the outcome), 1 on --timeout (or when the run's
 headless-run vanished without recording an end: run `monitor reconcile`), 4 for an unknown
-id.")]
+id.
+
+Examples:
+  monitor wait AP-01m8 --timeout 10m && monitor worker --once
+  monitor wait TR-01m8 --json")]
 pub struct Args {
     /// An approval (AP-…) or a run (TR-…)
     id: String,

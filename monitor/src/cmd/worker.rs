@@ -26,7 +26,11 @@ between passes: it then waits for the re-runs it started (a second signal leaves
 running; a later worker closes their waiting runs).
 
 --once does one pass, waits for the re-runs it started (retrying failed starts), and exits:
-0, or 1 when the database could not be used.";
+0, or 1 when the database could not be used.
+
+Examples:
+  monitor worker                         # in a spare terminal, or as a service
+  monitor worker --once                  # one pass, e.g. from cron or after monitor wait";
 
 #[derive(Debug, clap::Args)]
 #[command(after_help = AFTER_HELP)]
