@@ -68,3 +68,77 @@ fn decide_wait_and_cancel_report_in_json() {
     out.expect_code(3);
     assert!(out.out().is_empty(), "{}", out.context());
 }
+
+#[test]
+fn doctor_gc_and_install_list_report_in_json() {
+    let env = TestEnv::new();
+    env.shim().args(["echo", "logged"]).run().expect_code(0);
+    let dir = env.path().join("shims");
+    env.monitor()
+        .args(["install", "rm", "--dir"])
+        .arg(&dir)
+        .run()
+        .expect_code(0);
+    // doctor: every check with its level; a problem still exits 1, with the object.
+    let out = env
+        .monitor()
+        .args(["doctor", "--json", "--dir"])
+        .arg(&dir)
+        .env("PATH", format!("{}:/usr/bin:/bin", dir.display()))
+        .run();
+    let v = report(&out);
+    assert_eq!(v["problems"], 0, "{v}");
+    let checks = v["checks"].as_array().unwrap();
+    assert!(
+        checks
+            .iter()
+            .any(|c| c["level"] == "ok"
+                && c["text"].as_str().unwrap().contains("audit chain intact"))
+    );
+    let out = env
+        .monitor()
+        .args(["doctor", "--json", "--dir"])
+        .arg(&dir)
+        .env("PATH", "/usr/bin:/bin")
+        .run();
+    out.expect_code(1);
+    let v: Value = serde_json::from_str(&out.out()).unwrap();
+    assert!(v["problems"].as_u64().unwrap() >= 1);
+    assert!(
+        v["checks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|c| c["level"] == "fail")
+    );
+    // install --list: each link and what it resolves to.
+    let v = report(
+        &env.monitor()
+            .args(["install", "--list", "--json", "--dir"])
+            .arg(&dir)
+            .run(),
+    );
+    assert_eq!(v["links"][0]["name"], "rm");
+    assert_eq!(v["links"][0]["kind"], "shim");
+    assert!(v["links"][0]["real"].as_str().unwrap().ends_with("/rm"));
+    // gc: what would go, then what went.
+    let v = report(
+        &env.monitor()
+            .args(["gc", "--older-than", "1s", "--dry-run", "--json"])
+            .run(),
+    );
+    assert_eq!(v["dry_run"], true);
+    assert!(
+        v["runs"].as_array().unwrap().is_empty(),
+        "nothing that old yet"
+    );
+    std::thread::sleep(std::time::Duration::from_millis(1100));
+    let v = report(
+        &env.monitor()
+            .args(["gc", "--older-than", "1s", "--json"])
+            .run(),
+    );
+    assert_eq!(v["dry_run"], false);
+    assert_eq!(v["runs"].as_array().unwrap().len(), 1, "{v}");
+    assert_eq!(v["run_logs"], 1);
+}

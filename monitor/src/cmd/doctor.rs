@@ -38,32 +38,64 @@ pub struct Args {
     /// else ~/.local/share/headless-run/bin)
     #[arg(long, value_name = "DIR")]
     dir: Option<PathBuf>,
+    /// Print one JSON object: schema, problems, checks (level ok|info|fail, text)
+    #[arg(long)]
+    json: bool,
 }
 
 struct Report {
     problems: usize,
+    /// With --json: the checks, kept to print as one object at the end.
+    checks: Option<Vec<(&'static str, String)>>,
 }
 
 impl Report {
-    fn ok(&self, what: impl AsRef<str>) {
-        crate::outln!("ok    {}", what.as_ref());
+    fn line(&mut self, level: &'static str, what: &str) {
+        match &mut self.checks {
+            Some(checks) => checks.push((level, what.to_owned())),
+            None => {
+                let shown = if level == "fail" { "FAIL" } else { level };
+                crate::outln!("{shown:<5} {what}");
+            }
+        }
     }
-    fn info(&self, what: impl AsRef<str>) {
-        crate::outln!("info  {}", what.as_ref());
+    fn ok(&mut self, what: impl AsRef<str>) {
+        self.line("ok", what.as_ref());
+    }
+    fn info(&mut self, what: impl AsRef<str>) {
+        self.line("info", what.as_ref());
     }
     fn fail(&mut self, what: impl AsRef<str>) {
         self.problems += 1;
-        crate::outln!("FAIL  {}", what.as_ref());
+        self.line("fail", what.as_ref());
     }
 }
 
 pub fn run(ctx: &Ctx, args: Args) -> CliResult {
-    let mut r = Report { problems: 0 };
+    let mut r = Report {
+        problems: 0,
+        checks: args.json.then(Vec::new),
+    };
     check_permissions(ctx, &mut r);
     check_database(ctx, &mut r);
     check_config(&mut r);
     check_shims(args.dir.as_deref(), &mut r)?;
     check_proc(&mut r);
+    if let Some(checks) = &r.checks {
+        let checks: Vec<serde_json::Value> = checks
+            .iter()
+            .map(|(level, text)| serde_json::json!({ "level": level, "text": text }))
+            .collect();
+        crate::output::print_report(serde_json::json!({
+            "problems": r.problems,
+            "checks": checks,
+        }))?;
+        return if r.problems > 0 {
+            Err(CliError::silent(hr_shared::exit::monitor::ERROR))
+        } else {
+            Ok(())
+        };
+    }
     if r.problems > 0 {
         return Err(CliError::error(format!(
             "{} problem{} found",

@@ -28,6 +28,26 @@ pub struct Args {
     /// Only say what would be deleted
     #[arg(long)]
     dry_run: bool,
+    /// Print the result as one JSON object: schema, dry_run, cutoff, runs (ids),
+    /// approvals, run_logs
+    #[arg(long)]
+    json: bool,
+}
+
+fn print_json(
+    args: &Args,
+    cutoff: &str,
+    runs: &[String],
+    approvals: u64,
+    logs: usize,
+) -> CliResult {
+    crate::output::print_report(serde_json::json!({
+        "dry_run": args.dry_run,
+        "cutoff": cutoff,
+        "runs": runs,
+        "approvals": approvals,
+        "run_logs": logs,
+    }))
 }
 
 pub fn run(ctx: &Ctx, args: Args) -> CliResult {
@@ -44,6 +64,9 @@ pub fn run(ctx: &Ctx, args: Args) -> CliResult {
         } else {
             "deleted"
         };
+        if args.json {
+            return print_json(&args, &cutoff, &[], 0, 0);
+        }
         crate::outln!("{verb} 0 runs, 0 approvals and 0 run logs (no state yet)");
         return Ok(());
     };
@@ -53,6 +76,9 @@ pub fn run(ctx: &Ctx, args: Args) -> CliResult {
             .iter()
             .filter(|id| ctx.paths.run_log(id).exists())
             .count();
+        if args.json {
+            return print_json(&args, &cutoff, &runs, approvals as u64, logs);
+        }
         crate::outln!(
             "would delete {} runs, {approvals} approvals and {logs} run logs (ended before {cutoff})",
             runs.len()
@@ -74,6 +100,9 @@ pub fn run(ctx: &Ctx, args: Args) -> CliResult {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
             Err(e) => eprintln!("monitor: cannot delete {}: {e}", path.display()),
         }
+    }
+    if args.json {
+        return print_json(&args, &cutoff, &report.runs, report.approvals as u64, logs);
     }
     crate::outln!(
         "deleted {} runs, {} approvals and {logs} run logs ({:.1} MB) that ended before {cutoff}",

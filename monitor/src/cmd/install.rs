@@ -50,6 +50,9 @@ pub struct Args {
     /// Remove these links (only links to headless-run are removed)
     #[arg(long, conflicts_with = "force")]
     remove: bool,
+    /// With --list: one JSON object (schema, dir, links: name, kind, real tool)
+    #[arg(long, requires = "list")]
+    json: bool,
 }
 
 /// The shim directory: `--dir`, else `HEADLESS_RUN_SHIM_DIR`, else the default.
@@ -140,7 +143,11 @@ pub fn run(args: Args) -> CliResult {
         if !args.tools.is_empty() {
             return Err(CliError::usage("--list takes no tool names"));
         }
-        return list(&dir);
+        return if args.json {
+            list_json(&dir)
+        } else {
+            list(&dir)
+        };
     }
     if args.tools.is_empty() {
         return Err(CliError::usage(
@@ -314,6 +321,36 @@ fn print_path_line(dir: &Path, tools: &[String]) {
             crate::outln!("export PATH=\"{}:$PATH\"", shell_quote_dir(dir));
         }
     }
+}
+
+/// `--list --json`: the links as data: each name, whether it is ours, broken or another
+/// file, and the real tool it resolves to.
+fn list_json(dir: &Path) -> CliResult {
+    let entries = match links(dir) {
+        Ok(e) => e,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Vec::new(),
+        Err(e) => return Err(CliError::error(format!("{}: {e}", dir.display()))),
+    };
+    let links: Vec<serde_json::Value> = entries
+        .iter()
+        .map(|(name, kind)| match kind {
+            Entry::Ours => serde_json::json!({
+                "name": name,
+                "kind": "shim",
+                "real": real_tool(name, dir).ok().map(|p| p.display().to_string()),
+            }),
+            Entry::Dangling(t) => serde_json::json!({
+                "name": name,
+                "kind": "broken",
+                "target": t.display().to_string(),
+            }),
+            Entry::Foreign => serde_json::json!({ "name": name, "kind": "other" }),
+        })
+        .collect();
+    crate::output::print_report(serde_json::json!({
+        "dir": dir.display().to_string(),
+        "links": links,
+    }))
 }
 
 fn list(dir: &Path) -> CliResult {
