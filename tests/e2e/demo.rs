@@ -29,4 +29,48 @@ fn the_demo_tells_the_whole_story() {
     ] {
         assert!(text.contains(step), "{step}: {}", out.context());
     }
+    // It cleans up after itself: nothing of its own is left in TMPDIR.
+    let left: Vec<_> = std::fs::read_dir(env.path())
+        .unwrap()
+        .flatten()
+        .filter(|e| {
+            e.file_name()
+                .to_string_lossy()
+                .starts_with("headless-run-demo")
+        })
+        .collect();
+    assert!(left.is_empty(), "{left:?}");
+}
+
+/// After `scripts/install --prefix P`, the demo runs the binaries installed there.
+#[test]
+fn the_demo_uses_the_installed_binaries() {
+    let env = TestEnv::new();
+    let prefix = env.path().join("prefix");
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let installed = std::process::Command::new("sh")
+        .arg(root.join("scripts/install"))
+        .arg("--prefix")
+        .arg(&prefix)
+        .arg("--from")
+        .arg(target_dir())
+        .output()
+        .unwrap();
+    assert!(installed.status.success(), "{installed:?}");
+    let out = env
+        .command("bash")
+        .arg(root.join("scripts/demo"))
+        .env("PREFIX", &prefix)
+        .env("TMPDIR", env.path())
+        .env("HEADLESS_RUN_DEMO_KEEP", "1")
+        .timeout(Duration::from_secs(120))
+        .run();
+    out.expect_code(0);
+    assert!(
+        out.out()
+            .contains(&format!("binaries: {}", prefix.join("bin").display())),
+        "{}",
+        out.context()
+    );
+    assert!(out.out().contains("kept: "), "{}", out.context());
 }
