@@ -154,3 +154,48 @@ fn following_a_runs_output_ends_with_the_run() {
     assert_eq!(out.out(), "started\nfinished-now\n");
     shim.wait().expect_code(0);
 }
+
+/// Issue 15 item 16: the combined log stays bounded — rotated by whichever writer finds it
+/// past HEADLESS_RUN_LOG_MAX, HEADLESS_RUN_LOG_KEEP generations kept — and `monitor logs`
+/// reads every generation kept, oldest first.
+#[test]
+fn the_combined_log_rotates_into_the_generations_asked_for() {
+    let env = TestEnv::new();
+    for i in 0..12 {
+        env.shim()
+            .env("HEADLESS_RUN_LOG_MAX", "4K")
+            .env("HEADLESS_RUN_LOG_KEEP", "3")
+            .args(["sh", "-c", &format!("for j in 1 2 3 4 5 6 7 8; do echo run{i:02} line $j padding padding padding padding padding; done")])
+            .run()
+            .expect_code(0);
+    }
+    let logs = env.state().join("logs");
+    for n in 1..=3 {
+        let g = logs.join(format!("combined.log.{n}"));
+        assert!(g.exists(), "{} missing", g.display());
+        assert!(std::fs::metadata(&g).unwrap().len() < 8 * 1024);
+    }
+    assert!(
+        !logs.join("combined.log.4").exists(),
+        "only 3 generations kept"
+    );
+    // Everything kept, oldest first: the runs' numbers never go back.
+    let out = env.monitor().args(["logs", "--json"]).run();
+    out.expect_code(0);
+    let runs: Vec<u32> = out
+        .out()
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter_map(|v| {
+            let t = v["text"].as_str()?.to_owned();
+            t.strip_prefix("run")?.get(..2)?.parse().ok()
+        })
+        .collect();
+    assert!(!runs.is_empty());
+    assert!(runs.windows(2).all(|w| w[0] <= w[1]), "{runs:?}");
+    assert_eq!(*runs.last().unwrap(), 11);
+    assert!(runs[0] > 0, "the oldest generations are gone: {runs:?}");
+    // The last lines, from the end.
+    let tail = env.monitor().args(["logs", "--json", "-n", "3"]).run();
+    assert_eq!(tail.out().lines().count(), 3);
+}

@@ -16,7 +16,8 @@ on an approval and pending approvals are kept.
 
 The audit table (events) is NOT pruned: it is append-only and hash-chained, so deleting
 from it would break the chain `monitor doctor` verifies. A `gc` row records each
-collection. logs/combined.log rotates by itself (at 64 MB, to combined.log.1).
+collection. logs/combined.log rotates by itself (at HEADLESS_RUN_LOG_MAX, default 64 MB,
+keeping HEADLESS_RUN_LOG_KEEP generations, default 1: combined.log.1 … .N).
 
 Examples:
   monitor gc --older-than 30d --dry-run

@@ -21,8 +21,8 @@ const PARTIAL_LINE_AFTER: Duration = Duration::from_millis(500);
 
 #[derive(Debug, clap::Args)]
 #[command(after_help = "\
-Without --run: logs/combined.log (after logs/combined.log.1, the file rotated out at
-64 MB), one event per line: time, tool, run, event and its text, with control characters
+Without --run: logs/combined.log (after the generations rotated out of it, oldest first:
+combined.log.N … .1; see HEADLESS_RUN_LOG_MAX and HEADLESS_RUN_LOG_KEEP), one event per line: time, tool, run, event and its text, with control characters
 removed. --json prints the lines as they are (JSON objects; see the README for the fields).
 
 With --run TR-…: that run's raw output (logs/runs/TR-….log), byte for byte when piped;
@@ -129,7 +129,7 @@ pub fn run(ctx: &Ctx, args: Args) -> CliResult {
             if args.json {
                 let log = ctx.paths.combined_log();
                 (
-                    vec![rotated(&log), log],
+                    hr_shared::logfile::files(&log),
                     Format::Pretty,
                     Some(id.clone()),
                     Some(id),
@@ -140,7 +140,7 @@ pub fn run(ctx: &Ctx, args: Args) -> CliResult {
         }
         None => {
             let log = ctx.paths.combined_log();
-            (vec![rotated(&log), log], Format::Pretty, None, None)
+            (hr_shared::logfile::files(&log), Format::Pretty, None, None)
         }
     };
     let format = match (format, args.json) {
@@ -175,13 +175,6 @@ pub fn run(ctx: &Ctx, args: Args) -> CliResult {
         return Ok(());
     }
     follow(ctx, &current, start_at, run_id.as_deref(), &mut printer)
-}
-
-/// `combined.log.1` beside `combined.log`.
-fn rotated(log: &Path) -> PathBuf {
-    let mut s = log.as_os_str().to_owned();
-    s.push(".1");
-    PathBuf::from(s)
 }
 
 /// Prints what the files hold now (all, or the last `limit` lines across them); returns
