@@ -89,6 +89,8 @@ pub struct Worker {
     noted_missing_db: bool,
     /// Lines printed since the last call to [`Worker::take_actions`].
     actions: usize,
+    /// With `--json`: the lines kept (time, text) instead of printed.
+    kept: Option<Vec<(String, String)>>,
 }
 
 impl Worker {
@@ -103,6 +105,7 @@ impl Worker {
             retries: Vec::new(),
             noted_missing_db: false,
             actions: 0,
+            kept: None,
         }
     }
 
@@ -129,8 +132,22 @@ impl Worker {
         std::mem::take(&mut self.actions)
     }
 
+    /// Keep what it reports for [`Worker::kept`] instead of printing it.
+    pub fn keep_lines(&mut self) {
+        self.kept = Some(Vec::new());
+    }
+
+    /// What it reported, kept by [`Worker::keep_lines`]: (time, text).
+    pub fn kept(&mut self) -> Vec<(String, String)> {
+        self.kept.take().unwrap_or_default()
+    }
+
     fn say(&mut self, line: String) {
         self.actions += 1;
+        if let Some(kept) = &mut self.kept {
+            kept.push((time::now_rfc3339(), line));
+            return;
+        }
         // A worker outlives whoever reads its output: a closed stdout is not its end.
         let _ = writeln!(std::io::stdout().lock(), "{} {line}", time::now_rfc3339());
     }

@@ -142,3 +142,35 @@ fn doctor_gc_and_install_list_report_in_json() {
     assert_eq!(v["runs"].as_array().unwrap().len(), 1, "{v}");
     assert_eq!(v["run_logs"], 1);
 }
+
+#[test]
+fn worker_once_reports_in_json() {
+    let env = TestEnv::new();
+    // Nothing to do: an empty list.
+    let v = report(&env.monitor().args(["worker", "--once", "--json"]).run());
+    assert_eq!(v["actions"], serde_json::json!([]));
+    // A decided prompt: the resume is reported, and stdout holds only the object.
+    let file = env.work().join("gone.txt");
+    std::fs::write(&file, "x").unwrap();
+    env.shim()
+        .args(["rm", "-i", "gone.txt"])
+        .run()
+        .expect_code(90);
+    let ap = env.pending_approval();
+    env.decide(s(&ap, "approval_id"), "y").expect_code(0);
+    let v = report(&env.monitor().args(["worker", "--once", "--json"]).run());
+    let actions = v["actions"].as_array().unwrap();
+    assert!(
+        actions
+            .iter()
+            .any(|a| a["text"].as_str().unwrap().contains("resumed as TR-")),
+        "{v}"
+    );
+    assert!(actions.iter().all(|a| a["at"].is_string()));
+    assert!(!file.exists());
+    // --json needs --once.
+    env.monitor()
+        .args(["worker", "--json"])
+        .run()
+        .expect_code(2);
+}

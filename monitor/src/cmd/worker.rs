@@ -41,6 +41,9 @@ pub struct Args {
     /// Time between passes
     #[arg(long, value_name = "DUR", default_value = "1s", value_parser = crate::parse::nonzero)]
     interval: Duration,
+    /// With --once: one JSON object (schema, actions: at, text) instead of lines
+    #[arg(long, requires = "once")]
+    json: bool,
 }
 
 pub fn run(ctx: &Ctx, args: Args) -> CliResult {
@@ -48,7 +51,19 @@ pub fn run(ctx: &Ctx, args: Args) -> CliResult {
     stop::install();
     let mut worker = Worker::new(ctx.paths.clone(), shim);
     if args.once {
-        return once(&mut worker);
+        if args.json {
+            worker.keep_lines();
+        }
+        once(&mut worker, args.json)?;
+        if args.json {
+            let actions: Vec<serde_json::Value> = worker
+                .kept()
+                .into_iter()
+                .map(|(at, text)| serde_json::json!({ "at": at, "text": text }))
+                .collect();
+            crate::output::print_report(serde_json::json!({ "actions": actions }))?;
+        }
+        return Ok(());
     }
     eprintln!(
         "monitor worker: started as {} (every {}, database {})",
@@ -71,7 +86,7 @@ pub fn run(ctx: &Ctx, args: Args) -> CliResult {
     Ok(())
 }
 
-fn once(worker: &mut Worker) -> CliResult {
+fn once(worker: &mut Worker, json: bool) -> CliResult {
     worker.pass(false)?;
     let mut backoff = Duration::from_millis(50);
     while worker.in_flight() > 0 && !stop::requested() {
@@ -82,7 +97,7 @@ fn once(worker: &mut Worker) -> CliResult {
     if stop::requested() {
         drain(worker);
     }
-    if worker.take_actions() == 0 {
+    if worker.take_actions() == 0 && !json {
         crate::outln!("nothing to resume or reconcile");
     }
     Ok(())
