@@ -475,20 +475,15 @@ impl Supervisor<'_> {
         self.conv.stop();
         self.asking = None;
         self.watcher = None;
-        // A fault (the hard timeout, a stall, a cancel) ends everything the tool started,
-        // daemons that left its session included; a prompt or a refusal ends its session.
-        let strays = if matches!(
-            outcome,
-            RunOutcome::TimedOut | RunOutcome::Stalled | RunOutcome::Cancelled { .. }
-        ) {
-            let hooks = notify::WATCHDOGS
-                .lock()
-                .map(|h| h.clone())
-                .unwrap_or_default();
-            group::strays(std::process::id() as i32, self.pid, &hooks)
-        } else {
-            Vec::new()
-        };
+        // Ending the tool (a prompt's exit 90, a rejection, a refused secret, a stall, the
+        // hard timeout, a cancel) ends everything it started, daemons that left its session
+        // included: none of it may go on unsupervised. (A tool that exits by itself keeps
+        // the daemons it meant to start.)
+        let hooks = notify::WATCHDOGS
+            .lock()
+            .map(|h| h.clone())
+            .unwrap_or_default();
+        let strays = group::strays(std::process::id() as i32, self.pid, &hooks);
         let in_session = group::signal_session(self.pid, libc::SIGTERM);
         // A stopped process cannot act on TERM until it is continued.
         group::signal_session(self.pid, libc::SIGCONT);
@@ -759,18 +754,30 @@ impl Supervisor<'_> {
         if self.unanswered.is_empty() || !self.recorder.caught_up() {
             return;
         }
-        let cursor = self
+        let state = self
             .recorder
             .shared
             .screen
             .lock()
             .ok()
-            .and_then(|g| g.as_ref().map(|p| p.screen().cursor_position()))
-            .unwrap_or((0, 0));
+            .and_then(|g| {
+                g.as_ref().map(|p| {
+                    let s = p.screen();
+                    queries::TermState {
+                        cursor: s.cursor_position(),
+                        app_cursor: s.application_cursor(),
+                        hide_cursor: s.hide_cursor(),
+                        alternate_screen: s.alternate_screen(),
+                        bracketed_paste: s.bracketed_paste(),
+                        app_keypad: s.application_keypad(),
+                    }
+                })
+            })
+            .unwrap_or_default();
         let replies: Vec<u8> = self
             .unanswered
             .drain(..)
-            .flat_map(|q| queries::reply(q, cursor))
+            .flat_map(|q| queries::reply(q, &state))
             .collect();
         // As a terminal's would: a reply that cannot be written changes nothing.
         let _ = self.pty.write_all(&replies);

@@ -224,3 +224,54 @@ time.sleep(300)
     }
     assert_eq!(s(&env.only_run(), "status"), "failed_timeout");
 }
+
+/// Issue 16 item 4: a prompt's exit 90 ends the daemons the tool started outside its
+/// session too (coding agents' background servers outlived the shim).
+#[test]
+fn exit_90_ends_daemons_outside_the_tools_session() {
+    let env = TestEnv::new();
+    let script = r#"
+import os, subprocess, sys
+d = subprocess.Popen(["setsid", "sleep", "300"])
+open("daemon.pid", "w").write(str(d.pid))
+sys.stdout.write("Deploy now? [y/N] ")
+sys.stdout.flush()
+sys.stdin.readline()
+"#;
+    let out = env.shim().args(["python3", "-c", script]).run();
+    out.expect_code(90);
+    let pid: i32 = std::fs::read_to_string(env.work().join("daemon.pid"))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    assert!(
+        wait_until(Duration::from_secs(10), || !alive(pid)),
+        "the daemon (pid {pid}) outlived the exit 90: {}",
+        out.context()
+    );
+    // A tool that exits by itself keeps the daemons it meant to start.
+    let daemon = r#"
+import os, time
+if os.fork() == 0:
+    os.setsid()
+    open("kept.pid.tmp", "w").write(str(os.getpid()))
+    os.rename("kept.pid.tmp", "kept.pid")
+    time.sleep(300)
+    os._exit(0)
+while not os.path.exists("kept.pid"):
+    time.sleep(0.01)
+"#;
+    let keep = env.shim().args(["python3", "-c", daemon]).run();
+    keep.expect_code(0);
+    let kept: i32 = std::fs::read_to_string(env.work().join("kept.pid"))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    assert!(
+        alive(kept),
+        "a daemon of a tool that finished is its own business"
+    );
+    unsafe { libc::kill(kept, libc::SIGKILL) };
+}
