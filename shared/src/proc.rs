@@ -164,7 +164,23 @@ pub fn user_name(uid: u32) -> String {
     }
     passwd(uid)
         .map(|p| p.name.to_string_lossy().into_owned())
+        .or_else(|| getent_name(uid))
         .unwrap_or_else(|| format!("uid:{uid}"))
+}
+
+/// The name of `uid` as `getent passwd UID` reports it: the system's own NSS (LDAP, sssd,
+/// extrausers …), which a statically linked binary may not be able to load itself.
+fn getent_name(uid: u32) -> Option<String> {
+    let out = std::process::Command::new("getent")
+        .args(["passwd", &uid.to_string()])
+        .stdin(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .output()
+        .ok()?;
+    if !out.status.success() {
+        return None;
+    }
+    passwd_file_name(&String::from_utf8_lossy(&out.stdout), uid)
 }
 
 /// The name of `uid` in the text of a passwd file (`name:x:uid:gid:…`).

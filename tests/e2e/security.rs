@@ -6,6 +6,7 @@
 use headless_run_e2e::*;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::os::unix::process::CommandExt;
+use std::path::Path;
 
 fn me() -> String {
     // SAFETY: getuid cannot fail.
@@ -169,4 +170,73 @@ fn every_test_security_md_names_exists() {
         assert!(sources.contains(&format!("fn {name}(")), "{name}");
     }
     assert!(checked >= 20, "only {checked} tests found in SECURITY.md");
+}
+
+/// Issue 15 item 12: `decided_by` is the operator's user name also where users come from
+/// NSS rather than /etc/passwd (LDAP, sssd): here libnss-extrausers, in a private mount
+/// namespace whose nsswitch.conf adds it, with a user /etc/passwd does not have.
+#[test]
+fn decided_by_names_a_user_that_only_nss_knows() {
+    if !running_as_root("decided_by_names_a_user_that_only_nss_knows") {
+        return;
+    }
+    need("unshare", "util-linux");
+    need("setpriv", "util-linux");
+    assert!(
+        Path::new("/usr/lib/libnss_extrausers.so.2").exists()
+            || Path::new("/usr/lib/x86_64-linux-gnu/libnss_extrausers.so.2").exists(),
+        "libnss-extrausers is not installed: apt-get install libnss-extrausers (as .ci/run does)"
+    );
+    let env = TestEnv::new();
+    let uid = 45678;
+    assert!(
+        !std::fs::read_to_string("/etc/passwd")
+            .unwrap()
+            .contains(":45678:"),
+        "uid {uid} must be unknown to /etc/passwd"
+    );
+    let nss = env.path().join("nss");
+    let extra = nss.join("extrausers");
+    std::fs::create_dir_all(&extra).unwrap();
+    std::fs::write(
+        nss.join("nsswitch.conf"),
+        "passwd: files extrausers\ngroup: files extrausers\nshadow: files\nhosts: files\n",
+    )
+    .unwrap();
+    std::fs::write(
+        extra.join("passwd"),
+        format!("ldapuser:x:{uid}:{uid}:LDAP user:/nonexistent:/bin/sh\n"),
+    )
+    .unwrap();
+    std::fs::write(extra.join("group"), format!("ldapgroup:x:{uid}:\n")).unwrap();
+    std::fs::set_permissions(env.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    for d in [env.state(), env.work()] {
+        std::fs::create_dir_all(&d).unwrap();
+        std::os::unix::fs::chown(&d, Some(uid), Some(uid)).unwrap();
+    }
+    let script = format!(
+        r#"set -e
+mount --bind {nss}/nsswitch.conf /etc/nsswitch.conf
+mount --bind {extra} /var/lib/extrausers
+as() {{ setpriv --reuid={uid} --regid={uid} --clear-groups "$@"; }}
+cd {work}
+as env HEADLESS=1 {shim} -- sh -c 'printf "Go? [y/N] "; read a' || test $? = 90
+id=$(as {monitor} approvals --json | sed -n 's/.*"approval_id":"\(AP-[A-Z0-9]*\)".*/\1/p')
+as {monitor} decide "$id" y
+"#,
+        nss = nss.display(),
+        extra = extra.display(),
+        work = env.work().display(),
+        shim = bin("headless-run").display(),
+        monitor = bin("monitor").display(),
+    );
+    let out = env
+        .command("unshare")
+        .args(["--mount", "--propagation", "private", "sh", "-c", &script])
+        .env("HEADLESS_RUN_HOME", env.state())
+        .run();
+    out.expect_code(0);
+    assert!(out.out().contains("by ldapuser"), "{}", out.context());
+    let a = &env.approvals()[0];
+    assert_eq!(s(a, "decided_by"), "ldapuser", "{a:#?}");
 }
