@@ -277,7 +277,9 @@ fn run(inv: Invocation) -> Result<u8, Failure> {
         store: &store,
         row: Some(first_row.clone()),
     };
-    if let Some(value) = env(ENV_AUTO_APPROVAL) {
+    // Checked (and so used up) only for a tool that will run: a command not found or not
+    // executable does not burn the decision its resume was given.
+    if let (Some(value), Ok(_)) = (env(ENV_AUTO_APPROVAL), &resolved) {
         // The row must exist before an approval can be consumed by it.
         start.send(None);
         check_auto_approval(&mut ctx, &store, &value.to_string_lossy());

@@ -336,7 +336,7 @@ pub fn show(ctx: &Ctx, id: &str, json: bool) -> CliResult {
     if a.allows_text {
         crate::outln!("  (or any one line of text)");
     }
-    if let Some(ctx_text) = &a.context {
+    if let Some(ctx_text) = a.context.as_ref().filter(|c| !c.trim().is_empty()) {
         crate::outln!("\ncontext:");
         for line in hr_shared::sanitize::sanitize_text(ctx_text).lines() {
             crate::outln!("  {line}");
