@@ -107,7 +107,7 @@ pub fn screen(context: &str) -> String {
 
 /// The context with only what cannot matter removed: spacing runs, blank lines, clock
 /// times (`12:34:56`, `12:34:56.789`), dates (`2026-11-23`, with a `T…Z` time), spinner
-/// glyphs (braille cells, and a lone `| / \` before the text — not `-`, which also marks
+/// glyphs (braille cells, [`SPINNERS`], and a lone `| / \` before the text — not `-`, which also marks
 /// what a plan destroys). Digits stay.
 pub fn normalize_screen(context: &str) -> String {
     let mut lines = Vec::new();
@@ -117,7 +117,7 @@ pub fn normalize_screen(context: &str) -> String {
             .filter_map(|w| {
                 let w: String = w
                     .chars()
-                    .filter(|c| !('\u{2800}'..='\u{28ff}').contains(c))
+                    .filter(|c| !('\u{2800}'..='\u{28ff}').contains(c) && !SPINNERS.contains(c))
                     .collect();
                 (!w.is_empty() && !is_clock_or_date(&w)).then_some(w)
             })
@@ -132,6 +132,13 @@ pub fn normalize_screen(context: &str) -> String {
     }
     lines.join("\n")
 }
+
+/// Glyphs spinners cycle through, besides the braille cells: quarter circles and squares,
+/// and the star frames coding agents use (`✻ Thinking…`).
+const SPINNERS: &[char] = &[
+    '◐', '◓', '◑', '◒', '◴', '◷', '◶', '◵', '◰', '◳', '◲', '◱', '▖', '▘', '▝', '▗', '✶', '✸', '✹',
+    '✺', '✷', '✻', '✽', '✳', '✢',
+];
 
 /// `12:34`, `12:34:56.789`, `2026-11-23`, `2026-11-23T12:34:56Z`, with brackets or
 /// trailing punctuation around them.
@@ -235,6 +242,10 @@ mod tests {
             screen("2026-11-24T01:00:00Z start\n⠙ Working\nDeploy?")
         );
         assert_eq!(screen("| building\nDeploy?"), screen("/ building\nDeploy?"));
+        assert_eq!(
+            screen("◐ waiting\n✻ Thinking\nGo?"),
+            screen("◓ waiting\n✶ Thinking\nGo?")
+        );
         // A plan's `-` (destroy) is no spinner frame.
         assert_ne!(
             screen("- aws_instance.db\nApply?"),

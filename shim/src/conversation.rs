@@ -80,6 +80,11 @@ pub trait Observe {
     fn reader(&mut self) -> Option<u64> {
         None
     }
+    /// Whether output has come since the screen last changed (it only animates: a spinner,
+    /// a cycling banner): the tool uses CPU to draw, so CPU time is no sign of work then.
+    fn animating(&self) -> bool {
+        false
+    }
 }
 
 /// What the supervisor is to do, in order.
@@ -310,7 +315,13 @@ impl<'a> Conversation<'a> {
         let Some(sample) = obs.blocked() else {
             return Vec::new();
         };
-        let steady = self.prev == Some(sample);
+        // Two samples agree: the same reading state, and no CPU used in between — unless
+        // the screen only animates, which costs CPU without anything changing.
+        let steady = self.prev.is_some_and(|p| {
+            p.reading == sample.reading
+                && p.pager == sample.pager
+                && (p.cpu_ticks == sample.cpu_ticks || obs.animating())
+        });
         self.prev = Some(sample);
         if idle_for < idle_window || !steady || sample.reading == Reading::No {
             return Vec::new();

@@ -40,6 +40,9 @@ use std::time::{Duration, Instant};
 const TOUCH_EVERY: Duration = Duration::from_secs(1);
 /// Detector ticks while output is idle.
 const TICK: Duration = Duration::from_millis(50);
+/// How long output waits for the screen model to take it in before it is weighed as a
+/// change without it.
+const WEIGH_WAIT: Duration = Duration::from_millis(30);
 /// After the tool exits, output still in the pty is read until it has been quiet this long…
 const DRAIN_QUIET: Duration = Duration::from_millis(100);
 /// …but no longer than this (a daemon may hold the pty open for ever).
@@ -137,6 +140,9 @@ pub fn run(
         line_open: false,
         started: now,
         last_output: now,
+        unseen_output: None,
+        last_change: now,
+        screen_mark: None,
         last_touch: None,
         touch_pending: false,
         exited: None,
@@ -248,6 +254,14 @@ struct Supervisor<'a> {
     line_open: bool,
     started: Instant,
     last_output: Instant,
+    /// Output read and not yet weighed (since when): does it change what the screen shows?
+    unseen_output: Option<Instant>,
+    /// When output last changed what the screen shows, animation removed (spinner glyphs,
+    /// clock times): the prompt detector's idle clock, so that a spinner or an animated
+    /// banner beside a question does not keep it from ever being asked.
+    last_change: Instant,
+    /// The digest of the screen as last weighed, animation removed.
+    screen_mark: Option<u64>,
     last_touch: Option<Instant>,
     touch_pending: bool,
     /// The raw wait status and when it came.
@@ -334,6 +348,7 @@ impl Supervisor<'_> {
             if let Some(outcome) = self.finished(now) {
                 return outcome;
             }
+            self.weigh_output(now);
             self.poll_resolving(now);
             self.poll_waiting();
             self.answer_queries();
@@ -546,8 +561,8 @@ impl Supervisor<'_> {
                 }
             }
             // Sample a little before the idle window closes so that two samples agree by then.
-            let idle_at = self.last_output + s.prompt_idle / 2;
-            let idle_for = now.saturating_duration_since(self.last_output);
+            let idle_at = self.last_change + s.prompt_idle / 2;
+            let idle_for = now.saturating_duration_since(self.last_change);
             let tick = if idle_for > Duration::from_secs(5) {
                 TICK * 5
             } else {
@@ -558,7 +573,11 @@ impl Supervisor<'_> {
         if self.conv.asking() || !self.coop_asks.is_empty() {
             deadlines.push(now + ASK_TICK);
         }
-        if let Some(at) = self.conv.steering_at(self.last_output) {
+        if self.unseen_output.is_some() {
+            // Output to weigh once the screen model has it.
+            deadlines.push(now + Duration::from_millis(2));
+        }
+        if let Some(at) = self.conv.steering_at(self.last_change) {
             deadlines.push(at.max(now + Duration::from_millis(5)));
         }
         if self.conv.waiting() || !self.coops.is_empty() {
@@ -739,13 +758,50 @@ impl Supervisor<'_> {
     }
 
     fn on_output(&mut self) {
-        self.last_output = Instant::now();
+        let now = Instant::now();
+        self.last_output = now;
         self.touch_pending = true;
-        self.conv.output();
+        self.unseen_output.get_or_insert(now);
         if self.stalled {
             self.stalled = false;
             self.store.write(run::live_status(RunStatus::Running, None));
         }
+    }
+
+    /// Weighs the output read since the last look, once the screen model has taken it in (or
+    /// a moment has passed): output that leaves the screen the same but for animation is no
+    /// change for the conversation; anything else is.
+    fn weigh_output(&mut self, now: Instant) {
+        let Some(since) = self.unseen_output else {
+            return;
+        };
+        let caught_up = self.recorder.caught_up();
+        if !caught_up && now < since + WEIGH_WAIT {
+            return;
+        }
+        self.unseen_output = None;
+        let mark = if caught_up {
+            self.screen_digest()
+        } else {
+            None
+        };
+        if mark.is_some() && mark == self.screen_mark {
+            return;
+        }
+        self.screen_mark = mark;
+        self.last_change = self.last_output;
+        self.conv.output();
+    }
+
+    /// The screen's text with animation removed, as a digest; `None` when unreadable.
+    fn screen_digest(&self) -> Option<u64> {
+        use std::hash::{Hash, Hasher};
+        let guard = self.recorder.shared.screen.lock().ok()?;
+        let shown = ScreenText::read(guard.as_ref()?);
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        hr_shared::fingerprint::normalize_screen(&shown.rows.join("\n")).hash(&mut h);
+        shown.cursor_row.hash(&mut h);
+        Some(h.finish())
     }
 
     /// Answers the tool's questions to its terminal from the screen model, once it has taken
@@ -785,18 +841,26 @@ impl Supervisor<'_> {
 
     /// One detector tick: the conversation looks at the terminal as far as it needs to.
     fn detect(&mut self, now: Instant) {
-        let idle_for = now.saturating_duration_since(self.last_output);
+        if self.unseen_output.is_some() {
+            return;
+        }
+        let idle_for = now.saturating_duration_since(self.last_change);
         let mut look = Look {
             pty: &self.pty,
             pid: self.pid,
             recorder: &self.recorder,
             outside: &mut self.outside,
+            animating: self.last_output > self.last_change,
         };
         let actions = self.conv.tick(now, idle_for, &mut look);
         self.carry_out(actions);
     }
 
     fn poll_resolving(&mut self, now: Instant) {
+        // A reply is acted on only once the output before it has been weighed.
+        if self.unseen_output.is_some() {
+            return;
+        }
         let Some(rx) = &self.asking else {
             return;
         };
@@ -809,6 +873,9 @@ impl Supervisor<'_> {
 
     /// Wait mode: a decision may have arrived for the prompt the tool is kept at.
     fn poll_waiting(&mut self) {
+        if self.unseen_output.is_some() {
+            return;
+        }
         let Some(w) = &self.watcher else {
             return;
         };
@@ -818,6 +885,7 @@ impl Supervisor<'_> {
             pid: self.pid,
             recorder: &self.recorder,
             outside: &mut self.outside,
+            animating: self.last_output > self.last_change,
         };
         let actions = self.conv.watched(Instant::now(), got, &mut look);
         if !self.conv.waiting() {
@@ -1021,11 +1089,17 @@ struct Look<'s> {
     pid: i32,
     recorder: &'s Recorder,
     outside: &'s mut Outside,
+    /// Output came since the screen last changed: it only animates.
+    animating: bool,
 }
 
 impl Observe for Look<'_> {
     fn caught_up(&self) -> bool {
         self.recorder.caught_up()
+    }
+
+    fn animating(&self) -> bool {
+        self.animating
     }
 
     fn blocked(&mut self) -> Option<Blocked> {

@@ -479,3 +479,36 @@ fn exit_mode_ends_the_tools_whole_group() {
         "the background child {bg} outlived exit 90"
     );
 }
+
+/// Issue 16 item 2: a question beside an animation (a spinner redrawn every 80 ms) is
+/// asked although output never goes idle: the detector's clock is the screen's text with
+/// animation removed, not the byte stream.
+#[test]
+fn a_question_beside_a_spinner_is_asked_and_answered() {
+    let env = TestEnv::new();
+    let animated = fixture("animated.py");
+    let out = env
+        .shim()
+        .args(["--stall-timeout", "20s"])
+        .arg("python3")
+        .arg(&animated)
+        .run();
+    out.expect_code(90);
+    let a = env.pending_approval();
+    assert_eq!(s(&a, "prompt_line"), "Proceed with the deploy? [y/N]");
+    assert_eq!(s(&a, "default_value"), "n");
+    // Wait mode: the decision reaches the tool while it keeps animating.
+    let env = TestEnv::new();
+    let running = env
+        .shim()
+        .args(["--on-prompt", "wait", "--stall-timeout", "20s"])
+        .arg("python3")
+        .arg(&animated)
+        .spawn();
+    let a = env.pending_approval();
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    env.decide(s(&a, "approval_id"), "y").expect_code(0);
+    let out = running.wait();
+    out.expect_code(0);
+    assert!(out.out().contains("got y"), "{}", out.context());
+}
