@@ -125,6 +125,8 @@ pub struct Typing {
     pub keys: Vec<u8>,
     pending_enter: Option<PendingEnter>,
     answered: String,
+    /// The prompt line answered.
+    line: String,
 }
 
 /// Keys typed a step at a time, each step checked on the screen before the next, and
@@ -242,6 +244,9 @@ pub struct Conversation<'a> {
     /// The output count when the shim last typed: no new prompt until the tool reacts.
     typed_at: Option<u64>,
     pending_enter: Option<PendingEnter>,
+    /// The prompt line last answered: while the screen shows it with the answer after it,
+    /// it is the answered prompt, not a new one (a tool may sit quietly after an answer).
+    answered_line: Option<String>,
 }
 
 impl<'a> Conversation<'a> {
@@ -254,6 +259,7 @@ impl<'a> Conversation<'a> {
             last_nudge: None,
             typed_at: None,
             pending_enter: None,
+            answered_line: None,
         }
     }
 
@@ -356,6 +362,15 @@ impl<'a> Conversation<'a> {
             {
                 self.typed_at = Some(self.output_seq);
                 return vec![Action::Write(b"\r".to_vec())];
+            }
+        }
+        if let Some(answered) = self.answered_line.take() {
+            let line = sanitize_line(&shown.prompt_line);
+            let line = line.trim();
+            if line.len() > answered.len() && line.starts_with(&answered) {
+                // The prompt just answered, its answer echoed after it.
+                self.answered_line = Some(answered);
+                return Vec::new();
             }
         }
         let prompt = self.classify(&shown, modes);
@@ -709,6 +724,7 @@ impl<'a> Conversation<'a> {
             keys,
             pending_enter,
             answered,
+            line: p.prompt_line.clone(),
         })]
     }
 
@@ -809,6 +825,7 @@ impl<'a> Conversation<'a> {
     fn submit(&mut self, st: Steer) -> Vec<Action> {
         self.typed_at = Some(self.output_seq);
         self.prev = None;
+        self.answered_line = Some(st.prompt.prompt_line.clone());
         vec![Action::Write(b"\r".to_vec()), Action::Say(st.answered)]
     }
 
@@ -837,6 +854,7 @@ impl<'a> Conversation<'a> {
         self.typed_at = Some(self.output_seq);
         self.prev = None;
         self.pending_enter = t.pending_enter;
+        self.answered_line = Some(t.line);
         vec![Action::Say(t.answered)]
     }
 
@@ -1869,5 +1887,32 @@ mod tests {
         ] {
             assert!(!field_shows(asked, shown, "myproj"), "{asked} / {shown}");
         }
+    }
+
+    /// Issue 16 item 3: the prompt just answered, still showing with its answer while the
+    /// tool sits quietly, is not asked again; a new question below it is.
+    #[test]
+    fn an_answered_prompt_showing_its_answer_is_not_asked_again() {
+        let mut run = Run::new(OnPrompt::Exit);
+        run.tty.modes = Some(RAW_MODE);
+        run.show(b"Deploy? [y/N] ");
+        run.ask();
+        let answer = run.reply(PromptResolution::Answer {
+            approval: decided("AP-1", ApprovalStatus::Approved, Some("y")),
+            value: "y".into(),
+        });
+        let typed = run.type_keys(answer);
+        assert_eq!(typed, b"y");
+        // Echoed on its line while the tool still waits: Enter follows.
+        run.show(b"Deploy? [y/N] y");
+        assert_eq!(writes(&run.idle()), [b"\r".to_vec()]);
+        // Redrawn with its answer (the tool sits quietly after it): nothing is asked.
+        run.show(b"Deploy? [y/N] y");
+        assert!(run.idle().is_empty());
+        assert!(run.tick_after(ms(400)).is_empty());
+        // A new question under it is asked.
+        run.show(b"Deploy? [y/N] y\r\nDrop the database too? [y/N] ");
+        let request = run.ask();
+        assert!(request.prompt.prompt_line.contains("Drop"), "{request:?}");
     }
 }
