@@ -136,6 +136,12 @@ fn rotate_if_still_current(path: &Path, file: &File, rotation: Rotation) -> io::
             }
         }
         fs::rename(path, generation(path, 1))?;
+        // Generations past `keep` (left by a larger keep earlier) go.
+        for n in rotation.keep + 1..=MAX_GENERATIONS {
+            if fs::remove_file(generation(path, n)).is_err() {
+                break;
+            }
+        }
     }
     Ok(())
 }
@@ -242,6 +248,18 @@ mod tests {
                 path.clone()
             ]
         );
+        // A smaller keep later drops the generations past it.
+        fs::write(&path, vec![b'z'; 20]).unwrap();
+        let _ = CombinedLog::open_rotating(
+            &path,
+            Rotation {
+                max_bytes: 10,
+                keep: 1,
+            },
+        )
+        .unwrap();
+        assert_eq!(first(generation(&path, 1)), b'z');
+        assert!(!generation(&path, 2).exists() && !generation(&path, 3).exists());
     }
 
     #[test]

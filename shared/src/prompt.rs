@@ -418,6 +418,29 @@ fn paren_default(line: &str) -> Option<regex::Captures<'_>> {
         "no",
         "none",
         "empty",
+        // Units: `Disk size (GB):` names what to type, not a default.
+        "b",
+        "kb",
+        "mb",
+        "gb",
+        "tb",
+        "kib",
+        "mib",
+        "gib",
+        "bytes",
+        "%",
+        "s",
+        "ms",
+        "sec",
+        "secs",
+        "seconds",
+        "min",
+        "minutes",
+        "hours",
+        "days",
+        "px",
+        "in",
+        "cm",
     ];
     let range = word.split_once('-').is_some_and(|(a, b)| {
         a.trim().chars().all(|c| c.is_ascii_digit()) && b.trim().chars().all(|c| c.is_ascii_digit())
@@ -438,7 +461,15 @@ fn slash_choices(line: &str, canonical: bool) -> Option<(Vec<ApprovalOption>, Op
     });
     let c = CHOICES.captures(line)?;
     let words: Vec<&str> = c[1].split('/').collect();
-    if words.len() > 12 {
+    // A path or a format in brackets is a text prompt's default (`Branch [origin/main]:`,
+    // `Format [YYYY/MM/DD]:`): choices come with a `(default)` after them, or are three or
+    // more words none of which is all capitals.
+    let choices_shaped = c.get(2).is_some()
+        || (words.len() >= 3
+            && !words
+                .iter()
+                .any(|w| w.len() > 1 && w.chars().all(|ch| ch.is_ascii_uppercase())));
+    if words.len() > 12 || !choices_shaped {
         return None;
     }
     let options = words
@@ -737,6 +768,15 @@ pub fn select_menu(rows: &[String], cursor_row: usize) -> Option<SelectMenu> {
     }
     let title_row = (0..first).rev().find(|&i| !rows[i].trim().is_empty())?;
     if cursor_row < title_row || cursor_row > last + 3 {
+        return None;
+    }
+    // Below the items, only a key hint may stand between them and the cursor: a question
+    // there (`Continue? [Y/n]` under a `>` list) is what is asked, not the list.
+    if rows[last + 1..=cursor_row.min(rows.len() - 1).max(last)]
+        .iter()
+        .map(|r| r.trim())
+        .any(|r| r.ends_with('?') || r.ends_with(':') || offers_choices(r))
+    {
         return None;
     }
     let items: Vec<String> = rows[first..=last]
@@ -1770,5 +1810,24 @@ alternative = "use VAULT_TOKEN"
         let p = line("gpg", gpg);
         assert_eq!(p.rule, "generic:text-default");
         assert_eq!(p.default.as_deref(), Some("3072"));
+    }
+
+    #[test]
+    fn review_cases_a_list_over_a_question_paths_and_units() {
+        // A `>` list above a raw-mode question: the question is asked, not the list.
+        let p = raw_screen("Changes:\n> file a\n  file b\nContinue? [Y/n]", 3);
+        assert_eq!(p.rule, "generic:yes-no", "{p:?}");
+        // Paths and formats in brackets are text defaults, not choices.
+        for (text, default) in [
+            ("Branch [origin/main]: ", "origin/main"),
+            ("Format [YYYY/MM/DD]: ", "YYYY/MM/DD"),
+        ] {
+            let p = line("t", text);
+            assert_eq!(p.rule, "generic:text-default", "{text}");
+            assert_eq!(p.default.as_deref(), Some(default));
+        }
+        assert_eq!(line("t", "Pick [red/green/blue]: ").rule, "generic:choices");
+        // A unit in parentheses is no default.
+        assert_ne!(line("t", "Disk size (GB): ").rule, "generic:text-default");
     }
 }

@@ -27,20 +27,33 @@ pub fn dir(paths: &StatePaths) -> PathBuf {
 /// `/dev/shm/headless-run-spool-UID/KEY`, KEY naming the state dir. `None` when neither is
 /// there.
 pub fn fallback_dir(paths: &StatePaths) -> Option<PathBuf> {
+    fallback_dirs(paths).into_iter().next()
+}
+
+/// Every place a fallback spool for `paths` may be, the one written to first: a process
+/// started from cron (no `XDG_RUNTIME_DIR`) and one in a login session must find each
+/// other's rows.
+fn fallback_dirs(paths: &StatePaths) -> Vec<PathBuf> {
     // SAFETY: geteuid cannot fail.
     let uid = unsafe { libc::geteuid() };
-    let base = std::env::var_os("XDG_RUNTIME_DIR")
+    let key = crate::fingerprint::state_key(&paths.root.to_string_lossy());
+    let runtime = std::env::var_os("XDG_RUNTIME_DIR")
         .map(PathBuf::from)
         .filter(|d| d.is_absolute() && d.is_dir())
-        .map(|d| d.join("headless-run-spool"))
-        .or_else(|| {
-            let shm = PathBuf::from("/dev/shm");
-            shm.is_dir()
-                .then(|| shm.join(format!("headless-run-spool-{uid}")))
-        })?;
-    let key = crate::fingerprint::state_key(&paths.root.to_string_lossy());
-    Some(base.join(key))
+        .map(|d| d.join("headless-run-spool"));
+    let shm = Some(PathBuf::from("/dev/shm"))
+        .filter(|d| d.is_dir())
+        .map(|d| d.join(format!("headless-run-spool-{uid}")));
+    runtime
+        .into_iter()
+        .chain(shm)
+        .map(|base| base.join(&key))
+        .collect()
 }
+
+/// The most rows a fallback spool holds: it is memory, and a store that never comes back
+/// must not fill it.
+const FALLBACK_MAX: usize = 1000;
 
 /// Whether `dir` (and the directory holding it) is this user's own, private, and no link:
 /// in a world-writable place such as `/dev/shm`, another user could have made it first.
@@ -68,6 +81,13 @@ pub fn write(paths: &StatePaths, run: &ToolRun) -> io::Result<PathBuf> {
                 paths::create_private_dir(parent)?;
             }
             paths::create_private_dir(&fallback)?;
+            let held = std::fs::read_dir(&fallback).map(|d| d.count()).unwrap_or(0);
+            if held >= FALLBACK_MAX {
+                return Err(io::Error::other(format!(
+                    "{} already holds {held} runs for a store that does not take them",
+                    fallback.display()
+                )));
+            }
             if !own_private_dir(&fallback) {
                 return Err(io::Error::other(format!(
                     "{} is not a private directory of this user's",
@@ -98,7 +118,7 @@ fn write_in(dir: &std::path::Path, run: &ToolRun) -> io::Result<PathBuf> {
 /// Removes the spooled row of run `id`, if any (it reached the database after all).
 pub fn discard(paths: &StatePaths, id: &str) {
     let _ = std::fs::remove_file(dir(paths).join(format!("{id}.json")));
-    if let Some(fallback) = fallback_dir(paths) {
+    for fallback in fallback_dirs(paths) {
         let _ = std::fs::remove_file(fallback.join(format!("{id}.json")));
     }
 }
@@ -106,9 +126,11 @@ pub fn discard(paths: &StatePaths, id: &str) {
 /// The spool dirs to replay: the state dir's, and the fallback when it is this user's own.
 fn spool_dirs(paths: &StatePaths) -> Vec<PathBuf> {
     let mut dirs = vec![dir(paths)];
-    if let Some(fallback) = fallback_dir(paths).filter(|d| own_private_dir(d)) {
-        dirs.push(fallback);
-    }
+    dirs.extend(
+        fallback_dirs(paths)
+            .into_iter()
+            .filter(|d| own_private_dir(d)),
+    );
     dirs
 }
 

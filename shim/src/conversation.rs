@@ -175,15 +175,21 @@ const CLEAR_FIELD: &[u8] = b"\x05\x15";
 pub fn field_shows(asked: &str, shown: &str, text: &str) -> bool {
     let shown = sanitize_line(shown);
     let shown = shown.trim_end();
-    let Some(head) = shown.strip_suffix(text.trim_end()) else {
+    let Some(before) = shown.strip_suffix(text.trim_end()) else {
         return false;
     };
-    let head = head.trim_end();
+    let head = before.trim_end();
     let asked = asked.trim_end();
     !head.is_empty() && asked.starts_with(head) && {
-        // What the field replaced: nothing, a bracketed hint, or the pre-filled text.
+        // What the field replaced: a bracketed hint or the pre-filled text — or nothing,
+        // when the answer stands apart from the prompt (`Name: myproj`, `Name:myproj`), not
+        // run on from a value the field kept (`demo` + `myproj` = `demomyproj`).
         let rest = &asked[head.len()..];
-        rest.is_empty() || rest.starts_with(char::is_whitespace)
+        if rest.is_empty() {
+            before.chars().last().is_some_and(|c| !c.is_alphanumeric())
+        } else {
+            rest.starts_with(char::is_whitespace)
+        }
     }
 }
 
@@ -244,9 +250,10 @@ pub struct Conversation<'a> {
     /// The output count when the shim last typed: no new prompt until the tool reacts.
     typed_at: Option<u64>,
     pending_enter: Option<PendingEnter>,
-    /// The prompt line last answered: while the screen shows it with the answer after it,
-    /// it is the answered prompt, not a new one (a tool may sit quietly after an answer).
-    answered_line: Option<String>,
+    /// The prompt line last answered, and the screen it first showed its answer on: while
+    /// that screen stays, it is the answered prompt, not a new one (a tool may sit quietly
+    /// after an answer); a screen that changes (an error under it) is looked at anew.
+    answered_line: Option<(String, Option<u64>)>,
 }
 
 impl<'a> Conversation<'a> {
@@ -364,12 +371,21 @@ impl<'a> Conversation<'a> {
                 return vec![Action::Write(b"\r".to_vec())];
             }
         }
-        if let Some(answered) = self.answered_line.take() {
+        if let Some((answered, seen)) = self.answered_line.take() {
             let line = sanitize_line(&shown.prompt_line);
             let line = line.trim();
-            if line.len() > answered.len() && line.starts_with(&answered) {
+            let digest = {
+                use std::hash::{Hash, Hasher};
+                let mut h = std::collections::hash_map::DefaultHasher::new();
+                shown.rows.hash(&mut h);
+                h.finish()
+            };
+            if line.len() > answered.len()
+                && line.starts_with(&answered)
+                && seen.is_none_or(|d| d == digest)
+            {
                 // The prompt just answered, its answer echoed after it.
-                self.answered_line = Some(answered);
+                self.answered_line = Some((answered, Some(digest)));
                 return Vec::new();
             }
         }
@@ -750,10 +766,21 @@ impl<'a> Conversation<'a> {
         let State::Steering(mut st) = std::mem::replace(&mut self.state, State::Looking) else {
             return Vec::new();
         };
+        // What looks wrong is looked at again until the tool has had its time to draw (a
+        // redraw in two writes, a moment of CPU between reads); only then is it so.
+        let patient = now < st.sent_at + idle_window * 2;
         let (Some(shown), Some(modes)) = (obs.screen(), obs.modes()) else {
+            if patient {
+                self.state = State::Steering(st);
+                return Vec::new();
+            }
             return self.steer_lost(&st, "its screen cannot be read".into());
         };
         if obs.blocked().is_none_or(|b| b.reading == Reading::No) {
+            if patient {
+                self.state = State::Steering(st);
+                return Vec::new();
+            }
             return self.steer_lost(&st, "it no longer waits for input".into());
         }
         let failed = |st: &Steer, why: String| {
@@ -765,12 +792,20 @@ impl<'a> Conversation<'a> {
         match st.goal {
             Goal::Select(target) => {
                 let now_shown = self.classify(&shown, modes);
+                // The same menu: its title and its items as the operator saw them.
+                let same_title = now_shown.prompt_line == st.prompt.prompt_line;
                 let Some(menu) = now_shown.select.filter(|m| {
-                    st.prompt
-                        .select
-                        .as_ref()
-                        .is_some_and(|was| was.items == m.items)
+                    same_title
+                        && st
+                            .prompt
+                            .select
+                            .as_ref()
+                            .is_some_and(|was| was.items == m.items)
                 }) else {
+                    if patient {
+                        self.state = State::Steering(st);
+                        return Vec::new();
+                    }
                     return self.steer_lost(&st, "the menu changed".into());
                 };
                 if menu.highlighted == target {
@@ -795,6 +830,10 @@ impl<'a> Conversation<'a> {
             Goal::Text(ref text) => {
                 if field_shows(&st.prompt.prompt_line, &shown.prompt_line, text) {
                     return self.submit(*st);
+                }
+                if patient {
+                    self.state = State::Steering(st);
+                    return Vec::new();
                 }
                 let line = sanitize_line(&shown.prompt_line);
                 let mut actions = vec![Action::Write(CLEAR_FIELD.to_vec())];
@@ -825,7 +864,7 @@ impl<'a> Conversation<'a> {
     fn submit(&mut self, st: Steer) -> Vec<Action> {
         self.typed_at = Some(self.output_seq);
         self.prev = None;
-        self.answered_line = Some(st.prompt.prompt_line.clone());
+        self.answered_line = Some((st.prompt.prompt_line.clone(), None));
         vec![Action::Write(b"\r".to_vec()), Action::Say(st.answered)]
     }
 
@@ -833,13 +872,18 @@ impl<'a> Conversation<'a> {
     /// for that prompt's return) and look at the screen anew.
     fn steer_lost(&mut self, st: &Steer, why: String) -> Vec<Action> {
         self.prev = None;
-        vec![
-            Action::Say(format!(
-                "headless-run: {}: {} was decided for {:?}, which is no longer what the tool asks ({why}); not submitted — asking again",
-                self.setup.label, st.approval_id, st.prompt.prompt_line
-            )),
-            Action::Release(st.approval_id.clone()),
-        ]
+        // Typed text is taken back out of the field it was typed into.
+        let clear = matches!(st.goal, Goal::Text(_)).then(|| Action::Write(CLEAR_FIELD.to_vec()));
+        clear
+            .into_iter()
+            .chain([
+                Action::Say(format!(
+                    "headless-run: {}: {} was decided for {:?}, which is no longer what the tool asks ({why}); not submitted — asking again",
+                    self.setup.label, st.approval_id, st.prompt.prompt_line
+                )),
+                Action::Release(st.approval_id.clone()),
+            ])
+            .collect()
     }
 
     /// How writing the keys of an [`Action::Type`] went. Keys that did not reach the tool
@@ -854,7 +898,7 @@ impl<'a> Conversation<'a> {
         self.typed_at = Some(self.output_seq);
         self.prev = None;
         self.pending_enter = t.pending_enter;
-        self.answered_line = Some(t.line);
+        self.answered_line = Some((t.line, None));
         vec![Action::Say(t.answered)]
     }
 
@@ -1879,6 +1923,8 @@ mod tests {
             assert!(field_shows(asked, shown, "myproj"), "{asked} / {shown}");
         }
         for (asked, shown) in [
+            // A field that kept its pre-filled value (Ctrl-U ignored): run on, refused.
+            ("Project name: demo", "Project name: demomyproj"),
             ("Project name: demo", "Project name: xmyproj"),
             ("Project name: demo", "Project name: de"),
             ("? Token", "? Token ******"),
@@ -1910,6 +1956,26 @@ mod tests {
         run.show(b"Deploy? [y/N] y");
         assert!(run.idle().is_empty());
         assert!(run.tick_after(ms(400)).is_empty());
+        // The same prompt with an error drawn under it: looked at anew, asked.
+        let mut again = Run::new(OnPrompt::Exit);
+        again.tty.modes = Some(RAW_MODE);
+        again.show(b"Name: ");
+        again.ask();
+        let answer = again.reply(PromptResolution::Answer {
+            approval: decided("AP-2", ApprovalStatus::Approved, Some("bob")),
+            value: "bob".into(),
+        });
+        assert_eq!(writes(&answer), [b"\x05\x15bob".to_vec()]);
+        again.show(b"Name: bob");
+        assert_eq!(writes(&settle(&mut again)), [b"\r".to_vec()]);
+        again.show(b"Name: bob");
+        assert!(again.idle().is_empty(), "the answered prompt, quiet");
+        // (Drawn below with the cursor put back after the answer, as inquirer does.)
+        again.show(b"Name: bob\x1b7\x1b[2;1H> That name is taken\x1b8");
+        assert!(
+            matches!(again.idle().as_slice(), [Action::Ask(_)]),
+            "a changed screen is asked about"
+        );
         // A new question under it is asked.
         run.show(b"Deploy? [y/N] y\r\nDrop the database too? [y/N] ");
         let request = run.ask();

@@ -59,6 +59,38 @@ pub fn signal_strays(pids: &[(i32, u64)], sig: i32) {
     }
 }
 
+/// Reaps this process's exited children that came to it as orphans of the tool: zombies
+/// whose parent is now this process — not `tool` (its own child, reaped by its exit
+/// status), nor the `except` watchdogs, nor children in this process's own process group
+/// (which it started and waits for itself).
+pub fn reap_orphans(tool: i32, except: &[i32]) {
+    let me = std::process::id() as i32;
+    // SAFETY: getpgrp cannot fail.
+    let my_group = unsafe { libc::getpgrp() };
+    // Only this process's children, as the kernel lists them (cheap, no walk of /proc).
+    let Ok(children) = std::fs::read_to_string(format!("/proc/{me}/task/{me}/children")) else {
+        return;
+    };
+    for pid in children
+        .split_whitespace()
+        .filter_map(|p| p.parse::<i32>().ok())
+    {
+        let Some(st) = proc::read_stat(pid) else {
+            continue;
+        };
+        if st.ppid == me
+            && st.state == 'Z'
+            && pid != tool
+            && st.pgrp != my_group
+            && !except.contains(&pid)
+        {
+            let mut status = 0;
+            // SAFETY: waitpid of a child of ours that has exited; WNOHANG never blocks.
+            unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) };
+        }
+    }
+}
+
 /// Makes this process the child subreaper of its descendants: orphans are re-parented to
 /// it, not to init, so [`strays`] can find daemons the tool started.
 pub fn become_subreaper() {

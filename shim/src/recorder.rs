@@ -187,8 +187,12 @@ impl Recorder {
         let _ = tx.send(Chunk::Events(bytes.to_vec()));
     }
 
-    /// Output bytes handed over and not yet taken in by the recorder thread.
+    /// Output bytes handed over and not yet taken in by the recorder thread; zero when the
+    /// thread is not running (it never started, or it died): nothing would ever drain.
     pub fn output_backlog(&self) -> usize {
+        if self.thread.as_ref().is_none_or(|t| t.is_finished()) {
+            return 0;
+        }
         self.pending.load(Ordering::Relaxed)
     }
 

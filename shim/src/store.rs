@@ -312,8 +312,8 @@ impl StoreThread {
         });
     }
 
-    /// Serves requests until told to stop; returns whether everything landed (false only
-    /// when writes are left over because the database was locked).
+    /// Serves requests until told to stop; returns whether everything landed (false when
+    /// writes are left over: the database was locked, full or could not be opened).
     fn run(&mut self, rx: Receiver<StoreMsg>) -> bool {
         self.open();
         let mut next_beat = Instant::now() + SUPERVISOR_HEARTBEAT;

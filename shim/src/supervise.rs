@@ -40,6 +40,8 @@ use std::time::{Duration, Instant};
 const TOUCH_EVERY: Duration = Duration::from_secs(1);
 /// Detector ticks while output is idle.
 const TICK: Duration = Duration::from_millis(50);
+/// The most terminal queries kept for an answer at once.
+const MAX_UNANSWERED: usize = 64;
 /// How long output waits for the screen model to take it in before it is weighed as a
 /// change without it.
 const WEIGH_WAIT: Duration = Duration::from_millis(30);
@@ -143,6 +145,7 @@ pub fn run(
         unseen_output: None,
         last_change: now,
         screen_mark: None,
+        orphans_reaped: None,
         last_touch: None,
         touch_pending: false,
         exited: None,
@@ -262,6 +265,8 @@ struct Supervisor<'a> {
     last_change: Instant,
     /// The digest of the screen as last weighed, animation removed.
     screen_mark: Option<u64>,
+    /// When exited orphans were last reaped.
+    orphans_reaped: Option<Instant>,
     last_touch: Option<Instant>,
     touch_pending: bool,
     /// The raw wait status and when it came.
@@ -415,6 +420,20 @@ impl Supervisor<'_> {
             && let Some(status) = spawn::try_wait(self.pid)
         {
             self.exited = Some((status, Instant::now()));
+        }
+        // As child subreaper the shim inherits the tool's orphans: those that have exited
+        // are reaped (about once a second), so that none piles up as a zombie.
+        let now = Instant::now();
+        if self
+            .orphans_reaped
+            .is_none_or(|t| now >= t + Duration::from_secs(1))
+        {
+            self.orphans_reaped = Some(now);
+            let hooks = notify::WATCHDOGS
+                .lock()
+                .map(|h| h.clone())
+                .unwrap_or_default();
+            group::reap_orphans(self.pid, &hooks);
         }
     }
 
@@ -738,7 +757,11 @@ impl Supervisor<'_> {
             }
             self.line_open = data.last() != Some(&b'\n');
             if let Some(scanner) = self.queries.as_mut() {
-                self.unanswered.extend(scanner.scan(data));
+                // Bounded: a tool that floods queries and never reads its replies must not
+                // make the shim block writing them.
+                let room = MAX_UNANSWERED.saturating_sub(self.unanswered.len());
+                self.unanswered
+                    .extend(scanner.scan(data).into_iter().take(room));
             }
             self.recorder.push(data);
             self.on_output();
@@ -793,6 +816,13 @@ impl Supervisor<'_> {
         self.conv.output();
     }
 
+    /// Whether the tool is animating now: output keeps coming (within the last few ticks)
+    /// without changing what the screen shows.
+    fn animating(&self, now: Instant) -> bool {
+        self.last_output > self.last_change
+            && now.saturating_duration_since(self.last_output) < TICK * 3
+    }
+
     /// The screen's text with animation removed, as a digest; `None` when unreadable.
     fn screen_digest(&self) -> Option<u64> {
         use std::hash::{Hash, Hasher};
@@ -845,12 +875,13 @@ impl Supervisor<'_> {
             return;
         }
         let idle_for = now.saturating_duration_since(self.last_change);
+        let animating = self.animating(now);
         let mut look = Look {
             pty: &self.pty,
             pid: self.pid,
             recorder: &self.recorder,
             outside: &mut self.outside,
-            animating: self.last_output > self.last_change,
+            animating,
         };
         let actions = self.conv.tick(now, idle_for, &mut look);
         self.carry_out(actions);
@@ -880,12 +911,13 @@ impl Supervisor<'_> {
             return;
         };
         let got = w.rx.try_recv();
+        let animating = self.animating(Instant::now());
         let mut look = Look {
             pty: &self.pty,
             pid: self.pid,
             recorder: &self.recorder,
             outside: &mut self.outside,
-            animating: self.last_output > self.last_change,
+            animating,
         };
         let actions = self.conv.watched(Instant::now(), got, &mut look);
         if !self.conv.waiting() {

@@ -275,3 +275,47 @@ while not os.path.exists("kept.pid"):
     );
     unsafe { libc::kill(kept, libc::SIGKILL) };
 }
+
+/// The shim is its tool's child subreaper: orphans that exit while the tool runs are
+/// reaped, not left as zombies to pile up.
+#[test]
+fn orphans_that_exit_are_reaped_while_the_tool_runs() {
+    let env = TestEnv::new();
+    let script = r#"
+import os, sys, time
+if os.fork() == 0:
+    pid = os.fork()
+    if pid == 0:
+        time.sleep(0.3)
+        os._exit(0)
+    print("orphan", pid, flush=True)
+    os._exit(0)
+time.sleep(60)
+"#;
+    let running = env.shim().args(["python3", "-c", script]).spawn();
+    let mut orphan = 0;
+    assert!(wait_until(Duration::from_secs(10), || {
+        let out = String::from_utf8_lossy(&running.stdout_now()).into_owned();
+        orphan = out
+            .split_whitespace()
+            .skip_while(|w| *w != "orphan")
+            .nth(1)
+            .and_then(|p| p.parse().ok())
+            .unwrap_or(0);
+        orphan > 0
+    }));
+    let state = |pid: i32| {
+        std::fs::read_to_string(format!("/proc/{pid}/stat"))
+            .ok()
+            .and_then(|st| st.rsplit(')').next().map(|r| r.trim_start().chars().next()))
+            .flatten()
+    };
+    // It exits, comes to the shim as an orphan, and is reaped: gone, not a zombie.
+    assert!(
+        wait_until(Duration::from_secs(10), || state(orphan).is_none()),
+        "pid {orphan} is {:?}",
+        state(orphan)
+    );
+    running.signal(libc::SIGTERM);
+    let _ = running.wait();
+}
