@@ -32,8 +32,9 @@ pub(crate) fn live_counts(conn: &Connection) -> Result<Vec<(RunStatus, i64)>> {
         .collect())
 }
 
-/// Runs that failed (`failed`, `failed_timeout`, or ended by their shim as `stalled`) and
-/// ended — or, lacking an end time, started — at or after `since` (RFC 3339). Reads the
+/// Runs that failed (`failed`, `failed_timeout`) and ended — or, lacking an end time,
+/// started — at or after `since` (RFC 3339). Runs ended by their shim as `stalled` are
+/// counted apart ([`stalled_since`]): a silent tool is what the operator must see. Reads the
 /// recent range of each failed status in the index of failed runs by end time
 /// (`tool_runs_failed`, usable because the query names its statuses), so its cost follows
 /// the recent failures, not all of them.
@@ -43,11 +44,31 @@ pub(crate) fn failed_since(conn: &Connection, since: &str) -> Result<i64> {
         .query_row([since], |r| r.get(0))?)
 }
 
+// Both name the statuses of the partial index `tool_runs_failed` as it is written, so that
+// SQLite can use it (it does not see that a shorter list implies the index's), and narrow
+// them after.
 static FAILED_SINCE: LazyLock<String> = LazyLock::new(|| {
     format!(
         "SELECT COUNT(*) FROM tool_runs
          WHERE status IN ({}) AND COALESCE(completed_at, started_at) >= ?1
-           AND (status <> '{}' OR completed_at IS NOT NULL)",
+           AND status <> '{}'",
+        sql_list(&RunStatus::ALERTED),
+        RunStatus::Stalled.as_str()
+    )
+});
+
+/// Runs their shim ended as stalled (status `stalled`, ended) at or after `since`.
+pub(crate) fn stalled_since(conn: &Connection, since: &str) -> Result<i64> {
+    Ok(conn
+        .prepare_cached(&STALLED_SINCE)?
+        .query_row([since], |r| r.get(0))?)
+}
+
+static STALLED_SINCE: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        "SELECT COUNT(*) FROM tool_runs
+         WHERE status IN ({}) AND COALESCE(completed_at, started_at) >= ?1
+           AND status = '{}' AND completed_at IS NOT NULL",
         sql_list(&RunStatus::ALERTED),
         RunStatus::Stalled.as_str()
     )
@@ -81,7 +102,8 @@ mod tests {
         assert_eq!(failed_since(&conn, "2025-01-01T00:00:00.000Z").unwrap(), 1);
         assert_eq!(failed_since(&conn, "2000-01-01T00:00:00.000Z").unwrap(), 2);
         let live = sample("TR-LIVE", "x", RunStatus::Stalled);
-        // Killed as stalled by its shim (exit 92): ended, so a failure, not a live stall.
+        // Killed as stalled by its shim (exit 92): ended, so not a live stall; counted as
+        // a recent stall, apart from the failures.
         let mut killed = sample("TR-KILLED", "x", RunStatus::Stalled);
         killed.exit_code = Some(92);
         killed.completed_at = Some("2030-01-01T00:00:05.000Z".into());
@@ -91,7 +113,9 @@ mod tests {
         })
         .unwrap();
         assert_eq!(live_counts(&conn).unwrap(), [(RunStatus::Stalled, 1)]);
-        assert_eq!(failed_since(&conn, "2025-01-01T00:00:00.000Z").unwrap(), 2);
+        assert_eq!(failed_since(&conn, "2025-01-01T00:00:00.000Z").unwrap(), 1);
+        assert_eq!(stalled_since(&conn, "2025-01-01T00:00:00.000Z").unwrap(), 1);
+        assert_eq!(stalled_since(&conn, "2031-01-01T00:00:00.000Z").unwrap(), 0);
     }
 
     /// Regression: the live counts read every stall-ended run (their status index range)
@@ -113,11 +137,13 @@ mod tests {
         };
         let live = plan(&LIVE_COUNTS);
         assert!(live.contains("USING INDEX tool_runs_open"), "{live}");
-        let failed = plan(&FAILED_SINCE);
-        assert!(
-            failed.contains("USING INDEX tool_runs_failed (status=? AND <expr>>?)"),
-            "{failed}"
-        );
+        for sql in [&*FAILED_SINCE, &*STALLED_SINCE] {
+            let p = plan(sql);
+            assert!(
+                p.contains("INDEX tool_runs_failed (status=? AND <expr>>?)"),
+                "{p}"
+            );
+        }
         // Their indexes take no other query's plan: the supervised runs (reconciliation,
         // the dashboard's liveness check) keep theirs.
         let supervised = plan(

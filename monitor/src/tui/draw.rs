@@ -82,7 +82,8 @@ fn draw_alerts(app: &App, f: &mut Frame, area: Rect) {
         return;
     };
     let failed = d.aggregates.failed_recent + d.vanished.len() as i64;
-    let stalled = count(app, RunStatus::Stalled);
+    // Stalled: live and silent now, or ended by the stall timeout in the last 24 h.
+    let stalled = count(app, RunStatus::Stalled) + d.aggregates.stalled_recent;
     // Runs waiting on an approval: those whose approval still needs a decision, and those
     // decided and waiting for `monitor worker` to resume them.
     let waiting_runs = count(app, RunStatus::WaitingApproval);

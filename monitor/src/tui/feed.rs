@@ -63,6 +63,8 @@ pub struct Aggregates {
     pub totals: Vec<(RunStatus, i64)>,
     /// Failures within [`FAILED_WINDOW`] (vanished runs not included).
     pub failed_recent: i64,
+    /// Runs the stall timeout ended in the same window.
+    pub stalled_recent: i64,
 }
 
 /// Everything the dashboard shows.
@@ -218,6 +220,7 @@ pub fn load_aggregates(store: &mut dyn OperatorStore, now: SystemTime) -> StoreR
     Ok(Aggregates {
         totals: counts.totals,
         failed_recent: counts.failed_recent,
+        stalled_recent: counts.stalled_recent,
     })
 }
 

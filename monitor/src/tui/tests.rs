@@ -418,6 +418,34 @@ fn alerts_count_stalled_failed_waiting_and_expiring() {
     );
 }
 
+/// Issue 15 item 8: a run the stall timeout ended counts as stalled, not as a failure.
+#[test]
+fn a_run_the_stall_timeout_ended_counts_as_stalled_not_failed() {
+    let mut w = World::new();
+    w.busy();
+    let mut ended = w.run(
+        "TR-0500000000000000STALLENDED",
+        "npm",
+        RunStatus::Stalled,
+        120,
+    );
+    ended.exit_code = Some(92);
+    ended.completed_at = Some(w.ago(60));
+    ended.reason = Some("no output and no heartbeat for 10m".into());
+    w.insert_runs(&[ended]);
+    let app = w.app(w.snapshot(&RunQuery::default(), None));
+    let top = text(&render(&app, 160, 30))
+        .lines()
+        .next()
+        .unwrap_or_default()
+        .to_owned();
+    assert!(top.contains("✗ 3 failed in 24h"), "unchanged: {top}");
+    assert!(
+        top.contains(" 2 stalled"),
+        "the live one and the ended one: {top}"
+    );
+}
+
 #[test]
 fn approvals_pane_and_an_approval_in_full() {
     let mut w = World::new();

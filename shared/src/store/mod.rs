@@ -270,6 +270,8 @@ pub struct Counts {
     pub live: Vec<(RunStatus, i64)>,
     /// Failed runs since the given time.
     pub failed_recent: i64,
+    /// Runs ended by the stall timeout since the same time.
+    pub stalled_recent: i64,
     /// Pending approvals, and of those how many expire soon.
     pub pending: (i64, i64),
 }

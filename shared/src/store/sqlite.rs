@@ -575,6 +575,7 @@ impl OperatorStore for SqliteStore {
         self.with(|c| {
             counts.totals = runs::count_by_status(c)?;
             counts.failed_recent = alerts::failed_since(c, failed_since)?;
+            counts.stalled_recent = alerts::stalled_since(c, failed_since)?;
             Ok(())
         })?;
         Ok(counts)
