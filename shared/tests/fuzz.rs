@@ -24,7 +24,7 @@ use hr_shared::event::{
     ApprovalOption, Channel, EventToken, MAX_EVENT_LINE, ToolSignal, is_safe_id, parse_tool_line,
 };
 use hr_shared::fingerprint::{self, normalize_prompt};
-use hr_shared::prompt::{self, CONTEXT_LINES, QUESTION_LINES, ScreenFacts};
+use hr_shared::prompt::{self, CONTEXT_LINES, MENU_QUESTION_LINES, QUESTION_LINES, ScreenFacts};
 use hr_shared::sanitize::{sanitize_bytes, sanitize_line, sanitize_text};
 use proptest::collection::vec;
 use proptest::prelude::*;
@@ -691,8 +691,15 @@ fn check_classify(
     terminal_safe("question", &p.question, true)?;
     terminal_safe("context", &p.context, true)?;
     terminal_safe("prompt_line", &p.prompt_line, false)?;
+    // A numbered menu's question keeps its title and items (up to MENU_QUESTION_LINES);
+    // any other question at most QUESTION_LINES.
+    let limit = if p.kind == hr_shared::approvals::PromptKind::Menu {
+        MENU_QUESTION_LINES
+    } else {
+        QUESTION_LINES
+    };
     prop_assert!(
-        p.question.lines().count() <= QUESTION_LINES,
+        p.question.lines().count() <= limit,
         "question: {:?}",
         p.question
     );
