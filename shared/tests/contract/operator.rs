@@ -1282,7 +1282,7 @@ pub fn counts_and_live_counts<S: StoreUnderTest>(s: &S) {
     )]);
     let mut done = Shim::start(s, &Cmd::new("f", &[]));
     done.end(RunStatus::Completed, 0);
-    // Ended by its shim as stalled (exit 92): a failure, no longer live.
+    // Ended by its shim as stalled (exit 92): a recent stall, no longer live.
     let mut stall_ended = Shim::start(s, &Cmd::new("g", &[]));
     stall_ended.write(vec![RunWrite::Status(
         StatusChange {
@@ -1312,7 +1312,11 @@ pub fn counts_and_live_counts<S: StoreUnderTest>(s: &S) {
         (RunStatus::WaitingApproval, 2),
     ]);
     assert_eq!(sorted(counts.live.clone()), live);
-    assert_eq!(counts.failed_recent, 2, "the recent failure and the stall");
+    assert_eq!(counts.failed_recent, 1, "the recent failure");
+    assert_eq!(
+        counts.stalled_recent, 1,
+        "the stall, apart from the failures"
+    );
     assert_eq!(counts.pending, (2, 1));
 
     let lc = op.live_counts(hour).unwrap();
