@@ -204,6 +204,35 @@ mod tests {
     use crate::db::OpenMode;
     use crate::testing::run as sample;
 
+    /// A fallback spool lives in a world-writable place: a dir someone else could have made
+    /// first (group- or world-accessible, or a link) is not used.
+    #[test]
+    fn only_a_private_dir_of_ours_is_a_fallback_spool() {
+        use std::os::unix::fs::PermissionsExt;
+        let tmp = tempfile::tempdir().unwrap();
+        let base = tmp.path().join("base");
+        let dir = base.join("key");
+        std::fs::create_dir_all(&dir).unwrap();
+        let mode = |p: &std::path::Path, m: u32| {
+            std::fs::set_permissions(p, std::fs::Permissions::from_mode(m)).unwrap()
+        };
+        mode(&base, 0o700);
+        mode(&dir, 0o700);
+        assert!(own_private_dir(&dir));
+        mode(&dir, 0o770);
+        assert!(!own_private_dir(&dir), "group-accessible");
+        mode(&dir, 0o700);
+        mode(&base, 0o777);
+        assert!(
+            !own_private_dir(&dir),
+            "in a world-writable parent of its own"
+        );
+        mode(&base, 0o700);
+        let link = base.join("link");
+        std::os::unix::fs::symlink(&dir, &link).unwrap();
+        assert!(!own_private_dir(&link), "a link");
+    }
+
     #[test]
     fn spooled_rows_land_once_and_do_not_undo_a_later_end() {
         let tmp = tempfile::tempdir().unwrap();

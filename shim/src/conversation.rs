@@ -374,12 +374,7 @@ impl<'a> Conversation<'a> {
         if let Some((answered, seen)) = self.answered_line.take() {
             let line = sanitize_line(&shown.prompt_line);
             let line = line.trim();
-            let digest = {
-                use std::hash::{Hash, Hasher};
-                let mut h = std::collections::hash_map::DefaultHasher::new();
-                shown.rows.hash(&mut h);
-                h.finish()
-            };
+            let digest = shown.still_digest();
             if line.len() > answered.len()
                 && line.starts_with(&answered)
                 && seen.is_none_or(|d| d == digest)

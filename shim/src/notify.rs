@@ -123,7 +123,12 @@ pub fn run(cfg: &NotifyConfig, a: &Approval, by: &AskedBy) -> Option<String> {
 }
 
 /// The watchdogs of notify hooks this shim started: not the tool's, so never ended with it.
-pub static WATCHDOGS: std::sync::Mutex<Vec<i32>> = std::sync::Mutex::new(Vec::new());
+static WATCHDOGS: std::sync::Mutex<Vec<i32>> = std::sync::Mutex::new(Vec::new());
+
+/// The pids of the notify hooks' watchdogs this shim started.
+pub fn watchdogs() -> Vec<i32> {
+    WATCHDOGS.lock().map(|h| h.clone()).unwrap_or_default()
+}
 
 /// The watchdog (`headless-run-notify TIMEOUT_MS PROGRAM ARGS...`): runs the hook with this
 /// process's stdin (the approval as JSON) and environment, no output, and kills it once the

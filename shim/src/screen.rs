@@ -62,6 +62,17 @@ impl ScreenText {
         ScreenText::read(&p)
     }
 
+    /// A digest of what the screen shows with animation removed (spinner glyphs, clock
+    /// times: `fingerprint::normalize_screen`) and where the cursor is: equal for two
+    /// frames of an animation, different when the text changes.
+    pub fn still_digest(&self) -> u64 {
+        use std::hash::{Hash, Hasher};
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        hr_shared::fingerprint::normalize_screen(&self.rows.join("\n")).hash(&mut h);
+        self.cursor_row.hash(&mut h);
+        h.finish()
+    }
+
     /// The last `n` non-empty rows at or above the cursor, oldest first.
     pub fn last_lines(&self, n: usize) -> Vec<&str> {
         let end = (self.cursor_row + 1).min(self.rows.len());

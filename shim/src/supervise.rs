@@ -40,6 +40,9 @@ use std::time::{Duration, Instant};
 const TOUCH_EVERY: Duration = Duration::from_secs(1);
 /// Detector ticks while output is idle.
 const TICK: Duration = Duration::from_millis(50);
+/// The most output between two looks that may still be only an animation (a frame of a
+/// spinner or a banner); more is a change without reading the screen.
+const ANIMATION_BYTES: usize = 4096;
 /// The most terminal queries kept for an answer at once.
 const MAX_UNANSWERED: usize = 64;
 /// How long output waits for the screen model to take it in before it is weighed as a
@@ -143,6 +146,7 @@ pub fn run(
         started: now,
         last_output: now,
         unseen_output: None,
+        unseen_bytes: 0,
         last_change: now,
         screen_mark: None,
         orphans_reaped: None,
@@ -234,8 +238,7 @@ struct Ending {
     outcome: RunOutcome,
     kill_at: Instant,
     killed: bool,
-    /// Processes the tool started outside its session (daemons), ended with it when it is
-    /// ended for a fault (hard timeout, stall, cancel).
+    /// Processes the tool started outside its session (daemons), ended with it.
     strays: Vec<(i32, u64)>,
 }
 
@@ -259,6 +262,8 @@ struct Supervisor<'a> {
     last_output: Instant,
     /// Output read and not yet weighed (since when): does it change what the screen shows?
     unseen_output: Option<Instant>,
+    /// How many bytes of it: past [`ANIMATION_BYTES`] it is a change without looking.
+    unseen_bytes: usize,
     /// When output last changed what the screen shows, animation removed (spinner glyphs,
     /// clock times): the prompt detector's idle clock, so that a spinner or an animated
     /// banner beside a question does not keep it from ever being asked.
@@ -429,11 +434,7 @@ impl Supervisor<'_> {
             .is_none_or(|t| now >= t + Duration::from_secs(1))
         {
             self.orphans_reaped = Some(now);
-            let hooks = notify::WATCHDOGS
-                .lock()
-                .map(|h| h.clone())
-                .unwrap_or_default();
-            group::reap_orphans(self.pid, &hooks);
+            group::reap_orphans(self.pid, &notify::watchdogs());
         }
     }
 
@@ -513,11 +514,7 @@ impl Supervisor<'_> {
         // hard timeout, a cancel) ends everything it started, daemons that left its session
         // included: none of it may go on unsupervised. (A tool that exits by itself keeps
         // the daemons it meant to start.)
-        let hooks = notify::WATCHDOGS
-            .lock()
-            .map(|h| h.clone())
-            .unwrap_or_default();
-        let strays = group::strays(std::process::id() as i32, self.pid, &hooks);
+        let strays = group::strays(std::process::id() as i32, self.pid, &notify::watchdogs());
         let in_session = group::signal_session(self.pid, libc::SIGTERM);
         // A stopped process cannot act on TERM until it is continued.
         group::signal_session(self.pid, libc::SIGCONT);
@@ -764,6 +761,7 @@ impl Supervisor<'_> {
                     .extend(scanner.scan(data).into_iter().take(room));
             }
             self.recorder.push(data);
+            self.unseen_bytes = self.unseen_bytes.saturating_add(data.len());
             self.on_output();
             return;
         }
@@ -803,7 +801,10 @@ impl Supervisor<'_> {
             return;
         }
         self.unseen_output = None;
-        let mark = if caught_up {
+        // Only a trickle can be an animation; a flood is a change without reading the
+        // screen, which keeps the copy loop lean.
+        let small = std::mem::take(&mut self.unseen_bytes) <= ANIMATION_BYTES;
+        let mark = if caught_up && small {
             self.screen_digest()
         } else {
             None
@@ -825,13 +826,8 @@ impl Supervisor<'_> {
 
     /// The screen's text with animation removed, as a digest; `None` when unreadable.
     fn screen_digest(&self) -> Option<u64> {
-        use std::hash::{Hash, Hasher};
         let guard = self.recorder.shared.screen.lock().ok()?;
-        let shown = ScreenText::read(guard.as_ref()?);
-        let mut h = std::collections::hash_map::DefaultHasher::new();
-        hr_shared::fingerprint::normalize_screen(&shown.rows.join("\n")).hash(&mut h);
-        shown.cursor_row.hash(&mut h);
-        Some(h.finish())
+        Some(ScreenText::read(guard.as_ref()?).still_digest())
     }
 
     /// Answers the tool's questions to its terminal from the screen model, once it has taken

@@ -26,6 +26,8 @@ fn the_demo_tells_the_whole_story() {
         "resumed as TR-",
         "notes.txt is gone",
         "all checks passed",
+        // The dashboard, captured in tmux (which .ci/run installs).
+        "Pending approvals",
     ] {
         assert!(text.contains(step), "{step}: {}", out.context());
     }

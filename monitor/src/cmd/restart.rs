@@ -16,7 +16,9 @@ use std::process::Command;
 #[command(after_help = "\
 The stored command line runs again through headless-run, in headless mode, in the run's
 working directory and execution, with this terminal's output; the new run's metadata names
-the old one (`restart_of`), and monitor exits with headless-run's exit code. The run's
+the old one (`restart_of`). Its outcome is the last line (`… ran again: exit N`); monitor
+exits 0 once it ran, whatever the tool's own code (monitor's codes are its own: 1 when
+headless-run itself failed, exit 125, or could not be started). The run's
 environment is this process's, plus what the run kept when it parked (secret-looking
 variables are never kept).
 
@@ -117,8 +119,15 @@ pub fn run(ctx: &Ctx, args: Args) -> CliResult {
         .status()
         .map_err(|e| CliError::error(format!("cannot start {}: {e}", shim.display())))?;
     match status.code() {
-        Some(0) => Ok(()),
-        Some(code) => Err(CliError::silent(u8::try_from(code).unwrap_or(1))),
-        None => Err(CliError::silent(125)),
+        Some(code) if code != i32::from(hr_shared::exit::shim::SHIM_FAILED) => {
+            crate::outln!("{id} ran again: exit {code} (monitor runs shows the new run)");
+            Ok(())
+        }
+        Some(code) => Err(CliError::error(format!(
+            "headless-run could not run {id} again (exit {code})"
+        ))),
+        None => Err(CliError::error(format!(
+            "headless-run was killed by a signal while running {id} again"
+        ))),
     }
 }
