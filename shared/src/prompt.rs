@@ -41,6 +41,9 @@ pub struct ScreenFacts<'a> {
     pub canonical: bool,
     /// The screen's rows below the cursor's row (where full-screen prompts draw their menus).
     pub below: &'a [String],
+    /// The cursor is hidden (a full-screen program draws): where it stands says nothing, so
+    /// a menu is looked for anywhere on the screen.
+    pub cursor_hidden: bool,
 }
 
 /// A recognised prompt.
@@ -197,7 +200,18 @@ pub fn classify<'r>(
     if builtin(facts.tool, &mut p, canonical) {
         return p;
     }
-    if !canonical && select_prompt(&mut p, &rows, facts.below) {
+    // A full-screen program's key box is looked for first: a menu answered before it may
+    // still stand above it (Ink leaves what scrolled away).
+    if let Some(field) = (facts.cursor_hidden && !canonical)
+        .then(|| secret_field_shown(&rows, facts.below))
+        .flatten()
+    {
+        p.secret = true;
+        p.rule = "secret:text".into();
+        p.prompt_line = field;
+        return p;
+    }
+    if !canonical && select_prompt(&mut p, &rows, facts.below, facts.cursor_hidden) {
         return p;
     }
     if is_secret_text(&p.prompt_line, canonical) {
@@ -205,6 +219,7 @@ pub fn classify<'r>(
         p.rule = "secret:text".into();
         return p;
     }
+
     if let Some((options, default)) = letter_menu(&p.prompt_line, canonical) {
         p.kind = PromptKind::Choice;
         p.rule = "generic:letter-menu".into();
@@ -237,7 +252,11 @@ pub fn classify<'r>(
         return p;
     }
     let tail = &nonempty[nonempty.len().saturating_sub(12)..];
-    if let Some((options, default)) = numbered_menu(tail, canonical) {
+    // `Press Enter to continue` under a numbered list (Claude Code's security notes) asks
+    // for Enter, not for an item.
+    if let Some((options, default)) =
+        numbered_menu(tail, canonical).filter(|_| !PRESS_ENTER.is_match(&p.prompt_line))
+    {
         (p.question, p.context) = split_question(&rows, &prompt_line, MENU_QUESTION_LINES);
         p.kind = PromptKind::Menu;
         p.rule = "generic:numbered-menu".into();
@@ -499,6 +518,27 @@ fn is_secret_text(line: &str, canonical: bool) -> bool {
     field && SECRET.is_match(t) && yes_no(t, true).is_none() && letter_menu(t, true).is_none()
 }
 
+/// A full-screen program's input box that asks for a secret, near the bottom of the screen
+/// (Gemini CLI's `Enter Gemini API Key` over `Paste your API key here`): a row that tells
+/// the user to enter, paste or type a password, token or key. Its cursor is hidden, so
+/// which field has focus cannot be told: any such row refuses.
+fn secret_field_shown(rows: &[String], below: &[String]) -> Option<String> {
+    static ASKS_FOR: LazyLock<Regex> =
+        LazyLock::new(|| Regex::new(r"(?i)^(enter|paste|type|provide|input)\b").unwrap());
+    let all: Vec<String> = rows
+        .iter()
+        .cloned()
+        .chain(below.iter().map(|r| sanitize_line(r)))
+        .map(|r| unbox(&unbox(&r)))
+        .filter(|r| !r.trim().is_empty())
+        .collect();
+    all[all.len().saturating_sub(12)..]
+        .iter()
+        .map(|r| r.trim())
+        .find(|t| ASKS_FOR.is_match(t) && SECRET.is_match(t))
+        .map(str::to_owned)
+}
+
 /// Whether a line offers generic choices (`[y/N]`, `(yes/no)`, `(Y)es/(N)o/…`).
 pub fn offers_choices(line: &str) -> bool {
     yes_no(line, true).is_some() || letter_menu(line, true).is_some()
@@ -723,66 +763,130 @@ pub struct SelectMenu {
     pub checkbox: bool,
     /// The title's row on the screen (the menu's question).
     pub title_row: usize,
+    /// The first item's row: rows between the title and it explain the question.
+    pub first_row: usize,
 }
 
 const POINTERS: &[char] = &['❯', '›', '»', '>', '▶', '►', '➤', '→', '➜', '▸'];
 const BOXES: &[char] = &['◯', '◉', '○', '●', '◎', '☐', '☑', '☒', '□', '■', '⬡', '⬢'];
 const CHECKED: &[char] = &['◉', '●', '◎', '☑', '☒', '■', '⬢'];
 
+/// A check mark some menus put after the pointer on the item already in effect (Claude
+/// Code's `❯ ✔ Auto`): not part of the item.
+const CURRENT: &[char] = &['✔', '✓'];
+
 /// The character column where a pointer line's item text starts, if `row` is one (leading
-/// spaces, a pointer glyph, optional spaces, then text).
+/// spaces, a pointer glyph, optional spaces and a check mark, then text). A radio dot (`●`)
+/// points only at a numbered item (Gemini CLI's `● 1. Trust folder`): elsewhere it is a
+/// ticked box.
 fn pointer_column(row: &str) -> Option<usize> {
     let mut chars = row.chars().enumerate().skip_while(|&(_, c)| c == ' ');
     let (_, pointer) = chars.next()?;
-    if !POINTERS.contains(&pointer) {
-        return None;
+    let mut text = chars.skip_while(|&(_, c)| c == ' ').peekable();
+    if text.peek().is_some_and(|&(_, c)| CURRENT.contains(&c)) {
+        text.next();
     }
-    chars.find(|&(_, c)| c != ' ').map(|(i, _)| i)
+    let (col, _) = text.find(|&(_, c)| c != ' ')?;
+    let radio = pointer == '●' && numbered_item(&row.chars().skip(col).collect::<String>());
+    (POINTERS.contains(&pointer) || radio).then_some(col)
+}
+
+/// `1. Yes`, `2) No`: an item chosen by its number.
+fn numbered_item(text: &str) -> bool {
+    let digits = text.chars().take_while(char::is_ascii_digit).count();
+    digits > 0 && (text[digits..].starts_with(". ") || text[digits..].starts_with(") "))
+}
+
+/// A row inside a box (`│ text │`, Ink's bordered panels) with the borders blanked, so its
+/// text keeps its columns.
+fn unbox(row: &str) -> String {
+    const SIDES: &[char] = &['│', '┃', '║'];
+    let trimmed = row.trim();
+    match (trimmed.chars().next(), trimmed.chars().last()) {
+        (Some(l), Some(r)) if SIDES.contains(&l) && l == r && trimmed.chars().count() > 1 => {
+            let lead = row.len() - row.trim_start().len();
+            let inner = &trimmed[l.len_utf8()..trimmed.len() - r.len_utf8()];
+            format!("{} {} ", &row[..lead], inner).trim_end().to_owned()
+        }
+        _ => row.to_owned(),
+    }
 }
 
 /// The arrow-key menu on a screen (sanitized rows, top down) whose cursor is on
 /// `cursor_row`: the last pointer line, the rows next to it indented to its item column,
 /// and a title above them. The cursor must be on the title, the items, or just below them
-/// (a key hint), so that a `>`-quoted line far up in the output is no menu. Items must be
-/// distinct: an item is chosen by its text.
-pub fn select_menu(rows: &[String], cursor_row: usize) -> Option<SelectMenu> {
+/// (a key hint), so that a `>`-quoted line far up in the output is no menu; a hidden cursor
+/// (`None`: a full-screen program) says nothing, and the menu may be anywhere. Items must
+/// be distinct: an item is chosen by its text. Numbered items (`> 1. Sign in`) may have
+/// description lines indented under them and blank lines between them; rows inside a box
+/// are read without its borders.
+pub fn select_menu(rows: &[String], cursor_row: Option<usize>) -> Option<SelectMenu> {
+    let rows: Vec<String> = rows.iter().map(|r| unbox(r)).collect();
     let (at, col) = rows
         .iter()
         .enumerate()
         .rev()
         .find_map(|(i, r)| pointer_column(r).map(|c| (i, c)))?;
+    let lead = |r: &str| r.chars().take_while(|&c| c == ' ').count();
+    let text = |r: &str| r.chars().skip(col).collect::<String>().trim().to_owned();
+    // An item's text starts at the pointer line's item column, after a check mark on the
+    // item in effect (`  ✔ Auto` once the highlight moved off it).
     let aligned = |r: &str| {
-        let lead = r.chars().take_while(|&c| c == ' ').count();
-        lead == col && r.trim_end().chars().count() > col
+        let mut chars = r
+            .chars()
+            .enumerate()
+            .skip_while(|&(_, c)| c == ' ')
+            .peekable();
+        if chars.peek().is_some_and(|&(_, c)| CURRENT.contains(&c)) {
+            chars.next();
+            if chars.peek().is_none_or(|&(_, c)| c != ' ') {
+                return false;
+            }
+        }
+        chars
+            .find(|&(_, c)| c != ' ')
+            .is_some_and(|(i, _)| i == col)
     };
-    let mut first = at;
-    while first > 0 && aligned(&rows[first - 1]) {
-        first -= 1;
+    let numbered = numbered_item(&text(&rows[at]));
+    let is_item =
+        |i: usize| i == at || (aligned(&rows[i]) && (!numbered || numbered_item(&text(&rows[i]))));
+    // Between numbered items: their descriptions (indented deeper) and blank lines.
+    let between = |r: &str| numbered && (r.trim().is_empty() || lead(r) > col);
+    let mut item_rows = vec![at];
+    for dir in [-1isize, 1] {
+        let mut i = at as isize + dir;
+        while i >= 0 && (i as usize) < rows.len() {
+            let r = i as usize;
+            if is_item(r) {
+                item_rows.push(r);
+            } else if !between(&rows[r]) {
+                break;
+            }
+            i += dir;
+        }
     }
-    let mut last = at;
-    while last + 1 < rows.len() && aligned(&rows[last + 1]) {
-        last += 1;
-    }
+    item_rows.sort_unstable();
+    let (first, last) = (item_rows[0], *item_rows.last()?);
     if first == last {
         return None;
     }
-    let title_row = (0..first).rev().find(|&i| !rows[i].trim().is_empty())?;
-    if cursor_row < title_row || cursor_row > last + 3 {
-        return None;
+    let title_row = menu_title(&rows[..first])?;
+    if let Some(cursor_row) = cursor_row {
+        if cursor_row < title_row || cursor_row > last + 3 {
+            return None;
+        }
+        // Below the items, only a key hint may stand between them and the cursor: a
+        // question there (`Continue? [Y/n]` under a `>` list) is what is asked, not the
+        // list.
+        if rows[last + 1..=cursor_row.min(rows.len() - 1).max(last)]
+            .iter()
+            .map(|r| r.trim())
+            .any(|r| r.ends_with('?') || r.ends_with(':') || offers_choices(r))
+        {
+            return None;
+        }
     }
-    // Below the items, only a key hint may stand between them and the cursor: a question
-    // there (`Continue? [Y/n]` under a `>` list) is what is asked, not the list.
-    if rows[last + 1..=cursor_row.min(rows.len() - 1).max(last)]
-        .iter()
-        .map(|r| r.trim())
-        .any(|r| r.ends_with('?') || r.ends_with(':') || offers_choices(r))
-    {
-        return None;
-    }
-    let items: Vec<String> = rows[first..=last]
-        .iter()
-        .map(|r| r.chars().skip(col).collect::<String>().trim().to_owned())
-        .collect();
+    let items: Vec<String> = item_rows.iter().map(|&i| text(&rows[i])).collect();
     let distinct: std::collections::HashSet<&String> = items.iter().collect();
     if distinct.len() != items.len() {
         return None;
@@ -791,29 +895,73 @@ pub fn select_menu(rows: &[String], cursor_row: usize) -> Option<SelectMenu> {
         .iter()
         .all(|i| i.starts_with(BOXES) || i.starts_with("[ ]") || i.starts_with("[x]"));
     Some(SelectMenu {
+        highlighted: item_rows.iter().position(|&i| i == at)?,
         items,
-        highlighted: at - first,
         checkbox,
         title_row,
+        first_row: first,
     })
+}
+
+/// The row of a menu's question, among the rows above its items: the nearest non-empty
+/// row when it reads as one (`? Pick a color`, `Select:`); else the nearest row that asks
+/// (holds a `?`) among the few above, back to a ruled line (Gemini CLI's `Do you trust the
+/// files in this folder?` above a paragraph that explains, Claude Code's `Quick safety
+/// check: Is this a project you … trust?` above a link); else the nearest row when it
+/// stands alone, or the first row of its paragraph, its heading (Claude Code's `Choose the
+/// text style …` above `To change this later, run /theme`).
+fn menu_title(above: &[String]) -> Option<usize> {
+    let nearest = (0..above.len())
+        .rev()
+        .find(|&i| !above[i].trim().is_empty())?;
+    let near = above[nearest].trim();
+    if near.starts_with("? ") || near.ends_with(':') || near.ends_with('?') {
+        return Some(nearest);
+    }
+    let ruled = |r: &str| r.trim().chars().all(|c| "─━═-–—╌┄┈╭╮╰╯".contains(c));
+    let asks = |r: &str| r.trim_end().ends_with('?') || r.contains("? ");
+    if let Some(q) = (0..=nearest)
+        .rev()
+        .filter(|&i| !above[i].trim().is_empty())
+        .take(8)
+        .take_while(|&i| !ruled(&above[i]))
+        .find(|&i| asks(&above[i]))
+    {
+        return Some(q);
+    }
+    let mut start = nearest;
+    while start > 0 && !above[start - 1].trim().is_empty() && nearest - start < 6 {
+        start -= 1;
+    }
+    Some(start)
 }
 
 /// An arrow-key menu below or around the cursor: the prompt becomes the menu's title, its
 /// options the items (the highlighted one the default), chosen by moving the highlight
 /// (the shim steers it, checking the screen at each step). A check-box menu is decided as
 /// a whole: submit the selection shown, or abort.
-fn select_prompt(p: &mut Prompt, rows: &[String], below: &[String]) -> bool {
-    let cursor_row = rows.len().saturating_sub(1);
+fn select_prompt(p: &mut Prompt, rows: &[String], below: &[String], cursor_hidden: bool) -> bool {
+    let cursor_row = (!cursor_hidden).then(|| rows.len().saturating_sub(1));
     let all: Vec<String> = rows
         .iter()
         .cloned()
         .chain(below.iter().map(|r| sanitize_line(r)))
+        .map(|r| unbox(&r))
         .collect();
     let Some(menu) = select_menu(&all, cursor_row) else {
         return false;
     };
     let title = all[menu.title_row].trim().to_owned();
     (p.question, p.context) = split_question(&all[..=menu.title_row], &title, QUESTION_LINES);
+    // What stands between the title and the items explains the question.
+    let explained: Vec<&str> = all[menu.title_row + 1..menu.first_row]
+        .iter()
+        .map(|r| r.trim())
+        .filter(|r| !r.is_empty())
+        .collect();
+    if !explained.is_empty() {
+        p.question = format!("{}\n{}", p.question, explained.join("\n"));
+    }
     p.prompt_line = title;
     p.kind = PromptKind::Menu;
     p.allows_text = false;
@@ -949,7 +1097,8 @@ pub fn alternative_for(tool: &str) -> Option<&'static str> {
         "openssl" => "pass -subj '/C=…/CN=…' (and -passout/-passin for passphrases)",
         "aider" => "pass --yes-always",
         "claude" => "run with -p and --allowedTools or --permission-mode",
-        "codex" => "use codex exec, or -a never",
+        "codex" => "use codex exec, or -a never; give the key with OPENAI_API_KEY",
+        "gemini" => "run with -p and --approval-mode; give the key with GEMINI_API_KEY",
         "gpg" | "gpg2" => {
             "pass --batch --pinentry-mode loopback with --passphrase-file or --passphrase-fd, or use a key without a passphrase"
         }
@@ -981,6 +1130,7 @@ mod tests {
                 echo,
                 canonical,
                 below: &[],
+                cursor_hidden: false,
             },
             &[],
         )
@@ -1334,6 +1484,7 @@ alternative = "use VAULT_TOKEN"
                 echo: true,
                 canonical: true,
                 below: &[],
+                cursor_hidden: false,
             },
             &cfg.prompt_rules,
         );
@@ -1350,6 +1501,7 @@ alternative = "use VAULT_TOKEN"
                 echo: true,
                 canonical: true,
                 below: &[],
+                cursor_hidden: false,
             },
             &cfg.prompt_rules,
         );
@@ -1363,6 +1515,7 @@ alternative = "use VAULT_TOKEN"
                 echo: true,
                 canonical: true,
                 below: &[],
+                cursor_hidden: false,
             },
             &cfg.prompt_rules,
         );
@@ -1624,6 +1777,7 @@ alternative = "use VAULT_TOKEN"
                 echo: false,
                 canonical: false,
                 below,
+                cursor_hidden: false,
             },
             &[],
         )
@@ -1697,6 +1851,7 @@ alternative = "use VAULT_TOKEN"
                 echo: true,
                 canonical: true,
                 below: &[],
+                cursor_hidden: false,
             },
             &[],
         );
@@ -1705,9 +1860,9 @@ alternative = "use VAULT_TOKEN"
         let far = "Notes:\n> one\n  two\nbuilding\nlinking\ntesting\npackaging\nContinue? [y/N] ";
         assert_eq!(raw_screen(far, 7).rule, "generic:yes-no");
         // Items that repeat cannot be chosen by their text.
-        assert!(select_menu(&rows("Pick:\n\u{276f} same\n  same"), 0).is_none());
+        assert!(select_menu(&rows("Pick:\n\u{276f} same\n  same"), Some(0)).is_none());
         // One pointer line alone is no menu.
-        assert!(select_menu(&rows("Pick:\n\u{276f} only"), 0).is_none());
+        assert!(select_menu(&rows("Pick:\n\u{276f} only"), Some(0)).is_none());
     }
 
     #[test]

@@ -579,6 +579,7 @@ fn prompt_on_screen(tool: &str, line: &str) -> PromptRequest {
             echo: true,
             canonical: true,
             below: &[],
+            cursor_hidden: false,
         },
         std::iter::empty::<&PromptRuleConfig>(),
     );

@@ -8,6 +8,7 @@ use crate::blocked::Reading;
 use crate::screen::{self, ScreenText};
 use crate::store::ASK_TIMEOUT;
 use hr_shared::approvals::Approval;
+use hr_shared::approvals::PromptKind;
 use hr_shared::config::{Config, OnPrompt, Resolved};
 use hr_shared::exit::RunOutcome;
 use hr_shared::fingerprint;
@@ -254,7 +255,16 @@ pub struct Conversation<'a> {
     /// that screen stays, it is the answered prompt, not a new one (a tool may sit quietly
     /// after an answer); a screen that changes (an error under it) is looked at anew.
     answered_line: Option<(String, Option<u64>)>,
+    /// Keys that answered were just written (`Some(None)`), at the tick time given
+    /// (`Some(Some(t))`): nothing more is typed until [`ANSWER_GAP`] has passed.
+    answered_at: Option<Option<Instant>>,
 }
+
+/// The least time between an answer and the next keys typed. A tool that took an answer
+/// may still be switching screens, and some drop a key that comes too soon after the last
+/// (Codex CLI ignores an Enter within half a second of the previous one); a person never
+/// types that fast from one question to the next.
+pub const ANSWER_GAP: Duration = Duration::from_millis(1000);
 
 impl<'a> Conversation<'a> {
     pub fn new(setup: Setup<'a>) -> Self {
@@ -267,6 +277,7 @@ impl<'a> Conversation<'a> {
             typed_at: None,
             pending_enter: None,
             answered_line: None,
+            answered_at: None,
         }
     }
 
@@ -284,6 +295,19 @@ impl<'a> Conversation<'a> {
     /// How long the tool's drawing must have been still before a step is checked.
     fn settle(&self) -> Duration {
         (self.setup.settings.prompt_idle / 6).max(Duration::from_millis(30))
+    }
+
+    /// Whether keys that answered were typed less than [`ANSWER_GAP`] ago (the first look
+    /// after typing them starts the clock).
+    fn too_soon(&mut self, now: Instant) -> bool {
+        match self.answered_at {
+            None => false,
+            Some(None) => {
+                self.answered_at = Some(Some(now));
+                true
+            }
+            Some(Some(at)) => now < at + ANSWER_GAP,
+        }
     }
 
     /// The tool is kept at a prompt until its approval is decided.
@@ -316,6 +340,7 @@ impl<'a> Conversation<'a> {
         if !matches!(self.state, State::Looking) {
             return Vec::new();
         }
+        self.too_soon(now);
         let idle_window = self.setup.settings.prompt_idle;
         // Sampling from half the window on lets two samples agree by the time it closes.
         if idle_for < idle_window / 2 || !obs.caught_up() {
@@ -358,6 +383,11 @@ impl<'a> Conversation<'a> {
             return self.page(now, &shown).into_iter().collect();
         }
         if !shown.asks(modes.canonical) {
+            // A full-screen program that asks nothing yet (Codex CLI clears the alternate
+            // screen, then draws its menu seconds later) is left alone: ^D would quit it.
+            if shown.full_screen {
+                return Vec::new();
+            }
             return self.eof(now, modes).into_iter().collect();
         }
         if let Some(pe) = self.pending_enter.take() {
@@ -384,7 +414,19 @@ impl<'a> Conversation<'a> {
                 return Vec::new();
             }
         }
+        if self.too_soon(now) {
+            return Vec::new();
+        }
         let prompt = self.classify(&shown, modes);
+        // A full-screen program hides its cursor: with no menu or question recognised, the
+        // line the cursor was left on (a logo's last row) is not what it asks.
+        if shown.cursor_hidden
+            && !modes.canonical
+            && prompt.kind == PromptKind::Unknown
+            && !prompt.secret
+        {
+            return Vec::new();
+        }
         if prompt.secret {
             let alternative = prompt
                 .alternative
@@ -659,6 +701,7 @@ impl<'a> Conversation<'a> {
                 tool: self.setup.tool,
                 rows: &shown.rows[..end],
                 below: &shown.rows[end..],
+                cursor_hidden: shown.cursor_hidden,
                 prompt_line: &shown.prompt_line,
                 echo: modes.echo,
                 canonical: modes.canonical,
@@ -754,8 +797,12 @@ impl<'a> Conversation<'a> {
         if idle_for < settle || !obs.caught_up() {
             return Vec::new();
         }
+        let (steps, sent_at) = (st.steps, st.sent_at);
         let drew = self.output_seq != st.sent_seq;
-        if st.steps > 0 && !drew && now < st.sent_at + idle_window * 2 {
+        if steps == 0 && self.too_soon(now) {
+            return Vec::new();
+        }
+        if steps > 0 && !drew && now < sent_at + idle_window * 2 {
             return Vec::new();
         }
         let State::Steering(mut st) = std::mem::replace(&mut self.state, State::Looking) else {
@@ -859,6 +906,7 @@ impl<'a> Conversation<'a> {
     fn submit(&mut self, st: Steer) -> Vec<Action> {
         self.typed_at = Some(self.output_seq);
         self.prev = None;
+        self.answered_at = Some(None);
         self.answered_line = Some((st.prompt.prompt_line.clone(), None));
         vec![Action::Write(b"\r".to_vec()), Action::Say(st.answered)]
     }
@@ -892,6 +940,7 @@ impl<'a> Conversation<'a> {
         }
         self.typed_at = Some(self.output_seq);
         self.prev = None;
+        self.answered_at = Some(None);
         self.pending_enter = t.pending_enter;
         self.answered_line = Some((t.line, None));
         vec![Action::Say(t.answered)]
@@ -1725,9 +1774,17 @@ mod tests {
             value: "y".into(),
         });
         run.type_keys(actions);
-        // The tool moved on to another question: that one is asked, no Enter is sent.
+        // The tool moved on to another question: that one is asked, no Enter is sent —
+        // once a person's pause after the answer has passed.
         run.show(b"Continue? [y/N] y\nReally? [y/N] ");
-        let request = run.ask();
+        assert!(
+            run.idle().is_empty(),
+            "asked within ANSWER_GAP of the answer"
+        );
+        let asked = run.tick_after(ANSWER_GAP);
+        let [Action::Ask(request)] = asked.as_slice() else {
+            panic!("expected a question to the store, got {asked:?}");
+        };
         assert_eq!(request.prompt.prompt_line, "Really? [y/N]");
     }
 
@@ -1965,6 +2022,7 @@ mod tests {
         assert_eq!(writes(&settle(&mut again)), [b"\r".to_vec()]);
         again.show(b"Name: bob");
         assert!(again.idle().is_empty(), "the answered prompt, quiet");
+        again.tick_after(ANSWER_GAP);
         // (Drawn below with the cursor put back after the answer, as inquirer does.)
         again.show(b"Name: bob\x1b7\x1b[2;1H> That name is taken\x1b8");
         assert!(

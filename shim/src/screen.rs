@@ -15,6 +15,11 @@ pub struct ScreenText {
     pub cursor_row: usize,
     /// The terminal is in application cursor-key mode (DECCKM): arrows send `ESC O A`.
     pub app_cursor: bool,
+    /// A full-screen program draws: the alternate screen or mouse reporting is on. Its
+    /// keys are commands (^D quits), so a read with nothing asked is never answered.
+    pub full_screen: bool,
+    /// The cursor is hidden (DECTCEM off): where it stands is not where the tool asks.
+    pub cursor_hidden: bool,
 }
 
 /// Feeds tool output to the emulator as a terminal with `ONLCR` would show it: the pty has
@@ -49,6 +54,9 @@ impl ScreenText {
             prompt_line,
             cursor_row: crow as usize,
             app_cursor: screen.application_cursor(),
+            cursor_hidden: screen.hide_cursor(),
+            full_screen: screen.alternate_screen()
+                || screen.mouse_protocol_mode() != vt100::MouseProtocolMode::None,
         }
     }
 
@@ -149,7 +157,7 @@ impl ScreenText {
             .iter()
             .map(|r| hr_shared::sanitize::sanitize_line(r))
             .collect();
-        prompt::select_menu(&rows, self.cursor_row).is_some()
+        prompt::select_menu(&rows, (!self.cursor_hidden).then_some(self.cursor_row)).is_some()
     }
 }
 

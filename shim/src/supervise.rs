@@ -45,6 +45,10 @@ const TICK: Duration = Duration::from_millis(50);
 const ANIMATION_BYTES: usize = 4096;
 /// The most terminal queries kept for an answer at once.
 const MAX_UNANSWERED: usize = 64;
+/// How long a reply waits for the tool to turn its terminal's echo off: a reply that
+/// arrives while the line discipline echoes is printed on the screen (`^[[5;1R`) as well as
+/// read. Tools send the query, then switch to raw mode to read the reply.
+const QUERY_ECHO_HOLD: Duration = Duration::from_millis(300);
 /// How long output waits for the screen model to take it in before it is weighed as a
 /// change without it.
 const WEIGH_WAIT: Duration = Duration::from_millis(30);
@@ -176,6 +180,7 @@ pub fn run(
         queries: (unsafe { libc::isatty(libc::STDOUT_FILENO) } == 0)
             .then(queries::Scanner::default),
         unanswered: Vec::new(),
+        queried_at: None,
     };
     let outcome = sup.run_loop();
     let Supervisor { recorder, .. } = sup;
@@ -298,6 +303,8 @@ struct Supervisor<'a> {
     queries: Option<queries::Scanner>,
     /// Questions found and not answered yet: answered once the screen model has caught up.
     unanswered: Vec<Query>,
+    /// When the oldest of them was found.
+    queried_at: Option<Instant>,
 }
 
 /// How often all of `/proc` is walked for readers of the terminal outside the tool's
@@ -361,7 +368,7 @@ impl Supervisor<'_> {
             self.weigh_output(now);
             self.poll_resolving(now);
             self.poll_waiting();
-            self.answer_queries();
+            self.answer_queries(now);
             self.track_pause(now);
             self.enforce_limits(now);
             if self.exited.is_none() && self.ending.is_none() {
@@ -759,6 +766,9 @@ impl Supervisor<'_> {
                 let room = MAX_UNANSWERED.saturating_sub(self.unanswered.len());
                 self.unanswered
                     .extend(scanner.scan(data).into_iter().take(room));
+                if !self.unanswered.is_empty() && self.queried_at.is_none() {
+                    self.queried_at = Some(Instant::now());
+                }
             }
             self.recorder.push(data);
             self.unseen_bytes = self.unseen_bytes.saturating_add(data.len());
@@ -832,10 +842,18 @@ impl Supervisor<'_> {
 
     /// Answers the tool's questions to its terminal from the screen model, once it has taken
     /// in the output up to them (a tool waiting for the reply writes nothing after them).
-    fn answer_queries(&mut self) {
+    fn answer_queries(&mut self, now: Instant) {
         if self.unanswered.is_empty() || !self.recorder.caught_up() {
             return;
         }
+        let echoing = self
+            .pty
+            .termios()
+            .is_some_and(|t| t.c_lflag & libc::ECHO != 0 && t.c_lflag & libc::ICANON != 0);
+        if echoing && self.queried_at.is_some_and(|t| now < t + QUERY_ECHO_HOLD) {
+            return;
+        }
+        self.queried_at = None;
         let state = self
             .recorder
             .shared

@@ -858,6 +858,21 @@ fn installed_once(name: &str, install: impl FnOnce(&Path)) -> PathBuf {
     done
 }
 
+/// Like [`installed_once`], but filled where it stays: for a venv, whose scripts name
+/// their interpreter by its path. Only one test process installs it (the caller's lock);
+/// a half-done copy is removed and done again.
+fn installed_in_place(name: &str, install: impl FnOnce(&Path)) -> PathBuf {
+    let done = target_dir().join("e2e-deps").join(name);
+    if done.join(".complete").exists() {
+        return done;
+    }
+    let _ = std::fs::remove_dir_all(&done);
+    std::fs::create_dir_all(&done).expect("create the install dir");
+    install(&done);
+    std::fs::write(done.join(".complete"), "").expect("mark install complete");
+    done
+}
+
 fn run_install(cmd: &mut Command, what: &str) {
     let out = cmd
         .stdin(Stdio::null())
@@ -918,4 +933,91 @@ pub fn prompt_libs_python() -> PathBuf {
         );
     });
     dir.join("bin/python")
+}
+
+/// The pending approval other than `id` that shows up within 20 s (the next prompt of a
+/// tool kept running in wait mode).
+pub fn wait_for_pending_other_than(env: &TestEnv, id: &str) -> Map<String, Value> {
+    let mut found = None;
+    let seen = wait_for_state(Duration::from_secs(20), || {
+        found = env
+            .approvals()
+            .into_iter()
+            .find(|a| a["status"] == "pending" && s(a, "approval_id") != id);
+        found.is_some()
+    });
+    assert!(seen, "no second approval: {:#?}", env.approvals());
+    found.unwrap()
+}
+
+pub trait WaitMode {
+    fn spawn_wait_mode(&mut self) -> Running;
+}
+
+impl WaitMode for Cmd {
+    /// Runs with `HEADLESS_RUN_ON_PROMPT=wait`: kept at each prompt until it is decided.
+    fn spawn_wait_mode(&mut self) -> Running {
+        self.env("HEADLESS_RUN_ON_PROMPT", "wait").spawn()
+    }
+}
+
+/// Pinned versions of the coding agents the tests drive (issue 16), from npm and PyPI.
+const NPM_AGENTS: &[&str] = &[
+    "@openai/codex@0.169.0",
+    "@anthropic-ai/claude-code@2.1.330",
+    "@google/gemini-cli@0.61.0",
+];
+const AIDER: &str = "aider-chat==0.86.2";
+
+/// The `node_modules/.bin` holding `codex`, `claude` and `gemini` (npm registry; install
+/// scripts are not run: each ships its program in the package).
+pub fn npm_agents_bin() -> PathBuf {
+    need("npm", "npm");
+    static LOCK: Mutex<()> = Mutex::new(());
+    let _one = LOCK.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = installed_once("agents-1", |dir| {
+        run_install(
+            Command::new("npm")
+                .args(["install", "--no-audit", "--no-fund", "--loglevel=error"])
+                .arg("--prefix")
+                .arg(dir)
+                .args(NPM_AGENTS),
+            "npm install the coding agents",
+        );
+    });
+    dir.join("node_modules/.bin")
+}
+
+/// The `bin` of a venv holding aider (PyPI).
+pub fn aider_bin() -> PathBuf {
+    static LOCK: Mutex<()> = Mutex::new(());
+    let _one = LOCK.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = installed_in_place("aider-1", |dir| {
+        run_install(
+            Command::new("python3").args(["-m", "venv"]).arg(dir),
+            "python3 -m venv",
+        );
+        run_install(
+            Command::new(dir.join("bin/python"))
+                .args(["-m", "pip", "install", "-q", "--disable-pip-version-check"])
+                .arg(AIDER),
+            "pip install aider-chat",
+        );
+    });
+    dir.join("bin")
+}
+
+/// Processes whose environment holds `HOME=home`: what is left of a tool given that home,
+/// daemons that left its session included.
+pub fn processes_with_home(home: &Path) -> Vec<i32> {
+    let needle = format!("HOME={}\0", home.display()).into_bytes();
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    dir.filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|pid| {
+            std::fs::read(format!("/proc/{pid}/environ"))
+                .is_ok_and(|env| env.windows(needle.len()).any(|w| w == needle.as_slice()))
+        })
+        .collect()
 }

@@ -239,30 +239,6 @@ fn prefilled_line_editors_get_the_answer_in_place_of_their_content() {
     assert!(out.out().contains("got [myproj]"), "{}", out.context());
 }
 
-fn wait_for_pending_other_than(env: &TestEnv, id: &str) -> Map<String, Value> {
-    let mut found = None;
-    let seen = wait_for_state(std::time::Duration::from_secs(20), || {
-        found = env
-            .approvals()
-            .into_iter()
-            .find(|a| a["status"] == "pending" && s(a, "approval_id") != id);
-        found.is_some()
-    });
-    assert!(seen, "no second approval: {:#?}", env.approvals());
-    found.unwrap()
-}
-
-trait WaitMode {
-    fn spawn_wait_mode(&mut self) -> Running;
-}
-
-impl WaitMode for Cmd {
-    /// Runs with `HEADLESS_RUN_ON_PROMPT=wait`: kept at each prompt until it is decided.
-    fn spawn_wait_mode(&mut self) -> Running {
-        self.env("HEADLESS_RUN_ON_PROMPT", "wait").spawn()
-    }
-}
-
 #[test]
 fn rich_choices_offer_each_word_with_the_default() {
     let env = TestEnv::new();

@@ -2,6 +2,7 @@
 //! fixture tools that prompt, hang, stall, crash, flood output and lie. Build the binaries
 //! first (`cargo build --workspace`). Each module says what it covers.
 
+mod agents;
 mod approval_flow;
 mod cancel;
 mod ci_guide;
