@@ -1783,6 +1783,96 @@ alternative = "use VAULT_TOKEN"
         )
     }
 
+    /// Classifies a full-screen program's screen: the cursor hidden, left on row `cursor`.
+    fn hidden_cursor_screen(text: &str, cursor: usize) -> Prompt {
+        let all = rows(text);
+        let (above, below) = all.split_at(cursor + 1);
+        classify(
+            &ScreenFacts {
+                tool: "agent",
+                rows: above,
+                prompt_line: &above[cursor],
+                echo: false,
+                canonical: false,
+                below,
+                cursor_hidden: true,
+            },
+            &[],
+        )
+    }
+
+    #[test]
+    fn coding_agent_menus_are_read_anywhere_on_a_hidden_cursor_screen() {
+        // Codex CLI: a logo above (the cursor left on its last row), numbered items with
+        // descriptions and blank lines between them.
+        let codex = "   \u{2880}\u{28e4}\u{28f6}\u{28ff}\u{28ff}\n    \u{2809}\u{281b}\u{283b}\n\n  Welcome to Codex, OpenAI's command-line coding agent\n\n  Choose how you want to use Codex.\n\n> 1. Sign in with ChatGPT\n     Usage included with Plus\n\n  2. Sign in with Device Code\n     Sign in from another device\n\n  3. Sign in another way\n     Use an API key\n\n  Press enter to continue";
+        let p = hidden_cursor_screen(codex, 1);
+        assert_eq!(p.rule, "generic:select");
+        assert_eq!(p.prompt_line, "Choose how you want to use Codex.");
+        assert_eq!(values(&p), ["1", "2", "3"]);
+        assert_eq!(p.default.as_deref(), Some("1"));
+        assert_eq!(p.options[1].label, "2. Sign in with Device Code");
+        // The same rows with the cursor shown far above: not near the cursor, no menu.
+        assert_ne!(raw_screen(codex, 1).rule, "generic:select");
+        // Claude Code: the item in effect carries a check mark, on or off the highlight;
+        // the question is the paragraph's heading, not the hint under it.
+        let claude = " Let's get started.\n\n Choose the text style that looks best with your terminal\n To change this later, run /theme\n\n {0} \u{2714} Auto (match terminal)\n {1}   Dark mode\n     Light mode\n\n \u{254c}\u{254c}\u{254c}\n  1  function greet() {{";
+        for (auto, dark, highlighted) in [
+            ("\u{276f}", " ", "Auto (match terminal)"),
+            (" ", "\u{276f}", "Dark mode"),
+        ] {
+            let text = claude
+                .replace("{0}", auto)
+                .replace("{1}", dark)
+                .replace("{{", "{");
+            let p = hidden_cursor_screen(&text, 0);
+            assert_eq!(
+                p.prompt_line,
+                "Choose the text style that looks best with your terminal"
+            );
+            assert_eq!(
+                values(&p),
+                ["Auto (match terminal)", "Dark mode", "Light mode"]
+            );
+            assert_eq!(p.default.as_deref(), Some(highlighted));
+        }
+        // Gemini CLI: a box, a radio dot on the highlighted numbered item, the question
+        // above a paragraph that explains it.
+        let gemini = " \u{256d}\u{2500}\u{2500}\u{256e}\n \u{2502} Do you trust the files in this folder?   \u{2502}\n \u{2502}                                          \u{2502}\n \u{2502} Trusting a folder allows Gemini CLI to    \u{2502}\n \u{2502} load its local configurations.            \u{2502}\n \u{2502}                                          \u{2502}\n \u{2502} \u{25cf} 1. Trust folder (work)                  \u{2502}\n \u{2502}   2. Trust parent folder (home)          \u{2502}\n \u{2502}   3. Don't trust                         \u{2502}\n \u{2570}\u{2500}\u{2500}\u{256f}";
+        let p = hidden_cursor_screen(gemini, 9);
+        assert_eq!(p.rule, "generic:select");
+        assert_eq!(p.prompt_line, "Do you trust the files in this folder?");
+        assert_eq!(values(&p), ["1", "2", "3"]);
+        assert!(
+            p.question.contains("Trusting a folder allows"),
+            "{}",
+            p.question
+        );
+        // A ticked box is no pointer where items are not numbered.
+        assert!(select_menu(&rows("Pick:\n  \u{25cf} red\n  \u{25cb} green"), None).is_none());
+    }
+
+    #[test]
+    fn a_key_box_on_a_hidden_cursor_screen_is_a_secret_even_under_an_answered_menu() {
+        let screen = " \u{2502} \u{25cf} 1. Trust folder (work)   \u{2502}\n \u{2502}   2. Don't trust            \u{2502}\n\n \u{2502} Enter Gemini API Key       \u{2502}\n \u{2502} \u{256d}\u{2500}\u{256e} \u{2502}\n \u{2502} \u{2502} Paste your API key here \u{2502} \u{2502}\n \u{2502} (Press Enter to submit, Esc to cancel) \u{2502}";
+        let p = hidden_cursor_screen(screen, 0);
+        assert!(p.secret, "{p:?}");
+        assert_eq!(p.prompt_line, "Enter Gemini API Key");
+        // A menu item that names a key asks for no key.
+        let auth = " How would you like to authenticate?\n \u{25cf} 1. Sign in with Google\n   2. Use Gemini API Key";
+        let p = hidden_cursor_screen(auth, 0);
+        assert!(!p.secret);
+        assert_eq!(p.rule, "generic:select");
+    }
+
+    #[test]
+    fn press_enter_under_a_numbered_list_asks_for_enter() {
+        let notes = "Security notes:\n\n 1. Claude can make mistakes\n 2. Due to prompt injection risks, only use it with code you trust\n\n Press Enter to continue";
+        let p = raw_screen(notes, 5);
+        assert_eq!(p.rule, "generic:press-enter");
+        assert_eq!(values(&p), ["continue"]);
+    }
+
     #[test]
     fn select_menus_of_the_common_libraries_are_read_with_their_highlight() {
         // @inquirer/prompts: cursor on the key hint below the items.

@@ -1292,6 +1292,38 @@ mod tests {
     }
 
     #[test]
+    fn a_full_screen_program_that_asks_nothing_yet_gets_no_eof() {
+        // Codex CLI: the alternate screen, cleared, its menu drawn seconds later; ^D would
+        // quit it.
+        let mut run = Run::new(OnPrompt::Exit);
+        run.show(b"\x1b[?1049h\x1b[1;1H\x1b[J");
+        run.tty.modes = Some(RAW_MODE);
+        assert!(run.idle().is_empty());
+        assert!(run.tick_after(ms(2000)).is_empty());
+        // Mouse reporting on is a full-screen program too.
+        let mut run = Run::new(OnPrompt::Exit);
+        run.show(b"\x1b[?1000h");
+        run.tty.modes = Some(RAW_MODE);
+        assert!(run.idle().is_empty());
+    }
+
+    #[test]
+    fn a_hidden_cursor_left_on_a_logo_is_no_prompt() {
+        // The cursor hidden on the last row of an animated logo, nothing recognised: what
+        // the row says is not asked.
+        let mut run = Run::new(OnPrompt::Exit);
+        run.show(b"\x1b[?25l\x1b[?1049h   Welcome\r\n     \xe2\xa0\x89\xe2\xa0\x9b\xe2\xa0\xbb");
+        run.tty.modes = Some(RAW_MODE);
+        assert!(run.idle().is_empty());
+        assert!(run.tick_after(ms(2000)).is_empty());
+        // The same row with the cursor shown is asked about.
+        let mut run = Run::new(OnPrompt::Exit);
+        run.show(b"   Welcome\r\n     \xe2\xa0\x89\xe2\xa0\x9b\xe2\xa0\xbb");
+        run.tty.modes = Some(RAW_MODE);
+        assert!(matches!(run.idle().as_slice(), [Action::Ask(_)]));
+    }
+
+    #[test]
     fn a_bare_repl_prompt_gets_eof_in_raw_and_line_mode() {
         for (modes, shown) in [
             (

@@ -106,3 +106,51 @@ fn the_tool_gets_the_callers_terminal_size_and_its_resizes() {
     }
     assert_eq!(status.and_then(|s| s.code()), Some(42));
 }
+
+/// A tool that asks its terminal questions the way TUIs do: it writes the queries while
+/// its terminal still echoes (line mode), then turns raw mode on and reads the replies.
+const ASKS_THE_TERMINAL: &str = r#"
+import os, sys, termios, time, tty
+saved = termios.tcgetattr(0)
+os.write(1, b"\x1b[6n\x1b[c\x1b]11;?\x1b\\")
+time.sleep(0.1)
+tty.setraw(0)
+got = b""
+deadline = time.time() + 5
+while time.time() < deadline and got.count(b"\x1b") < 3:
+    got += os.read(0, 64)
+termios.tcsetattr(0, termios.TCSADRAIN, saved)
+print("GOT", got.hex())
+"#;
+
+#[test]
+fn terminal_queries_are_answered_and_never_echoed() {
+    let env = TestEnv::new();
+    let out = env.shim().args(["python3", "-c", ASKS_THE_TERMINAL]).run();
+    out.expect_code(0);
+    let text = out.out();
+    let hex = text
+        .split_once("GOT ")
+        .and_then(|(_, rest)| rest.lines().next())
+        .unwrap_or_else(|| panic!("{}", out.context()))
+        .to_owned();
+    let got = String::from_utf8(
+        (0..hex.len())
+            .step_by(2)
+            .map(|i| u8::from_str_radix(&hex[i..i + 2], 16).unwrap())
+            .collect(),
+    )
+    .unwrap();
+    // The cursor's position (row 1, column 1), an xterm's device attributes, a black
+    // background.
+    assert!(got.starts_with("\x1b[1;1R"), "{got:?}");
+    assert!(got.contains("\x1b[?"), "{got:?}");
+    assert!(got.contains("\x1b]11;rgb:"), "{got:?}");
+    // Before: replied at once, while the line discipline still echoed, the replies were
+    // printed too (`^[[1;1R`, or the raw sequence).
+    assert!(
+        !text.contains("1;1R") && !text.contains("rgb:"),
+        "{}",
+        out.context()
+    );
+}
