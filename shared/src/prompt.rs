@@ -255,7 +255,7 @@ pub fn classify<'r>(
     // `Press Enter to continue` under a numbered list (Claude Code's security notes) asks
     // for Enter, not for an item.
     if let Some((options, default)) =
-        numbered_menu(tail, canonical).filter(|_| !PRESS_ENTER.is_match(&p.prompt_line))
+        numbered_menu(tail, canonical).filter(|_| !ACKNOWLEDGE_ONLY.is_match(&p.prompt_line))
     {
         (p.question, p.context) = split_question(&rows, &prompt_line, MENU_QUESTION_LINES);
         p.kind = PromptKind::Menu;
@@ -404,6 +404,12 @@ pub fn shows_menu(lines: &[&str]) -> bool {
     numbered_menu(lines, true).is_some()
 }
 
+/// A line that only asks to go on (`Press Enter to continue`), offering nothing to choose.
+static ACKNOWLEDGE_ONLY: LazyLock<Regex> = LazyLock::new(|| {
+    Regex::new(r"(?i)^\W*press\s+(enter|return)(\s+key)?\s+to\s+(continue|proceed|go on)\W*$")
+        .expect("acknowledge regex")
+});
+
 static SECRET: LazyLock<Regex> = LazyLock::new(|| {
     Regex::new(
         r"(?i)\b(password|passphrase|pass phrase|passcode|passwort|pin|token|secret|api[ _-]?key|unseal key|private key|otp|one[- ]time (?:password|code)|(?:2fa|mfa|verification|access|auth|authentication|security) code|credentials?)\b",
@@ -530,13 +536,24 @@ fn secret_field_shown(rows: &[String], below: &[String]) -> Option<String> {
         .cloned()
         .chain(below.iter().map(|r| sanitize_line(r)))
         .map(|r| unbox(&unbox(&r)))
-        .filter(|r| !r.trim().is_empty())
         .collect();
-    all[all.len().saturating_sub(12)..]
+    // A menu's items name what they lead to (`Paste an authentication token`); they ask
+    // for nothing themselves.
+    let items = select_menu(&all, None).map(|m| m.items).unwrap_or_default();
+    let shown: Vec<&str> = all
         .iter()
         .map(|r| r.trim())
-        .find(|t| ASKS_FOR.is_match(t) && SECRET.is_match(t))
-        .map(str::to_owned)
+        .filter(|r| !r.is_empty())
+        .collect();
+    shown[shown.len().saturating_sub(8)..]
+        .iter()
+        .find(|t| {
+            ASKS_FOR.is_match(t)
+                && SECRET.is_match(t)
+                && !t.ends_with('.')
+                && !items.iter().any(|i| t.ends_with(i.as_str()))
+        })
+        .map(|t| (*t).to_owned())
 }
 
 /// Whether a line offers generic choices (`[y/N]`, `(yes/no)`, `(Y)es/(N)o/…`).
@@ -847,20 +864,36 @@ pub fn select_menu(rows: &[String], cursor_row: Option<usize>) -> Option<SelectM
             .find(|&(_, c)| c != ' ')
             .is_some_and(|(i, _)| i == col)
     };
-    let numbered = numbered_item(&text(&rows[at]));
-    let is_item =
-        |i: usize| i == at || (aligned(&rows[i]) && (!numbered || numbered_item(&text(&rows[i]))));
-    // Between numbered items: their descriptions (indented deeper) and blank lines.
-    let between = |r: &str| numbered && (r.trim().is_empty() || lead(r) > col);
+    let number = |r: &str| -> Option<i64> {
+        let t = text(r);
+        numbered_item(&t)
+            .then(|| {
+                t.chars()
+                    .take_while(char::is_ascii_digit)
+                    .collect::<String>()
+            })
+            .and_then(|d| d.parse().ok())
+    };
+    let numbered = number(&rows[at]);
+    // Numbered items follow each other (`2.` after `1.`), with their descriptions (indented
+    // deeper) and single blank lines between them; other items are one block.
     let mut item_rows = vec![at];
-    for dir in [-1isize, 1] {
-        let mut i = at as isize + dir;
+    for dir in [-1i64, 1] {
+        let mut i = at as i64 + dir;
+        let mut expect = numbered.map(|n| n + dir);
+        let mut blanks = 0;
         while i >= 0 && (i as usize) < rows.len() {
-            let r = i as usize;
-            if is_item(r) {
-                item_rows.push(r);
-            } else if !between(&rows[r]) {
-                break;
+            let r = &rows[i as usize];
+            match expect {
+                None if aligned(r) => item_rows.push(i as usize),
+                Some(n) if aligned(r) && number(r) == Some(n) => {
+                    item_rows.push(i as usize);
+                    expect = Some(n + dir);
+                    blanks = 0;
+                }
+                Some(_) if r.trim().is_empty() && blanks == 0 => blanks += 1,
+                Some(_) if !r.trim().is_empty() && lead(r) > col => blanks = 0,
+                _ => break,
             }
             i += dir;
         }
@@ -870,21 +903,25 @@ pub fn select_menu(rows: &[String], cursor_row: Option<usize>) -> Option<SelectM
     if first == last {
         return None;
     }
-    let title_row = menu_title(&rows[..first])?;
-    if let Some(cursor_row) = cursor_row {
-        if cursor_row < title_row || cursor_row > last + 3 {
-            return None;
-        }
-        // Below the items, only a key hint may stand between them and the cursor: a
-        // question there (`Continue? [Y/n]` under a `>` list) is what is asked, not the
-        // list.
-        if rows[last + 1..=cursor_row.min(rows.len() - 1).max(last)]
-            .iter()
-            .map(|r| r.trim())
-            .any(|r| r.ends_with('?') || r.ends_with(':') || offers_choices(r))
-        {
-            return None;
-        }
+    let title_row = menu_title(&rows[..first], cursor_row.is_none())?;
+    // Below the items, only a key hint may stand between them and the cursor (or, with the
+    // cursor hidden, the screen's end): a question there (`Continue? [Y/n]` under a `>`
+    // list) is what is asked, not the list.
+    let end = match cursor_row {
+        Some(cursor_row) if cursor_row < title_row || cursor_row > last + 3 => return None,
+        Some(cursor_row) => cursor_row.min(rows.len() - 1).max(last),
+        None => (0..rows.len())
+            .rev()
+            .find(|&i| !rows[i].trim().is_empty())
+            .unwrap_or(last)
+            .max(last),
+    };
+    if rows[last + 1..=end]
+        .iter()
+        .map(|r| r.trim())
+        .any(|r| r.ends_with('?') || r.ends_with(':') || offers_choices(r))
+    {
+        return None;
     }
     let items: Vec<String> = item_rows.iter().map(|&i| text(&rows[i])).collect();
     let distinct: std::collections::HashSet<&String> = items.iter().collect();
@@ -904,18 +941,20 @@ pub fn select_menu(rows: &[String], cursor_row: Option<usize>) -> Option<SelectM
 }
 
 /// The row of a menu's question, among the rows above its items: the nearest non-empty
-/// row when it reads as one (`? Pick a color`, `Select:`); else the nearest row that asks
+/// row when the cursor is shown (the menu is around it) or when that row reads as a
+/// question (`? Pick a color`, `Select:`); else (a full-screen program's hidden cursor)
+/// the nearest row that asks
 /// (holds a `?`) among the few above, back to a ruled line (Gemini CLI's `Do you trust the
 /// files in this folder?` above a paragraph that explains, Claude Code's `Quick safety
 /// check: Is this a project you … trust?` above a link); else the nearest row when it
 /// stands alone, or the first row of its paragraph, its heading (Claude Code's `Choose the
 /// text style …` above `To change this later, run /theme`).
-fn menu_title(above: &[String]) -> Option<usize> {
+fn menu_title(above: &[String], cursor_hidden: bool) -> Option<usize> {
     let nearest = (0..above.len())
         .rev()
         .find(|&i| !above[i].trim().is_empty())?;
     let near = above[nearest].trim();
-    if near.starts_with("? ") || near.ends_with(':') || near.ends_with('?') {
+    if !cursor_hidden || near.starts_with("? ") || near.ends_with(':') || near.ends_with('?') {
         return Some(nearest);
     }
     let ruled = |r: &str| r.trim().chars().all(|c| "─━═-–—╌┄┈╭╮╰╯".contains(c));
@@ -1863,6 +1902,42 @@ alternative = "use VAULT_TOKEN"
         let p = hidden_cursor_screen(auth, 0);
         assert!(!p.secret);
         assert_eq!(p.rule, "generic:select");
+    }
+
+    #[test]
+    fn hidden_cursor_menus_keep_the_rules_of_shown_ones() {
+        // gh auth login hides its cursor: an item naming a token asks for no token.
+        let gh = "? How would you like to authenticate GitHub CLI?\n> Login with a web browser\n  Paste an authentication token";
+        let p = hidden_cursor_screen(gh, 0);
+        assert!(!p.secret, "{p:?}");
+        assert_eq!(p.rule, "generic:select");
+        assert_eq!(
+            p.prompt_line,
+            "? How would you like to authenticate GitHub CLI?"
+        );
+        // A question under a `>` list is what is asked, hidden cursor or not.
+        let below = "Changes:\n> file a\n  file b\nContinue? [Y/n] ";
+        assert_eq!(hidden_cursor_screen(below, 3).rule, "generic:yes-no");
+        // Numbered items far apart, or not in sequence, are not one menu.
+        let apart = "Do you want to proceed?\n\u{276f} 1. Yes\n  2. No\n\n\n\n  3. rm -rf /tmp/x";
+        assert_eq!(values(&hidden_cursor_screen(apart, 0)), ["1", "2"]);
+        let restarted = "Pick one:\n\u{276f} 1. Yes\n  2. No\n  1. Other";
+        assert_eq!(values(&hidden_cursor_screen(restarted, 0)), ["1", "2"]);
+        // With the cursor shown, the title is the row right above the items, not an
+        // answered question further up.
+        let answered = "? Use TypeScript? Yes\nSelect a region\n> us-east\n  eu-west";
+        assert_eq!(raw_screen(answered, 2).prompt_line, "Select a region");
+        // A sentence that mentions a key is no key field.
+        let sentence = "Welcome back.\n  Enter your API key in the settings page.\n > ";
+        assert!(!hidden_cursor_screen(sentence, 2).secret);
+    }
+
+    #[test]
+    fn a_numbered_menu_whose_prompt_mentions_enter_is_still_a_menu() {
+        let mirrors = "Pick a mirror:\n1) us\n2) eu\nChoice (press Enter for 1): ";
+        let p = line("tool", mirrors);
+        assert_eq!(p.rule, "generic:numbered-menu", "{p:?}");
+        assert_eq!(values(&p), ["1", "2"]);
     }
 
     #[test]

@@ -417,15 +417,20 @@ impl<'a> Conversation<'a> {
         if self.too_soon(now) {
             return Vec::new();
         }
-        let prompt = self.classify(&shown, modes);
-        // A full-screen program hides its cursor: with no menu or question recognised, the
-        // line the cursor was left on (a logo's last row) is not what it asks.
+        let mut prompt = self.classify(&shown, modes);
+        // A program that hides its cursor: with no menu or question recognised, the line the
+        // cursor was left on (a logo's last row) is not what it asks. A full-screen program
+        // (Codex's login under its logo) is left to draw its question; on other screens a
+        // row shaped like a question (@clack's `What is your project name?`) is it.
         if shown.cursor_hidden
             && !modes.canonical
             && prompt.kind == PromptKind::Unknown
             && !prompt.secret
         {
-            return Vec::new();
+            match shown.question_row().filter(|_| !shown.full_screen) {
+                Some(row) => prompt.prompt_line = sanitize_line(row).trim().to_owned(),
+                None => return Vec::new(),
+            }
         }
         if prompt.secret {
             let alternative = prompt
@@ -1316,6 +1321,19 @@ mod tests {
         run.tty.modes = Some(RAW_MODE);
         assert!(run.idle().is_empty());
         assert!(run.tick_after(ms(2000)).is_empty());
+        // @clack/prompts hides the cursor at every prompt, outside the alternate screen: its
+        // question row is what is asked, not the field the cursor was left in.
+        let mut run = Run::new(OnPrompt::Exit);
+        run.show(
+            "\x1b[?25l\u{25c6}  What is your project name?\r\n\u{2502}  my-app\r\n\u{2514}"
+                .as_bytes(),
+        );
+        run.tty.modes = Some(RAW_MODE);
+        let request = run.ask();
+        assert_eq!(
+            request.prompt.prompt_line,
+            "\u{25c6}  What is your project name?"
+        );
         // The same row with the cursor shown is asked about.
         let mut run = Run::new(OnPrompt::Exit);
         run.show(b"   Welcome\r\n     \xe2\xa0\x89\xe2\xa0\x9b\xe2\xa0\xbb");

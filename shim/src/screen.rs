@@ -95,6 +95,15 @@ impl ScreenText {
         out
     }
 
+    /// The newest of the screen's last rows shaped like a question (`What is your project
+    /// name?`), wherever the cursor is.
+    pub fn question_row(&self) -> Option<&str> {
+        self.last_rows(prompt::QUESTION_LINES)
+            .into_iter()
+            .rev()
+            .find(|l| looks_like_question(l))
+    }
+
     /// The last `n` non-empty rows of the whole screen, the cursor's or not, oldest first.
     fn last_rows(&self, n: usize) -> Vec<&str> {
         let mut out: Vec<&str> = self
