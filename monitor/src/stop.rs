@@ -46,3 +46,27 @@ pub fn sleep(d: std::time::Duration, seen: usize) {
         std::thread::sleep((deadline - now).min(std::time::Duration::from_millis(50)));
     }
 }
+
+/// Like [`sleep`], but also ends as soon as `bell` rings (the database was written):
+/// whether it rang.
+pub fn sleep_or_ring(
+    d: std::time::Duration,
+    seen: usize,
+    bell: Option<&hr_shared::store::doorbell::Doorbell>,
+) -> bool {
+    let Some(bell) = bell else {
+        sleep(d, seen);
+        return false;
+    };
+    let deadline = std::time::Instant::now() + d;
+    while requests() <= seen {
+        let now = std::time::Instant::now();
+        if now >= deadline {
+            return false;
+        }
+        if bell.wait((deadline - now).min(std::time::Duration::from_millis(50))) {
+            return true;
+        }
+    }
+    false
+}

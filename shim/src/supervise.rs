@@ -661,6 +661,11 @@ impl Supervisor<'_> {
                 events: libc::POLLIN,
                 revents: 0,
             },
+            libc::pollfd {
+                fd: self.watcher.as_ref().map_or(-1, Watcher::wake_fd),
+                events: libc::POLLIN,
+                revents: 0,
+            },
         ];
         let ms = timeout.as_millis().min(i32::MAX as u128) as i32;
         // SAFETY: fds holds fds.len() valid pollfd entries.
@@ -678,6 +683,12 @@ impl Supervisor<'_> {
         }
         if fds[2].revents != 0 {
             self.read_events(buf);
+        }
+        if fds[3].revents != 0
+            && let Some(w) = &self.watcher
+        {
+            // A decision came: the loop's next turn takes it (`poll_waiting`).
+            w.drain_wake();
         }
     }
 
@@ -993,6 +1004,7 @@ impl Supervisor<'_> {
             hr_shared::store::runner_watch(paths),
             paths.combined_log(),
             a,
+            hr_shared::store::doorbell::Doorbell::new(&paths.db),
         ))
     }
 

@@ -701,3 +701,31 @@ fn walk_files(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
     }
     out
 }
+
+/// Issue 13 item 4: a decision rings the database's doorbell (inotify on its WAL), so a
+/// worker whose next pass is ten minutes away resumes the run now. Without the doorbell
+/// this waits out the interval.
+#[test]
+fn a_decision_starts_the_workers_next_pass_at_once() {
+    let env = TestEnv::new();
+    // The state dir exists before the worker starts, as on any machine that ran a tool.
+    env.shim().arg("true").run().expect_code(0);
+    let worker = env.monitor().args(["worker", "--interval", "10m"]).spawn();
+    assert!(
+        wait_until(Duration::from_secs(10), || worker
+            .stderr_now()
+            .contains("started as")),
+        "{}",
+        worker.stderr_now()
+    );
+    let t = tool_str();
+    let (run, _) = parked_and_decided(&env, &[&t, "print", "rung"], "yes");
+    assert!(
+        wait_for_state(Duration::from_secs(60), || !resumes_of(&env, &run.id)
+            .is_empty()),
+        "not resumed before the 10 minute interval; stderr: {}",
+        worker.stderr_now()
+    );
+    worker.signal(libc::SIGTERM);
+    worker.wait().expect_code(0);
+}

@@ -52,6 +52,8 @@ enum Look {
 pub fn run(ctx: &Ctx, args: Args) -> CliResult {
     let kind = parse::id_kind(&args.id)?;
     let mut store = ctx.open()?;
+    // A write to the database (the decision, the run ending) is looked at at once.
+    let bell = hr_shared::store::doorbell::Doorbell::new(&ctx.paths.db);
     let id = &ctx.full_id(store.as_mut(), &args.id)?;
     let host = LocalHost::new();
     stop::install();
@@ -100,7 +102,7 @@ pub fn run(ctx: &Ctx, args: Args) -> CliResult {
                 hr_shared::time::short_duration(args.timeout.unwrap_or_default())
             )));
         }
-        std::thread::sleep(POLL);
+        stop::sleep_or_ring(POLL, 0, bell.as_ref());
     }
 }
 

@@ -32,13 +32,17 @@ Examples:
   monitor worker                         # in a spare terminal, or as a service
   monitor worker --once                  # one pass, e.g. from cron or after monitor wait";
 
+/// The least time between two passes the doorbell started: a database many shims write to
+/// rings all the time.
+const RING_SPACING: Duration = Duration::from_millis(50);
+
 #[derive(Debug, clap::Args)]
 #[command(after_help = AFTER_HELP)]
 pub struct Args {
     /// One pass, wait for the re-runs it started, then exit
     #[arg(long)]
     once: bool,
-    /// Time between passes
+    /// Time between passes (a decision, or any write to the database, starts one sooner)
     #[arg(long, value_name = "DUR", default_value = "1s", value_parser = crate::parse::nonzero)]
     interval: Duration,
     /// With --once: one JSON object (schema, actions: at, text) instead of lines
@@ -72,14 +76,24 @@ pub fn run(ctx: &Ctx, args: Args) -> CliResult {
         ctx.paths.db.display()
     );
     let interval = args.interval.max(Duration::from_millis(10));
+    // A decision rings the database's doorbell: the next pass comes at once rather than
+    // after the interval — but at most every RING_SPACING, however busy the database.
+    let mut bell = None;
     while !stop::requested() {
+        if bell.is_none() {
+            // Made once its directory exists (a worker may start before any run).
+            bell = hr_shared::store::doorbell::Doorbell::new(&ctx.paths.db);
+        }
+        let passed = std::time::Instant::now();
         if let Err(e) = worker.pass(false) {
             eprintln!(
                 "monitor worker: {e}; trying again in {}",
                 hr_shared::time::short_duration(interval)
             );
         }
-        stop::sleep(interval, 0);
+        if stop::sleep_or_ring(interval, 0, bell.as_ref()) {
+            stop::sleep(RING_SPACING.saturating_sub(passed.elapsed()), 0);
+        }
     }
     drain(&mut worker);
     eprintln!("monitor worker: stopped");

@@ -8,6 +8,7 @@
 //! Implementations: [`sqlite::SqliteStore`] (embedded, the default).
 
 mod asking;
+pub mod doorbell;
 pub mod sqlite;
 pub mod watch;
 

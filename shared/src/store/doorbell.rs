@@ -1,0 +1,144 @@
+//! A doorbell for the SQLite store: wakes a waiter as soon as the database is written,
+//! instead of at its next look. inotify on the database's directory, for writes to the
+//! database file and its WAL (a commit in WAL mode appends to `state.db-wal`; the WAL is
+//! deleted and made anew across checkpoints, so its directory is watched, not the file).
+//! A doorbell only says "look now": the waiter still reads the store's change mark, and
+//! without inotify (or when the bell is lost) it looks on its poll as before.
+
+use std::ffi::CString;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::unix::ffi::OsStrExt;
+use std::path::Path;
+use std::time::Duration;
+
+/// Rings when the database at `db` or its WAL is written.
+#[derive(Debug)]
+pub struct Doorbell {
+    fd: OwnedFd,
+    /// The names that ring it: the database's file name, and with `-wal` appended.
+    names: [Vec<u8>; 2],
+}
+
+impl Doorbell {
+    /// A doorbell for the database at `db`; `None` where inotify cannot watch its
+    /// directory (no inotify, no watches left, the directory gone).
+    pub fn new(db: &Path) -> Option<Doorbell> {
+        let dir = match db.parent() {
+            Some(d) if !d.as_os_str().is_empty() => d,
+            _ => Path::new("."),
+        };
+        let name = db.file_name()?.as_bytes().to_vec();
+        let mut wal = name.clone();
+        wal.extend_from_slice(b"-wal");
+        // SAFETY: inotify_init1 takes flags only; a valid result is a descriptor we own.
+        let raw = unsafe { libc::inotify_init1(libc::IN_NONBLOCK | libc::IN_CLOEXEC) };
+        if raw < 0 {
+            return None;
+        }
+        // SAFETY: raw is a fresh descriptor nobody else owns.
+        let fd = unsafe { OwnedFd::from_raw_fd(raw) };
+        let dir = CString::new(dir.as_os_str().as_bytes()).ok()?;
+        let mask = libc::IN_MODIFY | libc::IN_CLOSE_WRITE | libc::IN_CREATE | libc::IN_MOVED_TO;
+        // SAFETY: a valid inotify descriptor and a NUL-terminated path.
+        if unsafe { libc::inotify_add_watch(fd.as_raw_fd(), dir.as_ptr(), mask) } < 0 {
+            return None;
+        }
+        Some(Doorbell {
+            fd,
+            names: [name, wal],
+        })
+    }
+
+    /// The descriptor to poll for readability (then call [`Doorbell::rang`]).
+    pub fn fd(&self) -> RawFd {
+        self.fd.as_raw_fd()
+    }
+
+    /// Drains what has come: whether the database or its WAL was written since the last
+    /// call. Other files of the directory (logs) do not ring it.
+    pub fn rang(&self) -> bool {
+        let mut buf = [0u8; 4096];
+        let mut rang = false;
+        loop {
+            // SAFETY: buf is writable for its length.
+            let n = unsafe { libc::read(self.fd(), buf.as_mut_ptr().cast(), buf.len()) };
+            if n <= 0 {
+                return rang;
+            }
+            rang |= events_name(&buf[..n as usize], &self.names);
+        }
+    }
+
+    /// Waits up to `timeout` for a ring; whether it rang (`false`: the time passed, or the
+    /// poll failed — either way the caller looks as it would have anyway).
+    pub fn wait(&self, timeout: Duration) -> bool {
+        if self.rang() {
+            return true;
+        }
+        let mut pfd = libc::pollfd {
+            fd: self.fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        let ms = timeout.as_millis().min(i32::MAX as u128) as i32;
+        // SAFETY: one valid pollfd.
+        let n = unsafe { libc::poll(&mut pfd, 1, ms) };
+        n > 0 && self.rang()
+    }
+}
+
+/// Whether a buffer of inotify events names one of `names`.
+fn events_name(mut buf: &[u8], names: &[Vec<u8>; 2]) -> bool {
+    const HEADER: usize = std::mem::size_of::<libc::inotify_event>();
+    let mut found = false;
+    while buf.len() >= HEADER {
+        // The name's length is the header's last field (wd, mask, cookie, len: 4 × u32).
+        let len = u32::from_ne_bytes([buf[12], buf[13], buf[14], buf[15]]) as usize;
+        let end = (HEADER + len).min(buf.len());
+        let name = &buf[HEADER..end];
+        let name = &name[..name.iter().position(|&b| b == 0).unwrap_or(name.len())];
+        found |= names.iter().any(|n| n.as_slice() == name);
+        buf = &buf[end..];
+    }
+    found
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Write;
+
+    #[test]
+    fn rings_for_the_database_and_its_wal_and_not_for_other_files() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = dir.path().join("state.db");
+        std::fs::write(&db, b"").unwrap();
+        let bell = Doorbell::new(&db).expect("inotify");
+        assert!(!bell.rang(), "nothing written yet");
+        // A log beside it: no ring.
+        let mut log = std::fs::File::create(dir.path().join("combined.log")).unwrap();
+        log.write_all(b"line\n").unwrap();
+        assert!(!bell.wait(Duration::from_millis(50)));
+        // The WAL, created and appended: a ring.
+        let mut wal = std::fs::File::create(dir.path().join("state.db-wal")).unwrap();
+        wal.write_all(b"frame").unwrap();
+        assert!(bell.wait(Duration::from_secs(5)));
+        assert!(!bell.rang(), "drained");
+        // The database file itself.
+        std::fs::OpenOptions::new()
+            .append(true)
+            .open(&db)
+            .unwrap()
+            .write_all(b"x")
+            .unwrap();
+        assert!(bell.wait(Duration::from_secs(5)));
+        // A name that only starts like it: no ring.
+        std::fs::write(dir.path().join("state.db-walrus"), b"x").unwrap();
+        assert!(!bell.wait(Duration::from_millis(50)));
+    }
+
+    #[test]
+    fn no_directory_no_doorbell() {
+        assert!(Doorbell::new(Path::new("/nonexistent-dir-hr/state.db")).is_none());
+    }
+}
