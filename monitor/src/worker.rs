@@ -91,6 +91,11 @@ pub struct Worker {
     actions: usize,
     /// With `--json`: the lines kept (time, text) instead of printed.
     kept: Option<Vec<(String, String)>>,
+    /// This host's name and this process's user: only runs of both are resumed.
+    here: String,
+    uid: u64,
+    /// Runs of other hosts or users already reported (said once, then left alone).
+    refused: std::collections::HashSet<String>,
 }
 
 impl Worker {
@@ -106,6 +111,10 @@ impl Worker {
             noted_missing_db: false,
             actions: 0,
             kept: None,
+            here: hr_shared::proc::hostname(),
+            // SAFETY: geteuid cannot fail.
+            uid: u64::from(unsafe { libc::geteuid() }),
+            refused: std::collections::HashSet::new(),
         }
     }
 
@@ -232,6 +241,13 @@ impl Worker {
     }
 
     fn act_on(&mut self, p: ParkedRun) -> Result<(), StoreError> {
+        // Another host's run is its workers'; another user's is never run as this one.
+        if let Some(why) = rules::not_ours(&p.run, &self.here, self.uid) {
+            if self.refused.insert(p.run.tool_run_id.clone()) {
+                self.say(format!("{}: not resumed here: {why}", p.run.tool_run_id));
+            }
+            return Ok(());
+        }
         let approval = match rules::resume_verdict(&p.decided, p.pending) {
             ResumeVerdict::Fail(no) => {
                 let reason = refusal_reason(&no);

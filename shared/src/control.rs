@@ -46,14 +46,21 @@ pub enum CancelOutcome {
 impl CancelOutcome {
     /// A run just marked cancelled: tells its shim (`SIGUSR1`) to end the tool's process
     /// group, when a shim supervises it on this host (the run has no exit code yet: its
-    /// shim did not exit on purpose, and the shim's pid is still that shim).
+    /// shim did not exit on purpose, and the shim's pid is still that shim — a
+    /// `headless-run` of the run's own user).
     pub fn signal_shim(self, host: &dyn HostFacts) -> CancelOutcome {
         let CancelOutcome::Marked { run } = self else {
             return self;
         };
+        let uid = run
+            .metadata
+            .as_ref()
+            .and_then(|m| m.get("uid"))
+            .and_then(|u| u.as_u64());
         if run.exit_code.is_none()
             && rules::shim_gone(&run, host).is_none()
             && let Some(pid) = run.shim_pid.map(|p| p as i32)
+            && crate::proc::is_shim(pid, uid)
         {
             // SAFETY: kill(2) of the shim just checked by pid and start time.
             if unsafe { libc::kill(pid, CANCEL_SIGNAL) } == 0 {

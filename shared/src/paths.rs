@@ -108,8 +108,16 @@ impl StatePaths {
     }
 
     /// The raw output log of one run.
+    ///
+    /// Ids come from the store, which another program may have written: only an id of the
+    /// usual shape (`TR-` and 26 base32 characters) names a file; any other (`../x`) gets a
+    /// name no run log has, so nothing outside the runs directory is ever read or deleted.
     pub fn run_log(&self, tool_run_id: &str) -> PathBuf {
-        self.runs_dir().join(format!("{tool_run_id}.log"))
+        if crate::id::has_shape(tool_run_id, crate::id::RUN_PREFIX) {
+            self.runs_dir().join(format!("{tool_run_id}.log"))
+        } else {
+            self.runs_dir().join(".not-a-run-id")
+        }
     }
 
     /// Creates the state dir, its log dirs and the database's dir, all 0700.
@@ -297,7 +305,18 @@ mod tests {
         assert_eq!(p.root, PathBuf::from("/s"));
         assert_eq!(p.db, PathBuf::from("/w/.worktrees/pipeline_state.db"));
         assert_eq!(p.combined_log(), PathBuf::from("/s/logs/combined.log"));
-        assert_eq!(p.run_log("TR-X"), PathBuf::from("/s/logs/runs/TR-X.log"));
+        let id = "TR-01M851PH9Y00000HBT4PZ50003";
+        assert_eq!(
+            p.run_log(id),
+            PathBuf::from(format!("/s/logs/runs/{id}.log"))
+        );
+        for bad in ["TR-X", "../../etc/passwd", "TR-01M851PH9Y00000HBT4PZ5/../x"] {
+            assert_eq!(
+                p.run_log(bad),
+                PathBuf::from("/s/logs/runs/.not-a-run-id"),
+                "{bad}"
+            );
+        }
     }
 
     #[test]

@@ -58,6 +58,28 @@ pub fn read_stat(pid: i32) -> Option<ProcStat> {
     parse_stat(&std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?)
 }
 
+/// Whether `pid` is a headless-run (its executable's name, through `/proc/PID/exe`) whose
+/// real user is `uid` when given: the only process a cancellation may signal, so that a
+/// forged run row cannot point `monitor cancel` at another program.
+pub fn is_shim(pid: i32, uid: Option<u64>) -> bool {
+    let Ok(exe) = std::fs::read_link(format!("/proc/{pid}/exe")) else {
+        return false;
+    };
+    let name = exe.file_name().map(|n| n.to_string_lossy().into_owned());
+    // A binary replaced while it ran reads as `headless-run (deleted)`.
+    let named = name.as_deref().is_some_and(|n| {
+        n == "headless-run" || n.strip_suffix(" (deleted)") == Some("headless-run")
+    });
+    let owner = std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|st| {
+            st.lines()
+                .find_map(|l| l.strip_prefix("Uid:"))
+                .and_then(|ids| ids.split_whitespace().next()?.parse::<u64>().ok())
+        });
+    named && uid.is_none_or(|u| owner == Some(u))
+}
+
 /// Whether a process with this pid exists (ours or not).
 pub fn pid_alive(pid: i32) -> bool {
     if pid <= 0 {

@@ -131,6 +131,28 @@ pub fn phase(run: &ToolRun) -> RunPhase {
     }
 }
 
+/// Why `run` is not for a process of user `uid` on host `host` to run again (restart, or a
+/// worker's resume): it ran on another host, or as another user. A run is only ever run
+/// again where and as whom it first ran; runs from before hosts and users were recorded
+/// have neither, and pass.
+pub fn not_ours(run: &ToolRun, host: &str, uid: u64) -> Option<String> {
+    if let Some(theirs) = run.host.as_deref().filter(|h| *h != host) {
+        return Some(format!(
+            "it ran on {}, not on this host ({}): run it again there",
+            crate::sanitize::sanitize_line(theirs),
+            crate::sanitize::sanitize_line(host)
+        ));
+    }
+    let owner = run
+        .metadata
+        .as_ref()
+        .and_then(|m| m.get("uid"))
+        .and_then(|u| u.as_u64())?;
+    (owner != uid).then(|| {
+        format!("it was run by uid {owner}, not by uid {uid}: only its own user may run it again")
+    })
+}
+
 /// Whether a `waiting_approval` run was parked by a shim that exited on purpose (exit
 /// mode: exit code 90), so no shim is expected to be alive for it.
 pub fn is_parked(run: &ToolRun) -> bool {

@@ -96,3 +96,37 @@ fn finished_and_unknown_runs_are_refused() {
         .run()
         .expect_code(2);
 }
+
+/// Issue 13 item 5: a run row whose shim pid names another program (a forged row, or a
+/// pid reused by a process whose start time happens to match) is only marked: `monitor
+/// cancel` signals nothing but a headless-run of the run's own user.
+#[test]
+fn cancel_signals_only_a_headless_run_of_the_runs_user() {
+    let env = TestEnv::new();
+    let mut victim = std::process::Command::new("sleep")
+        .arg("60")
+        .spawn()
+        .expect("sleep");
+    let pid = victim.id() as i32;
+    let mut run = Run::parked(&env, &["tool"]);
+    run.status = "running".into();
+    run.reason = None;
+    run.exit_code = None;
+    run.shim_pid = Some(i64::from(pid));
+    run.shim_start_time = Some(start_time(pid));
+    run.supervisor_heartbeat_at = Some(ago(Duration::from_secs(1)));
+    run.insert(&env);
+    let out = env.monitor().args(["cancel", &run.id, "--json"]).run();
+    out.expect_code(0);
+    let v: serde_json::Value = serde_json::from_str(&out.out()).unwrap();
+    assert_eq!(v["outcome"], "marked", "{}", out.context());
+    std::thread::sleep(Duration::from_millis(200));
+    assert!(
+        victim.try_wait().unwrap().is_none(),
+        "sleep was signalled: {}",
+        out.context()
+    );
+    assert_eq!(s(&env.run_by_id(&run.id), "status"), "cancelled");
+    let _ = victim.kill();
+    let _ = victim.wait();
+}

@@ -83,3 +83,35 @@ fn gc_deletes_old_finished_runs_and_keeps_the_rest() {
         .run()
         .expect_code(2);
 }
+
+/// Issue 13 item 5: run ids are read from the store, which a tool of the same user can
+/// write: an id that is not a run id (`../../../victim`) names no file, so gc deletes
+/// nothing outside the runs directory.
+#[test]
+fn gc_never_deletes_a_file_a_forged_run_id_points_at() {
+    let env = TestEnv::new();
+    env.shim().args(["echo", "recent"]).run().expect_code(0);
+    let long_ago = ago(Duration::from_secs(10 * 86_400));
+    let mut forged = Run::parked(&env, &["make"]);
+    forged.id = "../../../victim".into();
+    forged.status = "completed".into();
+    forged.exit_code = Some(0);
+    forged.started_at = long_ago.clone();
+    forged.completed_at = Some(long_ago);
+    forged.insert(&env);
+    // Where `logs/runs/{id}.log` leads for that id.
+    let victim = env.path().join("victim.log");
+    std::fs::write(&victim, "keep me\n").unwrap();
+    let out = env.monitor().args(["gc", "--older-than", "7d"]).run();
+    out.expect_code(0);
+    assert_eq!(
+        std::fs::read_to_string(&victim).unwrap(),
+        "keep me\n",
+        "{}",
+        out.context()
+    );
+    assert!(
+        env.runs().iter().all(|r| s(r, "tool_run_id") != forged.id),
+        "the row itself is collected"
+    );
+}

@@ -729,3 +729,73 @@ fn a_decision_starts_the_workers_next_pass_at_once() {
     worker.signal(libc::SIGTERM);
     worker.wait().expect_code(0);
 }
+
+/// Issue 13 item 5: a worker resumes only runs of its own host, and only as the run's own
+/// user: another host's run is left to that host's workers, another user's is refused with
+/// the reason — never run as the worker's user.
+#[test]
+fn a_worker_leaves_other_hosts_and_users_runs_alone() {
+    let env = TestEnv::new();
+    let t = tool_str();
+    let mut elsewhere = Run::parked(&env, &[&t, "print", "elsewhere"]);
+    elsewhere.host = "build-07".into();
+    elsewhere.insert(&env);
+    let a = Approval::pending(&elsewhere, "Proceed?");
+    a.insert(&env);
+    let someone = Run::parked(&env, &[&t, "print", "someone"]);
+    someone.insert(&env);
+    env.raw_db()
+        .execute(
+            "UPDATE tool_runs SET metadata = '{\"uid\": 4242}' WHERE tool_run_id = ?1",
+            [&someone.id],
+        )
+        .unwrap();
+    let b = Approval::pending(&someone, "Proceed?");
+    b.insert(&env);
+    for ap in [&a, &b] {
+        env.monitor()
+            .args(["decide", &ap.id, "yes"])
+            .run()
+            .expect_code(0);
+    }
+    let out = env.monitor().args(["worker", "--once"]).run();
+    out.expect_code(0);
+    assert!(
+        out.out().contains(&format!(
+            "{}: not resumed here: it ran on build-07, not on this host",
+            elsewhere.id
+        )),
+        "{}",
+        out.context()
+    );
+    assert!(
+        out.out().contains(&format!(
+            "{}: not resumed here: it was run by uid 4242",
+            someone.id
+        )),
+        "{}",
+        out.context()
+    );
+    for (run, ap) in [(&elsewhere, &a), (&someone, &b)] {
+        assert!(resumes_of(&env, &run.id).is_empty(), "{}", out.context());
+        assert_eq!(s(&run_row(&env, &run.id), "status"), "waiting_approval");
+        assert!(approval_row(&env, &ap.id)["claimed_by"].is_null());
+    }
+    // monitor restart refuses another user's finished run the same way.
+    let done = Run::parked(&env, &[&t, "print", "done"]);
+    done.insert(&env);
+    env.raw_db()
+        .execute(
+            "UPDATE tool_runs SET status = 'completed', exit_code = 0,
+                 metadata = '{\"uid\": 4242}' WHERE tool_run_id = ?1",
+            [&done.id],
+        )
+        .unwrap();
+    let out = env.monitor().args(["restart", &done.id]).run();
+    assert_ne!(out.code(), 0, "{}", out.context());
+    assert!(
+        out.stderr.contains("it was run by uid 4242"),
+        "{}",
+        out.context()
+    );
+}

@@ -59,24 +59,12 @@ pub fn run(ctx: &Ctx, args: Args) -> CliResult {
             )));
         }
     }
-    let here = hr_shared::proc::hostname();
-    if let Some(host) = run.host.as_deref().filter(|h| *h != here) {
-        return Err(CliError::error(format!(
-            "{id} ran on {}, not on this host ({}): restart it there",
-            sanitize_line(host),
-            sanitize_line(&here)
-        )));
-    }
-    let meta = run.metadata.as_ref();
     // SAFETY: geteuid cannot fail.
     let uid = u64::from(unsafe { libc::geteuid() });
-    if let Some(owner) = meta.and_then(|m| m.get("uid")).and_then(|u| u.as_u64())
-        && owner != uid
-    {
-        return Err(CliError::error(format!(
-            "{id} was run by uid {owner}, not by you (uid {uid}): only its user may run it again"
-        )));
+    if let Some(why) = rules::not_ours(&run, &hr_shared::proc::hostname(), uid) {
+        return Err(CliError::error(format!("{id}: {why}")));
     }
+    let meta = run.metadata.as_ref();
     if run.argv_json.is_empty() {
         return Err(CliError::error(format!("{id} has no stored command line")));
     }
