@@ -181,6 +181,7 @@ pub fn run(
             .then(queries::Scanner::default),
         unanswered: Vec::new(),
         queried_at: None,
+        held: Vec::new(),
     };
     let outcome = sup.run_loop();
     let Supervisor { recorder, .. } = sup;
@@ -305,6 +306,8 @@ struct Supervisor<'a> {
     unanswered: Vec<Query>,
     /// When the oldest of them was found.
     queried_at: Option<Instant>,
+    /// Replies made and not sent yet: the tool's terminal still echoes.
+    held: Vec<u8>,
 }
 
 /// How often all of `/proc` is walked for readers of the terminal outside the tool's
@@ -614,8 +617,9 @@ impl Supervisor<'_> {
         if self.touch_pending {
             deadlines.push(self.last_touch.map_or(now, |t| t + TOUCH_EVERY));
         }
-        if !self.unanswered.is_empty() {
-            // The screen model is catching up to a query: answer it soon.
+        if !self.unanswered.is_empty() || !self.held.is_empty() {
+            // The screen model is catching up to a query, or the tool is turning echo off:
+            // answer it soon.
             deadlines.push(now + Duration::from_millis(2));
         }
         if self.output_paused() {
@@ -854,7 +858,12 @@ impl Supervisor<'_> {
     /// Answers the tool's questions to its terminal from the screen model, once it has taken
     /// in the output up to them (a tool waiting for the reply writes nothing after them).
     fn answer_queries(&mut self, now: Instant) {
-        if self.unanswered.is_empty() || !self.recorder.caught_up() {
+        if !self.unanswered.is_empty() && self.recorder.caught_up() {
+            // Made now, from the screen as the query found it; sent once echo is off.
+            let replies = self.replies();
+            self.held.extend(replies);
+        }
+        if self.held.is_empty() {
             return;
         }
         let echoing = self
@@ -865,6 +874,13 @@ impl Supervisor<'_> {
             return;
         }
         self.queried_at = None;
+        // As a terminal's would: a reply that cannot be written changes nothing.
+        let _ = self.pty.write_all(&self.held);
+        self.held.clear();
+    }
+
+    /// The replies to the queries found so far, from the screen model as it is.
+    fn replies(&mut self) -> Vec<u8> {
         let state = self
             .recorder
             .shared
@@ -885,13 +901,10 @@ impl Supervisor<'_> {
                 })
             })
             .unwrap_or_default();
-        let replies: Vec<u8> = self
-            .unanswered
+        self.unanswered
             .drain(..)
             .flat_map(|q| queries::reply(q, &state))
-            .collect();
-        // As a terminal's would: a reply that cannot be written changes nothing.
-        let _ = self.pty.write_all(&replies);
+            .collect()
     }
 
     /// One detector tick: the conversation looks at the terminal as far as it needs to.
