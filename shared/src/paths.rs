@@ -305,6 +305,11 @@ mod tests {
         assert_eq!(p.root, PathBuf::from("/s"));
         assert_eq!(p.db, PathBuf::from("/w/.worktrees/pipeline_state.db"));
         assert_eq!(p.combined_log(), PathBuf::from("/s/logs/combined.log"));
+    }
+
+    #[test]
+    fn run_logs_are_named_only_by_run_ids() {
+        let p = StatePaths::at("/s");
         let id = "TR-01M851PH9Y00000HBT4PZ50003";
         assert_eq!(
             p.run_log(id),
