@@ -154,3 +154,26 @@ fn terminal_queries_are_answered_and_never_echoed() {
         out.context()
     );
 }
+
+/// A tool that floods its terminal with queries and never reads a reply: the replies are
+/// bounded (64 unanswered at a time), so the shim never blocks writing them into a full
+/// input queue, every query still passes through to stdout, and the tool's exit code is
+/// kept.
+#[test]
+fn a_flood_of_unread_terminal_queries_neither_blocks_nor_loses_output() {
+    let env = TestEnv::new();
+    let flood = r#"
+import os, sys, time
+for _ in range(20000):
+    os.write(1, b"\x1b[6n\x1b[c")
+time.sleep(0.5)
+print("DONE")
+sys.exit(7)
+"#;
+    let out = env.shim().args(["python3", "-c", flood]).run();
+    out.expect_code(7);
+    let text = out.out();
+    assert_eq!(text.matches("\x1b[6n").count(), 20000, "{}", out.context());
+    assert!(text.contains("DONE"), "{}", out.context());
+    assert_eq!(s(&env.only_run(), "status"), "failed");
+}
