@@ -52,11 +52,7 @@ impl CancelOutcome {
         let CancelOutcome::Marked { run } = self else {
             return self;
         };
-        let uid = run
-            .metadata
-            .as_ref()
-            .and_then(|m| m.get("uid"))
-            .and_then(|u| u.as_u64());
+        let uid = run.uid();
         if run.exit_code.is_none()
             && rules::shim_gone(&run, host).is_none()
             && let Some(pid) = run.shim_pid.map(|p| p as i32)

@@ -143,11 +143,7 @@ pub fn not_ours(run: &ToolRun, host: &str, uid: u64) -> Option<String> {
             crate::sanitize::sanitize_line(host)
         ));
     }
-    let owner = run
-        .metadata
-        .as_ref()
-        .and_then(|m| m.get("uid"))
-        .and_then(|u| u.as_u64())?;
+    let owner = run.uid()?;
     (owner != uid).then(|| {
         format!("it was run by uid {owner}, not by uid {uid}: only its own user may run it again")
     })

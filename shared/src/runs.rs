@@ -38,6 +38,12 @@ pub struct ToolRun {
 }
 
 impl ToolRun {
+    /// The uid the run's shim ran as (`metadata.uid`); `None` for runs from before it was
+    /// recorded.
+    pub fn uid(&self) -> Option<u64> {
+        self.metadata.as_ref()?.get("uid")?.as_u64()
+    }
+
     /// The `tool_status_change` event of this run changing from `previous`.
     pub fn status_event(
         &self,

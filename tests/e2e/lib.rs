@@ -873,6 +873,32 @@ fn installed_in_place(name: &str, install: impl FnOnce(&Path)) -> PathBuf {
     done
 }
 
+/// `npm install --prefix dir PACKAGES`.
+fn npm_install(dir: &Path, packages: &[&str]) {
+    run_install(
+        Command::new("npm")
+            .args(["install", "--no-audit", "--no-fund", "--loglevel=error"])
+            .arg("--prefix")
+            .arg(dir)
+            .args(packages),
+        &format!("npm install {}", packages.join(" ")),
+    );
+}
+
+/// A venv in `dir` with `packages` from PyPI.
+fn venv_install(dir: &Path, packages: &[&str]) {
+    run_install(
+        Command::new("python3").args(["-m", "venv"]).arg(dir),
+        "python3 -m venv",
+    );
+    run_install(
+        Command::new(dir.join("bin/python"))
+            .args(["-m", "pip", "install", "-q", "--disable-pip-version-check"])
+            .args(packages),
+        &format!("pip install {}", packages.join(" ")),
+    );
+}
+
 fn run_install(cmd: &mut Command, what: &str) {
     let out = cmd
         .stdin(Stdio::null())
@@ -894,16 +920,7 @@ pub fn inquirer_fixture() -> PathBuf {
     need("npm", "npm");
     static LOCK: Mutex<()> = Mutex::new(());
     let _one = LOCK.lock().unwrap_or_else(|e| e.into_inner());
-    let dir = installed_once("node", |dir| {
-        run_install(
-            Command::new("npm")
-                .args(["install", "--no-audit", "--no-fund", "--loglevel=error"])
-                .arg("--prefix")
-                .arg(dir)
-                .arg(INQUIRER),
-            "npm install @inquirer/prompts",
-        );
-    });
+    let dir = installed_once("node", |dir| npm_install(dir, &[INQUIRER]));
     let script = dir.join("inquirer.mjs");
     // Copied only when it changed: a decision binds to the script it was asked by.
     let text = std::fs::read(fixture("libs/inquirer.mjs")).expect("read the inquirer fixture");
@@ -920,18 +937,7 @@ pub fn inquirer_fixture() -> PathBuf {
 pub fn prompt_libs_python() -> PathBuf {
     static LOCK: Mutex<()> = Mutex::new(());
     let _one = LOCK.lock().unwrap_or_else(|e| e.into_inner());
-    let dir = installed_once("py-2", |dir| {
-        run_install(
-            Command::new("python3").args(["-m", "venv"]).arg(dir),
-            "python3 -m venv",
-        );
-        run_install(
-            Command::new(dir.join("bin/python"))
-                .args(["-m", "pip", "install", "-q", "--disable-pip-version-check"])
-                .args(PY_LIBS),
-            "pip install questionary InquirerPy prompt_toolkit rich click",
-        );
-    });
+    let dir = installed_once("py-2", |dir| venv_install(dir, PY_LIBS));
     dir.join("bin/python")
 }
 
@@ -976,14 +982,7 @@ pub fn npm_agents_bin() -> PathBuf {
     static LOCK: Mutex<()> = Mutex::new(());
     let _one = LOCK.lock().unwrap_or_else(|e| e.into_inner());
     let dir = installed_once("agents-1", |dir| {
-        run_install(
-            Command::new("npm")
-                .args(["install", "--no-audit", "--no-fund", "--loglevel=error"])
-                .arg("--prefix")
-                .arg(dir)
-                .args(NPM_AGENTS),
-            "npm install the coding agents",
-        );
+        npm_install(dir, NPM_AGENTS);
     });
     dir.join("node_modules/.bin")
 }
@@ -992,18 +991,7 @@ pub fn npm_agents_bin() -> PathBuf {
 pub fn aider_bin() -> PathBuf {
     static LOCK: Mutex<()> = Mutex::new(());
     let _one = LOCK.lock().unwrap_or_else(|e| e.into_inner());
-    let dir = installed_in_place("aider-1", |dir| {
-        run_install(
-            Command::new("python3").args(["-m", "venv"]).arg(dir),
-            "python3 -m venv",
-        );
-        run_install(
-            Command::new(dir.join("bin/python"))
-                .args(["-m", "pip", "install", "-q", "--disable-pip-version-check"])
-                .arg(AIDER),
-            "pip install aider-chat",
-        );
-    });
+    let dir = installed_in_place("aider-1", |dir| venv_install(dir, &[AIDER]));
     dir.join("bin")
 }
 
