@@ -65,6 +65,8 @@ enum Command {
     Policies(cmd::policies::Args),
     /// The settings in force and where each comes from; --example prints a config file
     Config(cmd::config::Args),
+    /// Set up the PostgreSQL store: `db init URL`, `db grant USER runner|operator|viewer`
+    Db(cmd::db::Args),
     /// Shell completions for monitor or headless-run (bash, zsh, fish, elvish, powershell)
     Completions(cmd::completions::Args),
     /// Write man pages for monitor, each subcommand and headless-run into a directory
@@ -168,6 +170,7 @@ pub fn run() -> CliResult {
         Some(Command::Gc(args)) => cmd::gc::run(&ctx, args),
         Some(Command::Policies(args)) => cmd::policies::run(&ctx, args),
         Some(Command::Config(args)) => cmd::config::run(&ctx, args),
+        Some(Command::Db(args)) => cmd::db::run(args),
         Some(Command::Completions(args)) => cmd::completions::completions(args),
         Some(Command::Restart(args)) => cmd::restart::run(&ctx, args),
         Some(Command::Man(args)) => cmd::completions::man(args),

@@ -190,6 +190,15 @@ pub enum StoreError {
     ReadOnly(String),
     #[error("database error: {0}")]
     Sqlite(rusqlite::Error),
+    /// The database server refused or failed (its message, never the credentials).
+    #[error("database server: {0}")]
+    Server(String),
+    /// The server said this login may not do that.
+    #[error("refused by the database server: {0}")]
+    Denied(String),
+    /// The configured store does not do this yet.
+    #[error("{0} is not available on the PostgreSQL store yet")]
+    Unsupported(&'static str),
 }
 
 impl From<rusqlite::Error> for StoreError {

@@ -453,6 +453,20 @@ fn itoa(n: i64, scratch: &mut [u8; 20]) -> &[u8] {
 }
 
 /// Whether a character is written as `\uXXXX` beyond JSON's own escapes.
+/// JSON text (as serde writes it) with the characters a terminal may act on written as
+/// `\uXXXX`; they can only occur inside its strings.
+pub fn escape_risky(json: &str) -> String {
+    let mut out = String::with_capacity(json.len());
+    for c in json.chars() {
+        if terminal_risky(c) {
+            out.push_str(&format!("\\u{:04x}", c as u32));
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
 fn terminal_risky(c: char) -> bool {
     matches!(c, '\u{7f}'..='\u{9f}' | '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
 }

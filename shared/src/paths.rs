@@ -36,6 +36,9 @@ pub struct StatePaths {
     pub root: PathBuf,
     /// The SQLite database (`root/state.db` unless `HEADLESS_RUN_DB` says otherwise).
     pub db: PathBuf,
+    /// The PostgreSQL store, when `HEADLESS_RUN_DB` is a `postgres://` URL (then `db` is
+    /// unused).
+    pub store_url: Option<String>,
 }
 
 impl StatePaths {
@@ -43,7 +46,11 @@ impl StatePaths {
     pub fn at(root: impl Into<PathBuf>) -> Self {
         let root = root.into();
         let db = root.join("state.db");
-        StatePaths { root, db }
+        StatePaths {
+            root,
+            db,
+            store_url: None,
+        }
     }
 
     /// Resolves from a `--state-dir` flag and the real environment.
@@ -61,11 +68,29 @@ impl StatePaths {
             },
         };
         let root = absolute(&root)?;
+        let mut store_url = None;
         let db = match non_empty(env("HEADLESS_RUN_DB")) {
+            Some(url) if url.to_str().is_some_and(crate::store::postgres::is_url) => {
+                store_url = url.into_string().ok();
+                root.join("state.db")
+            }
             Some(db) => absolute(Path::new(&db))?,
             None => root.join("state.db"),
         };
-        Ok(StatePaths { root, db })
+        Ok(StatePaths {
+            root,
+            db,
+            store_url,
+        })
+    }
+
+    /// The store as messages name it: the database file, or the server's URL without its
+    /// password.
+    pub fn store_label(&self) -> String {
+        match &self.store_url {
+            Some(url) => crate::store::postgres::without_password(url),
+            None => self.db.display().to_string(),
+        }
     }
 
     /// How an operator reaches this state from another shell: `monitor`, with
@@ -75,6 +100,11 @@ impl StatePaths {
         let default_root = xdg_dir(env, "XDG_STATE_HOME", ".local/state")
             .map(|d| d.join("headless-run"))
             .ok();
+        // On the PostgreSQL store an operator uses their own login (their HEADLESS_RUN_DB),
+        // never the runner's URL, and no state dir of this host.
+        if self.store_url.is_some() {
+            return "monitor".into();
+        }
         let mut cmd = String::new();
         if self.db != self.root.join("state.db") {
             cmd.push_str(&format!(
@@ -330,6 +360,7 @@ mod tests {
         let paths = StatePaths {
             root: tmp.path().join("state"),
             db: tmp.path().join("state/state.db"),
+            store_url: None,
         };
         paths.ensure_dirs().unwrap();
         for d in [paths.root.clone(), paths.logs_dir(), paths.runs_dir()] {

@@ -300,15 +300,17 @@ impl StoreThread {
     }
 
     fn db_warning(&self, e: &StoreError) {
-        let db = self
-            .paths
-            .as_ref()
-            .map(|p| p.db.display().to_string())
-            .unwrap_or_default();
+        let Some(paths) = &self.paths else {
+            return;
+        };
+        let db = paths.store_label();
+        let later = if paths.store_url.is_some() {
+            "its records are kept in this process and written if the server answers before the tool ends"
+        } else {
+            "its run is kept for the store to take later"
+        };
         warn_once(&self.warned_db, || {
-            format!(
-                "state store {db} unavailable ({e}); the tool runs on, and its run is kept for the store to take later"
-            )
+            format!("state store {db} unavailable ({e}); the tool runs on, and {later}")
         });
     }
 
@@ -460,7 +462,7 @@ impl StoreThread {
                 Ok(done.value)
             }
             Err(e) => Err(match &self.paths {
-                Some(p) => format!("the state store {} is unavailable: {e}", p.db.display()),
+                Some(p) => format!("the state store {} is unavailable: {e}", p.store_label()),
                 None => e.to_string(),
             }),
         }

@@ -1017,7 +1017,7 @@ impl Supervisor<'_> {
             hr_shared::store::runner_watch(paths),
             paths.combined_log(),
             a,
-            hr_shared::store::doorbell::Doorbell::new(&paths.db),
+            hr_shared::store::doorbell::for_store(paths),
         ))
     }
 

@@ -482,6 +482,16 @@ pub struct Cmd {
 }
 
 impl Cmd {
+    /// `program` with the test process's environment and directory (for helpers such as
+    /// `psql`; tools under test go through [`TestEnv::command`]).
+    pub fn plain(program: impl AsRef<OsStr>) -> Cmd {
+        Cmd {
+            cmd: Command::new(program),
+            stdin: Input::Null,
+            timeout: Duration::from_secs(60),
+        }
+    }
+
     pub fn arg(&mut self, a: impl AsRef<OsStr>) -> &mut Self {
         self.cmd.arg(a);
         self

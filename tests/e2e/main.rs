@@ -23,6 +23,7 @@ mod logs;
 mod not_prompts;
 mod operator;
 mod passthrough;
+mod postgres;
 mod prompts;
 mod reconcile;
 mod records;

@@ -220,7 +220,9 @@ fn walk(dir: &Path, f: &mut dyn FnMut(&Path, &fs::Metadata)) {
 
 fn check_database(ctx: &Ctx, r: &mut Report) {
     let path = &ctx.paths.db;
-    if !path.exists() {
+    let remote = ctx.paths.store_url.is_some();
+    let name = ctx.paths.store_label();
+    if !remote && !path.exists() {
         r.info(format!(
             "no database at {} yet (the first tool run through headless-run creates it)",
             path.display()
@@ -229,32 +231,43 @@ fn check_database(ctx: &Ctx, r: &mut Report) {
     }
     let mut store = store::inspector(&ctx.paths);
     if let Err(e) = store.connect() {
-        r.fail(format!("cannot open {}: {e}", path.display()));
+        r.fail(format!("cannot open {name}: {e}"));
         return;
     }
     let health = match store.health() {
         Ok(h) => h,
+        Err(e) if remote => {
+            r.fail(format!(
+                "{name}: no headless-run schema readable by this login ({e}); `monitor db init` creates it, `monitor db grant` gives a login a role"
+            ));
+            return;
+        }
         Err(e) => {
-            r.fail(format!("{}: not a usable database: {e}", path.display()));
+            r.fail(format!("{name}: not a usable database: {e}"));
             return;
         }
     };
     let (v, supported) = (health.schema_version, health.supported_version);
+    let migrate = if remote {
+        "`monitor db init` migrates it"
+    } else {
+        "any monitor or headless-run command migrates it"
+    };
     if v == supported {
-        r.ok(format!("database {} at schema version {v}", path.display()));
+        r.ok(format!("database {name} at schema version {v}"));
     } else if v < supported {
         r.fail(format!(
-            "database {} is at schema version {v}, this build writes {supported} (any monitor or headless-run command migrates it)",
-            path.display(),
+            "database {name} is at schema version {v}, this build writes {supported} ({migrate})"
         ));
     } else {
         r.fail(format!(
-            "database {} is at schema version {v}, newer than this build ({supported}): upgrade headless-run and monitor",
-            path.display(),
+            "database {name} is at schema version {v}, newer than this build ({supported}): upgrade headless-run and monitor"
         ));
     }
     let m = health.journal;
-    if m.eq_ignore_ascii_case("wal") {
+    if remote {
+        r.ok("PostgreSQL store: decisions are recorded with the login that made them");
+    } else if m.eq_ignore_ascii_case("wal") {
         r.ok("database in WAL mode");
     } else {
         r.fail(format!(

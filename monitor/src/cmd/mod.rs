@@ -4,6 +4,7 @@ pub mod approvals;
 pub mod cancel;
 pub mod completions;
 pub mod config;
+pub mod db;
 pub mod decide;
 pub mod doctor;
 pub mod gc;

@@ -53,7 +53,7 @@ pub fn run(ctx: &Ctx, args: Args) -> CliResult {
     let kind = parse::id_kind(&args.id)?;
     let mut store = ctx.open()?;
     // A write to the database (the decision, the run ending) is looked at at once.
-    let bell = hr_shared::store::doorbell::Doorbell::new(&ctx.paths.db);
+    let bell = hr_shared::store::doorbell::for_store(&ctx.paths);
     let id = &ctx.full_id(store.as_mut(), &args.id)?;
     let host = LocalHost::new();
     stop::install();

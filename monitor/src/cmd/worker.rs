@@ -82,7 +82,7 @@ pub fn run(ctx: &Ctx, args: Args) -> CliResult {
     while !stop::requested() {
         if bell.is_none() {
             // Made once its directory exists (a worker may start before any run).
-            bell = hr_shared::store::doorbell::Doorbell::new(&ctx.paths.db);
+            bell = hr_shared::store::doorbell::for_store(&ctx.paths);
         }
         let passed = std::time::Instant::now();
         if let Err(e) = worker.pass(false) {

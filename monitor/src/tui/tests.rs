@@ -40,6 +40,7 @@ impl World {
         let paths = StatePaths {
             root: tmp.path().join("state"),
             db: tmp.path().join("state/state.db"),
+            store_url: None,
         };
         paths.ensure_dirs().unwrap();
         let mut store = SqliteStore::create(paths.clone());
@@ -868,6 +869,7 @@ fn the_feed_reports_a_missing_database_and_recovers() {
     let paths = StatePaths {
         root: tmp.path().join("state"),
         db: tmp.path().join("state/state.db"),
+        store_url: None,
     };
     let (tx, rx) = mpsc::channel();
     let (req_tx, req_rx) = mpsc::channel();
@@ -1004,6 +1006,7 @@ fn a_corrupt_database_is_a_message_not_a_crash() {
     let paths = StatePaths {
         root: tmp.path().join("state"),
         db: tmp.path().join("state/state.db"),
+        store_url: None,
     };
     paths.ensure_dirs().unwrap();
     // Garbage where the database should be: no SQLite header, just noise.

@@ -82,7 +82,7 @@ pub fn approval_for(who: &Asker, req: &PromptRequest) -> Approval {
 
 /// The context of a new approval for a screen that changed since `old` was decided on the
 /// same prompt: what changed first (`+` lines now shown, `-` lines gone), then the screen.
-fn changed_context(old: &Approval, fresh: &Approval, what: &str) -> String {
+pub(super) fn changed_context(old: &Approval, fresh: &Approval, what: &str) -> String {
     let now = fresh.context.as_deref().unwrap_or("");
     let old_seen = fingerprint::seen_text(old.context.as_deref().unwrap_or(""), &old.question);
     let new_seen = fingerprint::seen_text(now, &fresh.question);

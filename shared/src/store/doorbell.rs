@@ -4,6 +4,10 @@
 //! deleted and made anew across checkpoints, so its directory is watched, not the file).
 //! A doorbell only says "look now": the waiter still reads the store's change mark, and
 //! without inotify (or when the bell is lost) it looks on its poll as before.
+//!
+//! On the PostgreSQL store the bell is a pipe that a listener thread writes to on every
+//! `NOTIFY headless_run` (sent by the server's functions as a decision, expiry or new
+//! approval commits): see [`super::postgres::listen`].
 
 use std::ffi::CString;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
@@ -11,15 +15,34 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 use std::time::Duration;
 
-/// Rings when the database at `db` or its WAL is written.
+/// Rings when the database at `db` or its WAL is written (or, on the PostgreSQL store,
+/// when the server notifies).
 #[derive(Debug)]
 pub struct Doorbell {
     fd: OwnedFd,
-    /// The names that ring it: the database's file name, and with `-wal` appended.
-    names: [Vec<u8>; 2],
+    /// The names that ring it: the database's file name, and with `-wal` appended; `None`
+    /// for a pipe, where any byte rings.
+    names: Option<[Vec<u8>; 2]>,
+}
+
+/// A doorbell for the store `paths` names.
+pub fn for_store(paths: &crate::paths::StatePaths) -> Option<Doorbell> {
+    match &paths.store_url {
+        None => Doorbell::new(&paths.db),
+        Some(url) => super::postgres::listen(url),
+    }
 }
 
 impl Doorbell {
+    /// A doorbell rung by bytes written to the other end of the pipe `read_end`
+    /// (non-blocking).
+    pub(crate) fn from_pipe(read_end: OwnedFd) -> Doorbell {
+        Doorbell {
+            fd: read_end,
+            names: None,
+        }
+    }
+
     /// A doorbell for the database at `db`; `None` where inotify cannot watch its
     /// directory (no inotify, no watches left, the directory gone).
     pub fn new(db: &Path) -> Option<Doorbell> {
@@ -45,7 +68,7 @@ impl Doorbell {
         }
         Some(Doorbell {
             fd,
-            names: [name, wal],
+            names: Some([name, wal]),
         })
     }
 
@@ -65,7 +88,10 @@ impl Doorbell {
             if n <= 0 {
                 return rang;
             }
-            rang |= events_name(&buf[..n as usize], &self.names);
+            rang |= match &self.names {
+                Some(names) => events_name(&buf[..n as usize], names),
+                None => true,
+            };
         }
     }
 

@@ -5,10 +5,12 @@
 //! The rules (answering, takeover, expiry, cancel, claim, reconcile) are plain functions in
 //! [`crate::rules`], fed the facts only the caller's host knows ([`HostFacts`]).
 //!
-//! Implementations: [`sqlite::SqliteStore`] (embedded, the default).
+//! Implementations: [`sqlite::SqliteStore`] (embedded, the default) and [`postgres`]
+//! (`HEADLESS_RUN_DB=postgres://…`: many hosts and users).
 
 mod asking;
 pub mod doorbell;
+pub mod postgres;
 pub mod sqlite;
 pub mod watch;
 
@@ -395,24 +397,45 @@ pub trait OperatorStore {
     fn health(&mut self) -> StoreResult<StoreHealth>;
 }
 
-/// The store a shim records its run in: the embedded SQLite database of `paths`, created
-/// when missing.
+/// The store URL in `HEADLESS_RUN_DB`, when it holds one (a path there is the SQLite
+/// database's).
+pub fn url_from_env() -> Option<String> {
+    std::env::var("HEADLESS_RUN_DB")
+        .ok()
+        .filter(|v| postgres::is_url(v))
+}
+
+/// The store a shim records its run in: the one `HEADLESS_RUN_DB` names, else the embedded
+/// SQLite database of `paths`, created when missing.
 pub fn runner(paths: &StatePaths) -> Box<dyn RunnerStore> {
-    Box::new(sqlite::SqliteStore::create(paths.clone()))
+    match &paths.store_url {
+        None => Box::new(sqlite::SqliteStore::create(paths.clone())),
+        Some(url) => Box::new(postgres::PgRunner::new(url)),
+    }
 }
 
 /// A second session on the store a shim records in (a wait-mode watcher's), on a database
 /// that must exist by then.
 pub fn runner_watch(paths: &StatePaths) -> Box<dyn RunnerStore> {
-    Box::new(sqlite::SqliteStore::existing(paths.clone()))
+    match &paths.store_url {
+        None => Box::new(sqlite::SqliteStore::existing(paths.clone())),
+        Some(url) => Box::new(postgres::PgRunner::new(url)),
+    }
 }
 
 /// A read-only look at the store as it is (no migration), for `monitor doctor`.
 pub fn inspector(paths: &StatePaths) -> Box<dyn OperatorStore> {
-    Box::new(sqlite::SqliteStore::inspect(paths.clone()))
+    match &paths.store_url {
+        None => Box::new(sqlite::SqliteStore::inspect(paths.clone())),
+        Some(url) => Box::new(postgres::PgOperator::new(url)),
+    }
 }
 
-/// The store `monitor` works on: the SQLite database of `paths`, which must exist.
+/// The store `monitor` works on: the one `HEADLESS_RUN_DB` names, else the SQLite database
+/// of `paths`, which must exist.
 pub fn operator(paths: &StatePaths) -> Box<dyn OperatorStore> {
-    Box::new(sqlite::SqliteStore::existing(paths.clone()))
+    match &paths.store_url {
+        None => Box::new(sqlite::SqliteStore::existing(paths.clone())),
+        Some(url) => Box::new(postgres::PgOperator::new(url)),
+    }
 }

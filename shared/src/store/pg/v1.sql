@@ -1,0 +1,584 @@
+-- Schema v1 of the PostgreSQL store: the tables (as SQLite's, with json as jsonb), the
+-- append-only audit chain, and the functions that are the only way the roles write.
+-- Applied by `monitor db init` inside one transaction under an advisory lock.
+
+CREATE TABLE hr.tool_runs (
+    tool_run_id             text PRIMARY KEY CHECK (tool_run_id ~ '^TR-[0-9A-HJKMNP-TV-Z]{26}$'),
+    tool_name               text NOT NULL,
+    execution_id            text,
+    status                  text NOT NULL,
+    reason                  text,
+    exit_code               integer,
+    started_at              text NOT NULL,
+    completed_at            text,
+    last_output_at          text,
+    last_heartbeat_at       text,
+    supervisor_heartbeat_at text,
+    last_error_msg          text,
+    pid                     bigint,
+    shim_pid                bigint,
+    shim_start_time         bigint,
+    host                    text,
+    argv_json               jsonb NOT NULL DEFAULT '[]',
+    cwd                     text,
+    resumed_from            text,
+    metadata                jsonb,
+    updated_at              text NOT NULL,
+    -- Who started it (the database login) and what it may touch: only the store sees these.
+    runner_login            text NOT NULL,
+    request_fingerprint     text NOT NULL,
+    capability_hash         text NOT NULL
+);
+CREATE INDEX tool_runs_status ON hr.tool_runs(status);
+CREATE INDEX tool_runs_started ON hr.tool_runs(started_at);
+CREATE INDEX tool_runs_open ON hr.tool_runs(status) WHERE completed_at IS NULL;
+
+CREATE TABLE hr.approvals (
+    approval_id         text PRIMARY KEY,
+    tool_run_id         text NOT NULL,
+    tool_name           text NOT NULL,
+    execution_id        text,
+    question            text NOT NULL,
+    context             text,
+    options_json        jsonb NOT NULL DEFAULT '[]',
+    default_value       text,
+    allows_text         boolean NOT NULL DEFAULT false,
+    status              text NOT NULL,
+    chosen_value        text,
+    created_at          text NOT NULL,
+    decided_at          text,
+    expires_at          text,
+    decided_by          text,
+    decision_channel    text,
+    comment             text,
+    request_fingerprint text,
+    prompt_fingerprint  text,
+    consumed_at         text,
+    consumed_by         text,
+    prompt_kind         text,
+    prompt_line         text,
+    rule_name           text,
+    expire_action       text NOT NULL DEFAULT 'reject',
+    claimed_by          text,
+    claimed_at          text,
+    resumed_run_id      text,
+    screen_digest       text,
+    tool_digest         text
+);
+CREATE INDEX approvals_status ON hr.approvals(status);
+CREATE INDEX approvals_run ON hr.approvals(tool_run_id);
+CREATE INDEX approvals_resume ON hr.approvals(request_fingerprint, prompt_fingerprint);
+
+-- The audit chain: each row's hash covers the previous hash and every field (the same
+-- encoding as the SQLite store's, so one verifier checks both). `db_user` is the
+-- authenticated login that caused the row, whatever `actor` the client named.
+CREATE TABLE hr.events (
+    id          bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    at          text NOT NULL,
+    event       text NOT NULL,
+    tool_run_id text,
+    approval_id text,
+    actor       text NOT NULL,
+    db_user     text NOT NULL,
+    data        text NOT NULL,
+    prev_hash   text NOT NULL,
+    hash        text NOT NULL
+);
+CREATE INDEX events_run ON hr.events(tool_run_id);
+CREATE INDEX events_approval ON hr.events(approval_id);
+
+CREATE FUNCTION hr.no_rewrite() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    RAISE EXCEPTION 'the audit chain is append-only (% refused for %)', TG_OP, session_user
+        USING ERRCODE = 'insufficient_privilege';
+END $$;
+CREATE TRIGGER events_append_only BEFORE UPDATE OR DELETE ON hr.events
+    FOR EACH ROW EXECUTE FUNCTION hr.no_rewrite();
+CREATE TRIGGER events_no_truncate BEFORE TRUNCATE ON hr.events
+    FOR EACH STATEMENT EXECUTE FUNCTION hr.no_rewrite();
+
+-- Times as the Rust side writes them: RFC 3339 UTC with milliseconds.
+CREATE FUNCTION hr.now() RETURNS text LANGUAGE sql VOLATILE AS $$
+    SELECT to_char(clock_timestamp() AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"')
+$$;
+
+-- Eight bytes, little-endian: a length in the chain's encoding.
+CREATE FUNCTION hr.le8(n bigint) RETURNS bytea LANGUAGE plpgsql IMMUTABLE AS $$
+DECLARE
+    out bytea := '\x0000000000000000';
+BEGIN
+    FOR i IN 0..7 LOOP
+        out := set_byte(out, i, ((n >> (8 * i)) & 255)::int);
+    END LOOP;
+    RETURN out;
+END $$;
+
+CREATE FUNCTION hr.chain_field(s text) RETURNS bytea LANGUAGE sql IMMUTABLE AS $$
+    SELECT CASE WHEN s IS NULL THEN '\x00'::bytea
+        ELSE '\x01'::bytea || hr.le8(octet_length(s)) || convert_to(s, 'UTF8') END
+$$;
+
+CREATE FUNCTION hr.audit(p_event text, p_run text, p_approval text, p_actor text, p_data jsonb)
+RETURNS bigint LANGUAGE plpgsql AS $$
+DECLARE
+    prev text;
+    at text := hr.now();
+    body text := p_data::text;
+    h text;
+    new_id bigint;
+BEGIN
+    -- One writer of the chain at a time.
+    PERFORM pg_advisory_xact_lock(hashtext('headless-run audit chain'));
+    SELECT hash INTO prev FROM hr.events ORDER BY id DESC LIMIT 1;
+    prev := coalesce(prev, repeat('0', 64));
+    h := encode(sha256(hr.chain_field(prev) || hr.chain_field(at) || hr.chain_field(p_event)
+        || hr.chain_field(p_run) || hr.chain_field(p_approval) || hr.chain_field(p_actor)
+        || hr.chain_field(body)), 'hex');
+    INSERT INTO hr.events (at, event, tool_run_id, approval_id, actor, db_user, data, prev_hash, hash)
+    VALUES (at, p_event, p_run, p_approval, p_actor, session_user, body, prev, h)
+    RETURNING id INTO new_id;
+    RETURN new_id;
+END $$;
+
+-- A decision or expiry wakes whoever listens.
+CREATE FUNCTION hr.ring(p_approval text) RETURNS void LANGUAGE sql AS $$
+    SELECT pg_notify('headless_run', coalesce(p_approval, ''))
+$$;
+
+-- The run a runner's capability opens, locked for the transaction; refused otherwise.
+CREATE FUNCTION hr.own_run(p_run text, p_cap text) RETURNS hr.tool_runs
+LANGUAGE plpgsql AS $$
+DECLARE
+    r hr.tool_runs;
+BEGIN
+    SELECT * INTO r FROM hr.tool_runs WHERE tool_run_id = p_run FOR UPDATE;
+    IF NOT FOUND OR r.runner_login <> session_user
+       OR r.capability_hash <> encode(sha256(convert_to(coalesce(p_cap, ''), 'UTF8')), 'hex') THEN
+        PERFORM hr.audit('access_denied', NULL, NULL, session_user,
+            jsonb_build_object('what', 'run ' || coalesce(p_run, '?'), 'why', 'no capability for it'));
+        RAISE EXCEPTION 'run %: not yours (no capability for it)', p_run
+            USING ERRCODE = 'insufficient_privilege';
+    END IF;
+    RETURN r;
+END $$;
+
+CREATE FUNCTION hr.approval_row(p_id text) RETURNS jsonb LANGUAGE sql STABLE AS $$
+    SELECT to_jsonb(a) FROM hr.approvals a WHERE approval_id = p_id
+$$;
+
+CREATE FUNCTION hr.run_row(p_id text) RETURNS jsonb LANGUAGE sql STABLE AS $$
+    SELECT to_jsonb(r) - 'runner_login' - 'request_fingerprint' - 'capability_hash'
+    FROM hr.tool_runs r WHERE tool_run_id = p_id
+$$;
+
+CREATE FUNCTION hr.is_final(s text) RETURNS boolean LANGUAGE sql IMMUTABLE AS $$
+    SELECT s IN ('completed', 'failed', 'failed_timeout', 'cancelled')
+$$;
+
+-- Moves a run's status; returns the previous one, or NULL when the guard refused.
+-- p_guard: 'any', 'not_final', 'not_cancelled', or 'from:a,b'.
+CREATE FUNCTION hr.set_status(p_run text, p_status text, p_reason text, p_exit integer,
+    p_finished boolean, p_error text, p_at text, p_guard text, p_actor text)
+RETURNS text LANGUAGE plpgsql AS $$
+DECLARE
+    cur text;
+    now_ text := coalesce(p_at, hr.now());
+BEGIN
+    IF p_status NOT IN ('queued', 'running', 'waiting_approval', 'completed', 'failed', 'failed_timeout',
+                        'stalled', 'cancelled') THEN
+        RAISE EXCEPTION 'not a run status: %', p_status USING ERRCODE = 'check_violation';
+    END IF;
+    SELECT status INTO cur FROM hr.tool_runs WHERE tool_run_id = p_run FOR UPDATE;
+    IF NOT FOUND THEN RETURN NULL; END IF;
+    IF NOT (p_guard = 'any'
+        OR (p_guard = 'not_final' AND NOT hr.is_final(cur))
+        OR (p_guard = 'not_cancelled' AND cur <> 'cancelled')
+        OR (p_guard LIKE 'from:%' AND cur = ANY(string_to_array(substr(p_guard, 6), ','))))
+    THEN
+        RETURN NULL;
+    END IF;
+    UPDATE hr.tool_runs SET status = p_status, reason = p_reason,
+        exit_code = coalesce(p_exit, exit_code),
+        completed_at = CASE WHEN p_finished THEN now_ ELSE completed_at END,
+        last_error_msg = coalesce(p_error, last_error_msg),
+        updated_at = now_
+    WHERE tool_run_id = p_run;
+    IF cur <> p_status OR p_finished THEN
+        PERFORM hr.audit('tool_status_change', p_run, NULL, p_actor, jsonb_build_object(
+            'status', p_status, 'previous_status', cur, 'reason', p_reason, 'exit_code', p_exit));
+    END IF;
+    RETURN cur;
+END $$;
+
+CREATE FUNCTION hr.audit_approval(a hr.approvals, p_actor text) RETURNS void
+LANGUAGE sql AS $$
+    SELECT hr.audit('approval_status_change', a.tool_run_id, a.approval_id, p_actor,
+        jsonb_build_object('status', a.status, 'chosen_value', a.chosen_value,
+            'decided_by', a.decided_by, 'decision_channel', a.decision_channel,
+            'comment', a.comment));
+$$;
+
+-- Expires one overdue pending approval; true when it did.
+CREATE FUNCTION hr.expire_one(p_id text) RETURNS boolean LANGUAGE plpgsql AS $$
+DECLARE
+    a hr.approvals;
+    now_ text := hr.now();
+    chosen text;
+BEGIN
+    SELECT * INTO a FROM hr.approvals WHERE approval_id = p_id AND status = 'pending'
+        AND expires_at IS NOT NULL AND expires_at <= now_ FOR UPDATE;
+    IF NOT FOUND THEN RETURN false; END IF;
+    chosen := CASE WHEN a.expire_action = 'default' THEN a.default_value END;
+    UPDATE hr.approvals SET status = 'expired', chosen_value = chosen, decided_at = now_,
+        decided_by = 'system:expiry', decision_channel = 'system:expiry',
+        comment = CASE WHEN chosen IS NOT NULL
+            THEN format('expired at %s; answered with the default `%s`', now_, chosen)
+            ELSE format('expired at %s without a decision', now_) END
+    WHERE approval_id = p_id RETURNING * INTO a;
+    PERFORM hr.audit_approval(a, 'system:expiry');
+    PERFORM hr.ring(p_id);
+    RETURN true;
+END $$;
+
+-- ---------------------------------------------------------------------------------------
+-- Everyone with a role: expiry is a rule of time, not a decision.
+
+CREATE FUNCTION hr.expire_due() RETURNS SETOF jsonb LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = hr, pg_temp AS $$
+DECLARE
+    id_ text;
+BEGIN
+    FOR id_ IN SELECT approval_id FROM hr.approvals WHERE status = 'pending'
+        AND expires_at IS NOT NULL AND expires_at <= hr.now() ORDER BY approval_id LOOP
+        IF hr.expire_one(id_) THEN
+            RETURN NEXT hr.approval_row(id_);
+        END IF;
+    END LOOP;
+END $$;
+
+-- A number that changes whenever a run or approval may have changed.
+CREATE FUNCTION hr.change_mark() RETURNS bigint LANGUAGE sql STABLE SECURITY DEFINER
+SET search_path = hr, pg_temp AS $$
+    SELECT (SELECT coalesce(max(id), 0) FROM hr.events) * 65536
+        + (SELECT count(*) FROM hr.tool_runs WHERE completed_at IS NULL) % 65536
+$$;
+
+-- ---------------------------------------------------------------------------------------
+-- The runner: one run, through its capability.
+
+-- Starts a run; returns the capability every later call of this run must show.
+CREATE FUNCTION hr.run_start(p_run jsonb, p_request_fingerprint text) RETURNS text
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = hr, pg_temp AS $$
+DECLARE
+    cap text := replace(gen_random_uuid()::text || gen_random_uuid()::text, '-', '');
+    r hr.tool_runs;
+BEGIN
+    r := jsonb_populate_record(NULL::hr.tool_runs, p_run);
+    IF r.status IS NULL OR r.status NOT IN ('queued', 'running') THEN
+        RAISE EXCEPTION 'a run starts running, not %', r.status USING ERRCODE = 'check_violation';
+    END IF;
+    r.runner_login := session_user;
+    r.request_fingerprint := p_request_fingerprint;
+    r.capability_hash := encode(sha256(convert_to(cap, 'UTF8')), 'hex');
+    INSERT INTO hr.tool_runs SELECT r.*;
+    PERFORM hr.audit('tool_run_started', r.tool_run_id, NULL, session_user,
+        jsonb_build_object('tool', r.tool_name, 'host', r.host, 'argv', r.argv_json,
+            'cwd', r.cwd, 'db_user', session_user));
+    RETURN cap;
+END $$;
+
+CREATE FUNCTION hr.run_touch(p_run text, p_cap text, p_output text, p_heartbeat text,
+    p_supervisor text) RETURNS void
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = hr, pg_temp AS $$
+BEGIN
+    PERFORM hr.own_run(p_run, p_cap);
+    UPDATE hr.tool_runs SET last_output_at = coalesce(p_output, last_output_at),
+        last_heartbeat_at = coalesce(p_heartbeat, last_heartbeat_at),
+        supervisor_heartbeat_at = coalesce(p_supervisor, supervisor_heartbeat_at)
+    WHERE tool_run_id = p_run;
+END $$;
+
+CREATE FUNCTION hr.run_pid(p_run text, p_cap text, p_pid bigint) RETURNS void
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = hr, pg_temp AS $$
+BEGIN
+    PERFORM hr.own_run(p_run, p_cap);
+    UPDATE hr.tool_runs SET pid = p_pid WHERE tool_run_id = p_run;
+END $$;
+
+CREATE FUNCTION hr.run_status(p_run text, p_cap text, p_status text, p_reason text,
+    p_exit integer, p_finished boolean, p_error text, p_at text, p_guard text)
+RETURNS text LANGUAGE plpgsql SECURITY DEFINER SET search_path = hr, pg_temp AS $$
+DECLARE
+    r hr.tool_runs := hr.own_run(p_run, p_cap);
+BEGIN
+    IF p_guard NOT IN ('not_final', 'not_cancelled') THEN
+        RAISE EXCEPTION 'a runner moves its run only while live or not cancelled'
+            USING ERRCODE = 'insufficient_privilege';
+    END IF;
+    RETURN hr.set_status(p_run, p_status, p_reason, p_exit, p_finished, p_error, p_at,
+        p_guard, session_user);
+END $$;
+
+-- How a cancelled run really ended: its exit code and end time; status and reason stay.
+CREATE FUNCTION hr.run_exit(p_run text, p_cap text, p_exit integer, p_at text) RETURNS void
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = hr, pg_temp AS $$
+BEGIN
+    PERFORM hr.own_run(p_run, p_cap);
+    UPDATE hr.tool_runs SET exit_code = p_exit, completed_at = coalesce(completed_at, p_at),
+        updated_at = p_at WHERE tool_run_id = p_run;
+END $$;
+
+CREATE FUNCTION hr.run_environment(p_run text, p_cap text, p_env jsonb) RETURNS void
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = hr, pg_temp AS $$
+BEGIN
+    PERFORM hr.own_run(p_run, p_cap);
+    UPDATE hr.tool_runs SET metadata = coalesce(metadata, '{}'::jsonb)
+        || jsonb_build_object('env', p_env, 'parked_at', hr.now())
+    WHERE tool_run_id = p_run;
+END $$;
+
+-- The approvals a run may see: its own, and those of its command (same request).
+CREATE FUNCTION hr.runner_approvals(p_run text, p_cap text, p_prompt_fingerprint text)
+RETURNS SETOF jsonb LANGUAGE plpgsql SECURITY DEFINER SET search_path = hr, pg_temp AS $$
+DECLARE
+    r hr.tool_runs := hr.own_run(p_run, p_cap);
+BEGIN
+    RETURN QUERY SELECT to_jsonb(a) FROM hr.approvals a
+        WHERE (a.request_fingerprint = r.request_fingerprint OR a.tool_run_id = p_run)
+          AND (p_prompt_fingerprint IS NULL OR a.prompt_fingerprint = p_prompt_fingerprint)
+        ORDER BY a.approval_id DESC;
+END $$;
+
+CREATE FUNCTION hr.runner_approval(p_run text, p_cap text, p_approval text) RETURNS jsonb
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = hr, pg_temp AS $$
+DECLARE
+    r hr.tool_runs := hr.own_run(p_run, p_cap);
+BEGIN
+    RETURN (SELECT to_jsonb(a) FROM hr.approvals a WHERE a.approval_id = p_approval
+        AND (a.request_fingerprint = r.request_fingerprint OR a.tool_run_id = p_run));
+END $$;
+
+-- A new pending approval of this run. Whatever the client sends, it is pending, of this
+-- run and command, and undecided.
+CREATE FUNCTION hr.approval_ask(p_run text, p_cap text, p_approval jsonb) RETURNS jsonb
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = hr, pg_temp AS $$
+DECLARE
+    r hr.tool_runs := hr.own_run(p_run, p_cap);
+    a hr.approvals := jsonb_populate_record(NULL::hr.approvals, p_approval);
+BEGIN
+    a.tool_run_id := p_run;
+    a.tool_name := r.tool_name;
+    a.execution_id := r.execution_id;
+    a.request_fingerprint := r.request_fingerprint;
+    a.status := 'pending';
+    a.created_at := hr.now();
+    a.chosen_value := NULL; a.decided_at := NULL; a.decided_by := NULL;
+    a.decision_channel := NULL; a.comment := NULL; a.consumed_at := NULL;
+    a.consumed_by := NULL; a.claimed_by := NULL; a.claimed_at := NULL;
+    a.resumed_run_id := NULL;
+    a.options_json := coalesce(a.options_json, '[]');
+    a.allows_text := coalesce(a.allows_text, false);
+    a.expire_action := CASE WHEN a.expire_action = 'default' THEN 'default' ELSE 'reject' END;
+    IF a.approval_id IS NULL OR a.approval_id !~ '^AP-[0-9A-HJKMNP-TV-Z]{26}$' THEN
+        RAISE EXCEPTION 'not an approval id: %', a.approval_id USING ERRCODE = 'check_violation';
+    END IF;
+    INSERT INTO hr.approvals SELECT a.*;
+    PERFORM hr.audit_approval(a, session_user);
+    PERFORM hr.ring(a.approval_id);
+    RETURN to_jsonb(a);
+END $$;
+
+-- A prompt answered by the runner's own config policy: recorded as decided by
+-- `policy:NAME` and used up at once, so nothing else (a re-run, a worker) ever acts on it.
+CREATE FUNCTION hr.approval_by_policy(p_run text, p_cap text, p_approval jsonb,
+    p_policy text, p_status text, p_value text) RETURNS jsonb
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = hr, pg_temp AS $$
+DECLARE
+    r hr.tool_runs := hr.own_run(p_run, p_cap);
+    a hr.approvals := jsonb_populate_record(NULL::hr.approvals, p_approval);
+    now_ text := hr.now();
+BEGIN
+    IF p_status NOT IN ('approved', 'rejected') THEN
+        RAISE EXCEPTION 'a policy approves or rejects' USING ERRCODE = 'check_violation';
+    END IF;
+    a.tool_run_id := p_run; a.tool_name := r.tool_name; a.execution_id := r.execution_id;
+    a.request_fingerprint := r.request_fingerprint;
+    a.status := p_status; a.chosen_value := p_value; a.created_at := now_;
+    a.decided_at := now_; a.decided_by := 'policy:' || p_policy;
+    a.decision_channel := 'policy:' || p_policy; a.comment := 'by the runner''s config';
+    a.consumed_at := now_; a.consumed_by := p_run;
+    a.claimed_by := NULL; a.claimed_at := NULL; a.resumed_run_id := NULL;
+    INSERT INTO hr.approvals SELECT a.*;
+    PERFORM hr.audit_approval(a, session_user);
+    RETURN to_jsonb(a);
+END $$;
+
+-- Uses up a decision of this command for this run: the approval must be decided and
+-- unused, and its own run parked (exit code recorded) or this one. The run that asked
+-- is closed. Returns the approval as it is now, or NULL when it may not be used.
+CREATE FUNCTION hr.approval_consume(p_run text, p_cap text, p_approval text) RETURNS jsonb
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = hr, pg_temp AS $$
+DECLARE
+    r hr.tool_runs := hr.own_run(p_run, p_cap);
+    a hr.approvals;
+    owner hr.tool_runs;
+    by_ text;
+    chosen text;
+BEGIN
+    SELECT * INTO a FROM hr.approvals WHERE approval_id = p_approval FOR UPDATE;
+    IF NOT FOUND OR a.request_fingerprint IS DISTINCT FROM r.request_fingerprint
+       OR a.status = 'pending' OR a.consumed_at IS NOT NULL
+       OR a.decision_channel = 'system:run-ended' THEN
+        RETURN NULL;
+    END IF;
+    SELECT * INTO owner FROM hr.tool_runs WHERE tool_run_id = a.tool_run_id;
+    IF a.tool_run_id <> p_run AND FOUND AND owner.exit_code IS NULL
+       AND NOT hr.is_final(owner.status) THEN
+        RETURN NULL;
+    END IF;
+    chosen := a.chosen_value;
+    UPDATE hr.approvals SET consumed_at = hr.now(), consumed_by = p_run, resumed_run_id = p_run,
+        chosen_value = CASE WHEN allows_text AND NOT (options_json @> jsonb_build_array(
+            jsonb_build_object('value', chosen_value))) THEN NULL ELSE chosen_value END
+    WHERE approval_id = p_approval RETURNING * INTO a;
+    PERFORM hr.audit('approval_consumed', p_run, p_approval, session_user,
+        jsonb_build_object('consumed_by', p_run));
+    IF a.tool_run_id <> p_run THEN
+        by_ := coalesce(a.decided_by, 'someone');
+        IF a.status = 'approved' OR (a.status = 'expired' AND chosen IS NOT NULL) THEN
+            PERFORM hr.set_status(a.tool_run_id, 'completed', format(
+                'approval %s %s by %s; resumed as %s', a.approval_id, a.status, by_, p_run),
+                NULL, false, NULL, NULL, 'from:waiting_approval', session_user);
+        ELSE
+            PERFORM hr.set_status(a.tool_run_id, 'failed', format(
+                'approval %s %s by %s', a.approval_id, a.status, by_),
+                NULL, false, NULL, NULL, 'from:waiting_approval', session_user);
+        END IF;
+    END IF;
+    -- The answer goes back to the runner once, even when the row no longer keeps it.
+    RETURN to_jsonb(a) || jsonb_build_object('chosen_value', chosen);
+END $$;
+
+-- A retry of the same command takes over the pending approval of a parked run, showing
+-- the retry's screen. Returns the approval, or NULL when it may not.
+CREATE FUNCTION hr.approval_take_over(p_run text, p_cap text, p_approval text, p_fresh jsonb)
+RETURNS jsonb LANGUAGE plpgsql SECURITY DEFINER SET search_path = hr, pg_temp AS $$
+DECLARE
+    r hr.tool_runs := hr.own_run(p_run, p_cap);
+    a hr.approvals;
+    owner hr.tool_runs;
+BEGIN
+    SELECT * INTO a FROM hr.approvals WHERE approval_id = p_approval AND status = 'pending'
+        FOR UPDATE;
+    IF NOT FOUND OR a.request_fingerprint IS DISTINCT FROM r.request_fingerprint
+       OR a.tool_run_id = p_run THEN
+        RETURN NULL;
+    END IF;
+    SELECT * INTO owner FROM hr.tool_runs WHERE tool_run_id = a.tool_run_id;
+    IF FOUND AND owner.exit_code IS NULL AND NOT hr.is_final(owner.status) THEN
+        RETURN NULL;
+    END IF;
+    UPDATE hr.approvals SET tool_run_id = p_run, question = p_fresh->>'question',
+        context = p_fresh->>'context', screen_digest = p_fresh->>'screen_digest',
+        tool_digest = p_fresh->>'tool_digest'
+    WHERE approval_id = p_approval;
+    PERFORM hr.set_status(a.tool_run_id, 'cancelled', format(
+        'superseded by a retry, %s, which now waits for %s', p_run, p_approval),
+        NULL, false, NULL, NULL, 'from:waiting_approval', session_user);
+    RETURN hr.approval_row(p_approval);
+END $$;
+
+-- Gives back what this run used (all, or one), for its re-run.
+CREATE FUNCTION hr.approval_release(p_run text, p_cap text, p_only text, p_why text)
+RETURNS integer LANGUAGE plpgsql SECURITY DEFINER SET search_path = hr, pg_temp AS $$
+DECLARE
+    n integer := 0;
+    id_ text;
+BEGIN
+    PERFORM hr.own_run(p_run, p_cap);
+    FOR id_ IN SELECT approval_id FROM hr.approvals WHERE consumed_by = p_run
+        AND (p_only IS NULL OR approval_id = p_only)
+        AND decision_channel NOT LIKE 'policy:%' FOR UPDATE LOOP
+        UPDATE hr.approvals SET consumed_at = NULL, consumed_by = NULL WHERE approval_id = id_;
+        PERFORM hr.audit('approval_released', p_run, id_, session_user,
+            jsonb_build_object('released_by', p_run, 'why', p_why));
+        n := n + 1;
+    END LOOP;
+    RETURN n;
+END $$;
+
+-- The run ended without a decision on its pending approvals: they expire.
+CREATE FUNCTION hr.approval_abandon(p_run text, p_cap text, p_why text)
+RETURNS SETOF jsonb LANGUAGE plpgsql SECURITY DEFINER SET search_path = hr, pg_temp AS $$
+DECLARE
+    a hr.approvals;
+BEGIN
+    PERFORM hr.own_run(p_run, p_cap);
+    FOR a IN UPDATE hr.approvals SET status = 'expired', decided_at = hr.now(),
+            decided_by = 'system:run-ended', decision_channel = 'system:run-ended',
+            comment = p_why
+        WHERE tool_run_id = p_run AND status = 'pending' RETURNING * LOOP
+        PERFORM hr.audit_approval(a, 'system:run-ended');
+        PERFORM hr.ring(a.approval_id);
+        RETURN NEXT to_jsonb(a);
+    END LOOP;
+END $$;
+
+-- ---------------------------------------------------------------------------------------
+-- The operator: decisions and cancels, recorded with the login that made them.
+
+-- Decides a pending approval (first writer wins). The caller has checked the value against
+-- the options; `decided_by` is the login, whatever the client says. Returns
+-- {"outcome": "decided"|"conflict"|"expired"|"missing", "approval": …}.
+CREATE FUNCTION hr.decide(p_approval text, p_status text, p_value text, p_comment text,
+    p_channel text) RETURNS jsonb
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = hr, pg_temp AS $$
+DECLARE
+    a hr.approvals;
+BEGIN
+    IF p_status NOT IN ('approved', 'rejected') THEN
+        RAISE EXCEPTION 'a decision approves or rejects' USING ERRCODE = 'check_violation';
+    END IF;
+    SELECT * INTO a FROM hr.approvals WHERE approval_id = p_approval FOR UPDATE;
+    IF NOT FOUND THEN
+        RETURN jsonb_build_object('outcome', 'missing');
+    END IF;
+    IF hr.expire_one(p_approval) THEN
+        RETURN jsonb_build_object('outcome', 'expired', 'approval', hr.approval_row(p_approval));
+    END IF;
+    IF a.status <> 'pending' THEN
+        RETURN jsonb_build_object('outcome', 'conflict', 'approval', to_jsonb(a));
+    END IF;
+    UPDATE hr.approvals SET status = p_status, chosen_value = p_value, decided_at = hr.now(),
+        decided_by = session_user, decision_channel = coalesce(p_channel, 'cli'),
+        comment = p_comment
+    WHERE approval_id = p_approval RETURNING * INTO a;
+    PERFORM hr.audit_approval(a, session_user);
+    PERFORM hr.ring(p_approval);
+    RETURN jsonb_build_object('outcome', 'decided', 'approval', to_jsonb(a));
+END $$;
+
+-- Cancels a live run and rejects its pending approvals.
+CREATE FUNCTION hr.cancel(p_run text, p_reason text) RETURNS jsonb
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = hr, pg_temp AS $$
+DECLARE
+    prev text;
+    why text := CASE WHEN nullif(trim(coalesce(p_reason, '')), '') IS NULL
+        THEN format('cancelled by %s', session_user)
+        ELSE format('cancelled by %s: %s', session_user, trim(p_reason)) END;
+    a hr.approvals;
+BEGIN
+    prev := hr.set_status(p_run, 'cancelled', why, NULL, true, NULL, NULL, 'not_final',
+        session_user);
+    IF prev IS NULL THEN
+        RETURN jsonb_build_object('outcome', CASE WHEN hr.run_row(p_run) IS NULL
+            THEN 'missing' ELSE 'finished' END, 'run', hr.run_row(p_run));
+    END IF;
+    FOR a IN UPDATE hr.approvals SET status = 'rejected', decided_at = hr.now(),
+            decided_by = session_user, decision_channel = 'cancel', comment = why
+        WHERE tool_run_id = p_run AND status = 'pending' RETURNING * LOOP
+        PERFORM hr.audit_approval(a, session_user);
+        PERFORM hr.ring(a.approval_id);
+    END LOOP;
+    RETURN jsonb_build_object('outcome', 'cancelled', 'previous', prev, 'run', hr.run_row(p_run));
+END $$;

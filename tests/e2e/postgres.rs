@@ -1,0 +1,672 @@
+//! The PostgreSQL store on a real server: a throw-away cluster (Debian's `postgresql`,
+//! `initdb` + `pg_ctl` as the unprivileged `nobody`, SCRAM logins over loopback TCP),
+//! started once per test process and stopped when it exits. Each test gets its own
+//! database and logins. What is checked: `monitor db init` and `db grant`; a shim with a
+//! runner login asks, an operator login decides, the re-run is answered, and the decision
+//! is recorded with the operator's login; and a supervised tool holding the runner's
+//! credentials cannot approve, touch another run or rewrite history — the server refuses,
+//! and its log shows the attempt.
+
+use headless_run_e2e::*;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+/// The cluster of this test process.
+struct Cluster {
+    dir: PathBuf,
+    port: u16,
+}
+
+/// The superuser's password (the cluster listens on loopback only and lives for one test
+/// process).
+const ADMIN_PASSWORD: &str = "admin-pw";
+
+/// A PostgreSQL program (`initdb`, `pg_ctl`): Debian keeps them out of `PATH`.
+fn pg_program(name: &str) -> PathBuf {
+    let mut found: Vec<PathBuf> = std::fs::read_dir("/usr/lib/postgresql")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|e| e.path().join("bin").join(name))
+        .filter(|p| p.exists())
+        .collect();
+    found.sort();
+    found.pop().unwrap_or_else(|| {
+        panic!("`{name}` is not installed: apt-get install postgresql (as .ci/run does)")
+    })
+}
+
+fn as_nobody(program: &Path) -> Command {
+    let mut c = Command::new("runuser");
+    c.args(["-u", "nobody", "--"]).arg(program);
+    c
+}
+
+fn checked(cmd: &mut Command, what: &str) -> String {
+    let out = cmd
+        .stdin(Stdio::null())
+        .output()
+        .unwrap_or_else(|e| panic!("{what}: {e}"));
+    assert!(
+        out.status.success(),
+        "{what} failed ({}): {}{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free loopback port")
+}
+
+fn cluster() -> &'static Cluster {
+    static CLUSTER: OnceLock<Cluster> = OnceLock::new();
+    CLUSTER.get_or_init(|| {
+        need("runuser", "util-linux");
+        need("psql", "postgresql-client");
+        let dir = std::env::temp_dir().join(format!("hr-pg-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        checked(
+            Command::new("chown").arg("nobody").arg(&dir),
+            "chown the cluster dir",
+        );
+        let pwfile = dir.join("pw");
+        std::fs::write(&pwfile, ADMIN_PASSWORD).unwrap();
+        checked(
+            Command::new("chown").arg("nobody").arg(&pwfile),
+            "chown the password file",
+        );
+        checked(
+            as_nobody(&pg_program("initdb"))
+                .arg("-D")
+                .arg(dir.join("data"))
+                .args(["-U", "admin", "-A", "scram-sha-256", "--no-sync"])
+                .arg(format!("--pwfile={}", pwfile.display())),
+            "initdb",
+        );
+        let port = free_port();
+        let opts = format!(
+            "-k {} -p {port} -c listen_addresses=127.0.0.1 -c max_connections=100 \
+             -c fsync=off -c log_line_prefix='%m [%p] %u@%d '",
+            dir.display()
+        );
+        checked(
+            as_nobody(&pg_program("pg_ctl"))
+                .arg("-D")
+                .arg(dir.join("data"))
+                .args(["-o", &opts, "-l"])
+                .arg(dir.join("server.log"))
+                .args(["-w", "-t", "60", "start"]),
+            "pg_ctl start",
+        );
+        // Stopped (and removed) once this test process is gone, however it ends.
+        let watchdog = format!(
+            "while kill -0 {pid} 2>/dev/null; do sleep 1; done; \
+             runuser -u nobody -- {pg_ctl} -D {data} -m immediate stop >/dev/null 2>&1; \
+             rm -rf {dir}",
+            pid = std::process::id(),
+            pg_ctl = pg_program("pg_ctl").display(),
+            data = dir.join("data").display(),
+            dir = dir.display(),
+        );
+        {
+            use std::os::unix::process::CommandExt;
+            // Outlives this process on purpose: it is what stops the cluster after it.
+            #[allow(clippy::zombie_processes)]
+            let _watchdog = Command::new("sh")
+                .args(["-c", &watchdog])
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .process_group(0)
+                .spawn()
+                .expect("start the cluster's watchdog");
+        }
+        Cluster { dir, port }
+    })
+}
+
+/// One test's database on the cluster, with its own logins.
+struct Db {
+    name: String,
+    port: u16,
+}
+
+/// A login of a test database: its name and password.
+struct Login {
+    user: String,
+    password: String,
+}
+
+impl Cluster {
+    fn url(&self, user: &str, password: &str, db: &str) -> String {
+        format!("postgres://{user}:{password}@127.0.0.1:{}/{db}", self.port)
+    }
+
+    /// A fresh database (not initialised).
+    fn database(&self) -> Db {
+        static N: AtomicUsize = AtomicUsize::new(0);
+        let name = format!("t{}", N.fetch_add(1, Ordering::SeqCst));
+        psql(&self.url("admin", ADMIN_PASSWORD, "postgres"))
+            .args(["-c", &format!("CREATE DATABASE {name}")])
+            .run()
+            .expect_code(0);
+        Db {
+            name,
+            port: self.port,
+        }
+    }
+
+    fn server_log(&self) -> String {
+        std::fs::read_to_string(self.dir.join("server.log")).unwrap_or_default()
+    }
+}
+
+impl Db {
+    fn url_as(&self, login: &Login) -> String {
+        format!(
+            "postgres://{}:{}@127.0.0.1:{}/{}",
+            login.user, login.password, self.port, self.name
+        )
+    }
+
+    fn admin_url(&self) -> String {
+        cluster().url("admin", ADMIN_PASSWORD, &self.name)
+    }
+
+    /// A new login (cluster-wide, so named after this database), not yet in any role.
+    fn login(&self, what: &str) -> Login {
+        let login = Login {
+            user: format!("{what}_{}", self.name),
+            password: format!("pw-{what}"),
+        };
+        self.admin_sql(&format!(
+            "CREATE ROLE {} LOGIN PASSWORD '{}'",
+            login.user, login.password
+        ));
+        login
+    }
+
+    /// A login granted `role` with `monitor db grant`.
+    fn member(&self, env: &TestEnv, what: &str, role: &str) -> Login {
+        let login = self.login(what);
+        env.monitor()
+            .args(["db", "grant", &login.user, role, "--url", &self.admin_url()])
+            .run()
+            .expect_code(0);
+        login
+    }
+
+    fn admin_sql(&self, sql: &str) -> String {
+        let out = psql(&self.admin_url()).args(["-c", sql]).run();
+        out.expect_code(0);
+        out.out()
+    }
+
+    /// `sql` as `login`, the way a supervised tool holding those credentials would send it:
+    /// the outcome (stdout, stderr) without failing the test.
+    fn sql_as(&self, login: &Login, sql: &str) -> Outcome {
+        psql(&self.url_as(login))
+            .args(["-v", "ON_ERROR_STOP=1", "-c", sql])
+            .run()
+    }
+
+    /// One value, read as the superuser.
+    fn value(&self, sql: &str) -> String {
+        self.admin_sql(sql).trim().to_owned()
+    }
+}
+
+fn psql(url: &str) -> Cmd {
+    let mut c = Cmd::plain("psql");
+    c.env_remove("PGPASSWORD")
+        .args(["-X", "-q", "-t", "-A", url])
+        .timeout(Duration::from_secs(30));
+    c
+}
+
+/// A database with the schema, an operator and a runner login.
+fn initialised(env: &TestEnv) -> (Db, Login, Login) {
+    let db = cluster().database();
+    env.monitor()
+        .args(["db", "init", &db.admin_url()])
+        .run()
+        .expect_code(0);
+    let runner = db.member(env, "runner", "runner");
+    let operator = db.member(env, "operator", "operator");
+    (db, runner, operator)
+}
+
+#[test]
+fn db_init_twice_and_from_two_hosts_at_once_and_grant_refuses_what_it_must() {
+    let env = TestEnv::new();
+    let db = cluster().database();
+    // Two at once on a fresh database: both succeed, one migrates.
+    let a = env.monitor().args(["db", "init", &db.admin_url()]).spawn();
+    let b = env.monitor().args(["db", "init", &db.admin_url()]).spawn();
+    let (a, b) = (a.wait(), b.wait());
+    a.expect_code(0);
+    b.expect_code(0);
+    let said = format!("{}{}", a.out(), b.out());
+    assert!(said.contains("v0 → v1"), "{said}");
+    assert!(said.contains("up to date"), "{said}");
+    assert_eq!(db.value("SELECT version FROM hr.schema_version"), "1");
+    for role in ["headless_runner", "headless_operator", "headless_viewer"] {
+        assert_eq!(
+            db.value(&format!(
+                "SELECT rolcanlogin FROM pg_roles WHERE rolname = '{role}'"
+            )),
+            "f",
+            "{role} exists and is no login"
+        );
+    }
+    // Again: nothing to do.
+    let again = env.monitor().args(["db", "init", &db.admin_url()]).run();
+    again.expect_code(0);
+    assert!(again.out().contains("v1 is up to date"), "{}", again.out());
+
+    // One login may not both run tools and decide for them.
+    let both = db.member(&env, "both", "runner");
+    let refused = env
+        .monitor()
+        .args([
+            "db",
+            "grant",
+            &both.user,
+            "operator",
+            "--url",
+            &db.admin_url(),
+        ])
+        .run();
+    refused.expect_code(1);
+    assert!(
+        refused.stderr.contains("must not also decide"),
+        "{}",
+        refused.stderr
+    );
+    assert_eq!(
+        db.value(&format!(
+            "SELECT pg_has_role('{}', 'headless_operator', 'MEMBER')",
+            both.user
+        )),
+        "f"
+    );
+    // An unknown login, an unknown role, no URL, not a postgres URL.
+    let missing = env
+        .monitor()
+        .args([
+            "db",
+            "grant",
+            "nobody_here",
+            "viewer",
+            "--url",
+            &db.admin_url(),
+        ])
+        .run();
+    missing.expect_code(1);
+    assert!(
+        missing.stderr.contains("create it first"),
+        "{}",
+        missing.stderr
+    );
+    env.monitor()
+        .args(["db", "grant", &both.user, "admin", "--url", &db.admin_url()])
+        .run()
+        .expect_code(2);
+    let no_url = env.monitor().args(["db", "init"]).run();
+    no_url.expect_code(2);
+    assert!(
+        no_url.stderr.contains("HEADLESS_RUN_DB"),
+        "{}",
+        no_url.stderr
+    );
+    env.monitor()
+        .args(["db", "init", "/tmp/state.db"])
+        .run()
+        .expect_code(2);
+    // A wrong password: the server's refusal, without the password.
+    let bad = env
+        .monitor()
+        .args(["db", "init", &cluster().url("admin", "wrong-pw", &db.name)])
+        .run();
+    bad.expect_code(1);
+    assert!(!bad.stderr.contains("wrong-pw"), "{}", bad.stderr);
+}
+
+#[test]
+fn a_runner_asks_an_operator_decides_with_their_own_login_and_the_rerun_is_answered() {
+    let env = TestEnv::new();
+    let (db, runner, operator) = initialised(&env);
+    let victim = env.work().join("victim");
+    std::fs::write(&victim, "x").unwrap();
+    let shim = |env: &TestEnv| {
+        let mut c = env.shim();
+        c.env("HEADLESS_RUN_DB", db.url_as(&runner))
+            .args(["--", "rm", "-i", "victim"]);
+        c
+    };
+    let first = shim(&env).run();
+    first.expect_code(90);
+    assert!(victim.exists());
+    // The hint names the operator's command, never the runner's URL or password.
+    assert!(
+        first.stderr.contains("with: monitor decide AP-"),
+        "{}",
+        first.stderr
+    );
+    assert!(!first.stderr.contains(&runner.password), "{}", first.stderr);
+
+    let op = |args: &[&str]| {
+        let mut c = env.monitor();
+        c.env("HEADLESS_RUN_DB", db.url_as(&operator)).args(args);
+        c.run()
+    };
+    let listed = op(&["approvals", "--json"]);
+    listed.expect_code(0);
+    let pending: serde_json::Value = serde_json::from_str(&listed.out()).unwrap();
+    let pending = pending.as_array().unwrap();
+    assert_eq!(pending.len(), 1, "{}", listed.out());
+    let ap = pending[0]["approval_id"].as_str().unwrap().to_owned();
+    assert_eq!(pending[0]["status"], "pending");
+    assert!(
+        pending[0]["question"]
+            .as_str()
+            .unwrap()
+            .contains("remove regular file 'victim'"),
+        "{}",
+        listed.out()
+    );
+    let decided = op(&["decide", &ap, "approve"]);
+    decided.expect_code(0);
+    assert!(
+        decided.out().contains(&format!("by {}", operator.user)),
+        "{}",
+        decided.out()
+    );
+    // Deciding again: the first writer won.
+    op(&["decide", &ap, "reject"]).expect_code(3);
+
+    let second = shim(&env).run();
+    second.expect_code(0);
+    assert!(!victim.exists(), "the re-run typed the decision");
+
+    // Recorded with the login, whatever OS user ran `monitor decide` (root here).
+    assert_eq!(
+        db.value(&format!(
+            "SELECT decided_by || ' ' || decision_channel || ' ' || status || ' ' || (consumed_at IS NOT NULL) FROM hr.approvals WHERE approval_id = '{ap}'"
+        )),
+        format!("{} cli approved true", operator.user)
+    );
+    assert_eq!(
+        db.value(&format!(
+            "SELECT string_agg(DISTINCT db_user, ',' ORDER BY db_user) FROM hr.events WHERE approval_id = '{ap}'"
+        )),
+        {
+            let mut users = [operator.user.clone(), runner.user.clone()];
+            users.sort();
+            users.join(",")
+        }
+    );
+    let runs = op(&["runs", "--json"]);
+    runs.expect_code(0);
+    let runs: serde_json::Value = serde_json::from_str(&runs.out()).unwrap();
+    let statuses: Vec<(&str, i64)> = runs
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| {
+            (
+                r["status"].as_str().unwrap(),
+                r["exit_code"].as_i64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(statuses, [("completed", 0), ("completed", 90)], "{runs}");
+    // The chain verifies as the SQLite store's does.
+    let doctor = op(&["doctor"]);
+    assert!(
+        doctor.out().contains("audit chain intact"),
+        "{}{}",
+        doctor.out(),
+        doctor.stderr
+    );
+}
+
+#[test]
+fn a_supervised_tool_holding_the_runner_login_cannot_approve_touch_another_run_or_rewrite_history()
+{
+    let env = TestEnv::new();
+    let (db, runner, operator) = initialised(&env);
+    std::fs::write(env.work().join("victim"), "x").unwrap();
+    env.shim()
+        .env("HEADLESS_RUN_DB", db.url_as(&runner))
+        .args(["--", "rm", "-i", "victim"])
+        .run()
+        .expect_code(90);
+    let ap = db.value("SELECT approval_id FROM hr.approvals");
+    let run = db.value("SELECT tool_run_id FROM hr.tool_runs");
+    let attempts = [
+        // Straight at the tables.
+        format!(
+            "UPDATE hr.approvals SET status = 'approved', chosen_value = 'y', decided_by = 'alice' WHERE approval_id = '{ap}'"
+        ),
+        "SELECT * FROM hr.approvals".to_owned(),
+        format!(
+            "INSERT INTO hr.approvals (approval_id, tool_run_id, tool_name, question, status, created_at) VALUES ('AP-X', '{run}', 'rm', 'q', 'approved', 'now')"
+        ),
+        "DELETE FROM hr.events".to_owned(),
+        "UPDATE hr.events SET actor = 'root via cli'".to_owned(),
+        format!("DELETE FROM hr.tool_runs WHERE tool_run_id = '{run}'"),
+        // The operator's functions.
+        format!("SELECT hr.decide('{ap}', 'approved', 'y', NULL, 'cli')"),
+        format!("SELECT hr.cancel('{run}', 'mine now')"),
+        // Another run's functions, without its capability.
+        format!(
+            "SELECT hr.run_status('{run}', 'guess', 'completed', NULL, 0, true, NULL, NULL, 'not_final')"
+        ),
+        format!("SELECT hr.approval_consume('{run}', '', '{ap}')"),
+        format!("SELECT hr.runner_approvals('{run}', 'guess', NULL)"),
+        // Internal helpers.
+        format!(
+            "SELECT hr.set_status('{run}', 'completed', NULL, 0, true, NULL, NULL, 'any', 'x')"
+        ),
+        "SELECT hr.audit('forged', NULL, NULL, 'alice', '{}')".to_owned(),
+    ];
+    for sql in &attempts {
+        let out = db.sql_as(&runner, sql);
+        assert_ne!(
+            out.code(),
+            0,
+            "the runner was allowed: {sql}\n{}",
+            out.out()
+        );
+        assert!(
+            out.stderr.contains("permission denied") || out.stderr.contains("not yours"),
+            "{sql}: {}",
+            out.stderr
+        );
+    }
+    // A run of its own, started through the runner's function: what it asks is pending
+    // whatever it sends, and it cannot use the pending approval of the parked run.
+    let own = db.sql_as(
+        &runner,
+        "SELECT hr.run_start('{\"tool_run_id\": \"TR-01M85000000000000000000000\", \"tool_name\": \"rm\", \"status\": \"running\", \"started_at\": \"x\", \"updated_at\": \"x\", \"argv_json\": [\"rm\", \"-i\", \"victim\"]}', (SELECT 'anything'))",
+    );
+    own.expect_code(0);
+    let cap = own.out().trim().to_owned();
+    assert_eq!(cap.len(), 64, "{}", own.out());
+    let forged = db.sql_as(
+        &runner,
+        &format!(
+            "SELECT hr.approval_ask('TR-01M85000000000000000000000', '{cap}', '{{\"approval_id\": \"AP-01M85000000000000000000000\", \"question\": \"q\", \"status\": \"approved\", \"chosen_value\": \"y\", \"decided_by\": \"alice\", \"tool_run_id\": \"{run}\"}}')::jsonb->>'status'"
+        ),
+    );
+    forged.expect_code(0);
+    assert_eq!(forged.out().trim(), "pending");
+    let used = db.sql_as(
+        &runner,
+        &format!(
+            "SELECT hr.approval_consume('TR-01M85000000000000000000000', '{cap}', '{ap}') IS NULL"
+        ),
+    );
+    used.expect_code(0);
+    assert_eq!(used.out().trim(), "t", "a pending approval is no answer");
+    // Nothing the runner tried moved anything.
+    assert_eq!(
+        db.value(&format!("SELECT status || ' ' || coalesce(decided_by, '-') FROM hr.approvals WHERE approval_id = '{ap}'")),
+        "pending -"
+    );
+    assert_eq!(
+        db.value("SELECT status || ' ' || coalesce(decided_by, '-') FROM hr.approvals WHERE approval_id = 'AP-01M85000000000000000000000'"),
+        "pending -"
+    );
+    assert_eq!(
+        db.value("SELECT count(*) FROM hr.approvals WHERE approval_id = 'AP-X'"),
+        "0"
+    );
+    assert_eq!(
+        db.value(&format!(
+            "SELECT status FROM hr.tool_runs WHERE tool_run_id = '{run}'"
+        )),
+        "waiting_approval"
+    );
+    // The server's log names each refusal with the login that tried.
+    let log = cluster().server_log();
+    let refused = log
+        .lines()
+        .filter(|l| l.contains(&format!("{}@{}", runner.user, db.name)) && l.contains("ERROR"))
+        .count();
+    assert!(
+        refused >= attempts.len(),
+        "{refused} refusals logged:\n{log}"
+    );
+
+    // The operator may decide, but not rewrite history either; a viewer may only read.
+    let rewrite = db.sql_as(&operator, "DELETE FROM hr.events");
+    assert_ne!(rewrite.code(), 0);
+    let viewer = db.member(&env, "viewer", "viewer");
+    let looked = db.sql_as(&viewer, "SELECT count(*) FROM hr.approvals");
+    looked.expect_code(0);
+    let tried = db.sql_as(
+        &viewer,
+        &format!("SELECT hr.decide('{ap}', 'approved', 'y', NULL, 'cli')"),
+    );
+    assert!(
+        tried.stderr.contains("permission denied"),
+        "{}",
+        tried.stderr
+    );
+    let as_viewer = env
+        .monitor()
+        .env("HEADLESS_RUN_DB", db.url_as(&viewer))
+        .args(["decide", &ap, "approve"])
+        .run();
+    assert_ne!(as_viewer.code(), 0, "{}", as_viewer.out());
+    assert!(
+        as_viewer.stderr.contains("permission denied"),
+        "{}",
+        as_viewer.stderr
+    );
+    // Even the schema's owner cannot rewrite the chain without dropping its guard first.
+    let owner = psql(&db.admin_url())
+        .args(["-c", "UPDATE hr.events SET actor = 'x'"])
+        .run();
+    assert_ne!(owner.code(), 0);
+    assert!(owner.stderr.contains("append-only"), "{}", owner.stderr);
+}
+
+#[test]
+fn an_unreachable_server_leaves_the_tool_whole_and_a_prompt_ends_125() {
+    let env = TestEnv::new();
+    let url = format!("postgres://runner:secret-pw@127.0.0.1:{}/none", free_port());
+    let out = env
+        .shim()
+        .env("HEADLESS_RUN_DB", &url)
+        .args([
+            "--",
+            "sh",
+            "-c",
+            "printf 'out\\n'; printf 'err\\n' >&2; exit 7",
+        ])
+        .run();
+    out.expect_code(7);
+    // The tool's terminal carries both of its streams.
+    assert_eq!(out.out(), "out\nerr\n");
+    assert!(out.stderr.contains("unavailable"), "{}", out.stderr);
+    assert!(!out.stderr.contains("secret-pw"), "{}", out.stderr);
+    assert!(
+        out.stderr.contains("postgres://runner:***@"),
+        "{}",
+        out.stderr
+    );
+    std::fs::write(env.work().join("victim"), "x").unwrap();
+    let asked = env
+        .shim()
+        .env("HEADLESS_RUN_DB", &url)
+        .args(["--", "rm", "-i", "victim"])
+        .run();
+    asked.expect_code(125);
+    assert!(
+        asked.stderr.contains("could not be recorded"),
+        "{}",
+        asked.stderr
+    );
+    assert!(env.work().join("victim").exists());
+}
+
+#[test]
+fn a_waiting_tool_is_woken_by_the_servers_notification_and_monitor_wait_too() {
+    let env = TestEnv::new();
+    let (db, runner, operator) = initialised(&env);
+    std::fs::write(env.work().join("victim"), "x").unwrap();
+    let tool = env
+        .shim()
+        .env("HEADLESS_RUN_DB", db.url_as(&runner))
+        .args(["--", "rm", "-i", "victim"])
+        .spawn_wait_mode();
+    let op = |args: &[&str]| {
+        let mut c = env.monitor();
+        c.env("HEADLESS_RUN_DB", db.url_as(&operator)).args(args);
+        c
+    };
+    let mut ap = String::new();
+    assert!(
+        wait_for_state(Duration::from_secs(20), || {
+            ap = db.value(
+                "SELECT coalesce(max(approval_id), '') FROM hr.approvals WHERE status = 'pending'",
+            );
+            !ap.is_empty()
+        }),
+        "no approval; tool said: {}",
+        tool.stderr_now()
+    );
+    let waiter = op(&["wait", &ap, "--timeout", "30s"]).spawn();
+    std::thread::sleep(Duration::from_millis(300));
+    op(&["decide", &ap, "y"]).run().expect_code(0);
+    let waited = waiter.wait();
+    waited.expect_code(0);
+    let out = tool.wait();
+    out.expect_code(0);
+    assert!(!env.work().join("victim").exists());
+    assert_eq!(
+        db.value(&format!("SELECT status || ' ' || decided_by || ' ' || (consumed_by IS NOT NULL) FROM hr.approvals WHERE approval_id = '{ap}'")),
+        format!("approved {} true", operator.user)
+    );
+    // The listener is a connection of the runner's login, and it is gone with the tool.
+    assert!(
+        wait_until(Duration::from_secs(10), || db.value(&format!(
+            "SELECT count(*) FROM pg_stat_activity WHERE usename = '{}'",
+            runner.user
+        )) == "0"),
+        "the runner's connections outlived it"
+    );
+}
