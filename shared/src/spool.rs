@@ -134,6 +134,22 @@ fn spool_dirs(paths: &StatePaths) -> Vec<PathBuf> {
     dirs
 }
 
+/// The spooled runs (file, row), skipping files that do not read as one (left for a person
+/// to look at).
+pub fn spooled(paths: &StatePaths) -> Vec<(PathBuf, ToolRun)> {
+    spool_dirs(paths)
+        .iter()
+        .filter_map(|d| std::fs::read_dir(d).ok())
+        .flat_map(|e| e.flatten())
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|e| e == "json"))
+        .filter_map(|p| {
+            let run = serde_json::from_slice::<ToolRun>(&std::fs::read(&p).ok()?).ok()?;
+            Some((p, run))
+        })
+        .collect()
+}
+
 /// Writes every spooled run into the database and removes its file; returns their ids. A
 /// row that already ended by itself is left as it is; one still live, or failed only because
 /// its shim seemed to vanish, takes the spooled final state. Unreadable files are left for a
@@ -144,21 +160,7 @@ pub(crate) fn replay(
     actor: &str,
 ) -> Result<Vec<String>> {
     let mut done = Vec::new();
-    for entry in spool_dirs(paths)
-        .iter()
-        .filter_map(|d| std::fs::read_dir(d).ok())
-        .flat_map(|e| e.flatten())
-    {
-        let path = entry.path();
-        if path.extension().is_none_or(|e| e != "json") {
-            continue;
-        }
-        let Some(run) = std::fs::read(&path)
-            .ok()
-            .and_then(|b| serde_json::from_slice::<ToolRun>(&b).ok())
-        else {
-            continue;
-        };
+    for (path, run) in spooled(paths) {
         db::write(conn, |tx| {
             match runs::get(tx, &run.tool_run_id)? {
                 None => runs::insert(tx, &run, actor)?,

@@ -69,10 +69,15 @@ fn free_port() -> u16 {
 
 fn cluster() -> &'static Cluster {
     static CLUSTER: OnceLock<Cluster> = OnceLock::new();
-    CLUSTER.get_or_init(|| {
+    CLUSTER.get_or_init(|| Cluster::start("shared"))
+}
+
+impl Cluster {
+    /// A new cluster of this test process (`name` tells several apart), running.
+    fn start(name: &str) -> Cluster {
         need("runuser", "util-linux");
         need("psql", "postgresql-client");
-        let dir = std::env::temp_dir().join(format!("hr-pg-{}", std::process::id()));
+        let dir = std::env::temp_dir().join(format!("hr-pg-{}-{name}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
         checked(
@@ -93,21 +98,11 @@ fn cluster() -> &'static Cluster {
                 .arg(format!("--pwfile={}", pwfile.display())),
             "initdb",
         );
-        let port = free_port();
-        let opts = format!(
-            "-k {} -p {port} -c listen_addresses=127.0.0.1 -c max_connections=100 \
-             -c fsync=off -c log_line_prefix='%m [%p] %u@%d '",
-            dir.display()
-        );
-        checked(
-            as_nobody(&pg_program("pg_ctl"))
-                .arg("-D")
-                .arg(dir.join("data"))
-                .args(["-o", &opts, "-l"])
-                .arg(dir.join("server.log"))
-                .args(["-w", "-t", "60", "start"]),
-            "pg_ctl start",
-        );
+        let cluster = Cluster {
+            dir,
+            port: free_port(),
+        };
+        cluster.up();
         // Stopped (and removed) once this test process is gone, however it ends.
         let watchdog = format!(
             "while kill -0 {pid} 2>/dev/null; do sleep 1; done; \
@@ -115,8 +110,8 @@ fn cluster() -> &'static Cluster {
              rm -rf {dir}",
             pid = std::process::id(),
             pg_ctl = pg_program("pg_ctl").display(),
-            data = dir.join("data").display(),
-            dir = dir.display(),
+            data = cluster.dir.join("data").display(),
+            dir = cluster.dir.display(),
         );
         {
             use std::os::unix::process::CommandExt;
@@ -131,11 +126,41 @@ fn cluster() -> &'static Cluster {
                 .spawn()
                 .expect("start the cluster's watchdog");
         }
-        Cluster { dir, port }
-    })
+        cluster
+    }
+
+    /// Starts the server (again).
+    fn up(&self) {
+        let opts = format!(
+            "-k {} -p {} -c listen_addresses=127.0.0.1 -c max_connections=100 \
+             -c fsync=off -c log_line_prefix='%m [%p] %u@%d '",
+            self.dir.display(),
+            self.port
+        );
+        checked(
+            as_nobody(&pg_program("pg_ctl"))
+                .arg("-D")
+                .arg(self.dir.join("data"))
+                .args(["-o", &opts, "-l"])
+                .arg(self.dir.join("server.log"))
+                .args(["-w", "-t", "60", "start"]),
+            "pg_ctl start",
+        );
+    }
+
+    /// Stops the server at once (as a crash or a cut link would look to its clients).
+    fn down(&self) {
+        checked(
+            as_nobody(&pg_program("pg_ctl"))
+                .arg("-D")
+                .arg(self.dir.join("data"))
+                .args(["-m", "immediate", "-w", "stop"]),
+            "pg_ctl stop",
+        );
+    }
 }
 
-/// One test's database on the cluster, with its own logins.
+/// One test's database on a cluster, with its own logins.
 struct Db {
     name: String,
     port: u16,
@@ -180,7 +205,10 @@ impl Db {
     }
 
     fn admin_url(&self) -> String {
-        cluster().url("admin", ADMIN_PASSWORD, &self.name)
+        format!(
+            "postgres://admin:{ADMIN_PASSWORD}@127.0.0.1:{}/{}",
+            self.port, self.name
+        )
     }
 
     /// A new login (cluster-wide, so named after this database), not yet in any role.
@@ -234,9 +262,13 @@ fn psql(url: &str) -> Cmd {
     c
 }
 
-/// A database with the schema, an operator and a runner login.
+/// A database on the shared cluster with the schema, an operator and a runner login.
 fn initialised(env: &TestEnv) -> (Db, Login, Login) {
-    let db = cluster().database();
+    initialised_on(cluster(), env)
+}
+
+fn initialised_on(cluster: &Cluster, env: &TestEnv) -> (Db, Login, Login) {
+    let db = cluster.database();
     env.monitor()
         .args(["db", "init", &db.admin_url()])
         .run()
@@ -668,5 +700,75 @@ fn a_waiting_tool_is_woken_by_the_servers_notification_and_monitor_wait_too() {
             runner.user
         )) == "0"),
         "the runner's connections outlived it"
+    );
+}
+
+#[test]
+fn a_server_down_at_start_or_restarted_mid_run_loses_nothing_and_duplicates_nothing() {
+    let env = TestEnv::new();
+    let private = Cluster::start("faults");
+    let (db, runner, operator) = initialised_on(&private, &env);
+    let shim = |script: &str| {
+        let mut c = env.shim();
+        c.env("HEADLESS_RUN_DB", db.url_as(&runner))
+            .args(["--", "sh", "-c", script]);
+        c
+    };
+    // Down at start: the tool is whole, its final row waits in this host's spool.
+    private.down();
+    let offline = shim("echo offline; exit 3").run();
+    offline.expect_code(3);
+    assert_eq!(offline.out(), "offline\n");
+    assert!(offline.stderr.contains("unavailable"), "{}", offline.stderr);
+    let spool = env.state().join("spool");
+    let spooled: Vec<_> = std::fs::read_dir(&spool)
+        .map(|d| d.flatten().map(|e| e.file_name()).collect())
+        .unwrap_or_default();
+    assert_eq!(spooled.len(), 1, "the run waits in {}", spool.display());
+    private.up();
+    // Restarted while a run is under way: its end is still recorded.
+    let running = shim("echo before; sleep 4; echo after; exit 5").spawn();
+    std::thread::sleep(Duration::from_millis(1500));
+    private.down();
+    private.up();
+    let mid = running.wait();
+    mid.expect_code(5);
+    assert_eq!(mid.out(), "before\nafter\n");
+    // The next shim of the host delivered the spooled run; once, however often it runs.
+    shim("exit 0").run().expect_code(0);
+    shim("exit 0").run().expect_code(0);
+    assert!(std::fs::read_dir(&spool).map(|d| d.count()).unwrap_or(0) == 0);
+    let runs = env
+        .monitor()
+        .env("HEADLESS_RUN_DB", db.url_as(&operator))
+        .args(["runs", "--json"])
+        .run();
+    runs.expect_code(0);
+    let runs: serde_json::Value = serde_json::from_str(&runs.out()).unwrap();
+    let mut ends: Vec<(String, i64)> = runs
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| {
+            (
+                r["status"].as_str().unwrap().to_owned(),
+                r["exit_code"].as_i64().unwrap_or(-1),
+            )
+        })
+        .collect();
+    ends.sort();
+    assert_eq!(
+        ends,
+        [
+            ("completed".to_owned(), 0),
+            ("completed".to_owned(), 0),
+            ("failed".to_owned(), 3),
+            ("failed".to_owned(), 5)
+        ],
+        "{runs}"
+    );
+    assert_eq!(
+        db.value("SELECT count(*) FROM hr.events WHERE event = 'tool_run_delivered'"),
+        "1"
     );
 }

@@ -410,7 +410,7 @@ pub fn url_from_env() -> Option<String> {
 pub fn runner(paths: &StatePaths) -> Box<dyn RunnerStore> {
     match &paths.store_url {
         None => Box::new(sqlite::SqliteStore::create(paths.clone())),
-        Some(url) => Box::new(postgres::PgRunner::new(url)),
+        Some(url) => Box::new(postgres::PgRunner::new(url, paths)),
     }
 }
 
@@ -419,7 +419,7 @@ pub fn runner(paths: &StatePaths) -> Box<dyn RunnerStore> {
 pub fn runner_watch(paths: &StatePaths) -> Box<dyn RunnerStore> {
     match &paths.store_url {
         None => Box::new(sqlite::SqliteStore::existing(paths.clone())),
-        Some(url) => Box::new(postgres::PgRunner::new(url)),
+        Some(url) => Box::new(postgres::PgRunner::new(url, paths)),
     }
 }
 

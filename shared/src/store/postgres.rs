@@ -24,6 +24,7 @@ use crate::config::OnExpire;
 use crate::control::{CancelOutcome, ReconcileReport};
 use crate::event::{CooperativeRequest, EventBody, LogEvent};
 use crate::gc::GcReport;
+use crate::paths::StatePaths;
 use crate::policy::RememberedPolicy;
 use crate::resume::ParkedRun;
 use crate::rules::{self, HostFacts};
@@ -149,6 +150,39 @@ fn capability(run_id: &str) -> String {
         .unwrap_or_default()
 }
 
+/// How long a connection refused for want of slots (`max_connections`) is tried again.
+const SLOTS_PATIENCE: Duration = Duration::from_secs(20);
+
+/// Connects; a server out of connection slots is tried again, with growing, jittered
+/// pauses, for up to [`SLOTS_PATIENCE`]: shims hold a connection only while they write,
+/// so a slot frees within milliseconds.
+fn connect(config: &postgres::Config) -> Result<Client, postgres::Error> {
+    use postgres::error::SqlState;
+    let deadline = std::time::Instant::now() + SLOTS_PATIENCE;
+    let mut pause = Duration::from_millis(5);
+    loop {
+        match config.connect(NoTls) {
+            Err(e)
+                if e.code() == Some(&SqlState::TOO_MANY_CONNECTIONS)
+                    && std::time::Instant::now() < deadline =>
+            {
+                let nanos = std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map(|d| d.subsec_nanos())
+                    .unwrap_or(0);
+                let jitter = u64::from(nanos ^ std::process::id()) % (pause.as_millis() as u64 + 1);
+                std::thread::sleep(pause + Duration::from_millis(jitter));
+                pause = (pause * 2).min(Duration::from_millis(250));
+            }
+            other => return other,
+        }
+    }
+}
+
+/// How long a runner's connection may sit idle before the server closes it: a shim holds
+/// a connection only while it writes, not for its whole run (see ARCHITECTURE.md).
+const RUNNER_IDLE: &str = "-c idle_session_timeout=2000";
+
 /// One session on the server: connected on first use and again after an error.
 pub struct PgStore {
     /// The settings, or why there are none (every call reports it).
@@ -175,26 +209,46 @@ impl PgStore {
                 .config
                 .as_ref()
                 .map_err(|e| StoreError::Server(e.clone()))?;
-            self.client = Some(config.connect(NoTls).map_err(server_error)?);
+            self.client = Some(connect(config).map_err(server_error)?);
         }
         Ok(self.client.as_mut().expect("connected above"))
     }
 
-    /// Runs `f` in one transaction; a failed connection is dropped for the next call.
+    /// Runs `f` in one transaction. A connection the server closed while it sat idle
+    /// (a runner's `idle_session_timeout`, a server restart) fails at `BEGIN`, before
+    /// anything ran: it is opened again once. Any other failed connection is dropped for the next call.
     fn tx<T>(
         &mut self,
-        f: impl FnOnce(&mut postgres::Transaction<'_>) -> Result<T, postgres::Error>,
+        mut f: impl FnMut(&mut postgres::Transaction<'_>) -> Result<T, postgres::Error>,
     ) -> StoreResult<T> {
-        let out = (|| {
-            let mut tx = self.client()?.transaction().map_err(server_error)?;
-            let v = f(&mut tx).map_err(server_error)?;
-            tx.commit().map_err(server_error)?;
-            Ok(v)
-        })();
-        if out.is_err() && self.client.as_ref().is_some_and(|c| c.is_closed()) {
-            self.client = None;
+        let mut reopened = false;
+        loop {
+            let attempt: Result<StoreResult<T>, postgres::Error> =
+                match self.client()?.transaction() {
+                    Ok(mut tx) => Ok(f(&mut tx)
+                        .and_then(|v| tx.commit().map(|()| v))
+                        .map_err(server_error)),
+                    Err(e) => Err(e),
+                };
+            match attempt {
+                Ok(out) => {
+                    if out.is_err() && self.client.as_ref().is_some_and(|c| c.is_closed()) {
+                        self.client = None;
+                    }
+                    return out;
+                }
+                // Nothing ran: the server's goodbye (idle_session_timeout, a restart) or a
+                // closed socket. Once more on a new connection.
+                Err(e) => {
+                    self.client = None;
+                    if !reopened {
+                        reopened = true;
+                        continue;
+                    }
+                    return Err(server_error(e));
+                }
+            }
         }
-        out
     }
 
     /// Rows of one text column (JSON documents), parsed.
@@ -357,6 +411,7 @@ GRANT EXECUTE ON FUNCTION hr.change_mark() TO headless_runner, headless_operator
 GRANT EXECUTE ON FUNCTION hr.expire_due() TO headless_runner, headless_operator;
 GRANT EXECUTE ON FUNCTION
     hr.run_start(jsonb, text),
+    hr.run_deliver(jsonb, text),
     hr.run_touch(text, text, text, text, text),
     hr.run_pid(text, text, bigint),
     hr.run_status(text, text, text, text, integer, boolean, text, text, text),
@@ -431,13 +486,53 @@ pub fn grant(url: &str, user: &str, role: &str) -> StoreResult<String> {
 /// A shim's session: the functions of `headless_runner`, for its one run.
 pub struct PgRunner {
     pg: PgStore,
+    /// The host's state dir, whose spool holds final rows earlier shims could not write.
+    paths: StatePaths,
+    /// The spool was delivered on this session's first connection.
+    delivered: bool,
 }
 
 impl PgRunner {
-    pub fn new(url: &str) -> Self {
-        PgRunner {
-            pg: PgStore::new(url),
+    pub fn new(url: &str, paths: &StatePaths) -> Self {
+        let mut pg = PgStore::new(url);
+        if let Ok(c) = &mut pg.config {
+            c.options(RUNNER_IDLE);
         }
+        PgRunner {
+            pg,
+            paths: paths.clone(),
+            delivered: false,
+        }
+    }
+
+    /// Delivers the spooled final rows of earlier runs of this host (their shims could not
+    /// reach the server before they exited); each file goes once its row has landed, or
+    /// when the server says it is not this login's to deliver.
+    fn deliver_spool(&mut self) -> StoreResult<usize> {
+        let mut n = 0;
+        for (path, run) in crate::spool::spooled(&self.paths) {
+            let fp = fingerprint::request(
+                &run.tool_name,
+                &run.argv_json,
+                run.cwd.as_deref().unwrap_or(""),
+            );
+            match self.pg.tx(|tx| {
+                tx.query_one(
+                    "SELECT hr.run_deliver($1::text::jsonb, $2)",
+                    &[&to_json(&run), &fp],
+                )
+            }) {
+                Ok(row) => {
+                    n += usize::from(row.get::<_, bool>(0));
+                    let _ = std::fs::remove_file(&path);
+                }
+                Err(StoreError::Denied(_)) => {
+                    let _ = std::fs::remove_file(&path);
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(n)
     }
 }
 
@@ -581,7 +676,11 @@ fn status(
 
 impl RunnerStore for PgRunner {
     fn connect(&mut self) -> StoreResult<()> {
-        self.pg.client().map(|_| ())
+        self.pg.client()?;
+        if !std::mem::replace(&mut self.delivered, true) {
+            self.deliver_spool()?;
+        }
+        Ok(())
     }
 
     fn record(
@@ -595,6 +694,7 @@ impl RunnerStore for PgRunner {
         let mut abandoned = Vec::new();
         let inserted = writes.iter().any(|w| matches!(w, RunWrite::Start(_)));
         self.pg.tx(|tx| {
+            abandoned.clear();
             for w in writes {
                 write_one(tx, run_id, &mut cap, w, &mut abandoned)?;
             }
@@ -1412,7 +1512,7 @@ mod tests {
 
     #[test]
     fn a_bad_url_is_reported_on_use_not_at_start() {
-        let mut s = PgRunner::new("postgres://h:notaport/d");
+        let mut s = PgRunner::new("postgres://h:notaport/d", &StatePaths::at("/nonexistent"));
         let e = RunnerStore::connect(&mut s).unwrap_err().to_string();
         assert!(e.contains("not a usable PostgreSQL URL"), "{e}");
     }

@@ -287,6 +287,47 @@ BEGIN
     RETURN cap;
 END $$;
 
+-- Delivers a run's final row that its shim could not write before it exited (kept in its
+-- host's spool): inserted when the server never saw the run, else it ends the run if that
+-- had not ended by itself (or only seemed to have vanished). Only the login that started
+-- a run may deliver it. True when it landed.
+CREATE FUNCTION hr.run_deliver(p_run jsonb, p_request_fingerprint text) RETURNS boolean
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = hr, pg_temp AS $$
+DECLARE
+    r hr.tool_runs := jsonb_populate_record(NULL::hr.tool_runs, p_run);
+    cur hr.tool_runs;
+BEGIN
+    IF r.status IS NULL OR r.status NOT IN ('queued', 'running', 'waiting_approval', 'completed',
+        'failed', 'failed_timeout', 'stalled', 'cancelled') THEN
+        RAISE EXCEPTION 'not a run status: %', r.status USING ERRCODE = 'check_violation';
+    END IF;
+    SELECT * INTO cur FROM hr.tool_runs WHERE tool_run_id = r.tool_run_id FOR UPDATE;
+    IF NOT FOUND THEN
+        r.runner_login := session_user;
+        r.request_fingerprint := p_request_fingerprint;
+        -- Nobody holds a capability for a delivered run.
+        r.capability_hash := 'delivered';
+        INSERT INTO hr.tool_runs SELECT r.*;
+        PERFORM hr.audit('tool_run_delivered', r.tool_run_id, NULL, session_user,
+            jsonb_build_object('status', r.status, 'exit_code', r.exit_code, 'host', r.host));
+        RETURN true;
+    END IF;
+    IF cur.runner_login <> session_user THEN
+        RAISE EXCEPTION 'run %: not yours (started by another login)', r.tool_run_id
+            USING ERRCODE = 'insufficient_privilege';
+    END IF;
+    IF hr.is_final(cur.status) AND NOT (cur.status = 'failed'
+        AND coalesce(cur.reason, '') LIKE 'supervisor vanished%') THEN
+        RETURN false;
+    END IF;
+    PERFORM hr.set_status(r.tool_run_id, r.status, r.reason, r.exit_code,
+        r.completed_at IS NOT NULL, r.last_error_msg, r.completed_at, 'any', session_user);
+    UPDATE hr.tool_runs SET last_output_at = coalesce(r.last_output_at, last_output_at),
+        last_heartbeat_at = coalesce(r.last_heartbeat_at, last_heartbeat_at)
+    WHERE tool_run_id = r.tool_run_id;
+    RETURN true;
+END $$;
+
 CREATE FUNCTION hr.run_touch(p_run text, p_cap text, p_output text, p_heartbeat text,
     p_supervisor text) RETURNS void
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = hr, pg_temp AS $$
