@@ -98,7 +98,7 @@ pub fn glob_match(pattern: &str, text: &str) -> bool {
 }
 
 /// A decision remembered with `monitor decide --remember`.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, serde::Deserialize)]
 pub struct RememberedPolicy {
     pub policy_id: String,
     pub name: String,

@@ -2,6 +2,9 @@
 //! the store contract suite and the monitor's tests: a complete, plausible row to change
 //! the few fields a test is about.
 
+#[path = "testing_pg.rs"]
+pub mod pg;
+
 use crate::approvals::{Approval, PromptKind};
 use crate::event::ApprovalOption;
 use crate::runs::ToolRun;

@@ -57,3 +57,78 @@ impl StoreUnderTest for Sqlite {
 }
 
 contract_tests!(sqlite, Sqlite);
+
+/// The PostgreSQL store: a database of its own on the test process's throw-away cluster
+/// (`hr_shared::testing::pg`), set up by `db init`, with a runner login for the shims'
+/// sessions and an operator login for the monitor's — the server's roles, as deployed.
+struct Postgres {
+    operator_login: String,
+    runner: StatePaths,
+    operator: StatePaths,
+    _dir: tempfile::TempDir,
+}
+
+fn pg_cluster() -> &'static hr_shared::testing::pg::Cluster {
+    static CLUSTER: std::sync::OnceLock<hr_shared::testing::pg::Cluster> =
+        std::sync::OnceLock::new();
+    CLUSTER.get_or_init(|| hr_shared::testing::pg::Cluster::start("contract", 100))
+}
+
+impl StoreUnderTest for Postgres {
+    fn fresh() -> Self {
+        use hr_shared::store::postgres;
+        let cluster = pg_cluster();
+        let db = cluster.database();
+        postgres::init(&cluster.admin_url(&db)).expect("db init");
+        let mut paths = Vec::new();
+        let operator_login = format!("operator_{db}");
+        for role in ["runner", "operator"] {
+            let login = format!("{role}_{db}");
+            cluster.admin_sql(&db, &format!("CREATE ROLE {login} LOGIN PASSWORD 'pw'"));
+            postgres::grant(&cluster.admin_url(&db), &login, role).expect("db grant");
+            paths.push(cluster.url(&login, "pw", &db));
+        }
+        let dir = tempfile::tempdir().expect("temp dir");
+        let at = |url: &str| StatePaths {
+            store_url: Some(url.to_owned()),
+            ..StatePaths::at(dir.path().join("state"))
+        };
+        Postgres {
+            operator_login,
+            runner: at(&paths[0]),
+            operator: at(&paths[1]),
+            _dir: dir,
+        }
+    }
+
+    fn runner(&self) -> Box<dyn RunnerStore> {
+        store::runner(&self.runner)
+    }
+
+    fn operator(&self) -> Box<dyn OperatorStore> {
+        store::operator(&self.operator)
+    }
+
+    fn absent_operator(&self) -> Box<dyn OperatorStore> {
+        let port = hr_shared::testing::pg::free_port();
+        store::operator(&StatePaths {
+            store_url: Some(format!("postgres://nobody:pw@127.0.0.1:{port}/none")),
+            ..self.operator.clone()
+        })
+    }
+
+    fn replace_with_empty(&self) -> bool {
+        // A server's database is not a file to swap under a session.
+        false
+    }
+
+    fn recorded_as(&self, _claimed: &str) -> String {
+        self.operator_login.clone()
+    }
+
+    fn keeps_rows_for_later(&self) -> bool {
+        false
+    }
+}
+
+contract_tests!(postgres, Postgres);

@@ -8,155 +8,25 @@
 //! and its log shows the attempt.
 
 use headless_run_e2e::*;
-use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use hr_shared::testing::pg::{ADMIN_PASSWORD, Cluster, free_port};
 use std::sync::OnceLock;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-/// The cluster of this test process.
-struct Cluster {
-    dir: PathBuf,
-    port: u16,
-}
-
-/// The superuser's password (the cluster listens on loopback only and lives for one test
-/// process).
-const ADMIN_PASSWORD: &str = "admin-pw";
-
-/// A PostgreSQL program (`initdb`, `pg_ctl`): Debian keeps them out of `PATH`.
-fn pg_program(name: &str) -> PathBuf {
-    let mut found: Vec<PathBuf> = std::fs::read_dir("/usr/lib/postgresql")
-        .into_iter()
-        .flatten()
-        .flatten()
-        .map(|e| e.path().join("bin").join(name))
-        .filter(|p| p.exists())
-        .collect();
-    found.sort();
-    found.pop().unwrap_or_else(|| {
-        panic!("`{name}` is not installed: apt-get install postgresql (as .ci/run does)")
+/// The cluster of this test process, shared by its tests (each has its own database).
+fn cluster() -> &'static Cluster {
+    static CLUSTER: OnceLock<Cluster> = OnceLock::new();
+    CLUSTER.get_or_init(|| {
+        need("runuser", "util-linux");
+        need("psql", "postgresql-client");
+        Cluster::start("shared", 100)
     })
 }
 
-fn as_nobody(program: &Path) -> Command {
-    let mut c = Command::new("runuser");
-    c.args(["-u", "nobody", "--"]).arg(program);
-    c
-}
-
-fn checked(cmd: &mut Command, what: &str) -> String {
-    let out = cmd
-        .stdin(Stdio::null())
-        .output()
-        .unwrap_or_else(|e| panic!("{what}: {e}"));
-    assert!(
-        out.status.success(),
-        "{what} failed ({}): {}{}",
-        out.status,
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free loopback port")
-}
-
-fn cluster() -> &'static Cluster {
-    static CLUSTER: OnceLock<Cluster> = OnceLock::new();
-    CLUSTER.get_or_init(|| Cluster::start("shared"))
-}
-
-impl Cluster {
-    /// A new cluster of this test process (`name` tells several apart), running.
-    fn start(name: &str) -> Cluster {
-        need("runuser", "util-linux");
-        need("psql", "postgresql-client");
-        let dir = std::env::temp_dir().join(format!("hr-pg-{}-{name}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
-        checked(
-            Command::new("chown").arg("nobody").arg(&dir),
-            "chown the cluster dir",
-        );
-        let pwfile = dir.join("pw");
-        std::fs::write(&pwfile, ADMIN_PASSWORD).unwrap();
-        checked(
-            Command::new("chown").arg("nobody").arg(&pwfile),
-            "chown the password file",
-        );
-        checked(
-            as_nobody(&pg_program("initdb"))
-                .arg("-D")
-                .arg(dir.join("data"))
-                .args(["-U", "admin", "-A", "scram-sha-256", "--no-sync"])
-                .arg(format!("--pwfile={}", pwfile.display())),
-            "initdb",
-        );
-        let cluster = Cluster {
-            dir,
-            port: free_port(),
-        };
-        cluster.up();
-        // Stopped (and removed) once this test process is gone, however it ends.
-        let watchdog = format!(
-            "while kill -0 {pid} 2>/dev/null; do sleep 1; done; \
-             runuser -u nobody -- {pg_ctl} -D {data} -m immediate stop >/dev/null 2>&1; \
-             rm -rf {dir}",
-            pid = std::process::id(),
-            pg_ctl = pg_program("pg_ctl").display(),
-            data = cluster.dir.join("data").display(),
-            dir = cluster.dir.display(),
-        );
-        {
-            use std::os::unix::process::CommandExt;
-            // Outlives this process on purpose: it is what stops the cluster after it.
-            #[allow(clippy::zombie_processes)]
-            let _watchdog = Command::new("sh")
-                .args(["-c", &watchdog])
-                .stdin(Stdio::null())
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .process_group(0)
-                .spawn()
-                .expect("start the cluster's watchdog");
-        }
-        cluster
-    }
-
-    /// Starts the server (again).
-    fn up(&self) {
-        let opts = format!(
-            "-k {} -p {} -c listen_addresses=127.0.0.1 -c max_connections=100 \
-             -c fsync=off -c log_line_prefix='%m [%p] %u@%d '",
-            self.dir.display(),
-            self.port
-        );
-        checked(
-            as_nobody(&pg_program("pg_ctl"))
-                .arg("-D")
-                .arg(self.dir.join("data"))
-                .args(["-o", &opts, "-l"])
-                .arg(self.dir.join("server.log"))
-                .args(["-w", "-t", "60", "start"]),
-            "pg_ctl start",
-        );
-    }
-
-    /// Stops the server at once (as a crash or a cut link would look to its clients).
-    fn down(&self) {
-        checked(
-            as_nobody(&pg_program("pg_ctl"))
-                .arg("-D")
-                .arg(self.dir.join("data"))
-                .args(["-m", "immediate", "-w", "stop"]),
-            "pg_ctl stop",
-        );
+/// A fresh database of `cluster`.
+fn database(cluster: &Cluster) -> Db {
+    Db {
+        name: cluster.database(),
+        port: cluster.port,
     }
 }
 
@@ -170,30 +40,6 @@ struct Db {
 struct Login {
     user: String,
     password: String,
-}
-
-impl Cluster {
-    fn url(&self, user: &str, password: &str, db: &str) -> String {
-        format!("postgres://{user}:{password}@127.0.0.1:{}/{db}", self.port)
-    }
-
-    /// A fresh database (not initialised).
-    fn database(&self) -> Db {
-        static N: AtomicUsize = AtomicUsize::new(0);
-        let name = format!("t{}", N.fetch_add(1, Ordering::SeqCst));
-        psql(&self.url("admin", ADMIN_PASSWORD, "postgres"))
-            .args(["-c", &format!("CREATE DATABASE {name}")])
-            .run()
-            .expect_code(0);
-        Db {
-            name,
-            port: self.port,
-        }
-    }
-
-    fn server_log(&self) -> String {
-        std::fs::read_to_string(self.dir.join("server.log")).unwrap_or_default()
-    }
 }
 
 impl Db {
@@ -268,7 +114,7 @@ fn initialised(env: &TestEnv) -> (Db, Login, Login) {
 }
 
 fn initialised_on(cluster: &Cluster, env: &TestEnv) -> (Db, Login, Login) {
-    let db = cluster.database();
+    let db = database(cluster);
     env.monitor()
         .args(["db", "init", &db.admin_url()])
         .run()
@@ -281,7 +127,7 @@ fn initialised_on(cluster: &Cluster, env: &TestEnv) -> (Db, Login, Login) {
 #[test]
 fn db_init_twice_and_from_two_hosts_at_once_and_grant_refuses_what_it_must() {
     let env = TestEnv::new();
-    let db = cluster().database();
+    let db = database(cluster());
     // Two at once on a fresh database: both succeed, one migrates.
     let a = env.monitor().args(["db", "init", &db.admin_url()]).spawn();
     let b = env.monitor().args(["db", "init", &db.admin_url()]).spawn();
@@ -427,6 +273,18 @@ fn a_runner_asks_an_operator_decides_with_their_own_login_and_the_rerun_is_answe
     // Deciding again: the first writer won.
     op(&["decide", &ap, "reject"]).expect_code(3);
 
+    // Another runner login (another CI runner) running the same command does not get
+    // this decision: it is asked anew.
+    let other = db.member(&env, "runner2", "runner");
+    let elsewhere = env
+        .shim()
+        .env("HEADLESS_RUN_DB", db.url_as(&other))
+        .args(["--", "rm", "-i", "victim"])
+        .run();
+    elsewhere.expect_code(90);
+    assert!(victim.exists());
+    assert!(!elsewhere.stderr.contains(&ap), "{}", elsewhere.stderr);
+
     let second = shim(&env).run();
     second.expect_code(0);
     assert!(!victim.exists(), "the re-run typed the decision");
@@ -462,7 +320,15 @@ fn a_runner_asks_an_operator_decides_with_their_own_login_and_the_rerun_is_answe
             )
         })
         .collect();
-    assert_eq!(statuses, [("completed", 0), ("completed", 90)], "{runs}");
+    assert_eq!(
+        statuses,
+        [
+            ("completed", 0),
+            ("waiting_approval", 90),
+            ("completed", 90)
+        ],
+        "{runs}"
+    );
     // The chain verifies as the SQLite store's does.
     let doctor = op(&["doctor"]);
     assert!(
@@ -505,7 +371,7 @@ fn a_supervised_tool_holding_the_runner_login_cannot_approve_touch_another_run_o
         format!(
             "SELECT hr.run_status('{run}', 'guess', 'completed', NULL, 0, true, NULL, NULL, 'not_final')"
         ),
-        format!("SELECT hr.approval_consume('{run}', '', '{ap}')"),
+        format!("SELECT hr.approval_consume('{run}', '', '{ap}', NULL, true)"),
         format!("SELECT hr.runner_approvals('{run}', 'guess', NULL)"),
         // Internal helpers.
         format!(
@@ -531,7 +397,7 @@ fn a_supervised_tool_holding_the_runner_login_cannot_approve_touch_another_run_o
     // whatever it sends, and it cannot use the pending approval of the parked run.
     let own = db.sql_as(
         &runner,
-        "SELECT hr.run_start('{\"tool_run_id\": \"TR-01M85000000000000000000000\", \"tool_name\": \"rm\", \"status\": \"running\", \"started_at\": \"x\", \"updated_at\": \"x\", \"argv_json\": [\"rm\", \"-i\", \"victim\"]}', (SELECT 'anything'))",
+        "SELECT hr.run_start('{\"tool_run_id\": \"TR-01M85000000000000000000000\", \"tool_name\": \"rm\", \"status\": \"running\", \"started_at\": \"x\", \"updated_at\": \"x\", \"argv_json\": [\"rm\", \"-i\", \"victim\"]}', (SELECT 'anything'), false)",
     );
     own.expect_code(0);
     let cap = own.out().trim().to_owned();
@@ -539,7 +405,7 @@ fn a_supervised_tool_holding_the_runner_login_cannot_approve_touch_another_run_o
     let forged = db.sql_as(
         &runner,
         &format!(
-            "SELECT hr.approval_ask('TR-01M85000000000000000000000', '{cap}', '{{\"approval_id\": \"AP-01M85000000000000000000000\", \"question\": \"q\", \"status\": \"approved\", \"chosen_value\": \"y\", \"decided_by\": \"alice\", \"tool_run_id\": \"{run}\"}}')::jsonb->>'status'"
+            "SELECT hr.approval_ask('TR-01M85000000000000000000000', '{cap}', '{{\"approval_id\": \"AP-01M85000000000000000000000\", \"question\": \"q\", \"status\": \"approved\", \"chosen_value\": \"y\", \"decided_by\": \"alice\", \"tool_run_id\": \"{run}\"}}', 'AP-01M85000000000000000000001')::jsonb->>'status'"
         ),
     );
     forged.expect_code(0);
@@ -547,7 +413,7 @@ fn a_supervised_tool_holding_the_runner_login_cannot_approve_touch_another_run_o
     let used = db.sql_as(
         &runner,
         &format!(
-            "SELECT hr.approval_consume('TR-01M85000000000000000000000', '{cap}', '{ap}') IS NULL"
+            "SELECT hr.approval_consume('TR-01M85000000000000000000000', '{cap}', '{ap}', '{run}', true) IS NULL"
         ),
     );
     used.expect_code(0);
@@ -706,7 +572,7 @@ fn a_waiting_tool_is_woken_by_the_servers_notification_and_monitor_wait_too() {
 #[test]
 fn a_server_down_at_start_or_restarted_mid_run_loses_nothing_and_duplicates_nothing() {
     let env = TestEnv::new();
-    let private = Cluster::start("faults");
+    let private = Cluster::start("faults", 100);
     let (db, runner, operator) = initialised_on(&private, &env);
     let shim = |script: &str| {
         let mut c = env.shim();
@@ -768,7 +634,7 @@ fn a_server_down_at_start_or_restarted_mid_run_loses_nothing_and_duplicates_noth
         "{runs}"
     );
     assert_eq!(
-        db.value("SELECT count(*) FROM hr.events WHERE event = 'tool_run_delivered'"),
+        db.value("SELECT count(*) FROM hr.events WHERE data::jsonb->>'delivered' = 'true'"),
         "1"
     );
 }

@@ -365,43 +365,13 @@ pub fn cooperative(
     ttl: Option<Duration>,
     on_expire: OnExpire,
 ) -> db::Result<(Cooperative, Effects)> {
-    let question = sanitize_text(&req.question);
-    let prompt_fp = fingerprint::prompt(&who.tool, &question);
+    let (mut a, prompt_fp) = cooperative_approval(who, req, ttl, on_expire);
     db::write(conn, |tx| {
         let mut fx = Effects::default();
         let decided =
             approvals::find_used_by(tx, &who.request_fingerprint, &prompt_fp, &who.tool_run_id)?;
         if decided.is_some() {
             return Ok((Cooperative::AlreadyDecided, fx));
-        }
-        let mut a = approval_for(
-            who,
-            &PromptRequest {
-                prompt: Prompt {
-                    kind: PromptKind::Cooperative,
-                    secret: false,
-                    rule: "cooperative".into(),
-                    question: question.clone(),
-                    prompt_line: sanitize_line(&question),
-                    context: req
-                        .context
-                        .as_deref()
-                        .map(sanitize_text)
-                        .unwrap_or_default(),
-                    options: req.options.clone(),
-                    default: req.default.clone(),
-                    allows_text: req.allows_text,
-                    alternative: None,
-                    select: None,
-                },
-                prompt_fingerprint: prompt_fp.clone(),
-                policies: Vec::new(),
-                ttl,
-                on_expire,
-            },
-        );
-        if req.context.is_none() {
-            a.context = None;
         }
         // The tool may name its approval, with an id of the usual shape (any case); a name
         // of another shape, or one already taken, is replaced.
@@ -421,6 +391,83 @@ pub fn cooperative(
     })
 }
 
+/// The approval a cooperative tool's `approval_needed` line becomes (its text cleaned), and
+/// the fingerprint of its question.
+pub(super) fn cooperative_approval(
+    who: &Asker,
+    req: &CooperativeRequest,
+    ttl: Option<Duration>,
+    on_expire: OnExpire,
+) -> (Approval, String) {
+    let question = sanitize_text(&req.question);
+    let prompt_fp = fingerprint::prompt(&who.tool, &question);
+    let mut a = approval_for(
+        who,
+        &PromptRequest {
+            prompt: Prompt {
+                kind: PromptKind::Cooperative,
+                secret: false,
+                rule: "cooperative".into(),
+                question: question.clone(),
+                prompt_line: sanitize_line(&question),
+                context: req
+                    .context
+                    .as_deref()
+                    .map(sanitize_text)
+                    .unwrap_or_default(),
+                options: req.options.clone(),
+                default: req.default.clone(),
+                allows_text: req.allows_text,
+                alternative: None,
+                select: None,
+            },
+            prompt_fingerprint: prompt_fp.clone(),
+            policies: Vec::new(),
+            ttl,
+            on_expire,
+        },
+    );
+    if req.context.is_none() {
+        a.context = None;
+    }
+    (a, prompt_fp)
+}
+
+/// Why approval `a` (as read; `None`: not found) is no `AUTO_APPROVAL` of `value` for this
+/// run, if it is not; the caller then consumes it in the same transaction.
+pub(super) fn auto_approval_verdict(
+    a: Option<&Approval>,
+    who: &Asker,
+    approval_id: &str,
+    value: &str,
+    resumed_from: Option<&str>,
+) -> Result<(), String> {
+    let Some(a) = a else {
+        return Err(format!("no approval {approval_id}"));
+    };
+    if !a.answers() || a.chosen_value.as_deref() != Some(value) {
+        return Err(format!(
+            "approval {approval_id} is not decided with this value"
+        ));
+    }
+    if a.request_fingerprint.as_deref() != Some(&who.request_fingerprint) {
+        return Err(format!(
+            "approval {approval_id} was asked by another command"
+        ));
+    }
+    if a.prompt_kind != Some(PromptKind::Cooperative) {
+        return Err(format!(
+            "approval {approval_id} answers a prompt, which is typed at the prompt, not handed to the tool"
+        ));
+    }
+    if a.claimed_by.is_none() || resumed_from != Some(a.tool_run_id.as_str()) {
+        return Err(format!(
+            "approval {approval_id} was not claimed by `monitor worker` for resuming this run"
+        ));
+    }
+    Ok(())
+}
+
 /// Whether a caller's `AUTO_APPROVAL` is a real decision for this run: a single-use token
 /// for one question. The approval `HEADLESS_RUN_APPROVAL_ID` names must be a cooperative
 /// tool's request (a prompt's decision is typed at its prompt, never handed to the tool),
@@ -436,41 +483,15 @@ pub fn validate_auto_approval(
 ) -> db::Result<(Result<Approval, String>, Effects)> {
     db::write(conn, |tx| {
         let mut fx = Effects::default();
-        let Some(a) = approvals::get(tx, approval_id)? else {
+        let found = approvals::get(tx, approval_id)?;
+        if let Err(why) =
+            auto_approval_verdict(found.as_ref(), who, approval_id, value, resumed_from)
+        {
+            return Ok((Err(why), fx));
+        }
+        let Some(a) = found else {
             return Ok((Err(format!("no approval {approval_id}")), fx));
         };
-        if !a.answers() || a.chosen_value.as_deref() != Some(value) {
-            return Ok((
-                Err(format!(
-                    "approval {approval_id} is not decided with this value"
-                )),
-                fx,
-            ));
-        }
-        if a.request_fingerprint.as_deref() != Some(&who.request_fingerprint) {
-            return Ok((
-                Err(format!(
-                    "approval {approval_id} was asked by another command"
-                )),
-                fx,
-            ));
-        }
-        if a.prompt_kind != Some(PromptKind::Cooperative) {
-            return Ok((
-                Err(format!(
-                    "approval {approval_id} answers a prompt, which is typed at the prompt, not handed to the tool"
-                )),
-                fx,
-            ));
-        }
-        if a.claimed_by.is_none() || resumed_from != Some(a.tool_run_id.as_str()) {
-            return Ok((
-                Err(format!(
-                    "approval {approval_id} was not claimed by `monitor worker` for resuming this run"
-                )),
-                fx,
-            ));
-        }
         if !approvals::consume(tx, approval_id, &who.tool_run_id, &who.actor)? {
             return Ok((Err(format!("approval {approval_id} was already used")), fx));
         }

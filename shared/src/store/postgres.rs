@@ -405,12 +405,14 @@ REVOKE ALL ON SCHEMA hr FROM PUBLIC;
 REVOKE ALL ON ALL TABLES IN SCHEMA hr FROM PUBLIC, headless_runner, headless_operator, headless_viewer;
 REVOKE ALL ON ALL FUNCTIONS IN SCHEMA hr FROM PUBLIC, headless_runner, headless_operator, headless_viewer;
 GRANT USAGE ON SCHEMA hr TO headless_runner, headless_operator, headless_viewer;
-GRANT SELECT ON hr.tool_runs, hr.approvals, hr.events, hr.schema_version
+GRANT SELECT ON hr.tool_runs, hr.approvals, hr.events, hr.policies, hr.schema_version
     TO headless_operator, headless_viewer;
 GRANT EXECUTE ON FUNCTION hr.change_mark() TO headless_runner, headless_operator, headless_viewer;
+GRANT EXECUTE ON FUNCTION hr.is_final(text), hr.run_doc(hr.tool_runs)
+    TO headless_operator, headless_viewer;
 GRANT EXECUTE ON FUNCTION hr.expire_due() TO headless_runner, headless_operator;
 GRANT EXECUTE ON FUNCTION
-    hr.run_start(jsonb, text),
+    hr.run_start(jsonb, text, boolean),
     hr.run_deliver(jsonb, text),
     hr.run_touch(text, text, text, text, text),
     hr.run_pid(text, text, bigint),
@@ -419,14 +421,26 @@ GRANT EXECUTE ON FUNCTION
     hr.run_environment(text, text, jsonb),
     hr.runner_approvals(text, text, text),
     hr.runner_approval(text, text, text),
-    hr.approval_ask(text, text, jsonb),
+    hr.runner_remembered(text, text, text),
+    hr.approval_ask(text, text, jsonb, text),
     hr.approval_by_policy(text, text, jsonb, text, text, text),
-    hr.approval_consume(text, text, text),
-    hr.approval_take_over(text, text, text, jsonb),
+    hr.approval_consume(text, text, text, text, boolean),
+    hr.approval_take_over(text, text, text, jsonb, text, boolean),
     hr.approval_release(text, text, text, text),
     hr.approval_abandon(text, text, text)
     TO headless_runner;
-GRANT EXECUTE ON FUNCTION hr.decide(text, text, text, text, text), hr.cancel(text, text)
+GRANT EXECUTE ON FUNCTION
+    hr.decide(text, text, text, text, text),
+    hr.cancel(text, text),
+    hr.fail_vanished(text, text, text),
+    hr.claim(text, text),
+    hr.take_over_claim(text, text, text),
+    hr.set_resumed_run(text, text),
+    hr.close_run(text, text, text, integer, boolean, text, text, text[]),
+    hr.consume(text, text),
+    hr.gc(text),
+    hr.remember(text, text, text, jsonb, text, text, text),
+    hr.forget(text)
     TO headless_operator;
 "#;
 
@@ -490,6 +504,8 @@ pub struct PgRunner {
     paths: StatePaths,
     /// The spool was delivered on this session's first connection.
     delivered: bool,
+    /// The run this session started (its capability is in [`CAPABILITIES`]).
+    run: Option<String>,
 }
 
 impl PgRunner {
@@ -502,6 +518,7 @@ impl PgRunner {
             pg,
             paths: paths.clone(),
             delivered: false,
+            run: None,
         }
     }
 
@@ -511,11 +528,7 @@ impl PgRunner {
     fn deliver_spool(&mut self) -> StoreResult<usize> {
         let mut n = 0;
         for (path, run) in crate::spool::spooled(&self.paths) {
-            let fp = fingerprint::request(
-                &run.tool_name,
-                &run.argv_json,
-                run.cwd.as_deref().unwrap_or(""),
-            );
+            let fp = request_fingerprint(&run);
             match self.pg.tx(|tx| {
                 tx.query_one(
                     "SELECT hr.run_deliver($1::text::jsonb, $2)",
@@ -534,6 +547,91 @@ impl PgRunner {
         }
         Ok(n)
     }
+
+    /// The run this session speaks for, and its capability: the one it started, else (a
+    /// wait-mode watcher's second session) the one run this process started.
+    fn own(&self) -> Option<(String, String)> {
+        let caps = CAPABILITIES.lock().ok()?;
+        match &self.run {
+            Some(run) => Some((run.clone(), caps.get(run)?.clone())),
+            None if caps.len() == 1 => caps.iter().next().map(|(k, v)| (k.clone(), v.clone())),
+            None => None,
+        }
+    }
+
+    fn expire(&mut self) -> StoreResult<Vec<Approval>> {
+        self.pg.docs("SELECT x::text FROM hr.expire_due() x", &[])
+    }
+
+    /// Moves the run to `waiting_approval` for `approval` (its log event in `fx`).
+    fn wait_for(
+        &mut self,
+        who: &Asker,
+        cap: &str,
+        approval: &Approval,
+        fx: &mut Effects,
+    ) -> StoreResult<()> {
+        let change = StatusChange::to(
+            RunStatus::WaitingApproval,
+            Some(format!("waiting for approval {}", approval.approval_id)),
+        );
+        let run = who.tool_run_id.as_str();
+        let moved = self
+            .pg
+            .tx(|tx| status(tx, run, cap, &change, "not_final"))?;
+        if let Some(m) = moved {
+            fx.events.push(m.event());
+            fx.status = Some(RunStatus::WaitingApproval);
+        }
+        Ok(())
+    }
+}
+
+/// The request fingerprint of a run's command, as the shim computes it for its asker.
+fn request_fingerprint(run: &ToolRun) -> String {
+    fingerprint::request(
+        &run.tool_name,
+        &run.argv_json,
+        run.cwd.as_deref().unwrap_or(""),
+    )
+}
+
+/// A status change the server made (`hr.moved`), for the log.
+#[derive(Debug, serde::Deserialize)]
+struct Moved {
+    tool_run_id: String,
+    tool_name: Option<String>,
+    execution_id: Option<String>,
+    from: RunStatus,
+    to: RunStatus,
+    reason: Option<String>,
+}
+
+impl Moved {
+    fn event(&self) -> LogEvent {
+        LogEvent::about_run(
+            EventBody::status_change(
+                Some(self.from),
+                &StatusChange::to(self.to, self.reason.clone()),
+            ),
+            self.tool_name.as_deref().unwrap_or(""),
+            &self.tool_run_id,
+            self.execution_id.as_deref(),
+        )
+    }
+}
+
+/// An approval as a runner function returns it, with what else it did.
+#[derive(Debug, serde::Deserialize)]
+struct Touched {
+    #[serde(flatten)]
+    approval: Approval,
+    /// The run it closed or cancelled on the way.
+    #[serde(rename = "_closed", default)]
+    closed: Option<Moved>,
+    /// The run that asked it (runner reads), for the takeover rules.
+    #[serde(rename = "_owner", default)]
+    owner: Option<ToolRun>,
 }
 
 /// The server's guard for a status change by the shim.
@@ -547,27 +645,20 @@ fn guard_name(replace: Replace) -> &'static str {
 fn write_one(
     tx: &mut postgres::Transaction<'_>,
     run_id: &str,
-    cap: &mut String,
+    cap: &mut Option<String>,
     w: &RunWrite,
+    may_exist: bool,
     abandoned: &mut Vec<Approval>,
 ) -> Result<(), postgres::Error> {
-    let cap_now = cap.clone();
-    let c = cap_now.as_str();
+    let c = cap.clone().unwrap_or_default();
+    let c = c.as_str();
     match w {
         RunWrite::Start(run) => {
-            let fp = fingerprint::request(
-                &run.tool_name,
-                &run.argv_json,
-                run.cwd.as_deref().unwrap_or(""),
-            );
             let row = tx.query_one(
-                "SELECT hr.run_start($1::text::jsonb, $2)",
-                &[&to_json(run), &fp],
+                "SELECT hr.run_start($1::text::jsonb, $2, $3)",
+                &[&to_json(run), &request_fingerprint(run), &may_exist],
             )?;
             *cap = row.get(0);
-            if let Ok(mut m) = CAPABILITIES.lock() {
-                m.insert(run_id.to_owned(), cap.clone());
-            }
         }
         RunWrite::Pid(pid) => {
             tx.execute(
@@ -604,7 +695,7 @@ fn write_one(
                         Some("cancelled by a signal to headless-run".into()),
                     )
                 },
-                "not_cancelled",
+                "not_final",
             )?;
             if moved.is_none() {
                 tx.execute(
@@ -615,7 +706,7 @@ fn write_one(
         }
         RunWrite::Consume(approval_id) => {
             tx.execute(
-                "SELECT hr.approval_consume($1, $2, $3)",
+                "SELECT hr.approval_consume($1, $2, $3, NULL, false)",
                 &[&run_id, &c, approval_id],
             )?;
         }
@@ -649,16 +740,16 @@ fn write_one(
     Ok(())
 }
 
-/// A status change of the shim's own run; the previous status when it moved.
+/// A status change of the shim's own run: what it did, when it did something.
 fn status(
     tx: &mut postgres::Transaction<'_>,
     run_id: &str,
     cap: &str,
     change: &StatusChange,
     guard: &str,
-) -> Result<Option<String>, postgres::Error> {
+) -> Result<Option<Moved>, postgres::Error> {
     let row = tx.query_one(
-        "SELECT hr.run_status($1, $2, $3, $4, $5, $6, $7, $8, $9)",
+        "SELECT hr.run_status($1, $2, $3, $4, $5, $6, $7, $8, $9)::text",
         &[
             &run_id,
             &cap,
@@ -671,7 +762,9 @@ fn status(
             &guard,
         ],
     )?;
-    Ok(row.get(0))
+    Ok(row
+        .get::<_, Option<&str>>(0)
+        .and_then(|t| serde_json::from_str(t).ok()))
 }
 
 impl RunnerStore for PgRunner {
@@ -688,27 +781,42 @@ impl RunnerStore for PgRunner {
         run_id: &str,
         writes: &[RunWrite],
         _actor: &str,
-        _row_may_exist: bool,
+        row_may_exist: bool,
     ) -> StoreResult<Done<Recorded>> {
-        let mut cap = capability(run_id);
+        let before = CAPABILITIES
+            .lock()
+            .ok()
+            .and_then(|m| m.get(run_id).cloned());
+        let mut cap = before.clone();
         let mut abandoned = Vec::new();
         let inserted = writes.iter().any(|w| matches!(w, RunWrite::Start(_)));
         self.pg.tx(|tx| {
             abandoned.clear();
+            cap = before.clone();
             for w in writes {
-                write_one(tx, run_id, &mut cap, w, &mut abandoned)?;
+                write_one(tx, run_id, &mut cap, w, row_may_exist, &mut abandoned)?;
             }
             Ok(())
         })?;
+        if inserted {
+            self.run = Some(run_id.to_owned());
+            if let (Some(cap), Ok(mut m)) = (cap, CAPABILITIES.lock()) {
+                m.insert(run_id.to_owned(), cap);
+            }
+        }
         let events = abandoned.iter().map(Approval::status_event).collect();
         Ok(Done::with_events(Recorded { inserted }, events))
     }
 
+    /// Rows are kept for later by the shim's own spool, which the host's next runner
+    /// session delivers ([`PgRunner::connect`]); nothing to keep here.
     fn keep_for_later(&mut self, _run: &ToolRun) -> bool {
         false
     }
 
-    fn kept_row_landed(&mut self, _run_id: &str) {}
+    fn kept_row_landed(&mut self, run_id: &str) {
+        crate::spool::discard(&self.paths, run_id);
+    }
 
     fn replaced(&mut self) -> bool {
         false
@@ -718,7 +826,7 @@ impl RunnerStore for PgRunner {
         &mut self,
         who: &Asker,
         req: &PromptRequest,
-        _host: &dyn HostFacts,
+        host: &dyn HostFacts,
     ) -> StoreResult<Done<PromptResolution>> {
         let run = who.tool_run_id.as_str();
         let cap = capability(run);
@@ -726,37 +834,49 @@ impl RunnerStore for PgRunner {
         for a in self.expire()? {
             fx.events.push(a.status_event());
         }
-        let seen: Vec<Approval> = self.pg.docs(
+        let seen: Vec<Touched> = self.pg.docs(
             "SELECT x::text FROM hr.runner_approvals($1, $2, $3) x",
             &[&run, &cap, &req.prompt_fingerprint],
         )?;
-        // 1. A decision for an earlier run of this command, on this screen and tool. The
-        //    server uses it up only if its run is parked (or this one).
+        // Whether the run that asked `t` no longer holds it (the server checks the rest).
+        let owner_gone = |t: &Touched| {
+            t.approval.tool_run_id != run
+                && t.owner
+                    .as_ref()
+                    .is_none_or(|o| rules::may_take_over(Some(o), host))
+        };
+        // 1. A decision for an earlier run of this command — not one a run still
+        //    supervised waits for — and a yes only for the screen and tool it was given on.
         let screen = fingerprint::seen(&req.prompt);
         let mut changed_since: Option<(Approval, &str)> = None;
-        let mut decided: Vec<&Approval> = seen
+        let answer = seen
             .iter()
-            .filter(|a| {
+            .filter(|t| {
+                let a = &t.approval;
                 a.status != ApprovalStatus::Pending
                     && a.consumed_at.is_none()
                     && a.decision_channel.as_deref() != Some("system:run-ended")
             })
-            .collect();
-        decided
-            .sort_by(|a, b| (&b.decided_at, &b.approval_id).cmp(&(&a.decided_at, &a.approval_id)));
-        if let Some(a) = decided.first() {
+            .max_by(|x, y| {
+                (&x.approval.decided_at, &x.approval.approval_id)
+                    .cmp(&(&y.approval.decided_at, &y.approval.approval_id))
+            })
+            .filter(|t| t.approval.tool_run_id == run || owner_gone(t));
+        if let Some(t) = answer {
+            let a = &t.approval;
             if !rules::tool_fits(a, who.tool_digest.as_deref()) {
-                changed_since = Some(((*a).clone(), "tool (its executable or script)"));
+                changed_since = Some((a.clone(), "tool (its executable or script)"));
             } else if !rules::screen_fits(a, &screen) {
-                changed_since = Some(((*a).clone(), "screen"));
+                changed_since = Some((a.clone(), "screen"));
             } else if rules::decision_fits(a, &req.prompt)
-                && let Some(used) = self.pg.doc::<Approval>(
-                    "SELECT hr.approval_consume($1, $2, $3)::text",
-                    &[&run, &cap, &a.approval_id],
+                && let Some(used) = self.pg.doc::<Touched>(
+                    "SELECT hr.approval_consume($1, $2, $3, $4, $5)::text",
+                    &[&run, &cap, &a.approval_id, &a.tool_run_id, &owner_gone(t)],
                 )?
             {
-                let value = used.chosen_value.clone().unwrap_or_default();
-                let approval = Box::new(used);
+                fx.events.extend(used.closed.as_ref().map(Moved::event));
+                let value = used.approval.chosen_value.clone().unwrap_or_default();
+                let approval = Box::new(used.approval);
                 return Ok(Done {
                     value: if approval.answers() {
                         PromptResolution::Answer { approval, value }
@@ -767,10 +887,16 @@ impl RunnerStore for PgRunner {
                 });
             }
         }
-        // 2. The runner's config policies, in order (remembered decisions are not kept
-        //    on this store yet).
+        // 2. A policy: the runner's config's, in order, then a remembered decision.
         let mut fresh = approval_for(who, req);
-        for (name, value) in &req.policies {
+        let mut candidates = req.policies.clone();
+        if let Some(p) = self.pg.doc::<RememberedPolicy>(
+            "SELECT hr.runner_remembered($1, $2, $3)::text",
+            &[&run, &cap, &req.prompt_fingerprint],
+        )? {
+            candidates.push((p.name, p.value));
+        }
+        for (name, value) in &candidates {
             let decided = match approvals::value_decision(&fresh, value) {
                 Ok(r) if r.status == ApprovalStatus::Rejected => Some(r),
                 Ok(r)
@@ -823,52 +949,50 @@ impl RunnerStore for PgRunner {
                 effects: fx,
             });
         }
-        // 3. A retry takes over the pending approval of a parked run of this command.
+        // 3. A retry takes over the pending approval of a run that no longer holds it.
         let mut taken = None;
         if let Some(old) = seen
             .iter()
-            .find(|a| a.status == ApprovalStatus::Pending && a.tool_run_id != who.tool_run_id)
+            .find(|t| t.approval.status == ApprovalStatus::Pending && t.approval.tool_run_id != run)
+            .filter(|t| owner_gone(t))
         {
-            taken = self.pg.doc::<Approval>(
-                "SELECT hr.approval_take_over($1, $2, $3, $4::text::jsonb)::text",
-                &[&run, &cap, &old.approval_id, &to_json(&fresh)],
+            taken = self.pg.doc::<Touched>(
+                "SELECT hr.approval_take_over($1, $2, $3, $4::text::jsonb, $5, $6)::text",
+                &[
+                    &run,
+                    &cap,
+                    &old.approval.approval_id,
+                    &to_json(&fresh),
+                    &old.approval.tool_run_id,
+                    &true,
+                ],
             )?;
         }
         let taken_over = taken.is_some();
         let approval = match taken {
-            Some(a) => a,
-            // 4. A new question.
+            Some(t) => {
+                fx.events.extend(t.closed.as_ref().map(Moved::event));
+                t.approval
+            }
+            // 4. A new question (saying what changed, if a decision was made on another
+            //    screen of it).
             None => {
                 if let Some((old, what)) = &changed_since {
                     fresh.context = Some(changed_context(old, &fresh, what));
                 }
+                let id = fresh.approval_id.clone();
                 let a: Approval = self
                     .pg
                     .doc(
-                        "SELECT hr.approval_ask($1, $2, $3::text::jsonb)::text",
-                        &[&run, &cap, &to_json(&fresh)],
+                        "SELECT hr.approval_ask($1, $2, $3::text::jsonb, $4)::text",
+                        &[&run, &cap, &to_json(&fresh), &id],
                     )?
                     .ok_or_else(|| StoreError::Server("the approval was not recorded".into()))?;
                 fx.events.push(a.needed_event());
                 a
             }
         };
-        let change = StatusChange::to(
-            RunStatus::WaitingApproval,
-            Some(format!("waiting for approval {}", approval.approval_id)),
-        );
-        let prev = self
-            .pg
-            .tx(|tx| status(tx, run, &cap, &change, "not_final"))?;
-        if let Some(prev) = prev.and_then(|p| p.parse::<RunStatus>().ok()) {
-            fx.events.push(LogEvent::about_run(
-                EventBody::status_change(Some(prev), &change),
-                &who.tool,
-                &who.tool_run_id,
-                Some(&who.execution_id),
-            ));
-            fx.status = Some(RunStatus::WaitingApproval);
-        }
+        self.wait_for(who, &cap, &approval, &mut fx)?;
         Ok(Done {
             value: PromptResolution::Pending {
                 approval: Box::new(approval),
@@ -880,34 +1004,88 @@ impl RunnerStore for PgRunner {
 
     fn cooperative(
         &mut self,
-        _who: &Asker,
-        _req: &CooperativeRequest,
-        _ttl: Option<Duration>,
-        _on_expire: OnExpire,
+        who: &Asker,
+        req: &CooperativeRequest,
+        ttl: Option<Duration>,
+        on_expire: OnExpire,
     ) -> StoreResult<Done<Cooperative>> {
-        Err(StoreError::Unsupported(
-            "a cooperative tool's approval request",
-        ))
+        let run = who.tool_run_id.as_str();
+        let cap = capability(run);
+        let mut fx = Effects::default();
+        let (fresh, prompt_fp) = super::asking::cooperative_approval(who, req, ttl, on_expire);
+        let seen: Vec<Touched> = self.pg.docs(
+            "SELECT x::text FROM hr.runner_approvals($1, $2, $3) x",
+            &[&run, &cap, &prompt_fp],
+        )?;
+        if seen
+            .iter()
+            .any(|t| t.approval.consumed_by.as_deref() == Some(run))
+        {
+            return Ok(Done::quiet(Cooperative::AlreadyDecided));
+        }
+        // The tool may name its approval (an id of the usual shape, not taken): the server
+        // falls back to a fresh id when it is taken.
+        let mut wanted = fresh.clone();
+        if let Some(w) = req
+            .approval_id
+            .as_deref()
+            .map(str::to_ascii_uppercase)
+            .filter(|w| crate::id::has_shape(w, crate::id::APPROVAL_PREFIX))
+        {
+            wanted.approval_id = w;
+        }
+        let a: Approval = self
+            .pg
+            .doc(
+                "SELECT hr.approval_ask($1, $2, $3::text::jsonb, $4)::text",
+                &[&run, &cap, &to_json(&wanted), &fresh.approval_id],
+            )?
+            .ok_or_else(|| StoreError::Server("the approval was not recorded".into()))?;
+        fx.events.push(a.needed_event());
+        self.wait_for(who, &cap, &a, &mut fx)?;
+        Ok(Done {
+            value: Cooperative::Pending(Box::new(a)),
+            effects: fx,
+        })
     }
 
     fn check_auto_approval(
         &mut self,
-        _who: &Asker,
-        _approval_id: &str,
-        _value: &str,
-        _resumed_from: Option<&str>,
+        who: &Asker,
+        approval_id: &str,
+        value: &str,
+        resumed_from: Option<&str>,
     ) -> StoreResult<Done<Result<Approval, String>>> {
-        Ok(Done::quiet(Err(
-            "AUTO_APPROVAL is not honoured on the PostgreSQL store yet".into(),
-        )))
+        let run = who.tool_run_id.as_str();
+        let cap = capability(run);
+        let a: Option<Approval> = self.pg.doc(
+            "SELECT hr.runner_approval($1, $2, $3)::text",
+            &[&run, &cap, &approval_id],
+        )?;
+        let verdict =
+            super::asking::auto_approval_verdict(a.as_ref(), who, approval_id, value, resumed_from);
+        if let Err(why) = verdict {
+            return Ok(Done::quiet(Err(why)));
+        }
+        let Some(used) = self.pg.doc::<Touched>(
+            "SELECT hr.approval_consume($1, $2, $3, NULL, true)::text",
+            &[&run, &cap, &approval_id],
+        )?
+        else {
+            return Ok(Done::quiet(Err(format!(
+                "approval {approval_id} was already used"
+            ))));
+        };
+        let mut fx = Effects::default();
+        fx.events.extend(used.closed.as_ref().map(Moved::event));
+        Ok(Done {
+            value: Ok(a.unwrap_or(used.approval)),
+            effects: fx,
+        })
     }
 
     fn approval(&mut self, approval_id: &str) -> StoreResult<Option<Approval>> {
-        let run = CAPABILITIES
-            .lock()
-            .ok()
-            .and_then(|m| m.iter().next_back().map(|(k, v)| (k.clone(), v.clone())));
-        let Some((run, cap)) = run else {
+        let Some((run, cap)) = self.own() else {
             return Ok(None);
         };
         self.pg.doc(
@@ -927,12 +1105,6 @@ impl RunnerStore for PgRunner {
     }
 }
 
-impl PgRunner {
-    fn expire(&mut self) -> StoreResult<Vec<Approval>> {
-        self.pg.docs("SELECT x::text FROM hr.expire_due() x", &[])
-    }
-}
-
 impl PgStore {
     fn change_mark(&mut self) -> StoreResult<u64> {
         let v: i64 = self
@@ -945,7 +1117,7 @@ impl PgStore {
 // ------------------------------------------------------------------------------------------
 // The operator (and the viewer, who may only read).
 
-/// `monitor`'s session: reads the tables, decides and cancels through the functions.
+/// `monitor`'s session: reads the tables, writes through the operator's functions.
 pub struct PgOperator {
     pg: PgStore,
 }
@@ -956,10 +1128,50 @@ impl PgOperator {
             pg: PgStore::new(url),
         }
     }
+
+    fn expire(&mut self) -> StoreResult<Done<Vec<Approval>>> {
+        let expired: Vec<Approval> = self.pg.docs("SELECT x::text FROM hr.expire_due() x", &[])?;
+        let events = expired.iter().map(Approval::status_event).collect();
+        Ok(Done::with_events(expired, events))
+    }
+
+    fn audit_rows(
+        &mut self,
+        cond: &str,
+        params: &[&(dyn ToSql + Sync)],
+    ) -> StoreResult<Vec<AuditRow>> {
+        let rows = self.pg.tx(|tx| {
+            tx.query(
+                &format!(
+                    "SELECT id, at, event, tool_run_id, approval_id, actor, data, prev_hash, hash
+                     FROM hr.events WHERE {cond} ORDER BY id"
+                ),
+                params,
+            )
+        })?;
+        Ok(rows
+            .iter()
+            .map(|r| AuditRow {
+                id: r.get(0),
+                at: r.get(1),
+                event: r.get(2),
+                tool_run_id: r.get(3),
+                approval_id: r.get(4),
+                actor: r.get(5),
+                data: r.get(6),
+                prev_hash: r.get(7),
+                hash: r.get(8),
+            })
+            .collect())
+    }
+
+    /// One boolean from an operator function.
+    fn yes(&mut self, sql: &str, params: &[&(dyn ToSql + Sync)]) -> StoreResult<bool> {
+        Ok(self.pg.tx(|tx| tx.query_one(sql, params))?.get(0))
+    }
 }
 
-const RUN_DOC: &str =
-    "(to_jsonb(r) - 'runner_login' - 'request_fingerprint' - 'capability_hash')::text";
+const RUN_DOC: &str = "hr.run_doc(r)::text";
 
 /// A `WHERE` clause with numbered parameters, built from optional conditions.
 #[derive(Default)]
@@ -1007,20 +1219,9 @@ fn limit(n: Option<usize>) -> String {
     n.map(|n| format!(" LIMIT {n}")).unwrap_or_default()
 }
 
-fn decide_outcome(doc: serde_json::Value) -> StoreResult<(String, Option<Approval>)> {
-    let outcome = doc
-        .get("outcome")
-        .and_then(|v| v.as_str())
-        .unwrap_or("missing")
-        .to_owned();
-    let approval = match doc.get("approval") {
-        Some(a) if !a.is_null() => Some(
-            serde_json::from_value(a.clone())
-                .map_err(|e| StoreError::Server(format!("unreadable row: {e}")))?,
-        ),
-        _ => None,
-    };
-    Ok((outcome, approval))
+fn from_value<T: serde::de::DeserializeOwned>(v: &serde_json::Value) -> StoreResult<T> {
+    serde_json::from_value(v.clone())
+        .map_err(|e| StoreError::Server(format!("unreadable row: {e}")))
 }
 
 impl OperatorStore for PgOperator {
@@ -1151,8 +1352,14 @@ impl OperatorStore for PgOperator {
         let Some(current) = OperatorStore::approval(self, approval_id)? else {
             return Ok(Done::quiet(DecideOutcome::NotFound));
         };
+        // Overdue: the server expires it whatever the value (and says so).
+        let overdue = current.is_overdue(&time::now_rfc3339());
         let resolution = match approvals::value_decision(&current, value) {
             Ok(r) => r,
+            Err(_) if overdue => ValueDecision {
+                status: ApprovalStatus::Rejected,
+                chosen_value: None,
+            },
             Err(e) if current.status == ApprovalStatus::Pending => {
                 return Ok(Done::quiet(DecideOutcome::Invalid(e)));
             }
@@ -1174,18 +1381,23 @@ impl OperatorStore for PgOperator {
                 )
             })?
             .get(0);
-        let (outcome, after) = decide_outcome(from_json(&doc)?)?;
-        let Some(after) = after else {
+        let doc: serde_json::Value = from_json(&doc)?;
+        let Some(after) = doc.get("approval").filter(|a| !a.is_null()) else {
             return Ok(Done::quiet(DecideOutcome::NotFound));
         };
-        Ok(match outcome.as_str() {
-            "decided" => {
+        let after: Approval = from_value(after)?;
+        Ok(match doc.get("outcome").and_then(|o| o.as_str()) {
+            Some("decided") | Some("expired") => {
                 let events = vec![after.status_event()];
-                Done::with_events(DecideOutcome::Decided(Box::new(after)), events)
-            }
-            "expired" => {
-                let events = vec![after.status_event()];
-                Done::with_events(DecideOutcome::Conflict(Box::new(after)), events)
+                let decided = doc.get("outcome").and_then(|o| o.as_str()) == Some("decided");
+                Done::with_events(
+                    if decided {
+                        DecideOutcome::Decided(Box::new(after))
+                    } else {
+                        DecideOutcome::Conflict(Box::new(after))
+                    },
+                    events,
+                )
             }
             _ => {
                 let same = after.status == resolution.status
@@ -1212,57 +1424,121 @@ impl OperatorStore for PgOperator {
             .get(0);
         let doc: serde_json::Value = from_json(&doc)?;
         let run: Option<ToolRun> = match doc.get("run") {
-            Some(r) if !r.is_null() => Some(
-                serde_json::from_value(r.clone())
-                    .map_err(|e| StoreError::Server(format!("unreadable row: {e}")))?,
-            ),
+            Some(r) if !r.is_null() => Some(from_value(r)?),
             _ => None,
         };
         let Some(run) = run else {
             return Ok(Done::quiet(CancelOutcome::NotFound));
         };
-        Ok(match doc.get("outcome").and_then(|o| o.as_str()) {
-            Some("cancelled") => {
-                let previous = doc
-                    .get("previous")
-                    .and_then(|p| p.as_str())
-                    .and_then(|p| p.parse().ok());
-                let change = StatusChange::to(RunStatus::Cancelled, run.reason.clone());
-                let events = vec![run.status_event(previous, &change)];
-                Done::with_events(CancelOutcome::Marked { run: Box::new(run) }, events)
-            }
-            _ => Done::quiet(CancelOutcome::AlreadyFinal { run: Box::new(run) }),
-        })
+        if doc.get("outcome").and_then(|o| o.as_str()) != Some("cancelled") {
+            return Ok(Done::quiet(CancelOutcome::AlreadyFinal {
+                run: Box::new(run),
+            }));
+        }
+        let previous = doc
+            .get("previous")
+            .and_then(|p| p.as_str())
+            .and_then(|p| p.parse().ok());
+        let change = StatusChange::to(RunStatus::Cancelled, run.reason.clone());
+        let mut events = vec![run.status_event(previous, &change)];
+        let changed: Vec<Approval> = match doc.get("approvals") {
+            Some(list) => from_value(list)?,
+            None => Vec::new(),
+        };
+        events.extend(changed.iter().map(Approval::status_event));
+        Ok(Done::with_events(
+            CancelOutcome::Marked { run: Box::new(run) },
+            events,
+        ))
     }
 
     fn reconcile(
         &mut self,
         _actor: &str,
-        _host: &dyn HostFacts,
+        host: &dyn HostFacts,
     ) -> StoreResult<Done<ReconcileReport>> {
-        // Vanished supervisors are not reconciled on this store yet; expiry is.
-        let expired: Vec<Approval> = self.pg.docs("SELECT x::text FROM hr.expire_due() x", &[])?;
-        let events = expired.iter().map(Approval::status_event).collect();
-        Ok(Done::with_events(
-            ReconcileReport {
-                expired,
-                ..ReconcileReport::default()
-            },
-            events,
-        ))
+        let live = self.supervised_runs(None)?;
+        let mut report = ReconcileReport::default();
+        let mut events = Vec::new();
+        for run in live {
+            let Some(why) = rules::vanished(&run, host) else {
+                continue;
+            };
+            let seen = run.status.as_str();
+            let doc: Option<String> = self
+                .pg
+                .tx(|tx| {
+                    tx.query_one(
+                        "SELECT hr.fail_vanished($1, $2, $3)::text",
+                        &[&run.tool_run_id, &seen, &why],
+                    )
+                })?
+                .get(0);
+            let Some(doc) = doc else {
+                continue;
+            };
+            let doc: serde_json::Value = from_json(&doc)?;
+            let change = StatusChange {
+                error: Some(why.clone()),
+                ..StatusChange::to(RunStatus::Failed, Some(why.clone()))
+            };
+            let previous = doc
+                .get("previous")
+                .and_then(|p| p.as_str())
+                .and_then(|p| p.parse().ok());
+            events.push(run.status_event(previous, &change));
+            let abandoned: Vec<Approval> = match doc.get("approvals") {
+                Some(list) => from_value(list)?,
+                None => Vec::new(),
+            };
+            events.extend(abandoned.iter().map(Approval::status_event));
+            report.vanished.push((run.tool_run_id.clone(), why));
+        }
+        let expired = self.expire()?;
+        report.expired = expired.value;
+        events.extend(expired.effects.events);
+        Ok(Done::with_events(report, events))
     }
 
     fn expire_due(&mut self) -> StoreResult<Done<Vec<Approval>>> {
-        let expired: Vec<Approval> = self.pg.docs("SELECT x::text FROM hr.expire_due() x", &[])?;
-        let events = expired.iter().map(Approval::status_event).collect();
-        Ok(Done::with_events(expired, events))
+        self.expire()
     }
 
     fn decided_parked(&mut self) -> StoreResult<Vec<ParkedRun>> {
-        Err(StoreError::Unsupported(
-            "monitor worker (resuming parked runs)",
-        ))
+        let parked: Vec<ToolRun> = self.pg.docs(
+            &format!(
+                "SELECT {RUN_DOC} FROM hr.tool_runs r
+                 WHERE r.status = 'waiting_approval' AND r.exit_code = $1
+                   AND EXISTS (SELECT 1 FROM hr.approvals a WHERE a.tool_run_id = r.tool_run_id
+                     AND a.status <> 'pending' AND a.consumed_at IS NULL)
+                 ORDER BY r.tool_run_id"
+            ),
+            &[&i32::from(crate::exit::shim::APPROVAL_PENDING)],
+        )?;
+        let mut out = Vec::with_capacity(parked.len());
+        for run in parked {
+            let all = self.approvals(&ApprovalFilter {
+                tool_run_id: Some(run.tool_run_id.clone()),
+                ..Default::default()
+            })?;
+            let pending = all
+                .iter()
+                .filter(|a| a.status == ApprovalStatus::Pending)
+                .count();
+            let mut decided: Vec<Approval> = all
+                .into_iter()
+                .filter(|a| a.status != ApprovalStatus::Pending && a.consumed_at.is_none())
+                .collect();
+            decided.sort_by(|a, b| a.approval_id.cmp(&b.approval_id));
+            out.push(ParkedRun {
+                run,
+                decided,
+                pending,
+            });
+        }
+        Ok(out)
     }
+
     fn resumes_of(&mut self, waiting_run: &str) -> StoreResult<Vec<ToolRun>> {
         self.pg.docs(
             &format!(
@@ -1271,56 +1547,142 @@ impl OperatorStore for PgOperator {
             &[&waiting_run],
         )
     }
-    fn claim(&mut self, _approval_id: &str, _worker: &str) -> StoreResult<bool> {
-        Err(StoreError::Unsupported("claiming a decision for a resume"))
-    }
-    fn take_over_claim(&mut self, _a: &str, _from: &str, _to: &str) -> StoreResult<bool> {
-        Err(StoreError::Unsupported("claiming a decision for a resume"))
-    }
-    fn set_resumed_run(&mut self, _approval_id: &str, _run: &str) -> StoreResult<()> {
-        Err(StoreError::Unsupported("claiming a decision for a resume"))
-    }
-    fn close_run(
-        &mut self,
-        _tool_run_id: &str,
-        _change: &StatusChange,
-        _actor: &str,
-        _from: &[RunStatus],
-    ) -> StoreResult<Done<Option<RunStatus>>> {
-        Err(StoreError::Unsupported("closing a parked run"))
-    }
-    fn consume(&mut self, _approval_id: &str, _by_run: &str, _actor: &str) -> StoreResult<bool> {
-        Err(StoreError::Unsupported("closing a parked run"))
+
+    fn claim(&mut self, approval_id: &str, worker: &str) -> StoreResult<bool> {
+        self.yes("SELECT hr.claim($1, $2)", &[&approval_id, &worker])
     }
 
-    fn gc_preview(&mut self, _cutoff: &str) -> StoreResult<GcReport> {
-        Err(StoreError::Unsupported("monitor gc"))
+    fn take_over_claim(&mut self, approval_id: &str, from: &str, to: &str) -> StoreResult<bool> {
+        self.yes(
+            "SELECT hr.take_over_claim($1, $2, $3)",
+            &[&approval_id, &from, &to],
+        )
     }
-    fn gc(&mut self, _cutoff: &str, _actor: &str) -> StoreResult<GcReport> {
-        Err(StoreError::Unsupported("monitor gc"))
+
+    fn set_resumed_run(&mut self, approval_id: &str, run: &str) -> StoreResult<()> {
+        self.pg
+            .tx(|tx| tx.execute("SELECT hr.set_resumed_run($1, $2)", &[&approval_id, &run]))?;
+        Ok(())
+    }
+
+    fn close_run(
+        &mut self,
+        tool_run_id: &str,
+        change: &StatusChange,
+        _actor: &str,
+        from: &[RunStatus],
+    ) -> StoreResult<Done<Option<RunStatus>>> {
+        let from: Vec<&str> = from.iter().map(|s| s.as_str()).collect();
+        let previous: Option<String> = self
+            .pg
+            .tx(|tx| {
+                tx.query_one(
+                    "SELECT hr.close_run($1, $2, $3, $4, $5, $6, $7, $8)",
+                    &[
+                        &tool_run_id,
+                        &change.status.as_str(),
+                        &change.reason,
+                        &change.exit_code,
+                        &change.finished,
+                        &change.error,
+                        &change.at,
+                        &from,
+                    ],
+                )
+            })?
+            .get(0);
+        let previous: Option<RunStatus> = previous.and_then(|p| p.parse().ok());
+        let events = match (previous, self.run(tool_run_id)?) {
+            (Some(prev), Some(run)) => vec![run.status_event(Some(prev), change)],
+            _ => Vec::new(),
+        };
+        Ok(Done::with_events(previous, events))
+    }
+
+    fn consume(&mut self, approval_id: &str, by_run: &str, _actor: &str) -> StoreResult<bool> {
+        self.yes("SELECT hr.consume($1, $2)", &[&approval_id, &by_run])
+    }
+
+    fn gc_preview(&mut self, cutoff: &str) -> StoreResult<GcReport> {
+        let rows = self.pg.tx(|tx| {
+            let runs = tx.query(
+                "SELECT tool_run_id FROM hr.tool_runs
+                 WHERE hr.is_final(status) AND coalesce(completed_at, updated_at) < $1
+                 ORDER BY tool_run_id",
+                &[&cutoff],
+            )?;
+            let ids: Vec<String> = runs.iter().map(|r| r.get(0)).collect();
+            let n = tx.query_one(
+                "SELECT count(*) FROM hr.approvals WHERE status <> 'pending' AND tool_run_id = ANY($1)",
+                &[&ids],
+            )?;
+            Ok((ids, n.get::<_, i64>(0)))
+        })?;
+        Ok(GcReport {
+            runs: rows.0,
+            approvals: rows.1 as usize,
+        })
+    }
+
+    fn gc(&mut self, cutoff: &str, _actor: &str) -> StoreResult<GcReport> {
+        let doc: String = self
+            .pg
+            .tx(|tx| tx.query_one("SELECT hr.gc($1)::text", &[&cutoff]))?
+            .get(0);
+        let doc: serde_json::Value = from_json(&doc)?;
+        Ok(GcReport {
+            runs: doc
+                .get("runs")
+                .map(from_value)
+                .transpose()?
+                .unwrap_or_default(),
+            approvals: doc.get("approvals").and_then(|n| n.as_u64()).unwrap_or(0) as usize,
+        })
     }
 
     fn remember(
         &mut self,
-        _tool: &str,
-        _prompt_fingerprint: &str,
-        _scope: &RememberScope,
-        _value: &str,
-        _approval_id: &str,
+        tool: &str,
+        prompt_fingerprint: &str,
+        scope: &RememberScope,
+        value: &str,
+        approval_id: &str,
         _by: &str,
     ) -> StoreResult<RememberedPolicy> {
-        Err(StoreError::Unsupported("a remembered decision"))
+        let id = crate::id::new_id("PO-");
+        let argv = scope.argv.as_ref().map(to_json);
+        self.pg
+            .doc(
+                "SELECT hr.remember($1, $2, $3, $4::text::jsonb, $5, $6, $7)::text",
+                &[
+                    &id,
+                    &tool,
+                    &prompt_fingerprint,
+                    &argv,
+                    &scope.cwd,
+                    &value,
+                    &approval_id,
+                ],
+            )?
+            .ok_or_else(|| StoreError::Server("the decision was not remembered".into()))
     }
+
     fn remembered(&mut self) -> StoreResult<Vec<RememberedPolicy>> {
-        Ok(Vec::new())
+        self.pg.docs(
+            "SELECT to_jsonb(p)::text FROM hr.policies p
+             WHERE enabled AND source = 'remembered' ORDER BY created_at DESC, policy_id DESC",
+            &[],
+        )
     }
-    fn forget(&mut self, _policy_id: &str, _by: &str) -> StoreResult<Option<RememberedPolicy>> {
-        Ok(None)
+
+    fn forget(&mut self, policy_id: &str, _by: &str) -> StoreResult<Option<RememberedPolicy>> {
+        self.pg.doc("SELECT hr.forget($1)::text", &[&policy_id])
     }
 
     fn audit_of_run(&mut self, tool_run_id: &str) -> StoreResult<Vec<AuditRow>> {
         self.audit_rows("tool_run_id = $1", &[&tool_run_id])
     }
+
     fn audit_of_approval(&mut self, approval_id: &str) -> StoreResult<Vec<AuditRow>> {
         self.audit_rows("approval_id = $1", &[&approval_id])
     }
@@ -1446,38 +1808,6 @@ impl OperatorStore for PgOperator {
             supported_version: SCHEMA_VERSION,
             journal: "postgresql".into(),
         })
-    }
-}
-
-impl PgOperator {
-    fn audit_rows(
-        &mut self,
-        cond: &str,
-        params: &[&(dyn ToSql + Sync)],
-    ) -> StoreResult<Vec<AuditRow>> {
-        let rows = self.pg.tx(|tx| {
-            tx.query(
-                &format!(
-                    "SELECT id, at, event, tool_run_id, approval_id, actor, data, prev_hash, hash
-                     FROM hr.events WHERE {cond} ORDER BY id"
-                ),
-                params,
-            )
-        })?;
-        Ok(rows
-            .iter()
-            .map(|r| AuditRow {
-                id: r.get(0),
-                at: r.get(1),
-                event: r.get(2),
-                tool_run_id: r.get(3),
-                approval_id: r.get(4),
-                actor: r.get(5),
-                data: r.get(6),
-                prev_hash: r.get(7),
-                hash: r.get(8),
-            })
-            .collect())
     }
 }
 

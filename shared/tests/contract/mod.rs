@@ -52,6 +52,26 @@ pub trait StoreUnderTest: Sized + Sync {
     /// reports). `false`: this kind of store cannot be replaced under a session, and the
     /// `replaced` case only checks that nothing is reported.
     fn replace_with_empty(&self) -> bool;
+
+    /// Who a decision, cancellation or remembered decision is recorded as when the caller
+    /// says it is `claimed`: that name on a store that trusts its one user (SQLite); the
+    /// authenticated login on a store that authenticates (PostgreSQL), whatever the client
+    /// says.
+    fn recorded_as(&self, claimed: &str) -> String {
+        claimed.to_owned()
+    }
+
+    /// Whether `keep_for_later` keeps a row where a later operator session finds it. A
+    /// store that keeps rows in the host's spool instead (delivered by the host's next
+    /// runner session) says no, and must return false from `keep_for_later`.
+    fn keeps_rows_for_later(&self) -> bool {
+        true
+    }
+}
+
+/// [`StoreUnderTest::recorded_as`], as compared with `decided_by`.
+pub fn who<S: StoreUnderTest>(s: &S, claimed: &str) -> Option<String> {
+    Some(s.recorded_as(claimed))
 }
 
 /// Runs one case on a fresh store, then checks the store's audit chain.

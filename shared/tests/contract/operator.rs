@@ -400,7 +400,7 @@ pub fn decide_first_writer_wins<S: StoreUnderTest>(s: &S) {
     };
     assert_eq!(d.status, ApprovalStatus::Approved);
     assert_eq!(d.chosen_value.as_deref(), Some("y"));
-    assert_eq!(d.decided_by.as_deref(), Some("alice"));
+    assert_eq!(d.decided_by.as_deref(), who(s, "alice").as_deref());
     assert_eq!(d.decision_channel.as_deref(), Some("tui"));
     assert_eq!(d.comment.as_deref(), Some("looks fine"));
     assert!(d.decided_at.is_some());
@@ -409,7 +409,7 @@ pub fn decide_first_writer_wins<S: StoreUnderTest>(s: &S) {
         [(
             ap.approval_id.clone(),
             ApprovalStatus::Approved,
-            Some("alice".to_owned())
+            who(s, "alice")
         )]
     );
     assert_eq!(**d, approval_now(op.as_mut(), &ap.approval_id));
@@ -421,13 +421,13 @@ pub fn decide_first_writer_wins<S: StoreUnderTest>(s: &S) {
     let DecideOutcome::Conflict(c) = &done.value else {
         panic!("{:?}", done.value)
     };
-    assert_eq!(c.decided_by.as_deref(), Some("alice"));
+    assert_eq!(c.decided_by.as_deref(), who(s, "alice").as_deref());
     assert_eq!(c.status, ApprovalStatus::Approved);
     assert!(done.effects.events.is_empty());
     for same in ["y", "approve", "Y"] {
         let done = bob.decide(&ap.approval_id, same, &decider("bob")).unwrap();
         assert!(
-            matches!(&done.value, DecideOutcome::AlreadySame(a) if a.decided_by.as_deref() == Some("alice")),
+            matches!(&done.value, DecideOutcome::AlreadySame(a) if a.decided_by.as_deref() == who(s, "alice").as_deref()),
             "{same}: {:?}",
             done.value
         );
@@ -437,12 +437,12 @@ pub fn decide_first_writer_wins<S: StoreUnderTest>(s: &S) {
         .decide(&ap.approval_id, "maybe", &decider("bob"))
         .unwrap();
     assert!(
-        matches!(&done.value, DecideOutcome::Conflict(a) if a.decided_by.as_deref() == Some("alice")),
+        matches!(&done.value, DecideOutcome::Conflict(a) if a.decided_by.as_deref() == who(s, "alice").as_deref()),
         "a decided approval reports who decided it: {:?}",
         done.value
     );
     let stored = approval_now(op.as_mut(), &ap.approval_id);
-    assert_eq!(stored.decided_by.as_deref(), Some("alice"));
+    assert_eq!(stored.decided_by.as_deref(), who(s, "alice").as_deref());
     assert_eq!(stored.chosen_value.as_deref(), Some("y"));
 
     // Overdue: deciding finds it expired.
@@ -503,13 +503,13 @@ pub fn two_deciders_race_on_two_sessions<S: StoreUnderTest>(s: &S) {
                 let DecideOutcome::Conflict(c) = o else {
                     panic!("the loser: {o:?}")
                 };
-                assert_eq!(c.decided_by.as_deref(), Some(winners[0]));
+                assert_eq!(c.decided_by.as_deref(), who(s, winners[0]).as_deref());
             }
         }
         let mut op = s.operator();
         assert_eq!(
             approval_now(op.as_mut(), ap).decided_by.as_deref(),
-            Some(winners[0])
+            who(s, winners[0]).as_deref()
         );
     }
 }
@@ -529,7 +529,14 @@ pub fn cancel_marks_rejects_and_refuses<S: StoreUnderTest>(s: &S) {
     };
     assert_eq!(run.tool_run_id, a.id());
     assert_eq!(run.status, RunStatus::Cancelled);
-    assert_eq!(run.reason.as_deref(), Some("cancelled by alice: not today"));
+    assert_eq!(
+        run.reason.as_deref(),
+        Some(format!(
+            "cancelled by {}: not today",
+            s.recorded_as("alice")
+        ))
+        .as_deref()
+    );
     assert!(run.completed_at.is_some());
     assert_eq!(
         names(&done.effects.events),
@@ -544,12 +551,12 @@ pub fn cancel_marks_rejects_and_refuses<S: StoreUnderTest>(s: &S) {
         [(
             ap.approval_id.clone(),
             ApprovalStatus::Rejected,
-            Some("alice".to_owned())
+            who(s, "alice")
         )]
     );
     let stored = approval_now(op.as_mut(), &ap.approval_id);
     assert_eq!(stored.status, ApprovalStatus::Rejected);
-    assert_eq!(stored.decided_by.as_deref(), Some("alice"));
+    assert_eq!(stored.decided_by.as_deref(), who(s, "alice").as_deref());
     assert_eq!(stored.comment.as_deref(), Some("the run was cancelled"));
     assert_eq!(**run, run_now(op.as_mut(), a.id()));
 
@@ -557,7 +564,14 @@ pub fn cancel_marks_rejects_and_refuses<S: StoreUnderTest>(s: &S) {
     let CancelOutcome::AlreadyFinal { run } = &again.value else {
         panic!("{:?}", again.value)
     };
-    assert_eq!(run.reason.as_deref(), Some("cancelled by alice: not today"));
+    assert_eq!(
+        run.reason.as_deref(),
+        Some(format!(
+            "cancelled by {}: not today",
+            s.recorded_as("alice")
+        ))
+        .as_deref()
+    );
     assert!(again.effects.events.is_empty());
 
     let mut b = Shim::start(s, &cmd);
@@ -583,7 +597,10 @@ pub fn cancel_marks_rejects_and_refuses<S: StoreUnderTest>(s: &S) {
     let CancelOutcome::Marked { run } = &done.value else {
         panic!("{:?}", done.value)
     };
-    assert_eq!(run.reason.as_deref(), Some("cancelled by carol"));
+    assert_eq!(
+        run.reason.as_deref(),
+        Some(format!("cancelled by {}", s.recorded_as("carol"))).as_deref()
+    );
     assert!(op.decided_parked().unwrap().is_empty());
 }
 
@@ -1110,7 +1127,7 @@ pub fn remembered_decision_answers_a_later_prompt<S: StoreUnderTest>(s: &S) {
         policy.source_approval_id.as_deref(),
         Some(ap.approval_id.as_str())
     );
-    assert_eq!(policy.created_by, "alice");
+    assert_eq!(policy.created_by, s.recorded_as("alice"));
 
     // Another file, or the same command elsewhere: not what was decided, asked again.
     let mut other_args = Shim::start(s, &Cmd::new("rm", &["-i", "second.txt"]));
@@ -1236,7 +1253,7 @@ pub fn audit_of_run_tells_the_story<S: StoreUnderTest>(s: &S) {
         .iter()
         .find(|r| r.event == "approval_status_change")
         .unwrap();
-    assert_eq!(decision.actor, "alice");
+    assert_eq!(decision.actor, s.recorded_as("alice"));
     let data: serde_json::Value = serde_json::from_str(&decision.data).unwrap();
     assert_eq!(data["status"], "approved");
     assert_eq!(data["chosen_value"], "y");

@@ -213,7 +213,10 @@ pub fn replace_live_and_any_but_cancelled<S: StoreUnderTest>(s: &S) {
         b.write(vec![RunWrite::Status(change, replace)]);
         let now = run_now(op.as_mut(), b.id());
         assert_eq!(now.status, RunStatus::Cancelled, "{replace:?}");
-        assert_eq!(now.reason.as_deref(), Some("cancelled by alice: stop"));
+        assert_eq!(
+            now.reason.as_deref(),
+            Some(format!("cancelled by {}: stop", s.recorded_as("alice"))).as_deref()
+        );
     }
 
     // A waiting run is parked by AnyButCancelled with its exit code, and stays live.
@@ -241,7 +244,10 @@ pub fn cancelled_write_records_the_exit_code<S: StoreUnderTest>(s: &S) {
     }]);
     let now = run_now(op.as_mut(), a.id());
     assert_eq!(now.status, RunStatus::Cancelled);
-    assert_eq!(now.reason.as_deref(), Some("cancelled by alice: enough"));
+    assert_eq!(
+        now.reason.as_deref(),
+        Some(format!("cancelled by {}: enough", s.recorded_as("alice"))).as_deref()
+    );
     assert_eq!(now.exit_code, Some(130));
     assert!(now.completed_at.is_some());
 
@@ -395,6 +401,16 @@ pub fn keep_for_later_lands_in_a_later_session<S: StoreUnderTest>(s: &S) {
     let mut runner = s.runner();
     runner.connect().unwrap();
     let row = cmd.row(RunStatus::Running);
+    if !s.keeps_rows_for_later() {
+        // It says it keeps nothing; the row lands by the shim's own write.
+        assert!(!runner.keep_for_later(&row), "says it keeps nothing");
+        let id = row.tool_run_id.clone();
+        runner
+            .record(&id, &[RunWrite::Start(Box::new(row))], "shim", true)
+            .unwrap();
+        assert!(s.operator().run(&id).unwrap().is_some());
+        return;
+    }
     assert!(runner.keep_for_later(&row), "the row is kept");
     let mut later = s.operator();
     let landed = later.run(&row.tool_run_id).unwrap();
@@ -416,6 +432,21 @@ pub fn kept_row_landed_discards_the_kept_row<S: StoreUnderTest>(s: &S) {
     kept.reason = Some("the kept final state".into());
     kept.exit_code = Some(9);
     kept.completed_at = Some(time::now_rfc3339());
+    if !s.keeps_rows_for_later() {
+        // Covered by `keep_for_later_lands_in_a_later_session`: nothing kept, nothing to
+        // discard; the shim's own write stands.
+        assert!(!runner.keep_for_later(&kept));
+        let id = row.tool_run_id.clone();
+        runner
+            .record(&id, &[RunWrite::Start(Box::new(row))], "shim", true)
+            .unwrap();
+        runner.kept_row_landed(&id);
+        assert_eq!(
+            run_now(s.operator().as_mut(), &id).status,
+            RunStatus::Running
+        );
+        return;
+    }
     assert!(runner.keep_for_later(&kept));
     let id = row.tool_run_id.clone();
     let done = runner
@@ -641,7 +672,7 @@ pub fn a_rejection_ends_the_rerun<S: StoreUnderTest>(s: &S) {
     };
     assert_eq!(approval.approval_id, ap.approval_id);
     assert_eq!(approval.status, ApprovalStatus::Rejected);
-    assert_eq!(approval.decided_by.as_deref(), Some("alice"));
+    assert_eq!(approval.decided_by.as_deref(), who(s, "alice").as_deref());
     assert_eq!(run_now(op.as_mut(), a.id()).status, RunStatus::Failed);
     assert_eq!(
         status_changes(&done.effects.events, a.id()),

@@ -87,6 +87,24 @@ CREATE TABLE hr.events (
 CREATE INDEX events_run ON hr.events(tool_run_id);
 CREATE INDEX events_approval ON hr.events(approval_id);
 
+-- Remembered decisions (`monitor decide --remember`): later prompts of the tool with this
+-- fingerprint, within the scope, are answered with the value.
+CREATE TABLE hr.policies (
+    policy_id          text PRIMARY KEY,
+    name               text NOT NULL,
+    tool_name          text,
+    prompt_fingerprint text,
+    value              text NOT NULL,
+    source             text NOT NULL,
+    source_approval_id text,
+    created_at         text NOT NULL,
+    created_by         text NOT NULL,
+    enabled            boolean NOT NULL DEFAULT true,
+    argv_json          jsonb,
+    cwd                text
+);
+CREATE INDEX policies_lookup ON hr.policies(tool_name, prompt_fingerprint);
+
 CREATE FUNCTION hr.no_rewrite() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
     RAISE EXCEPTION 'the audit chain is append-only (% refused for %)', TG_OP, session_user
@@ -140,40 +158,69 @@ BEGIN
     RETURN new_id;
 END $$;
 
--- A decision or expiry wakes whoever listens.
+-- A decision, expiry or new approval wakes whoever listens.
 CREATE FUNCTION hr.ring(p_approval text) RETURNS void LANGUAGE sql AS $$
     SELECT pg_notify('headless_run', coalesce(p_approval, ''))
 $$;
 
--- The run a runner's capability opens, locked for the transaction; refused otherwise.
-CREATE FUNCTION hr.own_run(p_run text, p_cap text) RETURNS hr.tool_runs
-LANGUAGE plpgsql AS $$
-DECLARE
-    r hr.tool_runs;
+CREATE FUNCTION hr.is_final(s text) RETURNS boolean LANGUAGE sql IMMUTABLE AS $$
+    SELECT s IN ('completed', 'failed', 'failed_timeout', 'cancelled')
+$$;
+
+CREATE FUNCTION hr.check_status(s text) RETURNS void LANGUAGE plpgsql IMMUTABLE AS $$
 BEGIN
-    SELECT * INTO r FROM hr.tool_runs WHERE tool_run_id = p_run FOR UPDATE;
-    IF NOT FOUND OR r.runner_login <> session_user
-       OR r.capability_hash <> encode(sha256(convert_to(coalesce(p_cap, ''), 'UTF8')), 'hex') THEN
-        PERFORM hr.audit('access_denied', NULL, NULL, session_user,
-            jsonb_build_object('what', 'run ' || coalesce(p_run, '?'), 'why', 'no capability for it'));
-        RAISE EXCEPTION 'run %: not yours (no capability for it)', p_run
-            USING ERRCODE = 'insufficient_privilege';
+    IF s IS NULL OR s NOT IN ('queued', 'running', 'waiting_approval', 'completed', 'failed',
+                              'failed_timeout', 'stalled', 'cancelled') THEN
+        RAISE EXCEPTION 'not a run status: %', s USING ERRCODE = 'check_violation';
     END IF;
-    RETURN r;
 END $$;
 
 CREATE FUNCTION hr.approval_row(p_id text) RETURNS jsonb LANGUAGE sql STABLE AS $$
     SELECT to_jsonb(a) FROM hr.approvals a WHERE approval_id = p_id
 $$;
 
-CREATE FUNCTION hr.run_row(p_id text) RETURNS jsonb LANGUAGE sql STABLE AS $$
+-- A run as the clients see it (what only the store needs is left out).
+CREATE FUNCTION hr.run_doc(r hr.tool_runs) RETURNS jsonb LANGUAGE sql IMMUTABLE AS $$
     SELECT to_jsonb(r) - 'runner_login' - 'request_fingerprint' - 'capability_hash'
-    FROM hr.tool_runs r WHERE tool_run_id = p_id
 $$;
 
-CREATE FUNCTION hr.is_final(s text) RETURNS boolean LANGUAGE sql IMMUTABLE AS $$
-    SELECT s IN ('completed', 'failed', 'failed_timeout', 'cancelled')
+CREATE FUNCTION hr.run_row(p_id text) RETURNS jsonb LANGUAGE sql STABLE AS $$
+    SELECT hr.run_doc(r) FROM hr.tool_runs r WHERE tool_run_id = p_id
 $$;
+
+-- The chosen value as the audit chain may show it: an option's value as it is, free text
+-- only as its digest.
+CREATE FUNCTION hr.logged_value(a hr.approvals) RETURNS text LANGUAGE sql IMMUTABLE AS $$
+    SELECT CASE
+        WHEN a.chosen_value IS NULL THEN NULL
+        WHEN EXISTS (SELECT 1 FROM jsonb_array_elements(a.options_json) o
+                     WHERE o->>'value' = a.chosen_value) THEN a.chosen_value
+        ELSE 'sha256:' || encode(sha256(convert_to(a.chosen_value, 'UTF8')), 'hex') END
+$$;
+
+CREATE FUNCTION hr.audit_approval(a hr.approvals, p_actor text) RETURNS void
+LANGUAGE sql AS $$
+    SELECT hr.audit('approval_status_change', a.tool_run_id, a.approval_id, p_actor,
+        jsonb_build_object('status', a.status, 'chosen_value', hr.logged_value(a),
+            'decided_by', a.decided_by, 'decision_channel', a.decision_channel,
+            'comment', a.comment));
+$$;
+
+-- A new approval row: `approval_needed`, and its status when it is born decided.
+CREATE FUNCTION hr.insert_approval(a hr.approvals, p_actor text) RETURNS void
+LANGUAGE plpgsql AS $$
+BEGIN
+    INSERT INTO hr.approvals SELECT a.*;
+    PERFORM hr.audit('approval_needed', a.tool_run_id, a.approval_id, p_actor,
+        jsonb_build_object('question', a.question, 'options', a.options_json,
+            'default', a.default_value, 'allows_text', a.allows_text,
+            'prompt_kind', a.prompt_kind, 'rule', a.rule_name, 'expires_at', a.expires_at,
+            'status', a.status));
+    IF a.status <> 'pending' THEN
+        PERFORM hr.audit_approval(a, p_actor);
+    END IF;
+    PERFORM hr.ring(a.approval_id);
+END $$;
 
 -- Moves a run's status; returns the previous one, or NULL when the guard refused.
 -- p_guard: 'any', 'not_final', 'not_cancelled', or 'from:a,b'.
@@ -184,10 +231,7 @@ DECLARE
     cur text;
     now_ text := coalesce(p_at, hr.now());
 BEGIN
-    IF p_status NOT IN ('queued', 'running', 'waiting_approval', 'completed', 'failed', 'failed_timeout',
-                        'stalled', 'cancelled') THEN
-        RAISE EXCEPTION 'not a run status: %', p_status USING ERRCODE = 'check_violation';
-    END IF;
+    PERFORM hr.check_status(p_status);
     SELECT status INTO cur FROM hr.tool_runs WHERE tool_run_id = p_run FOR UPDATE;
     IF NOT FOUND THEN RETURN NULL; END IF;
     IF NOT (p_guard = 'any'
@@ -210,12 +254,13 @@ BEGIN
     RETURN cur;
 END $$;
 
-CREATE FUNCTION hr.audit_approval(a hr.approvals, p_actor text) RETURNS void
-LANGUAGE sql AS $$
-    SELECT hr.audit('approval_status_change', a.tool_run_id, a.approval_id, p_actor,
-        jsonb_build_object('status', a.status, 'chosen_value', a.chosen_value,
-            'decided_by', a.decided_by, 'decision_channel', a.decision_channel,
-            'comment', a.comment));
+-- What a status change did, for the caller's event log: NULL when it did nothing.
+CREATE FUNCTION hr.moved(p_run text, p_prev text, p_status text, p_reason text) RETURNS jsonb
+LANGUAGE sql STABLE AS $$
+    SELECT CASE WHEN p_prev IS NULL THEN NULL ELSE jsonb_build_object(
+        'tool_run_id', p_run, 'from', p_prev, 'to', p_status, 'reason', p_reason,
+        'tool_name', (SELECT tool_name FROM hr.tool_runs WHERE tool_run_id = p_run),
+        'execution_id', (SELECT execution_id FROM hr.tool_runs WHERE tool_run_id = p_run)) END
 $$;
 
 -- Expires one overdue pending approval; true when it did.
@@ -238,6 +283,63 @@ BEGIN
     PERFORM hr.audit_approval(a, 'system:expiry');
     PERFORM hr.ring(p_id);
     RETURN true;
+END $$;
+
+-- Marks a decided approval used by run `p_by` (single use); false when it was already used
+-- or is not decided. Free text is kept only until the tool has it.
+CREATE FUNCTION hr.consume_one(p_approval text, p_by text, p_actor text) RETURNS boolean
+LANGUAGE plpgsql AS $$
+DECLARE
+    a hr.approvals;
+BEGIN
+    UPDATE hr.approvals SET consumed_at = hr.now(), consumed_by = p_by
+    WHERE approval_id = p_approval AND consumed_at IS NULL AND status <> 'pending'
+    RETURNING * INTO a;
+    IF NOT FOUND THEN RETURN false; END IF;
+    IF hr.logged_value(a) IS DISTINCT FROM a.chosen_value THEN
+        UPDATE hr.approvals SET chosen_value = NULL WHERE approval_id = p_approval;
+    END IF;
+    PERFORM hr.audit('approval_consumed', p_by, p_approval, p_actor,
+        jsonb_build_object('consumed_by', p_by));
+    RETURN true;
+END $$;
+
+-- The run that asked `a` (and exited 90) is done once run `p_by` takes up its decision.
+CREATE FUNCTION hr.close_asker(a hr.approvals, p_by text, p_actor text) RETURNS jsonb
+LANGUAGE plpgsql AS $$
+DECLARE
+    by_ text := coalesce(a.decided_by, 'someone');
+    to_ text;
+    why text;
+    prev text;
+BEGIN
+    IF a.tool_run_id = p_by THEN RETURN NULL; END IF;
+    IF a.status = 'approved' OR (a.status = 'expired' AND a.chosen_value IS NOT NULL) THEN
+        to_ := 'completed';
+        why := format('approval %s %s by %s; resumed as %s', a.approval_id, a.status, by_, p_by);
+    ELSE
+        to_ := 'failed';
+        why := format('approval %s %s by %s', a.approval_id, a.status, by_);
+    END IF;
+    prev := hr.set_status(a.tool_run_id, to_, why, NULL, true, NULL, NULL,
+        'from:waiting_approval', p_actor);
+    RETURN hr.moved(a.tool_run_id, prev, to_, why);
+END $$;
+
+-- Closes a run's pending approvals: nobody is left to type a decision into it.
+CREATE FUNCTION hr.abandon(p_run text, p_why text) RETURNS SETOF jsonb
+LANGUAGE plpgsql AS $$
+DECLARE
+    a hr.approvals;
+BEGIN
+    FOR a IN UPDATE hr.approvals SET status = 'expired', decided_at = hr.now(),
+            decided_by = 'system:run-ended', decision_channel = 'system:run-ended',
+            comment = p_why
+        WHERE tool_run_id = p_run AND status = 'pending' RETURNING * LOOP
+        PERFORM hr.audit_approval(a, 'system:run-ended');
+        PERFORM hr.ring(a.approval_id);
+        RETURN NEXT to_jsonb(a);
+    END LOOP;
 END $$;
 
 -- ---------------------------------------------------------------------------------------
@@ -266,24 +368,61 @@ $$;
 -- ---------------------------------------------------------------------------------------
 -- The runner: one run, through its capability.
 
--- Starts a run; returns the capability every later call of this run must show.
-CREATE FUNCTION hr.run_start(p_run jsonb, p_request_fingerprint text) RETURNS text
-LANGUAGE plpgsql SECURITY DEFINER SET search_path = hr, pg_temp AS $$
+-- The run a runner's capability opens, locked for the transaction; refused otherwise (the
+-- refusal is in the server's log with the login).
+CREATE FUNCTION hr.own_run(p_run text, p_cap text) RETURNS hr.tool_runs
+LANGUAGE plpgsql AS $$
 DECLARE
-    cap text := replace(gen_random_uuid()::text || gen_random_uuid()::text, '-', '');
     r hr.tool_runs;
 BEGIN
-    r := jsonb_populate_record(NULL::hr.tool_runs, p_run);
-    IF r.status IS NULL OR r.status NOT IN ('queued', 'running') THEN
-        RAISE EXCEPTION 'a run starts running, not %', r.status USING ERRCODE = 'check_violation';
+    SELECT * INTO r FROM hr.tool_runs WHERE tool_run_id = p_run FOR UPDATE;
+    IF NOT FOUND OR r.runner_login <> session_user
+       OR r.capability_hash <> encode(sha256(convert_to(coalesce(p_cap, ''), 'UTF8')), 'hex') THEN
+        RAISE EXCEPTION 'run %: not yours (no capability for it)', p_run
+            USING ERRCODE = 'insufficient_privilege';
+    END IF;
+    RETURN r;
+END $$;
+
+-- Whether run `owner` no longer holds its approvals for itself, for a run of this login:
+-- parked (exit code recorded), ended, gone from the store, or — the runner's word — its
+-- shim is gone. Another login's runs never hand their decisions over.
+CREATE FUNCTION hr.released_by(p_owner text, p_shim_gone boolean) RETURNS boolean
+LANGUAGE sql STABLE AS $$
+    SELECT coalesce((SELECT o.runner_login = session_user
+        AND (o.exit_code IS NOT NULL OR hr.is_final(o.status) OR p_shim_gone)
+        FROM hr.tool_runs o WHERE o.tool_run_id = p_owner), true)
+$$;
+
+-- Starts a run; returns the capability every later call of this run must show. A row
+-- delivered from the spool before the shim's own write (same login) is adopted; with
+-- `p_may_exist`, a row already there is left as it is (NULL: no capability is given for a
+-- run another session holds).
+CREATE FUNCTION hr.run_start(p_run jsonb, p_request_fingerprint text, p_may_exist boolean)
+RETURNS text LANGUAGE plpgsql SECURITY DEFINER SET search_path = hr, pg_temp AS $$
+DECLARE
+    cap text := replace(gen_random_uuid()::text || gen_random_uuid()::text, '-', '');
+    cap_hash text := encode(sha256(convert_to(cap, 'UTF8')), 'hex');
+    r hr.tool_runs := jsonb_populate_record(NULL::hr.tool_runs, p_run);
+BEGIN
+    PERFORM hr.check_status(r.status);
+    UPDATE hr.tool_runs SET capability_hash = cap_hash
+    WHERE tool_run_id = r.tool_run_id AND runner_login = session_user
+      AND capability_hash = 'delivered';
+    IF FOUND THEN
+        RETURN cap;
+    END IF;
+    IF p_may_exist AND EXISTS (SELECT 1 FROM hr.tool_runs WHERE tool_run_id = r.tool_run_id) THEN
+        RETURN NULL;
     END IF;
     r.runner_login := session_user;
     r.request_fingerprint := p_request_fingerprint;
-    r.capability_hash := encode(sha256(convert_to(cap, 'UTF8')), 'hex');
+    r.capability_hash := cap_hash;
+    r.argv_json := coalesce(r.argv_json, '[]');
     INSERT INTO hr.tool_runs SELECT r.*;
-    PERFORM hr.audit('tool_run_started', r.tool_run_id, NULL, session_user,
-        jsonb_build_object('tool', r.tool_name, 'host', r.host, 'argv', r.argv_json,
-            'cwd', r.cwd, 'db_user', session_user));
+    PERFORM hr.audit('tool_status_change', r.tool_run_id, NULL, session_user,
+        jsonb_build_object('status', r.status, 'tool', r.tool_name, 'argv', r.argv_json,
+            'cwd', r.cwd, 'resumed_from', r.resumed_from));
     RETURN cap;
 END $$;
 
@@ -297,19 +436,18 @@ DECLARE
     r hr.tool_runs := jsonb_populate_record(NULL::hr.tool_runs, p_run);
     cur hr.tool_runs;
 BEGIN
-    IF r.status IS NULL OR r.status NOT IN ('queued', 'running', 'waiting_approval', 'completed',
-        'failed', 'failed_timeout', 'stalled', 'cancelled') THEN
-        RAISE EXCEPTION 'not a run status: %', r.status USING ERRCODE = 'check_violation';
-    END IF;
+    PERFORM hr.check_status(r.status);
     SELECT * INTO cur FROM hr.tool_runs WHERE tool_run_id = r.tool_run_id FOR UPDATE;
     IF NOT FOUND THEN
         r.runner_login := session_user;
         r.request_fingerprint := p_request_fingerprint;
-        -- Nobody holds a capability for a delivered run.
+        -- Nobody holds a capability for a delivered run (its shim may adopt it).
         r.capability_hash := 'delivered';
+        r.argv_json := coalesce(r.argv_json, '[]');
         INSERT INTO hr.tool_runs SELECT r.*;
-        PERFORM hr.audit('tool_run_delivered', r.tool_run_id, NULL, session_user,
-            jsonb_build_object('status', r.status, 'exit_code', r.exit_code, 'host', r.host));
+        PERFORM hr.audit('tool_status_change', r.tool_run_id, NULL, session_user,
+            jsonb_build_object('status', r.status, 'tool', r.tool_name, 'argv', r.argv_json,
+                'cwd', r.cwd, 'resumed_from', r.resumed_from, 'delivered', true));
         RETURN true;
     END IF;
     IF cur.runner_login <> session_user THEN
@@ -346,18 +484,22 @@ BEGIN
     UPDATE hr.tool_runs SET pid = p_pid WHERE tool_run_id = p_run;
 END $$;
 
+-- A status change of the runner's own run: while live, or anything but a cancellation.
+-- Returns what it did ({from, to, …}) or NULL.
 CREATE FUNCTION hr.run_status(p_run text, p_cap text, p_status text, p_reason text,
     p_exit integer, p_finished boolean, p_error text, p_at text, p_guard text)
-RETURNS text LANGUAGE plpgsql SECURITY DEFINER SET search_path = hr, pg_temp AS $$
+RETURNS jsonb LANGUAGE plpgsql SECURITY DEFINER SET search_path = hr, pg_temp AS $$
 DECLARE
-    r hr.tool_runs := hr.own_run(p_run, p_cap);
+    prev text;
 BEGIN
+    PERFORM hr.own_run(p_run, p_cap);
     IF p_guard NOT IN ('not_final', 'not_cancelled') THEN
         RAISE EXCEPTION 'a runner moves its run only while live or not cancelled'
             USING ERRCODE = 'insufficient_privilege';
     END IF;
-    RETURN hr.set_status(p_run, p_status, p_reason, p_exit, p_finished, p_error, p_at,
+    prev := hr.set_status(p_run, p_status, p_reason, p_exit, p_finished, p_error, p_at,
         p_guard, session_user);
+    RETURN hr.moved(p_run, prev, p_status, p_reason);
 END $$;
 
 -- How a cancelled run really ended: its exit code and end time; status and reason stay.
@@ -366,7 +508,7 @@ LANGUAGE plpgsql SECURITY DEFINER SET search_path = hr, pg_temp AS $$
 BEGIN
     PERFORM hr.own_run(p_run, p_cap);
     UPDATE hr.tool_runs SET exit_code = p_exit, completed_at = coalesce(completed_at, p_at),
-        updated_at = p_at WHERE tool_run_id = p_run;
+        updated_at = p_at WHERE tool_run_id = p_run AND status = 'cancelled';
 END $$;
 
 CREATE FUNCTION hr.run_environment(p_run text, p_cap text, p_env jsonb) RETURNS void
@@ -378,14 +520,19 @@ BEGIN
     WHERE tool_run_id = p_run;
 END $$;
 
--- The approvals a run may see: its own, and those of its command (same request).
+-- The approvals a run may see: its own, and those of its command (same request) asked by
+-- runs of the same login, each with the run that asked it (`_owner`), for the rules of
+-- taking over.
 CREATE FUNCTION hr.runner_approvals(p_run text, p_cap text, p_prompt_fingerprint text)
 RETURNS SETOF jsonb LANGUAGE plpgsql SECURITY DEFINER SET search_path = hr, pg_temp AS $$
 DECLARE
     r hr.tool_runs := hr.own_run(p_run, p_cap);
 BEGIN
-    RETURN QUERY SELECT to_jsonb(a) FROM hr.approvals a
-        WHERE (a.request_fingerprint = r.request_fingerprint OR a.tool_run_id = p_run)
+    RETURN QUERY SELECT to_jsonb(a) || jsonb_build_object('_owner', hr.run_row(a.tool_run_id))
+        FROM hr.approvals a
+        WHERE (a.tool_run_id = p_run OR (a.request_fingerprint = r.request_fingerprint
+               AND EXISTS (SELECT 1 FROM hr.tool_runs o WHERE o.tool_run_id = a.tool_run_id
+                           AND o.runner_login = session_user)))
           AND (p_prompt_fingerprint IS NULL OR a.prompt_fingerprint = p_prompt_fingerprint)
         ORDER BY a.approval_id DESC;
 END $$;
@@ -395,14 +542,36 @@ LANGUAGE plpgsql SECURITY DEFINER SET search_path = hr, pg_temp AS $$
 DECLARE
     r hr.tool_runs := hr.own_run(p_run, p_cap);
 BEGIN
-    RETURN (SELECT to_jsonb(a) FROM hr.approvals a WHERE a.approval_id = p_approval
-        AND (a.request_fingerprint = r.request_fingerprint OR a.tool_run_id = p_run));
+    -- Another command's approval is said to exist, with nothing of what it asked (an
+    -- option's value chosen stays: it names no secret).
+    RETURN (SELECT CASE
+        WHEN a.request_fingerprint = r.request_fingerprint OR a.tool_run_id = p_run
+        THEN to_jsonb(a)
+        ELSE to_jsonb(a) || jsonb_build_object('question', '', 'context', NULL,
+            'options_json', '[]'::jsonb, 'default_value', NULL, 'comment', NULL,
+            'prompt_line', NULL, 'chosen_value',
+            CASE WHEN hr.logged_value(a) = a.chosen_value THEN a.chosen_value END)
+        END FROM hr.approvals a WHERE a.approval_id = p_approval);
+END $$;
+
+-- The newest remembered decision in force for this prompt of the run's command.
+CREATE FUNCTION hr.runner_remembered(p_run text, p_cap text, p_prompt_fingerprint text)
+RETURNS jsonb LANGUAGE plpgsql SECURITY DEFINER SET search_path = hr, pg_temp AS $$
+DECLARE
+    r hr.tool_runs := hr.own_run(p_run, p_cap);
+BEGIN
+    RETURN (SELECT to_jsonb(p) FROM hr.policies p
+        WHERE p.enabled AND p.tool_name = r.tool_name
+          AND p.prompt_fingerprint = p_prompt_fingerprint
+          AND (p.argv_json IS NULL OR p.argv_json = r.argv_json)
+          AND (p.cwd IS NULL OR p.cwd = r.cwd)
+        ORDER BY p.created_at DESC LIMIT 1);
 END $$;
 
 -- A new pending approval of this run. Whatever the client sends, it is pending, of this
--- run and command, and undecided.
-CREATE FUNCTION hr.approval_ask(p_run text, p_cap text, p_approval jsonb) RETURNS jsonb
-LANGUAGE plpgsql SECURITY DEFINER SET search_path = hr, pg_temp AS $$
+-- run and command, and undecided. An id the tool chose that is taken gets `p_fallback_id`.
+CREATE FUNCTION hr.approval_ask(p_run text, p_cap text, p_approval jsonb, p_fallback_id text)
+RETURNS jsonb LANGUAGE plpgsql SECURITY DEFINER SET search_path = hr, pg_temp AS $$
 DECLARE
     r hr.tool_runs := hr.own_run(p_run, p_cap);
     a hr.approvals := jsonb_populate_record(NULL::hr.approvals, p_approval);
@@ -412,25 +581,27 @@ BEGIN
     a.execution_id := r.execution_id;
     a.request_fingerprint := r.request_fingerprint;
     a.status := 'pending';
-    a.created_at := hr.now();
     a.chosen_value := NULL; a.decided_at := NULL; a.decided_by := NULL;
     a.decision_channel := NULL; a.comment := NULL; a.consumed_at := NULL;
     a.consumed_by := NULL; a.claimed_by := NULL; a.claimed_at := NULL;
     a.resumed_run_id := NULL;
+    a.created_at := coalesce(a.created_at, hr.now());
     a.options_json := coalesce(a.options_json, '[]');
     a.allows_text := coalesce(a.allows_text, false);
     a.expire_action := CASE WHEN a.expire_action = 'default' THEN 'default' ELSE 'reject' END;
+    IF a.approval_id IS NULL OR EXISTS (SELECT 1 FROM hr.approvals WHERE approval_id = a.approval_id) THEN
+        a.approval_id := p_fallback_id;
+    END IF;
     IF a.approval_id IS NULL OR a.approval_id !~ '^AP-[0-9A-HJKMNP-TV-Z]{26}$' THEN
         RAISE EXCEPTION 'not an approval id: %', a.approval_id USING ERRCODE = 'check_violation';
     END IF;
-    INSERT INTO hr.approvals SELECT a.*;
-    PERFORM hr.audit_approval(a, session_user);
-    PERFORM hr.ring(a.approval_id);
+    PERFORM hr.insert_approval(a, session_user);
     RETURN to_jsonb(a);
 END $$;
 
--- A prompt answered by the runner's own config policy: recorded as decided by
--- `policy:NAME` and used up at once, so nothing else (a re-run, a worker) ever acts on it.
+-- A prompt answered by the runner's own config policy (or a remembered decision): recorded
+-- as decided by `policy:NAME` and used up at once, so nothing else (a re-run, a worker)
+-- ever acts on it.
 CREATE FUNCTION hr.approval_by_policy(p_run text, p_cap text, p_approval jsonb,
     p_policy text, p_status text, p_value text) RETURNS jsonb
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = hr, pg_temp AS $$
@@ -444,89 +615,79 @@ BEGIN
     END IF;
     a.tool_run_id := p_run; a.tool_name := r.tool_name; a.execution_id := r.execution_id;
     a.request_fingerprint := r.request_fingerprint;
-    a.status := p_status; a.chosen_value := p_value; a.created_at := now_;
+    a.status := p_status; a.chosen_value := p_value;
+    a.created_at := coalesce(a.created_at, now_);
     a.decided_at := now_; a.decided_by := 'policy:' || p_policy;
-    a.decision_channel := 'policy:' || p_policy; a.comment := 'by the runner''s config';
+    a.decision_channel := 'policy:' || p_policy; a.comment := NULL;
     a.consumed_at := now_; a.consumed_by := p_run;
     a.claimed_by := NULL; a.claimed_at := NULL; a.resumed_run_id := NULL;
-    INSERT INTO hr.approvals SELECT a.*;
-    PERFORM hr.audit_approval(a, session_user);
+    a.options_json := coalesce(a.options_json, '[]');
+    a.allows_text := coalesce(a.allows_text, false);
+    a.expire_action := CASE WHEN a.expire_action = 'default' THEN 'default' ELSE 'reject' END;
+    PERFORM hr.insert_approval(a, 'policy:' || p_policy);
     RETURN to_jsonb(a);
 END $$;
 
--- Uses up a decision of this command for this run: the approval must be decided and
--- unused, and its own run parked (exit code recorded) or this one. The run that asked
--- is closed. Returns the approval as it is now, or NULL when it may not be used.
-CREATE FUNCTION hr.approval_consume(p_run text, p_cap text, p_approval text) RETURNS jsonb
+-- Uses up a decision of this command for this run: decided and unused, and its own run no
+-- longer holding it (`hr.released_by`). The run that asked is closed. Returns the approval
+-- as it was decided (`_closed`: what closing did), or NULL when it may not be used.
+CREATE FUNCTION hr.approval_consume(p_run text, p_cap text, p_approval text,
+    p_owner text, p_owner_gone boolean) RETURNS jsonb
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = hr, pg_temp AS $$
 DECLARE
     r hr.tool_runs := hr.own_run(p_run, p_cap);
     a hr.approvals;
-    owner hr.tool_runs;
-    by_ text;
-    chosen text;
+    closed jsonb;
 BEGIN
     SELECT * INTO a FROM hr.approvals WHERE approval_id = p_approval FOR UPDATE;
-    IF NOT FOUND OR a.request_fingerprint IS DISTINCT FROM r.request_fingerprint
+    IF NOT FOUND OR (a.request_fingerprint IS DISTINCT FROM r.request_fingerprint
+                     AND a.tool_run_id <> p_run)
        OR a.status = 'pending' OR a.consumed_at IS NOT NULL
        OR a.decision_channel = 'system:run-ended' THEN
         RETURN NULL;
     END IF;
-    SELECT * INTO owner FROM hr.tool_runs WHERE tool_run_id = a.tool_run_id;
-    IF a.tool_run_id <> p_run AND FOUND AND owner.exit_code IS NULL
-       AND NOT hr.is_final(owner.status) THEN
+    IF a.tool_run_id <> p_run AND (a.tool_run_id IS DISTINCT FROM coalesce(p_owner, a.tool_run_id)
+        OR NOT hr.released_by(a.tool_run_id, p_owner_gone)) THEN
         RETURN NULL;
     END IF;
-    chosen := a.chosen_value;
-    UPDATE hr.approvals SET consumed_at = hr.now(), consumed_by = p_run, resumed_run_id = p_run,
-        chosen_value = CASE WHEN allows_text AND NOT (options_json @> jsonb_build_array(
-            jsonb_build_object('value', chosen_value))) THEN NULL ELSE chosen_value END
-    WHERE approval_id = p_approval RETURNING * INTO a;
-    PERFORM hr.audit('approval_consumed', p_run, p_approval, session_user,
-        jsonb_build_object('consumed_by', p_run));
-    IF a.tool_run_id <> p_run THEN
-        by_ := coalesce(a.decided_by, 'someone');
-        IF a.status = 'approved' OR (a.status = 'expired' AND chosen IS NOT NULL) THEN
-            PERFORM hr.set_status(a.tool_run_id, 'completed', format(
-                'approval %s %s by %s; resumed as %s', a.approval_id, a.status, by_, p_run),
-                NULL, false, NULL, NULL, 'from:waiting_approval', session_user);
-        ELSE
-            PERFORM hr.set_status(a.tool_run_id, 'failed', format(
-                'approval %s %s by %s', a.approval_id, a.status, by_),
-                NULL, false, NULL, NULL, 'from:waiting_approval', session_user);
-        END IF;
-    END IF;
+    PERFORM hr.consume_one(p_approval, p_run, session_user);
+    UPDATE hr.approvals SET resumed_run_id = p_run WHERE approval_id = p_approval;
+    closed := hr.close_asker(a, p_run, session_user);
     -- The answer goes back to the runner once, even when the row no longer keeps it.
-    RETURN to_jsonb(a) || jsonb_build_object('chosen_value', chosen);
+    RETURN hr.approval_row(p_approval) || jsonb_build_object('chosen_value', a.chosen_value,
+        '_closed', closed);
 END $$;
 
--- A retry of the same command takes over the pending approval of a parked run, showing
--- the retry's screen. Returns the approval, or NULL when it may not.
-CREATE FUNCTION hr.approval_take_over(p_run text, p_cap text, p_approval text, p_fresh jsonb)
-RETURNS jsonb LANGUAGE plpgsql SECURITY DEFINER SET search_path = hr, pg_temp AS $$
+-- A retry of the same command takes over the pending approval of a run that no longer
+-- holds it, showing the retry's screen; the old run is cancelled. Returns the approval
+-- (`_closed`), or NULL when it may not.
+CREATE FUNCTION hr.approval_take_over(p_run text, p_cap text, p_approval text, p_fresh jsonb,
+    p_owner text, p_owner_gone boolean) RETURNS jsonb
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = hr, pg_temp AS $$
 DECLARE
     r hr.tool_runs := hr.own_run(p_run, p_cap);
     a hr.approvals;
-    owner hr.tool_runs;
+    prev text;
+    why text;
 BEGIN
     SELECT * INTO a FROM hr.approvals WHERE approval_id = p_approval AND status = 'pending'
         FOR UPDATE;
+    -- The owner the runner judged (`p_owner`) must still be the owner: a racing retry may
+    -- have taken it over since.
     IF NOT FOUND OR a.request_fingerprint IS DISTINCT FROM r.request_fingerprint
-       OR a.tool_run_id = p_run THEN
-        RETURN NULL;
-    END IF;
-    SELECT * INTO owner FROM hr.tool_runs WHERE tool_run_id = a.tool_run_id;
-    IF FOUND AND owner.exit_code IS NULL AND NOT hr.is_final(owner.status) THEN
+       OR a.tool_run_id = p_run OR a.tool_run_id <> p_owner
+       OR NOT hr.released_by(a.tool_run_id, p_owner_gone) THEN
         RETURN NULL;
     END IF;
     UPDATE hr.approvals SET tool_run_id = p_run, question = p_fresh->>'question',
-        context = p_fresh->>'context', screen_digest = p_fresh->>'screen_digest',
-        tool_digest = p_fresh->>'tool_digest'
+        context = p_fresh->>'context', prompt_line = p_fresh->>'prompt_line',
+        screen_digest = p_fresh->>'screen_digest', tool_digest = p_fresh->>'tool_digest'
     WHERE approval_id = p_approval;
-    PERFORM hr.set_status(a.tool_run_id, 'cancelled', format(
-        'superseded by a retry, %s, which now waits for %s', p_run, p_approval),
-        NULL, false, NULL, NULL, 'from:waiting_approval', session_user);
-    RETURN hr.approval_row(p_approval);
+    why := format('superseded by a retry, %s, which now waits for %s', p_run, p_approval);
+    prev := hr.set_status(a.tool_run_id, 'cancelled', why, NULL, true, NULL, NULL,
+        'from:waiting_approval', session_user);
+    RETURN hr.approval_row(p_approval)
+        || jsonb_build_object('_closed', hr.moved(a.tool_run_id, prev, 'cancelled', why));
 END $$;
 
 -- Gives back what this run used (all, or one), for its re-run.
@@ -539,7 +700,7 @@ BEGIN
     PERFORM hr.own_run(p_run, p_cap);
     FOR id_ IN SELECT approval_id FROM hr.approvals WHERE consumed_by = p_run
         AND (p_only IS NULL OR approval_id = p_only)
-        AND decision_channel NOT LIKE 'policy:%' FOR UPDATE LOOP
+        AND coalesce(decision_channel, '') NOT LIKE 'policy:%' FOR UPDATE LOOP
         UPDATE hr.approvals SET consumed_at = NULL, consumed_by = NULL WHERE approval_id = id_;
         PERFORM hr.audit('approval_released', p_run, id_, session_user,
             jsonb_build_object('released_by', p_run, 'why', p_why));
@@ -551,22 +712,13 @@ END $$;
 -- The run ended without a decision on its pending approvals: they expire.
 CREATE FUNCTION hr.approval_abandon(p_run text, p_cap text, p_why text)
 RETURNS SETOF jsonb LANGUAGE plpgsql SECURITY DEFINER SET search_path = hr, pg_temp AS $$
-DECLARE
-    a hr.approvals;
 BEGIN
     PERFORM hr.own_run(p_run, p_cap);
-    FOR a IN UPDATE hr.approvals SET status = 'expired', decided_at = hr.now(),
-            decided_by = 'system:run-ended', decision_channel = 'system:run-ended',
-            comment = p_why
-        WHERE tool_run_id = p_run AND status = 'pending' RETURNING * LOOP
-        PERFORM hr.audit_approval(a, 'system:run-ended');
-        PERFORM hr.ring(a.approval_id);
-        RETURN NEXT to_jsonb(a);
-    END LOOP;
+    RETURN QUERY SELECT * FROM hr.abandon(p_run, p_why);
 END $$;
 
 -- ---------------------------------------------------------------------------------------
--- The operator: decisions and cancels, recorded with the login that made them.
+-- The operator: decisions, cancels, resumes and clean-up, recorded with the login.
 
 -- Decides a pending approval (first writer wins). The caller has checked the value against
 -- the options; `decided_by` is the login, whatever the client says. Returns
@@ -599,7 +751,9 @@ BEGIN
     RETURN jsonb_build_object('outcome', 'decided', 'approval', to_jsonb(a));
 END $$;
 
--- Cancels a live run and rejects its pending approvals.
+-- Cancels a live run: its pending approvals are rejected (or expire, when overdue) and stay
+-- with it. Returns {"outcome": "cancelled"|"finished"|"missing", "run", "previous",
+-- "approvals": [the ones this changed]}.
 CREATE FUNCTION hr.cancel(p_run text, p_reason text) RETURNS jsonb
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = hr, pg_temp AS $$
 DECLARE
@@ -607,19 +761,148 @@ DECLARE
     why text := CASE WHEN nullif(trim(coalesce(p_reason, '')), '') IS NULL
         THEN format('cancelled by %s', session_user)
         ELSE format('cancelled by %s: %s', session_user, trim(p_reason)) END;
+    id_ text;
     a hr.approvals;
+    changed jsonb := '[]';
 BEGIN
+    IF hr.run_row(p_run) IS NULL THEN
+        RETURN jsonb_build_object('outcome', 'missing');
+    END IF;
     prev := hr.set_status(p_run, 'cancelled', why, NULL, true, NULL, NULL, 'not_final',
         session_user);
     IF prev IS NULL THEN
-        RETURN jsonb_build_object('outcome', CASE WHEN hr.run_row(p_run) IS NULL
-            THEN 'missing' ELSE 'finished' END, 'run', hr.run_row(p_run));
+        RETURN jsonb_build_object('outcome', 'finished', 'run', hr.run_row(p_run));
     END IF;
-    FOR a IN UPDATE hr.approvals SET status = 'rejected', decided_at = hr.now(),
-            decided_by = session_user, decision_channel = 'cancel', comment = why
-        WHERE tool_run_id = p_run AND status = 'pending' RETURNING * LOOP
-        PERFORM hr.audit_approval(a, session_user);
-        PERFORM hr.ring(a.approval_id);
+    FOR id_ IN SELECT approval_id FROM hr.approvals WHERE tool_run_id = p_run
+        AND status = 'pending' ORDER BY approval_id LOOP
+        IF NOT hr.expire_one(id_) THEN
+            UPDATE hr.approvals SET status = 'rejected', decided_at = hr.now(),
+                decided_by = session_user, decision_channel = 'cli',
+                comment = 'the run was cancelled'
+            WHERE approval_id = id_ RETURNING * INTO a;
+            PERFORM hr.audit_approval(a, session_user);
+            PERFORM hr.ring(id_);
+        END IF;
+        -- The outcome stays with the cancelled run: a later run of the same command is
+        -- asked again rather than answered by this cancellation.
+        PERFORM hr.consume_one(id_, p_run, session_user);
+        changed := changed || jsonb_build_array(hr.approval_row(id_));
     END LOOP;
-    RETURN jsonb_build_object('outcome', 'cancelled', 'previous', prev, 'run', hr.run_row(p_run));
+    RETURN jsonb_build_object('outcome', 'cancelled', 'previous', prev, 'run', hr.run_row(p_run),
+        'approvals', changed);
+END $$;
+
+-- Fails a live run whose shim is gone (the caller's host facts said so), unless it has
+-- moved on since it was seen (`p_seen_status`) or ended on purpose; its pending approvals
+-- are abandoned. Returns {"previous", "approvals"} or NULL.
+CREATE FUNCTION hr.fail_vanished(p_run text, p_seen_status text, p_why text) RETURNS jsonb
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = hr, pg_temp AS $$
+DECLARE
+    r hr.tool_runs;
+    prev text;
+    gone jsonb;
+BEGIN
+    SELECT * INTO r FROM hr.tool_runs WHERE tool_run_id = p_run FOR UPDATE;
+    IF NOT FOUND OR r.status <> p_seen_status OR r.exit_code IS NOT NULL
+       OR r.status NOT IN ('running', 'stalled', 'waiting_approval') THEN
+        RETURN NULL;
+    END IF;
+    prev := hr.set_status(p_run, 'failed', p_why, NULL, true, p_why, NULL,
+        'from:' || p_seen_status, session_user);
+    IF prev IS NULL THEN RETURN NULL; END IF;
+    SELECT coalesce(jsonb_agg(x), '[]') INTO gone
+        FROM hr.abandon(p_run, format('the run ended before a decision (%s)', p_why)) x;
+    RETURN jsonb_build_object('previous', prev, 'approvals', gone);
+END $$;
+
+-- Claims a decided, unused approval for resuming: exactly one worker wins.
+CREATE FUNCTION hr.claim(p_approval text, p_worker text) RETURNS boolean
+LANGUAGE sql SECURITY DEFINER SET search_path = hr, pg_temp AS $$
+    WITH c AS (UPDATE hr.approvals SET claimed_by = p_worker, claimed_at = hr.now()
+        WHERE approval_id = p_approval AND claimed_at IS NULL AND consumed_at IS NULL
+          AND status <> 'pending' RETURNING 1)
+    SELECT EXISTS (SELECT 1 FROM c)
+$$;
+
+CREATE FUNCTION hr.take_over_claim(p_approval text, p_from text, p_to text) RETURNS boolean
+LANGUAGE sql SECURITY DEFINER SET search_path = hr, pg_temp AS $$
+    WITH c AS (UPDATE hr.approvals SET claimed_by = p_to, claimed_at = hr.now()
+        WHERE approval_id = p_approval AND claimed_by = p_from AND consumed_at IS NULL
+        RETURNING 1)
+    SELECT EXISTS (SELECT 1 FROM c)
+$$;
+
+CREATE FUNCTION hr.set_resumed_run(p_approval text, p_run text) RETURNS void
+LANGUAGE sql SECURITY DEFINER SET search_path = hr, pg_temp AS $$
+    UPDATE hr.approvals SET resumed_run_id = p_run WHERE approval_id = p_approval
+$$;
+
+-- Closes a waiting run (a worker's verdict) if it is still in one of `p_from`.
+CREATE FUNCTION hr.close_run(p_run text, p_status text, p_reason text, p_exit integer,
+    p_finished boolean, p_error text, p_at text, p_from text[]) RETURNS text
+LANGUAGE sql SECURITY DEFINER SET search_path = hr, pg_temp AS $$
+    SELECT hr.set_status(p_run, p_status, p_reason, p_exit, p_finished, p_error, p_at,
+        'from:' || array_to_string(p_from, ','), session_user)
+$$;
+
+CREATE FUNCTION hr.consume(p_approval text, p_by text) RETURNS boolean
+LANGUAGE sql SECURITY DEFINER SET search_path = hr, pg_temp AS $$
+    SELECT hr.consume_one(p_approval, p_by, session_user)
+$$;
+
+-- Deletes the finished runs that ended before `p_cutoff` with their decided approvals
+-- (pending ones stay); the audit chain keeps everything. Returns the run ids and how many
+-- approvals went.
+CREATE FUNCTION hr.gc(p_cutoff text) RETURNS jsonb
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = hr, pg_temp AS $$
+DECLARE
+    ids text[];
+    n integer;
+BEGIN
+    SELECT coalesce(array_agg(tool_run_id ORDER BY tool_run_id), '{}') INTO ids
+        FROM hr.tool_runs WHERE hr.is_final(status)
+          AND coalesce(completed_at, updated_at) < p_cutoff;
+    DELETE FROM hr.approvals WHERE status <> 'pending' AND tool_run_id = ANY(ids);
+    GET DIAGNOSTICS n = ROW_COUNT;
+    DELETE FROM hr.tool_runs WHERE tool_run_id = ANY(ids);
+    IF cardinality(ids) > 0 THEN
+        PERFORM hr.audit('gc', NULL, NULL, session_user, jsonb_build_object(
+            'ended_before', p_cutoff, 'runs', cardinality(ids), 'approvals', n));
+    END IF;
+    RETURN jsonb_build_object('runs', to_jsonb(ids), 'approvals', n);
+END $$;
+
+-- Stores a remembered decision (the newest for a prompt in the same scope replaces older
+-- ones); `created_by` is the login.
+CREATE FUNCTION hr.remember(p_policy_id text, p_tool text, p_prompt_fingerprint text,
+    p_argv jsonb, p_cwd text, p_value text, p_approval text) RETURNS jsonb
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = hr, pg_temp AS $$
+DECLARE
+    p hr.policies;
+BEGIN
+    UPDATE hr.policies SET enabled = false
+    WHERE source = 'remembered' AND tool_name = p_tool AND prompt_fingerprint = p_prompt_fingerprint
+      AND argv_json IS NOT DISTINCT FROM p_argv AND cwd IS NOT DISTINCT FROM p_cwd;
+    INSERT INTO hr.policies (policy_id, name, tool_name, prompt_fingerprint, value, source,
+        source_approval_id, created_at, created_by, enabled, argv_json, cwd)
+    VALUES (p_policy_id, 'remembered:' || p_approval, p_tool, p_prompt_fingerprint, p_value,
+        'remembered', p_approval, hr.now(), session_user, true, p_argv, p_cwd)
+    RETURNING * INTO p;
+    PERFORM hr.audit('policy_remembered', NULL, p_approval, session_user, jsonb_build_object(
+        'policy_id', p_policy_id, 'tool', p_tool, 'prompt_fingerprint', p_prompt_fingerprint,
+        'value', p_value, 'argv', p_argv, 'cwd', p_cwd));
+    RETURN to_jsonb(p);
+END $$;
+
+CREATE FUNCTION hr.forget(p_policy_id text) RETURNS jsonb
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = hr, pg_temp AS $$
+DECLARE
+    p hr.policies;
+BEGIN
+    UPDATE hr.policies SET enabled = false
+    WHERE policy_id = p_policy_id AND enabled AND source = 'remembered' RETURNING * INTO p;
+    IF NOT FOUND THEN RETURN NULL; END IF;
+    PERFORM hr.audit('policy_removed', NULL, p.source_approval_id, session_user,
+        jsonb_build_object('policy_id', p_policy_id));
+    RETURN to_jsonb(p);
 END $$;
