@@ -405,7 +405,16 @@ impl Worker {
             .env(ENV_RESUMED_FROM, &run.tool_run_id)
             .env(ENV_APPROVAL_ID, &job.approval.approval_id)
             .env("HEADLESS_RUN_HOME", &self.paths.root)
-            .env("HEADLESS_RUN_DB", &self.paths.db)
+            // The worker's own store: on the PostgreSQL store, its login is the host's
+            // runner login (never an operator's: the re-run's tool sees this).
+            .env(
+                "HEADLESS_RUN_DB",
+                self.paths
+                    .store_url
+                    .clone()
+                    .map(std::ffi::OsString::from)
+                    .unwrap_or_else(|| self.paths.db.clone().into_os_string()),
+            )
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::null())

@@ -638,3 +638,65 @@ fn a_server_down_at_start_or_restarted_mid_run_loses_nothing_and_duplicates_noth
         "1"
     );
 }
+
+#[test]
+fn the_hosts_worker_resumes_its_logins_parked_runs_and_refuses_an_operator_login() {
+    let env = TestEnv::new();
+    let (db, runner, operator) = initialised(&env);
+    let victim = env.work().join("victim");
+    std::fs::write(&victim, "x").unwrap();
+    env.shim()
+        .env("HEADLESS_RUN_DB", db.url_as(&runner))
+        .args(["--", "rm", "-i", "victim"])
+        .run()
+        .expect_code(90);
+    let ap = db.value("SELECT approval_id FROM hr.approvals");
+    let worker = |login: &Login| {
+        let mut c = env.monitor();
+        c.env("HEADLESS_RUN_DB", db.url_as(login))
+            .args(["worker", "--once"]);
+        c.run()
+    };
+    // An operator login would hand the resumed tools the power to decide.
+    let refused = worker(&operator);
+    refused.expect_code(2);
+    assert!(
+        refused.stderr.contains("runner login"),
+        "{}",
+        refused.stderr
+    );
+    env.monitor()
+        .env("HEADLESS_RUN_DB", db.url_as(&operator))
+        .args(["decide", &ap, "approve"])
+        .run()
+        .expect_code(0);
+    // Another host's runner login sees none of these runs.
+    let other = db.member(&env, "runner2", "runner");
+    let elsewhere = worker(&other);
+    elsewhere.expect_code(0);
+    assert!(
+        elsewhere.out().contains("nothing to resume"),
+        "{}",
+        elsewhere.out()
+    );
+    assert!(victim.exists());
+    // This host's worker, with the runner login, resumes it.
+    let resumed = worker(&runner);
+    resumed.expect_code(0);
+    assert!(!victim.exists(), "{}{}", resumed.out(), resumed.stderr);
+    assert_eq!(
+        db.value(&format!(
+            "SELECT (consumed_by IS NOT NULL) || ' ' || coalesce(claimed_by LIKE 'worker:%', false) FROM hr.approvals WHERE approval_id = '{ap}'"
+        )),
+        "true true"
+    );
+    assert_eq!(
+        db.value("SELECT string_agg(status || ':' || coalesce(exit_code::text, '-'), ',' ORDER BY tool_run_id) FROM hr.tool_runs"),
+        "completed:90,completed:0"
+    );
+    // The resume's shim recorded with the runner login (no operator's ever reached it).
+    assert_eq!(
+        db.value("SELECT string_agg(DISTINCT runner_login, ',') FROM hr.tool_runs"),
+        runner.user
+    );
+}

@@ -52,6 +52,22 @@ pub struct Args {
 
 pub fn run(ctx: &Ctx, args: Args) -> CliResult {
     let shim = locate::shim_binary().map_err(|e| CliError::error(e.to_string()))?;
+    // The resumed tools inherit the worker's store login: on the PostgreSQL store it must
+    // be the host's runner login, which cannot decide.
+    if let Some(url) = &ctx.paths.store_url {
+        let roles = hr_shared::store::postgres::roles_of(url)?;
+        if !roles.contains(&"runner") || roles.contains(&"operator") {
+            return Err(CliError::usage(format!(
+                "monitor worker on the PostgreSQL store runs with this host's runner login (HEADLESS_RUN_DB of a login granted `runner` only); {} has {}: the tools it resumes would hold it",
+                ctx.paths.store_label(),
+                if roles.is_empty() {
+                    "no headless-run role".to_owned()
+                } else {
+                    roles.join(" and ")
+                }
+            )));
+        }
+    }
     stop::install();
     let mut worker = Worker::new(ctx.paths.clone(), shim);
     if args.once {
@@ -73,7 +89,7 @@ pub fn run(ctx: &Ctx, args: Args) -> CliResult {
         "monitor worker: started as {} (every {}, database {})",
         worker.name(),
         hr_shared::time::short_duration(args.interval),
-        ctx.paths.db.display()
+        ctx.paths.store_label()
     );
     let interval = args.interval.max(Duration::from_millis(10));
     // A decision rings the database's doorbell: the next pass comes at once rather than

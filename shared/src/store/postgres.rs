@@ -429,20 +429,45 @@ GRANT EXECUTE ON FUNCTION
     hr.approval_release(text, text, text, text),
     hr.approval_abandon(text, text, text)
     TO headless_runner;
+-- Resuming: operators, and a host's worker for its own login's runs (checked inside).
 GRANT EXECUTE ON FUNCTION
-    hr.decide(text, text, text, text, text),
-    hr.cancel(text, text),
     hr.fail_vanished(text, text, text),
     hr.claim(text, text),
     hr.take_over_claim(text, text, text),
     hr.set_resumed_run(text, text),
     hr.close_run(text, text, text, integer, boolean, text, text, text[]),
-    hr.consume(text, text),
+    hr.consume(text, text)
+    TO headless_operator, headless_runner;
+GRANT EXECUTE ON FUNCTION hr.worker_runs(text, text), hr.worker_approvals(text, text)
+    TO headless_runner;
+GRANT EXECUTE ON FUNCTION
+    hr.decide(text, text, text, text, text),
+    hr.cancel(text, text),
     hr.gc(text),
     hr.remember(text, text, text, jsonb, text, text, text),
     hr.forget(text)
     TO headless_operator;
 "#;
+
+/// Which of the three roles (`runner`, `operator`, `viewer`) the login of `url` has.
+pub fn roles_of(url: &str) -> StoreResult<Vec<&'static str>> {
+    let mut client = connect(&config(url)?).map_err(server_error)?;
+    let mut out = Vec::new();
+    for (name, role) in ROLES {
+        let member: bool = client
+            .query_one(
+                "SELECT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = $1)
+                    AND pg_has_role(session_user, $1, 'MEMBER')",
+                &[&role],
+            )
+            .map_err(server_error)?
+            .get(0);
+        if member {
+            out.push(name);
+        }
+    }
+    Ok(out)
+}
 
 /// Makes `user` (an existing login) a member of one of the three roles. A login that
 /// runs tools may not also decide: runner and operator are refused on one login.
@@ -1117,16 +1142,42 @@ impl PgStore {
 // ------------------------------------------------------------------------------------------
 // The operator (and the viewer, who may only read).
 
-/// `monitor`'s session: reads the tables, writes through the operator's functions.
+/// `monitor`'s session: reads the tables, writes through the operator's functions. With a
+/// runner login (the host's `monitor worker`), it sees and resumes that login's runs only,
+/// through the worker's functions.
 pub struct PgOperator {
     pg: PgStore,
+    /// Whether the login reads the tables (operator, viewer); learnt on first use.
+    reads_tables: Option<bool>,
 }
 
 impl PgOperator {
     pub fn new(url: &str) -> Self {
         PgOperator {
             pg: PgStore::new(url),
+            reads_tables: None,
         }
+    }
+
+    /// Whether this login reads the tables, or is a runner's (a worker's) with functions only.
+    fn reads_tables(&mut self) -> StoreResult<bool> {
+        if let Some(r) = self.reads_tables {
+            return Ok(r);
+        }
+        let r: bool = self
+            .pg
+            .tx(|tx| tx.query_one("SELECT has_table_privilege('hr.tool_runs', 'SELECT')", &[]))?
+            .get(0);
+        self.reads_tables = Some(r);
+        Ok(r)
+    }
+
+    /// A worker's read of its login's runs (`hr.worker_runs`).
+    fn worker_runs(&mut self, kind: &str, arg: Option<&str>) -> StoreResult<Vec<ToolRun>> {
+        self.pg.docs(
+            "SELECT x::text FROM hr.worker_runs($1, $2) x",
+            &[&kind, &arg],
+        )
     }
 
     fn expire(&mut self) -> StoreResult<Done<Vec<Approval>>> {
@@ -1254,6 +1305,9 @@ impl OperatorStore for PgOperator {
     }
 
     fn run(&mut self, tool_run_id: &str) -> StoreResult<Option<ToolRun>> {
+        if !self.reads_tables()? {
+            return Ok(self.worker_runs("one", Some(tool_run_id))?.pop());
+        }
         self.pg.doc(
             &format!("SELECT {RUN_DOC} FROM hr.tool_runs r WHERE tool_run_id = $1"),
             &[&tool_run_id],
@@ -1282,6 +1336,11 @@ impl OperatorStore for PgOperator {
     }
 
     fn supervised_runs(&mut self, limit_to: Option<usize>) -> StoreResult<Vec<ToolRun>> {
+        if !self.reads_tables()? {
+            let mut runs = self.worker_runs("supervised", None)?;
+            runs.truncate(limit_to.unwrap_or(usize::MAX));
+            return Ok(runs);
+        }
         let live: Vec<String> = RunStatus::LIVE
             .iter()
             .map(|s| s.as_str().to_owned())
@@ -1315,6 +1374,12 @@ impl OperatorStore for PgOperator {
     }
 
     fn approval(&mut self, approval_id: &str) -> StoreResult<Option<Approval>> {
+        if !self.reads_tables()? {
+            return self.pg.doc(
+                "SELECT x::text FROM hr.worker_approvals(NULL, $1) x",
+                &[&approval_id],
+            );
+        }
         self.pg.doc(
             "SELECT to_jsonb(a)::text FROM hr.approvals a WHERE approval_id = $1",
             &[&approval_id],
@@ -1322,6 +1387,19 @@ impl OperatorStore for PgOperator {
     }
 
     fn approvals(&mut self, filter: &ApprovalFilter) -> StoreResult<Vec<Approval>> {
+        if !self.reads_tables()? {
+            // A worker asks for one run's approvals.
+            let run = filter.tool_run_id.as_deref();
+            let all: Vec<Approval> = self.pg.docs(
+                "SELECT x::text FROM hr.worker_approvals($1, NULL) x",
+                &[&run],
+            )?;
+            return Ok(all
+                .into_iter()
+                .filter(|a| filter.statuses.is_empty() || filter.statuses.contains(&a.status))
+                .take(filter.limit.unwrap_or(usize::MAX))
+                .collect());
+        }
         let mut w = Where::default();
         w.any_of(
             "status",
@@ -1505,16 +1583,20 @@ impl OperatorStore for PgOperator {
     }
 
     fn decided_parked(&mut self) -> StoreResult<Vec<ParkedRun>> {
-        let parked: Vec<ToolRun> = self.pg.docs(
-            &format!(
-                "SELECT {RUN_DOC} FROM hr.tool_runs r
+        let parked: Vec<ToolRun> = if !self.reads_tables()? {
+            self.worker_runs("parked", None)?
+        } else {
+            self.pg.docs(
+                &format!(
+                    "SELECT {RUN_DOC} FROM hr.tool_runs r
                  WHERE r.status = 'waiting_approval' AND r.exit_code = $1
                    AND EXISTS (SELECT 1 FROM hr.approvals a WHERE a.tool_run_id = r.tool_run_id
                      AND a.status <> 'pending' AND a.consumed_at IS NULL)
                  ORDER BY r.tool_run_id"
-            ),
-            &[&i32::from(crate::exit::shim::APPROVAL_PENDING)],
-        )?;
+                ),
+                &[&i32::from(crate::exit::shim::APPROVAL_PENDING)],
+            )?
+        };
         let mut out = Vec::with_capacity(parked.len());
         for run in parked {
             let all = self.approvals(&ApprovalFilter {
@@ -1540,6 +1622,9 @@ impl OperatorStore for PgOperator {
     }
 
     fn resumes_of(&mut self, waiting_run: &str) -> StoreResult<Vec<ToolRun>> {
+        if !self.reads_tables()? {
+            return self.worker_runs("resumes", Some(waiting_run));
+        }
         self.pg.docs(
             &format!(
                 "SELECT {RUN_DOC} FROM hr.tool_runs r WHERE resumed_from = $1 ORDER BY tool_run_id"

@@ -718,6 +718,54 @@ BEGIN
 END $$;
 
 -- ---------------------------------------------------------------------------------------
+-- Resuming: an operator, or the host's worker with the runner login of the runs it
+-- resumes (it claims and closes them, never decides them).
+
+-- Refuses unless the caller is an operator or started run `p_run` (its login).
+CREATE FUNCTION hr.check_resumer(p_run text) RETURNS void LANGUAGE plpgsql STABLE AS $$
+BEGIN
+    IF NOT (pg_has_role(session_user, 'headless_operator', 'MEMBER')
+            OR EXISTS (SELECT 1 FROM hr.tool_runs WHERE tool_run_id = p_run
+                       AND runner_login = session_user)) THEN
+        RAISE EXCEPTION 'run %: not yours to resume or close', p_run
+            USING ERRCODE = 'insufficient_privilege';
+    END IF;
+END $$;
+
+CREATE FUNCTION hr.run_of(p_approval text) RETURNS text LANGUAGE sql STABLE AS $$
+    SELECT tool_run_id FROM hr.approvals WHERE approval_id = p_approval
+$$;
+
+-- A worker's reads with a runner login: its own login's runs only.
+-- p_kind: 'one' (run p_arg), 'supervised' (live, unended), 'resumes' (resumed from p_arg,
+-- oldest first), 'parked' (parked with decided, unused approvals).
+CREATE FUNCTION hr.worker_runs(p_kind text, p_arg text) RETURNS SETOF jsonb
+LANGUAGE sql STABLE SECURITY DEFINER SET search_path = hr, pg_temp AS $$
+    SELECT hr.run_doc(r) FROM hr.tool_runs r
+    WHERE r.runner_login = session_user AND CASE p_kind
+        WHEN 'one' THEN r.tool_run_id = p_arg
+        WHEN 'supervised' THEN r.status IN ('running', 'stalled', 'waiting_approval')
+            AND r.exit_code IS NULL
+        WHEN 'resumes' THEN r.resumed_from = p_arg
+        WHEN 'parked' THEN r.status = 'waiting_approval' AND r.exit_code = 90
+            AND EXISTS (SELECT 1 FROM hr.approvals a WHERE a.tool_run_id = r.tool_run_id
+                        AND a.status <> 'pending' AND a.consumed_at IS NULL)
+        ELSE false END
+    ORDER BY CASE WHEN p_kind IN ('resumes', 'parked') THEN r.tool_run_id END,
+             r.tool_run_id DESC
+$$;
+
+-- The approvals of a run of this login (`p_run`), or one approval of such a run.
+CREATE FUNCTION hr.worker_approvals(p_run text, p_approval text) RETURNS SETOF jsonb
+LANGUAGE sql STABLE SECURITY DEFINER SET search_path = hr, pg_temp AS $$
+    SELECT to_jsonb(a) FROM hr.approvals a JOIN hr.tool_runs r USING (tool_run_id)
+    WHERE r.runner_login = session_user
+      AND (p_run IS NULL OR a.tool_run_id = p_run)
+      AND (p_approval IS NULL OR a.approval_id = p_approval)
+    ORDER BY a.approval_id DESC
+$$;
+
+-- ---------------------------------------------------------------------------------------
 -- The operator: decisions, cancels, resumes and clean-up, recorded with the login.
 
 -- Decides a pending approval (first writer wins). The caller has checked the value against
@@ -802,6 +850,7 @@ DECLARE
     prev text;
     gone jsonb;
 BEGIN
+    PERFORM hr.check_resumer(p_run);
     SELECT * INTO r FROM hr.tool_runs WHERE tool_run_id = p_run FOR UPDATE;
     IF NOT FOUND OR r.status <> p_seen_status OR r.exit_code IS NOT NULL
        OR r.status NOT IN ('running', 'stalled', 'waiting_approval') THEN
@@ -818,6 +867,7 @@ END $$;
 -- Claims a decided, unused approval for resuming: exactly one worker wins.
 CREATE FUNCTION hr.claim(p_approval text, p_worker text) RETURNS boolean
 LANGUAGE sql SECURITY DEFINER SET search_path = hr, pg_temp AS $$
+    SELECT hr.check_resumer(hr.run_of(p_approval));
     WITH c AS (UPDATE hr.approvals SET claimed_by = p_worker, claimed_at = hr.now()
         WHERE approval_id = p_approval AND claimed_at IS NULL AND consumed_at IS NULL
           AND status <> 'pending' RETURNING 1)
@@ -826,6 +876,7 @@ $$;
 
 CREATE FUNCTION hr.take_over_claim(p_approval text, p_from text, p_to text) RETURNS boolean
 LANGUAGE sql SECURITY DEFINER SET search_path = hr, pg_temp AS $$
+    SELECT hr.check_resumer(hr.run_of(p_approval));
     WITH c AS (UPDATE hr.approvals SET claimed_by = p_to, claimed_at = hr.now()
         WHERE approval_id = p_approval AND claimed_by = p_from AND consumed_at IS NULL
         RETURNING 1)
@@ -834,6 +885,7 @@ $$;
 
 CREATE FUNCTION hr.set_resumed_run(p_approval text, p_run text) RETURNS void
 LANGUAGE sql SECURITY DEFINER SET search_path = hr, pg_temp AS $$
+    SELECT hr.check_resumer(hr.run_of(p_approval));
     UPDATE hr.approvals SET resumed_run_id = p_run WHERE approval_id = p_approval
 $$;
 
@@ -841,12 +893,14 @@ $$;
 CREATE FUNCTION hr.close_run(p_run text, p_status text, p_reason text, p_exit integer,
     p_finished boolean, p_error text, p_at text, p_from text[]) RETURNS text
 LANGUAGE sql SECURITY DEFINER SET search_path = hr, pg_temp AS $$
+    SELECT hr.check_resumer(p_run);
     SELECT hr.set_status(p_run, p_status, p_reason, p_exit, p_finished, p_error, p_at,
         'from:' || array_to_string(p_from, ','), session_user)
 $$;
 
 CREATE FUNCTION hr.consume(p_approval text, p_by text) RETURNS boolean
 LANGUAGE sql SECURITY DEFINER SET search_path = hr, pg_temp AS $$
+    SELECT hr.check_resumer(hr.run_of(p_approval));
     SELECT hr.consume_one(p_approval, p_by, session_user)
 $$;
 
