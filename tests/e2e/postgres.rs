@@ -700,3 +700,53 @@ fn the_hosts_worker_resumes_its_logins_parked_runs_and_refuses_an_operator_login
         runner.user
     );
 }
+
+#[test]
+fn two_hundred_fifty_six_shims_share_a_server_of_a_hundred_connections() {
+    let env = TestEnv::new();
+    let small = Cluster::start("many", 100);
+    let (db, runner, operator) = initialised_on(&small, &env);
+    const SHIMS: usize = 256;
+    let running: Vec<Running> = (0..SHIMS)
+        .map(|i| {
+            env.shim()
+                .env("HEADLESS_RUN_DB", db.url_as(&runner))
+                .timeout(Duration::from_secs(120))
+                .args(["--", "sh", "-c", "echo out-$0; sleep 1; exit $(($0 % 3))"])
+                .arg(i.to_string())
+                .spawn()
+        })
+        .collect();
+    for (i, r) in running.into_iter().enumerate() {
+        let out = r.wait();
+        out.expect_code((i % 3) as i32);
+        assert_eq!(out.out(), format!("out-{i}\n"));
+        assert!(
+            !out.stderr.contains("unavailable"),
+            "shim {i} lost the store: {}",
+            out.stderr
+        );
+    }
+    assert_eq!(
+        db.value(
+            "SELECT count(*) || ' ' || count(*) FILTER (WHERE completed_at IS NOT NULL) \
+             || ' ' || count(DISTINCT tool_run_id) FROM hr.tool_runs"
+        ),
+        format!("{SHIMS} {SHIMS} {SHIMS}")
+    );
+    let by_code = db.value(
+        "SELECT string_agg(n::text, ',' ORDER BY exit_code) FROM \
+         (SELECT exit_code, count(*) n FROM hr.tool_runs GROUP BY exit_code) x",
+    );
+    assert_eq!(by_code, "86,85,85");
+    let doctor = env
+        .monitor()
+        .env("HEADLESS_RUN_DB", db.url_as(&operator))
+        .arg("doctor")
+        .run();
+    assert!(
+        doctor.out().contains("audit chain intact"),
+        "{}",
+        doctor.out()
+    );
+}

@@ -181,7 +181,7 @@ fn connect(config: &postgres::Config) -> Result<Client, postgres::Error> {
 
 /// How long a runner's connection may sit idle before the server closes it: a shim holds
 /// a connection only while it writes, not for its whole run (see ARCHITECTURE.md).
-const RUNNER_IDLE: &str = "-c idle_session_timeout=2000";
+const RUNNER_IDLE: &str = "-c idle_session_timeout=300";
 
 /// One session on the server: connected on first use and again after an error.
 pub struct PgStore {

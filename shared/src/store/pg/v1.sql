@@ -406,24 +406,28 @@ DECLARE
     r hr.tool_runs := jsonb_populate_record(NULL::hr.tool_runs, p_run);
 BEGIN
     PERFORM hr.check_status(r.status);
+    r.runner_login := session_user;
+    r.request_fingerprint := p_request_fingerprint;
+    r.capability_hash := cap_hash;
+    r.argv_json := coalesce(r.argv_json, '[]');
+    INSERT INTO hr.tool_runs SELECT r.* ON CONFLICT (tool_run_id) DO NOTHING;
+    IF FOUND THEN
+        PERFORM hr.audit('tool_status_change', r.tool_run_id, NULL, session_user,
+            jsonb_build_object('status', r.status, 'tool', r.tool_name, 'argv', r.argv_json,
+                'cwd', r.cwd, 'resumed_from', r.resumed_from));
+        RETURN cap;
+    END IF;
+    -- There already (delivered from the spool by another process of this host first).
     UPDATE hr.tool_runs SET capability_hash = cap_hash
     WHERE tool_run_id = r.tool_run_id AND runner_login = session_user
       AND capability_hash = 'delivered';
     IF FOUND THEN
         RETURN cap;
     END IF;
-    IF p_may_exist AND EXISTS (SELECT 1 FROM hr.tool_runs WHERE tool_run_id = r.tool_run_id) THEN
+    IF p_may_exist THEN
         RETURN NULL;
     END IF;
-    r.runner_login := session_user;
-    r.request_fingerprint := p_request_fingerprint;
-    r.capability_hash := cap_hash;
-    r.argv_json := coalesce(r.argv_json, '[]');
-    INSERT INTO hr.tool_runs SELECT r.*;
-    PERFORM hr.audit('tool_status_change', r.tool_run_id, NULL, session_user,
-        jsonb_build_object('status', r.status, 'tool', r.tool_name, 'argv', r.argv_json,
-            'cwd', r.cwd, 'resumed_from', r.resumed_from));
-    RETURN cap;
+    RAISE EXCEPTION 'run % exists already', r.tool_run_id USING ERRCODE = 'unique_violation';
 END $$;
 
 -- Delivers a run's final row that its shim could not write before it exited (kept in its
@@ -444,7 +448,10 @@ BEGIN
         -- Nobody holds a capability for a delivered run (its shim may adopt it).
         r.capability_hash := 'delivered';
         r.argv_json := coalesce(r.argv_json, '[]');
-        INSERT INTO hr.tool_runs SELECT r.*;
+        INSERT INTO hr.tool_runs SELECT r.* ON CONFLICT (tool_run_id) DO NOTHING;
+        IF NOT FOUND THEN
+            RETURN true; -- its shim wrote it meanwhile
+        END IF;
         PERFORM hr.audit('tool_status_change', r.tool_run_id, NULL, session_user,
             jsonb_build_object('status', r.status, 'tool', r.tool_name, 'argv', r.argv_json,
                 'cwd', r.cwd, 'resumed_from', r.resumed_from, 'delivered', true));
@@ -453,6 +460,10 @@ BEGIN
     IF cur.runner_login <> session_user THEN
         RAISE EXCEPTION 'run %: not yours (started by another login)', r.tool_run_id
             USING ERRCODE = 'insufficient_privilege';
+    END IF;
+    -- A row kept while its first write was slow, landed since by its shim: nothing to add.
+    IF r.completed_at IS NULL THEN
+        RETURN true;
     END IF;
     IF hr.is_final(cur.status) AND NOT (cur.status = 'failed'
         AND coalesce(cur.reason, '') LIKE 'supervisor vanished%') THEN
