@@ -16,6 +16,10 @@ pub const ADMIN_PASSWORD: &str = "admin-pw";
 pub struct Cluster {
     pub dir: PathBuf,
     pub port: u16,
+    /// The network namespace it runs in (`None`: this process's).
+    pub netns: Option<String>,
+    /// The address it listens on (and URLs name).
+    pub host: String,
 }
 
 /// A PostgreSQL program (`initdb`, `pg_ctl`): Debian keeps them out of `PATH`.
@@ -33,8 +37,15 @@ pub fn program(name: &str) -> PathBuf {
     })
 }
 
-fn as_nobody(program: &Path) -> Command {
-    let mut c = Command::new("runuser");
+fn as_nobody(netns: Option<&str>, program: &Path) -> Command {
+    let mut c = match netns {
+        Some(ns) => {
+            let mut c = Command::new("ip");
+            c.args(["netns", "exec", ns, "runuser"]);
+            c
+        }
+        None => Command::new("runuser"),
+    };
     c.args(["-u", "nobody", "--"]).arg(program);
     c
 }
@@ -63,8 +74,14 @@ pub fn free_port() -> u16 {
 
 impl Cluster {
     /// A new cluster of this test process (`name` tells several apart), running, with
-    /// `max_connections` slots.
+    /// `max_connections` slots, on loopback.
     pub fn start(name: &str, max_connections: u32) -> Cluster {
+        Cluster::start_in(name, max_connections, None, "127.0.0.1")
+    }
+
+    /// Like [`Cluster::start`], in network namespace `netns`, listening on `host` (and
+    /// taking SCRAM logins from 10.0.0.0/8 too).
+    pub fn start_in(name: &str, max_connections: u32, netns: Option<&str>, host: &str) -> Cluster {
         let dir = std::env::temp_dir().join(format!("hr-pg-{}-{name}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).expect("cluster dir");
@@ -79,7 +96,7 @@ impl Cluster {
             "chown the password file",
         );
         checked(
-            as_nobody(&program("initdb"))
+            as_nobody(None, &program("initdb"))
                 .arg("-D")
                 .arg(dir.join("data"))
                 .args(["-U", "admin", "-A", "scram-sha-256", "--no-sync"])
@@ -90,7 +107,7 @@ impl Cluster {
         std::fs::write(
             dir.join("data/postgresql.auto.conf"),
             format!(
-                "listen_addresses = '127.0.0.1'\nport = {}\nunix_socket_directories = '{}'\n\
+                "listen_addresses = '{host}'\nport = {}\nunix_socket_directories = '{}'\n\
                  max_connections = {max_connections}\nfsync = off\n\
                  log_line_prefix = '%m [%p] %u@%d '\n",
                 port,
@@ -98,13 +115,28 @@ impl Cluster {
             ),
         )
         .expect("server settings");
-        let cluster = Cluster { dir, port };
+        if host != "127.0.0.1" {
+            let hba = dir.join("data/pg_hba.conf");
+            let mut text = std::fs::read_to_string(&hba).expect("pg_hba.conf");
+            text.push_str("host all all 10.0.0.0/8 scram-sha-256\n");
+            std::fs::write(&hba, text).expect("pg_hba.conf");
+        }
+        let cluster = Cluster {
+            dir,
+            port,
+            netns: netns.map(str::to_owned),
+            host: host.to_owned(),
+        };
         cluster.up();
         let watchdog = format!(
             "while kill -0 {pid} 2>/dev/null; do sleep 1; done; \
-             runuser -u nobody -- {pg_ctl} -D {data} -m immediate stop >/dev/null 2>&1; \
+             {runuser} -u nobody -- {pg_ctl} -D {data} -m immediate stop >/dev/null 2>&1; \
              rm -rf {dir}",
             pid = std::process::id(),
+            runuser = match &cluster.netns {
+                Some(ns) => format!("ip netns exec {ns} runuser"),
+                None => "runuser".into(),
+            },
             pg_ctl = program("pg_ctl").display(),
             data = cluster.dir.join("data").display(),
             dir = cluster.dir.display(),
@@ -128,7 +160,7 @@ impl Cluster {
     /// Starts the server (again).
     pub fn up(&self) {
         checked(
-            as_nobody(&program("pg_ctl"))
+            as_nobody(self.netns.as_deref(), &program("pg_ctl"))
                 .arg("-D")
                 .arg(self.dir.join("data"))
                 .arg("-l")
@@ -141,7 +173,7 @@ impl Cluster {
     /// Stops the server at once (as a crash or a cut link looks to its clients).
     pub fn down(&self) {
         checked(
-            as_nobody(&program("pg_ctl"))
+            as_nobody(self.netns.as_deref(), &program("pg_ctl"))
                 .arg("-D")
                 .arg(self.dir.join("data"))
                 .args(["-m", "immediate", "-w", "stop"]),
@@ -149,14 +181,19 @@ impl Cluster {
         );
     }
 
-    /// A URL of this cluster.
+    /// A URL of this cluster, over TCP.
     pub fn url(&self, user: &str, password: &str, db: &str) -> String {
-        format!("postgres://{user}:{password}@127.0.0.1:{}/{db}", self.port)
+        format!(
+            "postgres://{user}:{password}@{}:{}/{db}",
+            self.host, self.port
+        )
     }
 
-    /// A URL as the superuser.
+    /// A URL as the superuser, over the cluster's socket (which reaches it from any
+    /// network namespace).
     pub fn admin_url(&self, db: &str) -> String {
-        self.url("admin", ADMIN_PASSWORD, db)
+        let dir = self.dir.display().to_string().replace('/', "%2F");
+        format!("postgres://admin:{ADMIN_PASSWORD}@{dir}:{}/{db}", self.port)
     }
 
     /// Runs SQL as the superuser on database `db`.
@@ -178,5 +215,21 @@ impl Cluster {
     /// The server's log.
     pub fn server_log(&self) -> String {
         std::fs::read_to_string(self.dir.join("server.log")).unwrap_or_default()
+    }
+}
+
+/// A cluster a test owns stops with it (a shared one in a `static` lives until the
+/// process ends, when its watchdog stops it).
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        let _ = as_nobody(self.netns.as_deref(), &program("pg_ctl"))
+            .arg("-D")
+            .arg(self.dir.join("data"))
+            .args(["-m", "immediate", "-w", "stop"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status();
+        let _ = std::fs::remove_dir_all(&self.dir);
     }
 }

@@ -8,7 +8,7 @@
 //! and its log shows the attempt.
 
 use headless_run_e2e::*;
-use hr_shared::testing::pg::{ADMIN_PASSWORD, Cluster, free_port};
+use hr_shared::testing::pg::{Cluster, free_port};
 use std::sync::OnceLock;
 use std::time::Duration;
 
@@ -24,16 +24,22 @@ fn cluster() -> &'static Cluster {
 
 /// A fresh database of `cluster`.
 fn database(cluster: &Cluster) -> Db {
+    let name = cluster.database();
     Db {
-        name: cluster.database(),
+        admin_url: cluster.admin_url(&name),
+        host: cluster.host.clone(),
         port: cluster.port,
+        name,
     }
 }
 
 /// One test's database on a cluster, with its own logins.
 struct Db {
     name: String,
+    host: String,
     port: u16,
+    /// The superuser's URL (over the cluster's socket).
+    admin_url: String,
 }
 
 /// A login of a test database: its name and password.
@@ -45,16 +51,13 @@ struct Login {
 impl Db {
     fn url_as(&self, login: &Login) -> String {
         format!(
-            "postgres://{}:{}@127.0.0.1:{}/{}",
-            login.user, login.password, self.port, self.name
+            "postgres://{}:{}@{}:{}/{}",
+            login.user, login.password, self.host, self.port, self.name
         )
     }
 
     fn admin_url(&self) -> String {
-        format!(
-            "postgres://admin:{ADMIN_PASSWORD}@127.0.0.1:{}/{}",
-            self.port, self.name
-        )
+        self.admin_url.clone()
     }
 
     /// A new login (cluster-wide, so named after this database), not yet in any role.
@@ -749,4 +752,239 @@ fn two_hundred_fifty_six_shims_share_a_server_of_a_hundred_connections() {
         "{}",
         doctor.out()
     );
+}
+
+/// Four "hosts" on this machine: network namespaces (the server's holds a bridge the
+/// others are joined to by veth pairs), each command run with a hostname of its own.
+struct Hosts {
+    ns: [String; 4],
+    octet: usize,
+}
+
+const SERVER: usize = 0;
+const RUNNER1: usize = 1;
+const RUNNER2: usize = 2;
+const OPERATOR: usize = 3;
+const HOSTNAMES: [&str; 4] = ["dbserver", "runner1", "runner2", "operator"];
+
+fn ip(args: &[&str]) {
+    let out = std::process::Command::new("ip")
+        .args(args)
+        .stdin(std::process::Stdio::null())
+        .output()
+        .expect("ip");
+    assert!(
+        out.status.success(),
+        "ip {}: {}",
+        args.join(" "),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+impl Hosts {
+    fn new() -> Hosts {
+        need("ip", "iproute2");
+        need("unshare", "util-linux");
+        static N: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        let n = N.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        let tag = format!("{}{n}", std::process::id() % 100_000);
+        let octet = 20 + (std::process::id() as usize * 7 + n) % 200;
+        let ns = ["db", "r1", "r2", "op"].map(|h| format!("hr{h}{tag}"));
+        let hosts = Hosts { ns, octet };
+        for ns in &hosts.ns {
+            ip(&["netns", "add", ns]);
+            ip(&["-n", ns, "link", "set", "lo", "up"]);
+        }
+        let server = &hosts.ns[SERVER];
+        ip(&["-n", server, "link", "add", "br0", "type", "bridge"]);
+        ip(&["-n", server, "link", "set", "br0", "up"]);
+        ip(&[
+            "-n",
+            server,
+            "addr",
+            "add",
+            &format!("{}/24", hosts.addr(SERVER)),
+            "dev",
+            "br0",
+        ]);
+        for i in [RUNNER1, RUNNER2, OPERATOR] {
+            let (inner, outer) = (format!("v{i}x{tag}"), format!("b{i}x{tag}"));
+            ip(&[
+                "link", "add", &inner, "type", "veth", "peer", "name", &outer,
+            ]);
+            ip(&["link", "set", &inner, "netns", &hosts.ns[i], "name", "eth0"]);
+            ip(&["link", "set", &outer, "netns", server]);
+            ip(&["-n", server, "link", "set", &outer, "master", "br0", "up"]);
+            ip(&[
+                "-n",
+                &hosts.ns[i],
+                "addr",
+                "add",
+                &format!("{}/24", hosts.addr(i)),
+                "dev",
+                "eth0",
+            ]);
+            ip(&["-n", &hosts.ns[i], "link", "set", "eth0", "up"]);
+        }
+        hosts
+    }
+
+    fn addr(&self, i: usize) -> String {
+        format!("10.77.{}.{}", self.octet, i + 1)
+    }
+
+    /// `program` run on host `i`: in its namespace, under its hostname.
+    fn on(&self, env: &TestEnv, i: usize, program: impl AsRef<std::ffi::OsStr>) -> Cmd {
+        let mut c = env.command("ip");
+        c.args(["netns", "exec", &self.ns[i], "unshare", "--uts", "sh", "-c"])
+            .arg("hostname \"$0\" && exec \"$@\"")
+            .arg(HOSTNAMES[i])
+            .arg(program);
+        c
+    }
+
+    /// Cuts (or mends) host `i`'s link.
+    fn link(&self, i: usize, up: bool) {
+        ip(&[
+            "-n",
+            &self.ns[i],
+            "link",
+            "set",
+            "eth0",
+            if up { "up" } else { "down" },
+        ]);
+    }
+}
+
+impl Drop for Hosts {
+    fn drop(&mut self) {
+        for ns in &self.ns {
+            let _ = std::process::Command::new("ip")
+                .args(["netns", "del", ns])
+                .status();
+        }
+    }
+}
+
+#[test]
+fn runners_on_two_hosts_an_operator_on_a_third_and_a_cut_link_through_one_server() {
+    let env = TestEnv::new();
+    let hosts = Hosts::new();
+    let server = Cluster::start_in("hosts", 100, Some(&hosts.ns[SERVER]), &hosts.addr(SERVER));
+    let db = database(&server);
+    env.monitor()
+        .args(["db", "init", &db.admin_url()])
+        .run()
+        .expect_code(0);
+    let runner1 = db.member(&env, "runner1", "runner");
+    let runner2 = db.member(&env, "runner2", "runner");
+    let operator = db.member(&env, "operator", "operator");
+    let shim_on = |i: usize, login: &Login| {
+        let mut c = hosts.on(&env, i, bin("headless-run"));
+        c.env("HEADLESS", "1")
+            .env("HEADLESS_RUN_DB", db.url_as(login));
+        c
+    };
+    let monitor_on = |i: usize, login: &Login| {
+        let mut c = hosts.on(&env, i, bin("monitor"));
+        c.env("HEADLESS_RUN_DB", db.url_as(login));
+        c
+    };
+    std::fs::write(env.work().join("one"), "1").unwrap();
+    std::fs::write(env.work().join("two"), "2").unwrap();
+    // Runner 1 waits for its decision; runner 2 parks (exit 90).
+    let waiting = shim_on(RUNNER1, &runner1)
+        .args(["--", "rm", "-i", "one"])
+        .spawn_wait_mode();
+    shim_on(RUNNER2, &runner2)
+        .args(["--", "rm", "-i", "two"])
+        .run()
+        .expect_code(90);
+    let mut pending = Vec::new();
+    assert!(
+        wait_for_state(Duration::from_secs(20), || {
+            let out = monitor_on(OPERATOR, &operator)
+                .args(["approvals", "--json"])
+                .run();
+            pending = serde_json::from_str::<serde_json::Value>(&out.out())
+                .ok()
+                .and_then(|v| v.as_array().cloned())
+                .unwrap_or_default();
+            pending.len() == 2
+        }),
+        "the operator sees both hosts' approvals: {pending:?}; runner 1 said {}",
+        waiting.stderr_now()
+    );
+    let host_of = |ap: &serde_json::Value| {
+        db.value(&format!(
+            "SELECT r.host FROM hr.tool_runs r JOIN hr.approvals a USING (tool_run_id) WHERE a.approval_id = '{}'",
+            ap["approval_id"].as_str().unwrap()
+        ))
+    };
+    let mut seen: Vec<String> = pending.iter().map(host_of).collect();
+    seen.sort();
+    assert_eq!(seen, ["runner1", "runner2"]);
+    for ap in &pending {
+        monitor_on(OPERATOR, &operator)
+            .args(["decide", ap["approval_id"].as_str().unwrap(), "approve"])
+            .run()
+            .expect_code(0);
+    }
+    waiting.wait().expect_code(0);
+    assert!(!env.work().join("one").exists());
+    // Runner 2's own worker resumes its parked run.
+    monitor_on(RUNNER2, &runner2)
+        .args(["worker", "--once"])
+        .run()
+        .expect_code(0);
+    assert!(!env.work().join("two").exists());
+
+    // Runner 1's link cut while its tool runs, mended after the tool ended: the tool is
+    // whole, and its end reaches the server with the host's next run.
+    let cut = shim_on(RUNNER1, &runner1)
+        .args(["--", "sh", "-c", "echo before; sleep 2; echo after; exit 4"])
+        .spawn();
+    std::thread::sleep(Duration::from_millis(800));
+    hosts.link(RUNNER1, false);
+    let out = cut.wait();
+    out.expect_code(4);
+    assert_eq!(out.out(), "before\nafter\n");
+    hosts.link(RUNNER1, true);
+    shim_on(RUNNER1, &runner1)
+        .args(["--", "true"])
+        .run()
+        .expect_code(0);
+    assert_eq!(
+        db.value("SELECT count(*) FROM hr.tool_runs WHERE exit_code = 4 AND status = 'failed'"),
+        "1"
+    );
+
+    // Runner 2's shims killed with their host: the operator's reconcile, on another host,
+    // fails the run once its heartbeat is stale (made old here rather than waited for).
+    let doomed = shim_on(RUNNER2, &runner2)
+        .args(["--", "sleep", "60"])
+        .spawn();
+    assert!(wait_until(Duration::from_secs(10), || db.value(
+        "SELECT count(*) FROM hr.tool_runs WHERE status = 'running' AND host = 'runner2'"
+    ) == "1"));
+    let shim_pid =
+        db.value("SELECT shim_pid FROM hr.tool_runs WHERE status = 'running' AND host = 'runner2'");
+    let tool_pid =
+        db.value("SELECT pid FROM hr.tool_runs WHERE status = 'running' AND host = 'runner2'");
+    for pid in [&shim_pid, &tool_pid] {
+        // SAFETY: kill with a pid this test started (through ip netns exec, same pid space).
+        unsafe { libc::kill(pid.parse().unwrap(), libc::SIGKILL) };
+    }
+    let _ = doomed.wait();
+    db.admin_sql(
+        "UPDATE hr.tool_runs SET supervisor_heartbeat_at = '2000-01-01T00:00:00.000Z' \
+         WHERE status = 'running' AND host = 'runner2'",
+    );
+    let rec = monitor_on(OPERATOR, &operator).arg("reconcile").run();
+    rec.expect_code(0);
+    assert_eq!(
+        db.value("SELECT status || ' ' || reason FROM hr.tool_runs WHERE host = 'runner2' AND tool_run_id = (SELECT max(tool_run_id) FROM hr.tool_runs WHERE host = 'runner2')"),
+        format!("failed {}", rec.out().lines().find_map(|l| l.split_once(" failed: ").map(|(_, w)| w.to_owned())).unwrap_or_default())
+    );
+    assert!(rec.out().contains("supervisor vanished"), "{}", rec.out());
 }

@@ -116,6 +116,11 @@ pub fn config(url: &str) -> StoreResult<postgres::Config> {
             .unwrap_or(5);
         c.connect_timeout(Duration::from_secs(secs));
     }
+    // A cut link must fail a write in seconds, not hang it for the kernel's 15 minutes.
+    if c.get_tcp_user_timeout().is_none() {
+        c.tcp_user_timeout(Duration::from_secs(5));
+    }
+    c.keepalives_idle(Duration::from_secs(5));
     c.application_name("headless-run");
     Ok(c)
 }
