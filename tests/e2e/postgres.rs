@@ -221,6 +221,31 @@ fn db_init_twice_and_from_two_hosts_at_once_and_grant_refuses_what_it_must() {
         .run();
     bad.expect_code(1);
     assert!(!bad.stderr.contains("wrong-pw"), "{}", bad.stderr);
+    // No password in the URL: ~/.pgpass (here PGPASSFILE) gives it, as libpq would — only
+    // from a file nobody else may read.
+    let pgpass = env.path().join("pgpass");
+    std::fs::write(
+        &pgpass,
+        format!(
+            "127.0.0.1:{}:{}:admin:{}\n",
+            cluster().port,
+            db.name,
+            hr_shared::testing::pg::ADMIN_PASSWORD
+        ),
+    )
+    .unwrap();
+    let bare_url = format!("postgres://admin@127.0.0.1:{}/{}", cluster().port, db.name);
+    let with_file = |mode: u32| {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&pgpass, std::fs::Permissions::from_mode(mode)).unwrap();
+        env.monitor()
+            .env("PGPASSFILE", &pgpass)
+            .env_remove("PGPASSWORD")
+            .args(["db", "init", &bare_url])
+            .run()
+    };
+    with_file(0o600).expect_code(0);
+    with_file(0o644).expect_code(1);
 }
 
 #[test]

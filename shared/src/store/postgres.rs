@@ -110,6 +110,11 @@ pub fn config(url: &str) -> StoreResult<postgres::Config> {
     {
         c.dbname(&d);
     }
+    if c.get_password().is_none()
+        && let Some(p) = pgpass_password(&c)
+    {
+        c.password(p);
+    }
     if c.get_connect_timeout().is_none() {
         let secs = var("PGCONNECT_TIMEOUT")
             .and_then(|s| s.parse().ok())
@@ -123,6 +128,58 @@ pub fn config(url: &str) -> StoreResult<postgres::Config> {
     c.keepalives_idle(Duration::from_secs(5));
     c.application_name("headless-run");
     Ok(c)
+}
+
+/// The password `~/.pgpass` (or `PGPASSFILE`) holds for these settings, as libpq reads it:
+/// `host:port:database:user:password` lines, `*` matching anything, `\:` and `\\` escaped;
+/// the first match wins; a file others may read is ignored.
+fn pgpass_password(c: &postgres::Config) -> Option<String> {
+    use std::os::unix::fs::PermissionsExt;
+    let path = std::env::var_os("PGPASSFILE")
+        .map(std::path::PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| std::path::Path::new(&h).join(".pgpass")))?;
+    let meta = std::fs::metadata(&path).ok()?;
+    if !meta.is_file() || meta.permissions().mode() & 0o077 != 0 {
+        return None;
+    }
+    let text = std::fs::read_to_string(&path).ok()?;
+    let host = match c.get_hosts().first()? {
+        postgres::config::Host::Tcp(h) => h.clone(),
+        postgres::config::Host::Unix(_) => "localhost".into(),
+    };
+    let port = c.get_ports().first().copied().unwrap_or(5432).to_string();
+    let user = c.get_user()?.to_owned();
+    let db = c.get_dbname().unwrap_or(&user).to_owned();
+    pgpass_lookup(&text, [&host, &port, &db, &user])
+}
+
+/// The password of the first `.pgpass` line matching host, port, database and user.
+fn pgpass_lookup(text: &str, want: [&str; 4]) -> Option<String> {
+    for line in text.lines() {
+        if line.starts_with('#') || line.trim().is_empty() {
+            continue;
+        }
+        let mut fields = Vec::new();
+        let mut field = String::new();
+        let mut chars = line.chars();
+        while let Some(ch) = chars.next() {
+            match ch {
+                '\\' => field.extend(chars.next()),
+                ':' if fields.len() < 4 => fields.push(std::mem::take(&mut field)),
+                ch => field.push(ch),
+            }
+        }
+        fields.push(field);
+        if fields.len() == 5
+            && fields[..4]
+                .iter()
+                .zip(want)
+                .all(|(f, w)| f == "*" || f == w)
+        {
+            return fields.pop();
+        }
+    }
+    None
 }
 
 fn server_error(e: postgres::Error) -> StoreError {
@@ -1920,6 +1977,23 @@ mod tests {
             without_password("postgres://a:b@h/d?x=1"),
             "postgres://a:***@h/d?x=1"
         );
+    }
+
+    #[test]
+    fn pgpass_lines_match_as_libpq_reads_them() {
+        let text = "# comment\n\
+            db.internal:5432:other:ci:wrong\n\
+            db.internal:*:headless:ci:pa\\:ss\\\\word\n\
+            *:*:*:*:fallback\n";
+        assert_eq!(
+            pgpass_lookup(text, ["db.internal", "5432", "headless", "ci"]).as_deref(),
+            Some("pa:ss\\word")
+        );
+        assert_eq!(
+            pgpass_lookup(text, ["elsewhere", "5432", "x", "y"]).as_deref(),
+            Some("fallback")
+        );
+        assert_eq!(pgpass_lookup("a:1:b:c\n", ["a", "1", "b", "c"]), None);
     }
 
     #[test]
