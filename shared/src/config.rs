@@ -553,6 +553,27 @@ pub struct ConfigFile {
     pub policies: Vec<PolicyConfig>,
     #[serde(default)]
     pub notify: Option<NotifyConfig>,
+    /// The store to record in (`postgres://…`), when not the state dir's SQLite database;
+    /// `HEADLESS_RUN_DB` wins over it. Read from the user's file only.
+    #[serde(default)]
+    pub store: Option<String>,
+}
+
+/// The `store` key of the user's config file (`HEADLESS_RUN_CONFIG`, else the XDG one), if
+/// it names a PostgreSQL store. Read apart from the rest of the file (whose errors
+/// `Config::load` reports), since the store is chosen before anything else.
+pub fn user_store(env: EnvLookup<'_>) -> Option<String> {
+    let file = match env("HEADLESS_RUN_CONFIG").filter(|v| !v.is_empty()) {
+        Some(explicit) => PathBuf::from(explicit),
+        None => paths::user_config_file(env)?,
+    };
+    let text = read_bounded(&file).ok()?;
+    let table: toml::Table = toml::from_str(&text).ok()?;
+    table
+        .get("store")?
+        .as_str()
+        .filter(|s| crate::store::postgres::is_url(s))
+        .map(str::to_owned)
 }
 
 impl ConfigFile {
@@ -702,8 +723,12 @@ fn describe_prompts_only(cfg: &mut ConfigFile, file: &Path, text: &str) -> Vec<S
     if cfg.notify.is_some() {
         found.push("notify");
     }
+    if cfg.store.is_some() {
+        found.push("store");
+    }
     cfg.policies.clear();
     cfg.notify = None;
+    cfg.store = None;
     for settings in std::iter::once(&mut cfg.defaults).chain(cfg.tools.values_mut()) {
         for key in settings.drop_decision_settings() {
             if !found.contains(&key) {
@@ -726,7 +751,7 @@ fn describe_prompts_only(cfg: &mut ConfigFile, file: &Path, text: &str) -> Vec<S
         .into_iter()
         .map(|key| {
             format!(
-                "project:{}{}: `{key}` ignored: what decides or answers (policies, notify, approval_ttl, on_expire, on_prompt, a rule's keys and default) is read only from the user config, never from a project's {PROJECT_FILE}",
+                "project:{}{}: `{key}` ignored: where runs are recorded and what decides or answers (store, policies, notify, approval_ttl, on_expire, on_prompt, a rule's keys and default) is read only from the user config, never from a project's {PROJECT_FILE}",
                 file.display(),
                 key_line(text, key).map(|l| format!(":{l}")).unwrap_or_default(),
             )
@@ -1122,6 +1147,43 @@ command = ["/bin/true"]
         );
         assert_eq!(key_line("a = 1\n  [ notify . x ]\n", "notify"), Some(2));
         assert_eq!(key_line("notifyx = 1\n", "notify"), None);
+    }
+
+    #[test]
+    fn the_store_comes_from_the_user_file_only() {
+        let tmp = tempfile::tempdir().unwrap();
+        let user = tmp.path().join("user.toml");
+        std::fs::write(&user, "store = \"postgres://ci@db/hr\"\n").unwrap();
+        let proj = tmp.path().join("repo");
+        std::fs::create_dir_all(&proj).unwrap();
+        std::fs::write(
+            proj.join(PROJECT_FILE),
+            "store = \"postgres://attacker@evil/hr\"\n",
+        )
+        .unwrap();
+        let vars: HashMap<&str, OsString> = [("HEADLESS_RUN_CONFIG", OsString::from(&user))]
+            .into_iter()
+            .collect();
+        let env = |k: &str| vars.get(k).cloned();
+        assert_eq!(user_store(&env).as_deref(), Some("postgres://ci@db/hr"));
+        let cfg = Config::load(&proj, &env).unwrap();
+        assert!(
+            cfg.warnings
+                .iter()
+                .any(|w| w.contains(".headless-run.toml:1: `store` ignored")),
+            "{:?}",
+            cfg.warnings
+        );
+        assert!(
+            cfg.layers
+                .iter()
+                .all(|(f, l)| f == &user || l.store.is_none())
+        );
+        // Not a postgres URL, or no file: the state dir's SQLite database.
+        std::fs::write(&user, "store = \"/tmp/x.db\"\n").unwrap();
+        assert_eq!(user_store(&env), None);
+        std::fs::remove_file(&user).unwrap();
+        assert_eq!(user_store(&env), None);
     }
 
     #[test]

@@ -75,7 +75,11 @@ impl StatePaths {
                 root.join("state.db")
             }
             Some(db) => absolute(Path::new(&db))?,
-            None => root.join("state.db"),
+            None => {
+                // The user's config may name a PostgreSQL store (never a project file).
+                store_url = crate::config::user_store(env);
+                root.join("state.db")
+            }
         };
         Ok(StatePaths {
             root,

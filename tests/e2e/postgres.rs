@@ -547,6 +547,15 @@ fn an_unreachable_server_leaves_the_tool_whole_and_a_prompt_ends_125() {
         asked.stderr
     );
     assert!(env.work().join("victim").exists());
+    // The user config's `store` names the same server when HEADLESS_RUN_DB is unset.
+    env.write_config(&format!("store = \"{url}\"\n"));
+    let from_config = env.shim().args(["--", "true"]).run();
+    from_config.expect_code(0);
+    assert!(
+        from_config.stderr.contains("postgres://runner:***@"),
+        "{}",
+        from_config.stderr
+    );
 }
 
 #[test]
