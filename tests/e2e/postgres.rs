@@ -1022,3 +1022,146 @@ fn runners_on_two_hosts_an_operator_on_a_third_and_a_cut_link_through_one_server
     );
     assert!(rec.out().contains("supervisor vanished"), "{}", rec.out());
 }
+
+/// A throw-away CA and a server certificate it signed for 127.0.0.1 (openssl), in `dir`:
+/// (ca.pem, server.pem, server.key); and a second, unrelated CA.
+fn certificates(dir: &std::path::Path) -> [std::path::PathBuf; 4] {
+    need("openssl", "openssl");
+    let run = |args: &[&str]| {
+        let out = std::process::Command::new("openssl")
+            .args(args)
+            .current_dir(dir)
+            .stdin(std::process::Stdio::null())
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "openssl {}: {}",
+            args.join(" "),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    for ca in ["ca", "other-ca"] {
+        run(&[
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-days",
+            "2",
+            "-subj",
+            &format!("/CN=headless-run test {ca}"),
+            "-keyout",
+            &format!("{ca}.key"),
+            "-out",
+            &format!("{ca}.pem"),
+        ]);
+    }
+    std::fs::write(dir.join("san.cnf"), "subjectAltName = IP:127.0.0.1\n").unwrap();
+    run(&[
+        "req",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-subj",
+        "/CN=127.0.0.1",
+        "-keyout",
+        "server.key",
+        "-out",
+        "server.csr",
+    ]);
+    run(&[
+        "x509",
+        "-req",
+        "-in",
+        "server.csr",
+        "-CA",
+        "ca.pem",
+        "-CAkey",
+        "ca.key",
+        "-CAcreateserial",
+        "-days",
+        "2",
+        "-extfile",
+        "san.cnf",
+        "-out",
+        "server.pem",
+    ]);
+    ["ca.pem", "server.pem", "server.key", "other-ca.pem"].map(|f| dir.join(f))
+}
+
+#[test]
+fn tls_with_verify_full_reaches_a_server_that_takes_only_tls_and_a_wrong_ca_is_refused() {
+    let env = TestEnv::new();
+    let server = Cluster::start("tls", 100);
+    let (db, runner, _operator) = initialised_on(&server, &env);
+    let [ca, cert, key, other_ca] = certificates(env.path());
+    let data = server.dir.join("data");
+    for (from, to) in [(&cert, "server.pem"), (&key, "server.key")] {
+        std::fs::copy(from, data.join(to)).unwrap();
+        std::process::Command::new("chown")
+            .arg("nobody")
+            .arg(data.join(to))
+            .status()
+            .unwrap();
+    }
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(
+            data.join("server.key"),
+            std::fs::Permissions::from_mode(0o600),
+        )
+        .unwrap();
+    }
+    // TCP logins over TLS only (the superuser keeps the local socket).
+    let hba = std::fs::read_to_string(data.join("pg_hba.conf")).unwrap();
+    std::fs::write(
+        data.join("pg_hba.conf"),
+        hba.replace("\nhost ", "\nhostssl "),
+    )
+    .unwrap();
+    let mut conf = std::fs::read_to_string(data.join("postgresql.auto.conf")).unwrap();
+    conf.push_str("ssl = on\nssl_cert_file = 'server.pem'\nssl_key_file = 'server.key'\n");
+    std::fs::write(data.join("postgresql.auto.conf"), conf).unwrap();
+    server.down();
+    server.up();
+    let shim = |query: &str| {
+        env.shim()
+            .env("HEADLESS_RUN_DB", format!("{}?{query}", db.url_as(&runner)))
+            .args(["--", "sh", "-c", "echo hi; exit 3"])
+            .run()
+    };
+    let verified = shim(&format!("sslmode=verify-full&sslrootcert={}", ca.display()));
+    verified.expect_code(3);
+    assert_eq!(verified.out(), "hi\n");
+    assert!(
+        !verified.stderr.contains("unavailable"),
+        "{}",
+        verified.stderr
+    );
+    assert_eq!(
+        db.value("SELECT count(*) FROM hr.tool_runs WHERE exit_code = 3"),
+        "1"
+    );
+    // Without TLS the server has no door for the login; with an unrelated CA the client
+    // refuses the server. The tool is whole either way.
+    for query in [
+        "sslmode=disable".to_owned(),
+        format!("sslmode=verify-full&sslrootcert={}", other_ca.display()),
+    ] {
+        let out = shim(&query);
+        out.expect_code(3);
+        assert_eq!(out.out(), "hi\n");
+        assert!(
+            out.stderr.contains("unavailable"),
+            "{query}: {}",
+            out.stderr
+        );
+    }
+    assert_eq!(db.value("SELECT count(*) FROM hr.tool_runs"), "1");
+    // A mode that is no mode is said so.
+    let bad = shim("sslmode=sometimes");
+    bad.expect_code(3);
+    assert!(bad.stderr.contains("sslmode=sometimes"), "{}", bad.stderr);
+}

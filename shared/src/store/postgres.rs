@@ -83,9 +83,137 @@ pub fn without_password(url: &str) -> String {
     out
 }
 
+/// Where and how to connect: the settings, and TLS when the URL asks for it.
+#[derive(Clone)]
+pub struct Target {
+    pub config: postgres::Config,
+    /// `sslmode=require`, `verify-ca` or `verify-full`: rustls, verifying the server's chain
+    /// and name against `sslrootcert` (else the system's roots). `None`: no TLS
+    /// (`disable`, or `prefer`/`allow`, the default, which this client does not try).
+    tls: Option<std::sync::Arc<rustls::ClientConfig>>,
+}
+
+/// The URL without its TLS parameters (`sslmode`, `sslrootcert`), and their values.
+fn split_tls(url: &str) -> (String, Option<String>, Option<String>) {
+    let Some((base, query)) = url.split_once('?') else {
+        return (url.to_owned(), None, None);
+    };
+    let (mut mode, mut root) = (None, None);
+    let kept: Vec<&str> = query
+        .split('&')
+        .filter(|kv| match kv.split_once('=') {
+            Some(("sslmode", v)) => {
+                mode = Some(v.to_owned());
+                false
+            }
+            Some(("sslrootcert", v)) => {
+                root = Some(percent_decode(v));
+                false
+            }
+            _ => true,
+        })
+        .collect();
+    let url = if kept.is_empty() {
+        base.to_owned()
+    } else {
+        format!("{base}?{}", kept.join("&"))
+    };
+    (url, mode, root)
+}
+
+fn percent_decode(s: &str) -> String {
+    let bytes = s.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        match (bytes[i], bytes.get(i + 1..i + 3)) {
+            (b'%', Some(hex))
+                if let Ok(b) = u8::from_str_radix(&String::from_utf8_lossy(hex), 16) =>
+            {
+                out.push(b);
+                i += 3;
+            }
+            (b, _) => {
+                out.push(b);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// The rustls client for `mode`, verifying against the CA file `root` (PEM) or the
+/// system's roots; `None` for the modes that do not ask for TLS.
+fn tls_for(
+    mode: &str,
+    root: Option<&str>,
+) -> StoreResult<Option<std::sync::Arc<rustls::ClientConfig>>> {
+    match mode {
+        "disable" | "allow" | "prefer" => return Ok(None),
+        "require" | "verify-ca" | "verify-full" => {}
+        other => {
+            return Err(StoreError::Server(format!(
+                "sslmode={other} is not one of disable, prefer, require, verify-ca, verify-full"
+            )));
+        }
+    }
+    let mut roots = rustls::RootCertStore::empty();
+    match root {
+        Some(file) => {
+            use rustls::pki_types::CertificateDer;
+            use rustls::pki_types::pem::PemObject;
+            let certs = CertificateDer::pem_file_iter(file)
+                .map_err(|e| StoreError::Server(format!("sslrootcert {file}: {e}")))?;
+            for cert in certs {
+                let cert =
+                    cert.map_err(|e| StoreError::Server(format!("sslrootcert {file}: {e}")))?;
+                roots
+                    .add(cert)
+                    .map_err(|e| StoreError::Server(format!("sslrootcert {file}: {e}")))?;
+            }
+        }
+        None => {
+            for cert in rustls_native_certs::load_native_certs().certs {
+                let _ = roots.add(cert);
+            }
+        }
+    }
+    if roots.is_empty() {
+        return Err(StoreError::Server(
+            "TLS asked for, but no CA certificate to verify the server with (sslrootcert, or the system's roots)".into(),
+        ));
+    }
+    let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
+    let config = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|e| StoreError::Server(format!("TLS: {e}")))?
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    Ok(Some(std::sync::Arc::new(config)))
+}
+
 /// Connection settings from a URL, with the libpq variables it leaves out (`PGUSER`,
-/// `PGPASSWORD`, `PGHOST`, `PGPORT`, `PGDATABASE`, `PGCONNECT_TIMEOUT`).
-pub fn config(url: &str) -> StoreResult<postgres::Config> {
+/// `PGPASSWORD`, `PGHOST`, `PGPORT`, `PGDATABASE`, `PGCONNECT_TIMEOUT`, `PGSSLMODE`,
+/// `PGSSLROOTCERT`) and `~/.pgpass`.
+pub fn target(url: &str) -> StoreResult<Target> {
+    let var = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
+    let (url, mode, root) = split_tls(url);
+    let mode = mode
+        .or_else(|| var("PGSSLMODE"))
+        .unwrap_or_else(|| "prefer".into());
+    let root = root.or_else(|| var("PGSSLROOTCERT"));
+    let tls = tls_for(&mode, root.as_deref())?;
+    let mut config = config(&url)?;
+    if tls.is_some() {
+        config.ssl_mode(postgres::config::SslMode::Require);
+    } else {
+        config.ssl_mode(postgres::config::SslMode::Disable);
+    }
+    Ok(Target { config, tls })
+}
+
+/// The settings of a URL without TLS parameters (see [`target`]).
+fn config(url: &str) -> StoreResult<postgres::Config> {
     let mut c = postgres::Config::from_str(url)
         .map_err(|e| StoreError::Server(format!("not a usable PostgreSQL URL: {e}")))?;
     let var = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
@@ -218,12 +346,20 @@ const SLOTS_PATIENCE: Duration = Duration::from_secs(20);
 /// Connects; a server out of connection slots is tried again, with growing, jittered
 /// pauses, for up to [`SLOTS_PATIENCE`]: shims hold a connection only while they write,
 /// so a slot frees within milliseconds.
-fn connect(config: &postgres::Config) -> Result<Client, postgres::Error> {
+fn connect(target: &Target) -> Result<Client, postgres::Error> {
     use postgres::error::SqlState;
     let deadline = std::time::Instant::now() + SLOTS_PATIENCE;
     let mut pause = Duration::from_millis(5);
     loop {
-        match config.connect(NoTls) {
+        let attempt = match &target.tls {
+            Some(tls) => target
+                .config
+                .connect(tokio_postgres_rustls::MakeRustlsConnect::new(
+                    (**tls).clone(),
+                )),
+            None => target.config.connect(NoTls),
+        };
+        match attempt {
             Err(e)
                 if e.code() == Some(&SqlState::TOO_MANY_CONNECTIONS)
                     && std::time::Instant::now() < deadline =>
@@ -248,7 +384,7 @@ const RUNNER_IDLE: &str = "-c idle_session_timeout=300";
 /// One session on the server: connected on first use and again after an error.
 pub struct PgStore {
     /// The settings, or why there are none (every call reports it).
-    config: Result<postgres::Config, String>,
+    config: Result<Target, String>,
     client: Option<Client>,
 }
 
@@ -257,7 +393,7 @@ impl PgStore {
     /// URL).
     pub fn new(url: &str) -> Self {
         PgStore {
-            config: config(url).map_err(|e| e.to_string()),
+            config: target(url).map_err(|e| e.to_string()),
             client: None,
         }
     }
@@ -347,7 +483,7 @@ impl PgStore {
 /// waiter's own poll covers the gap. `None` when no pipe or thread can be made.
 pub fn listen(url: &str) -> Option<super::doorbell::Doorbell> {
     use std::os::fd::{FromRawFd, OwnedFd};
-    let config = config(url).ok()?;
+    let config = target(url).ok()?;
     let mut fds = [0; 2];
     // SAFETY: fds has room for the two descriptors pipe2 writes.
     if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_NONBLOCK | libc::O_CLOEXEC) } != 0 {
@@ -363,10 +499,10 @@ pub fn listen(url: &str) -> Option<super::doorbell::Doorbell> {
     Some(super::doorbell::Doorbell::from_pipe(read_end))
 }
 
-fn listen_loop(config: &postgres::Config, bell: &std::os::fd::OwnedFd) {
+fn listen_loop(config: &Target, bell: &std::os::fd::OwnedFd) {
     use postgres::fallible_iterator::FallibleIterator;
     loop {
-        if let Ok(mut client) = config.connect(NoTls)
+        if let Ok(mut client) = connect(config)
             && client.batch_execute("LISTEN headless_run").is_ok()
         {
             if !ring(bell) {
@@ -409,7 +545,7 @@ pub struct InitReport {
 /// from two hosts at once (one transaction under an advisory lock). Needs a login that may
 /// create roles and owns (or will own) the schema.
 pub fn init(url: &str) -> StoreResult<InitReport> {
-    let mut client = config(url)?.connect(NoTls).map_err(server_error)?;
+    let mut client = connect(&target(url)?).map_err(server_error)?;
     let mut tx = client.transaction().map_err(server_error)?;
     let report = (|| -> Result<InitReport, postgres::Error> {
         tx.execute(
@@ -513,7 +649,7 @@ GRANT EXECUTE ON FUNCTION
 
 /// Which of the three roles (`runner`, `operator`, `viewer`) the login of `url` has.
 pub fn roles_of(url: &str) -> StoreResult<Vec<&'static str>> {
-    let mut client = connect(&config(url)?).map_err(server_error)?;
+    let mut client = connect(&target(url)?).map_err(server_error)?;
     let mut out = Vec::new();
     for (name, role) in ROLES {
         let member: bool = client
@@ -539,7 +675,7 @@ pub fn grant(url: &str, user: &str, role: &str) -> StoreResult<String> {
             "no role `{role}` (runner, operator or viewer)"
         )));
     };
-    let mut client = config(url)?.connect(NoTls).map_err(server_error)?;
+    let mut client = connect(&target(url)?).map_err(server_error)?;
     let member_of = |client: &mut Client, r: &str| -> StoreResult<bool> {
         client
             .query_one("SELECT pg_has_role($1, $2, 'MEMBER')", &[&user, &r])
@@ -598,8 +734,8 @@ pub struct PgRunner {
 impl PgRunner {
     pub fn new(url: &str, paths: &StatePaths) -> Self {
         let mut pg = PgStore::new(url);
-        if let Ok(c) = &mut pg.config {
-            c.options(RUNNER_IDLE);
+        if let Ok(t) = &mut pg.config {
+            t.config.options(RUNNER_IDLE);
         }
         PgRunner {
             pg,
@@ -1994,6 +2130,32 @@ mod tests {
             Some("fallback")
         );
         assert_eq!(pgpass_lookup("a:1:b:c\n", ["a", "1", "b", "c"]), None);
+    }
+
+    #[test]
+    fn tls_parameters_are_taken_out_of_the_url() {
+        assert_eq!(
+            split_tls(
+                "postgres://h/d?sslmode=verify-full&application_name=x&sslrootcert=%2Fetc%2Fca.pem"
+            ),
+            (
+                "postgres://h/d?application_name=x".to_owned(),
+                Some("verify-full".to_owned()),
+                Some("/etc/ca.pem".to_owned())
+            )
+        );
+        assert_eq!(
+            split_tls("postgres://h/d?sslmode=disable"),
+            (
+                "postgres://h/d".to_owned(),
+                Some("disable".to_owned()),
+                None
+            )
+        );
+        assert_eq!(split_tls("postgres://h/d").0, "postgres://h/d");
+        assert!(tls_for("prefer", None).unwrap().is_none());
+        assert!(tls_for("sometimes", None).is_err());
+        assert!(tls_for("verify-full", Some("/nonexistent/ca.pem")).is_err());
     }
 
     #[test]
