@@ -91,9 +91,11 @@ pub struct Worker {
     actions: usize,
     /// With `--json`: the lines kept (time, text) instead of printed.
     kept: Option<Vec<(String, String)>>,
-    /// This host's name and this process's user: only runs of both are resumed.
+    /// This host's name and this process's user: only runs of both are resumed (or, with a
+    /// pool, runs of that pool from any host, still only as their own user).
     here: String,
     uid: u64,
+    pool: Option<String>,
     /// Runs of other hosts or users already reported (said once, then left alone).
     refused: std::collections::HashSet<String>,
 }
@@ -114,8 +116,15 @@ impl Worker {
             here: hr_shared::proc::hostname(),
             // SAFETY: geteuid cannot fail.
             uid: u64::from(unsafe { libc::geteuid() }),
+            pool: None,
             refused: std::collections::HashSet::new(),
         }
+    }
+
+    /// Also resumes the runs of worker pool `pool`, on whichever host they ran.
+    pub fn with_pool(mut self, pool: Option<String>) -> Self {
+        self.pool = pool;
+        self
     }
 
     /// The name this worker claims approvals under.
@@ -242,7 +251,7 @@ impl Worker {
 
     fn act_on(&mut self, p: ParkedRun) -> Result<(), StoreError> {
         // Another host's run is its workers'; another user's is never run as this one.
-        if let Some(why) = rules::not_ours(&p.run, &self.here, self.uid) {
+        if let Some(why) = rules::not_ours(&p.run, &self.here, self.uid, self.pool.as_deref()) {
             if self.refused.insert(p.run.tool_run_id.clone()) {
                 self.say(format!("{}: not resumed here: {why}", p.run.tool_run_id));
             }
@@ -404,6 +413,8 @@ impl Worker {
             .env("HEADLESS", "1")
             .env(ENV_RESUMED_FROM, &run.tool_run_id)
             .env(ENV_APPROVAL_ID, &job.approval.approval_id)
+            // The resume stays in the run's pool (the saved environment has no HEADLESS_RUN_*).
+            .env(hr_shared::mode::ENV_POOL, run.pool().unwrap_or_default())
             .env("HEADLESS_RUN_HOME", &self.paths.root)
             // The worker's own store: on the PostgreSQL store, its login is the host's
             // runner login (never an operator's: the re-run's tool sees this).

@@ -15,6 +15,19 @@ pub const ENV_RESUMED_FROM: &str = "HEADLESS_RUN_RESUMED_FROM";
 pub const ENV_RESTART_OF: &str = "HEADLESS_RUN_RESTART_OF";
 /// Set by `monitor worker` on a re-run: the approval being resumed.
 pub const ENV_APPROVAL_ID: &str = "HEADLESS_RUN_APPROVAL_ID";
+/// The worker pool a run belongs to (recorded as `metadata.pool`): a `monitor worker
+/// --pool NAME` on any host resumes it, as the run's own user.
+pub const ENV_POOL: &str = "HEADLESS_RUN_POOL";
+
+/// A pool name as recorded: letters, digits, `.`, `_`, `-`, at most 64; else none.
+pub fn pool_name(v: &str) -> Option<String> {
+    let v = v.trim();
+    (!v.is_empty()
+        && v.len() <= 64
+        && v.chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-')))
+    .then(|| v.to_owned())
+}
 /// Set by `monitor worker` on a re-run: the decided value, for cooperative tools. The shim
 /// passes it to the tool only when `HEADLESS_RUN_APPROVAL_ID` names a decided approval of
 /// this very command with this value; a bare one is removed (no self-approval).

@@ -132,11 +132,13 @@ pub fn phase(run: &ToolRun) -> RunPhase {
 }
 
 /// Why `run` is not for a process of user `uid` on host `host` to run again (restart, or a
-/// worker's resume): it ran on another host, or as another user. A run is only ever run
-/// again where and as whom it first ran; runs from before hosts and users were recorded
-/// have neither, and pass.
-pub fn not_ours(run: &ToolRun, host: &str, uid: u64) -> Option<String> {
-    if let Some(theirs) = run.host.as_deref().filter(|h| *h != host) {
+/// worker's resume): it ran on another host (unless both are of worker pool `pool`), or as
+/// another user. A run is only ever run again as whom it first ran, and where it ran or in
+/// its pool; runs from before hosts and users were recorded have neither, and pass.
+pub fn not_ours(run: &ToolRun, host: &str, uid: u64, pool: Option<&str>) -> Option<String> {
+    // A run of this worker's pool is its business on whichever host it ran.
+    let in_pool = pool.is_some() && run.pool() == pool;
+    if let Some(theirs) = run.host.as_deref().filter(|h| *h != host && !in_pool) {
         return Some(format!(
             "it ran on {}, not on this host ({}): run it again there",
             crate::sanitize::sanitize_line(theirs),
@@ -312,6 +314,22 @@ pub fn claimer_gone(claimed_by: &str, host: &dyn HostFacts) -> bool {
 mod tests {
     use super::*;
     use crate::runs::ToolRun;
+
+    #[test]
+    fn a_pool_takes_in_other_hosts_but_never_other_users() {
+        let mut run = crate::testing::run("TR-P", "make", RunStatus::WaitingApproval);
+        run.host = Some("build-08".into());
+        run.metadata = Some(serde_json::json!({ "pool": "ci", "uid": 1000 }));
+        assert!(not_ours(&run, "here", 1000, None).is_some_and(|w| w.contains("build-08")));
+        assert_eq!(not_ours(&run, "here", 1000, Some("ci")), None);
+        assert!(not_ours(&run, "here", 1000, Some("other")).is_some());
+        assert!(not_ours(&run, "here", 0, Some("ci")).is_some_and(|w| w.contains("uid 1000")));
+        run.metadata = Some(serde_json::json!({ "uid": 1000 }));
+        assert!(
+            not_ours(&run, "here", 1000, Some("ci")).is_some(),
+            "no pool recorded"
+        );
+    }
 
     struct Facts {
         host: &'static str,

@@ -44,6 +44,11 @@ impl ToolRun {
         self.metadata.as_ref()?.get("uid")?.as_u64()
     }
 
+    /// The worker pool the run was started in (`metadata.pool`, from `HEADLESS_RUN_POOL`).
+    pub fn pool(&self) -> Option<&str> {
+        self.metadata.as_ref()?.get("pool")?.as_str()
+    }
+
     /// The `tool_status_change` event of this run changing from `previous`.
     pub fn status_event(
         &self,

@@ -453,6 +453,11 @@ fn run_row(ctx: &RunContext, interactive: bool) -> ToolRun {
                 // SAFETY: geteuid cannot fail.
                 "uid": unsafe { libc::geteuid() },
             });
+            if let Some(pool) = env(hr_shared::mode::ENV_POOL)
+                .and_then(|v| hr_shared::mode::pool_name(&v.to_string_lossy()))
+            {
+                m["pool"] = serde_json::Value::String(pool);
+            }
             if let Some(of) = env(ENV_RESTART_OF)
                 .map(|v| v.to_string_lossy().into_owned())
                 .filter(|v| id::has_shape(v, id::RUN_PREFIX))

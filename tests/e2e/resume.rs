@@ -781,6 +781,38 @@ fn a_worker_leaves_other_hosts_and_users_runs_alone() {
         assert_eq!(s(&run_row(&env, &run.id), "status"), "waiting_approval");
         assert!(approval_row(&env, &ap.id)["claimed_by"].is_null());
     }
+    // A worker of the run's pool resumes it on this host; a run of no pool stays refused.
+    let mut pooled = Run::parked(&env, &[&t, "print", "pooled"]);
+    pooled.host = "build-08".into();
+    pooled.insert(&env);
+    env.raw_db()
+        .execute(
+            "UPDATE tool_runs SET metadata = '{\"pool\": \"ci-fleet\"}' WHERE tool_run_id = ?1",
+            [&pooled.id],
+        )
+        .unwrap();
+    let c = Approval::pending(&pooled, "Proceed?");
+    c.insert(&env);
+    env.monitor()
+        .args(["decide", &c.id, "yes"])
+        .run()
+        .expect_code(0);
+    env.monitor()
+        .args(["worker", "--once", "--pool", "bad pool!"])
+        .run()
+        .expect_code(2);
+    let out = env
+        .monitor()
+        .args(["worker", "--once", "--pool", "ci-fleet"])
+        .run();
+    out.expect_code(0);
+    let resumed = resumes_of(&env, &pooled.id);
+    assert_eq!(resumed.len(), 1, "{}", out.context());
+    assert_eq!(
+        resumed[0]["metadata"]["pool"], "ci-fleet",
+        "the resume stays in the pool"
+    );
+    assert!(resumes_of(&env, &elsewhere.id).is_empty());
     // monitor restart refuses another user's finished run the same way.
     let done = Run::parked(&env, &[&t, "print", "done"]);
     done.insert(&env);

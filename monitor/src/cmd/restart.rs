@@ -61,7 +61,7 @@ pub fn run(ctx: &Ctx, args: Args) -> CliResult {
     }
     // SAFETY: geteuid cannot fail.
     let uid = u64::from(unsafe { libc::geteuid() });
-    if let Some(why) = rules::not_ours(&run, &hr_shared::proc::hostname(), uid) {
+    if let Some(why) = rules::not_ours(&run, &hr_shared::proc::hostname(), uid, None) {
         return Err(CliError::error(format!("{id}: {why}")));
     }
     let meta = run.metadata.as_ref();

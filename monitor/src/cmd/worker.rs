@@ -48,6 +48,15 @@ pub struct Args {
     /// With --once: one JSON object (schema, actions: at, text) instead of lines
     #[arg(long, requires = "once")]
     json: bool,
+    /// Also resume the runs of this worker pool (started with HEADLESS_RUN_POOL=NAME) from
+    /// any host — still only as their own user (default: HEADLESS_RUN_POOL)
+    #[arg(long, value_name = "NAME", value_parser = pool_arg)]
+    pool: Option<String>,
+}
+
+fn pool_arg(s: &str) -> Result<String, String> {
+    hr_shared::mode::pool_name(s)
+        .ok_or_else(|| "a pool name is letters, digits, `.`, `_` and `-`, at most 64".into())
 }
 
 pub fn run(ctx: &Ctx, args: Args) -> CliResult {
@@ -69,7 +78,12 @@ pub fn run(ctx: &Ctx, args: Args) -> CliResult {
         }
     }
     stop::install();
-    let mut worker = Worker::new(ctx.paths.clone(), shim);
+    let pool = args.pool.or_else(|| {
+        std::env::var(hr_shared::mode::ENV_POOL)
+            .ok()
+            .and_then(|p| hr_shared::mode::pool_name(&p))
+    });
+    let mut worker = Worker::new(ctx.paths.clone(), shim).with_pool(pool);
     if args.once {
         if args.json {
             worker.keep_lines();
