@@ -8,12 +8,12 @@ use std::process::{Command, Output, Stdio};
 use std::time::Duration;
 
 /// A tmux server of its own (its socket in the test's temp dir), killed when dropped.
-struct Tmux {
+pub(crate) struct Tmux {
     socket: PathBuf,
 }
 
 impl Tmux {
-    fn installed() -> bool {
+    pub(crate) fn installed() -> bool {
         Command::new("tmux")
             .arg("-V")
             .stdout(Stdio::null())
@@ -24,7 +24,7 @@ impl Tmux {
 
     /// Starts `argv` in a detached session of `width`×`height`; the pane stays after the
     /// program exits, so its exit status can be read.
-    fn start(env: &TestEnv, width: u16, height: u16, argv: &[String]) -> Tmux {
+    pub(crate) fn start(env: &TestEnv, width: u16, height: u16, argv: &[String]) -> Tmux {
         let t = Tmux {
             socket: env.path().join("tmux.sock"),
         };
@@ -52,7 +52,7 @@ impl Tmux {
         String::from_utf8_lossy(&self.tmux(&["capture-pane", "-p"]).stdout).into_owned()
     }
 
-    fn keys(&self, keys: &[&str]) {
+    pub(crate) fn keys(&self, keys: &[&str]) {
         let mut args = vec!["send-keys"];
         args.extend_from_slice(keys);
         let out = self.tmux(&args);
@@ -62,7 +62,7 @@ impl Tmux {
     /// Polls the screen until `cond` holds; fails the test showing the last screen and
     /// what is stored.
     #[track_caller]
-    fn wait_for(
+    pub(crate) fn wait_for(
         &self,
         env: &TestEnv,
         what: &str,
@@ -94,7 +94,7 @@ impl Drop for Tmux {
 /// The command line that starts `monitor` for this env in a clean environment; a shell
 /// writes its exit status to `exit_file` (tmux itself sometimes leaves the pane's process
 /// unreaped, so `#{pane_dead_status}` cannot be relied on).
-fn monitor_argv(env: &TestEnv, exit_file: &std::path::Path) -> Vec<String> {
+pub(crate) fn monitor_argv(env: &TestEnv, exit_file: &std::path::Path) -> Vec<String> {
     vec![
         "sh".into(),
         "-c".into(),

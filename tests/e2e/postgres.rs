@@ -1165,3 +1165,42 @@ fn tls_with_verify_full_reaches_a_server_that_takes_only_tls_and_a_wrong_ca_is_r
     bad.expect_code(3);
     assert!(bad.stderr.contains("sslmode=sometimes"), "{}", bad.stderr);
 }
+
+#[test]
+fn the_dashboard_on_the_server_shows_a_runners_prompt_and_approves_it_as_the_operators_login() {
+    use crate::dashboard::{Tmux, monitor_argv};
+    assert!(
+        Tmux::installed(),
+        "tmux is not installed: apt-get install tmux (as .ci/run does)"
+    );
+    let env = TestEnv::new();
+    let (db, runner, operator) = initialised(&env);
+    std::fs::write(env.work().join("victim"), "x").unwrap();
+    let exit_file = env.path().join("monitor.exit");
+    let mut argv = monitor_argv(&env, &exit_file);
+    let monitor = argv.pop().unwrap();
+    argv.push(format!("HEADLESS_RUN_DB={}", db.url_as(&operator)));
+    argv.push(monitor);
+    let tmux = Tmux::start(&env, 140, 40, &argv);
+    let shim = env
+        .shim()
+        .env("HEADLESS_RUN_DB", db.url_as(&runner))
+        .args(["--", "rm", "-i", "victim"])
+        .timeout(Duration::from_secs(60))
+        .spawn_wait_mode();
+    // The server's notification brings the prompt to the screen (its poll is 1 s).
+    let screen = tmux.wait_for(&env, "the runner's prompt", Duration::from_secs(20), |s| {
+        s.contains("Pending approvals (1)") && s.contains("remove regular file 'victim'")
+    });
+    assert!(!screen.contains(&operator.password), "{screen}");
+    tmux.keys(&["a"]);
+    shim.wait().expect_code(0);
+    assert!(!env.work().join("victim").exists());
+    assert_eq!(
+        db.value("SELECT decided_by || ' ' || decision_channel FROM hr.approvals"),
+        format!("{} tui", operator.user)
+    );
+    tmux.wait_for(&env, "the decision", Duration::from_secs(10), |s| {
+        s.contains("Pending approvals (0)")
+    });
+}

@@ -53,6 +53,8 @@ pub enum Request {
     Cancel {
         run_id: String,
     },
+    /// The store's doorbell rang (the PostgreSQL store's notification): look now.
+    Ring,
 }
 
 /// Which runs the table shows.

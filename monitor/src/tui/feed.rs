@@ -25,6 +25,11 @@ use std::time::{Duration, Instant, SystemTime};
 
 /// How often the database and logs are looked at for changes.
 pub const POLL: Duration = Duration::from_millis(50);
+
+/// The look on the PostgreSQL store, where the server's notification (a [`Request::Ring`]
+/// from the doorbell thread) says when to look sooner: each look is a query on the
+/// server, not a read of a local file.
+pub const SERVER_POLL: Duration = Duration::from_secs(1);
 /// How often a missing or broken database is tried again.
 const RETRY: Duration = Duration::from_secs(1);
 /// How often live runs' shims are checked for having vanished (no database change tells).
@@ -396,6 +401,27 @@ struct Feed {
     tx: Sender<Msg>,
 }
 
+/// On the PostgreSQL store: a thread that turns the server's notifications (a decision, a
+/// new approval, an expiry) into [`Request::Ring`] for the feed, which then looks at once
+/// rather than at its next poll. It ends when the feed is gone.
+pub fn spawn_bell(paths: &StatePaths, req: Sender<Request>) {
+    if paths.store_url.is_none() {
+        return;
+    }
+    let Some(bell) = hr_shared::store::doorbell::for_store(paths) else {
+        return;
+    };
+    let _ = std::thread::Builder::new()
+        .name("dashboard-bell".into())
+        .spawn(move || {
+            loop {
+                if bell.wait(Duration::from_secs(3600)) && req.send(Request::Ring).is_err() {
+                    return;
+                }
+            }
+        });
+}
+
 /// Starts the feed thread. It ends when the request channel closes or the dashboard is
 /// gone; `stop` (set by a signal handler) makes it ask the dashboard to quit.
 pub fn spawn(
@@ -434,8 +460,13 @@ pub fn spawn(
 impl Feed {
     fn run(&mut self, rx: &Receiver<Request>, stop: &AtomicBool) {
         let mut force = true;
+        let poll = if self.paths.store_url.is_some() {
+            SERVER_POLL
+        } else {
+            POLL
+        };
         loop {
-            match rx.recv_timeout(POLL) {
+            match rx.recv_timeout(poll) {
                 Ok(req) => {
                     force |= self.handle(req);
                     // Take every request already queued before reading once for all.
@@ -482,7 +513,11 @@ impl Feed {
         let marks = match store.change_mark() {
             Ok(v) => Marks {
                 data_version: v,
-                db_file: file_id(&self.paths.db),
+                // A server's database is no file to be removed or replaced under us.
+                db_file: match self.paths.store_url {
+                    Some(_) => (1, 1),
+                    None => file_id(&self.paths.db),
+                },
                 log: tail::stamp(&self.paths.combined_log()),
                 run_log: self
                     .open_run
@@ -609,6 +644,8 @@ impl Feed {
                 let _ = self.tx.send(Msg::Cancelled { run_id, result });
                 true
             }
+            // The change mark decides whether anything is new.
+            Request::Ring => false,
         }
     }
 

@@ -52,9 +52,13 @@ pub fn run(paths: &StatePaths) -> CliResult {
     let mut terminal = Terminal::new(CrosstermBackend::new(std::io::stdout()))?;
     input::spawn(tx.clone())?;
     feed::spawn(paths.clone(), read_only.clone(), tx, req_rx, stop)?;
+    feed::spawn_bell(paths, req_tx.clone());
     let mut app = App::new(
         SystemTime::now(),
-        paths.root.display().to_string(),
+        match &paths.store_url {
+            Some(_) => paths.store_label(),
+            None => paths.root.display().to_string(),
+        },
         read_only,
     );
     let result = run_loop(&mut terminal, &mut app, &rx, &req_tx);
