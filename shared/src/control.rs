@@ -53,7 +53,11 @@ impl CancelOutcome {
             return self;
         };
         let uid = run.uid();
-        if run.exit_code.is_none()
+        // Only a shim of this host: another host's pid names some process here. That
+        // shim learns of the cancellation from the store (its next write, within seconds).
+        let here = run.host.as_deref().is_none_or(|h| h == host.host());
+        if here
+            && run.exit_code.is_none()
             && rules::shim_gone(&run, host).is_none()
             && let Some(pid) = run.shim_pid.map(|p| p as i32)
             && crate::proc::is_shim(pid, uid)

@@ -77,6 +77,18 @@ pub struct StoreHandle {
 /// The longest a request to the store may take: two busy timeouts and some.
 pub const ASK_TIMEOUT: Duration = Duration::from_secs(db::BUSY_TIMEOUT.as_secs() * 2 + 2);
 
+/// Whether the cancel signal has a handler in this process (the supervision installed
+/// it): raised before then, its default action would kill the shim.
+fn cancel_handled() -> bool {
+    // SAFETY: sigaction with a null new action only reads the current one into `old`.
+    unsafe {
+        let mut old: libc::sigaction = std::mem::zeroed();
+        libc::sigaction(hr_shared::mode::CANCEL_SIGNAL, std::ptr::null(), &mut old) == 0
+            && old.sa_sigaction != libc::SIG_DFL
+            && old.sa_sigaction != libc::SIG_IGN
+    }
+}
+
 /// Prints one warning per process for each kind of trouble.
 pub fn warn_once(flag: &AtomicBool, msg: impl FnOnce() -> String) {
     if !flag.swap(true, Ordering::Relaxed) {
@@ -228,6 +240,8 @@ struct StoreThread {
     /// The row could not be inserted (the database is locked) and was spooled meanwhile, so
     /// that a shim killed before the lock goes still leaves its run behind.
     spooled_start: bool,
+    /// The store said the run was cancelled, and the cancel signal was raised.
+    cancel_raised: bool,
     /// An approval was asked for (so there may be one to abandon when the run ends).
     asked: bool,
     tool_digest: std::sync::OnceLock<Option<String>>,
@@ -256,6 +270,7 @@ impl StoreThread {
             locked: false,
             start_row: None,
             spooled_start: false,
+            cancel_raised: false,
             asked: false,
             tool_digest: std::sync::OnceLock::new(),
             status: RunStatus::Running,
@@ -539,6 +554,15 @@ impl StoreThread {
             Ok(done) => {
                 self.inserted |= done.value.inserted;
                 self.locked = false;
+                // Cancelled from another host (which cannot signal this process): end the
+                // tool as the cancel signal would, once.
+                if done.value.cancelled
+                    && cancel_handled()
+                    && !std::mem::replace(&mut self.cancel_raised, true)
+                {
+                    // SAFETY: a signal to this very process, whose handler is installed.
+                    unsafe { libc::kill(libc::getpid(), hr_shared::mode::CANCEL_SIGNAL) };
+                }
                 if std::mem::take(&mut self.spooled_start) {
                     store.kept_row_landed(&id);
                 }

@@ -993,6 +993,31 @@ fn runners_on_two_hosts_an_operator_on_a_third_and_a_cut_link_through_one_server
         "1"
     );
 
+    // Cancelled from the operator's host, which cannot signal runner 1's shim: the shim
+    // learns it from its next heartbeat and ends the tool.
+    let long = shim_on(RUNNER1, &runner1)
+        .args(["--", "sleep", "60"])
+        .timeout(Duration::from_secs(30))
+        .spawn();
+    assert!(wait_until(Duration::from_secs(10), || db.value(
+        "SELECT count(*) FROM hr.tool_runs WHERE status = 'running' AND host = 'runner1'"
+    ) == "1"));
+    let victim = db.value(
+        "SELECT tool_run_id FROM hr.tool_runs WHERE status = 'running' AND host = 'runner1'",
+    );
+    let cancelled = monitor_on(OPERATOR, &operator)
+        .args(["cancel", &victim, "--reason", "wrong branch"])
+        .run();
+    cancelled.expect_code(0);
+    let ended = long.wait();
+    ended.expect_code(143);
+    assert_eq!(
+        db.value(&format!(
+            "SELECT status || ' ' || exit_code || ' ' || reason FROM hr.tool_runs WHERE tool_run_id = '{victim}'"
+        )),
+        format!("cancelled 143 cancelled by {}: wrong branch", operator.user)
+    );
+
     // Runner 2's shims killed with their host: the operator's reconcile, on another host,
     // fails the run once its heartbeat is stale (made old here rather than waited for).
     let doomed = shim_on(RUNNER2, &runner2)

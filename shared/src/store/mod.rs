@@ -188,6 +188,9 @@ pub enum RunWrite {
 pub struct Recorded {
     /// The run's row is in the store.
     pub inserted: bool,
+    /// The run has been cancelled by someone else (`monitor cancel` on another host, which
+    /// cannot signal this shim): end the tool as for the cancel signal.
+    pub cancelled: bool,
 }
 
 /// Everything one shim needs for its run.

@@ -865,13 +865,20 @@ fn guard_name(replace: Replace) -> &'static str {
     }
 }
 
+/// What a batch learnt besides writing: approvals it abandoned, a cancellation it found.
+#[derive(Default)]
+struct Learnt {
+    abandoned: Vec<Approval>,
+    cancelled: bool,
+}
+
 fn write_one(
     tx: &mut postgres::Transaction<'_>,
     run_id: &str,
     cap: &mut Option<String>,
     w: &RunWrite,
     may_exist: bool,
-    abandoned: &mut Vec<Approval>,
+    learnt: &mut Learnt,
 ) -> Result<(), postgres::Error> {
     let c = cap.clone().unwrap_or_default();
     let c = c.as_str();
@@ -890,16 +897,19 @@ fn write_one(
             )?;
         }
         RunWrite::Touch(t) => {
-            tx.execute(
-                "SELECT hr.run_touch($1, $2, $3, $4, $5)",
-                &[
-                    &run_id,
-                    &c,
-                    &t.last_output_at,
-                    &t.last_heartbeat_at,
-                    &t.supervisor_heartbeat_at,
-                ],
-            )?;
+            let status: Option<String> = tx
+                .query_one(
+                    "SELECT hr.run_touch($1, $2, $3, $4, $5)",
+                    &[
+                        &run_id,
+                        &c,
+                        &t.last_output_at,
+                        &t.last_heartbeat_at,
+                        &t.supervisor_heartbeat_at,
+                    ],
+                )?
+                .get(0);
+            learnt.cancelled |= status.as_deref() == Some(RunStatus::Cancelled.as_str());
         }
         RunWrite::Status(change, replace) => {
             status(tx, run_id, c, change, guard_name(*replace))?;
@@ -949,7 +959,7 @@ fn write_one(
                 &[&run_id, &c, why],
             )? {
                 if let Ok(a) = serde_json::from_str(row.get::<_, &str>(0)) {
-                    abandoned.push(a);
+                    learnt.abandoned.push(a);
                 }
             }
         }
@@ -1011,13 +1021,13 @@ impl RunnerStore for PgRunner {
             .ok()
             .and_then(|m| m.get(run_id).cloned());
         let mut cap = before.clone();
-        let mut abandoned = Vec::new();
+        let mut learnt = Learnt::default();
         let inserted = writes.iter().any(|w| matches!(w, RunWrite::Start(_)));
         self.pg.tx(|tx| {
-            abandoned.clear();
+            learnt = Learnt::default();
             cap = before.clone();
             for w in writes {
-                write_one(tx, run_id, &mut cap, w, row_may_exist, &mut abandoned)?;
+                write_one(tx, run_id, &mut cap, w, row_may_exist, &mut learnt)?;
             }
             Ok(())
         })?;
@@ -1027,8 +1037,18 @@ impl RunnerStore for PgRunner {
                 m.insert(run_id.to_owned(), cap);
             }
         }
-        let events = abandoned.iter().map(Approval::status_event).collect();
-        Ok(Done::with_events(Recorded { inserted }, events))
+        let events = learnt
+            .abandoned
+            .iter()
+            .map(Approval::status_event)
+            .collect();
+        Ok(Done::with_events(
+            Recorded {
+                inserted,
+                cancelled: learnt.cancelled,
+            },
+            events,
+        ))
     }
 
     /// Rows are kept for later by the shim's own spool, which the host's next runner

@@ -289,7 +289,13 @@ impl Shim {
     pub fn start_row<S: StoreUnderTest>(s: &S, cmd: &Cmd, row: ToolRun) -> Shim {
         let mut shim = Shim::new(s, cmd, row);
         let done = shim.write(vec![RunWrite::Start(Box::new(shim.run.clone()))]);
-        assert_eq!(done.value, Recorded { inserted: true });
+        assert_eq!(
+            done.value,
+            Recorded {
+                inserted: true,
+                cancelled: false
+            }
+        );
         assert!(done.effects.events.is_empty(), "{:?}", done.effects.events);
         shim
     }

@@ -45,7 +45,13 @@ pub fn record_start_touch_pid_status_end_in_batches<S: StoreUnderTest>(s: &S) {
             supervisor_heartbeat_at: Some(t1.clone()),
         }),
     ]);
-    assert_eq!(done.value, Recorded { inserted: true });
+    assert_eq!(
+        done.value,
+        Recorded {
+            inserted: true,
+            cancelled: false
+        }
+    );
     let now = run_now(op.as_mut(), shim.id());
     assert_eq!(now.status, RunStatus::Running);
     assert_eq!(now.pid, Some(4242));
@@ -65,7 +71,13 @@ pub fn record_start_touch_pid_status_end_in_batches<S: StoreUnderTest>(s: &S) {
             Replace::Live,
         ),
     ]);
-    assert_eq!(done.value, Recorded { inserted: false });
+    assert_eq!(
+        done.value,
+        Recorded {
+            inserted: false,
+            cancelled: false
+        }
+    );
     assert!(done.effects.events.is_empty());
     let now = run_now(op.as_mut(), shim.id());
     assert_eq!(now.last_output_at.as_deref(), Some(t2.as_str()));

@@ -477,15 +477,20 @@ BEGIN
     RETURN true;
 END $$;
 
+-- Liveness timestamps; returns the run's status, so that a shim learns of a cancellation
+-- made on another host (which cannot signal it) with its next heartbeat.
 CREATE FUNCTION hr.run_touch(p_run text, p_cap text, p_output text, p_heartbeat text,
-    p_supervisor text) RETURNS void
+    p_supervisor text) RETURNS text
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = hr, pg_temp AS $$
+DECLARE
+    st text;
 BEGIN
     PERFORM hr.own_run(p_run, p_cap);
     UPDATE hr.tool_runs SET last_output_at = coalesce(p_output, last_output_at),
         last_heartbeat_at = coalesce(p_heartbeat, last_heartbeat_at),
         supervisor_heartbeat_at = coalesce(p_supervisor, supervisor_heartbeat_at)
-    WHERE tool_run_id = p_run;
+    WHERE tool_run_id = p_run RETURNING status INTO st;
+    RETURN st;
 END $$;
 
 CREATE FUNCTION hr.run_pid(p_run text, p_cap text, p_pid bigint) RETURNS void
