@@ -129,6 +129,10 @@ impl StoreUnderTest for Postgres {
     fn keeps_rows_for_later(&self) -> bool {
         false
     }
+
+    fn honours_expiry_defaults(&self) -> bool {
+        false
+    }
 }
 
 contract_tests!(postgres, Postgres);

@@ -425,7 +425,7 @@ fn a_supervised_tool_holding_the_runner_login_cannot_approve_touch_another_run_o
     // whatever it sends, and it cannot use the pending approval of the parked run.
     let own = db.sql_as(
         &runner,
-        "SELECT hr.run_start('{\"tool_run_id\": \"TR-01M85000000000000000000000\", \"tool_name\": \"rm\", \"status\": \"running\", \"started_at\": \"x\", \"updated_at\": \"x\", \"argv_json\": [\"rm\", \"-i\", \"victim\"]}', (SELECT 'anything'), false)",
+        "SELECT hr.run_start('{\"tool_run_id\": \"TR-01M85000000000000000000000\", \"tool_name\": \"rm\", \"status\": \"running\", \"started_at\": \"x\", \"updated_at\": \"x\", \"argv_json\": [\"rm\", \"-i\", \"victim\"]}', (SELECT 'anything'), false, repeat('k', 64))",
     );
     own.expect_code(0);
     let cap = own.out().trim().to_owned();
@@ -474,6 +474,76 @@ fn a_supervised_tool_holding_the_runner_login_cannot_approve_touch_another_run_o
     assert!(
         refused >= attempts.len(),
         "{refused} refusals logged:\n{log}"
+    );
+
+    // An answer nobody gave cannot be planted through expiry: whatever deadline and
+    // expire action the runner sends, the server sets the time and expiry rejects.
+    let planted = db.sql_as(
+        &runner,
+        &format!(
+            "SELECT hr.approval_ask('TR-01M85000000000000000000000', '{cap}', '{{\"approval_id\": \"AP-01M85000000000000000000002\", \"question\": \"q\", \"options_json\": [{{\"value\": \"y\", \"label\": \"Yes\"}}], \"default_value\": \"y\", \"expire_action\": \"default\", \"created_at\": \"2000-01-01T00:00:00.000Z\", \"expires_at\": \"2000-01-01T00:00:01.000Z\"}}', 'AP-01M85000000000000000000003')::jsonb->>'expire_action'"
+        ),
+    );
+    planted.expect_code(0);
+    assert_eq!(planted.out().trim(), "reject");
+    db.sql_as(&runner, "SELECT count(*) FROM hr.expire_due()")
+        .expect_code(0);
+    assert_eq!(
+        db.value("SELECT status || ' ' || coalesce(chosen_value, '-') || ' ' || (created_at > '2001') FROM hr.approvals WHERE approval_id = 'AP-01M85000000000000000000002'"),
+        "expired - true"
+    );
+    // Another runner login sees nothing of this login's approvals, and a worker's functions
+    // move only parked runs of its own login.
+    let other = db.member(&env, "runner2", "runner");
+    let other_cap = "c".repeat(64);
+    db.sql_as(
+        &other,
+        &format!("SELECT hr.run_start('{{\"tool_run_id\": \"TR-01M85000000000000000000009\", \"tool_name\": \"rm\", \"status\": \"running\", \"started_at\": \"x\", \"updated_at\": \"x\"}}', 'fp', false, '{other_cap}')"),
+    )
+    .expect_code(0);
+    let peek = db.sql_as(
+        &other,
+        &format!("SELECT hr.runner_approval('TR-01M85000000000000000000009', '{other_cap}', '{ap}') IS NULL"),
+    );
+    peek.expect_code(0);
+    assert_eq!(
+        peek.out().trim(),
+        "t",
+        "another login's approval is not shown"
+    );
+    for sql in [
+        format!(
+            "SELECT hr.close_run('{run}', 'completed', 'mine', 0, true, NULL, NULL, ARRAY['waiting_approval'])"
+        ),
+        format!("SELECT hr.claim('{ap}', 'worker:x')"),
+    ] {
+        let out = db.sql_as(&other, &sql);
+        assert!(out.stderr.contains("not yours"), "{sql}: {}", out.stderr);
+    }
+    let own_live = db.sql_as(
+        &runner,
+        "SELECT hr.close_run('TR-01M85000000000000000000000', 'completed', 'x', 0, true, NULL, NULL, ARRAY['running'])",
+    );
+    assert!(
+        own_live.stderr.contains("closes only a parked run"),
+        "{}",
+        own_live.stderr
+    );
+    // A login that somehow holds both roles (granted past `monitor db grant`) still does
+    // not decide: the server refuses runners in the operator's functions.
+    let both = db.login("both");
+    db.admin_sql(&format!(
+        "GRANT headless_runner TO {0}; GRANT headless_operator TO {0}",
+        both.user
+    ));
+    let sneaky = db.sql_as(
+        &both,
+        &format!("SELECT hr.decide('{ap}', 'approved', 'y', NULL, 'cli')"),
+    );
+    assert!(
+        sneaky.stderr.contains("does not decide"),
+        "{}",
+        sneaky.stderr
     );
 
     // The operator may decide, but not rewrite history either; a viewer may only read.

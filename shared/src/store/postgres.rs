@@ -310,6 +310,21 @@ fn pgpass_lookup(text: &str, want: [&str; 4]) -> Option<String> {
     None
 }
 
+/// Whether a failed transaction (rolled back) may simply be tried again: a deadlock, a
+/// serialization failure, or two writers racing for the audit chain's head.
+fn retryable(e: &postgres::Error) -> bool {
+    use postgres::error::SqlState;
+    match e.as_db_error() {
+        Some(db) => {
+            *db.code() == SqlState::T_R_DEADLOCK_DETECTED
+                || *db.code() == SqlState::T_R_SERIALIZATION_FAILURE
+                || (*db.code() == SqlState::UNIQUE_VIOLATION
+                    && db.constraint() == Some("events_one_successor"))
+        }
+        None => false,
+    }
+}
+
 fn server_error(e: postgres::Error) -> StoreError {
     use postgres::error::SqlState;
     match e.as_db_error() {
@@ -420,20 +435,24 @@ impl PgStore {
         mut f: impl FnMut(&mut postgres::Transaction<'_>) -> Result<T, postgres::Error>,
     ) -> StoreResult<T> {
         let mut reopened = false;
+        let mut retries = 0;
         loop {
-            let attempt: Result<StoreResult<T>, postgres::Error> =
+            let attempt: Result<Result<T, postgres::Error>, postgres::Error> =
                 match self.client()?.transaction() {
-                    Ok(mut tx) => Ok(f(&mut tx)
-                        .and_then(|v| tx.commit().map(|()| v))
-                        .map_err(server_error)),
+                    Ok(mut tx) => Ok(f(&mut tx).and_then(|v| tx.commit().map(|()| v))),
                     Err(e) => Err(e),
                 };
             match attempt {
+                Ok(Err(e)) if retries < 3 && retryable(&e) => {
+                    // Rolled back: a deadlock or a race for the audit chain's head.
+                    retries += 1;
+                    std::thread::sleep(Duration::from_millis(5 * retries));
+                }
                 Ok(out) => {
                     if out.is_err() && self.client.as_ref().is_some_and(|c| c.is_closed()) {
                         self.client = None;
                     }
-                    return out;
+                    return out.map_err(server_error);
                 }
                 // Nothing ran: the server's goodbye (idle_session_timeout, a restart) or a
                 // closed socket. Once more on a new connection.
@@ -547,11 +566,30 @@ pub struct InitReport {
 pub fn init(url: &str) -> StoreResult<InitReport> {
     let mut client = connect(&target(url)?).map_err(server_error)?;
     let mut tx = client.transaction().map_err(server_error)?;
+    let mut foreign_owner = None;
     let report = (|| -> Result<InitReport, postgres::Error> {
         tx.execute(
             "SELECT pg_advisory_xact_lock(hashtext('headless-run schema'))",
             &[],
         )?;
+        // A schema `hr` someone else made first could be dropped or rewritten by them.
+        let owner: Option<String> = tx
+            .query_opt(
+                "SELECT pg_get_userbyid(nspowner)::text FROM pg_namespace WHERE nspname = 'hr'",
+                &[],
+            )?
+            .map(|r| r.get(0));
+        foreign_owner = owner.filter(|o| {
+            tx.query_one("SELECT current_user::text", &[])
+                .map(|r| r.get::<_, String>(0) != *o)
+                .unwrap_or(true)
+        });
+        if foreign_owner.is_some() {
+            return Ok(InitReport {
+                from_version: 0,
+                to_version: 0,
+            });
+        }
         tx.batch_execute(
             "CREATE SCHEMA IF NOT EXISTS hr;
              CREATE TABLE IF NOT EXISTS hr.schema_version (version bigint NOT NULL);",
@@ -573,6 +611,11 @@ pub fn init(url: &str) -> StoreResult<InitReport> {
         })
     })()
     .map_err(server_error)?;
+    if let Some(owner) = foreign_owner {
+        return Err(StoreError::Denied(format!(
+            "schema hr belongs to {owner}, not to this login: run db init as its owner (a login that can change it could drop or rewrite the store's functions)"
+        )));
+    }
     if report.from_version > SCHEMA_VERSION {
         return Err(StoreError::Server(format!(
             "schema version {} is newer than this build understands ({SCHEMA_VERSION}); upgrade headless-run",
@@ -610,8 +653,8 @@ GRANT EXECUTE ON FUNCTION hr.is_final(text), hr.run_doc(hr.tool_runs)
     TO headless_operator, headless_viewer;
 GRANT EXECUTE ON FUNCTION hr.expire_due() TO headless_runner, headless_operator;
 GRANT EXECUTE ON FUNCTION
-    hr.run_start(jsonb, text, boolean),
-    hr.run_deliver(jsonb, text),
+    hr.run_start(jsonb, text, boolean, text),
+    hr.run_deliver(jsonb, text, boolean),
     hr.run_touch(text, text, text, text, text),
     hr.run_pid(text, text, bigint),
     hr.run_status(text, text, text, text, integer, boolean, text, text, text),
@@ -749,19 +792,26 @@ impl PgRunner {
     /// reach the server before they exited); each file goes once its row has landed, or
     /// when the server says it is not this login's to deliver.
     fn deliver_spool(&mut self) -> StoreResult<usize> {
+        let host = crate::rules::LocalHost::new();
         let mut n = 0;
         for (path, run) in crate::spool::spooled(&self.paths) {
             let fp = request_fingerprint(&run);
+            // The spool is this host's: whether the run's shim still runs is known here.
+            let gone = rules::shim_gone(&run, &host).is_some();
             match self.pg.tx(|tx| {
                 tx.query_one(
-                    "SELECT hr.run_deliver($1::text::jsonb, $2)",
-                    &[&to_json(&run), &fp],
+                    "SELECT hr.run_deliver($1::text::jsonb, $2, $3)",
+                    &[&to_json(&run), &fp, &gone],
                 )
             }) {
-                Ok(row) => {
-                    n += usize::from(row.get::<_, bool>(0));
-                    let _ = std::fs::remove_file(&path);
-                }
+                Ok(row) => match row.get::<_, Option<bool>>(0) {
+                    // Its shim still writes the run: left for a later delivery.
+                    None => {}
+                    Some(landed) => {
+                        n += usize::from(landed);
+                        let _ = std::fs::remove_file(&path);
+                    }
+                },
                 Err(StoreError::Denied(_)) => {
                     let _ = std::fs::remove_file(&path);
                 }
@@ -808,6 +858,23 @@ impl PgRunner {
         }
         Ok(())
     }
+}
+
+/// A new run capability: 256 random bits from the kernel, as hex.
+fn new_capability() -> String {
+    let mut bytes = [0u8; 32];
+    let read = std::fs::File::open("/dev/urandom")
+        .and_then(|mut f| std::io::Read::read_exact(&mut f, &mut bytes));
+    if read.is_err() {
+        // SAFETY: getrandom writes at most the buffer's length into it.
+        let n = unsafe { libc::getrandom(bytes.as_mut_ptr().cast(), bytes.len(), 0) };
+        assert_eq!(
+            n,
+            bytes.len() as isize,
+            "no randomness for a run capability"
+        );
+    }
+    crate::audit::hex(&bytes)
 }
 
 /// The request fingerprint of a run's command, as the shim computes it for its asker.
@@ -884,9 +951,11 @@ fn write_one(
     let c = c.as_str();
     match w {
         RunWrite::Start(run) => {
+            // Made by `record` before the first try (the server keeps only its hash).
+            let mine = cap.clone().unwrap_or_else(new_capability);
             let row = tx.query_one(
-                "SELECT hr.run_start($1::text::jsonb, $2, $3)",
-                &[&to_json(run), &request_fingerprint(run), &may_exist],
+                "SELECT hr.run_start($1::text::jsonb, $2, $3, $4)",
+                &[&to_json(run), &request_fingerprint(run), &may_exist, &mine],
             )?;
             *cap = row.get(0);
         }
@@ -1016,13 +1085,18 @@ impl RunnerStore for PgRunner {
         _actor: &str,
         row_may_exist: bool,
     ) -> StoreResult<Done<Recorded>> {
-        let before = CAPABILITIES
-            .lock()
-            .ok()
-            .and_then(|m| m.get(run_id).cloned());
+        let inserted = writes.iter().any(|w| matches!(w, RunWrite::Start(_)));
+        // The run's capability is made once, before its first write is tried, and kept:
+        // a retry (here or in a later batch) whose first commit was not acknowledged shows
+        // the same one.
+        let before = CAPABILITIES.lock().ok().and_then(|mut m| {
+            if inserted && !m.contains_key(run_id) {
+                m.insert(run_id.to_owned(), new_capability());
+            }
+            m.get(run_id).cloned()
+        });
         let mut cap = before.clone();
         let mut learnt = Learnt::default();
-        let inserted = writes.iter().any(|w| matches!(w, RunWrite::Start(_)));
         self.pg.tx(|tx| {
             learnt = Learnt::default();
             cap = before.clone();
@@ -1033,8 +1107,12 @@ impl RunnerStore for PgRunner {
         })?;
         if inserted {
             self.run = Some(run_id.to_owned());
-            if let (Some(cap), Ok(mut m)) = (cap, CAPABILITIES.lock()) {
-                m.insert(run_id.to_owned(), cap);
+            if let Ok(mut m) = CAPABILITIES.lock() {
+                match cap {
+                    Some(cap) => m.insert(run_id.to_owned(), cap),
+                    // Another session holds that run: this one has no capability for it.
+                    None => m.remove(run_id),
+                };
             }
         }
         let events = learnt
@@ -1192,53 +1270,80 @@ impl RunnerStore for PgRunner {
                 effects: fx,
             });
         }
-        // 3. A retry takes over the pending approval of a run that no longer holds it.
-        let mut taken = None;
-        if let Some(old) = seen
+        // 3. A retry takes over the pending approval of a run that no longer holds it;
+        // 4. else a new question (saying what changed, if a decision was made on another
+        //    screen of it). Each with the run's move to `waiting_approval`, in one
+        //    transaction: no approval is left without a run waiting for it.
+        let old = seen
             .iter()
             .find(|t| t.approval.status == ApprovalStatus::Pending && t.approval.tool_run_id != run)
             .filter(|t| owner_gone(t))
-        {
-            taken = self.pg.doc::<Touched>(
-                "SELECT hr.approval_take_over($1, $2, $3, $4::text::jsonb, $5, $6)::text",
-                &[
-                    &run,
-                    &cap,
-                    &old.approval.approval_id,
-                    &to_json(&fresh),
-                    &old.approval.tool_run_id,
-                    &true,
-                ],
-            )?;
+            .map(|t| {
+                (
+                    t.approval.approval_id.clone(),
+                    t.approval.tool_run_id.clone(),
+                )
+            });
+        // A takeover shows the retry's screen as it is; a new question says what changed.
+        let screen_json = to_json(&fresh);
+        if let Some((old, what)) = &changed_since {
+            fresh.context = Some(changed_context(old, &fresh, what));
         }
-        let taken_over = taken.is_some();
-        let approval = match taken {
-            Some(t) => {
-                fx.events.extend(t.closed.as_ref().map(Moved::event));
-                t.approval
-            }
-            // 4. A new question (saying what changed, if a decision was made on another
-            //    screen of it).
-            None => {
-                if let Some((old, what)) = &changed_since {
-                    fresh.context = Some(changed_context(old, &fresh, what));
+        let fresh_json = to_json(&fresh);
+        let fresh_id = fresh.approval_id.clone();
+        let (touched, taken_over, moved) = self
+            .pg
+            .tx(|tx| {
+                let mut taken = None;
+                if let Some((old_id, owner)) = &old {
+                    let row = tx.query_one(
+                        "SELECT hr.approval_take_over($1, $2, $3, $4::text::jsonb, $5, $6)::text",
+                        &[&run, &cap, old_id, &screen_json, owner, &true],
+                    )?;
+                    taken = row
+                        .get::<_, Option<&str>>(0)
+                        .and_then(|t| serde_json::from_str::<Touched>(t).ok());
                 }
-                let id = fresh.approval_id.clone();
-                let a: Approval = self
-                    .pg
-                    .doc(
-                        "SELECT hr.approval_ask($1, $2, $3::text::jsonb, $4)::text",
-                        &[&run, &cap, &to_json(&fresh), &id],
-                    )?
-                    .ok_or_else(|| StoreError::Server("the approval was not recorded".into()))?;
-                fx.events.push(a.needed_event());
-                a
-            }
-        };
-        self.wait_for(who, &cap, &approval, &mut fx)?;
+                let taken_over = taken.is_some();
+                let touched = match taken {
+                    Some(t) => t,
+                    None => {
+                        let row = tx.query_one(
+                            "SELECT hr.approval_ask($1, $2, $3::text::jsonb, $4)::text",
+                            &[&run, &cap, &fresh_json, &fresh_id],
+                        )?;
+                        match row
+                            .get::<_, Option<&str>>(0)
+                            .and_then(|t| serde_json::from_str::<Touched>(t).ok())
+                        {
+                            Some(t) => t,
+                            None => return Ok(None),
+                        }
+                    }
+                };
+                let change = StatusChange::to(
+                    RunStatus::WaitingApproval,
+                    Some(format!(
+                        "waiting for approval {}",
+                        touched.approval.approval_id
+                    )),
+                );
+                let moved = status(tx, run, &cap, &change, "not_final")?;
+                Ok(Some((touched, taken_over, moved)))
+            })?
+            .ok_or_else(|| StoreError::Server("the approval was not recorded".into()))?;
+        match &touched.closed {
+            Some(closed) => fx.events.push(closed.event()),
+            None if !taken_over => fx.events.push(touched.approval.needed_event()),
+            None => {}
+        }
+        if let Some(m) = moved {
+            fx.events.push(m.event());
+            fx.status = Some(RunStatus::WaitingApproval);
+        }
         Ok(Done {
             value: PromptResolution::Pending {
-                approval: Box::new(approval),
+                approval: Box::new(touched.approval),
                 taken_over,
             },
             effects: fx,

@@ -67,6 +67,13 @@ pub trait StoreUnderTest: Sized + Sync {
     fn keeps_rows_for_later(&self) -> bool {
         true
     }
+
+    /// Whether an approval asked with `on_expire = default` is answered with its default
+    /// when it expires. A store whose runners are not trusted (PostgreSQL) expires every
+    /// approval as a rejection: a default nobody decided could be planted by a tool.
+    fn honours_expiry_defaults(&self) -> bool {
+        true
+    }
 }
 
 /// [`StoreUnderTest::recorded_as`], as compared with `decided_by`.

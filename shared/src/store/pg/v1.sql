@@ -82,7 +82,10 @@ CREATE TABLE hr.events (
     db_user     text NOT NULL,
     data        text NOT NULL,
     prev_hash   text NOT NULL,
-    hash        text NOT NULL
+    hash        text NOT NULL,
+    -- One successor per row: two writers that read the same head cannot both append (a
+    -- fork of the chain), whatever the isolation level.
+    CONSTRAINT events_one_successor UNIQUE (prev_hash)
 );
 CREATE INDEX events_run ON hr.events(tool_run_id);
 CREATE INDEX events_approval ON hr.events(approval_id);
@@ -158,9 +161,10 @@ BEGIN
     RETURN new_id;
 END $$;
 
--- A decision, expiry or new approval wakes whoever listens.
+-- A decision, expiry or new approval wakes whoever listens. Nothing is said (anyone may
+-- LISTEN): the woken read what their role lets them.
 CREATE FUNCTION hr.ring(p_approval text) RETURNS void LANGUAGE sql AS $$
-    SELECT pg_notify('headless_run', coalesce(p_approval, ''))
+    SELECT pg_notify('headless_run', '')
 $$;
 
 CREATE FUNCTION hr.is_final(s text) RETURNS boolean LANGUAGE sql IMMUTABLE AS $$
@@ -359,10 +363,15 @@ BEGIN
 END $$;
 
 -- A number that changes whenever a run or approval may have changed.
+-- Audited changes, and the liveness of the runs that have not ended (output, heartbeats:
+-- not audited, but shown).
 CREATE FUNCTION hr.change_mark() RETURNS bigint LANGUAGE sql STABLE SECURITY DEFINER
 SET search_path = hr, pg_temp AS $$
     SELECT (SELECT coalesce(max(id), 0) FROM hr.events) * 65536
-        + (SELECT count(*) FROM hr.tool_runs WHERE completed_at IS NULL) % 65536
+        + ((SELECT coalesce(hashtext(string_agg(tool_run_id || coalesce(last_output_at, '')
+                || coalesce(last_heartbeat_at, '') || coalesce(supervisor_heartbeat_at, '')
+                || coalesce(pid::text, ''), ',' ORDER BY tool_run_id)), 0)
+           FROM hr.tool_runs WHERE completed_at IS NULL)::bigint & 65535)
 $$;
 
 -- ---------------------------------------------------------------------------------------
@@ -385,26 +394,32 @@ BEGIN
 END $$;
 
 -- Whether run `owner` no longer holds its approvals for itself, for a run of this login:
--- parked (exit code recorded), ended, gone from the store, or — the runner's word — its
--- shim is gone. Another login's runs never hand their decisions over.
+-- parked (exit code recorded), ended, or — the runner's word — its shim is gone. Another
+-- login's runs, and runs no longer in the store (whose login is unknown), never hand
+-- their decisions over.
 CREATE FUNCTION hr.released_by(p_owner text, p_shim_gone boolean) RETURNS boolean
 LANGUAGE sql STABLE AS $$
     SELECT coalesce((SELECT o.runner_login = session_user
         AND (o.exit_code IS NOT NULL OR hr.is_final(o.status) OR p_shim_gone)
-        FROM hr.tool_runs o WHERE o.tool_run_id = p_owner), true)
+        FROM hr.tool_runs o WHERE o.tool_run_id = p_owner), false)
 $$;
 
--- Starts a run; returns the capability every later call of this run must show. A row
--- delivered from the spool before the shim's own write (same login) is adopted; with
--- `p_may_exist`, a row already there is left as it is (NULL: no capability is given for a
--- run another session holds).
-CREATE FUNCTION hr.run_start(p_run jsonb, p_request_fingerprint text, p_may_exist boolean)
-RETURNS text LANGUAGE plpgsql SECURITY DEFINER SET search_path = hr, pg_temp AS $$
+-- Starts a run with the capability its shim made (only its SHA-256 is kept), which every
+-- later call of this run must show; returns it. Again with the same capability (a retry
+-- whose first commit was not acknowledged), it is the same run. A row delivered from the
+-- spool before the shim's own write (same login) is adopted; with `p_may_exist`, a row
+-- another session holds is left as it is (NULL: no capability for it).
+CREATE FUNCTION hr.run_start(p_run jsonb, p_request_fingerprint text, p_may_exist boolean,
+    p_capability text) RETURNS text
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = hr, pg_temp AS $$
 DECLARE
-    cap text := replace(gen_random_uuid()::text || gen_random_uuid()::text, '-', '');
-    cap_hash text := encode(sha256(convert_to(cap, 'UTF8')), 'hex');
+    cap_hash text;
     r hr.tool_runs := jsonb_populate_record(NULL::hr.tool_runs, p_run);
 BEGIN
+    IF coalesce(length(p_capability), 0) < 32 THEN
+        RAISE EXCEPTION 'a capability of at least 32 characters' USING ERRCODE = 'check_violation';
+    END IF;
+    cap_hash := encode(sha256(convert_to(p_capability, 'UTF8')), 'hex');
     PERFORM hr.check_status(r.status);
     r.runner_login := session_user;
     r.request_fingerprint := p_request_fingerprint;
@@ -415,14 +430,15 @@ BEGIN
         PERFORM hr.audit('tool_status_change', r.tool_run_id, NULL, session_user,
             jsonb_build_object('status', r.status, 'tool', r.tool_name, 'argv', r.argv_json,
                 'cwd', r.cwd, 'resumed_from', r.resumed_from));
-        RETURN cap;
+        RETURN p_capability;
     END IF;
-    -- There already (delivered from the spool by another process of this host first).
+    -- There already: this shim's own first write, or delivered from the spool by another
+    -- process of this host first.
     UPDATE hr.tool_runs SET capability_hash = cap_hash
     WHERE tool_run_id = r.tool_run_id AND runner_login = session_user
-      AND capability_hash = 'delivered';
+      AND capability_hash IN ('delivered', cap_hash);
     IF FOUND THEN
-        RETURN cap;
+        RETURN p_capability;
     END IF;
     IF p_may_exist THEN
         RETURN NULL;
@@ -434,7 +450,8 @@ END $$;
 -- host's spool): inserted when the server never saw the run, else it ends the run if that
 -- had not ended by itself (or only seemed to have vanished). Only the login that started
 -- a run may deliver it. True when it landed.
-CREATE FUNCTION hr.run_deliver(p_run jsonb, p_request_fingerprint text) RETURNS boolean
+CREATE FUNCTION hr.run_deliver(p_run jsonb, p_request_fingerprint text, p_shim_gone boolean)
+RETURNS boolean
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = hr, pg_temp AS $$
 DECLARE
     r hr.tool_runs := jsonb_populate_record(NULL::hr.tool_runs, p_run);
@@ -468,6 +485,15 @@ BEGIN
     IF hr.is_final(cur.status) AND NOT (cur.status = 'failed'
         AND coalesce(cur.reason, '') LIKE 'supervisor vanished%') THEN
         RETURN false;
+    END IF;
+    -- Only a run nobody supervises any more: delivered earlier, its shim gone (the
+    -- delivering runner's word: it is on the run's host), or silent for 30 s. A run whose
+    -- shim still writes is that shim's to end: NULL, try again later.
+    IF cur.capability_hash <> 'delivered' AND NOT hr.is_final(cur.status) AND NOT p_shim_gone
+       AND coalesce(cur.supervisor_heartbeat_at, cur.started_at)
+           > to_char((clock_timestamp() - interval '30 seconds') AT TIME ZONE 'UTC',
+                     'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"') THEN
+        RETURN NULL;
     END IF;
     PERFORM hr.set_status(r.tool_run_id, r.status, r.reason, r.exit_code,
         r.completed_at IS NOT NULL, r.last_error_msg, r.completed_at, 'any', session_user);
@@ -558,8 +584,8 @@ LANGUAGE plpgsql SECURITY DEFINER SET search_path = hr, pg_temp AS $$
 DECLARE
     r hr.tool_runs := hr.own_run(p_run, p_cap);
 BEGIN
-    -- Another command's approval is said to exist, with nothing of what it asked (an
-    -- option's value chosen stays: it names no secret).
+    -- Another command's approval of this login is said to exist, with nothing of what it
+    -- asked (an option's value chosen stays: it names no secret); another login's, not.
     RETURN (SELECT CASE
         WHEN a.request_fingerprint = r.request_fingerprint OR a.tool_run_id = p_run
         THEN to_jsonb(a)
@@ -567,7 +593,9 @@ BEGIN
             'options_json', '[]'::jsonb, 'default_value', NULL, 'comment', NULL,
             'prompt_line', NULL, 'chosen_value',
             CASE WHEN hr.logged_value(a) = a.chosen_value THEN a.chosen_value END)
-        END FROM hr.approvals a WHERE a.approval_id = p_approval);
+        END FROM hr.approvals a JOIN hr.tool_runs o USING (tool_run_id)
+        WHERE a.approval_id = p_approval
+          AND (a.tool_run_id = p_run OR o.runner_login = session_user));
 END $$;
 
 -- The newest remembered decision in force for this prompt of the run's command.
@@ -601,10 +629,13 @@ BEGIN
     a.decision_channel := NULL; a.comment := NULL; a.consumed_at := NULL;
     a.consumed_by := NULL; a.claimed_by := NULL; a.claimed_at := NULL;
     a.resumed_run_id := NULL;
-    a.created_at := coalesce(a.created_at, hr.now());
+    a.created_at := hr.now();
     a.options_json := coalesce(a.options_json, '[]');
     a.allows_text := coalesce(a.allows_text, false);
-    a.expire_action := CASE WHEN a.expire_action = 'default' THEN 'default' ELSE 'reject' END;
+    -- Expiry rejects: an answer nobody gave (a runner's on_expire = "default") could be
+    -- planted by a tool holding the runner login, with a past deadline, for a later run of
+    -- its command. Answers without a person are the operator's, as remembered decisions.
+    a.expire_action := 'reject';
     IF a.approval_id IS NULL OR EXISTS (SELECT 1 FROM hr.approvals WHERE approval_id = a.approval_id) THEN
         a.approval_id := p_fallback_id;
     END IF;
@@ -632,7 +663,7 @@ BEGIN
     a.tool_run_id := p_run; a.tool_name := r.tool_name; a.execution_id := r.execution_id;
     a.request_fingerprint := r.request_fingerprint;
     a.status := p_status; a.chosen_value := p_value;
-    a.created_at := coalesce(a.created_at, now_);
+    a.created_at := now_;
     a.decided_at := now_; a.decided_by := 'policy:' || p_policy;
     a.decision_channel := 'policy:' || p_policy; a.comment := NULL;
     a.consumed_at := now_; a.consumed_by := p_run;
@@ -737,10 +768,25 @@ END $$;
 -- Resuming: an operator, or the host's worker with the runner login of the runs it
 -- resumes (it claims and closes them, never decides them).
 
+CREATE FUNCTION hr.is_operator() RETURNS boolean LANGUAGE sql STABLE AS $$
+    SELECT pg_has_role(session_user, 'headless_operator', 'MEMBER')
+        AND NOT pg_has_role(session_user, 'headless_runner', 'MEMBER')
+$$;
+
+-- Refuses a login that runs tools (a runner's, however it also got the operator role):
+-- deciding is never theirs.
+CREATE FUNCTION hr.check_not_runner() RETURNS void LANGUAGE plpgsql STABLE AS $$
+BEGIN
+    IF pg_has_role(session_user, 'headless_runner', 'MEMBER') THEN
+        RAISE EXCEPTION '%: a runner login does not decide, cancel or clean up', session_user
+            USING ERRCODE = 'insufficient_privilege';
+    END IF;
+END $$;
+
 -- Refuses unless the caller is an operator or started run `p_run` (its login).
 CREATE FUNCTION hr.check_resumer(p_run text) RETURNS void LANGUAGE plpgsql STABLE AS $$
 BEGIN
-    IF NOT (pg_has_role(session_user, 'headless_operator', 'MEMBER')
+    IF NOT (hr.is_operator()
             OR EXISTS (SELECT 1 FROM hr.tool_runs WHERE tool_run_id = p_run
                        AND runner_login = session_user)) THEN
         RAISE EXCEPTION 'run %: not yours to resume or close', p_run
@@ -793,6 +839,7 @@ LANGUAGE plpgsql SECURITY DEFINER SET search_path = hr, pg_temp AS $$
 DECLARE
     a hr.approvals;
 BEGIN
+    PERFORM hr.check_not_runner();
     IF p_status NOT IN ('approved', 'rejected') THEN
         RAISE EXCEPTION 'a decision approves or rejects' USING ERRCODE = 'check_violation';
     END IF;
@@ -829,6 +876,7 @@ DECLARE
     a hr.approvals;
     changed jsonb := '[]';
 BEGIN
+    PERFORM hr.check_not_runner();
     IF hr.run_row(p_run) IS NULL THEN
         RETURN jsonb_build_object('outcome', 'missing');
     END IF;
@@ -906,17 +954,27 @@ LANGUAGE sql SECURITY DEFINER SET search_path = hr, pg_temp AS $$
 $$;
 
 -- Closes a waiting run (a worker's verdict) if it is still in one of `p_from`.
+-- A worker of the run's login closes only a parked run (exit 90), as completed or failed.
 CREATE FUNCTION hr.close_run(p_run text, p_status text, p_reason text, p_exit integer,
     p_finished boolean, p_error text, p_at text, p_from text[]) RETURNS text
-LANGUAGE sql SECURITY DEFINER SET search_path = hr, pg_temp AS $$
-    SELECT hr.check_resumer(p_run);
-    SELECT hr.set_status(p_run, p_status, p_reason, p_exit, p_finished, p_error, p_at,
-        'from:' || array_to_string(p_from, ','), session_user)
-$$;
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = hr, pg_temp AS $$
+BEGIN
+    PERFORM hr.check_resumer(p_run);
+    IF NOT hr.is_operator() AND (p_status NOT IN ('completed', 'failed')
+        OR p_from <> ARRAY['waiting_approval']
+        OR NOT EXISTS (SELECT 1 FROM hr.tool_runs WHERE tool_run_id = p_run
+                       AND status = 'waiting_approval' AND exit_code = 90)) THEN
+        RAISE EXCEPTION 'run %: a worker closes only a parked run, as completed or failed', p_run
+            USING ERRCODE = 'insufficient_privilege';
+    END IF;
+    RETURN hr.set_status(p_run, p_status, p_reason, p_exit, p_finished, p_error, p_at,
+        'from:' || array_to_string(p_from, ','), session_user);
+END $$;
 
 CREATE FUNCTION hr.consume(p_approval text, p_by text) RETURNS boolean
 LANGUAGE sql SECURITY DEFINER SET search_path = hr, pg_temp AS $$
     SELECT hr.check_resumer(hr.run_of(p_approval));
+    SELECT hr.check_resumer(p_by);
     SELECT hr.consume_one(p_approval, p_by, session_user)
 $$;
 
@@ -929,6 +987,7 @@ DECLARE
     ids text[];
     n integer;
 BEGIN
+    PERFORM hr.check_not_runner();
     SELECT coalesce(array_agg(tool_run_id ORDER BY tool_run_id), '{}') INTO ids
         FROM hr.tool_runs WHERE hr.is_final(status)
           AND coalesce(completed_at, updated_at) < p_cutoff;
@@ -950,6 +1009,7 @@ LANGUAGE plpgsql SECURITY DEFINER SET search_path = hr, pg_temp AS $$
 DECLARE
     p hr.policies;
 BEGIN
+    PERFORM hr.check_not_runner();
     UPDATE hr.policies SET enabled = false
     WHERE source = 'remembered' AND tool_name = p_tool AND prompt_fingerprint = p_prompt_fingerprint
       AND argv_json IS NOT DISTINCT FROM p_argv AND cwd IS NOT DISTINCT FROM p_cwd;
@@ -969,6 +1029,7 @@ LANGUAGE plpgsql SECURITY DEFINER SET search_path = hr, pg_temp AS $$
 DECLARE
     p hr.policies;
 BEGIN
+    PERFORM hr.check_not_runner();
     UPDATE hr.policies SET enabled = false
     WHERE policy_id = p_policy_id AND enabled AND source = 'remembered' RETURNING * INTO p;
     IF NOT FOUND THEN RETURN NULL; END IF;
