@@ -67,6 +67,10 @@ enum Command {
     Config(cmd::config::Args),
     /// Set up the PostgreSQL store: `db init URL`, `db grant USER runner|operator|viewer`
     Db(cmd::db::Args),
+    /// Serve the operator API over HTTP (approvals, decisions, runs, metrics)
+    Serve(crate::serve::Args),
+    /// API tokens for `monitor serve`: create (shown once), list, revoke
+    Token(cmd::token::Args),
     /// Shell completions for monitor or headless-run (bash, zsh, fish, elvish, powershell)
     Completions(cmd::completions::Args),
     /// Write man pages for monitor, each subcommand and headless-run into a directory
@@ -171,6 +175,8 @@ pub fn run() -> CliResult {
         Some(Command::Policies(args)) => cmd::policies::run(&ctx, args),
         Some(Command::Config(args)) => cmd::config::run(&ctx, args),
         Some(Command::Db(args)) => cmd::db::run(args),
+        Some(Command::Serve(args)) => crate::serve::run(&ctx, args),
+        Some(Command::Token(args)) => cmd::token::run(&ctx, args),
         Some(Command::Completions(args)) => cmd::completions::completions(args),
         Some(Command::Restart(args)) => cmd::restart::run(&ctx, args),
         Some(Command::Man(args)) => cmd::completions::man(args),

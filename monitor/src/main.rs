@@ -7,6 +7,7 @@ mod error;
 mod locate;
 mod output;
 mod parse;
+mod serve;
 mod stop;
 mod tui;
 mod worker;

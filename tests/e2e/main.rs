@@ -32,6 +32,7 @@ mod restart;
 mod resume;
 mod rows;
 mod security;
+mod serve;
 mod stdin;
 mod store_faults;
 mod stress;

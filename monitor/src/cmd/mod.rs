@@ -15,5 +15,6 @@ pub mod reconcile;
 pub mod restart;
 pub mod runs;
 pub mod show;
+pub mod token;
 pub mod wait;
 pub mod worker;

@@ -1,0 +1,809 @@
+//! `monitor serve`: the operator API over HTTP, on whichever store is configured.
+//!
+//! axum on a small tokio runtime. The store is used from one thread of its own (its
+//! sessions are not `Send`); handlers hand it closures and await the answer. Every
+//! `/api/v1` request carries a bearer token (`monitor token`); a token's role says what it
+//! may do; decisions are recorded as decided by the token's name, channel `http`, with every
+//! rule of the CLI (first writer wins, screen binding, expiry).
+
+pub mod tokens;
+
+use crate::cli::Ctx;
+use crate::error::{CliError, CliResult};
+use axum::body::Bytes;
+use axum::extract::{ConnectInfo, Path, Query, Request, State};
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use hr_shared::approvals::{Approval, ApprovalFilter, DecideOutcome, Decider};
+use hr_shared::paths::StatePaths;
+use hr_shared::runs::RunFilter;
+use hr_shared::status::{ApprovalStatus, RunStatus};
+use hr_shared::store::{self, OperatorStore};
+use serde_json::{Value, json};
+use std::collections::HashMap;
+use std::net::{IpAddr, SocketAddr};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, mpsc};
+use std::time::{Duration, Instant};
+use tokens::Role;
+
+#[derive(Debug, clap::Args)]
+#[command(after_help = "\
+Serves the operator API under /api/v1 (JSON in and out), /healthz and /metrics (Prometheus
+text), over the configured store (the state dir's SQLite database, or HEADLESS_RUN_DB).
+Every /api/v1 and /metrics request needs `Authorization: Bearer TOKEN` (`monitor token
+create NAME --role operator|viewer`). Errors are {\"error\": …}: 400 bad input, 401 no or
+bad token (repeated failures from one address: 429), 403 the role may not, 404 unknown,
+409 already decided (by whom, when) or several pending, 422 not a valid value (the valid
+ones listed). Request bodies are limited to 64 KB; no CORS headers are sent.
+
+Endpoints:
+  GET  /api/v1/approvals?status=&tool=&execution=&since=&limit=
+  GET  /api/v1/approvals/{id}
+  POST /api/v1/approvals/{id}/approve     {\"comment\": …}
+  POST /api/v1/approvals/{id}/reject      {\"comment\": …}
+  POST /api/v1/approvals/{id}/decide      {\"value\": …, \"comment\": …}
+  POST /api/v1/executions/{id}/approve    the execution's one pending approval
+  POST /api/v1/executions/{id}/reject
+  GET  /api/v1/runs?status=&tool=&execution=&since=&limit=
+  GET  /api/v1/runs/{id}                  with its output tail
+  POST /api/v1/runs/{id}/cancel           {\"reason\": …}
+
+Stops on SIGINT or SIGTERM after the requests in flight.
+
+Examples:
+  monitor token create alice --role operator
+  monitor serve --listen 127.0.0.1:8080
+  curl -H \"Authorization: Bearer $TOKEN\" localhost:8080/api/v1/approvals")]
+pub struct Args {
+    /// Address and port to listen on
+    #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:8080")]
+    listen: SocketAddr,
+}
+
+/// The largest request body taken.
+const BODY_LIMIT: usize = 64 * 1024;
+/// Failed authentications from one address in [`FAIL_WINDOW`] before it gets 429.
+const FAIL_LIMIT: u32 = 10;
+const FAIL_WINDOW: Duration = Duration::from_secs(60);
+
+pub fn run(ctx: &Ctx, args: Args) -> CliResult {
+    let live = tokens::load(&ctx.paths)
+        .map_err(CliError::error)?
+        .iter()
+        .filter(|t| t.live(&hr_shared::time::now_rfc3339()))
+        .count();
+    if live == 0 {
+        eprintln!(
+            "monitor serve: no token in force: every API request will get 401 (monitor token create NAME --role operator)"
+        );
+    }
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .map_err(|e| CliError::error(format!("cannot start the server: {e}")))?;
+    runtime.block_on(serve(ctx.paths.clone(), args.listen))
+}
+
+async fn serve(paths: StatePaths, listen: SocketAddr) -> CliResult {
+    let listener = tokio::net::TcpListener::bind(listen)
+        .await
+        .map_err(|e| CliError::error(format!("cannot listen on {listen}: {e}")))?;
+    let addr = listener.local_addr().unwrap_or(listen);
+    eprintln!(
+        "monitor serve: listening on http://{addr} (store {})",
+        paths.store_label()
+    );
+    let server = Arc::new(Server {
+        store: StoreThread::start(paths.clone()),
+        paths,
+        failures: Mutex::new(HashMap::new()),
+        store_errors: AtomicU64::new(0),
+    });
+    let app = router(server);
+    axum::serve(
+        listener,
+        app.into_make_service_with_connect_info::<SocketAddr>(),
+    )
+    .with_graceful_shutdown(stopped())
+    .await
+    .map_err(|e| CliError::error(format!("the server failed: {e}")))?;
+    eprintln!("monitor serve: stopped");
+    Ok(())
+}
+
+async fn stopped() {
+    use tokio::signal::unix::{SignalKind, signal};
+    let (Ok(mut int), Ok(mut term)) = (
+        signal(SignalKind::interrupt()),
+        signal(SignalKind::terminate()),
+    ) else {
+        return std::future::pending().await;
+    };
+    tokio::select! {
+        _ = int.recv() => {}
+        _ = term.recv() => {}
+    }
+}
+
+fn router(server: Arc<Server>) -> Router {
+    Router::new()
+        .route("/healthz", get(|| async { "ok\n" }))
+        .route("/metrics", get(metrics))
+        .route("/api/v1/approvals", get(list_approvals))
+        .route("/api/v1/approvals/{id}", get(one_approval))
+        .route("/api/v1/approvals/{id}/{action}", post(decide_approval))
+        .route("/api/v1/executions/{id}/{action}", post(decide_execution))
+        .route("/api/v1/runs", get(list_runs))
+        .route("/api/v1/runs/{id}", get(one_run))
+        .route("/api/v1/runs/{id}/cancel", post(cancel_run))
+        .fallback(|| async { ApiError::new(StatusCode::NOT_FOUND, "no such endpoint") })
+        .layer(axum::extract::DefaultBodyLimit::max(BODY_LIMIT))
+        .layer(axum::middleware::from_fn(log_request))
+        .with_state(server)
+}
+
+/// One line per request on stderr: method, path, status, time, token name — never the
+/// token, the query or the body.
+async fn log_request(req: Request, next: Next) -> Response {
+    let (method, path) = (req.method().clone(), req.uri().path().to_owned());
+    let t0 = Instant::now();
+    let resp = next.run(req).await;
+    let who = resp
+        .extensions()
+        .get::<Caller>()
+        .map(|c| c.name.clone())
+        .unwrap_or_else(|| "-".into());
+    eprintln!(
+        "{} {method} {} {} {:.1}ms {}",
+        hr_shared::time::now_rfc3339(),
+        hr_shared::sanitize::sanitize_line(&path),
+        resp.status().as_u16(),
+        t0.elapsed().as_secs_f64() * 1000.0,
+        hr_shared::sanitize::sanitize_line(&who)
+    );
+    resp
+}
+
+struct Server {
+    paths: StatePaths,
+    store: StoreThread,
+    failures: Mutex<HashMap<IpAddr, (Instant, u32)>>,
+    store_errors: AtomicU64,
+}
+
+/// The authenticated caller.
+#[derive(Debug, Clone)]
+struct Caller {
+    name: String,
+    role: Role,
+}
+
+impl Server {
+    /// The caller of this request, or 401 (429 after repeated failures from its address).
+    fn caller(&self, ip: IpAddr, headers: &HeaderMap) -> Result<Caller, ApiError> {
+        {
+            let mut f = self.failures.lock().unwrap_or_else(|e| e.into_inner());
+            if let Some((since, n)) = f.get(&ip).copied() {
+                if since.elapsed() > FAIL_WINDOW {
+                    f.remove(&ip);
+                } else if n >= FAIL_LIMIT {
+                    return Err(ApiError::new(
+                        StatusCode::TOO_MANY_REQUESTS,
+                        "too many failed authentications from this address; wait a minute",
+                    ));
+                }
+            }
+        }
+        let secret = headers
+            .get(header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.strip_prefix("Bearer "))
+            .map(str::trim);
+        let all = tokens::load(&self.paths)
+            .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, e))?;
+        let now = hr_shared::time::now_rfc3339();
+        match secret.and_then(|s| tokens::find(&all, s, &now)) {
+            Some(t) => Ok(Caller {
+                name: t.name.clone(),
+                role: t.role,
+            }),
+            None => {
+                let mut f = self.failures.lock().unwrap_or_else(|e| e.into_inner());
+                let e = f.entry(ip).or_insert((Instant::now(), 0));
+                e.1 += 1;
+                Err(ApiError::new(
+                    StatusCode::UNAUTHORIZED,
+                    if secret.is_some() {
+                        "the token is unknown, expired or revoked"
+                    } else {
+                        "an Authorization: Bearer TOKEN header is needed"
+                    },
+                ))
+            }
+        }
+    }
+
+    /// The caller, when its role is one of `roles` (else 403).
+    fn allowed(&self, ip: IpAddr, headers: &HeaderMap, roles: &[Role]) -> Result<Caller, ApiError> {
+        let c = self.caller(ip, headers)?;
+        if roles.contains(&c.role) {
+            Ok(c)
+        } else {
+            Err(ApiError::new(
+                StatusCode::FORBIDDEN,
+                format!("a {} token may not do this", c.role.as_str()),
+            )
+            .by(&c))
+        }
+    }
+
+    /// Runs `f` on the store's thread; a store error is a 503.
+    async fn with_store<T: Send + 'static>(
+        &self,
+        f: impl FnOnce(&mut dyn OperatorStore) -> Result<T, ApiError> + Send + 'static,
+    ) -> Result<T, ApiError> {
+        let out = self.store.call(f).await;
+        if out
+            .as_ref()
+            .is_err_and(|e| e.status == StatusCode::SERVICE_UNAVAILABLE)
+        {
+            self.store_errors.fetch_add(1, Ordering::Relaxed);
+        }
+        out
+    }
+}
+
+/// An error answer: `{"error": …}` and more fields where they help.
+#[derive(Debug)]
+struct ApiError {
+    status: StatusCode,
+    body: Value,
+    caller: Option<Caller>,
+}
+
+impl ApiError {
+    fn new(status: StatusCode, msg: impl Into<String>) -> Self {
+        ApiError {
+            status,
+            body: json!({ "error": msg.into() }),
+            caller: None,
+        }
+    }
+
+    fn with(mut self, key: &str, v: Value) -> Self {
+        self.body[key] = v;
+        self
+    }
+
+    fn by(mut self, c: &Caller) -> Self {
+        self.caller = Some(c.clone());
+        self
+    }
+
+    fn store(e: hr_shared::db::StoreError) -> Self {
+        match e {
+            hr_shared::db::StoreError::Missing(_) => {
+                ApiError::new(StatusCode::NOT_FOUND, "nothing has run with this store yet")
+            }
+            e => ApiError::new(StatusCode::SERVICE_UNAVAILABLE, format!("the store: {e}")),
+        }
+    }
+}
+
+/// A listing: nothing has run yet (no database) is an empty one, as on the command line.
+fn or_none<T>(r: hr_shared::store::StoreResult<Vec<T>>) -> Result<Vec<T>, ApiError> {
+    match r {
+        Err(hr_shared::db::StoreError::Missing(_)) => Ok(Vec::new()),
+        other => other.map_err(ApiError::store),
+    }
+}
+
+/// One row: no database yet is no row.
+fn or_missing<T>(r: hr_shared::store::StoreResult<Option<T>>) -> Result<Option<T>, ApiError> {
+    match r {
+        Err(hr_shared::db::StoreError::Missing(_)) => Ok(None),
+        other => other.map_err(ApiError::store),
+    }
+}
+
+impl ApiError {}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let mut resp = (self.status, Json(self.body)).into_response();
+        if let Some(c) = self.caller {
+            resp.extensions_mut().insert(c);
+        }
+        resp
+    }
+}
+
+/// A JSON answer, with the caller for the request log.
+fn ok(caller: &Caller, status: StatusCode, body: Value) -> Response {
+    let mut resp = (status, Json(body)).into_response();
+    resp.extensions_mut().insert(caller.clone());
+    resp
+}
+
+/// The store, on a thread of its own.
+struct StoreThread {
+    jobs: Mutex<mpsc::Sender<Job>>,
+}
+
+type Job = Box<dyn FnOnce(&mut dyn OperatorStore) + Send>;
+
+impl StoreThread {
+    fn start(paths: StatePaths) -> StoreThread {
+        let (tx, rx) = mpsc::channel::<Job>();
+        std::thread::Builder::new()
+            .name("store".into())
+            .spawn(move || {
+                let mut store = store::operator(&paths);
+                for job in rx {
+                    job(store.as_mut());
+                }
+            })
+            .expect("start the store thread");
+        StoreThread {
+            jobs: Mutex::new(tx),
+        }
+    }
+
+    async fn call<T: Send + 'static>(
+        &self,
+        f: impl FnOnce(&mut dyn OperatorStore) -> Result<T, ApiError> + Send + 'static,
+    ) -> Result<T, ApiError> {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let job: Job = Box::new(move |s| {
+            let _ = tx.send(f(s));
+        });
+        let sent = self
+            .jobs
+            .lock()
+            .map(|j| j.send(job).is_ok())
+            .unwrap_or(false);
+        if !sent {
+            return Err(ApiError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "the store thread is gone",
+            ));
+        }
+        rx.await.unwrap_or_else(|_| {
+            Err(ApiError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "the store thread is gone",
+            ))
+        })
+    }
+}
+
+/// Filters from a query string (`status`, `tool`, `execution`, `since`, `limit`); unknown
+/// keys and bad values are 400.
+struct Filters {
+    statuses: Vec<String>,
+    tool: Option<String>,
+    execution: Option<String>,
+    since: Option<String>,
+    limit: Option<usize>,
+}
+
+fn filters(q: &HashMap<String, String>) -> Result<Filters, ApiError> {
+    for k in q.keys() {
+        if !["status", "tool", "execution", "since", "limit"].contains(&k.as_str()) {
+            return Err(ApiError::new(
+                StatusCode::BAD_REQUEST,
+                format!(
+                    "unknown parameter `{}`",
+                    hr_shared::sanitize::sanitize_line(k)
+                ),
+            ));
+        }
+    }
+    let since = match q.get("since") {
+        Some(s) => {
+            Some(crate::parse::since(s).map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, e))?)
+        }
+        None => None,
+    };
+    let limit = match q.get("limit") {
+        Some(l) => Some(
+            l.parse::<usize>()
+                .ok()
+                .filter(|n| (1..=10_000).contains(n))
+                .ok_or_else(|| {
+                    ApiError::new(StatusCode::BAD_REQUEST, "limit is a number from 1 to 10000")
+                })?,
+        ),
+        None => None,
+    };
+    Ok(Filters {
+        statuses: q
+            .get("status")
+            .map(|s| s.split(',').map(str::to_owned).collect())
+            .unwrap_or_default(),
+        tool: q.get("tool").cloned(),
+        execution: q.get("execution").cloned(),
+        since,
+        limit,
+    })
+}
+
+/// An approval as the API shows it: its row, and its run's command line, directory and
+/// host.
+fn approval_json(store: &mut dyn OperatorStore, a: &Approval) -> Result<Value, ApiError> {
+    let run = store.run(&a.tool_run_id).map_err(ApiError::store)?;
+    let mut v = serde_json::to_value(a).unwrap_or(Value::Null);
+    v["command"] = json!(run.as_ref().map(|r| r.argv_json.clone()));
+    v["cwd"] = json!(run.as_ref().and_then(|r| r.cwd.clone()));
+    v["host"] = json!(run.as_ref().and_then(|r| r.host.clone()));
+    Ok(v)
+}
+
+async fn list_approvals(
+    State(s): State<Arc<Server>>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    headers: HeaderMap,
+    Query(q): Query<HashMap<String, String>>,
+) -> Result<Response, ApiError> {
+    let c = s.allowed(peer.ip(), &headers, &[Role::Operator, Role::Viewer])?;
+    let f = filters(&q).map_err(|e| e.by(&c))?;
+    let statuses = if f.statuses.is_empty() {
+        vec![ApprovalStatus::Pending]
+    } else {
+        f.statuses
+            .iter()
+            .map(|s| {
+                if s == "all" {
+                    return Ok(None);
+                }
+                s.parse::<ApprovalStatus>().map(Some).map_err(|_| {
+                    ApiError::new(
+                        StatusCode::BAD_REQUEST,
+                        "status is pending, approved, rejected, expired or all",
+                    )
+                })
+            })
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| e.by(&c))?
+            .into_iter()
+            .flatten()
+            .collect()
+    };
+    let filter = ApprovalFilter {
+        statuses,
+        tool: f.tool,
+        tool_run_id: None,
+        execution_id: f.execution,
+        since: f.since,
+        limit: Some(f.limit.unwrap_or(100)),
+    };
+    let list = s
+        .with_store(move |st| {
+            let all = or_none(st.approvals(&filter))?;
+            all.iter()
+                .map(|a| approval_json(st, a))
+                .collect::<Result<Vec<_>, _>>()
+        })
+        .await
+        .map_err(|e| e.by(&c))?;
+    Ok(ok(&c, StatusCode::OK, json!({ "approvals": list })))
+}
+
+async fn one_approval(
+    State(s): State<Arc<Server>>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+) -> Result<Response, ApiError> {
+    let c = s.allowed(peer.ip(), &headers, &[Role::Operator, Role::Viewer])?;
+    let v = s
+        .with_store(move |st| match or_missing(st.approval(&id))? {
+            Some(a) => approval_json(st, &a),
+            None => Err(ApiError::new(StatusCode::NOT_FOUND, "no such approval")),
+        })
+        .await
+        .map_err(|e| e.by(&c))?;
+    Ok(ok(&c, StatusCode::OK, v))
+}
+
+/// `{"comment": …}` and, for `decide`, `{"value": …}`: an empty body is `{}`.
+fn body_fields(body: &Bytes) -> Result<(Option<String>, Option<String>), ApiError> {
+    if body.iter().all(u8::is_ascii_whitespace) {
+        return Ok((None, None));
+    }
+    let v: Value = serde_json::from_slice(body)
+        .map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, format!("not JSON: {e}")))?;
+    let obj = v
+        .as_object()
+        .ok_or_else(|| ApiError::new(StatusCode::BAD_REQUEST, "the body is a JSON object"))?;
+    let text = |k: &str| -> Result<Option<String>, ApiError> {
+        match obj.get(k) {
+            None | Some(Value::Null) => Ok(None),
+            Some(Value::String(s)) if s.len() <= 4096 => Ok(Some(s.clone())),
+            Some(_) => Err(ApiError::new(
+                StatusCode::BAD_REQUEST,
+                format!("`{k}` is a string of at most 4096 bytes"),
+            )),
+        }
+    };
+    for k in obj.keys() {
+        if !["value", "comment", "reason"].contains(&k.as_str()) {
+            return Err(ApiError::new(
+                StatusCode::BAD_REQUEST,
+                format!("unknown field `{}`", hr_shared::sanitize::sanitize_line(k)),
+            ));
+        }
+    }
+    Ok((text("value")?, text("comment")?.or(text("reason")?)))
+}
+
+/// Decides approval `id` with `value` as `caller`: the CLI's outcomes as status codes.
+async fn decide_as(
+    s: &Server,
+    c: &Caller,
+    id: String,
+    value: String,
+    comment: Option<String>,
+) -> Result<Response, ApiError> {
+    let by = c.name.clone();
+    let paths = s.paths.clone();
+    let (status, body) = s
+        .with_store(move |st| {
+            let who = Decider {
+                by: &by,
+                channel: "http",
+                comment: comment.as_deref(),
+            };
+            let done = st.decide(&id, &value, &who).map_err(ApiError::store)?;
+            hr_shared::control::log_events(&paths.combined_log(), &done.effects.events);
+            match done.value {
+                DecideOutcome::Decided(a) => Ok((StatusCode::OK, approval_json(st, &a)?)),
+                DecideOutcome::NotFound => {
+                    Err(ApiError::new(StatusCode::NOT_FOUND, "no such approval"))
+                }
+                DecideOutcome::Invalid(e) => Err(ApiError::new(
+                    StatusCode::UNPROCESSABLE_ENTITY,
+                    format!(
+                        "`{}` is not a valid value",
+                        hr_shared::sanitize::sanitize_line(&e.value)
+                    ),
+                )
+                .with("valid", json!(e.valid))),
+                DecideOutcome::AlreadySame(a) | DecideOutcome::Conflict(a) => Err(ApiError::new(
+                    StatusCode::CONFLICT,
+                    format!(
+                        "already {} by {} at {}",
+                        a.status,
+                        a.decided_by.as_deref().unwrap_or("?"),
+                        a.decided_at.as_deref().unwrap_or("?")
+                    ),
+                )
+                .with("decided_by", json!(a.decided_by))
+                .with("decided_at", json!(a.decided_at))
+                .with("status", json!(a.status))),
+            }
+        })
+        .await
+        .map_err(|e| e.by(c))?;
+    Ok(ok(c, status, body))
+}
+
+async fn decide_approval(
+    State(s): State<Arc<Server>>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    headers: HeaderMap,
+    Path((id, action)): Path<(String, String)>,
+    body: Bytes,
+) -> Result<Response, ApiError> {
+    let c = s.allowed(peer.ip(), &headers, &[Role::Operator])?;
+    let (value, comment) = body_fields(&body).map_err(|e| e.by(&c))?;
+    let value = match action.as_str() {
+        "approve" | "reject" => action.clone(),
+        "decide" => value
+            .ok_or_else(|| ApiError::new(StatusCode::BAD_REQUEST, "`value` is needed").by(&c))?,
+        _ => return Err(ApiError::new(StatusCode::NOT_FOUND, "no such endpoint").by(&c)),
+    };
+    decide_as(&s, &c, id, value, comment).await
+}
+
+async fn decide_execution(
+    State(s): State<Arc<Server>>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    headers: HeaderMap,
+    Path((id, action)): Path<(String, String)>,
+    body: Bytes,
+) -> Result<Response, ApiError> {
+    let c = s.allowed(peer.ip(), &headers, &[Role::Operator])?;
+    if action != "approve" && action != "reject" {
+        return Err(ApiError::new(StatusCode::NOT_FOUND, "no such endpoint").by(&c));
+    }
+    let (_, comment) = body_fields(&body).map_err(|e| e.by(&c))?;
+    let execution = id.clone();
+    let pending = s
+        .with_store(move |st| {
+            or_none(st.approvals(&ApprovalFilter {
+                statuses: vec![ApprovalStatus::Pending],
+                execution_id: Some(execution),
+                ..Default::default()
+            }))
+        })
+        .await
+        .map_err(|e| e.by(&c))?;
+    match pending.as_slice() {
+        [] => Err(ApiError::new(
+            StatusCode::NOT_FOUND,
+            "no pending approval in this execution",
+        )
+        .by(&c)),
+        [one] => decide_as(&s, &c, one.approval_id.clone(), action, comment).await,
+        many => Err(ApiError::new(
+            StatusCode::CONFLICT,
+            "several approvals of this execution are pending: decide one by id",
+        )
+        .with(
+            "pending",
+            json!(
+                many.iter()
+                    .map(|a| a.approval_id.clone())
+                    .collect::<Vec<_>>()
+            ),
+        )
+        .by(&c)),
+    }
+}
+
+async fn list_runs(
+    State(s): State<Arc<Server>>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    headers: HeaderMap,
+    Query(q): Query<HashMap<String, String>>,
+) -> Result<Response, ApiError> {
+    let c = s.allowed(peer.ip(), &headers, &[Role::Operator, Role::Viewer])?;
+    let f = filters(&q).map_err(|e| e.by(&c))?;
+    let statuses = f
+        .statuses
+        .iter()
+        .map(|s| s.parse::<RunStatus>())
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|_| ApiError::new(StatusCode::BAD_REQUEST, "not a run status").by(&c))?;
+    let filter = RunFilter {
+        statuses,
+        tool: f.tool,
+        execution_id: f.execution,
+        since: f.since,
+        limit: Some(f.limit.unwrap_or(100)),
+    };
+    let runs = s
+        .with_store(move |st| or_none(st.runs(&filter)))
+        .await
+        .map_err(|e| e.by(&c))?;
+    Ok(ok(&c, StatusCode::OK, json!({ "runs": runs })))
+}
+
+async fn one_run(
+    State(s): State<Arc<Server>>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+) -> Result<Response, ApiError> {
+    let c = s.allowed(peer.ip(), &headers, &[Role::Operator, Role::Viewer])?;
+    let log = s.paths.run_log(&id);
+    let run = s
+        .with_store(move |st| or_missing(st.run(&id)))
+        .await
+        .map_err(|e| e.by(&c))?
+        .ok_or_else(|| ApiError::new(StatusCode::NOT_FOUND, "no such run").by(&c))?;
+    let mut v = serde_json::to_value(&run).unwrap_or(Value::Null);
+    v["output_tail"] = json!(crate::cmd::show::output_tail(&log, 40));
+    Ok(ok(&c, StatusCode::OK, v))
+}
+
+async fn cancel_run(
+    State(s): State<Arc<Server>>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+    body: Bytes,
+) -> Result<Response, ApiError> {
+    let c = s.allowed(peer.ip(), &headers, &[Role::Operator])?;
+    let (_, reason) = body_fields(&body).map_err(|e| e.by(&c))?;
+    let by = c.name.clone();
+    let paths = s.paths.clone();
+    let (status, body) = s
+        .with_store(move |st| {
+            use hr_shared::control::CancelOutcome;
+            let who = Decider {
+                by: &by,
+                channel: "http",
+                comment: None,
+            };
+            let done = st
+                .cancel(&id, reason.as_deref(), &who)
+                .map_err(ApiError::store)?;
+            hr_shared::control::log_events(&paths.combined_log(), &done.effects.events);
+            match done.value.signal_shim(&hr_shared::rules::LocalHost::new()) {
+                CancelOutcome::NotFound => Err(ApiError::new(StatusCode::NOT_FOUND, "no such run")),
+                CancelOutcome::AlreadyFinal { run } => Err(ApiError::new(
+                    StatusCode::CONFLICT,
+                    format!("it has already ended ({})", run.status),
+                )),
+                CancelOutcome::Signalled { run, .. } => Ok((
+                    StatusCode::OK,
+                    json!({ "outcome": "signalled", "run": run }),
+                )),
+                CancelOutcome::Marked { run } => {
+                    Ok((StatusCode::OK, json!({ "outcome": "marked", "run": run })))
+                }
+            }
+        })
+        .await
+        .map_err(|e| e.by(&c))?;
+    Ok(ok(&c, status, body))
+}
+
+async fn metrics(
+    State(s): State<Arc<Server>>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    let c = s.allowed(peer.ip(), &headers, &[Role::Operator, Role::Viewer])?;
+    let (counts, decided) = s
+        .with_store(|st| {
+            let counts = match st.counts(&hr_shared::time::now_rfc3339(), Duration::from_secs(3600))
+            {
+                Err(hr_shared::db::StoreError::Missing(_)) => Default::default(),
+                other => other.map_err(ApiError::store)?,
+            };
+            let decided = or_none(st.approvals(&ApprovalFilter {
+                statuses: vec![
+                    ApprovalStatus::Approved,
+                    ApprovalStatus::Rejected,
+                    ApprovalStatus::Expired,
+                ],
+                ..Default::default()
+            }))?;
+            Ok((counts, decided))
+        })
+        .await
+        .map_err(|e| e.by(&c))?;
+    let mut out = String::new();
+    out.push_str("# HELP headless_run_runs Runs by status.\n# TYPE headless_run_runs gauge\n");
+    for (status, n) in &counts.totals {
+        out.push_str(&format!("headless_run_runs{{status=\"{status}\"}} {n}\n"));
+    }
+    out.push_str(&format!(
+        "# HELP headless_run_pending_approvals Approvals waiting for a decision.\n# TYPE headless_run_pending_approvals gauge\nheadless_run_pending_approvals {}\n",
+        counts.pending.0
+    ));
+    let mut by_channel: std::collections::BTreeMap<String, u64> = Default::default();
+    for a in &decided {
+        let ch = a.decision_channel.as_deref().unwrap_or("unknown");
+        // Policy channels name the policy: counted by kind, not by name.
+        let ch = ch.split(':').next().unwrap_or(ch).to_owned();
+        *by_channel.entry(ch).or_default() += 1;
+    }
+    out.push_str("# HELP headless_run_decided_approvals Approvals decided, by channel.\n# TYPE headless_run_decided_approvals gauge\n");
+    for (ch, n) in &by_channel {
+        out.push_str(&format!(
+            "headless_run_decided_approvals{{channel=\"{}\"}} {n}\n",
+            ch.replace(['"', '\\', '\n'], "_")
+        ));
+    }
+    out.push_str(&format!(
+        "# HELP headless_run_store_errors_total Store errors answered since the server started.\n# TYPE headless_run_store_errors_total counter\nheadless_run_store_errors_total {}\n",
+        s.store_errors.load(Ordering::Relaxed)
+    ));
+    let mut resp = (
+        StatusCode::OK,
+        [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
+        out,
+    )
+        .into_response();
+    resp.extensions_mut().insert(c);
+    Ok(resp)
+}

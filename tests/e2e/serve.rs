@@ -1,0 +1,425 @@
+//! `monitor serve`: the operator API over HTTP against the real binaries. Tokens per role,
+//! every endpoint and its status codes, a wait-mode tool decided over HTTP, an execution's
+//! rejection ending a parked run's resume as failed, cancel, metrics, the failed-auth limit,
+//! and a graceful stop.
+
+use headless_run_e2e::*;
+use std::io::{Read, Write};
+use std::time::Duration;
+
+/// A running `monitor serve` on a free loopback port.
+struct Served {
+    port: u16,
+    proc: Option<Running>,
+}
+
+impl Served {
+    fn start(env: &TestEnv) -> Served {
+        let port = hr_shared::testing::pg::free_port();
+        let proc = env
+            .monitor()
+            .args(["serve", "--listen", &format!("127.0.0.1:{port}")])
+            .timeout(Duration::from_secs(120))
+            .spawn();
+        assert!(
+            wait_until(Duration::from_secs(10), || std::net::TcpStream::connect((
+                "127.0.0.1",
+                port
+            ))
+            .is_ok()),
+            "the server did not listen: {}",
+            proc.stderr_now()
+        );
+        Served {
+            port,
+            proc: Some(proc),
+        }
+    }
+
+    /// One request (HTTP/1.1, connection closed after it): status and body.
+    fn call(
+        &self,
+        method: &str,
+        path: &str,
+        token: Option<&str>,
+        body: Option<&str>,
+    ) -> (u16, String) {
+        let mut s = std::net::TcpStream::connect(("127.0.0.1", self.port)).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+        let mut req =
+            format!("{method} {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n");
+        if let Some(t) = token {
+            req.push_str(&format!("Authorization: Bearer {t}\r\n"));
+        }
+        let body = body.unwrap_or("");
+        req.push_str(&format!(
+            "Content-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+            body.len()
+        ));
+        s.write_all(req.as_bytes()).unwrap();
+        let mut out = Vec::new();
+        let _ = s.read_to_end(&mut out);
+        let text = String::from_utf8_lossy(&out).into_owned();
+        let status = text
+            .split(' ')
+            .nth(1)
+            .and_then(|c| c.parse().ok())
+            .unwrap_or_else(|| panic!("no HTTP answer: {text:?}"));
+        let body = text
+            .split_once("\r\n\r\n")
+            .map(|(_, b)| b.to_owned())
+            .unwrap_or_default();
+        (status, body)
+    }
+
+    fn json(
+        &self,
+        method: &str,
+        path: &str,
+        token: &str,
+        body: Option<&str>,
+    ) -> (u16, serde_json::Value) {
+        let (status, text) = self.call(method, path, Some(token), body);
+        let v = serde_json::from_str(&text)
+            .unwrap_or_else(|e| panic!("{path}: not JSON ({e}): {text}"));
+        (status, v)
+    }
+
+    /// SIGTERM, and the server's exit.
+    fn stop(mut self) -> Outcome {
+        let p = self.proc.take().unwrap();
+        p.signal(libc::SIGTERM);
+        p.wait()
+    }
+}
+
+fn token(env: &TestEnv, name: &str, role: &str) -> String {
+    let out = env
+        .monitor()
+        .args(["token", "create", name, "--role", role])
+        .run();
+    out.expect_code(0);
+    out.out().trim().to_owned()
+}
+
+#[test]
+fn the_operator_api_decides_lists_cancels_and_answers_every_error_as_json() {
+    let env = TestEnv::new();
+    let (op, viewer, runner) = (
+        token(&env, "alice", "operator"),
+        token(&env, "wall-screen", "viewer"),
+        token(&env, "ci-runner", "runner"),
+    );
+    // The secrets are shown once and never stored.
+    let stored = std::fs::read_to_string(env.state().join("tokens.json")).unwrap();
+    assert!(!stored.contains(&op[4..]), "{stored}");
+    let served = Served::start(&env);
+    assert_eq!(served.call("GET", "/healthz", None, None).0, 200);
+    // Nothing has run yet: empty listings, not errors.
+    let (st, v) = served.json("GET", "/api/v1/approvals", &viewer, None);
+    assert_eq!(
+        (st, v["approvals"].as_array().map(Vec::len)),
+        (200, Some(0))
+    );
+
+    std::fs::write(env.work().join("victim"), "x").unwrap();
+    let tool = env
+        .shim()
+        .args(["--", "rm", "-i", "victim"])
+        .timeout(Duration::from_secs(60))
+        .spawn_wait_mode();
+    let mut listed = serde_json::Value::Null;
+    assert!(
+        wait_for_state(Duration::from_secs(20), || {
+            listed = served.json("GET", "/api/v1/approvals", &viewer, None).1;
+            listed["approvals"].as_array().is_some_and(|a| a.len() == 1)
+        }),
+        "{listed}; tool: {}",
+        tool.stderr_now()
+    );
+    let ap = &listed["approvals"][0];
+    let id = ap["approval_id"].as_str().unwrap().to_owned();
+    assert_eq!(ap["command"], serde_json::json!(["rm", "-i", "victim"]));
+    assert_eq!(ap["cwd"], env.work().display().to_string());
+    assert!(ap["host"].is_string());
+    assert!(ap["question"].as_str().unwrap().contains("victim"));
+    assert_eq!(
+        served
+            .json("GET", &format!("/api/v1/approvals/{id}"), &viewer, None)
+            .0,
+        200
+    );
+
+    // Who may not decide.
+    let approve = format!("/api/v1/approvals/{id}/approve");
+    assert_eq!(served.call("POST", &approve, None, None).0, 401);
+    assert_eq!(
+        served
+            .call("POST", &approve, Some("hrt_not-a-token"), None)
+            .0,
+        401
+    );
+    assert_eq!(served.json("POST", &approve, &viewer, None).0, 403);
+    assert_eq!(served.json("POST", &approve, &runner, None).0, 403);
+    assert_eq!(
+        served.json("GET", "/api/v1/approvals", &runner, None).0,
+        403
+    );
+    // Bad input.
+    assert_eq!(served.json("POST", &approve, &op, Some("{not json")).0, 400);
+    assert_eq!(
+        served
+            .json("POST", &approve, &op, Some("{\"sneaky\": 1}"))
+            .0,
+        400
+    );
+    assert_eq!(
+        served
+            .json(
+                "POST",
+                &format!("/api/v1/approvals/{id}/decide"),
+                &op,
+                Some("{}")
+            )
+            .0,
+        400
+    );
+    let (st, v) = served.json(
+        "POST",
+        &format!("/api/v1/approvals/{id}/decide"),
+        &op,
+        Some("{\"value\": \"maybe\"}"),
+    );
+    assert_eq!(st, 422, "{v}");
+    assert!(
+        v["valid"].as_array().unwrap().iter().any(|x| x == "y"),
+        "{v}"
+    );
+    assert_eq!(
+        served
+            .json("GET", "/api/v1/approvals?colour=red", &op, None)
+            .0,
+        400
+    );
+    assert_eq!(
+        served.json("GET", "/api/v1/approvals?limit=0", &op, None).0,
+        400
+    );
+    assert_eq!(
+        served
+            .json("GET", "/api/v1/runs?status=sleepy", &op, None)
+            .0,
+        400
+    );
+    assert_eq!(
+        served.json("GET", "/api/v1/approvals/AP-NOPE", &op, None).0,
+        404
+    );
+    assert_eq!(
+        served
+            .json("POST", "/api/v1/approvals/AP-NOPE/approve", &op, None)
+            .0,
+        404
+    );
+    assert_eq!(served.json("GET", "/api/v1/nowhere", &op, None).0, 404);
+    let big = format!("{{\"comment\": \"{}\"}}", "x".repeat(70_000));
+    assert_eq!(served.call("POST", &approve, Some(&op), Some(&big)).0, 413);
+
+    // The operator approves: recorded as the token's name over http; the tool goes on.
+    let (st, v) = served.json("POST", &approve, &op, Some("{\"comment\": \"ship it\"}"));
+    assert_eq!(st, 200, "{v}");
+    assert_eq!(
+        (v["decided_by"].as_str(), v["decision_channel"].as_str()),
+        (Some("alice"), Some("http"))
+    );
+    assert_eq!(v["comment"], "ship it");
+    tool.wait().expect_code(0);
+    assert!(!env.work().join("victim").exists());
+    let (st, v) = served.json("POST", &format!("/api/v1/approvals/{id}/reject"), &op, None);
+    assert_eq!(st, 409, "first writer wins: {v}");
+    assert_eq!(v["decided_by"], "alice");
+
+    // An execution's one pending approval, rejected by execution id: the parked run's
+    // resume ends as failed.
+    std::fs::write(env.work().join("second"), "x").unwrap();
+    env.shim()
+        .env("HEADLESS_RUN_EXECUTION_ID", "EX-01M85700000000000000000000")
+        .args(["--", "rm", "-i", "second"])
+        .run()
+        .expect_code(90);
+    assert_eq!(
+        served
+            .json("POST", "/api/v1/executions/EX-NONE/approve", &op, None)
+            .0,
+        404
+    );
+    let (st, v) = served.json(
+        "POST",
+        "/api/v1/executions/EX-01M85700000000000000000000/reject",
+        &op,
+        None,
+    );
+    assert_eq!((st, v["status"].as_str()), (200, Some("rejected")), "{v}");
+    env.monitor()
+        .args(["worker", "--once"])
+        .run()
+        .expect_code(0);
+    let (_, runs) = served.json(
+        "GET",
+        "/api/v1/runs?execution=EX-01M85700000000000000000000",
+        &viewer,
+        None,
+    );
+    assert_eq!(runs["runs"][0]["status"], "failed", "{runs}");
+    assert!(env.work().join("second").exists());
+
+    // A live run cancelled over HTTP; its output tail is served, cleaned.
+    let long = env
+        .shim()
+        .args([
+            "--",
+            "sh",
+            "-c",
+            "printf 'hello \\033]0;title\\007world\\n'; sleep 60",
+        ])
+        .timeout(Duration::from_secs(60))
+        .spawn();
+    let mut run_id = String::new();
+    assert!(wait_for_state(Duration::from_secs(10), || {
+        let (_, r) = served.json("GET", "/api/v1/runs?status=running", &viewer, None);
+        run_id = r["runs"][0]["tool_run_id"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned();
+        !run_id.is_empty()
+    }));
+    assert!(wait_until(Duration::from_secs(10), || {
+        served
+            .json("GET", &format!("/api/v1/runs/{run_id}"), &viewer, None)
+            .1["output_tail"]
+            .as_str()
+            .is_some_and(|t| t.contains("hello world"))
+    }));
+    assert_eq!(
+        served
+            .json(
+                "POST",
+                &format!("/api/v1/runs/{run_id}/cancel"),
+                &viewer,
+                None
+            )
+            .0,
+        403
+    );
+    let (st, v) = served.json(
+        "POST",
+        &format!("/api/v1/runs/{run_id}/cancel"),
+        &op,
+        Some("{\"reason\": \"enough\"}"),
+    );
+    assert_eq!((st, v["outcome"].as_str()), (200, Some("signalled")), "{v}");
+    long.wait().expect_code(143);
+    assert_eq!(
+        served
+            .json("POST", &format!("/api/v1/runs/{run_id}/cancel"), &op, None)
+            .0,
+        409
+    );
+    assert_eq!(served.json("GET", "/api/v1/runs/TR-NOPE", &op, None).0, 404);
+
+    // Metrics.
+    let (st, text) = served.call("GET", "/metrics", Some(&viewer), None);
+    assert_eq!(st, 200);
+    assert!(
+        text.contains("headless_run_runs{status=\"cancelled\"} 1"),
+        "{text}"
+    );
+    assert!(
+        text.contains("headless_run_decided_approvals{channel=\"http\"} 2"),
+        "{text}"
+    );
+    assert!(text.contains("headless_run_pending_approvals 0"), "{text}");
+    assert_eq!(served.call("GET", "/metrics", None, None).0, 401);
+
+    // Revoked tokens stop working; repeated failures from one address are held off.
+    env.monitor()
+        .args(["token", "revoke", "wall-screen"])
+        .run()
+        .expect_code(0);
+    assert_eq!(
+        served.call("GET", "/api/v1/runs", Some(&viewer), None).0,
+        401
+    );
+    let codes: Vec<u16> = (0..12)
+        .map(|_| {
+            served
+                .call("GET", "/api/v1/runs", Some("hrt_guess"), None)
+                .0
+        })
+        .collect();
+    assert_eq!(codes.last(), Some(&429), "{codes:?}");
+    assert_eq!(
+        served.call("GET", "/api/v1/runs", Some(&op), None).0,
+        429,
+        "held off, even with a good token"
+    );
+
+    // Stopped by SIGTERM; the log names token names, never a token.
+    let out = served.stop();
+    out.expect_code(0);
+    assert!(
+        out.stderr.contains("POST /api/v1/approvals/"),
+        "{}",
+        out.stderr
+    );
+    assert!(out.stderr.contains(" alice"), "{}", out.stderr);
+    assert!(!out.stderr.contains(&op), "{}", out.stderr);
+}
+
+#[test]
+fn token_commands_refuse_what_they_must() {
+    let env = TestEnv::new();
+    let t = token(&env, "bob", "operator");
+    assert!(t.starts_with("hrt_") && t.len() == 68, "{t}");
+    let again = env
+        .monitor()
+        .args(["token", "create", "bob", "--role", "viewer"])
+        .run();
+    again.expect_code(2);
+    assert!(again.stderr.contains("in force"), "{}", again.stderr);
+    env.monitor()
+        .args(["token", "create", "bad name", "--role", "viewer"])
+        .run()
+        .expect_code(2);
+    env.monitor()
+        .args(["token", "create", "x", "--role", "admin"])
+        .run()
+        .expect_code(2);
+    env.monitor()
+        .args(["token", "revoke", "nobody"])
+        .run()
+        .expect_code(4);
+    let listed = env.monitor().args(["token", "list"]).run();
+    listed.expect_code(0);
+    assert!(
+        listed.out().contains("bob") && listed.out().contains("live"),
+        "{}",
+        listed.out()
+    );
+    assert!(!listed.out().contains(&t[4..]));
+    use std::os::unix::fs::PermissionsExt;
+    let mode = std::fs::metadata(env.state().join("tokens.json"))
+        .unwrap()
+        .permissions()
+        .mode();
+    assert_eq!(mode & 0o777, 0o600);
+    // Listening where it cannot: a clear error.
+    let busy = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = busy.local_addr().unwrap().port();
+    let out = env
+        .monitor()
+        .args(["serve", "--listen", &format!("127.0.0.1:{port}")])
+        .run();
+    out.expect_code(1);
+    assert!(out.stderr.contains("cannot listen"), "{}", out.stderr);
+}
