@@ -1299,3 +1299,41 @@ fn the_dashboard_on_the_server_shows_a_runners_prompt_and_approves_it_as_the_ope
         s.contains("Pending approvals (0)")
     });
 }
+
+#[test]
+fn the_http_api_on_the_server_store_records_the_servers_login_and_the_token() {
+    use crate::serve::{Served, token};
+    let env = TestEnv::new();
+    let (db, runner, operator) = initialised(&env);
+    std::fs::write(env.work().join("victim"), "x").unwrap();
+    let tool = env
+        .shim()
+        .env("HEADLESS_RUN_DB", db.url_as(&runner))
+        .args(["--", "rm", "-i", "victim"])
+        .timeout(Duration::from_secs(60))
+        .spawn_wait_mode();
+    let alice = token(&env, "alice", "operator");
+    let url = db.url_as(&operator);
+    let served = Served::start_with(&env, &[("HEADLESS_RUN_DB", &url)]);
+    let mut id = String::new();
+    assert!(wait_for_state(Duration::from_secs(20), || {
+        let (_, v) = served.json("GET", "/api/v1/approvals", &alice, None);
+        id = v["approvals"][0]["approval_id"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned();
+        !id.is_empty()
+    }));
+    let (st, v) = served.json(
+        "POST",
+        &format!("/api/v1/approvals/{id}/approve"),
+        &alice,
+        None,
+    );
+    assert_eq!(st, 200, "{v}");
+    tool.wait().expect_code(0);
+    assert_eq!(
+        db.value(&format!("SELECT decided_by || ' ' || decision_channel FROM hr.approvals WHERE approval_id = '{id}'")),
+        format!("{} http:alice", operator.user)
+    );
+}

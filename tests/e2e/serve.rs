@@ -8,16 +8,24 @@ use std::io::{Read, Write};
 use std::time::Duration;
 
 /// A running `monitor serve` on a free loopback port.
-struct Served {
+pub(crate) struct Served {
     port: u16,
     proc: Option<Running>,
 }
 
 impl Served {
-    fn start(env: &TestEnv) -> Served {
+    pub(crate) fn start(env: &TestEnv) -> Served {
+        Served::start_with(env, &[])
+    }
+
+    /// With extra environment for the server (`HEADLESS_RUN_DB`, …).
+    pub(crate) fn start_with(env: &TestEnv, vars: &[(&str, &str)]) -> Served {
         let port = hr_shared::testing::pg::free_port();
-        let proc = env
-            .monitor()
+        let mut cmd = env.monitor();
+        for (k, v) in vars {
+            cmd.env(k, v);
+        }
+        let proc = cmd
             .args(["serve", "--listen", &format!("127.0.0.1:{port}")])
             .timeout(Duration::from_secs(120))
             .spawn();
@@ -72,7 +80,7 @@ impl Served {
         (status, body)
     }
 
-    fn json(
+    pub(crate) fn json(
         &self,
         method: &str,
         path: &str,
@@ -93,7 +101,7 @@ impl Served {
     }
 }
 
-fn token(env: &TestEnv, name: &str, role: &str) -> String {
+pub(crate) fn token(env: &TestEnv, name: &str, role: &str) -> String {
     let out = env
         .monitor()
         .args(["token", "create", name, "--role", role])

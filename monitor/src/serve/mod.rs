@@ -552,11 +552,17 @@ async fn decide_as(
 ) -> Result<Response, ApiError> {
     let by = c.name.clone();
     let paths = s.paths.clone();
+    // On the PostgreSQL store `decided_by` is the server's login (the server records it,
+    // not the client): the channel then names the token.
+    let channel = match paths.store_url {
+        Some(_) => format!("http:{by}"),
+        None => "http".to_owned(),
+    };
     let (status, body) = s
         .with_store(move |st| {
             let who = Decider {
                 by: &by,
-                channel: "http",
+                channel: &channel,
                 comment: comment.as_deref(),
             };
             let done = st.decide(&id, &value, &who).map_err(ApiError::store)?;
