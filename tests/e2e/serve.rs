@@ -335,6 +335,28 @@ fn the_operator_api_decides_lists_cancels_and_answers_every_error_as_json() {
     );
     assert_eq!(served.json("GET", "/api/v1/runs/TR-NOPE", &op, None).0, 404);
 
+    // Every operation of the served OpenAPI document is answered by a handler (an unknown
+    // id is that handler's 404, not the router's), and the document is the checked-in one.
+    let (st, doc) = served.call("GET", "/api/v1/openapi.json", None, None);
+    assert_eq!(st, 200);
+    let checked_in = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/openapi.json"),
+    )
+    .unwrap();
+    assert_eq!(doc, checked_in);
+    let doc: serde_json::Value = serde_json::from_str(&doc).unwrap();
+    for (path, ops) in doc["paths"].as_object().unwrap() {
+        for method in ops.as_object().unwrap().keys() {
+            let concrete = path.replace("{id}", "ZZ-UNKNOWN");
+            let body = (path.ends_with("/decide")).then_some("{\"value\": \"y\"}");
+            let (st, text) = served.call(&method.to_uppercase(), &concrete, Some(&op), body);
+            assert!(
+                !text.contains("no such endpoint") && st != 405,
+                "{method} {path}: {st} {text}"
+            );
+        }
+    }
+
     // Metrics.
     let (st, text) = served.call("GET", "/metrics", Some(&viewer), None);
     assert_eq!(st, 200);

@@ -64,6 +64,29 @@ pub struct Args {
     listen: SocketAddr,
 }
 
+/// The OpenAPI 3.1 document of this API (checked in as `docs/openapi.json`), served at
+/// `/api/v1/openapi.json`.
+pub const OPENAPI: &str = include_str!("../../../docs/openapi.json");
+
+/// Every (method, path) the router answers, as the OpenAPI document names them; a test
+/// holds the two together (and the end-to-end test calls every documented operation).
+#[cfg(test)]
+const ROUTES: &[(&str, &str)] = &[
+    ("get", "/healthz"),
+    ("get", "/metrics"),
+    ("get", "/api/v1/openapi.json"),
+    ("get", "/api/v1/approvals"),
+    ("get", "/api/v1/approvals/{id}"),
+    ("post", "/api/v1/approvals/{id}/approve"),
+    ("post", "/api/v1/approvals/{id}/reject"),
+    ("post", "/api/v1/approvals/{id}/decide"),
+    ("post", "/api/v1/executions/{id}/approve"),
+    ("post", "/api/v1/executions/{id}/reject"),
+    ("get", "/api/v1/runs"),
+    ("get", "/api/v1/runs/{id}"),
+    ("post", "/api/v1/runs/{id}/cancel"),
+];
+
 /// The largest request body taken.
 const BODY_LIMIT: usize = 64 * 1024;
 /// Failed authentications from one address in [`FAIL_WINDOW`] before it gets 429.
@@ -134,6 +157,10 @@ fn router(server: Arc<Server>) -> Router {
     Router::new()
         .route("/healthz", get(|| async { "ok\n" }))
         .route("/metrics", get(metrics))
+        .route(
+            "/api/v1/openapi.json",
+            get(|| async { ([(header::CONTENT_TYPE, "application/json")], OPENAPI) }),
+        )
         .route("/api/v1/approvals", get(list_approvals))
         .route("/api/v1/approvals/{id}", get(one_approval))
         .route("/api/v1/approvals/{id}/{action}", post(decide_approval))
@@ -812,4 +839,47 @@ async fn metrics(
         .into_response();
     resp.extensions_mut().insert(c);
     Ok(resp)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The checked-in OpenAPI document names exactly the routes served.
+    #[test]
+    fn the_openapi_document_names_every_route_and_no_other() {
+        let doc: Value = serde_json::from_str(OPENAPI).expect("docs/openapi.json is JSON");
+        assert_eq!(doc["openapi"], "3.1.0");
+        let mut documented: Vec<(String, String)> = doc["paths"]
+            .as_object()
+            .unwrap()
+            .iter()
+            .flat_map(|(path, ops)| {
+                ops.as_object()
+                    .unwrap()
+                    .keys()
+                    .map(move |m| (m.clone(), path.clone()))
+            })
+            .collect();
+        documented.sort();
+        let mut served: Vec<(String, String)> = ROUTES
+            .iter()
+            .map(|(m, p)| (m.to_string(), p.to_string()))
+            .collect();
+        served.sort();
+        assert_eq!(documented, served);
+        // Every operation says what its errors look like, and needs a token unless public.
+        for (m, p) in ROUTES {
+            let op = &doc["paths"][p][m];
+            let public = op["security"].as_array().is_some_and(|s| s.is_empty());
+            assert_eq!(
+                public,
+                ["/healthz", "/api/v1/openapi.json"].contains(p),
+                "{m} {p}"
+            );
+            if !public {
+                assert!(op["responses"]["401"].is_object(), "{m} {p}: no 401");
+            }
+        }
+    }
 }
