@@ -1005,6 +1005,17 @@ pub fn aider_bin() -> PathBuf {
     dir.join("bin")
 }
 
+/// The API fuzzer the server's tests run (PyPI), pinned.
+const SCHEMATHESIS: &str = "schemathesis==4.32.5";
+
+/// The `bin` of a venv holding schemathesis (`st`).
+pub fn schemathesis_bin() -> PathBuf {
+    static LOCK: Mutex<()> = Mutex::new(());
+    let _one = LOCK.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = installed_in_place("schemathesis-1", |dir| venv_install(dir, &[SCHEMATHESIS]));
+    dir.join("bin")
+}
+
 /// Processes whose environment holds `HOME=home`: what is left of a tool given that home,
 /// daemons that left its session included.
 pub fn processes_with_home(home: &Path) -> Vec<i32> {

@@ -20,6 +20,10 @@ impl Served {
 
     /// With extra environment for the server (`HEADLESS_RUN_DB`, …).
     pub(crate) fn start_with(env: &TestEnv, vars: &[(&str, &str)]) -> Served {
+        Served::start_args(env, vars, &[])
+    }
+
+    fn start_args(env: &TestEnv, vars: &[(&str, &str)], args: &[&str]) -> Served {
         let port = hr_shared::testing::pg::free_port();
         let mut cmd = env.monitor();
         for (k, v) in vars {
@@ -27,6 +31,7 @@ impl Served {
         }
         let proc = cmd
             .args(["serve", "--listen", &format!("127.0.0.1:{port}")])
+            .args(args)
             .timeout(Duration::from_secs(120))
             .spawn();
         assert!(
@@ -452,4 +457,38 @@ fn token_commands_refuse_what_they_must() {
         .run();
     out.expect_code(1);
     assert!(out.stderr.contains("cannot listen"), "{}", out.stderr);
+}
+
+#[test]
+fn schemathesis_finds_no_server_error_and_no_answer_outside_the_document() {
+    let st = schemathesis_bin().join("st");
+    let env = TestEnv::new();
+    let op = token(&env, "fuzzer", "operator");
+    // Something to list and decide: a parked run with its pending approval, an ended run.
+    std::fs::write(env.work().join("f"), "x").unwrap();
+    env.shim()
+        .args(["--", "rm", "-i", "f"])
+        .run()
+        .expect_code(90);
+    env.shim().args(["--", "true"]).run().expect_code(0);
+    // The fuzzer sends bad tokens on purpose: the failed-auth limit would hold it off.
+    let served = Served::start_args(&env, &[], &["--auth-failures", "1000000"]);
+    let out = env
+        .command(&st)
+        .args(["run", &format!("http://127.0.0.1:{}/api/v1/openapi.json", served.port)])
+        .args(["-H", &format!("Authorization: Bearer {op}")])
+        .args([
+            "-c",
+            "not_a_server_error,response_schema_conformance,status_code_conformance,content_type_conformance",
+            "-n",
+            "30",
+            "--seed",
+            "1",
+        ])
+        .env("NO_COLOR", "1")
+        .timeout(Duration::from_secs(300))
+        .run();
+    assert_eq!(out.code(), 0, "{}", out.context());
+    assert!(out.out().contains("passed"), "{}", out.out());
+    served.stop().expect_code(0);
 }

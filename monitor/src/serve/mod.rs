@@ -62,6 +62,9 @@ pub struct Args {
     /// Address and port to listen on
     #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:8080")]
     listen: SocketAddr,
+    /// Failed authentications one address may make in a minute before it is held off (429)
+    #[arg(long, value_name = "N", default_value_t = 10)]
+    auth_failures: u32,
 }
 
 /// The OpenAPI 3.1 document of this API (checked in as `docs/openapi.json`), served at
@@ -89,8 +92,7 @@ const ROUTES: &[(&str, &str)] = &[
 
 /// The largest request body taken.
 const BODY_LIMIT: usize = 64 * 1024;
-/// Failed authentications from one address in [`FAIL_WINDOW`] before it gets 429.
-const FAIL_LIMIT: u32 = 10;
+/// The window of `--auth-failures`.
 const FAIL_WINDOW: Duration = Duration::from_secs(60);
 
 pub fn run(ctx: &Ctx, args: Args) -> CliResult {
@@ -109,10 +111,10 @@ pub fn run(ctx: &Ctx, args: Args) -> CliResult {
         .enable_all()
         .build()
         .map_err(|e| CliError::error(format!("cannot start the server: {e}")))?;
-    runtime.block_on(serve(ctx.paths.clone(), args.listen))
+    runtime.block_on(serve(ctx.paths.clone(), args.listen, args.auth_failures))
 }
 
-async fn serve(paths: StatePaths, listen: SocketAddr) -> CliResult {
+async fn serve(paths: StatePaths, listen: SocketAddr, fail_limit: u32) -> CliResult {
     let listener = tokio::net::TcpListener::bind(listen)
         .await
         .map_err(|e| CliError::error(format!("cannot listen on {listen}: {e}")))?;
@@ -125,6 +127,7 @@ async fn serve(paths: StatePaths, listen: SocketAddr) -> CliResult {
         store: StoreThread::start(paths.clone()),
         paths,
         failures: Mutex::new(HashMap::new()),
+        fail_limit,
         store_errors: AtomicU64::new(0),
     });
     let app = router(server);
@@ -200,6 +203,7 @@ struct Server {
     paths: StatePaths,
     store: StoreThread,
     failures: Mutex<HashMap<IpAddr, (Instant, u32)>>,
+    fail_limit: u32,
     store_errors: AtomicU64,
 }
 
@@ -218,7 +222,7 @@ impl Server {
             if let Some((since, n)) = f.get(&ip).copied() {
                 if since.elapsed() > FAIL_WINDOW {
                     f.remove(&ip);
-                } else if n >= FAIL_LIMIT {
+                } else if n >= self.fail_limit {
                     return Err(ApiError::new(
                         StatusCode::TOO_MANY_REQUESTS,
                         "too many failed authentications from this address; wait a minute",
