@@ -278,6 +278,38 @@ pub(crate) fn for_approval(conn: &Connection, approval_id: &str) -> Result<Vec<A
 }
 
 /// The rows whose `column` (a fixed name, never input) is `value`, oldest first.
+/// The audit rows after row `after`, oldest first, at most `limit`: a feed of what
+/// happened, resumable by id.
+pub(crate) fn after(conn: &Connection, after: i64, limit: usize) -> Result<Vec<AuditRow>> {
+    let mut stmt = conn.prepare(
+        "SELECT id, at, event, tool_run_id, approval_id, actor, data, prev_hash, hash
+         FROM events WHERE id > ?1 ORDER BY id LIMIT ?2",
+    )?;
+    let rows = stmt
+        .query_map(rusqlite::params![after, limit as i64], row)?
+        .collect::<rusqlite::Result<Vec<_>>>()?;
+    Ok(rows)
+}
+
+/// The id of the newest audit row (0 when there is none).
+pub(crate) fn head_id(conn: &Connection) -> Result<i64> {
+    Ok(conn.query_row("SELECT COALESCE(MAX(id), 0) FROM events", [], |r| r.get(0))?)
+}
+
+fn row(r: &rusqlite::Row<'_>) -> rusqlite::Result<AuditRow> {
+    Ok(AuditRow {
+        id: r.get(0)?,
+        at: r.get(1)?,
+        event: r.get(2)?,
+        tool_run_id: r.get(3)?,
+        approval_id: r.get(4)?,
+        actor: r.get(5)?,
+        data: r.get(6)?,
+        prev_hash: r.get(7)?,
+        hash: r.get(8)?,
+    })
+}
+
 fn rows_where(conn: &Connection, column: &'static str, value: &str) -> Result<Vec<AuditRow>> {
     let mut stmt = conn.prepare(&format!(
         "SELECT id, at, event, tool_run_id, approval_id, actor, data, prev_hash, hash

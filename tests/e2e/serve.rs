@@ -351,6 +351,9 @@ fn the_operator_api_decides_lists_cancels_and_answers_every_error_as_json() {
     assert_eq!(doc, checked_in);
     let doc: serde_json::Value = serde_json::from_str(&doc).unwrap();
     for (path, ops) in doc["paths"].as_object().unwrap() {
+        if path == "/api/v1/events" {
+            continue; // a stream that stays open: its own test
+        }
         for method in ops.as_object().unwrap().keys() {
             let concrete = path.replace("{id}", "ZZ-UNKNOWN");
             let body = (path.ends_with("/decide")).then_some("{\"value\": \"y\"}");
@@ -484,6 +487,9 @@ fn schemathesis_finds_no_server_error_and_no_answer_outside_the_document() {
             "30",
             "--seed",
             "1",
+            // A stream that stays open: `events_stream_status_and_approval_changes…`.
+            "--exclude-path",
+            "/api/v1/events",
         ])
         .env("NO_COLOR", "1")
         .timeout(Duration::from_secs(300))
@@ -491,4 +497,124 @@ fn schemathesis_finds_no_server_error_and_no_answer_outside_the_document() {
     assert_eq!(out.code(), 0, "{}", out.context());
     assert!(out.out().contains("passed"), "{}", out.out());
     served.stop().expect_code(0);
+}
+
+/// Reads from an event stream until `want` has come (or panics after `limit`).
+fn read_until(stream: &mut std::net::TcpStream, got: &mut String, want: &str, limit: Duration) {
+    let end = std::time::Instant::now() + limit;
+    let mut buf = [0u8; 8192];
+    while !got.contains(want) {
+        assert!(
+            std::time::Instant::now() < end,
+            "no {want:?} in the stream: {got}"
+        );
+        match stream.read(&mut buf) {
+            Ok(0) => panic!("the stream ended before {want:?}: {got}"),
+            Ok(n) => got.push_str(&String::from_utf8_lossy(&buf[..n])),
+            Err(e)
+                if e.kind() == std::io::ErrorKind::WouldBlock
+                    || e.kind() == std::io::ErrorKind::TimedOut => {}
+            Err(e) => panic!("{e}: {got}"),
+        }
+    }
+}
+
+fn open_stream(port: u16, token: &str, last_id: Option<&str>) -> std::net::TcpStream {
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    s.set_read_timeout(Some(Duration::from_millis(200)))
+        .unwrap();
+    let mut req = format!(
+        "GET /api/v1/events HTTP/1.1\r\nHost: localhost\r\nAuthorization: Bearer {token}\r\nAccept: text/event-stream\r\n"
+    );
+    if let Some(id) = last_id {
+        req.push_str(&format!("Last-Event-ID: {id}\r\n"));
+    }
+    req.push_str("\r\n");
+    s.write_all(req.as_bytes()).unwrap();
+    s
+}
+
+#[test]
+fn events_stream_status_and_approval_changes_and_resume_from_the_last_id() {
+    let env = TestEnv::new();
+    let op = token(&env, "alice", "operator");
+    let viewer = token(&env, "screen", "viewer");
+    let served = Served::start(&env);
+    let (st, _) = served.call("GET", "/api/v1/events?after=soon", Some(&viewer), None);
+    assert_eq!(st, 400);
+    assert_eq!(served.call("GET", "/api/v1/events", None, None).0, 401);
+    let mut stream = open_stream(served.port, &viewer, None);
+    let mut got = String::new();
+    read_until(&mut stream, &mut got, "\r\n\r\n", Duration::from_secs(10));
+    assert!(got.starts_with("HTTP/1.1 200"), "{got}");
+    assert!(
+        got.to_ascii_lowercase()
+            .contains("content-type: text/event-stream"),
+        "{got}"
+    );
+
+    std::fs::write(env.work().join("victim"), "x").unwrap();
+    let tool = env
+        .shim()
+        .args(["--", "rm", "-i", "victim"])
+        .timeout(Duration::from_secs(60))
+        .spawn_wait_mode();
+    read_until(
+        &mut stream,
+        &mut got,
+        "event: approval_needed",
+        Duration::from_secs(20),
+    );
+    let (_, listed) = served.json("GET", "/api/v1/approvals", &viewer, None);
+    let id = listed["approvals"][0]["approval_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    // The id of the approval_needed event, to resume from.
+    let needed_at = got.find("event: approval_needed").unwrap();
+    let event_id = got[..needed_at]
+        .rsplit("id: ")
+        .next()
+        .and_then(|t| t.lines().next())
+        .unwrap()
+        .trim()
+        .to_owned();
+    assert!(event_id.parse::<i64>().is_ok(), "{got}");
+    let (st, _) = served.json(
+        "POST",
+        &format!("/api/v1/approvals/{id}/approve"),
+        &op,
+        None,
+    );
+    assert_eq!(st, 200);
+    read_until(
+        &mut stream,
+        &mut got,
+        "event: approval_status_change",
+        Duration::from_secs(10),
+    );
+    assert!(got.contains("\"decided_by\":\"alice\""), "{got}");
+    tool.wait().expect_code(0);
+    read_until(
+        &mut stream,
+        &mut got,
+        "\"status\":\"completed\"",
+        Duration::from_secs(10),
+    );
+
+    // Resumed from the approval_needed event: what came after it, at once.
+    let mut again = open_stream(served.port, &viewer, Some(&event_id));
+    let mut resumed = String::new();
+    read_until(
+        &mut again,
+        &mut resumed,
+        "event: approval_status_change",
+        Duration::from_secs(10),
+    );
+    assert!(!resumed.contains("event: approval_needed"), "{resumed}");
+
+    // A stop is not held open by the streams (held open, the server would outlive its
+    // 120 s limit and fail the test).
+    served.stop().expect_code(0);
+    drop((stream, again));
 }

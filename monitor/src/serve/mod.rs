@@ -51,6 +51,8 @@ Endpoints:
   GET  /api/v1/runs?status=&tool=&execution=&since=&limit=
   GET  /api/v1/runs/{id}                  with its output tail
   POST /api/v1/runs/{id}/cancel           {\"reason\": …}
+  GET  /api/v1/events                     server-sent events: status and approval changes,
+                                          resumable with Last-Event-ID (or ?after=ID)
 
 Stops on SIGINT or SIGTERM after the requests in flight.
 
@@ -88,6 +90,7 @@ const ROUTES: &[(&str, &str)] = &[
     ("get", "/api/v1/runs"),
     ("get", "/api/v1/runs/{id}"),
     ("post", "/api/v1/runs/{id}/cancel"),
+    ("get", "/api/v1/events"),
 ];
 
 /// The largest request body taken.
@@ -129,13 +132,19 @@ async fn serve(paths: StatePaths, listen: SocketAddr, fail_limit: u32) -> CliRes
         failures: Mutex::new(HashMap::new()),
         fail_limit,
         store_errors: AtomicU64::new(0),
+        stopping: std::sync::atomic::AtomicBool::new(false),
     });
-    let app = router(server);
+    let app = router(server.clone());
     axum::serve(
         listener,
         app.into_make_service_with_connect_info::<SocketAddr>(),
     )
-    .with_graceful_shutdown(stopped())
+    .with_graceful_shutdown(async move {
+        stopped().await;
+        // Event streams end at their next look, so that the graceful stop is not held
+        // open by them.
+        server.stopping.store(true, Ordering::Relaxed);
+    })
     .await
     .map_err(|e| CliError::error(format!("the server failed: {e}")))?;
     eprintln!("monitor serve: stopped");
@@ -171,6 +180,7 @@ fn router(server: Arc<Server>) -> Router {
         .route("/api/v1/runs", get(list_runs))
         .route("/api/v1/runs/{id}", get(one_run))
         .route("/api/v1/runs/{id}/cancel", post(cancel_run))
+        .route("/api/v1/events", get(events))
         .fallback(|| async { ApiError::new(StatusCode::NOT_FOUND, "no such endpoint") })
         .layer(axum::extract::DefaultBodyLimit::max(BODY_LIMIT))
         .layer(axum::middleware::from_fn(log_request))
@@ -205,6 +215,8 @@ struct Server {
     failures: Mutex<HashMap<IpAddr, (Instant, u32)>>,
     fail_limit: u32,
     store_errors: AtomicU64,
+    /// Set once a stop was asked for.
+    stopping: std::sync::atomic::AtomicBool,
 }
 
 /// The authenticated caller.
@@ -781,6 +793,102 @@ async fn cancel_run(
         .await
         .map_err(|e| e.by(&c))?;
     Ok(ok(&c, status, body))
+}
+
+/// The events a stream carries: status and approval changes.
+const STREAMED: &[&str] = &[
+    "tool_status_change",
+    "approval_needed",
+    "approval_status_change",
+];
+
+/// How often an event stream looks for news.
+const EVENTS_LOOK: Duration = Duration::from_millis(250);
+
+/// `GET /api/v1/events`: the audit chain's status and approval changes as server-sent
+/// events, each with its row id as the event id; from `Last-Event-ID` (or `?after=`), else
+/// from now.
+async fn events(
+    State(s): State<Arc<Server>>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    headers: HeaderMap,
+    Query(q): Query<HashMap<String, String>>,
+) -> Result<Response, ApiError> {
+    use axum::response::sse::{Event, KeepAlive, Sse};
+    let c = s.allowed(peer.ip(), &headers, &[Role::Operator, Role::Viewer])?;
+    let given = headers
+        .get("last-event-id")
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned)
+        .or_else(|| q.get("after").cloned());
+    if q.keys().any(|k| k != "after") {
+        return Err(ApiError::new(StatusCode::BAD_REQUEST, "the only parameter is `after`").by(&c));
+    }
+    let start = match given {
+        Some(v) => v
+            .trim()
+            .parse::<i64>()
+            .ok()
+            .filter(|n| *n >= 0)
+            .ok_or_else(|| {
+                ApiError::new(StatusCode::BAD_REQUEST, "an event id is a number").by(&c)
+            })?,
+        None => s
+            .with_store(|st| match st.audit_head_id() {
+                Err(hr_shared::db::StoreError::Missing(_)) => Ok(0),
+                other => other.map_err(ApiError::store),
+            })
+            .await
+            .map_err(|e| e.by(&c))?,
+    };
+    let state = (s.clone(), start, std::collections::VecDeque::new());
+    let stream = futures_util::stream::unfold(state, |(s, mut last, mut queue)| async move {
+        loop {
+            if let Some(row) = queue.pop_front() {
+                let row: hr_shared::audit::AuditRow = row;
+                let data = json!({
+                    "id": row.id,
+                    "at": row.at,
+                    "event": row.event,
+                    "tool_run_id": row.tool_run_id,
+                    "approval_id": row.approval_id,
+                    "actor": row.actor,
+                    "data": serde_json::from_str::<Value>(&row.data).unwrap_or(Value::Null),
+                });
+                let event = Event::default()
+                    .id(row.id.to_string())
+                    .event(row.event.clone())
+                    .data(data.to_string());
+                return Some((
+                    Ok::<Event, std::convert::Infallible>(event),
+                    (s, last, queue),
+                ));
+            }
+            if s.stopping.load(Ordering::Relaxed) {
+                return None;
+            }
+            let after = last;
+            let rows = s
+                .with_store(move |st| or_none(st.audit_after(after, 100)))
+                .await
+                .unwrap_or_default();
+            match rows.last() {
+                Some(newest) => {
+                    last = newest.id;
+                    queue.extend(
+                        rows.into_iter()
+                            .filter(|r| STREAMED.contains(&r.event.as_str())),
+                    );
+                }
+                None => tokio::time::sleep(EVENTS_LOOK).await,
+            }
+        }
+    });
+    let mut resp = Sse::new(stream)
+        .keep_alive(KeepAlive::default())
+        .into_response();
+    resp.extensions_mut().insert(c);
+    Ok(resp)
 }
 
 async fn metrics(

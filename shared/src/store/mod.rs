@@ -383,6 +383,11 @@ pub trait OperatorStore {
     fn audit_of_run(&mut self, tool_run_id: &str) -> StoreResult<Vec<AuditRow>>;
     /// The audit rows of one approval (whichever run, or none, they are filed under).
     fn audit_of_approval(&mut self, approval_id: &str) -> StoreResult<Vec<AuditRow>>;
+    /// The audit rows after row `after` (an id from an earlier row; 0 for the first), oldest
+    /// first, at most `limit`: what happened, as a feed a reader can resume.
+    fn audit_after(&mut self, after: i64, limit: usize) -> StoreResult<Vec<AuditRow>>;
+    /// The id of the newest audit row (0 for an empty chain).
+    fn audit_head_id(&mut self) -> StoreResult<i64>;
     /// Checks the audit chain.
     fn verify_audit(&mut self) -> StoreResult<ChainReport>;
     /// The hash of audit row `id` (a head seen before), if the chain has such a row.

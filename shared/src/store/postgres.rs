@@ -1509,16 +1509,27 @@ impl PgOperator {
         Ok(Done::with_events(expired, events))
     }
 
+    /// Audit rows matching `cond`, oldest first (at most `limit`).
     fn audit_rows(
         &mut self,
         cond: &str,
         params: &[&(dyn ToSql + Sync)],
     ) -> StoreResult<Vec<AuditRow>> {
+        self.audit_rows_limited(cond, params, None)
+    }
+
+    fn audit_rows_limited(
+        &mut self,
+        cond: &str,
+        params: &[&(dyn ToSql + Sync)],
+        at_most: Option<usize>,
+    ) -> StoreResult<Vec<AuditRow>> {
         let rows = self.pg.tx(|tx| {
             tx.query(
                 &format!(
                     "SELECT id, at, event, tool_run_id, approval_id, actor, data, prev_hash, hash
-                     FROM hr.events WHERE {cond} ORDER BY id"
+                     FROM hr.events WHERE {cond} ORDER BY id{}",
+                    limit(at_most)
                 ),
                 params,
             )
@@ -2093,6 +2104,17 @@ impl OperatorStore for PgOperator {
 
     fn audit_of_approval(&mut self, approval_id: &str) -> StoreResult<Vec<AuditRow>> {
         self.audit_rows("approval_id = $1", &[&approval_id])
+    }
+
+    fn audit_after(&mut self, after: i64, limit: usize) -> StoreResult<Vec<AuditRow>> {
+        self.audit_rows_limited("id > $1", &[&after], Some(limit))
+    }
+
+    fn audit_head_id(&mut self) -> StoreResult<i64> {
+        Ok(self
+            .pg
+            .tx(|tx| tx.query_one("SELECT coalesce(max(id), 0) FROM hr.events", &[]))?
+            .get(0))
     }
 
     fn verify_audit(&mut self) -> StoreResult<ChainReport> {

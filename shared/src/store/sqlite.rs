@@ -558,6 +558,14 @@ impl OperatorStore for SqliteStore {
         self.with(|c| audit::for_approval(c, approval_id))
     }
 
+    fn audit_after(&mut self, after: i64, limit: usize) -> StoreResult<Vec<AuditRow>> {
+        self.with(|c| audit::after(c, after, limit))
+    }
+
+    fn audit_head_id(&mut self) -> StoreResult<i64> {
+        self.with(|c| audit::head_id(c))
+    }
+
     fn verify_audit(&mut self) -> StoreResult<ChainReport> {
         self.with(|c| audit::verify(c))
     }

@@ -156,6 +156,7 @@ macro_rules! contract_tests {
                 counts_and_live_counts,
                 health_reports_a_supported_schema,
                 ids_by_prefix,
+                audit_after_is_a_resumable_feed,
             );
             contract_cases!($store, regressions:
                 returned_approval_is_the_stored_one,

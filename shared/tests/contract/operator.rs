@@ -1383,3 +1383,30 @@ pub fn ids_by_prefix<S: StoreUnderTest>(s: &S) {
         [ap.approval_id.as_str()]
     );
 }
+
+/// `audit_after`: the chain as a feed, oldest first, resumable from any row's id, bounded;
+/// `audit_head_id` is the newest row's.
+pub fn audit_after_is_a_resumable_feed<S: StoreUnderTest>(s: &S) {
+    let mut op = s.operator();
+    let mut a = Shim::start(s, &Cmd::new("rm", &["-i", "feed"]));
+    let ap = a.ask_pending(&yes_no("rm"));
+    let head = op.audit_head_id().unwrap();
+    assert!(head > 0);
+    let all = op.audit_after(0, 1000).unwrap();
+    assert_eq!(all.last().map(|r| r.id), Some(head));
+    assert!(all.windows(2).all(|w| w[0].id < w[1].id), "oldest first");
+    assert_eq!(op.audit_after(0, 1).unwrap().len(), 1, "bounded");
+    assert!(
+        op.audit_after(head, 1000).unwrap().is_empty(),
+        "nothing after the head"
+    );
+    decide(op.as_mut(), &ap.approval_id, "y", "alice");
+    let news = op.audit_after(head, 1000).unwrap();
+    assert!(
+        news.iter().any(|r| r.event == "approval_status_change"
+            && r.approval_id.as_deref() == Some(ap.approval_id.as_str())),
+        "{news:?}"
+    );
+    assert!(news.iter().all(|r| r.id > head));
+    assert_eq!(op.audit_head_id().unwrap(), news.last().unwrap().id);
+}
