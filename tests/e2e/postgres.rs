@@ -1120,7 +1120,7 @@ fn runners_on_two_hosts_an_operator_on_a_third_and_a_cut_link_through_one_server
 
 /// A throw-away CA and a server certificate it signed for 127.0.0.1 (openssl), in `dir`:
 /// (ca.pem, server.pem, server.key); and a second, unrelated CA.
-fn certificates(dir: &std::path::Path) -> [std::path::PathBuf; 4] {
+pub(crate) fn certificates(dir: &std::path::Path) -> [std::path::PathBuf; 4] {
     need("openssl", "openssl");
     let run = |args: &[&str]| {
         let out = std::process::Command::new("openssl")

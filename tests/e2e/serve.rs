@@ -618,3 +618,55 @@ fn events_stream_status_and_approval_changes_and_resume_from_the_last_id() {
     served.stop().expect_code(0);
     drop((stream, again));
 }
+
+#[test]
+fn https_with_a_throw_away_certificate() {
+    let curl = need("curl", "curl");
+    let env = TestEnv::new();
+    let op = token(&env, "alice", "operator");
+    let [ca, cert, key, other_ca] = crate::postgres::certificates(env.path());
+    let (cert, key) = (cert.display().to_string(), key.display().to_string());
+    let served = Served::start_args(&env, &[], &["--tls-cert", &cert, "--tls-key", &key]);
+    let get = |cafile: &std::path::Path, path: &str| {
+        env.command(&curl)
+            .args(["-sS", "--max-time", "10", "--cacert"])
+            .arg(cafile)
+            .args(["-H", &format!("Authorization: Bearer {op}")])
+            .arg(format!("https://127.0.0.1:{}{path}", served.port))
+            .run()
+    };
+    let health = get(&ca, "/healthz");
+    health.expect_code(0);
+    assert_eq!(health.out(), "ok\n");
+    let listed = get(&ca, "/api/v1/approvals");
+    listed.expect_code(0);
+    assert!(listed.out().contains("\"approvals\""), "{}", listed.out());
+    // A client that does not trust the certificate refuses; plain HTTP gets no answer.
+    assert_ne!(get(&other_ca, "/healthz").code(), 0);
+    let plain = env
+        .command(&curl)
+        .args(["-sS", "--max-time", "5"])
+        .arg(format!("http://127.0.0.1:{}/healthz", served.port))
+        .run();
+    assert_ne!(plain.code(), 0);
+    served.stop().expect_code(0);
+    // A certificate that is not one: a clear error.
+    let bad = env
+        .monitor()
+        .args([
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--tls-cert",
+            &key,
+            "--tls-key",
+            &key,
+        ])
+        .run();
+    bad.expect_code(1);
+    assert!(bad.stderr.contains("for TLS"), "{}", bad.stderr);
+    env.monitor()
+        .args(["serve", "--tls-cert", &cert])
+        .run()
+        .expect_code(2);
+}

@@ -67,6 +67,12 @@ pub struct Args {
     /// Failed authentications one address may make in a minute before it is held off (429)
     #[arg(long, value_name = "N", default_value_t = 10)]
     auth_failures: u32,
+    /// Serve HTTPS with this certificate chain (PEM), with --tls-key
+    #[arg(long, value_name = "PEM", requires = "tls_key")]
+    tls_cert: Option<std::path::PathBuf>,
+    /// The certificate's private key (PEM)
+    #[arg(long, value_name = "PEM", requires = "tls_cert")]
+    tls_key: Option<std::path::PathBuf>,
 }
 
 /// The OpenAPI 3.1 document of this API (checked in as `docs/openapi.json`), served at
@@ -114,16 +120,45 @@ pub fn run(ctx: &Ctx, args: Args) -> CliResult {
         .enable_all()
         .build()
         .map_err(|e| CliError::error(format!("cannot start the server: {e}")))?;
-    runtime.block_on(serve(ctx.paths.clone(), args.listen, args.auth_failures))
+    let tls = args.tls_cert.zip(args.tls_key);
+    runtime.block_on(serve(
+        ctx.paths.clone(),
+        args.listen,
+        args.auth_failures,
+        tls,
+    ))
 }
 
-async fn serve(paths: StatePaths, listen: SocketAddr, fail_limit: u32) -> CliResult {
-    let listener = tokio::net::TcpListener::bind(listen)
-        .await
+async fn serve(
+    paths: StatePaths,
+    listen: SocketAddr,
+    fail_limit: u32,
+    tls: Option<(std::path::PathBuf, std::path::PathBuf)>,
+) -> CliResult {
+    let listener = std::net::TcpListener::bind(listen)
+        .and_then(|l| l.set_nonblocking(true).map(|()| l))
         .map_err(|e| CliError::error(format!("cannot listen on {listen}: {e}")))?;
     let addr = listener.local_addr().unwrap_or(listen);
+    let tls = match tls {
+        Some((cert, key)) => {
+            let _ = rustls::crypto::ring::default_provider().install_default();
+            Some(
+                axum_server::tls_rustls::RustlsConfig::from_pem_file(&cert, &key)
+                    .await
+                    .map_err(|e| {
+                        CliError::error(format!(
+                            "cannot use {} and {} for TLS: {e}",
+                            cert.display(),
+                            key.display()
+                        ))
+                    })?,
+            )
+        }
+        None => None,
+    };
     eprintln!(
-        "monitor serve: listening on http://{addr} (store {})",
+        "monitor serve: listening on {}://{addr} (store {})",
+        if tls.is_some() { "https" } else { "http" },
         paths.store_label()
     );
     let server = Arc::new(Server {
@@ -134,19 +169,31 @@ async fn serve(paths: StatePaths, listen: SocketAddr, fail_limit: u32) -> CliRes
         store_errors: AtomicU64::new(0),
         stopping: std::sync::atomic::AtomicBool::new(false),
     });
-    let app = router(server.clone());
-    axum::serve(
-        listener,
-        app.into_make_service_with_connect_info::<SocketAddr>(),
-    )
-    .with_graceful_shutdown(async move {
+    let app = router(server.clone()).into_make_service_with_connect_info::<SocketAddr>();
+    let handle = axum_server::Handle::new();
+    let on_stop = handle.clone();
+    tokio::spawn(async move {
         stopped().await;
         // Event streams end at their next look, so that the graceful stop is not held
         // open by them.
         server.stopping.store(true, Ordering::Relaxed);
-    })
-    .await
-    .map_err(|e| CliError::error(format!("the server failed: {e}")))?;
+        on_stop.graceful_shutdown(Some(Duration::from_secs(30)));
+    });
+    let served = match tls {
+        Some(config) => {
+            axum_server::from_tcp_rustls(listener, config)
+                .handle(handle)
+                .serve(app)
+                .await
+        }
+        None => {
+            axum_server::from_tcp(listener)
+                .handle(handle)
+                .serve(app)
+                .await
+        }
+    };
+    served.map_err(|e| CliError::error(format!("the server failed: {e}")))?;
     eprintln!("monitor serve: stopped");
     Ok(())
 }
