@@ -1005,6 +1005,25 @@ pub fn aider_bin() -> PathBuf {
     dir.join("bin")
 }
 
+/// The browser driver of the web page's test (npm), pinned.
+const PLAYWRIGHT: &str = "playwright-core@1.65.1";
+
+/// A directory holding `node_modules/playwright-core` (npm registry; it drives the
+/// system's Chromium, it brings no browser).
+pub fn playwright_dir() -> PathBuf {
+    need("npm", "npm");
+    installed_once("playwright-1", |dir| npm_install(dir, &[PLAYWRIGHT]))
+}
+
+/// The Chromium binary (Debian's `chromium`; its `/usr/bin` wrapper script is skipped).
+pub fn chromium_bin() -> PathBuf {
+    let real = PathBuf::from("/usr/lib/chromium/chromium");
+    if real.exists() {
+        return real;
+    }
+    need("chromium", "chromium")
+}
+
 /// The API fuzzer the server's tests run (PyPI), pinned.
 const SCHEMATHESIS: &str = "schemathesis==4.32.5";
 

@@ -670,3 +670,111 @@ fn https_with_a_throw_away_certificate() {
         .run()
         .expect_code(2);
 }
+
+#[test]
+fn the_web_page_in_a_real_browser_shows_a_prompt_as_text_and_approves_it() {
+    let node = need("node", "nodejs");
+    let modules = playwright_dir();
+    let chromium = chromium_bin();
+    let env = TestEnv::new();
+    let op = token(&env, "alice", "operator");
+    let served = Served::start(&env);
+    std::fs::write(env.work().join("victim"), "x").unwrap();
+    let waiting = env
+        .shim()
+        .args([
+            "--",
+            "sh",
+            "-c",
+            "printf 'Cleaning the build output of release 7\\n\\n'; rm -i victim",
+        ])
+        .timeout(Duration::from_secs(90))
+        .spawn_wait_mode();
+    // A tool whose question would be markup and script, and drive the terminal.
+    let hostile = "Proceed with <b>bold</b> <script>alert(1)</script>\u{1b}[31m? [y/N] ";
+    let evil = env
+        .shim()
+        .args(["--", "python3"])
+        .arg(tool())
+        .args(["ask", hostile])
+        .timeout(Duration::from_secs(90))
+        .spawn_wait_mode();
+    // The driver, beside its modules (ES modules resolve packages from their own dir).
+    let driver = modules.join("approve.mjs");
+    std::fs::copy(fixture("web/approve.mjs"), &driver).unwrap();
+    let shot = env.path().join("approvals.png");
+    let out = env
+        .command(&node)
+        .arg(&driver)
+        .env("URL", format!("http://127.0.0.1:{}/", served.port))
+        .env("TOKEN", &op)
+        .env("CHROMIUM", &chromium)
+        .env("SCREENSHOT", &shot)
+        .env("PROFILE", env.path().join("chromium-profile"))
+        .env("QUESTION", "remove regular file 'victim'")
+        .env("HOSTILE", "Proceed with <b>bold</b>")
+        .timeout(Duration::from_secs(120))
+        .run();
+    assert_eq!(out.code(), 0, "{}", out.context());
+    let said: Vec<serde_json::Value> = out
+        .out()
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect();
+    let find = |key: &str| {
+        said.iter()
+            .find(|v| v.get(key).is_some())
+            .unwrap_or_else(|| panic!("no {key}: {}", out.out()))
+    };
+    assert!(
+        find("refused")["refused"]
+            .as_str()
+            .unwrap()
+            .contains("not valid")
+    );
+    let shown = find("hostile_shown");
+    assert_eq!(shown["hostile_as_text"], true, "{shown}");
+    assert_eq!(shown["injected_elements"], 0, "{shown}");
+    assert_eq!(shown["alerts"], serde_json::json!([]), "{shown}");
+    assert!(
+        !shown["hostile_shown"].as_str().unwrap().contains('\u{1b}'),
+        "{shown}"
+    );
+    assert!(
+        shown["context"].as_str().unwrap().contains("release 7"),
+        "the screen around the question: {shown}"
+    );
+    assert!(
+        shown["meta"].as_str().unwrap().contains("rm -i victim"),
+        "{shown}"
+    );
+    assert_eq!(
+        shown["default_marked"], 1,
+        "the default option is marked: {shown}"
+    );
+    assert!(
+        find("confirm")["confirm"]
+            .as_str()
+            .unwrap()
+            .contains("victim")
+    );
+    let done = find("outcome");
+    assert!(
+        done["outcome"].as_str().unwrap().contains("by alice"),
+        "{done}"
+    );
+    assert_eq!(done["errors"], serde_json::json!([]), "{done}");
+    // The decision reached the waiting tool.
+    waiting.wait().expect_code(0);
+    assert!(!env.work().join("victim").exists());
+    drop(evil);
+    // The README's picture of the page, renewed on request only (a test run leaves the
+    // tree as it was): HEADLESS_RUN_UPDATE_SCREENSHOT=1.
+    assert!(std::fs::metadata(&shot).is_ok_and(|m| m.len() > 1000));
+    if std::env::var_os("HEADLESS_RUN_UPDATE_SCREENSHOT").is_some() {
+        let docs =
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/web-approvals.png");
+        std::fs::copy(&shot, docs).unwrap();
+    }
+    served.stop().expect_code(0);
+}

@@ -83,6 +83,9 @@ pub const OPENAPI: &str = include_str!("../../../docs/openapi.json");
 /// holds the two together (and the end-to-end test calls every documented operation).
 #[cfg(test)]
 const ROUTES: &[(&str, &str)] = &[
+    ("get", "/"),
+    ("get", "/app.js"),
+    ("get", "/app.css"),
     ("get", "/healthz"),
     ("get", "/metrics"),
     ("get", "/api/v1/openapi.json"),
@@ -98,6 +101,31 @@ const ROUTES: &[(&str, &str)] = &[
     ("post", "/api/v1/runs/{id}/cancel"),
     ("get", "/api/v1/events"),
 ];
+
+/// The approvals page and its script and style (no CDN: it works offline).
+const PAGE: &str = include_str!("web/index.html");
+const PAGE_JS: &str = include_str!("web/app.js");
+const PAGE_CSS: &str = include_str!("web/app.css");
+
+/// The page may run only its own script and style, talk only to this server, and be
+/// framed by nobody.
+const PAGE_POLICY: &str = "default-src 'none'; script-src 'self'; style-src 'self'; \
+    connect-src 'self'; img-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'";
+
+fn page_file(content_type: &'static str, body: &'static str) -> Response {
+    (
+        [
+            (header::CONTENT_TYPE, content_type),
+            (header::CONTENT_SECURITY_POLICY, PAGE_POLICY),
+            (header::X_CONTENT_TYPE_OPTIONS, "nosniff"),
+            (header::X_FRAME_OPTIONS, "DENY"),
+            (header::REFERRER_POLICY, "no-referrer"),
+            (header::CACHE_CONTROL, "no-store"),
+        ],
+        body,
+    )
+        .into_response()
+}
 
 /// The largest request body taken.
 const BODY_LIMIT: usize = 64 * 1024;
@@ -214,6 +242,18 @@ async fn stopped() {
 
 fn router(server: Arc<Server>) -> Router {
     Router::new()
+        .route(
+            "/",
+            get(|| async { page_file("text/html; charset=utf-8", PAGE) }),
+        )
+        .route(
+            "/app.js",
+            get(|| async { page_file("text/javascript; charset=utf-8", PAGE_JS) }),
+        )
+        .route(
+            "/app.css",
+            get(|| async { page_file("text/css; charset=utf-8", PAGE_CSS) }),
+        )
         .route("/healthz", get(|| async { "ok\n" }))
         .route("/metrics", get(metrics))
         .route(
@@ -1033,7 +1073,14 @@ mod tests {
             let public = op["security"].as_array().is_some_and(|s| s.is_empty());
             assert_eq!(
                 public,
-                ["/healthz", "/api/v1/openapi.json"].contains(p),
+                [
+                    "/",
+                    "/app.js",
+                    "/app.css",
+                    "/healthz",
+                    "/api/v1/openapi.json"
+                ]
+                .contains(p),
                 "{m} {p}"
             );
             if !public {

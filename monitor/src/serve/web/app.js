@@ -1,0 +1,181 @@
+// The approvals page of `monitor serve`. Every string a tool wrote reaches the page as
+// text (textContent, never markup). The token stays in this tab's sessionStorage and is
+// sent as a bearer header only: nothing a browser sends by itself (no cookie) decides.
+"use strict";
+
+const $ = (id) => document.getElementById(id);
+let token = sessionStorage.getItem("hr-token");
+let streaming = null;
+
+function el(tag, attrs, ...children) {
+  const e = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs || {})) {
+    if (k === "class") e.className = v;
+    else if (k === "text") e.textContent = v;
+    else e.setAttribute(k, v);
+  }
+  for (const c of children) if (c) e.append(c);
+  return e;
+}
+
+async function api(method, path, body) {
+  const resp = await fetch(path, {
+    method,
+    headers: Object.assign(
+      { Authorization: "Bearer " + token },
+      body ? { "Content-Type": "application/json" } : {}
+    ),
+    body: body ? JSON.stringify(body) : undefined,
+  });
+  const text = await resp.text();
+  let data = null;
+  try { data = JSON.parse(text); } catch (_) { data = { error: text }; }
+  if (!resp.ok) {
+    const err = new Error((data && data.error) || resp.statusText);
+    err.status = resp.status;
+    err.data = data;
+    throw err;
+  }
+  return data;
+}
+
+// What a tool passed on its command line may hold control characters: shown, not acted on.
+const visible = (s) => String(s).replace(/[\u0000-\u001f\u007f-\u009f]/g, "\ufffd");
+
+function age(iso) {
+  const s = Math.max(0, (Date.now() - Date.parse(iso)) / 1000);
+  if (s < 60) return Math.round(s) + "s";
+  if (s < 3600) return Math.round(s / 60) + "m";
+  if (s < 86400) return Math.round(s / 3600) + "h";
+  return Math.round(s / 86400) + "d";
+}
+
+function approvalCard(a) {
+  const card = el("div", { class: "card", "data-approval": a.approval_id });
+  card.append(el("h3", { text: a.question }));
+  if (a.context) card.append(el("pre", { class: "context", text: a.context }));
+  const command = (a.command || []).map(visible).join(" ");
+  card.append(el("div", { class: "meta", text:
+    a.tool_name + " · " + command + " · in " + (a.cwd || "?") + " · on " + (a.host || "?") +
+    " · asked " + age(a.created_at) + " ago · " + a.approval_id }));
+  const comment = el("textarea", { rows: "2", placeholder: "Comment (optional)", "aria-label": "comment" });
+  const outcome = el("p", { class: "outcome", role: "status" });
+  const options = el("div", { class: "options" });
+  const values = (a.options_json || []).map((o) => ({ value: o.value, label: o.label || o.value }));
+  if (!values.some((o) => o.value === "reject")) values.push({ value: "reject", label: "Reject" });
+  for (const o of values) {
+    const isDefault = a.default_value === o.value;
+    const b = el("button", { class: isDefault ? "default" : "", type: "button",
+      text: o.label + (o.label === o.value ? "" : " (" + o.value + ")") + (isDefault ? " — default" : "") });
+    b.addEventListener("click", () => decide(a, o.value, comment.value, outcome, card));
+    options.append(b);
+  }
+  card.append(options, comment, outcome);
+  return card;
+}
+
+async function decide(a, value, comment, outcome, card) {
+  if (!window.confirm("Answer “" + a.question + "” with " + value + "?")) return;
+  try {
+    const d = await api("POST", "/api/v1/approvals/" + encodeURIComponent(a.approval_id) + "/decide",
+      { value, comment: comment || null });
+    outcome.className = "outcome decided";
+    outcome.textContent = d.status + " (" + (d.chosen_value || value) + ") by " + d.decided_by;
+    for (const b of card.querySelectorAll("button")) b.disabled = true;
+  } catch (e) {
+    outcome.className = "outcome error";
+    outcome.textContent = e.message;
+  }
+}
+
+function runRow(r) {
+  const status = el("td", { class: "status status-" + r.status, text: r.status });
+  return el("tr", {},
+    el("td", { text: r.tool_run_id }),
+    el("td", { text: r.tool_name }),
+    status,
+    el("td", { text: r.exit_code == null ? "" : String(r.exit_code) }),
+    el("td", { text: r.started_at }),
+    el("td", { class: "reason", text: r.reason || "" }));
+}
+
+async function refresh() {
+  try {
+    const [a, r] = await Promise.all([
+      api("GET", "/api/v1/approvals?limit=200"),
+      api("GET", "/api/v1/runs?limit=50"),
+    ]);
+    const list = $("approvals");
+    // Cards being decided stay (with their outcome); new ones come, answered ones go.
+    const shown = new Map([...list.children].map((c) => [c.dataset.approval, c]));
+    const ids = new Set(a.approvals.map((x) => x.approval_id));
+    for (const [id, c] of shown) if (!ids.has(id) && !c.querySelector(".decided")) c.remove();
+    for (const x of a.approvals) if (!shown.has(x.approval_id)) list.append(approvalCard(x));
+    $("pending-count").textContent = "(" + a.approvals.length + ")";
+    const body = $("runs").tBodies[0];
+    body.replaceChildren(...r.runs.map(runRow));
+    $("status").textContent = "";
+  } catch (e) {
+    if (e.status === 401) return logout("That token is not (or no longer) valid.");
+    $("status").textContent = "Could not load: " + e.message;
+  }
+}
+
+// Server-sent events through fetch (EventSource cannot send the bearer header): any event
+// refreshes the lists.
+async function listen() {
+  const me = (streaming = {});
+  while (streaming === me && token) {
+    try {
+      const resp = await fetch("/api/v1/events", { headers: { Authorization: "Bearer " + token } });
+      if (!resp.ok) throw new Error(resp.statusText);
+      const reader = resp.body.getReader();
+      const dec = new TextDecoder();
+      let buf = "";
+      for (;;) {
+        const { value, done } = await reader.read();
+        if (done || streaming !== me) break;
+        buf += dec.decode(value, { stream: true });
+        if (buf.includes("\n\n")) {
+          buf = buf.slice(buf.lastIndexOf("\n\n") + 2);
+          refresh();
+        }
+      }
+    } catch (_) {
+      await new Promise((res) => setTimeout(res, 2000));
+    }
+  }
+}
+
+function logout(why) {
+  token = null;
+  streaming = null;
+  sessionStorage.removeItem("hr-token");
+  $("app").hidden = true;
+  $("logout").hidden = true;
+  $("login").hidden = false;
+  $("login-error").textContent = why || "";
+}
+
+async function start() {
+  try {
+    await api("GET", "/api/v1/approvals?limit=1");
+  } catch (e) {
+    return logout(e.status === 401 ? "That token is not valid." : e.message);
+  }
+  $("login").hidden = true;
+  $("app").hidden = false;
+  $("logout").hidden = false;
+  await refresh();
+  listen();
+}
+
+$("login").addEventListener("submit", (ev) => {
+  ev.preventDefault();
+  token = $("token").value.trim();
+  $("token").value = "";
+  sessionStorage.setItem("hr-token", token);
+  start();
+});
+$("logout").addEventListener("click", () => logout());
+if (token) start();
