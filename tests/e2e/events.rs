@@ -302,8 +302,11 @@ fd = os.open('/dev/null', os.O_RDONLY)
 assert fd == 3
 os.set_inheritable(fd, True)
 os.execv(sys.argv[1], sys.argv[1:])";
+    // The descriptors are listed by a child of the shell that inherits them (a listing of
+    // the shell's own would race with the pipes it sets up for a pipeline); the listing's
+    // own directory handle, closed by then, is left out.
     let script = r#"echo "fd=$HEADLESS_RUN_EVENT_FD"
-ls /proc/$$/fd | sort -n | tr '\n' ' '; echo
+python3 -c 'import os; print(" ".join(sorted((f for f in os.listdir("/proc/self/fd") if os.path.exists("/proc/self/fd/" + f)), key=int)) + " ")'
 printf '{"event":"heartbeat","message":"from sh"}\n' >&"$HEADLESS_RUN_EVENT_FD""#;
     let out = env
         .command("python3")
