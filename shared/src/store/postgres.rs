@@ -311,13 +311,15 @@ fn pgpass_lookup(text: &str, want: [&str; 4]) -> Option<String> {
 }
 
 /// Whether a failed transaction (rolled back) may simply be tried again: a deadlock, a
-/// serialization failure, or two writers racing for the audit chain's head.
+/// serialization failure, two writers racing for the audit chain's head, or a session the
+/// server ended for idling (it can only have idled before the transaction's statements).
 fn retryable(e: &postgres::Error) -> bool {
     use postgres::error::SqlState;
     match e.as_db_error() {
         Some(db) => {
             *db.code() == SqlState::T_R_DEADLOCK_DETECTED
                 || *db.code() == SqlState::T_R_SERIALIZATION_FAILURE
+                || *db.code() == SqlState::IDLE_SESSION_TIMEOUT
                 || (*db.code() == SqlState::UNIQUE_VIOLATION
                     && db.constraint() == Some("events_one_successor"))
         }
@@ -444,8 +446,13 @@ impl PgStore {
                 };
             match attempt {
                 Ok(Err(e)) if retries < 3 && retryable(&e) => {
-                    // Rolled back: a deadlock or a race for the audit chain's head.
+                    // Rolled back: a deadlock, a race for the audit chain's head, or the
+                    // server ending the session for idling just as this transaction began
+                    // (nothing of it was committed). Again, on a new connection if need be.
                     retries += 1;
+                    if self.client.as_ref().is_none_or(|c| c.is_closed()) {
+                        self.client = None;
+                    }
                     std::thread::sleep(Duration::from_millis(5 * retries));
                 }
                 Ok(out) => {
