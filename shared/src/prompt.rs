@@ -950,9 +950,10 @@ pub fn select_menu(rows: &[String], cursor_row: Option<usize>) -> Option<SelectM
 /// stands alone, or the first row of its paragraph, its heading (Claude Code's `Choose the
 /// text style …` above `To change this later, run /theme`).
 fn menu_title(above: &[String], cursor_hidden: bool) -> Option<usize> {
+    // A line of glyphs only (a pointer `›` left from a redraw, a rule) names nothing.
     let nearest = (0..above.len())
         .rev()
-        .find(|&i| !above[i].trim().is_empty())?;
+        .find(|&i| above[i].chars().any(char::is_alphanumeric))?;
     let near = above[nearest].trim();
     if !cursor_hidden || near.starts_with("? ") || near.ends_with(':') || near.ends_with('?') {
         return Some(nearest);
@@ -1853,6 +1854,13 @@ alternative = "use VAULT_TOKEN"
         assert_eq!(p.options[1].label, "2. Sign in with Device Code");
         // The same rows with the cursor shown far above: not near the cursor, no menu.
         assert_ne!(raw_screen(codex, 1).rule, "generic:select");
+        // Caught mid-redraw, a pointer glyph left alone on the row above the items: the
+        // title is still the question above it (seen in CI, the title read as `›`).
+        let redraw = "  Sign in another way\n\n  \u{203a}\n\n> 1. Provide your own API key\n     Pay for what you use\n\n  2. Go back\n";
+        let p = hidden_cursor_screen(redraw, 0);
+        assert_eq!(p.rule, "generic:select");
+        assert_eq!(p.prompt_line, "Sign in another way");
+        assert_eq!(values(&p), ["1", "2"]);
         // Claude Code: the item in effect carries a check mark, on or off the highlight;
         // the question is the paragraph's heading, not the hint under it.
         let claude = " Let's get started.\n\n Choose the text style that looks best with your terminal\n To change this later, run /theme\n\n {0} \u{2714} Auto (match terminal)\n {1}   Dark mode\n     Light mode\n\n \u{254c}\u{254c}\u{254c}\n  1  function greet() {{";
