@@ -30,6 +30,15 @@ fn home(env: &TestEnv) -> PathBuf {
 }
 
 /// `headless-run -- AGENT ARGS` in headless mode with the agent's home and `PATH`.
+/// One coding agent at a time: each is a tree of node (or Python) processes redrawing a
+/// full screen on a timer. Side by side on 2 cores (seen in CI, and in most runs with four
+/// test threads), Codex's re-run ended on its main input instead of its second menu; taking
+/// turns, it reached the menu every time. The rest of the suite runs beside them as ever.
+fn one_agent_at_a_time() -> std::sync::MutexGuard<'static, ()> {
+    static TURN: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    TURN.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 fn agent(env: &TestEnv, name: &str, args: &[&str]) -> Cmd {
     let bin = if name == "aider" {
         aider_bin()
@@ -96,6 +105,7 @@ fn no_braille(text: &str) {
 
 #[test]
 fn codex_login_menus_are_approvals_and_its_key_field_is_refused() {
+    let _turn = one_agent_at_a_time();
     let env = TestEnv::new();
     let out = agent(&env, "codex", &[]).run();
     let a = parked(&env, &out);
@@ -143,6 +153,7 @@ fn codex_login_menus_are_approvals_and_its_key_field_is_refused() {
 
 #[test]
 fn codex_in_wait_mode_reaches_each_next_screen() {
+    let _turn = one_agent_at_a_time();
     let env = TestEnv::new();
     let running = agent(&env, "codex", &[]).spawn_wait_mode();
     let a = env.pending_approval();
@@ -162,6 +173,7 @@ fn codex_in_wait_mode_reaches_each_next_screen() {
 /// timeout.
 #[test]
 fn claude_code_theme_notes_and_trust_screens_lead_to_its_main_input() {
+    let _turn = one_agent_at_a_time();
     let env = TestEnv::new();
     let out = agent(&env, "claude", &[]).run();
     let a = parked(&env, &out);
@@ -234,6 +246,7 @@ fn claude_code_theme_notes_and_trust_screens_lead_to_its_main_input() {
 
 #[test]
 fn gemini_trust_and_auth_menus_are_approvals_and_its_key_box_is_refused() {
+    let _turn = one_agent_at_a_time();
     let env = TestEnv::new();
     let out = agent(&env, "gemini", &[]).run();
     let a = parked(&env, &out);
@@ -286,6 +299,7 @@ fn gemini_trust_and_auth_menus_are_approvals_and_its_key_box_is_refused() {
 
 #[test]
 fn gemini_in_wait_mode_reaches_its_key_box() {
+    let _turn = one_agent_at_a_time();
     let env = TestEnv::new();
     let running = agent(&env, "gemini", &[]).spawn_wait_mode();
     let a = env.pending_approval();
@@ -309,6 +323,7 @@ fn gemini_in_wait_mode_reaches_its_key_box() {
 /// next question).
 #[test]
 fn aider_git_question_answered_through_the_worker_creates_the_repository() {
+    let _turn = one_agent_at_a_time();
     let env = TestEnv::new();
     let args = [
         "--no-check-update",
@@ -373,6 +388,7 @@ fn aider_git_question_answered_through_the_worker_creates_the_repository() {
 
 #[test]
 fn aider_in_wait_mode_takes_each_answer_once() {
+    let _turn = one_agent_at_a_time();
     let env = TestEnv::new();
     let args = [
         "--no-check-update",
