@@ -196,6 +196,7 @@ async fn serve(
         fail_limit,
         store_errors: AtomicU64::new(0),
         stopping: std::sync::atomic::AtomicBool::new(false),
+        token_cache: Mutex::new(None),
     });
     let app = router(server.clone()).into_make_service_with_connect_info::<SocketAddr>();
     let handle = axum_server::Handle::new();
@@ -304,7 +305,11 @@ struct Server {
     store_errors: AtomicU64,
     /// Set once a stop was asked for.
     stopping: std::sync::atomic::AtomicBool,
+    /// The token file as last read, with its size and modification time.
+    token_cache: Mutex<Option<(TokenStamp, Arc<Vec<tokens::Token>>)>>,
 }
+
+type TokenStamp = Option<(u64, Option<std::time::SystemTime>)>;
 
 /// The authenticated caller.
 #[derive(Debug, Clone)]
@@ -334,8 +339,7 @@ impl Server {
             .and_then(|v| v.to_str().ok())
             .and_then(|v| v.strip_prefix("Bearer "))
             .map(str::trim);
-        let all = tokens::load(&self.paths)
-            .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, e))?;
+        let all = self.tokens()?;
         let now = hr_shared::time::now_rfc3339();
         match secret.and_then(|s| tokens::find(&all, s, &now)) {
             Some(t) => Ok(Caller {
@@ -356,6 +360,25 @@ impl Server {
                 ))
             }
         }
+    }
+
+    /// The tokens, read again only when their file changed (size or modification time).
+    fn tokens(&self) -> Result<Arc<Vec<tokens::Token>>, ApiError> {
+        let stamp = std::fs::metadata(tokens::file(&self.paths))
+            .ok()
+            .map(|m| (m.len(), m.modified().ok()));
+        let mut cache = self.token_cache.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((seen, all)) = cache.as_ref()
+            && *seen == stamp
+        {
+            return Ok(all.clone());
+        }
+        let all = Arc::new(
+            tokens::load(&self.paths)
+                .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, e))?,
+        );
+        *cache = Some((stamp, all.clone()));
+        Ok(all)
     }
 
     /// The caller, when its role is one of `roles` (else 403).
@@ -460,25 +483,40 @@ fn ok(caller: &Caller, status: StatusCode, body: Value) -> Response {
     resp
 }
 
-/// The store, on a thread of its own.
+/// The store, on a few threads of their own, each with its own session (reads on
+/// SQLite's WAL, and on a server, go side by side; writes are each one transaction).
 struct StoreThread {
     jobs: Mutex<mpsc::Sender<Job>>,
 }
 
 type Job = Box<dyn FnOnce(&mut dyn OperatorStore) + Send>;
 
+/// How many store sessions serve the requests.
+const STORE_THREADS: usize = 4;
+
 impl StoreThread {
     fn start(paths: StatePaths) -> StoreThread {
         let (tx, rx) = mpsc::channel::<Job>();
-        std::thread::Builder::new()
-            .name("store".into())
-            .spawn(move || {
-                let mut store = store::operator(&paths);
-                for job in rx {
-                    job(store.as_mut());
-                }
-            })
-            .expect("start the store thread");
+        let rx = Arc::new(Mutex::new(rx));
+        for i in 0..STORE_THREADS {
+            let (rx, paths) = (rx.clone(), paths.clone());
+            std::thread::Builder::new()
+                .name(format!("store-{i}"))
+                .spawn(move || {
+                    let mut store = store::operator(&paths);
+                    loop {
+                        let job = match rx.lock() {
+                            Ok(rx) => rx.recv(),
+                            Err(_) => return,
+                        };
+                        match job {
+                            Ok(job) => job(store.as_mut()),
+                            Err(_) => return,
+                        }
+                    }
+                })
+                .expect("start a store thread");
+        }
         StoreThread {
             jobs: Mutex::new(tx),
         }
