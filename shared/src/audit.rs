@@ -316,19 +316,7 @@ fn rows_where(conn: &Connection, column: &'static str, value: &str) -> Result<Ve
          FROM events WHERE {column} = ?1 ORDER BY id"
     ))?;
     let rows = stmt
-        .query_map([value], |r| {
-            Ok(AuditRow {
-                id: r.get(0)?,
-                at: r.get(1)?,
-                event: r.get(2)?,
-                tool_run_id: r.get(3)?,
-                approval_id: r.get(4)?,
-                actor: r.get(5)?,
-                data: r.get(6)?,
-                prev_hash: r.get(7)?,
-                hash: r.get(8)?,
-            })
-        })?
+        .query_map([value], row)?
         .collect::<rusqlite::Result<Vec<_>>>()?;
     Ok(rows)
 }

@@ -186,28 +186,15 @@ pub fn answer_or_ask(
             candidates.push((p.name, p.value));
         }
         for (name, value) in candidates {
-            let decided = match approvals::value_decision(&fresh, &value) {
-                Ok(r) if r.status == ApprovalStatus::Rejected => Some(r),
-                Ok(r)
-                    if r.chosen_value
-                        .as_deref()
-                        .is_some_and(|v| req.prompt.takes(v)) =>
-                {
-                    Some(r)
-                }
-                _ => None,
-            };
-            let Some(ValueDecision {
+            let ValueDecision {
                 status,
                 chosen_value,
-            }) = decided
-            else {
-                fx.warnings.push(format!(
-                    "policy {name}: `{value}` is not an answer to {:?} (valid: {}); asking for a decision instead",
-                    req.prompt.prompt_line,
-                    fresh.valid_values().join(", ")
-                ));
-                continue;
+            } = match policy_decision(&fresh, req, &name, &value) {
+                Ok(d) => d,
+                Err(warning) => {
+                    fx.warnings.push(warning);
+                    continue;
+                }
             };
             let channel = format!("policy:{name}");
             let now = time::now_rfc3339();
@@ -281,6 +268,31 @@ pub fn answer_or_ask(
             fx,
         ))
     })
+}
+
+/// What policy `name` with `value` decides for `fresh` (asked by `req`): a rejection, or
+/// an answer the prompt takes; else the warning to give (and a decision is asked for).
+pub(super) fn policy_decision(
+    fresh: &Approval,
+    req: &PromptRequest,
+    name: &str,
+    value: &str,
+) -> Result<ValueDecision, String> {
+    match approvals::value_decision(fresh, value) {
+        Ok(r) if r.status == ApprovalStatus::Rejected => Ok(r),
+        Ok(r)
+            if r.chosen_value
+                .as_deref()
+                .is_some_and(|v| req.prompt.takes(v)) =>
+        {
+            Ok(r)
+        }
+        _ => Err(format!(
+            "policy {name}: `{value}` is not an answer to {:?} (valid: {}); asking for a decision instead",
+            req.prompt.prompt_line,
+            fresh.valid_values().join(", ")
+        )),
+    }
 }
 
 /// This run → `waiting_approval`.

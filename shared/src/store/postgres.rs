@@ -1225,28 +1225,15 @@ impl RunnerStore for PgRunner {
             candidates.push((p.name, p.value));
         }
         for (name, value) in &candidates {
-            let decided = match approvals::value_decision(&fresh, value) {
-                Ok(r) if r.status == ApprovalStatus::Rejected => Some(r),
-                Ok(r)
-                    if r.chosen_value
-                        .as_deref()
-                        .is_some_and(|v| req.prompt.takes(v)) =>
-                {
-                    Some(r)
-                }
-                _ => None,
-            };
-            let Some(ValueDecision {
+            let ValueDecision {
                 status,
                 chosen_value,
-            }) = decided
-            else {
-                fx.warnings.push(format!(
-                    "policy {name}: `{value}` is not an answer to {:?} (valid: {}); asking for a decision instead",
-                    req.prompt.prompt_line,
-                    fresh.valid_values().join(", ")
-                ));
-                continue;
+            } = match super::asking::policy_decision(&fresh, req, name, value) {
+                Ok(d) => d,
+                Err(warning) => {
+                    fx.warnings.push(warning);
+                    continue;
+                }
             };
             let recorded: Approval = self
                 .pg
