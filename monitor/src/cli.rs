@@ -12,7 +12,18 @@ Exit codes: 0 ok, 1 error, 2 usage or invalid value, 3 conflict (already decided
 4 not found.
 
 State: --state-dir, else HEADLESS_RUN_HOME, else $XDG_STATE_HOME/headless-run, else
-~/.local/state/headless-run; HEADLESS_RUN_DB overrides the database path only.";
+~/.local/state/headless-run; HEADLESS_RUN_DB overrides the database path only.
+
+Server: --server URL (else HEADLESS_RUN_SERVER) runs `runs`, `approvals`, `show`, `decide`,
+`wait`, `cancel`, `doctor` and the dashboard against a `monitor serve` server's API, with
+a viewer or operator token: HEADLESS_RUN_TOKEN, else `token = \"…\"` in the credentials
+file ($HEADLESS_RUN_CREDENTIALS, else $XDG_CONFIG_HOME/headless-run/credentials.toml),
+which must be yours and mode 0600 (it may also hold `server = \"https://…\"` and
+`ca = \"/path/ca.pem\"`). An https:// server is verified against the system's roots, or
+HEADLESS_RUN_SERVER_CA. The server records decisions and cancels as the token's name over
+http, and signals the run's headless-run itself. `worker`, `reconcile`, `gc`, `logs`,
+`policies` and `restart` work on a store of this host and refuse a server; `token`,
+`install` and `db` refuse --server. --server '' ignores HEADLESS_RUN_SERVER.";
 
 #[derive(Debug, Parser)]
 #[command(
@@ -29,6 +40,10 @@ struct Cli {
     /// always, never
     #[arg(long, global = true, value_name = "WHEN", default_value = "auto")]
     color: crate::output::ColorWhen,
+    /// A `monitor serve` server to work against instead of a local store (default:
+    /// HEADLESS_RUN_SERVER); token from HEADLESS_RUN_TOKEN or the credentials file
+    #[arg(long, global = true, value_name = "URL")]
+    server: Option<String>,
     #[command(subcommand)]
     command: Option<Command>,
 }
@@ -156,9 +171,20 @@ pub fn run() -> CliResult {
         }
     };
     crate::output::set_color(cli.color);
-    let paths = StatePaths::resolve(cli.state_dir.as_deref())
+    let mut paths = StatePaths::resolve(cli.state_dir.as_deref())
         .map_err(|e| CliError::error(e.to_string()))?;
+    if cli.server.is_some() {
+        paths.server =
+            hr_shared::remote::server_url(cli.server.as_deref(), &hr_shared::paths::real_env);
+    }
     let ctx = Ctx { paths };
+    if let Some(command) = &cli.command {
+        local_only(
+            command,
+            &ctx,
+            cli.server.as_deref().is_some_and(|s| !s.is_empty()),
+        )?;
+    }
     match cli.command {
         Some(Command::Runs(args)) => cmd::runs::run(&ctx, args),
         Some(Command::Approvals(args)) => cmd::approvals::run(&ctx, args),
@@ -182,4 +208,73 @@ pub fn run() -> CliResult {
         Some(Command::Man(args)) => cmd::completions::man(args),
         None => crate::tui::run(&ctx.paths),
     }
+}
+
+/// Refuses a command that works on this host's own store or files when a server is to be
+/// used: those that need the store whether the server came from `--server` or
+/// `HEADLESS_RUN_SERVER`; those that do not use it (`token`, `install`, `db`) only when
+/// `--server` was given (`flag`), since a runner host or the server's own host may have
+/// HEADLESS_RUN_SERVER set for other commands.
+fn local_only(command: &Command, ctx: &Ctx, flag: bool) -> CliResult {
+    let Some(server) = &ctx.paths.server else {
+        return Ok(());
+    };
+    let (name, what, without_flag_too) = match command {
+        Command::Worker(_) => (
+            "worker",
+            "it resumes the runs of this host from a store it reaches directly",
+            true,
+        ),
+        Command::Reconcile(_) => (
+            "reconcile",
+            "it checks runs against this host's processes in a store it reaches directly (the server's host runs it)",
+            true,
+        ),
+        Command::Gc(_) => ("gc", "it deletes from a store of this host", true),
+        Command::Logs(_) => (
+            "logs",
+            "it reads this host's log files (`monitor --server URL show TR-…` shows a run's output tail)",
+            true,
+        ),
+        Command::Policies(_) => (
+            "policies",
+            "remembered decisions are kept in the server's store, not served",
+            true,
+        ),
+        Command::Restart(_) => (
+            "restart",
+            "it runs a run's command again on this host, from a store it reaches directly",
+            true,
+        ),
+        Command::Token(_) => (
+            "token",
+            "tokens are made on the server's host, where `monitor serve` reads them",
+            false,
+        ),
+        Command::Install(_) => (
+            "install",
+            "it makes links on this host and uses no server",
+            false,
+        ),
+        Command::Db(_) => (
+            "db",
+            "it sets up a PostgreSQL store, named by its own URL",
+            false,
+        ),
+        _ => return Ok(()),
+    };
+    if !flag && !without_flag_too {
+        return Ok(());
+    }
+    let given = if flag {
+        "--server".to_owned()
+    } else {
+        format!(
+            "HEADLESS_RUN_SERVER={}",
+            hr_shared::sanitize::sanitize_line(server)
+        )
+    };
+    Err(CliError::usage(format!(
+        "`monitor {name}` does not work against a server ({given}): {what}; run it on the server's host without a server"
+    )))
 }

@@ -244,6 +244,11 @@ impl Worker {
     fn scan(&mut self) -> Result<(), StoreError> {
         let parked = self.store.decided_parked()?;
         for p in parked {
+            // A pipeline's human step: its runner takes the decision, there is nothing to
+            // run again.
+            if p.run.pipeline_step().is_some() {
+                continue;
+            }
             self.act_on(p)?;
         }
         Ok(())

@@ -86,7 +86,7 @@ pub enum OnPrompt {
 }
 
 /// What an expired approval means.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum OnExpire {
     Reject,

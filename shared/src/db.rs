@@ -151,6 +151,27 @@ const MIGRATIONS: &[&str] = &[
     ALTER TABLE approvals ADD COLUMN screen_digest TEXT;
     ALTER TABLE approvals ADD COLUMN tool_digest TEXT;
     "#,
+    // v7: pipelines (`monitor pipeline`): one row per execution, its checked definition,
+    // variables and steps as JSON, moved only by a compare-and-swap on `version`, so that
+    // of two runners (or resumers) exactly one moves it.
+    r#"
+    CREATE TABLE pipelines (
+        execution_id TEXT PRIMARY KEY,
+        name         TEXT NOT NULL,
+        file         TEXT,
+        definition   TEXT NOT NULL,
+        vars         TEXT NOT NULL,
+        steps        TEXT NOT NULL,
+        status       TEXT NOT NULL,
+        reason       TEXT,
+        runner       TEXT,
+        heartbeat_at TEXT,
+        created_at   TEXT NOT NULL,
+        updated_at   TEXT NOT NULL,
+        version      INTEGER NOT NULL
+    );
+    CREATE INDEX pipelines_created ON pipelines(created_at);
+    "#,
 ];
 
 /// The schema version this build writes.
@@ -199,6 +220,15 @@ pub enum StoreError {
     /// The configured store does not do this yet.
     #[error("{0} is not available on the PostgreSQL store yet")]
     Unsupported(&'static str),
+    /// A `monitor serve` server refused or failed (its `error`, with the URL), or could not
+    /// be reached (the URL and why); never the token.
+    #[error("{0}")]
+    Remote(String),
+    /// Not something the server's operator API does (`monitor --server`).
+    #[error(
+        "{0} is not available with --server (HEADLESS_RUN_SERVER): run it on the server's host, without --server"
+    )]
+    NotRemote(&'static str),
 }
 
 impl From<rusqlite::Error> for StoreError {

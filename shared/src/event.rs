@@ -269,10 +269,17 @@ pub enum ToolSignal {
     Heartbeat { message: Option<String> },
     /// `{"event":"approval_needed", …}`: the tool asks for a decision.
     ApprovalNeeded(CooperativeRequest),
+    /// `{"event":"result","data":{…}}`: what the tool found, for the steps after it in a
+    /// pipeline (an object; the last one sent counts).
+    Result(serde_json::Value),
 }
 
+/// Where a shim run as a pipeline's step keeps the step's result (set by the pipeline
+/// runner for the shim; never passed on to the tool).
+pub const ENV_RESULT_FILE: &str = "HEADLESS_RUN_RESULT_FILE";
+
 /// A cooperative tool's approval request.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct CooperativeRequest {
     /// An id the tool chose, if any (kept only when it is a safe id).
     pub approval_id: Option<String>,
@@ -312,6 +319,8 @@ struct RawSignal {
     context: Option<String>,
     #[serde(default)]
     message: Option<String>,
+    #[serde(default)]
+    data: Option<serde_json::Value>,
 }
 
 #[derive(Deserialize)]
@@ -362,6 +371,10 @@ pub fn parse_tool_line(
         s
     };
     match raw.event.as_str() {
+        "result" => raw
+            .data
+            .filter(serde_json::Value::is_object)
+            .map(ToolSignal::Result),
         "heartbeat" => Some(ToolSignal::Heartbeat {
             message: raw
                 .message
@@ -506,6 +519,33 @@ mod tests {
             tool_run_id: "TR-1".into(),
             execution_id: Some("EX-1".into()),
         }
+    }
+
+    #[test]
+    fn a_result_is_an_object_and_nothing_else() {
+        let got = parse_tool_line(
+            br#"{"event":"result","data":{"id":"b-42","left":0}}"#,
+            Channel::EventFd,
+            None,
+        );
+        assert_eq!(
+            got,
+            Some(ToolSignal::Result(
+                serde_json::json!({"id": "b-42", "left": 0})
+            ))
+        );
+        for line in [
+            &br#"{"event":"result","data":[1,2]}"#[..],
+            br#"{"event":"result","data":"x"}"#,
+            br#"{"event":"result"}"#,
+        ] {
+            assert_eq!(parse_tool_line(line, Channel::EventFd, None), None);
+        }
+        // On the terminal, only with the run's token.
+        assert_eq!(
+            parse_tool_line(br#"{"event":"result","data":{}}"#, Channel::Terminal, None),
+            None
+        );
     }
 
     #[test]

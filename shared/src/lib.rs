@@ -22,6 +22,7 @@ pub mod paths;
 pub mod policy;
 pub mod proc;
 pub mod prompt;
+pub mod remote;
 pub mod resume;
 pub mod rules;
 pub mod runs;

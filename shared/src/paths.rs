@@ -39,6 +39,9 @@ pub struct StatePaths {
     /// The PostgreSQL store, when `HEADLESS_RUN_DB` is a `postgres://` URL (then `db` is
     /// unused).
     pub store_url: Option<String>,
+    /// A `monitor serve` server to use as the store (`HEADLESS_RUN_SERVER`, or `monitor
+    /// --server`): its runner API for a shim, its operator API for `monitor`.
+    pub server: Option<String>,
 }
 
 impl StatePaths {
@@ -50,6 +53,7 @@ impl StatePaths {
             root,
             db,
             store_url: None,
+            server: None,
         }
     }
 
@@ -85,12 +89,16 @@ impl StatePaths {
             root,
             db,
             store_url,
+            server: crate::remote::server_url(None, env),
         })
     }
 
-    /// The store as messages name it: the database file, or the server's URL without its
-    /// password.
+    /// The store as messages name it: a `monitor serve` server's URL, the database file, or
+    /// the database server's URL without its password.
     pub fn store_label(&self) -> String {
+        if let Some(server) = &self.server {
+            return server.trim_end_matches('/').to_owned();
+        }
         match &self.store_url {
             Some(url) => crate::store::postgres::without_password(url),
             None => self.db.display().to_string(),
@@ -365,6 +373,7 @@ mod tests {
             root: tmp.path().join("state"),
             db: tmp.path().join("state/state.db"),
             store_url: None,
+            server: None,
         };
         paths.ensure_dirs().unwrap();
         for d in [paths.root.clone(), paths.logs_dir(), paths.runs_dir()] {

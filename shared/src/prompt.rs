@@ -47,7 +47,7 @@ pub struct ScreenFacts<'a> {
 }
 
 /// A recognised prompt.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Prompt {
     pub kind: PromptKind,
     /// A password, passphrase or token: never recorded, never answered.
@@ -770,7 +770,7 @@ fn column_menu(
 /// questionary and InquirerPy `select`, the `❯ 1. Yes` menus of coding agents. One item
 /// carries a pointer (`❯`, `»`, `›`, `>`, `▶`, …); the others are indented to the same
 /// column; the nearest line above the items is the menu's title.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct SelectMenu {
     /// The items as shown, pointer and indentation removed.
     pub items: Vec<String>,

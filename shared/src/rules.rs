@@ -19,7 +19,7 @@ pub const STALE_HEARTBEAT: Duration = Duration::from_secs(SUPERVISOR_HEARTBEAT.a
 pub const VANISHED: &str = "supervisor vanished";
 
 /// What became of a process the rules ask about.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum Liveness {
     /// It runs, and it is the same process (same start time).
     Same,

@@ -44,6 +44,12 @@ impl ToolRun {
         self.metadata.as_ref()?.get("uid")?.as_u64()
     }
 
+    /// The pipeline step a run asks a human step's question for (`metadata.pipeline`): the
+    /// pipeline's runner reads its decision; the resume worker leaves it alone.
+    pub fn pipeline_step(&self) -> Option<&str> {
+        self.metadata.as_ref()?.get("pipeline")?.as_str()
+    }
+
     /// The worker pool the run was started in (`metadata.pool`, from `HEADLESS_RUN_POOL`).
     pub fn pool(&self) -> Option<&str> {
         self.metadata.as_ref()?.get("pool")?.as_str()
@@ -146,7 +152,7 @@ pub(crate) fn insert(tx: &Transaction<'_>, run: &ToolRun, actor: &str) -> Result
 }
 
 /// A status change to apply.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct StatusChange {
     pub status: RunStatus,
     pub reason: Option<String>,
@@ -269,7 +275,7 @@ pub(crate) fn record_exit(
 }
 
 /// Liveness timestamps to record; `None` leaves a column as it is.
-#[derive(Debug, Clone, Default, PartialEq)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct Touch {
     pub last_output_at: Option<String>,
     pub last_heartbeat_at: Option<String>,

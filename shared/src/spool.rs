@@ -242,6 +242,7 @@ mod tests {
             root: tmp.path().to_path_buf(),
             db: tmp.path().join("state.db"),
             store_url: None,
+            server: None,
         };
         let mut conn = db::open(&paths.db, OpenMode::Create).unwrap();
         // A run whose row never landed at all, one that did (still running), one that was

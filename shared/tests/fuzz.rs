@@ -294,6 +294,9 @@ fn wrong_typed() -> impl Strategy<Value = Value> {
 enum Expect {
     Heartbeat,
     Approval,
+    /// A pipeline step's result (not generated here: a `result` line must not come out of
+    /// another event).
+    Result,
     NotAnEvent,
 }
 
@@ -415,6 +418,9 @@ fn check_event(line: &[u8], signal: &ToolSignal) -> Checked {
                 prop_assert!(m.len() <= 256, "heartbeat message of {} bytes", m.len());
                 terminal_safe("heartbeat message", m, false)?;
             }
+        }
+        ToolSignal::Result(data) => {
+            prop_assert!(data.is_object(), "a result that is not an object: {data}");
         }
         ToolSignal::ApprovalNeeded(req) => {
             prop_assert!(!req.question.trim().is_empty(), "blank question");
@@ -545,6 +551,7 @@ proptest! {
         let kind = match got {
             Some(ToolSignal::Heartbeat { .. }) => Expect::Heartbeat,
             Some(ToolSignal::ApprovalNeeded(_)) => Expect::Approval,
+            Some(ToolSignal::Result(_)) => Expect::Result,
             None => Expect::NotAnEvent,
         };
         prop_assert_eq!(kind, expect, "{}", String::from_utf8_lossy(&line));

@@ -522,6 +522,7 @@ impl Worker {
             ToolSignal::ApprovalNeeded(req) => {
                 let _ = self.events.send(RecorderEvent::Approval(req));
             }
+            ToolSignal::Result(data) => write_result(&data),
         }
     }
 
@@ -666,6 +667,29 @@ impl Worker {
             .fetch_add(backlog.len() as u64, Ordering::Release);
         self.screen_backlog = backlog;
         self.screen_backlog.clear();
+    }
+}
+
+/// Keeps a pipeline step's result where its runner reads it (`HEADLESS_RUN_RESULT_FILE`,
+/// 0600); nothing when the shim is not a step.
+fn write_result(data: &serde_json::Value) {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let Some(path) = std::env::var_os(hr_shared::event::ENV_RESULT_FILE) else {
+        return;
+    };
+    let written = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(&path)
+        .and_then(|mut f| f.write_all(data.to_string().as_bytes()));
+    if let Err(e) = written {
+        eprintln!(
+            "headless-run: warning: cannot keep the step's result in {}: {e}",
+            std::path::Path::new(&path).display()
+        );
     }
 }
 

@@ -44,7 +44,8 @@ pub struct RunContext {
     pub config: Config,
     /// The command's fingerprint (tool, argv, cwd).
     pub request_fingerprint: String,
-    /// Variables removed from the tool's environment (a bare `AUTO_APPROVAL`).
+    /// Variables removed from the tool's environment (`HEADLESS_RUN_TOKEN`, a bare
+    /// `AUTO_APPROVAL`).
     pub env_remove: Vec<&'static str>,
 }
 
@@ -237,7 +238,12 @@ fn run(inv: Invocation) -> Result<u8, Failure> {
         stdin_mode,
         config,
         request_fingerprint: String::new(),
-        env_remove: Vec::new(),
+        // The server's token is the shim's, never the tool's: a tool holding it could
+        // write its own run's records (never decide: a runner token cannot).
+        env_remove: vec![
+            hr_shared::remote::ENV_TOKEN,
+            hr_shared::event::ENV_RESULT_FILE,
+        ],
     };
     ctx.request_fingerprint =
         fingerprint::request(&ctx.tool_name, &ctx.argv(), &ctx.cwd.to_string_lossy());

@@ -1337,3 +1337,67 @@ fn the_http_api_on_the_server_store_records_the_servers_login_and_the_token() {
         format!("{} http:alice", operator.user)
     );
 }
+
+#[test]
+fn the_runner_api_on_the_server_store_writes_with_the_runner_login_it_was_given() {
+    use crate::serve::{Served, token};
+    let server = TestEnv::new();
+    let (db, runner, operator) = initialised(&server);
+    let alice = token(&server, "alice", "operator");
+    let ci = token(&server, "ci-7", "runner");
+    // Without a runner login the runner API says what it needs.
+    let served = Served::start_with(&server, &[("HEADLESS_RUN_DB", &db.url_as(&operator))]);
+    let (st, v) = served.json("POST", "/api/v1/runner/expire", &ci, Some("{}"));
+    assert_eq!(st, 503, "{v}");
+    assert!(v["error"].as_str().unwrap().contains("--runner-db"), "{v}");
+    served.stop().expect_code(0);
+    let served = Served::start_args(
+        &server,
+        &[("HEADLESS_RUN_DB", &db.url_as(&operator))],
+        &["--runner-db", &db.url_as(&runner)],
+    );
+    let host = TestEnv::new();
+    std::fs::write(host.work().join("victim"), "x").unwrap();
+    let shim = |host: &TestEnv| {
+        let mut c = host.shim();
+        c.env("HEADLESS_RUN_SERVER", served.url())
+            .env("HEADLESS_RUN_TOKEN", &ci)
+            .args(["--", "rm", "-i", "victim"]);
+        c
+    };
+    shim(&host).run().expect_code(90);
+    let (_, v) = served.json("GET", "/api/v1/approvals?status=pending", &alice, None);
+    let id = v["approvals"][0]["approval_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    // The run's row was written by the runner login, through its functions.
+    assert_eq!(
+        db.value(&format!(
+            "SELECT r.status FROM hr.tool_runs r JOIN hr.approvals a USING (tool_run_id) WHERE a.approval_id = '{id}'"
+        )),
+        "waiting_approval"
+    );
+    let (st, _) = served.json(
+        "POST",
+        &format!("/api/v1/approvals/{id}/approve"),
+        &alice,
+        None,
+    );
+    assert_eq!(st, 200);
+    shim(&host).run().expect_code(0);
+    assert!(!host.work().join("victim").exists());
+    assert_eq!(
+        db.value(&format!(
+            "SELECT decided_by || ' ' || decision_channel || ' ' || (consumed_at IS NOT NULL) FROM hr.approvals WHERE approval_id = '{id}'"
+        )),
+        format!("{} http:alice true", operator.user)
+    );
+    // --runner-db is a postgres URL, and only for that store.
+    server
+        .monitor()
+        .args(["serve", "--runner-db", "http://x"])
+        .env("HEADLESS_RUN_DB", db.url_as(&operator))
+        .run()
+        .expect_code(2);
+}

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 /// A running `monitor serve` on a free loopback port.
 pub(crate) struct Served {
-    port: u16,
+    pub(crate) port: u16,
     proc: Option<Running>,
 }
 
@@ -23,7 +23,7 @@ impl Served {
         Served::start_args(env, vars, &[])
     }
 
-    fn start_args(env: &TestEnv, vars: &[(&str, &str)], args: &[&str]) -> Served {
+    pub(crate) fn start_args(env: &TestEnv, vars: &[(&str, &str)], args: &[&str]) -> Served {
         let port = hr_shared::testing::pg::free_port();
         let mut cmd = env.monitor();
         for (k, v) in vars {
@@ -50,7 +50,7 @@ impl Served {
     }
 
     /// One request (HTTP/1.1, connection closed after it): status and body.
-    fn call(
+    pub(crate) fn call(
         &self,
         method: &str,
         path: &str,
@@ -98,8 +98,13 @@ impl Served {
         (status, v)
     }
 
+    /// `http://127.0.0.1:PORT`.
+    pub(crate) fn url(&self) -> String {
+        format!("http://127.0.0.1:{}", self.port)
+    }
+
     /// SIGTERM, and the server's exit.
-    fn stop(mut self) -> Outcome {
+    pub(crate) fn stop(mut self) -> Outcome {
         let p = self.proc.take().unwrap();
         p.signal(libc::SIGTERM);
         p.wait()
@@ -490,6 +495,27 @@ fn schemathesis_finds_no_server_error_and_no_answer_outside_the_document() {
             // A stream that stays open: `events_stream_status_and_approval_changes…`.
             "--exclude-path",
             "/api/v1/events",
+        ])
+        .env("NO_COLOR", "1")
+        .timeout(Duration::from_secs(300))
+        .run();
+    assert_eq!(out.code(), 0, "{}", out.context());
+    assert!(out.out().contains("passed"), "{}", out.out());
+    // The runner API with a runner token: the surface a supervised machine reaches.
+    let runner = token(&env, "fuzz-runner", "runner");
+    let out = env
+        .command(&st)
+        .args(["run", &format!("http://127.0.0.1:{}/api/v1/openapi.json", served.port)])
+        .args(["-H", &format!("Authorization: Bearer {runner}")])
+        .args([
+            "-c",
+            "not_a_server_error,response_schema_conformance,status_code_conformance,content_type_conformance",
+            "-n",
+            "50",
+            "--seed",
+            "1",
+            "--include-path-regex",
+            "^/api/v1/(runner/|mark)",
         ])
         .env("NO_COLOR", "1")
         .timeout(Duration::from_secs(300))

@@ -17,6 +17,10 @@ process's uid), its pending approvals are rejected, and its headless-run is sign
 on an approval (exit 90) has no live process: it is only marked. A run that has already
 ended exits 3; an unknown id exits 4.
 
+With --server, the server cancels it as the token's name and signals the headless-run
+when it runs on the server's host; one on another host learns of it from the store and
+ends the tool at its next write (within seconds). Nothing is signalled on this host.
+
 Examples:
   monitor cancel TR-01m8a --reason 'stuck on a lock'")]
 pub struct Args {
@@ -52,14 +56,29 @@ pub fn run(ctx: &Ctx, args: Args) -> CliResult {
         comment: reason.as_deref(),
     };
     let marked = ctx.logged(store.cancel(id, reason.as_deref(), &who)?);
-    match marked.signal_shim(&LocalHost::new()) {
+    // A server signals the run's headless-run itself, on its host: nothing is signalled here.
+    let remote = ctx.paths.server.is_some();
+    let outcome = if remote {
+        marked
+    } else {
+        marked.signal_shim(&LocalHost::new())
+    };
+    match outcome {
         CancelOutcome::Signalled { run, shim_pid } if args.json => {
             report("signalled", &run, Some(shim_pid))
         }
         CancelOutcome::Marked { run } if args.json => report("marked", &run, None),
         CancelOutcome::Signalled { run, shim_pid } => {
             crate::outln!(
-                "{id} {}; headless-run (pid {shim_pid}) told to end the tool",
+                "{id} {}; {}headless-run (pid {shim_pid}) told to end the tool",
+                sanitize_line(run.reason.as_deref().unwrap_or("cancelled")),
+                if remote { "the server's " } else { "" }
+            );
+            Ok(())
+        }
+        CancelOutcome::Marked { run } if remote => {
+            crate::outln!(
+                "{id} {}; no headless-run on the server's host to signal (parked on an approval, gone, or on another host, where it ends the tool at its next write to the store)",
                 sanitize_line(run.reason.as_deref().unwrap_or("cancelled"))
             );
             Ok(())

@@ -19,9 +19,11 @@ The first decision wins: deciding an approval someone else already decided exits
 says who decided it and when; repeating the same decision is a no-op (exit 0). A value
 that is not valid exits 2 and lists the valid ones; an unknown id exits 4.
 
-decided_by is the OS user running this command (from its uid, not $USER). Deciding is
-refused inside a tool supervised by headless-run (HEADLESS_RUN_TOOL_RUN_ID set, or a
-headless-run ancestor process): a tool cannot approve its own prompts.
+decided_by is the OS user running this command (from its uid, not $USER); with --server,
+the server records the token's name, channel http (a viewer or runner token may not
+decide). Deciding is refused inside a tool supervised by headless-run
+(HEADLESS_RUN_TOOL_RUN_ID set, or a headless-run ancestor process): a tool cannot approve
+its own prompts.
 
 --remember stores an approval as a policy: later prompts with the same prompt fingerprint
 of the same command line in the same directory are answered the same way (each still gets
@@ -69,6 +71,12 @@ pub fn run(ctx: &Ctx, args: Args) -> CliResult {
     {
         return Err(CliError::usage(
             "--comment must not hold control characters",
+        ));
+    }
+    if args.remember && ctx.paths.server.is_some() {
+        // Checked before deciding: the decision must not go through without it.
+        return Err(CliError::usage(
+            "--remember is not available with --server (remembered decisions are kept in the server's store, not served); decide without --remember, or remember it on the server's host",
         ));
     }
     let mut store = ctx.open()?;

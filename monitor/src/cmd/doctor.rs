@@ -25,6 +25,8 @@ Checks, one line each (ok / FAIL / info):
   * /proc/PID/syscall of a child process is readable (prompt detection needs it; without
     it the shim falls back to slower heuristics);
   * the audit chain (the events table) is intact: no row edited or deleted.
+With --server (or HEADLESS_RUN_SERVER), the database checks are replaced by one: the
+server answers and takes the token.
 Exit 1 when any check fails.
 
 Examples:
@@ -219,6 +221,19 @@ fn walk(dir: &Path, f: &mut dyn FnMut(&Path, &fs::Metadata)) {
 }
 
 fn check_database(ctx: &Ctx, r: &mut Report) {
+    if let Some(server) = &ctx.paths.server {
+        // The server's database and audit chain are its host's to check.
+        let mut store = store::inspector(&ctx.paths);
+        match store.connect() {
+            Ok(()) => r.ok(format!(
+                "server {} answers and takes the token",
+                sanitize_line(server)
+            )),
+            Err(e) => r.fail(format!("cannot use the server: {e}")),
+        }
+        r.info("the server's database and audit chain are checked by `monitor doctor` on its host");
+        return;
+    }
     let path = &ctx.paths.db;
     let remote = ctx.paths.store_url.is_some();
     let name = ctx.paths.store_label();

@@ -36,7 +36,11 @@ pub fn run(ctx: &Ctx, args: Args) -> CliResult {
     let Some(run) = store.run(id)? else {
         return Err(CliError::not_found(format!("no run {id}")));
     };
-    let tail = output_tail(&ctx.paths.run_log(id), args.tail);
+    // A server serves the tail of its host's log; locally, the log file is here.
+    let tail = match store.output_tail(id, args.tail)? {
+        Some(tail) => tail,
+        None => output_tail(&ctx.paths.run_log(id), args.tail),
+    };
     let events = store.audit_of_run(id)?;
     let mut approvals = store.approvals(&ApprovalFilter {
         tool_run_id: Some(id.to_owned()),

@@ -14,6 +14,9 @@ use std::time::{Duration, Instant};
 
 /// How often the store is looked at (its cheap change mark unless it changed).
 const POLL: Duration = Duration::from_millis(50);
+/// The same on a server (`--server`), where each look is a request; its doorbell (a long
+/// poll of the mark) says sooner.
+const SERVER_POLL: Duration = Duration::from_millis(500);
 /// How often a live run's headless-run is checked for having vanished.
 const LIVENESS: Duration = Duration::from_secs(1);
 
@@ -102,7 +105,12 @@ pub fn run(ctx: &Ctx, args: Args) -> CliResult {
                 hr_shared::time::short_duration(args.timeout.unwrap_or_default())
             )));
         }
-        stop::sleep_or_ring(POLL, 0, bell.as_ref());
+        let poll = if ctx.paths.server.is_some() {
+            SERVER_POLL
+        } else {
+            POLL
+        };
+        stop::sleep_or_ring(poll, 0, bell.as_ref());
     }
 }
 

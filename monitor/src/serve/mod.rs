@@ -6,6 +6,7 @@
 //! may do; decisions are recorded as decided by the token's name, channel `http`, with every
 //! rule of the CLI (first writer wins, screen binding, expiry).
 
+mod runner;
 pub mod tokens;
 
 use crate::cli::Ctx;
@@ -41,7 +42,7 @@ bad token (repeated failures from one address: 429), 403 the role may not, 404 u
 ones listed). Request bodies are limited to 64 KB; no CORS headers are sent.
 
 Endpoints:
-  GET  /api/v1/approvals?status=&tool=&execution=&since=&limit=
+  GET  /api/v1/approvals?status=&tool=&run=&execution=&since=&limit=
   GET  /api/v1/approvals/{id}
   POST /api/v1/approvals/{id}/approve     {\"comment\": …}
   POST /api/v1/approvals/{id}/reject      {\"comment\": …}
@@ -49,7 +50,11 @@ Endpoints:
   POST /api/v1/executions/{id}/approve    the execution's one pending approval
   POST /api/v1/executions/{id}/reject
   GET  /api/v1/runs?status=&tool=&execution=&since=&limit=
-  GET  /api/v1/runs/{id}                  with its output tail
+  GET  /api/v1/runs/{id}?tail=N           with its output tail (N lines, default 40)
+  GET  /api/v1/runs/{id}/audit            its audit rows
+  GET  /api/v1/approvals/{id}/audit       its audit rows
+  GET  /api/v1/ids?prefix=&limit=         ids of runs or approvals starting so (short ids)
+  GET  /api/v1/counts?since=&soon=        runs by status, pending approvals (the dashboard)
   POST /api/v1/runs/{id}/cancel           {\"reason\": …}
   GET  /api/v1/events                     server-sent events: status and approval changes,
                                           resumable with Last-Event-ID (or ?after=ID)
@@ -73,6 +78,11 @@ pub struct Args {
     /// The certificate's private key (PEM)
     #[arg(long, value_name = "PEM", requires = "tls_cert")]
     tls_key: Option<std::path::PathBuf>,
+    /// On the PostgreSQL store: the runner login the runner API writes with
+    /// (postgres://…; `monitor db grant USER runner`). Without it the runner API answers 503
+    /// there; the embedded store needs none.
+    #[arg(long, value_name = "URL", env = "HEADLESS_RUN_RUNNER_DB")]
+    runner_db: Option<String>,
 }
 
 /// The OpenAPI 3.1 document of this API (checked in as `docs/openapi.json`), served at
@@ -99,7 +109,20 @@ const ROUTES: &[(&str, &str)] = &[
     ("get", "/api/v1/runs"),
     ("get", "/api/v1/runs/{id}"),
     ("post", "/api/v1/runs/{id}/cancel"),
+    ("get", "/api/v1/runs/{id}/audit"),
+    ("get", "/api/v1/approvals/{id}/audit"),
+    ("get", "/api/v1/ids"),
+    ("get", "/api/v1/counts"),
     ("get", "/api/v1/events"),
+    ("get", "/api/v1/mark"),
+    ("post", "/api/v1/runner/record"),
+    ("get", "/api/v1/runner/live"),
+    ("post", "/api/v1/runner/prompt"),
+    ("post", "/api/v1/runner/cooperative"),
+    ("post", "/api/v1/runner/auto-approval"),
+    ("get", "/api/v1/runner/approvals/{id}"),
+    ("post", "/api/v1/runner/expire"),
+    ("post", "/api/v1/runner/deliver"),
 ];
 
 /// The approvals page and its script and style (no CDN: it works offline).
@@ -149,8 +172,31 @@ pub fn run(ctx: &Ctx, args: Args) -> CliResult {
         .build()
         .map_err(|e| CliError::error(format!("cannot start the server: {e}")))?;
     let tls = args.tls_cert.zip(args.tls_key);
+    // It serves its own store: a server named in the environment is for clients.
+    let mut paths = ctx.paths.clone();
+    paths.server = None;
+    let runner_paths = match (&paths.store_url, args.runner_db) {
+        (_, Some(url)) if !hr_shared::store::postgres::is_url(&url) => {
+            return Err(CliError::usage(format!(
+                "--runner-db must be a postgres:// URL, not {}",
+                hr_shared::store::postgres::without_password(&url)
+            )));
+        }
+        (None, Some(_)) => {
+            return Err(CliError::usage(
+                "--runner-db is for the PostgreSQL store (HEADLESS_RUN_DB=postgres://…)",
+            ));
+        }
+        (None, None) => Some(paths.clone()),
+        (Some(_), Some(url)) => Some(StatePaths {
+            store_url: Some(url),
+            ..paths.clone()
+        }),
+        (Some(_), None) => None,
+    };
     runtime.block_on(serve(
-        ctx.paths.clone(),
+        paths,
+        runner_paths,
         args.listen,
         args.auth_failures,
         tls,
@@ -159,6 +205,7 @@ pub fn run(ctx: &Ctx, args: Args) -> CliResult {
 
 async fn serve(
     paths: StatePaths,
+    runner_paths: Option<StatePaths>,
     listen: SocketAddr,
     fail_limit: u32,
     tls: Option<(std::path::PathBuf, std::path::PathBuf)>,
@@ -189,8 +236,23 @@ async fn serve(
         if tls.is_some() { "https" } else { "http" },
         paths.store_label()
     );
+    let runner_api = runner_paths.is_some();
     let server = Arc::new(Server {
-        store: StoreThread::start(paths.clone()),
+        store: {
+            let paths = paths.clone();
+            Sessions::start("store", STORE_THREADS, move || store::operator(&paths))
+        },
+        marks: {
+            let paths = paths.clone();
+            Sessions::start("mark", 1, move || store::operator(&paths))
+        },
+        runner_api: runner_paths.is_some(),
+        runners: {
+            let paths = runner_paths.unwrap_or_else(|| paths.clone());
+            let n = if runner_api { RUNNER_THREADS } else { 0 };
+            Sessions::start("runner", n, move || store::runner(&paths))
+        },
+        bell: bell(&paths),
         paths,
         failures: Mutex::new(HashMap::new()),
         fail_limit,
@@ -268,7 +330,20 @@ fn router(server: Arc<Server>) -> Router {
         .route("/api/v1/runs", get(list_runs))
         .route("/api/v1/runs/{id}", get(one_run))
         .route("/api/v1/runs/{id}/cancel", post(cancel_run))
+        .route("/api/v1/runs/{id}/audit", get(run_audit))
+        .route("/api/v1/approvals/{id}/audit", get(approval_audit))
+        .route("/api/v1/ids", get(ids))
+        .route("/api/v1/counts", get(counts))
         .route("/api/v1/events", get(events))
+        .route("/api/v1/mark", get(mark))
+        .route("/api/v1/runner/record", post(runner::record))
+        .route("/api/v1/runner/live", get(runner::live))
+        .route("/api/v1/runner/prompt", post(runner::prompt))
+        .route("/api/v1/runner/cooperative", post(runner::cooperative))
+        .route("/api/v1/runner/auto-approval", post(runner::auto_approval))
+        .route("/api/v1/runner/approvals/{id}", get(runner::approval))
+        .route("/api/v1/runner/expire", post(runner::expire))
+        .route("/api/v1/runner/deliver", post(runner::deliver))
         .fallback(|| async { ApiError::new(StatusCode::NOT_FOUND, "no such endpoint") })
         .layer(axum::extract::DefaultBodyLimit::max(BODY_LIMIT))
         .layer(axum::middleware::from_fn(log_request))
@@ -299,7 +374,18 @@ async fn log_request(req: Request, next: Next) -> Response {
 
 struct Server {
     paths: StatePaths,
-    store: StoreThread,
+    store: Sessions<dyn OperatorStore>,
+    /// One session that only reads the change mark: a mark is comparable only with marks
+    /// of the same session (SQLite's data version is per connection, and does not move for
+    /// the connection's own writes).
+    marks: Sessions<dyn OperatorStore>,
+    /// Whether the runner API is served (on the PostgreSQL store: with `--runner-db`).
+    runner_api: bool,
+    /// The runner API's sessions (`runner.rs`).
+    runners: Sessions<dyn store::RunnerStore>,
+    /// Moves whenever the store may have changed (its doorbell), for long polls and event
+    /// streams; without a doorbell they look on their own every [`EVENTS_LOOK`].
+    bell: tokio::sync::watch::Receiver<u64>,
     failures: Mutex<HashMap<IpAddr, (Instant, u32)>>,
     fail_limit: u32,
     store_errors: AtomicU64,
@@ -398,7 +484,7 @@ impl Server {
     /// Runs `f` on the store's thread; a store error is a 503.
     async fn with_store<T: Send + 'static>(
         &self,
-        f: impl FnOnce(&mut dyn OperatorStore) -> Result<T, ApiError> + Send + 'static,
+        f: impl FnOnce(&mut (dyn OperatorStore + 'static)) -> Result<T, ApiError> + Send + 'static,
     ) -> Result<T, ApiError> {
         let out = self.store.call(f).await;
         if out
@@ -483,51 +569,60 @@ fn ok(caller: &Caller, status: StatusCode, body: Value) -> Response {
     resp
 }
 
-/// The store, on a few threads of their own, each with its own session (reads on
-/// SQLite's WAL, and on a server, go side by side; writes are each one transaction).
-struct StoreThread {
-    jobs: Mutex<mpsc::Sender<Job>>,
+/// Sessions of a store (`S`: the operator's or the runner's trait), on a few threads of
+/// their own, each with its own session (reads on SQLite's WAL, and on a server, go side by
+/// side; writes are each one transaction). Handlers hand them closures and await the answer.
+struct Sessions<S: ?Sized> {
+    jobs: Mutex<mpsc::Sender<Job<S>>>,
 }
 
-type Job = Box<dyn FnOnce(&mut dyn OperatorStore) + Send>;
+type Job<S> = Box<dyn FnOnce(&mut S) + Send>;
 
-/// How many store sessions serve the requests.
+/// How many operator sessions serve the requests.
 const STORE_THREADS: usize = 4;
+/// How many runner sessions serve the runner API.
+const RUNNER_THREADS: usize = 2;
 
-impl StoreThread {
-    fn start(paths: StatePaths) -> StoreThread {
-        let (tx, rx) = mpsc::channel::<Job>();
+impl<S: ?Sized + 'static> Sessions<S> {
+    /// `n` threads named `name-I`, each with the session `open` makes.
+    fn start(
+        name: &str,
+        n: usize,
+        open: impl Fn() -> Box<S> + Send + Sync + 'static,
+    ) -> Sessions<S> {
+        let (tx, rx) = mpsc::channel::<Job<S>>();
         let rx = Arc::new(Mutex::new(rx));
-        for i in 0..STORE_THREADS {
-            let (rx, paths) = (rx.clone(), paths.clone());
+        let open = Arc::new(open);
+        for i in 0..n {
+            let (rx, open) = (rx.clone(), open.clone());
             std::thread::Builder::new()
-                .name(format!("store-{i}"))
+                .name(format!("{name}-{i}"))
                 .spawn(move || {
-                    let mut store = store::operator(&paths);
+                    let mut store = open();
                     loop {
                         let job = match rx.lock() {
                             Ok(rx) => rx.recv(),
                             Err(_) => return,
                         };
                         match job {
-                            Ok(job) => job(store.as_mut()),
+                            Ok(job) => job(&mut *store),
                             Err(_) => return,
                         }
                     }
                 })
                 .expect("start a store thread");
         }
-        StoreThread {
+        Sessions {
             jobs: Mutex::new(tx),
         }
     }
 
     async fn call<T: Send + 'static>(
         &self,
-        f: impl FnOnce(&mut dyn OperatorStore) -> Result<T, ApiError> + Send + 'static,
+        f: impl FnOnce(&mut S) -> Result<T, ApiError> + Send + 'static,
     ) -> Result<T, ApiError> {
         let (tx, rx) = tokio::sync::oneshot::channel();
-        let job: Job = Box::new(move |s| {
+        let job: Job<S> = Box::new(move |s| {
             let _ = tx.send(f(s));
         });
         let sent = self
@@ -550,11 +645,12 @@ impl StoreThread {
     }
 }
 
-/// Filters from a query string (`status`, `tool`, `execution`, `since`, `limit`); unknown
-/// keys and bad values are 400.
+/// Filters from a query string (`status`, `tool`, `run` (approvals only), `execution`,
+/// `since`, `limit`); unknown keys and bad values are 400.
 struct Filters {
     statuses: Vec<String>,
     tool: Option<String>,
+    run: Option<String>,
     execution: Option<String>,
     since: Option<String>,
     limit: Option<usize>,
@@ -562,7 +658,7 @@ struct Filters {
 
 fn filters(q: &HashMap<String, String>) -> Result<Filters, ApiError> {
     for k in q.keys() {
-        if !["status", "tool", "execution", "since", "limit"].contains(&k.as_str()) {
+        if !["status", "tool", "run", "execution", "since", "limit"].contains(&k.as_str()) {
             return Err(ApiError::new(
                 StatusCode::BAD_REQUEST,
                 format!(
@@ -595,6 +691,7 @@ fn filters(q: &HashMap<String, String>) -> Result<Filters, ApiError> {
             .map(|s| s.split(',').map(str::to_owned).collect())
             .unwrap_or_default(),
         tool: q.get("tool").cloned(),
+        run: q.get("run").cloned(),
         execution: q.get("execution").cloned(),
         since,
         limit,
@@ -645,7 +742,7 @@ async fn list_approvals(
     let filter = ApprovalFilter {
         statuses,
         tool: f.tool,
-        tool_run_id: None,
+        tool_run_id: f.run,
         execution_id: f.execution,
         since: f.since,
         limit: Some(f.limit.unwrap_or(100)),
@@ -748,23 +845,36 @@ async fn decide_as(
                     ),
                 )
                 .with("valid", json!(e.valid))),
-                DecideOutcome::AlreadySame(a) | DecideOutcome::Conflict(a) => Err(ApiError::new(
-                    StatusCode::CONFLICT,
-                    format!(
-                        "already {} by {} at {}",
-                        a.status,
-                        a.decided_by.as_deref().unwrap_or("?"),
-                        a.decided_at.as_deref().unwrap_or("?")
-                    ),
-                )
-                .with("decided_by", json!(a.decided_by))
-                .with("decided_at", json!(a.decided_at))
-                .with("status", json!(a.status))),
+                DecideOutcome::AlreadySame(a) => Err(already_decided(st, &a, "unchanged")?),
+                DecideOutcome::Conflict(a) => Err(already_decided(st, &a, "conflict")?),
             }
         })
         .await
         .map_err(|e| e.by(c))?;
     Ok(ok(c, status, body))
+}
+
+/// The 409 of a decision already made: who and when, `outcome` (`unchanged`: the same
+/// decision again, which the CLI counts as done; `conflict`: another one), and the approval.
+fn already_decided(
+    st: &mut dyn OperatorStore,
+    a: &Approval,
+    outcome: &str,
+) -> Result<ApiError, ApiError> {
+    Ok(ApiError::new(
+        StatusCode::CONFLICT,
+        format!(
+            "already {} by {} at {}",
+            a.status,
+            a.decided_by.as_deref().unwrap_or("?"),
+            a.decided_at.as_deref().unwrap_or("?")
+        ),
+    )
+    .with("decided_by", json!(a.decided_by))
+    .with("decided_at", json!(a.decided_at))
+    .with("status", json!(a.status))
+    .with("outcome", json!(outcome))
+    .with("approval", approval_json(st, a)?))
 }
 
 async fn decide_approval(
@@ -839,6 +949,9 @@ async fn list_runs(
 ) -> Result<Response, ApiError> {
     let c = s.allowed(peer.ip(), &headers, &[Role::Operator, Role::Viewer])?;
     let f = filters(&q).map_err(|e| e.by(&c))?;
+    if f.run.is_some() {
+        return Err(ApiError::new(StatusCode::BAD_REQUEST, "unknown parameter `run`").by(&c));
+    }
     let statuses = f
         .statuses
         .iter()
@@ -864,8 +977,22 @@ async fn one_run(
     ConnectInfo(peer): ConnectInfo<SocketAddr>,
     headers: HeaderMap,
     Path(id): Path<String>,
+    Query(q): Query<HashMap<String, String>>,
 ) -> Result<Response, ApiError> {
     let c = s.allowed(peer.ip(), &headers, &[Role::Operator, Role::Viewer])?;
+    if q.keys().any(|k| k != "tail") {
+        return Err(ApiError::new(StatusCode::BAD_REQUEST, "the only parameter is `tail`").by(&c));
+    }
+    let lines = match q.get("tail") {
+        Some(t) => t
+            .parse::<usize>()
+            .ok()
+            .filter(|n| *n <= 10_000)
+            .ok_or_else(|| {
+                ApiError::new(StatusCode::BAD_REQUEST, "tail is a number from 0 to 10000").by(&c)
+            })?,
+        None => 40,
+    };
     let log = s.paths.run_log(&id);
     let run = s
         .with_store(move |st| or_missing(st.run(&id)))
@@ -873,7 +1000,10 @@ async fn one_run(
         .map_err(|e| e.by(&c))?
         .ok_or_else(|| ApiError::new(StatusCode::NOT_FOUND, "no such run").by(&c))?;
     let mut v = serde_json::to_value(&run).unwrap_or(Value::Null);
-    v["output_tail"] = json!(crate::cmd::show::output_tail(&log, 40));
+    v["output_tail"] = json!(match lines {
+        0 => String::new(),
+        n => crate::cmd::show::output_tail(&log, n),
+    });
     Ok(ok(&c, StatusCode::OK, v))
 }
 
@@ -905,10 +1035,11 @@ async fn cancel_run(
                 CancelOutcome::AlreadyFinal { run } => Err(ApiError::new(
                     StatusCode::CONFLICT,
                     format!("it has already ended ({})", run.status),
-                )),
-                CancelOutcome::Signalled { run, .. } => Ok((
+                )
+                .with("run", json!(run))),
+                CancelOutcome::Signalled { run, shim_pid } => Ok((
                     StatusCode::OK,
-                    json!({ "outcome": "signalled", "run": run }),
+                    json!({ "outcome": "signalled", "run": run, "shim_pid": shim_pid }),
                 )),
                 CancelOutcome::Marked { run } => {
                     Ok((StatusCode::OK, json!({ "outcome": "marked", "run": run })))
@@ -920,12 +1051,249 @@ async fn cancel_run(
     Ok(ok(&c, status, body))
 }
 
+/// `GET /api/v1/runs/{id}/audit`: the run's audit rows, oldest first (none for an unknown
+/// run).
+async fn run_audit(
+    State(s): State<Arc<Server>>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+) -> Result<Response, ApiError> {
+    let c = s.allowed(peer.ip(), &headers, &[Role::Operator, Role::Viewer])?;
+    let rows = s
+        .with_store(move |st| or_none(st.audit_of_run(&id)))
+        .await
+        .map_err(|e| e.by(&c))?;
+    Ok(ok(&c, StatusCode::OK, json!({ "audit": rows })))
+}
+
+/// `GET /api/v1/approvals/{id}/audit`: the approval's audit rows, oldest first.
+async fn approval_audit(
+    State(s): State<Arc<Server>>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+) -> Result<Response, ApiError> {
+    let c = s.allowed(peer.ip(), &headers, &[Role::Operator, Role::Viewer])?;
+    let rows = s
+        .with_store(move |st| or_none(st.audit_of_approval(&id)))
+        .await
+        .map_err(|e| e.by(&c))?;
+    Ok(ok(&c, StatusCode::OK, json!({ "audit": rows })))
+}
+
+/// A number from `min` to `max` in query parameter `k`, else 400.
+fn query_number(
+    q: &HashMap<String, String>,
+    k: &str,
+    min: u64,
+    max: u64,
+) -> Result<Option<u64>, ApiError> {
+    q.get(k)
+        .map(|v| {
+            v.parse::<u64>()
+                .ok()
+                .filter(|n| (min..=max).contains(n))
+                .ok_or_else(|| {
+                    ApiError::new(
+                        StatusCode::BAD_REQUEST,
+                        format!("`{k}` is a number from {min} to {max}"),
+                    )
+                })
+        })
+        .transpose()
+}
+
+/// 400 for a query parameter not in `known`.
+fn only_params(q: &HashMap<String, String>, known: &[&str]) -> Result<(), ApiError> {
+    match q.keys().find(|k| !known.contains(&k.as_str())) {
+        Some(k) => Err(ApiError::new(
+            StatusCode::BAD_REQUEST,
+            format!(
+                "unknown parameter `{}`",
+                hr_shared::sanitize::sanitize_line(k)
+            ),
+        )),
+        None => Ok(()),
+    }
+}
+
+/// `GET /api/v1/ids?prefix=&limit=`: the ids of runs (`TR-…`) or approvals (`AP-…`) that
+/// start with `prefix` (any case), in id order; an exact id alone. What `monitor --server`
+/// resolves a short id with.
+async fn ids(
+    State(s): State<Arc<Server>>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    headers: HeaderMap,
+    Query(q): Query<HashMap<String, String>>,
+) -> Result<Response, ApiError> {
+    let c = s.allowed(peer.ip(), &headers, &[Role::Operator, Role::Viewer])?;
+    only_params(&q, &["prefix", "limit"]).map_err(|e| e.by(&c))?;
+    let prefix = q
+        .get("prefix")
+        .map(|p| p.trim().to_ascii_uppercase())
+        .filter(|p| {
+            (1..=64).contains(&p.len()) && p.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
+        })
+        .ok_or_else(|| {
+            ApiError::new(
+                StatusCode::BAD_REQUEST,
+                "`prefix` is the start of an id: 1 to 64 letters, digits and dashes",
+            )
+            .by(&c)
+        })?;
+    let limit = query_number(&q, "limit", 1, 100)
+        .map_err(|e| e.by(&c))?
+        .unwrap_or(10) as usize;
+    let found = s
+        .with_store(move |st| or_none(st.ids_starting_with(&prefix, limit)))
+        .await
+        .map_err(|e| e.by(&c))?;
+    Ok(ok(&c, StatusCode::OK, json!({ "ids": found })))
+}
+
+/// `GET /api/v1/counts?since=&soon=`: runs by live status, pending approvals and how many
+/// of them expire within `soon` seconds (default 3600); with `since` (a duration back from
+/// now or an RFC 3339 time) also every run by status and the failures and stalls since
+/// then. The dashboard's alerts line.
+async fn counts(
+    State(s): State<Arc<Server>>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    headers: HeaderMap,
+    Query(q): Query<HashMap<String, String>>,
+) -> Result<Response, ApiError> {
+    let c = s.allowed(peer.ip(), &headers, &[Role::Operator, Role::Viewer])?;
+    only_params(&q, &["since", "soon"]).map_err(|e| e.by(&c))?;
+    let since = q
+        .get("since")
+        .map(|v| crate::parse::since(v))
+        .transpose()
+        .map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, e).by(&c))?;
+    let soon = Duration::from_secs(
+        query_number(&q, "soon", 0, 366 * 24 * 3600)
+            .map_err(|e| e.by(&c))?
+            .unwrap_or(3600),
+    );
+    let counts = s
+        .with_store(move |st| {
+            let counts = match &since {
+                Some(since) => st.counts(since, soon),
+                None => st.live_counts(soon),
+            };
+            match counts {
+                Err(hr_shared::db::StoreError::Missing(_)) => Ok(Default::default()),
+                other => other.map_err(ApiError::store),
+            }
+        })
+        .await
+        .map_err(|e| e.by(&c))?;
+    let body = hr_shared::store::remote::CountsBody::from(counts);
+    Ok(ok(
+        &c,
+        StatusCode::OK,
+        serde_json::to_value(body).unwrap_or(Value::Null),
+    ))
+}
+
 /// The events a stream carries: status and approval changes.
 const STREAMED: &[&str] = &[
     "tool_status_change",
     "approval_needed",
     "approval_status_change",
 ];
+
+/// A watch that moves whenever the store's doorbell rings (a thread of its own waits on
+/// the bell); one that never moves when the store has none.
+fn bell(paths: &StatePaths) -> tokio::sync::watch::Receiver<u64> {
+    let (tx, rx) = tokio::sync::watch::channel(0u64);
+    let _ = paths.ensure_dirs();
+    if let Some(door) = store::doorbell::for_store(paths) {
+        let _ = std::thread::Builder::new()
+            .name("bell".into())
+            .spawn(move || {
+                let mut n = 0u64;
+                loop {
+                    if door.wait(Duration::from_secs(1)) {
+                        n += 1;
+                        if tx.send(n).is_err() {
+                            return;
+                        }
+                    } else if tx.is_closed() {
+                        return;
+                    }
+                }
+            });
+    }
+    rx
+}
+
+impl Server {
+    /// Waits up to `most` for the store's bell (at most [`EVENTS_LOOK`] when it has none).
+    async fn next_ring(&self, bell: &mut tokio::sync::watch::Receiver<u64>, most: Duration) {
+        let _ = tokio::time::timeout(most.min(EVENTS_LOOK), bell.changed()).await;
+    }
+}
+
+/// The longest a long poll of `/api/v1/mark` is held open.
+const MARK_WAIT_MAX: u64 = 60;
+
+/// `GET /api/v1/mark?after=M&wait=S`: the store's change mark; with `after`, held open up to
+/// `wait` seconds until it differs from `M` (a long poll: wait-mode runners and
+/// `--server` clients learn of a decision at once, without polling).
+async fn mark(
+    State(s): State<Arc<Server>>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    headers: HeaderMap,
+    Query(q): Query<HashMap<String, String>>,
+) -> Result<Response, ApiError> {
+    let c = s.allowed(
+        peer.ip(),
+        &headers,
+        &[Role::Operator, Role::Viewer, Role::Runner],
+    )?;
+    let number = |k: &str, max: u64| -> Result<Option<u64>, ApiError> {
+        q.get(k)
+            .map(|v| {
+                v.parse::<u64>().ok().filter(|n| *n <= max).ok_or_else(|| {
+                    ApiError::new(
+                        StatusCode::BAD_REQUEST,
+                        format!("`{k}` is a number from 0 to {max}"),
+                    )
+                    .by(&c)
+                })
+            })
+            .transpose()
+    };
+    if let Some(k) = q.keys().find(|k| *k != "after" && *k != "wait") {
+        return Err(ApiError::new(
+            StatusCode::BAD_REQUEST,
+            format!(
+                "unknown parameter `{}`",
+                hr_shared::sanitize::sanitize_line(k)
+            ),
+        )
+        .by(&c));
+    }
+    let after = number("after", u64::MAX)?;
+    let wait = Duration::from_secs(number("wait", MARK_WAIT_MAX)?.unwrap_or(0));
+    let deadline = Instant::now() + wait;
+    let mut bell = s.bell.clone();
+    loop {
+        let m = s
+            .marks
+            .call(|st| match st.change_mark() {
+                Err(hr_shared::db::StoreError::Missing(_)) => Ok(0),
+                other => other.map_err(ApiError::store),
+            })
+            .await
+            .map_err(|e| e.by(&c))?;
+        let now = Instant::now();
+        if after != Some(m) || now >= deadline || s.stopping.load(Ordering::Relaxed) {
+            return Ok(ok(&c, StatusCode::OK, json!({ "mark": m })));
+        }
+        s.next_ring(&mut bell, deadline - now).await;
+    }
+}
 
 /// How often an event stream looks for news.
 const EVENTS_LOOK: Duration = Duration::from_millis(250);
@@ -1005,7 +1373,10 @@ async fn events(
                             .filter(|r| STREAMED.contains(&r.event.as_str())),
                     );
                 }
-                None => tokio::time::sleep(EVENTS_LOOK).await,
+                None => {
+                    let mut bell = s.bell.clone();
+                    s.next_ring(&mut bell, EVENTS_LOOK).await;
+                }
             }
         }
     });
@@ -1064,6 +1435,7 @@ async fn metrics(
             ch.replace(['"', '\\', '\n'], "_")
         ));
     }
+    out.push_str(&resume_histogram(&decided));
     out.push_str(&format!(
         "# HELP headless_run_store_errors_total Store errors answered since the server started.\n# TYPE headless_run_store_errors_total counter\nheadless_run_store_errors_total {}\n",
         s.store_errors.load(Ordering::Relaxed)
@@ -1078,9 +1450,73 @@ async fn metrics(
     Ok(resp)
 }
 
+/// The upper bounds (seconds) of the decision-to-resume histogram's buckets.
+const RESUME_BUCKETS: [f64; 14] = [
+    0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0, 3600.0,
+];
+
+/// `headless_run_decision_to_resume_seconds`: for every answer a run used (typed by a
+/// waiting shim, or taken by a re-run), the time from its decision to its use, over the
+/// approvals in the store.
+fn resume_histogram(decided: &[Approval]) -> String {
+    let secs: Vec<f64> = decided
+        .iter()
+        .filter_map(|a| {
+            let at = hr_shared::time::parse_rfc3339(a.decided_at.as_deref()?)?;
+            let used = hr_shared::time::parse_rfc3339(a.consumed_at.as_deref()?)?;
+            Some(used.duration_since(at).unwrap_or_default().as_secs_f64())
+        })
+        .collect();
+    let name = "headless_run_decision_to_resume_seconds";
+    let mut out = format!(
+        "# HELP {name} From a decision to its use by the run (keys typed, or the re-run answered).\n# TYPE {name} histogram\n"
+    );
+    for le in RESUME_BUCKETS {
+        let n = secs.iter().filter(|s| **s <= le).count();
+        out.push_str(&format!("{name}_bucket{{le=\"{le}\"}} {n}\n"));
+    }
+    out.push_str(&format!(
+        "{name}_bucket{{le=\"+Inf\"}} {}\n{name}_sum {:.3}\n{name}_count {}\n",
+        secs.len(),
+        secs.iter().sum::<f64>(),
+        secs.len()
+    ));
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_resume_histogram_counts_used_answers_by_bucket() {
+        let mut used =
+            hr_shared::testing::approval("AP-1", hr_shared::approvals::PromptKind::Choice);
+        used.decided_at = Some("2026-01-01T00:00:00.000Z".into());
+        used.consumed_at = Some("2026-01-01T00:00:00.040Z".into());
+        let mut slow = used.clone();
+        slow.consumed_at = Some("2026-01-01T00:00:07.000Z".into());
+        let mut unused = used.clone();
+        unused.consumed_at = None;
+        let text = resume_histogram(&[used, slow, unused]);
+        let line = |le: &str| {
+            text.lines()
+                .find(|l| l.contains(&format!("le=\"{le}\"")))
+                .unwrap()
+                .rsplit(' ')
+                .next()
+                .unwrap()
+                .to_owned()
+        };
+        assert_eq!(line("0.025"), "0");
+        assert_eq!(line("0.05"), "1");
+        assert_eq!(line("5"), "1");
+        assert_eq!(line("10"), "2");
+        assert_eq!(line("+Inf"), "2");
+        assert!(text.contains("_count 2\n"), "{text}");
+        assert!(text.contains("_sum 7.040\n"), "{text}");
+        assert!(text.contains("# TYPE headless_run_decision_to_resume_seconds histogram"));
+    }
 
     /// The checked-in OpenAPI document names exactly the routes served.
     #[test]

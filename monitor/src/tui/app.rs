@@ -182,6 +182,8 @@ pub struct App {
     /// Why the database cannot be read right now.
     pub problem: Option<String>,
     pub state_dir: String,
+    /// The `monitor serve` server read instead of a local store (`--server`), if any.
+    pub server: Option<String>,
     pub focus: Pane,
     pub run_sel: usize,
     pub approval_sel: usize,
@@ -210,6 +212,7 @@ impl App {
             data: None,
             problem: None,
             state_dir,
+            server: None,
             focus: Pane::Runs,
             run_sel: 0,
             approval_sel: 0,

@@ -68,7 +68,10 @@ fn draw_alerts(app: &App, f: &mut Frame, area: Rect) {
     let mut spans: Vec<Span> = Vec::new();
     let sep = || Span::raw("  ");
     if let Some(problem) = &app.problem {
-        spans.push(" DATABASE ".bold().white().on_red());
+        spans.push(match app.server {
+            Some(_) => " SERVER ".bold().white().on_red(),
+            None => " DATABASE ".bold().white().on_red(),
+        });
         spans.push(Span::raw(" "));
         spans.push(Span::styled(clean(problem), Style::new().red()));
         if app.data.is_some() {
@@ -164,6 +167,9 @@ fn draw_alerts(app: &App, f: &mut Frame, area: Rect) {
         ))
         .dim(),
     ];
+    if let Some(server) = &app.server {
+        tail.push(Span::raw(format!(" · {}", clean(server))).dim());
+    }
     if app.read_only.is_some() {
         tail.insert(0, "READ-ONLY".bold().red());
         tail.insert(0, sep());
@@ -181,10 +187,14 @@ fn draw_no_data(app: &App, f: &mut Frame, area: Rect) {
     let mut lines = vec![Line::from("")];
     match &app.problem {
         Some(problem) => {
-            lines.push(Line::from(" Cannot read the database.".bold().red()));
+            let (what, store) = match app.server {
+                Some(_) => (" Cannot read from the server.", " server"),
+                None => (" Cannot read the database.", " state dir"),
+            };
+            lines.push(Line::from(what.bold().red()));
             lines.push(Line::from(format!(" {}", clean(problem))));
             lines.push(Line::from(""));
-            lines.push(Line::from(format!(" state dir: {}", clean(&app.state_dir))).dim());
+            lines.push(Line::from(format!("{store}: {}", clean(&app.state_dir))).dim());
             lines.push(Line::from(" Retrying every second: the dashboard fills in"));
             lines.push(Line::from(" as soon as the database can be read."));
         }

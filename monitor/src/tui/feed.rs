@@ -284,7 +284,11 @@ pub fn load_view(
         runs,
         approvals,
         askers,
-        log: tails.combined_log(&paths.combined_log(), LOG_LINES),
+        // The combined log is a file of the store's host: none from a server.
+        log: match paths.server {
+            Some(_) => Vec::new(),
+            None => tails.combined_log(&paths.combined_log(), LOG_LINES),
+        },
         detail,
     })
 }
@@ -320,8 +324,13 @@ fn load_detail(
     let mut events = store.audit_of_run(id)?;
     let keep = events.len().saturating_sub(12);
     events.drain(..keep);
+    // A server serves its host's log, cleaned; locally the log file is rendered here.
+    let output = match store.output_tail(id, OUTPUT_LINES)? {
+        Some(text) => text.lines().map(str::to_owned).collect(),
+        None => tails.run_output(&paths.run_log(id), OUTPUT_LINES),
+    };
     Ok(Some(RunDetail {
-        output: tails.run_output(&paths.run_log(id), OUTPUT_LINES),
+        output,
         run,
         approvals,
         events,
@@ -405,7 +414,7 @@ struct Feed {
 /// new approval, an expiry) into [`Request::Ring`] for the feed, which then looks at once
 /// rather than at its next poll. It ends when the feed is gone.
 pub fn spawn_bell(paths: &StatePaths, req: Sender<Request>) {
-    if paths.store_url.is_none() {
+    if paths.store_url.is_none() && paths.server.is_none() {
         return;
     }
     let Some(bell) = hr_shared::store::doorbell::for_store(paths) else {
@@ -460,7 +469,7 @@ pub fn spawn(
 impl Feed {
     fn run(&mut self, rx: &Receiver<Request>, stop: &AtomicBool) {
         let mut force = true;
-        let poll = if self.paths.store_url.is_some() {
+        let poll = if self.paths.store_url.is_some() || self.paths.server.is_some() {
             SERVER_POLL
         } else {
             POLL
@@ -514,9 +523,10 @@ impl Feed {
             Ok(v) => Marks {
                 data_version: v,
                 // A server's database is no file to be removed or replaced under us.
-                db_file: match self.paths.store_url {
-                    Some(_) => (1, 1),
-                    None => file_id(&self.paths.db),
+                db_file: if self.paths.store_url.is_some() || self.paths.server.is_some() {
+                    (1, 1)
+                } else {
+                    file_id(&self.paths.db)
                 },
                 log: tail::stamp(&self.paths.combined_log()),
                 run_log: self
@@ -700,6 +710,10 @@ impl Feed {
             .cancel(run_id, Some("from the dashboard"), &who)
             .map_err(|e| e.to_string())?;
         control::log_events(&log, &done.effects.events);
+        // A server signals the run's headless-run on its own host: nothing is signalled here.
+        if self.paths.server.is_some() {
+            return Ok(done.value);
+        }
         Ok(done.value.signal_shim(&host))
     }
 }

@@ -55,12 +55,14 @@ pub fn run(paths: &StatePaths) -> CliResult {
     feed::spawn_bell(paths, req_tx.clone());
     let mut app = App::new(
         SystemTime::now(),
-        match &paths.store_url {
-            Some(_) => paths.store_label(),
-            None => paths.root.display().to_string(),
+        if paths.store_url.is_some() || paths.server.is_some() {
+            paths.store_label()
+        } else {
+            paths.root.display().to_string()
         },
         read_only,
     );
+    app.server = paths.server.as_ref().map(|_| paths.store_label());
     let result = run_loop(&mut terminal, &mut app, &rx, &req_tx);
     drop(guard);
     Ok(result?)

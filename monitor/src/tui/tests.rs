@@ -41,6 +41,7 @@ impl World {
             root: tmp.path().join("state"),
             db: tmp.path().join("state/state.db"),
             store_url: None,
+            server: None,
         };
         paths.ensure_dirs().unwrap();
         let mut store = SqliteStore::create(paths.clone());
@@ -870,6 +871,7 @@ fn the_feed_reports_a_missing_database_and_recovers() {
         root: tmp.path().join("state"),
         db: tmp.path().join("state/state.db"),
         store_url: None,
+        server: None,
     };
     let (tx, rx) = mpsc::channel();
     let (req_tx, req_rx) = mpsc::channel();
@@ -1007,6 +1009,7 @@ fn a_corrupt_database_is_a_message_not_a_crash() {
         root: tmp.path().join("state"),
         db: tmp.path().join("state/state.db"),
         store_url: None,
+        server: None,
     };
     paths.ensure_dirs().unwrap();
     // Garbage where the database should be: no SQLite header, just noise.

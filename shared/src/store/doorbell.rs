@@ -27,16 +27,44 @@ pub struct Doorbell {
 
 /// A doorbell for the store `paths` names.
 pub fn for_store(paths: &crate::paths::StatePaths) -> Option<Doorbell> {
+    if let Some(server) = &paths.server {
+        return super::http::bell(server);
+    }
     match &paths.store_url {
         None => Doorbell::new(&paths.db),
         Some(url) => super::postgres::listen(url),
     }
 }
 
+/// A doorbell rung by a thread of its own (`name`), which runs `feed` with the pipe's write
+/// end and rings it with [`ring`] (a listener of the server's notifications, a long poll).
+pub(crate) fn fed_by(name: &str, feed: impl FnOnce(&OwnedFd) + Send + 'static) -> Option<Doorbell> {
+    let mut fds = [0; 2];
+    // SAFETY: fds has room for the two descriptors pipe2 writes.
+    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_NONBLOCK | libc::O_CLOEXEC) } != 0 {
+        return None;
+    }
+    // SAFETY: both are fresh descriptors nobody else owns.
+    let (read_end, write_end) =
+        unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+    std::thread::Builder::new()
+        .name(name.into())
+        .spawn(move || feed(&write_end))
+        .ok()?;
+    Some(Doorbell::from_pipe(read_end))
+}
+
+/// One byte down a bell's pipe; false once nobody reads it any more.
+pub(crate) fn ring(bell: &OwnedFd) -> bool {
+    // SAFETY: one readable byte from a valid buffer to a descriptor we own.
+    let n = unsafe { libc::write(bell.as_raw_fd(), b"!".as_ptr().cast(), 1) };
+    n == 1 || std::io::Error::last_os_error().raw_os_error() == Some(libc::EAGAIN)
+}
+
 impl Doorbell {
     /// A doorbell rung by bytes written to the other end of the pipe `read_end`
     /// (non-blocking).
-    pub(crate) fn from_pipe(read_end: OwnedFd) -> Doorbell {
+    fn from_pipe(read_end: OwnedFd) -> Doorbell {
         Doorbell {
             fd: read_end,
             names: None,

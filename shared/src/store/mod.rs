@@ -5,12 +5,17 @@
 //! The rules (answering, takeover, expiry, cancel, claim, reconcile) are plain functions in
 //! [`crate::rules`], fed the facts only the caller's host knows ([`HostFacts`]).
 //!
-//! Implementations: [`sqlite::SqliteStore`] (embedded, the default) and [`postgres`]
-//! (`HEADLESS_RUN_DB=postgres://…`: many hosts and users).
+//! Implementations: [`sqlite::SqliteStore`] (embedded, the default), [`postgres`]
+//! (`HEADLESS_RUN_DB=postgres://…`: many hosts and users), and for a shim [`http`]
+//! (`HEADLESS_RUN_SERVER=https://…`: a `monitor serve` server's runner API), for `monitor`
+//! [`remote`] (`monitor --server URL`: its operator API).
 
 mod asking;
 pub mod doorbell;
+pub mod http;
+pub mod pipelines;
 pub mod postgres;
+pub mod remote;
 pub mod sqlite;
 pub mod watch;
 
@@ -43,7 +48,7 @@ impl StoreError {
 
 /// What a transaction did besides its outcome: events for the combined log, the asking
 /// run's new status, and warnings to say once on stderr.
-#[derive(Debug, Default)]
+#[derive(Debug, Default, serde::Serialize, serde::Deserialize)]
 pub struct Effects {
     pub events: Vec<LogEvent>,
     /// The asking run's new status, if it changed.
@@ -53,7 +58,7 @@ pub struct Effects {
 }
 
 /// An outcome with its effects.
-#[derive(Debug)]
+#[derive(Debug, serde::Serialize, serde::Deserialize)]
 pub struct Done<T> {
     pub value: T,
     pub effects: Effects,
@@ -81,7 +86,7 @@ impl<T> Done<T> {
 }
 
 /// The run asking, as its shim knows it.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub struct Asker {
     pub tool_run_id: String,
     pub tool: String,
@@ -109,7 +114,7 @@ pub struct RememberScope {
 }
 
 /// A prompt to resolve.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub struct PromptRequest {
     pub prompt: Prompt,
     pub prompt_fingerprint: String,
@@ -121,7 +126,7 @@ pub struct PromptRequest {
 }
 
 /// What the store said about a prompt.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub enum PromptResolution {
     /// Type this value: a decision (or a policy) answers the prompt.
     Answer {
@@ -139,7 +144,7 @@ pub enum PromptResolution {
 }
 
 /// What became of a cooperative request.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub enum Cooperative {
     /// A new pending approval.
     Pending(Box<Approval>),
@@ -148,7 +153,7 @@ pub enum Cooperative {
 }
 
 /// Which statuses a status change of the shim may replace.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum Replace {
     /// Only a run that has not ended.
     Live,
@@ -157,7 +162,7 @@ pub enum Replace {
 }
 
 /// One change a shim makes to its own run; a batch of them is written in one transaction.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub enum RunWrite {
     /// The run's first row.
     Start(Box<ToolRun>),
@@ -184,7 +189,7 @@ pub enum RunWrite {
 }
 
 /// How a shim's batch went.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Recorded {
     /// The run's row is in the store.
     pub inserted: bool,
@@ -305,6 +310,12 @@ pub trait OperatorStore {
         filter: &RunFilter,
         out: &mut dyn Write,
     ) -> Result<usize, crate::export::ExportError>;
+    /// The last `lines` lines of a run's output, cleaned, when the store serves them (a
+    /// `monitor serve` server); `None`: the run's log file is on this host
+    /// (`StatePaths::run_log`).
+    fn output_tail(&mut self, _tool_run_id: &str, _lines: usize) -> StoreResult<Option<String>> {
+        Ok(None)
+    }
 
     fn approval(&mut self, approval_id: &str) -> StoreResult<Option<Approval>>;
     fn approvals(&mut self, filter: &ApprovalFilter) -> StoreResult<Vec<Approval>>;
@@ -416,6 +427,9 @@ pub fn url_from_env() -> Option<String> {
 /// The store a shim records its run in: the one `HEADLESS_RUN_DB` names, else the embedded
 /// SQLite database of `paths`, created when missing.
 pub fn runner(paths: &StatePaths) -> Box<dyn RunnerStore> {
+    if let Some(server) = &paths.server {
+        return Box::new(http::HttpRunner::new(server, paths));
+    }
     match &paths.store_url {
         None => Box::new(sqlite::SqliteStore::create(paths.clone())),
         Some(url) => Box::new(postgres::PgRunner::new(url, paths)),
@@ -425,6 +439,9 @@ pub fn runner(paths: &StatePaths) -> Box<dyn RunnerStore> {
 /// A second session on the store a shim records in (a wait-mode watcher's), on a database
 /// that must exist by then.
 pub fn runner_watch(paths: &StatePaths) -> Box<dyn RunnerStore> {
+    if let Some(server) = &paths.server {
+        return Box::new(http::HttpRunner::new(server, paths));
+    }
     match &paths.store_url {
         None => Box::new(sqlite::SqliteStore::existing(paths.clone())),
         Some(url) => Box::new(postgres::PgRunner::new(url, paths)),
@@ -433,15 +450,22 @@ pub fn runner_watch(paths: &StatePaths) -> Box<dyn RunnerStore> {
 
 /// A read-only look at the store as it is (no migration), for `monitor doctor`.
 pub fn inspector(paths: &StatePaths) -> Box<dyn OperatorStore> {
+    if let Some(server) = &paths.server {
+        return Box::new(remote::HttpOperator::new(server));
+    }
     match &paths.store_url {
         None => Box::new(sqlite::SqliteStore::inspect(paths.clone())),
         Some(url) => Box::new(postgres::PgOperator::new(url)),
     }
 }
 
-/// The store `monitor` works on: the one `HEADLESS_RUN_DB` names, else the SQLite database
-/// of `paths`, which must exist.
+/// The store `monitor` works on: a `monitor serve` server's operator API when `paths.server`
+/// names one (`monitor --server`, `HEADLESS_RUN_SERVER`), else the one `HEADLESS_RUN_DB`
+/// names, else the SQLite database of `paths`, which must exist.
 pub fn operator(paths: &StatePaths) -> Box<dyn OperatorStore> {
+    if let Some(server) = &paths.server {
+        return Box::new(remote::HttpOperator::new(server));
+    }
     match &paths.store_url {
         None => Box::new(sqlite::SqliteStore::existing(paths.clone())),
         Some(url) => Box::new(postgres::PgOperator::new(url)),

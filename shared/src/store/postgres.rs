@@ -508,21 +508,8 @@ impl PgStore {
 /// happened while it was not listening). A lost connection is retried every second; the
 /// waiter's own poll covers the gap. `None` when no pipe or thread can be made.
 pub fn listen(url: &str) -> Option<super::doorbell::Doorbell> {
-    use std::os::fd::{FromRawFd, OwnedFd};
     let config = target(url).ok()?;
-    let mut fds = [0; 2];
-    // SAFETY: fds has room for the two descriptors pipe2 writes.
-    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_NONBLOCK | libc::O_CLOEXEC) } != 0 {
-        return None;
-    }
-    // SAFETY: both are fresh descriptors nobody else owns.
-    let (read_end, write_end) =
-        unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
-    std::thread::Builder::new()
-        .name("pg-listen".into())
-        .spawn(move || listen_loop(&config, &write_end))
-        .ok()?;
-    Some(super::doorbell::Doorbell::from_pipe(read_end))
+    super::doorbell::fed_by("pg-listen", move |bell| listen_loop(&config, bell))
 }
 
 fn listen_loop(config: &Target, bell: &std::os::fd::OwnedFd) {
@@ -531,30 +518,22 @@ fn listen_loop(config: &Target, bell: &std::os::fd::OwnedFd) {
         if let Ok(mut client) = connect(config)
             && client.batch_execute("LISTEN headless_run").is_ok()
         {
-            if !ring(bell) {
+            if !super::doorbell::ring(bell) {
                 return;
             }
             let mut notes = client.notifications();
             let mut iter = notes.blocking_iter();
             while let Ok(Some(_)) = iter.next() {
-                if !ring(bell) {
+                if !super::doorbell::ring(bell) {
                     return;
                 }
             }
         }
-        if !ring(bell) {
+        if !super::doorbell::ring(bell) {
             return;
         }
         std::thread::sleep(Duration::from_secs(1));
     }
-}
-
-/// One byte down the pipe; false once nobody reads it any more.
-fn ring(bell: &std::os::fd::OwnedFd) -> bool {
-    use std::os::fd::AsRawFd;
-    // SAFETY: one readable byte from a valid buffer to a descriptor we own.
-    let n = unsafe { libc::write(bell.as_raw_fd(), b"!".as_ptr().cast(), 1) };
-    n == 1 || std::io::Error::last_os_error().raw_os_error() == Some(libc::EAGAIN)
 }
 
 // ------------------------------------------------------------------------------------------

@@ -122,7 +122,10 @@ impl SqliteStore {
 
     /// Runs `f` on the connection; an error other than a lock drops it, so the next call
     /// opens the database again.
-    fn with<T>(&mut self, f: impl FnOnce(&mut Connection) -> StoreResult<T>) -> StoreResult<T> {
+    pub(super) fn with<T>(
+        &mut self,
+        f: impl FnOnce(&mut Connection) -> StoreResult<T>,
+    ) -> StoreResult<T> {
         let out = f(self.conn()?);
         if let Err(e) = &out
             && !matches!(e, StoreError::Locked)
@@ -133,7 +136,7 @@ impl SqliteStore {
     }
 
     /// Runs `f` in one write transaction.
-    fn write<T>(
+    pub(super) fn write<T>(
         &mut self,
         f: impl FnOnce(&rusqlite::Transaction<'_>) -> StoreResult<T>,
     ) -> StoreResult<T> {

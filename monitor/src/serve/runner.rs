@@ -1,0 +1,356 @@
+//! The runner API (`/api/v1/runner/…`): a shim whose store is this server
+//! (`hr_shared::store::http::HttpRunner`). Each call runs the same [`RunnerStore`] method on
+//! one of the server's own runner sessions, after checking what a runner token may do:
+//!
+//! - write only the runs it started: a run's first write names its token, kept in
+//!   `STATE/runner-runs/RUN_ID` (0600 under 0700); another token's run, or a run a local
+//!   shim started, is 403;
+//! - ask, use up and read only approvals of its own runs;
+//! - never have an approval answered by its expiry: `on_expire` is always a rejection
+//!   (the runner says when an approval expires, so a default could be planted by a tool);
+//! - never decide: the decision endpoints refuse a runner token (403), and these endpoints
+//!   refuse every other role;
+//! - be recorded as itself: the audit chain's actor is `runner:TOKEN_NAME`, whatever the
+//!   client says.
+//!
+//! Facts about processes come from the asking host ([`ReportedHost`]), for the runs of its
+//! own token it was shown; a process it said nothing about counts as running.
+
+use super::tokens::Role;
+use super::{ApiError, Caller, Server, ok};
+use axum::body::Bytes;
+use axum::extract::{ConnectInfo, Path, Query, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::Response;
+use hr_shared::config::OnExpire;
+use hr_shared::runs::{StatusChange, ToolRun};
+use hr_shared::store::http::{
+    AutoApprovalCall, CooperativeCall, DeliverCall, LiveRun, PromptCall, RecordCall, ReportedHost,
+};
+use hr_shared::store::{Replace, RunWrite, RunnerStore};
+use serde::de::DeserializeOwned;
+use serde_json::{Value, json};
+use std::collections::HashMap;
+use std::io::Write;
+use std::net::SocketAddr;
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+/// The caller, when it holds a runner token (else 401/403).
+fn runner(s: &Server, peer: SocketAddr, headers: &HeaderMap) -> Result<Caller, ApiError> {
+    let c = s.allowed(peer.ip(), headers, &[Role::Runner])?;
+    if !s.runner_api {
+        return Err(ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "the runner API on the PostgreSQL store needs a runner login: monitor serve --runner-db URL",
+        )
+        .by(&c));
+    }
+    Ok(c)
+}
+
+/// Who the audit chain says wrote: the authenticated token, never a name the client gives.
+fn actor(c: &Caller) -> String {
+    format!("runner:{}", c.name)
+}
+
+/// A JSON body of the call's shape (400 naming what is wrong).
+fn body<T: DeserializeOwned>(c: &Caller, bytes: &Bytes) -> Result<T, ApiError> {
+    serde_json::from_slice(bytes)
+        .map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, format!("not a valid call: {e}")).by(c))
+}
+
+/// Whether `id` can name a file (the ids the shim makes, and nothing with a path in it).
+fn safe_id(id: &str) -> bool {
+    (1..=64).contains(&id.len())
+        && id
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+}
+
+/// `STATE/runner-runs`.
+fn owners_dir(s: &Server) -> PathBuf {
+    s.paths.root.join("runner-runs")
+}
+
+/// The token that started run `id` through this API, if any.
+fn owner(s: &Server, id: &str) -> Option<String> {
+    if !safe_id(id) {
+        return None;
+    }
+    std::fs::read_to_string(owners_dir(s).join(id)).ok()
+}
+
+/// Refuses a run that is not `c`'s.
+fn own(s: &Server, c: &Caller, id: &str) -> Result<(), ApiError> {
+    match owner(s, id) {
+        Some(o) if o == c.name => Ok(()),
+        _ => Err(ApiError::new(
+            StatusCode::FORBIDDEN,
+            "this run was not started with this token",
+        )
+        .by(c)),
+    }
+}
+
+/// Makes `c` the owner of run `id`, which must not be in the store yet unless it is `c`'s
+/// already (a spooled row's delivery, a retried first write).
+async fn claim(s: &Arc<Server>, c: &Caller, id: &str) -> Result<(), ApiError> {
+    if !safe_id(id) {
+        return Err(ApiError::new(StatusCode::BAD_REQUEST, "not a run id").by(c));
+    }
+    match owner(s, id) {
+        Some(o) if o == c.name => return Ok(()),
+        Some(_) => return Err(own(s, c, id).unwrap_err()),
+        None => {}
+    }
+    let look = id.to_owned();
+    let exists = s
+        .with_store(move |st| super::or_missing(st.run(&look)).map(|r| r.is_some()))
+        .await
+        .map_err(|e| e.by(c))?;
+    if exists {
+        return Err(own(s, c, id).unwrap_err());
+    }
+    let dir = owners_dir(s);
+    hr_shared::paths::create_private_dir(&dir)
+        .and_then(|()| {
+            std::fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .mode(0o600)
+                .open(dir.join(id))
+        })
+        .and_then(|mut f| f.write_all(c.name.as_bytes()))
+        .or_else(|e| match e.kind() {
+            // Two first writes at once: whoever made the file owns the run.
+            std::io::ErrorKind::AlreadyExists => Ok(()),
+            _ => Err(e),
+        })
+        .map_err(|e| {
+            ApiError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                format!("cannot record the run's owner: {e}"),
+            )
+            .by(c)
+        })?;
+    own(s, c, id)
+}
+
+/// Runs `f` on a runner session; the answer is its outcome as JSON.
+async fn answer<T: serde::Serialize + Send + 'static>(
+    s: &Arc<Server>,
+    c: &Caller,
+    f: impl FnOnce(&mut (dyn RunnerStore + 'static)) -> hr_shared::store::StoreResult<T>
+    + Send
+    + 'static,
+) -> Result<Response, ApiError> {
+    let out = s
+        .runners
+        .call(move |st| f(st).map_err(ApiError::store))
+        .await
+        .map_err(|e| e.by(c))?;
+    Ok(ok(
+        c,
+        StatusCode::OK,
+        serde_json::to_value(out).unwrap_or(Value::Null),
+    ))
+}
+
+pub(super) async fn record(
+    State(s): State<Arc<Server>>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    headers: HeaderMap,
+    bytes: Bytes,
+) -> Result<Response, ApiError> {
+    let c = runner(&s, peer, &headers)?;
+    let mut call: RecordCall = body(&c, &bytes)?;
+    call.actor = actor(&c);
+    if call.writes.iter().any(|w| matches!(w, RunWrite::Start(_))) {
+        claim(&s, &c, &call.run_id).await?;
+    } else {
+        own(&s, &c, &call.run_id)?;
+    }
+    for w in &call.writes {
+        match w {
+            RunWrite::Start(row) if row.tool_run_id != call.run_id => {
+                return Err(
+                    ApiError::new(StatusCode::BAD_REQUEST, "the row is another run's").by(&c),
+                );
+            }
+            // Only a decision one of its own runs holds is the token's to use up.
+            RunWrite::Consume(id) => {
+                let look = id.clone();
+                let holder = s
+                    .with_store(move |st| super::or_missing(st.approval(&look)))
+                    .await
+                    .map_err(|e| e.by(&c))?
+                    .map(|a| a.tool_run_id);
+                if holder.is_none_or(|r| own(&s, &c, &r).is_err()) {
+                    return Err(ApiError::new(
+                        StatusCode::FORBIDDEN,
+                        "that approval is not held by a run of this token",
+                    )
+                    .by(&c));
+                }
+            }
+            _ => {}
+        }
+    }
+    answer(&s, &c, move |st| {
+        st.record(&call.run_id, &call.writes, &call.actor, call.row_may_exist)
+    })
+    .await
+}
+
+/// `GET /api/v1/runner/live?host=H`: this token's runs on host `H` whose shim may still
+/// run, for the host to say which of their processes are gone.
+pub(super) async fn live(
+    State(s): State<Arc<Server>>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    headers: HeaderMap,
+    Query(q): Query<HashMap<String, String>>,
+) -> Result<Response, ApiError> {
+    let c = runner(&s, peer, &headers)?;
+    let host = q
+        .get("host")
+        .cloned()
+        .ok_or_else(|| ApiError::new(StatusCode::BAD_REQUEST, "`host` is needed").by(&c))?;
+    let runs: Vec<ToolRun> = s
+        .with_store(|st| super::or_none(st.supervised_runs(Some(10_000))))
+        .await
+        .map_err(|e| e.by(&c))?;
+    let mine: Vec<LiveRun> = runs
+        .into_iter()
+        .filter(|r| r.host.as_deref() == Some(host.as_str()))
+        .filter(|r| owner(&s, &r.tool_run_id).as_deref() == Some(c.name.as_str()))
+        .map(|r| LiveRun {
+            tool_run_id: r.tool_run_id,
+            shim_pid: r.shim_pid,
+            shim_start_time: r.shim_start_time,
+        })
+        .collect();
+    Ok(ok(&c, StatusCode::OK, json!(mine)))
+}
+
+pub(super) async fn prompt(
+    State(s): State<Arc<Server>>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    headers: HeaderMap,
+    bytes: Bytes,
+) -> Result<Response, ApiError> {
+    let c = runner(&s, peer, &headers)?;
+    let mut call: PromptCall = body(&c, &bytes)?;
+    call.who.actor = actor(&c);
+    own(&s, &c, &call.who.tool_run_id)?;
+    call.req.on_expire = OnExpire::Reject;
+    let host = ReportedHost::new(call.host, call.facts);
+    answer(&s, &c, move |st| {
+        st.resolve_prompt(&call.who, &call.req, &host)
+    })
+    .await
+}
+
+pub(super) async fn cooperative(
+    State(s): State<Arc<Server>>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    headers: HeaderMap,
+    bytes: Bytes,
+) -> Result<Response, ApiError> {
+    let c = runner(&s, peer, &headers)?;
+    let mut call: CooperativeCall = body(&c, &bytes)?;
+    call.who.actor = actor(&c);
+    own(&s, &c, &call.who.tool_run_id)?;
+    answer(&s, &c, move |st| {
+        st.cooperative(&call.who, &call.req, call.ttl, OnExpire::Reject)
+    })
+    .await
+}
+
+pub(super) async fn auto_approval(
+    State(s): State<Arc<Server>>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    headers: HeaderMap,
+    bytes: Bytes,
+) -> Result<Response, ApiError> {
+    let c = runner(&s, peer, &headers)?;
+    let mut call: AutoApprovalCall = body(&c, &bytes)?;
+    call.who.actor = actor(&c);
+    own(&s, &c, &call.who.tool_run_id)?;
+    answer(&s, &c, move |st| {
+        st.check_auto_approval(
+            &call.who,
+            &call.approval_id,
+            &call.value,
+            call.resumed_from.as_deref(),
+        )
+    })
+    .await
+}
+
+/// `GET /api/v1/runner/approvals/{id}`: the approval, when one of this token's runs holds
+/// it (else `null`, as for one that does not exist).
+pub(super) async fn approval(
+    State(s): State<Arc<Server>>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+) -> Result<Response, ApiError> {
+    let c = runner(&s, peer, &headers)?;
+    let found = s
+        .runners
+        .call(move |st| st.approval(&id).map_err(ApiError::store))
+        .await
+        .map_err(|e| e.by(&c))?;
+    let mine = found.filter(|a| owner(&s, &a.tool_run_id).as_deref() == Some(c.name.as_str()));
+    Ok(ok(&c, StatusCode::OK, json!(mine)))
+}
+
+pub(super) async fn expire(
+    State(s): State<Arc<Server>>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    let c = runner(&s, peer, &headers)?;
+    answer(&s, &c, |st| st.expire_due()).await
+}
+
+/// `POST /api/v1/runner/deliver`: a final row a shim of the host could not write before it
+/// exited, from the host's spool: written as that shim would have (the row if it never
+/// landed, then its final status — never over a cancellation).
+pub(super) async fn deliver(
+    State(s): State<Arc<Server>>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    headers: HeaderMap,
+    bytes: Bytes,
+) -> Result<Response, ApiError> {
+    let c = runner(&s, peer, &headers)?;
+    let call: DeliverCall = body(&c, &bytes)?;
+    let run = call.run;
+    if !call.gone {
+        return Err(ApiError::new(
+            StatusCode::CONFLICT,
+            "its shim still runs: it delivers the row itself",
+        )
+        .by(&c));
+    }
+    claim(&s, &c, &run.tool_run_id).await?;
+    let mut writes = vec![RunWrite::Start(Box::new(run.clone()))];
+    if run.status.is_final() {
+        writes.push(RunWrite::Status(
+            StatusChange {
+                status: run.status,
+                reason: run.reason.clone(),
+                exit_code: run.exit_code,
+                finished: true,
+                error: run.last_error_msg.clone(),
+                at: run.completed_at.clone(),
+            },
+            Replace::AnyButCancelled,
+        ));
+    }
+    let by = actor(&c);
+    let id = run.tool_run_id.clone();
+    answer(&s, &c, move |st| st.record(&id, &writes, &by, true)).await
+}

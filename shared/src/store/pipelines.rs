@@ -1,0 +1,260 @@
+//! Where pipelines (`monitor pipeline`) keep their executions: one row each, holding the
+//! checked definition, the variables and the steps as JSON (the engine that reads them is
+//! `monitor`'s), moved only by a compare-and-swap on `version`. A runner that dies leaves
+//! the row as it last wrote it; whoever resumes reads it and swaps the runner's name in.
+//!
+//! The embedded store keeps them in its `pipelines` table; the PostgreSQL store and the
+//! runner API do not keep pipelines yet ([`for_store`] says so).
+
+use super::sqlite::SqliteStore;
+use super::{RunnerStore, StoreResult};
+use crate::db::StoreError;
+use crate::paths::StatePaths;
+use rusqlite::{OptionalExtension, params};
+use serde::{Deserialize, Serialize};
+
+/// One execution of a pipeline.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Execution {
+    pub execution_id: String,
+    pub name: String,
+    /// The file it was loaded from, as given.
+    pub file: Option<String>,
+    /// The checked definition (subgraphs inlined).
+    pub definition: serde_json::Value,
+    pub vars: serde_json::Value,
+    pub steps: serde_json::Value,
+    /// `running`, `waiting_approval`, `completed`, `failed`, `cancelled`.
+    pub status: String,
+    pub reason: Option<String>,
+    /// Who drives it now: `HOST PID START` (none: nobody; resume takes it).
+    pub runner: Option<String>,
+    pub heartbeat_at: Option<String>,
+    pub created_at: String,
+    pub updated_at: String,
+    /// Moves by one with every write.
+    pub version: i64,
+}
+
+impl Execution {
+    /// Whether it has ended (nothing will move it again).
+    pub fn is_final(&self) -> bool {
+        matches!(self.status.as_str(), "completed" | "failed" | "cancelled")
+    }
+}
+
+/// A store that keeps pipelines, and is a runner's store as well (a human step is a run
+/// with an approval, asked as a cooperative tool asks).
+pub trait PipelineStore: RunnerStore {
+    /// Records a new execution; false when its id is taken.
+    fn pipeline_insert(&mut self, ex: &Execution) -> StoreResult<bool>;
+    fn pipeline(&mut self, execution_id: &str) -> StoreResult<Option<Execution>>;
+    /// The newest first, at most `limit`.
+    fn pipelines(&mut self, limit: usize) -> StoreResult<Vec<Execution>>;
+    /// Writes `ex` if the stored row is still at `ex.version` (it becomes `ex.version + 1`);
+    /// false when another writer moved it first.
+    fn pipeline_swap(&mut self, ex: &Execution) -> StoreResult<bool>;
+    /// The runs of an execution (its steps' headless-runs), oldest first.
+    fn execution_runs(&mut self, execution_id: &str) -> StoreResult<Vec<crate::runs::ToolRun>>;
+    /// The approvals a run asked, oldest first.
+    fn approvals_of_run(
+        &mut self,
+        tool_run_id: &str,
+    ) -> StoreResult<Vec<crate::approvals::Approval>>;
+}
+
+/// The pipeline store for `paths`: the embedded one.
+pub fn for_store(paths: &StatePaths) -> StoreResult<Box<dyn PipelineStore>> {
+    if paths.server.is_some() || paths.store_url.is_some() {
+        return Err(StoreError::Unsupported(
+            "pipelines (they need the embedded store for now)",
+        ));
+    }
+    Ok(Box::new(SqliteStore::create(paths.clone())))
+}
+
+const COLUMNS: &str = "execution_id, name, file, definition, vars, steps, status, reason, \
+    runner, heartbeat_at, created_at, updated_at, version";
+
+fn from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<Execution> {
+    let json = |i: usize| -> rusqlite::Result<serde_json::Value> {
+        let text: String = r.get(i)?;
+        serde_json::from_str(&text).map_err(|e| {
+            rusqlite::Error::FromSqlConversionFailure(i, rusqlite::types::Type::Text, Box::new(e))
+        })
+    };
+    Ok(Execution {
+        execution_id: r.get(0)?,
+        name: r.get(1)?,
+        file: r.get(2)?,
+        definition: json(3)?,
+        vars: json(4)?,
+        steps: json(5)?,
+        status: r.get(6)?,
+        reason: r.get(7)?,
+        runner: r.get(8)?,
+        heartbeat_at: r.get(9)?,
+        created_at: r.get(10)?,
+        updated_at: r.get(11)?,
+        version: r.get(12)?,
+    })
+}
+
+impl PipelineStore for SqliteStore {
+    fn pipeline_insert(&mut self, ex: &Execution) -> StoreResult<bool> {
+        self.write(|tx| {
+            let n = tx.execute(
+                &format!(
+                    "INSERT OR IGNORE INTO pipelines ({COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)"
+                ),
+                params![
+                    ex.execution_id,
+                    ex.name,
+                    ex.file,
+                    ex.definition.to_string(),
+                    ex.vars.to_string(),
+                    ex.steps.to_string(),
+                    ex.status,
+                    ex.reason,
+                    ex.runner,
+                    ex.heartbeat_at,
+                    ex.created_at,
+                    ex.updated_at,
+                    ex.version,
+                ],
+            )?;
+            Ok(n == 1)
+        })
+    }
+
+    fn pipeline(&mut self, execution_id: &str) -> StoreResult<Option<Execution>> {
+        self.with(|c| {
+            Ok(c.query_row(
+                &format!("SELECT {COLUMNS} FROM pipelines WHERE execution_id = ?1"),
+                [execution_id],
+                from_row,
+            )
+            .optional()?)
+        })
+    }
+
+    fn pipelines(&mut self, limit: usize) -> StoreResult<Vec<Execution>> {
+        self.with(|c| {
+            let mut stmt = c.prepare(&format!(
+                "SELECT {COLUMNS} FROM pipelines ORDER BY created_at DESC, execution_id DESC LIMIT ?1"
+            ))?;
+            let rows = stmt.query_map([limit as i64], from_row)?;
+            Ok(rows.collect::<rusqlite::Result<Vec<_>>>()?)
+        })
+    }
+
+    fn execution_runs(&mut self, execution_id: &str) -> StoreResult<Vec<crate::runs::ToolRun>> {
+        let mut runs = super::OperatorStore::runs(
+            self,
+            &crate::runs::RunFilter {
+                execution_id: Some(execution_id.to_owned()),
+                ..Default::default()
+            },
+        )?;
+        runs.reverse();
+        Ok(runs)
+    }
+
+    fn approvals_of_run(
+        &mut self,
+        tool_run_id: &str,
+    ) -> StoreResult<Vec<crate::approvals::Approval>> {
+        let mut all = super::OperatorStore::approvals(
+            self,
+            &crate::approvals::ApprovalFilter {
+                tool_run_id: Some(tool_run_id.to_owned()),
+                ..Default::default()
+            },
+        )?;
+        all.reverse();
+        Ok(all)
+    }
+
+    fn pipeline_swap(&mut self, ex: &Execution) -> StoreResult<bool> {
+        self.write(|tx| {
+            let n = tx.execute(
+                "UPDATE pipelines SET steps = ?3, status = ?4, reason = ?5, runner = ?6,
+                     heartbeat_at = ?7, updated_at = ?8, version = version + 1
+                 WHERE execution_id = ?1 AND version = ?2",
+                params![
+                    ex.execution_id,
+                    ex.version,
+                    ex.steps.to_string(),
+                    ex.status,
+                    ex.reason,
+                    ex.runner,
+                    ex.heartbeat_at,
+                    crate::time::now_rfc3339(),
+                ],
+            )?;
+            Ok(n == 1)
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn execution(id: &str) -> Execution {
+        let now = crate::time::now_rfc3339();
+        Execution {
+            execution_id: id.into(),
+            name: "deploy".into(),
+            file: Some("deploy.yaml".into()),
+            definition: serde_json::json!({"nodes": []}),
+            vars: serde_json::json!({}),
+            steps: serde_json::json!([]),
+            status: "running".into(),
+            reason: None,
+            runner: Some("h 1 1".into()),
+            heartbeat_at: Some(now.clone()),
+            created_at: now.clone(),
+            updated_at: now,
+            version: 1,
+        }
+    }
+
+    #[test]
+    fn a_swap_wins_once_per_version() {
+        let dir = tempfile::tempdir().unwrap();
+        let paths = StatePaths::at(dir.path().join("state"));
+        let mut a = for_store(&paths).unwrap();
+        let mut b = for_store(&paths).unwrap();
+        let ex = execution("EX-1");
+        assert!(a.pipeline_insert(&ex).unwrap());
+        assert!(!b.pipeline_insert(&ex).unwrap(), "the id is taken");
+        let seen = b.pipeline("EX-1").unwrap().unwrap();
+        assert_eq!(seen, ex);
+        // Two writers read version 1: one wins, the other must read again.
+        let mut mine = seen.clone();
+        mine.runner = Some("a".into());
+        let mut theirs = seen.clone();
+        theirs.runner = Some("b".into());
+        assert!(a.pipeline_swap(&mine).unwrap());
+        assert!(!b.pipeline_swap(&theirs).unwrap());
+        let now = a.pipeline("EX-1").unwrap().unwrap();
+        assert_eq!((now.runner.as_deref(), now.version), (Some("a"), 2));
+        assert!(a.pipeline_insert(&execution("EX-2")).unwrap());
+        let ids: Vec<String> = a
+            .pipelines(10)
+            .unwrap()
+            .into_iter()
+            .map(|e| e.execution_id)
+            .collect();
+        assert_eq!(ids.len(), 2);
+        assert!(a.pipeline("EX-3").unwrap().is_none());
+    }
+
+    #[test]
+    fn other_stores_say_pipelines_are_not_kept_there() {
+        let mut paths = StatePaths::at("/nonexistent-hr/state");
+        paths.store_url = Some("postgres://u@h/db".into());
+        assert!(matches!(for_store(&paths), Err(StoreError::Unsupported(_))));
+    }
+}

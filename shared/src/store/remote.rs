@@ -1,0 +1,654 @@
+//! The operator API as a store: `monitor --server URL` (or `HEADLESS_RUN_SERVER`) runs its
+//! commands and the dashboard against a `monitor serve` server, with a viewer or operator
+//! token ([`crate::remote`] says where the token comes from).
+//!
+//! Each [`OperatorStore`] call the API can answer is one request under `/api/v1`; the
+//! server applies every rule of the CLI (first writer wins, expiry, screen binding) and
+//! records a decision or a cancel as made by the token's name over `http`, whatever the
+//! [`Decider`] says. What only the server's host can do (reconcile, gc, the worker's
+//! claims, remembered decisions, the audit chain's checks) is
+//! [`StoreError::NotRemote`]. Answers carry no [`Effects`](super::Effects): the server logs
+//! the events on its host.
+
+use super::{Counts, Done, OperatorStore, RememberScope, StoreHealth, StoreResult};
+use crate::approvals::{Approval, ApprovalFilter, DecideOutcome, Decider, InvalidValue};
+use crate::audit::{AuditRow, ChainReport};
+use crate::control::{CancelOutcome, ReconcileReport};
+use crate::db::StoreError;
+use crate::gc::GcReport;
+use crate::policy::RememberedPolicy;
+use crate::remote::{CallError, Client, Remote, encode};
+use crate::resume::ParkedRun;
+use crate::rules::HostFacts;
+use crate::runs::{RunFilter, StatusChange, ToolRun};
+use crate::status::{ApprovalStatus, RunStatus};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use std::io::Write;
+use std::time::Duration;
+
+/// How long one call may take.
+pub const CALL_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long connecting may take.
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+/// The most rows one listing asks for (the API's bound): `--limit 0` is at most this many.
+pub const LIST_LIMIT: usize = 10_000;
+
+/// `GET /api/v1/ids`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct IdsBody {
+    pub ids: Vec<String>,
+}
+
+/// How many runs are in one status.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize)]
+pub struct StatusCount {
+    pub status: RunStatus,
+    pub count: i64,
+}
+
+/// `GET /api/v1/counts`: [`Counts`] as JSON.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct CountsBody {
+    /// Every run by status (only when `since` was given).
+    pub totals: Vec<StatusCount>,
+    /// Runs that have not ended, by status.
+    pub live: Vec<StatusCount>,
+    /// Failed runs since `since`.
+    pub failed_recent: i64,
+    /// Runs ended by the stall timeout since `since`.
+    pub stalled_recent: i64,
+    /// Pending approvals.
+    pub pending: i64,
+    /// Of those, how many expire within `soon`.
+    pub expiring: i64,
+}
+
+fn counted(list: &[(RunStatus, i64)]) -> Vec<StatusCount> {
+    list.iter()
+        .map(|&(status, count)| StatusCount { status, count })
+        .collect()
+}
+
+impl From<Counts> for CountsBody {
+    fn from(c: Counts) -> Self {
+        CountsBody {
+            totals: counted(&c.totals),
+            live: counted(&c.live),
+            failed_recent: c.failed_recent,
+            stalled_recent: c.stalled_recent,
+            pending: c.pending.0,
+            expiring: c.pending.1,
+        }
+    }
+}
+
+impl From<CountsBody> for Counts {
+    fn from(b: CountsBody) -> Self {
+        let pairs = |l: Vec<StatusCount>| l.into_iter().map(|s| (s.status, s.count)).collect();
+        Counts {
+            totals: pairs(b.totals),
+            live: pairs(b.live),
+            failed_recent: b.failed_recent,
+            stalled_recent: b.stalled_recent,
+            pending: (b.pending, b.expiring),
+        }
+    }
+}
+
+/// An audit row as the API serves it.
+#[derive(Debug, Deserialize)]
+struct AuditJson {
+    id: i64,
+    at: String,
+    event: String,
+    tool_run_id: Option<String>,
+    approval_id: Option<String>,
+    actor: String,
+    data: String,
+    prev_hash: String,
+    hash: String,
+}
+
+impl From<AuditJson> for AuditRow {
+    fn from(a: AuditJson) -> Self {
+        AuditRow {
+            id: a.id,
+            at: a.at,
+            event: a.event,
+            tool_run_id: a.tool_run_id,
+            approval_id: a.approval_id,
+            actor: a.actor,
+            data: a.data,
+            prev_hash: a.prev_hash,
+            hash: a.hash,
+        }
+    }
+}
+
+/// `GET /api/v1/runs/{id}/audit`, `GET /api/v1/approvals/{id}/audit`.
+#[derive(Debug, Deserialize)]
+struct AuditBody {
+    audit: Vec<AuditJson>,
+}
+
+#[derive(Debug, Deserialize)]
+struct RunsBody {
+    runs: Vec<ToolRun>,
+}
+
+#[derive(Debug, Deserialize)]
+struct ApprovalsBody {
+    approvals: Vec<Approval>,
+}
+
+/// A run as `GET /api/v1/runs/{id}` serves it: its row and its output tail.
+#[derive(Debug)]
+struct RunBody {
+    run: ToolRun,
+    output_tail: Option<String>,
+}
+
+impl<'de> Deserialize<'de> for RunBody {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let mut v = Value::deserialize(d)?;
+        let output_tail = v
+            .as_object_mut()
+            .and_then(|o| o.remove("output_tail"))
+            .and_then(|t| t.as_str().map(str::to_owned));
+        let run = ToolRun::deserialize(v).map_err(serde::de::Error::custom)?;
+        Ok(RunBody { run, output_tail })
+    }
+}
+
+/// `POST /api/v1/runs/{id}/cancel`.
+#[derive(Debug, Deserialize)]
+struct CancelBody {
+    outcome: String,
+    run: ToolRun,
+    #[serde(default)]
+    shim_pid: Option<i64>,
+}
+
+/// The query string of `pairs` whose value is set (`?a=1&b=2`, or nothing).
+fn query(pairs: &[(&str, Option<String>)]) -> String {
+    let parts: Vec<String> = pairs
+        .iter()
+        .filter_map(|(k, v)| v.as_ref().map(|v| format!("{k}={}", encode(v))))
+        .collect();
+    if parts.is_empty() {
+        String::new()
+    } else {
+        format!("?{}", parts.join("&"))
+    }
+}
+
+/// A listing's `limit`: `None` (all) is the API's bound.
+fn limit(l: Option<usize>) -> Option<String> {
+    Some(l.unwrap_or(LIST_LIMIT).clamp(1, LIST_LIMIT).to_string())
+}
+
+/// `monitor`'s session on a server.
+pub struct HttpOperator {
+    url: String,
+    /// The client, or why there is none (no token, a credentials file others may read, a
+    /// CA that cannot be read): said by every call, first by [`OperatorStore::connect`].
+    client: Result<Client, String>,
+}
+
+impl HttpOperator {
+    /// The server at `url`, with the token and CA from this process's environment or the
+    /// credentials file.
+    pub fn new(url: &str) -> Self {
+        let client = Remote::resolve(url, &crate::paths::real_env)
+            .and_then(|r| Client::new(&r, CALL_TIMEOUT, CONNECT_TIMEOUT));
+        HttpOperator {
+            url: url.trim_end_matches('/').to_owned(),
+            client,
+        }
+    }
+
+    /// The server's base URL.
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
+    fn client(&self) -> StoreResult<&Client> {
+        self.client
+            .as_ref()
+            .map_err(|e| StoreError::Remote(e.clone()))
+    }
+
+    /// A failed call as the command says it: unreachable names the URL; a refusal or a
+    /// failure is the server's own message.
+    fn error(&self, e: CallError) -> StoreError {
+        match e {
+            CallError::Unreachable(why) => {
+                StoreError::Remote(format!("cannot reach the server at {}: {why}", self.url))
+            }
+            e => StoreError::Remote(format!("{}: {}", self.url, e.message())),
+        }
+    }
+
+    fn get<T: serde::de::DeserializeOwned>(&self, path: &str) -> StoreResult<T> {
+        self.client()?.get(path).map_err(|e| self.error(e))
+    }
+
+    /// `GET path`; a 404 is `None`.
+    fn get_opt<T: serde::de::DeserializeOwned>(&self, path: &str) -> StoreResult<Option<T>> {
+        match self.client()?.get(path) {
+            Ok(v) => Ok(Some(v)),
+            Err(CallError::Status { status: 404, .. }) => Ok(None),
+            Err(e) => Err(self.error(e)),
+        }
+    }
+
+    fn run_with_tail(&self, tool_run_id: &str, tail: usize) -> StoreResult<Option<RunBody>> {
+        self.get_opt(&format!(
+            "/api/v1/runs/{}?tail={}",
+            encode(tool_run_id),
+            tail.min(LIST_LIMIT)
+        ))
+    }
+}
+
+/// The server's error message in an error answer's body.
+fn body_error(body: &Value) -> String {
+    body.get("error")
+        .and_then(Value::as_str)
+        .unwrap_or("refused")
+        .to_owned()
+}
+
+impl OperatorStore for HttpOperator {
+    /// Checks that the server answers and takes the token (a runner token is refused here).
+    fn connect(&mut self) -> StoreResult<()> {
+        self.change_mark().map(|_| ())
+    }
+
+    fn change_mark(&mut self) -> StoreResult<u64> {
+        Ok(self.get::<super::http::Mark>("/api/v1/mark")?.mark)
+    }
+
+    fn ids_starting_with(&mut self, prefix: &str, limit: usize) -> StoreResult<Vec<String>> {
+        // No id holds anything else: none, as a local store answers (the API says 400).
+        let id_like = (1..=64).contains(&prefix.len())
+            && prefix
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'-');
+        if !id_like {
+            return Ok(Vec::new());
+        }
+        let q = query(&[
+            ("prefix", Some(prefix.to_owned())),
+            ("limit", Some(limit.clamp(1, 100).to_string())),
+        ]);
+        Ok(self.get::<IdsBody>(&format!("/api/v1/ids{q}"))?.ids)
+    }
+
+    fn run(&mut self, tool_run_id: &str) -> StoreResult<Option<ToolRun>> {
+        Ok(self.run_with_tail(tool_run_id, 0)?.map(|b| b.run))
+    }
+
+    fn runs(&mut self, filter: &RunFilter) -> StoreResult<Vec<ToolRun>> {
+        let statuses: Vec<&str> = filter.statuses.iter().map(|s| s.as_str()).collect();
+        let q = query(&[
+            ("status", (!statuses.is_empty()).then(|| statuses.join(","))),
+            ("tool", filter.tool.clone()),
+            ("execution", filter.execution_id.clone()),
+            ("since", filter.since.clone()),
+            ("limit", limit(filter.limit)),
+        ]);
+        Ok(self.get::<RunsBody>(&format!("/api/v1/runs{q}"))?.runs)
+    }
+
+    /// The live runs with no exit code yet, newest first (as the local stores list them).
+    fn supervised_runs(&mut self, limit: Option<usize>) -> StoreResult<Vec<ToolRun>> {
+        let mut live = self.runs(&RunFilter {
+            statuses: RunStatus::LIVE.to_vec(),
+            ..RunFilter::default()
+        })?;
+        live.retain(|r| r.exit_code.is_none());
+        live.sort_by(|a, b| b.tool_run_id.cmp(&a.tool_run_id));
+        if let Some(n) = limit {
+            live.truncate(n);
+        }
+        Ok(live)
+    }
+
+    fn export_runs_json(
+        &mut self,
+        filter: &RunFilter,
+        out: &mut dyn Write,
+    ) -> Result<usize, crate::export::ExportError> {
+        let runs = self.runs(filter)?;
+        out.write_all(b"[")?;
+        for (i, run) in runs.iter().enumerate() {
+            if i > 0 {
+                out.write_all(b",\n")?;
+            }
+            let json = serde_json::to_string(run).unwrap_or_else(|_| "null".into());
+            out.write_all(crate::export::escape_risky(&json).as_bytes())?;
+        }
+        out.write_all(b"]\n")?;
+        out.flush()?;
+        Ok(runs.len())
+    }
+
+    fn output_tail(&mut self, tool_run_id: &str, lines: usize) -> StoreResult<Option<String>> {
+        Ok(Some(
+            self.run_with_tail(tool_run_id, lines)?
+                .and_then(|b| b.output_tail)
+                .unwrap_or_default(),
+        ))
+    }
+
+    fn approval(&mut self, approval_id: &str) -> StoreResult<Option<Approval>> {
+        self.get_opt(&format!("/api/v1/approvals/{}", encode(approval_id)))
+    }
+
+    fn approvals(&mut self, filter: &ApprovalFilter) -> StoreResult<Vec<Approval>> {
+        // No status is every status here; the API's default is the pending ones.
+        let statuses: Vec<&str> = filter.statuses.iter().map(|s| s.as_str()).collect();
+        let status = if statuses.is_empty() {
+            "all".to_owned()
+        } else {
+            statuses.join(",")
+        };
+        let q = query(&[
+            ("status", Some(status)),
+            ("tool", filter.tool.clone()),
+            ("run", filter.tool_run_id.clone()),
+            ("execution", filter.execution_id.clone()),
+            ("since", filter.since.clone()),
+            ("limit", limit(filter.limit)),
+        ]);
+        Ok(self
+            .get::<ApprovalsBody>(&format!("/api/v1/approvals{q}"))?
+            .approvals)
+    }
+
+    /// Decided by the token's name over `http` (the server's rule, not `who.by`); a 409 is
+    /// the decision already made, a 422 the valid values.
+    fn decide(
+        &mut self,
+        approval_id: &str,
+        value: &str,
+        who: &Decider<'_>,
+    ) -> StoreResult<Done<DecideOutcome>> {
+        let path = format!("/api/v1/approvals/{}/decide", encode(approval_id));
+        let body = serde_json::json!({ "value": value, "comment": who.comment });
+        let answer = self.client()?.post::<Approval>(&path, &body);
+        let outcome = match answer {
+            Ok(a) => DecideOutcome::Decided(Box::new(a)),
+            Err(CallError::Status { status: 404, .. }) => DecideOutcome::NotFound,
+            Err(CallError::Status { status: 422, body }) => {
+                let valid = body
+                    .get("valid")
+                    .and_then(|v| serde_json::from_value::<Vec<String>>(v.clone()).ok())
+                    .unwrap_or_default();
+                DecideOutcome::Invalid(InvalidValue {
+                    value: value.to_owned(),
+                    valid,
+                })
+            }
+            Err(CallError::Status { status: 409, body }) => {
+                let shown = body
+                    .get("approval")
+                    .and_then(|a| serde_json::from_value::<Approval>(a.clone()).ok());
+                let a = match shown {
+                    Some(a) => a,
+                    None => self.approval(approval_id)?.ok_or_else(|| {
+                        StoreError::Remote(format!("{}: {}", self.url, body_error(&body)))
+                    })?,
+                };
+                let unchanged = body.get("outcome").and_then(Value::as_str) == Some("unchanged");
+                if unchanged && a.status != ApprovalStatus::Pending {
+                    DecideOutcome::AlreadySame(Box::new(a))
+                } else {
+                    DecideOutcome::Conflict(Box::new(a))
+                }
+            }
+            Err(e) => return Err(self.error(e)),
+        };
+        Ok(Done::quiet(outcome))
+    }
+
+    /// Cancelled by the token's name; the server signals the run's headless-run when it
+    /// supervises it on the server's host (`Signalled`), else the run is only marked and
+    /// its headless-run learns of it from the store. Nothing is signalled on this host.
+    fn cancel(
+        &mut self,
+        tool_run_id: &str,
+        reason: Option<&str>,
+        _who: &Decider<'_>,
+    ) -> StoreResult<Done<CancelOutcome>> {
+        let path = format!("/api/v1/runs/{}/cancel", encode(tool_run_id));
+        let body = serde_json::json!({ "reason": reason });
+        let outcome = match self.client()?.post::<CancelBody>(&path, &body) {
+            Ok(c) if c.outcome == "signalled" => CancelOutcome::Signalled {
+                shim_pid: c
+                    .shim_pid
+                    .or(c.run.shim_pid)
+                    .and_then(|p| i32::try_from(p).ok())
+                    .unwrap_or(0),
+                run: Box::new(c.run),
+            },
+            Ok(c) => CancelOutcome::Marked {
+                run: Box::new(c.run),
+            },
+            Err(CallError::Status { status: 404, .. }) => CancelOutcome::NotFound,
+            Err(CallError::Status { status: 409, body }) => {
+                let shown = body
+                    .get("run")
+                    .and_then(|r| serde_json::from_value::<ToolRun>(r.clone()).ok());
+                let run = match shown {
+                    Some(r) => r,
+                    None => self.run(tool_run_id)?.ok_or_else(|| {
+                        StoreError::Remote(format!("{}: {}", self.url, body_error(&body)))
+                    })?,
+                };
+                CancelOutcome::AlreadyFinal { run: Box::new(run) }
+            }
+            Err(e) => return Err(self.error(e)),
+        };
+        Ok(Done::quiet(outcome))
+    }
+
+    fn reconcile(
+        &mut self,
+        _actor: &str,
+        _host: &dyn HostFacts,
+    ) -> StoreResult<Done<ReconcileReport>> {
+        Err(StoreError::NotRemote("reconciling"))
+    }
+
+    fn expire_due(&mut self) -> StoreResult<Done<Vec<Approval>>> {
+        Err(StoreError::NotRemote("expiring approvals"))
+    }
+
+    fn decided_parked(&mut self) -> StoreResult<Vec<ParkedRun>> {
+        Err(StoreError::NotRemote("resuming runs"))
+    }
+
+    fn resumes_of(&mut self, _waiting_run: &str) -> StoreResult<Vec<ToolRun>> {
+        Err(StoreError::NotRemote("resuming runs"))
+    }
+
+    fn claim(&mut self, _approval_id: &str, _worker: &str) -> StoreResult<bool> {
+        Err(StoreError::NotRemote("resuming runs"))
+    }
+
+    fn take_over_claim(&mut self, _approval_id: &str, _from: &str, _to: &str) -> StoreResult<bool> {
+        Err(StoreError::NotRemote("resuming runs"))
+    }
+
+    fn set_resumed_run(&mut self, _approval_id: &str, _run: &str) -> StoreResult<()> {
+        Err(StoreError::NotRemote("resuming runs"))
+    }
+
+    fn close_run(
+        &mut self,
+        _tool_run_id: &str,
+        _change: &StatusChange,
+        _actor: &str,
+        _from: &[RunStatus],
+    ) -> StoreResult<Done<Option<RunStatus>>> {
+        Err(StoreError::NotRemote("resuming runs"))
+    }
+
+    fn consume(&mut self, _approval_id: &str, _by_run: &str, _actor: &str) -> StoreResult<bool> {
+        Err(StoreError::NotRemote("resuming runs"))
+    }
+
+    fn gc_preview(&mut self, _cutoff: &str) -> StoreResult<GcReport> {
+        Err(StoreError::NotRemote("gc"))
+    }
+
+    fn gc(&mut self, _cutoff: &str, _actor: &str) -> StoreResult<GcReport> {
+        Err(StoreError::NotRemote("gc"))
+    }
+
+    fn remember(
+        &mut self,
+        _tool: &str,
+        _prompt_fingerprint: &str,
+        _scope: &RememberScope,
+        _value: &str,
+        _approval_id: &str,
+        _by: &str,
+    ) -> StoreResult<RememberedPolicy> {
+        Err(StoreError::NotRemote("remembering a decision (--remember)"))
+    }
+
+    fn remembered(&mut self) -> StoreResult<Vec<RememberedPolicy>> {
+        Err(StoreError::NotRemote("listing remembered decisions"))
+    }
+
+    fn forget(&mut self, _policy_id: &str, _by: &str) -> StoreResult<Option<RememberedPolicy>> {
+        Err(StoreError::NotRemote("withdrawing a remembered decision"))
+    }
+
+    fn audit_of_run(&mut self, tool_run_id: &str) -> StoreResult<Vec<AuditRow>> {
+        let path = format!("/api/v1/runs/{}/audit", encode(tool_run_id));
+        Ok(self
+            .get_opt::<AuditBody>(&path)?
+            .map(|b| b.audit.into_iter().map(AuditRow::from).collect())
+            .unwrap_or_default())
+    }
+
+    fn audit_of_approval(&mut self, approval_id: &str) -> StoreResult<Vec<AuditRow>> {
+        let path = format!("/api/v1/approvals/{}/audit", encode(approval_id));
+        Ok(self
+            .get_opt::<AuditBody>(&path)?
+            .map(|b| b.audit.into_iter().map(AuditRow::from).collect())
+            .unwrap_or_default())
+    }
+
+    fn audit_after(&mut self, _after: i64, _limit: usize) -> StoreResult<Vec<AuditRow>> {
+        Err(StoreError::NotRemote("reading the audit chain"))
+    }
+
+    fn audit_head_id(&mut self) -> StoreResult<i64> {
+        Err(StoreError::NotRemote("reading the audit chain"))
+    }
+
+    fn verify_audit(&mut self) -> StoreResult<ChainReport> {
+        Err(StoreError::NotRemote("verifying the audit chain"))
+    }
+
+    fn audit_hash(&mut self, _id: i64) -> StoreResult<Option<String>> {
+        Err(StoreError::NotRemote("verifying the audit chain"))
+    }
+
+    fn unrecorded_decisions(&mut self) -> StoreResult<Vec<(String, String)>> {
+        Err(StoreError::NotRemote("verifying the audit chain"))
+    }
+
+    fn counts(&mut self, failed_since: &str, soon: Duration) -> StoreResult<Counts> {
+        let q = query(&[
+            ("since", Some(failed_since.to_owned())),
+            ("soon", Some(soon.as_secs().to_string())),
+        ]);
+        Ok(self
+            .get::<CountsBody>(&format!("/api/v1/counts{q}"))?
+            .into())
+    }
+
+    fn live_counts(&mut self, soon: Duration) -> StoreResult<Counts> {
+        let q = query(&[("soon", Some(soon.as_secs().to_string()))]);
+        Ok(self
+            .get::<CountsBody>(&format!("/api/v1/counts{q}"))?
+            .into())
+    }
+
+    fn health(&mut self) -> StoreResult<StoreHealth> {
+        Err(StoreError::NotRemote("checking the database's schema"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn queries_leave_out_what_is_unset_and_encode_the_rest() {
+        assert_eq!(query(&[("a", None)]), "");
+        assert_eq!(
+            query(&[
+                ("status", Some("running,failed".into())),
+                ("tool", None),
+                ("since", Some("2026-01-01T00:00:00+00:00".into())),
+            ]),
+            "?status=running%2Cfailed&since=2026-01-01T00%3A00%3A00%2B00%3A00"
+        );
+        assert_eq!(limit(None).as_deref(), Some("10000"));
+        assert_eq!(limit(Some(0)).as_deref(), Some("1"));
+    }
+
+    #[test]
+    fn counts_go_through_json_unchanged() {
+        let c = Counts {
+            totals: vec![(RunStatus::Completed, 3), (RunStatus::Failed, 1)],
+            live: vec![(RunStatus::Running, 2)],
+            failed_recent: 1,
+            stalled_recent: 0,
+            pending: (4, 1),
+        };
+        let json = serde_json::to_string(&CountsBody::from(c.clone())).unwrap();
+        let back: CountsBody = serde_json::from_str(&json).unwrap();
+        assert_eq!(Counts::from(back), c);
+    }
+
+    #[test]
+    fn without_a_token_every_call_says_why() {
+        // An http URL with no token anywhere.
+        let mut op = HttpOperator {
+            url: "http://127.0.0.1:9".into(),
+            client: Err("no token for http://127.0.0.1:9".into()),
+        };
+        let e = op.connect().unwrap_err();
+        assert!(e.to_string().contains("no token"), "{e}");
+        let e = op.gc("x", "me").unwrap_err();
+        assert!(e.to_string().contains("not available with --server"), "{e}");
+    }
+
+    #[test]
+    fn an_unreachable_server_is_named() {
+        let remote = Remote {
+            url: "http://127.0.0.1:9".into(),
+            token: "t".into(),
+            ca: None,
+        };
+        let mut op = HttpOperator {
+            url: remote.url.clone(),
+            client: Client::new(&remote, Duration::from_secs(2), Duration::from_secs(1)),
+        };
+        let e = op.approvals(&ApprovalFilter::default()).unwrap_err();
+        assert!(
+            e.to_string()
+                .starts_with("cannot reach the server at http://127.0.0.1:9"),
+            "{e}"
+        );
+    }
+}
