@@ -20,6 +20,9 @@ use std::process::{Child, Command, Stdio};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
+/// The runner token's name.
+const TOKEN_NAME: &str = "contract-runner";
+
 /// One token file with one runner token, copied into every case's server (each case has a
 /// server of its own).
 fn tokens() -> &'static (tempfile::TempDir, String) {
@@ -29,7 +32,7 @@ fn tokens() -> &'static (tempfile::TempDir, String) {
         let out = Command::new(headless_run_e2e::bin("monitor"))
             .arg("--state-dir")
             .arg(dir.path())
-            .args(["token", "create", "contract-runner", "--role", "runner"])
+            .args(["token", "create", TOKEN_NAME, "--role", "runner"])
             .env_remove("CI")
             .output()
             .expect("monitor token create");
@@ -134,6 +137,20 @@ impl StoreUnderTest for Http {
     /// A runner says when its approvals expire: a default is never its to plant.
     fn honours_expiry_defaults(&self) -> bool {
         false
+    }
+
+    /// Only a person answers a runner's prompts.
+    fn takes_runner_policies(&self) -> bool {
+        false
+    }
+
+    fn stored_row(&self, mut row: hr_shared::runs::ToolRun) -> hr_shared::runs::ToolRun {
+        hr_shared::store::http::mark_as_runners(TOKEN_NAME, &mut row);
+        row
+    }
+
+    fn stored_fingerprint(&self, fingerprint: &str) -> String {
+        hr_shared::store::http::runner_fingerprint(TOKEN_NAME, fingerprint)
     }
 }
 

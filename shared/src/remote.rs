@@ -27,6 +27,35 @@ pub const ENV_CA: &str = "HEADLESS_RUN_SERVER_CA";
 /// Where the credentials file is, when not in the default place.
 pub const ENV_CREDENTIALS: &str = "HEADLESS_RUN_CREDENTIALS";
 
+/// The token [`take_token`] took out of the environment.
+static TAKEN: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+
+/// Takes `HEADLESS_RUN_TOKEN` out of this process: kept for [`Remote::resolve`], its bytes
+/// in the environment block overwritten (so that `/proc/PID/environ`, readable by the
+/// supervised tool, no longer holds it) and the variable removed; and the process made
+/// non-dumpable, so that a tool of the same user cannot read the token from its memory
+/// either. Call first thing in `main`, before any other thread exists.
+pub fn take_token() {
+    let Some(value) = std::env::var_os(ENV_TOKEN) else {
+        return;
+    };
+    if let Some(t) = value.to_str() {
+        let _ = TAKEN.set(t.to_owned());
+    }
+    // SAFETY: single-threaded (the caller's promise); getenv's string is this process's
+    // environment block, writable, `strlen` bytes long; nothing else holds a reference to
+    // it. remove_var then drops the entry.
+    unsafe {
+        let name = c"HEADLESS_RUN_TOKEN";
+        let p = libc::getenv(name.as_ptr());
+        if !p.is_null() {
+            std::ptr::write_bytes(p, b'*', libc::strlen(p));
+        }
+        std::env::remove_var(ENV_TOKEN);
+        libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0);
+    }
+}
+
 /// A server, and how to show and check it.
 #[derive(Clone, PartialEq, Eq)]
 pub struct Remote {
@@ -73,12 +102,28 @@ struct Credentials {
 /// Reads the credentials file, refusing one that others may read or that is not the
 /// user's own.
 fn read_credentials(file: &std::path::Path) -> Result<Option<Credentials>, String> {
-    use std::os::unix::fs::MetadataExt;
-    let meta = match std::fs::symlink_metadata(file) {
-        Ok(m) => m,
+    use std::io::Read;
+    use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+    // Opened without following a link, and checked on the open file: what is checked is
+    // what is read.
+    let f = match std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+        .open(file)
+    {
+        Ok(f) => f,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) if e.raw_os_error() == Some(libc::ELOOP) => {
+            return Err(format!(
+                "{}: a symbolic link; use the file itself",
+                file.display()
+            ));
+        }
         Err(e) => return Err(format!("{}: {e}", file.display())),
     };
+    let meta = f
+        .metadata()
+        .map_err(|e| format!("{}: {e}", file.display()))?;
     // SAFETY: geteuid cannot fail.
     let uid = unsafe { libc::geteuid() };
     if !meta.is_file() {
@@ -94,7 +139,10 @@ fn read_credentials(file: &std::path::Path) -> Result<Option<Credentials>, Strin
             meta.mode() & 0o777
         ));
     }
-    let text = std::fs::read_to_string(file).map_err(|e| format!("{}: {e}", file.display()))?;
+    let mut text = String::new();
+    f.take(64 * 1024)
+        .read_to_string(&mut text)
+        .map_err(|e| format!("{}: {e}", file.display()))?;
     toml::from_str(&text)
         .map(Some)
         .map_err(|e| format!("{}: {}", file.display(), e.message().trim()))
@@ -122,9 +170,12 @@ impl Remote {
             Some(f) => read_credentials(f)?.unwrap_or_default(),
             None => Credentials::default(),
         };
-        let token = env(ENV_TOKEN)
+        let given = env(ENV_TOKEN)
             .and_then(|v| v.into_string().ok())
-            .filter(|v| !v.trim().is_empty())
+            .or_else(|| TAKEN.get().cloned())
+            .filter(|v| !v.trim().is_empty());
+        let from_env = given.is_some();
+        let token = given
             .or(creds.token)
             .map(|t| t.trim().to_owned())
             .ok_or_else(|| {
@@ -137,7 +188,7 @@ impl Remote {
             })?;
         if creds.server.as_deref().is_some_and(|s| s != url) {
             // A token kept for another server is not sent to this one.
-            if env(ENV_TOKEN).is_none() {
+            if !from_env {
                 return Err(format!(
                     "the credentials file's token is for {}, not {url}",
                     creds.server.unwrap_or_default()
@@ -365,6 +416,12 @@ mod tests {
         assert!(e.contains("is for https://a:1"), "{e}");
         let e = Remote::resolve("ftp://a", &env).unwrap_err();
         assert!(e.contains("http:// or https://"), "{e}");
+        // A link to the file is refused (what is checked must be what is read).
+        let link = dir.path().join("link.toml");
+        std::os::unix::fs::symlink(&file, &link).unwrap();
+        let linked = env_of(&[(ENV_CREDENTIALS, link.to_str().unwrap())]);
+        let e = Remote::resolve("https://a:1", &linked).unwrap_err();
+        assert!(e.contains("symbolic link"), "{e}");
         let none = env_of(&[(ENV_CREDENTIALS, "/nonexistent/c.toml")]);
         let e = Remote::resolve("https://a:1", &none).unwrap_err();
         assert!(e.contains("no token"), "{e}");

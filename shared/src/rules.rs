@@ -136,6 +136,14 @@ pub fn phase(run: &ToolRun) -> RunPhase {
 /// another user. A run is only ever run again as whom it first ran, and where it ran or in
 /// its pool; runs from before hosts and users were recorded have neither, and pass.
 pub fn not_ours(run: &ToolRun, host: &str, uid: u64, pool: Option<&str>) -> Option<String> {
+    // A run recorded through a server's runner API ran on the runner's machine: no worker
+    // here runs its command (whatever host or user it claims).
+    if let Some(token) = run.runner() {
+        return Some(format!(
+            "it was recorded by runner token {}: run it again on that runner",
+            crate::sanitize::sanitize_line(token)
+        ));
+    }
     // A run of this worker's pool is its business on whichever host it ran.
     let in_pool = pool.is_some() && run.pool() == pool;
     if let Some(theirs) = run.host.as_deref().filter(|h| *h != host && !in_pool) {
@@ -329,6 +337,18 @@ mod tests {
             not_ours(&run, "here", 1000, Some("ci")).is_some(),
             "no pool recorded"
         );
+    }
+
+    #[test]
+    fn a_runner_apis_run_is_no_workers_whatever_it_claims() {
+        let mut run = crate::testing::run("TR-R", "make", RunStatus::WaitingApproval);
+        run.host = Some("here".into());
+        run.metadata = Some(serde_json::json!({ "uid": 1000, "pool": "ci", "runner": "ci-7" }));
+        for pool in [None, Some("ci")] {
+            assert!(
+                not_ours(&run, "here", 1000, pool).is_some_and(|w| w.contains("runner token ci-7"))
+            );
+        }
     }
 
     struct Facts {

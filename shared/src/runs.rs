@@ -50,6 +50,12 @@ impl ToolRun {
         self.metadata.as_ref()?.get("pipeline")?.as_str()
     }
 
+    /// The runner token that recorded the run through a server's runner API
+    /// (`metadata.runner`, set by the server).
+    pub fn runner(&self) -> Option<&str> {
+        self.metadata.as_ref()?.get("runner")?.as_str()
+    }
+
     /// The worker pool the run was started in (`metadata.pool`, from `HEADLESS_RUN_POOL`).
     pub fn pool(&self) -> Option<&str> {
         self.metadata.as_ref()?.get("pool")?.as_str()

@@ -332,3 +332,130 @@ fn over_https_the_runner_checks_the_servers_certificate() {
     let v: Value = serde_json::from_str(&listed.out()).unwrap();
     assert_eq!(v.as_array().map(Vec::len), Some(1), "{v}");
 }
+
+#[test]
+fn a_runner_gets_no_answer_from_its_own_policy_another_tokens_decision_or_a_worker_here() {
+    let server = TestEnv::new();
+    let op = token(&server, "alice", "operator");
+    let rt = token(&server, "ci-7", "runner");
+    let other = token(&server, "ci-8", "runner");
+    let served = Served::start(&server);
+    let host = TestEnv::new();
+    // The runner's own config would answer rm's prompt: through the server it does not.
+    let cfg = host.path().join("config/headless-run");
+    std::fs::create_dir_all(&cfg).unwrap();
+    std::fs::write(
+        cfg.join("config.toml"),
+        "[[policies]]\nname = \"yes-to-rm\"\ntool = \"rm\"\nvalue = \"y\"\n",
+    )
+    .unwrap();
+    std::fs::write(host.work().join("victim"), "x").unwrap();
+    remote_shim(&host, &served.url(), &rt)
+        .args(["--", "rm", "-i", "victim"])
+        .run()
+        .expect_code(90);
+    assert!(
+        host.work().join("victim").exists(),
+        "a runner's policy answered"
+    );
+    let pending = approvals(&served, &op, "pending");
+    assert_eq!(pending.len(), 1, "{pending:?}");
+    let ap_id = pending[0]["approval_id"].as_str().unwrap().to_owned();
+    let run_id = pending[0]["tool_run_id"].as_str().unwrap().to_owned();
+    // Its run is marked as the runner's.
+    let run = run_of(&served, &op, &run_id);
+    assert_eq!(run["metadata"]["runner"], "ci-7");
+    assert!(run["metadata"].get("uid").is_none(), "{run}");
+    let (st, _) = served.json(
+        "POST",
+        &format!("/api/v1/approvals/{ap_id}/approve"),
+        &op,
+        None,
+    );
+    assert_eq!(st, 200);
+    // Another token's run of the same command in the same directory is not answered by it:
+    // it asks for itself.
+    remote_shim(&host, &served.url(), &other)
+        .args(["--", "rm", "-i", "victim"])
+        .run()
+        .expect_code(90);
+    assert!(
+        host.work().join("victim").exists(),
+        "ci-8 used ci-7's decision"
+    );
+    let decided = approvals(&served, &op, "approved");
+    assert!(decided[0]["consumed_at"].is_null(), "{decided:?}");
+    // Nor can it check the decision as its AUTO_APPROVAL.
+    let (_, v) = served.json("GET", "/api/v1/runs?tool=rm", &op, None);
+    let others_run = v["runs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["metadata"]["runner"] == "ci-8")
+        .unwrap()["tool_run_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let auto = json!({
+        "who": {
+            "tool_run_id": others_run, "tool": "rm", "execution_id": "EX-x",
+            "request_fingerprint": "f", "argv": ["rm"], "cwd": "/", "tool_digest": null,
+            "actor": "x"
+        },
+        "approval_id": ap_id, "value": "y", "resumed_from": run_id
+    });
+    let (st, v) = served.json(
+        "POST",
+        "/api/v1/runner/auto-approval",
+        &other,
+        Some(&auto.to_string()),
+    );
+    assert_eq!(st, 403, "{v}");
+    // A worker on the server's host does not run a runner's command.
+    let worker = server.monitor().args(["worker", "--once"]).run();
+    assert!(
+        worker.out().contains("recorded by runner token ci-7"),
+        "{}",
+        worker.context()
+    );
+    assert_eq!(run_of(&served, &op, &run_id)["status"], "waiting_approval");
+    // Its own re-run is answered.
+    remote_shim(&host, &served.url(), &rt)
+        .args(["--", "rm", "-i", "victim"])
+        .run()
+        .expect_code(0);
+    assert!(!host.work().join("victim").exists());
+    // A first row whose id is a path is refused before any file is made.
+    let mut row = run_of(&served, &op, &run_id);
+    row["tool_run_id"] = json!("../../x");
+    let call = json!({"run_id": "../../x", "writes": [{"Start": row}], "actor": "x", "row_may_exist": false});
+    let (st, v) = served.json(
+        "POST",
+        "/api/v1/runner/record",
+        &rt,
+        Some(&call.to_string()),
+    );
+    assert_eq!(st, 400, "{v}");
+    assert!(!server.path().join("x").exists());
+    assert!(!server.state().join("x").exists());
+}
+
+#[test]
+fn the_token_is_not_in_the_shims_environment_block_either() {
+    let server = TestEnv::new();
+    let rt = token(&server, "ci-7", "runner");
+    let served = Served::start(&server);
+    let host = TestEnv::new();
+    // The tool's parent is the shim: its /proc environ no longer holds the token.
+    let out = remote_shim(&host, &served.url(), &rt)
+        .args([
+            "--",
+            "sh",
+            "-c",
+            "tr '\\000' '\\n' < /proc/$PPID/environ | grep -c '^HEADLESS_RUN_TOKEN=hrt_' || true",
+        ])
+        .run();
+    out.expect_code(0);
+    assert_eq!(out.out().trim(), "0", "{}", out.out());
+    assert!(!out.out().contains(&rt[4..]));
+}

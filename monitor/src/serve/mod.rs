@@ -152,6 +152,8 @@ fn page_file(content_type: &'static str, body: &'static str) -> Response {
 
 /// The largest request body taken.
 const BODY_LIMIT: usize = 64 * 1024;
+/// The largest body of a runner's writes (a run's first row, its saved environment).
+const RUNNER_BODY_LIMIT: usize = 1024 * 1024;
 /// The window of `--auth-failures`.
 const FAIL_WINDOW: Duration = Duration::from_secs(60);
 
@@ -237,6 +239,7 @@ async fn serve(
         paths.store_label()
     );
     let runner_api = runner_paths.is_some();
+    let (bell_rx, bell_tx) = bell(&paths);
     let server = Arc::new(Server {
         store: {
             let paths = paths.clone();
@@ -252,7 +255,8 @@ async fn serve(
             let n = if runner_api { RUNNER_THREADS } else { 0 };
             Sessions::start("runner", n, move || store::runner(&paths))
         },
-        bell: bell(&paths),
+        bell: bell_rx,
+        _bell_tx: bell_tx,
         paths,
         failures: Mutex::new(HashMap::new()),
         fail_limit,
@@ -336,14 +340,20 @@ fn router(server: Arc<Server>) -> Router {
         .route("/api/v1/counts", get(counts))
         .route("/api/v1/events", get(events))
         .route("/api/v1/mark", get(mark))
-        .route("/api/v1/runner/record", post(runner::record))
+        .route(
+            "/api/v1/runner/record",
+            post(runner::record).layer(axum::extract::DefaultBodyLimit::max(RUNNER_BODY_LIMIT)),
+        )
         .route("/api/v1/runner/live", get(runner::live))
         .route("/api/v1/runner/prompt", post(runner::prompt))
         .route("/api/v1/runner/cooperative", post(runner::cooperative))
         .route("/api/v1/runner/auto-approval", post(runner::auto_approval))
         .route("/api/v1/runner/approvals/{id}", get(runner::approval))
         .route("/api/v1/runner/expire", post(runner::expire))
-        .route("/api/v1/runner/deliver", post(runner::deliver))
+        .route(
+            "/api/v1/runner/deliver",
+            post(runner::deliver).layer(axum::extract::DefaultBodyLimit::max(RUNNER_BODY_LIMIT)),
+        )
         .fallback(|| async { ApiError::new(StatusCode::NOT_FOUND, "no such endpoint") })
         .layer(axum::extract::DefaultBodyLimit::max(BODY_LIMIT))
         .layer(axum::middleware::from_fn(log_request))
@@ -386,6 +396,8 @@ struct Server {
     /// Moves whenever the store may have changed (its doorbell), for long polls and event
     /// streams; without a doorbell they look on their own every [`EVENTS_LOOK`].
     bell: tokio::sync::watch::Receiver<u64>,
+    /// The bell's sender when no thread holds it (the store has no doorbell).
+    _bell_tx: Option<tokio::sync::watch::Sender<u64>>,
     failures: Mutex<HashMap<IpAddr, (Instant, u32)>>,
     fail_limit: u32,
     store_errors: AtomicU64,
@@ -1203,11 +1215,20 @@ const STREAMED: &[&str] = &[
 ];
 
 /// A watch that moves whenever the store's doorbell rings (a thread of its own waits on
-/// the bell); one that never moves when the store has none.
-fn bell(paths: &StatePaths) -> tokio::sync::watch::Receiver<u64> {
+/// the bell); one that never moves when the store has none (its sender is handed back, to
+/// be kept: a closed watch would wake its waiters at once, for ever).
+fn bell(
+    paths: &StatePaths,
+) -> (
+    tokio::sync::watch::Receiver<u64>,
+    Option<tokio::sync::watch::Sender<u64>>,
+) {
     let (tx, rx) = tokio::sync::watch::channel(0u64);
     let _ = paths.ensure_dirs();
-    if let Some(door) = store::doorbell::for_store(paths) {
+    let Some(door) = store::doorbell::for_store(paths) else {
+        return (rx, Some(tx));
+    };
+    {
         let _ = std::thread::Builder::new()
             .name("bell".into())
             .spawn(move || {
@@ -1224,7 +1245,7 @@ fn bell(paths: &StatePaths) -> tokio::sync::watch::Receiver<u64> {
                 }
             });
     }
-    rx
+    (rx, None)
 }
 
 impl Server {
@@ -1461,6 +1482,12 @@ const RESUME_BUCKETS: [f64; 14] = [
 fn resume_histogram(decided: &[Approval]) -> String {
     let secs: Vec<f64> = decided
         .iter()
+        // A person's decisions: a policy's or the system's are used the moment they are made.
+        .filter(|a| {
+            a.decision_channel
+                .as_deref()
+                .is_some_and(|ch| !ch.starts_with("policy") && !ch.starts_with("system"))
+        })
         .filter_map(|a| {
             let at = hr_shared::time::parse_rfc3339(a.decided_at.as_deref()?)?;
             let used = hr_shared::time::parse_rfc3339(a.consumed_at.as_deref()?)?;
@@ -1494,11 +1521,16 @@ mod tests {
             hr_shared::testing::approval("AP-1", hr_shared::approvals::PromptKind::Choice);
         used.decided_at = Some("2026-01-01T00:00:00.000Z".into());
         used.consumed_at = Some("2026-01-01T00:00:00.040Z".into());
+        used.decision_channel = Some("http".into());
         let mut slow = used.clone();
         slow.consumed_at = Some("2026-01-01T00:00:07.000Z".into());
+        slow.decision_channel = Some("cli".into());
         let mut unused = used.clone();
         unused.consumed_at = None;
-        let text = resume_histogram(&[used, slow, unused]);
+        // A policy's answer is used at once: not a person's wait.
+        let mut policy = used.clone();
+        policy.decision_channel = Some("policy:trusted".into());
+        let text = resume_histogram(&[used, slow, unused, policy]);
         let line = |le: &str| {
             text.lines()
                 .find(|l| l.contains(&format!("le=\"{le}\"")))

@@ -27,7 +27,7 @@ use hr_shared::runs::{StatusChange, ToolRun};
 use hr_shared::store::http::{
     AutoApprovalCall, CooperativeCall, DeliverCall, LiveRun, PromptCall, RecordCall, ReportedHost,
 };
-use hr_shared::store::{Replace, RunWrite, RunnerStore};
+use hr_shared::store::{Done, Replace, RunWrite, RunnerStore};
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 use std::collections::HashMap;
@@ -53,6 +53,23 @@ fn runner(s: &Server, peer: SocketAddr, headers: &HeaderMap) -> Result<Caller, A
 /// Who the audit chain says wrote: the authenticated token, never a name the client gives.
 fn actor(c: &Caller) -> String {
     format!("runner:{}", c.name)
+}
+
+/// A runner's row as the store keeps it (`store::http::mark_as_runners`).
+fn as_runners(c: &Caller, row: &mut ToolRun) {
+    hr_shared::store::http::mark_as_runners(&c.name, row);
+}
+
+/// The request fingerprint of a runner's command, kept apart per token
+/// (`store::http::runner_fingerprint`).
+fn fingerprint_for(c: &Caller, client: &str) -> String {
+    hr_shared::store::http::runner_fingerprint(&c.name, client)
+}
+
+/// Keeps only what this token may see: events about its own runs.
+fn own_events(s: &Server, c: &Caller, fx: &mut hr_shared::store::Effects) {
+    fx.events
+        .retain(|e| owner(s, &e.tool_run_id).as_deref() == Some(c.name.as_str()));
 }
 
 /// A JSON body of the call's shape (400 naming what is wrong).
@@ -113,18 +130,25 @@ async fn claim(s: &Arc<Server>, c: &Caller, id: &str) -> Result<(), ApiError> {
     if exists {
         return Err(own(s, c, id).unwrap_err());
     }
+    // Written whole under a name of its own, then linked into place: a reader never sees
+    // a half-written owner, and of two first writes at once the first link wins.
     let dir = owners_dir(s);
+    let tmp = dir.join(format!(".{id}.{}", hr_shared::id::new_id("T-")));
     hr_shared::paths::create_private_dir(&dir)
         .and_then(|()| {
             std::fs::OpenOptions::new()
                 .write(true)
                 .create_new(true)
                 .mode(0o600)
-                .open(dir.join(id))
+                .open(&tmp)
         })
         .and_then(|mut f| f.write_all(c.name.as_bytes()))
+        .and_then(|()| {
+            let linked = std::fs::hard_link(&tmp, dir.join(id));
+            let _ = std::fs::remove_file(&tmp);
+            linked
+        })
         .or_else(|e| match e.kind() {
-            // Two first writes at once: whoever made the file owns the run.
             std::io::ErrorKind::AlreadyExists => Ok(()),
             _ => Err(e),
         })
@@ -138,19 +162,21 @@ async fn claim(s: &Arc<Server>, c: &Caller, id: &str) -> Result<(), ApiError> {
     own(s, c, id)
 }
 
-/// Runs `f` on a runner session; the answer is its outcome as JSON.
+/// Runs `f` on a runner session; the answer is its outcome as JSON, with only the events
+/// about this token's runs.
 async fn answer<T: serde::Serialize + Send + 'static>(
     s: &Arc<Server>,
     c: &Caller,
-    f: impl FnOnce(&mut (dyn RunnerStore + 'static)) -> hr_shared::store::StoreResult<T>
+    f: impl FnOnce(&mut (dyn RunnerStore + 'static)) -> hr_shared::store::StoreResult<Done<T>>
     + Send
     + 'static,
 ) -> Result<Response, ApiError> {
-    let out = s
+    let mut out = s
         .runners
         .call(move |st| f(st).map_err(ApiError::store))
         .await
         .map_err(|e| e.by(c))?;
+    own_events(s, c, &mut out.effects);
     Ok(ok(
         c,
         StatusCode::OK,
@@ -167,6 +193,16 @@ pub(super) async fn record(
     let c = runner(&s, peer, &headers)?;
     let mut call: RecordCall = body(&c, &bytes)?;
     call.actor = actor(&c);
+    for w in &mut call.writes {
+        if let RunWrite::Start(row) = w {
+            as_runners(&c, row);
+            if let Some(from) = &row.resumed_from
+                && owner(&s, from).as_deref() != Some(c.name.as_str())
+            {
+                row.resumed_from = None;
+            }
+        }
+    }
     if call.writes.iter().any(|w| matches!(w, RunWrite::Start(_))) {
         claim(&s, &c, &call.run_id).await?;
     } else {
@@ -204,6 +240,24 @@ pub(super) async fn record(
     .await
 }
 
+/// This token's runs on host `host` (as the runner names it) whose shim may still run.
+async fn live_runs(s: &Arc<Server>, c: &Caller, host: &str) -> Result<Vec<LiveRun>, ApiError> {
+    let runs: Vec<ToolRun> = s
+        .with_store(|st| super::or_none(st.supervised_runs(Some(10_000))))
+        .await
+        .map_err(|e| e.by(c))?;
+    Ok(runs
+        .into_iter()
+        .filter(|r| r.host.as_deref() == Some(host))
+        .filter(|r| owner(s, &r.tool_run_id).as_deref() == Some(c.name.as_str()))
+        .map(|r| LiveRun {
+            tool_run_id: r.tool_run_id,
+            shim_pid: r.shim_pid,
+            shim_start_time: r.shim_start_time,
+        })
+        .collect())
+}
+
 /// `GET /api/v1/runner/live?host=H`: this token's runs on host `H` whose shim may still
 /// run, for the host to say which of their processes are gone.
 pub(super) async fn live(
@@ -217,21 +271,15 @@ pub(super) async fn live(
         .get("host")
         .cloned()
         .ok_or_else(|| ApiError::new(StatusCode::BAD_REQUEST, "`host` is needed").by(&c))?;
-    let runs: Vec<ToolRun> = s
-        .with_store(|st| super::or_none(st.supervised_runs(Some(10_000))))
-        .await
-        .map_err(|e| e.by(&c))?;
-    let mine: Vec<LiveRun> = runs
-        .into_iter()
-        .filter(|r| r.host.as_deref() == Some(host.as_str()))
-        .filter(|r| owner(&s, &r.tool_run_id).as_deref() == Some(c.name.as_str()))
-        .map(|r| LiveRun {
-            tool_run_id: r.tool_run_id,
-            shim_pid: r.shim_pid,
-            shim_start_time: r.shim_start_time,
-        })
-        .collect();
+    let mine = live_runs(&s, &c, &host).await?;
     Ok(ok(&c, StatusCode::OK, json!(mine)))
+}
+
+/// The asking run as the server trusts it: its fingerprint kept apart per token, its actor
+/// the token.
+fn trusted(c: &Caller, who: &mut hr_shared::store::Asker) {
+    who.actor = actor(c);
+    who.request_fingerprint = fingerprint_for(c, &who.request_fingerprint);
 }
 
 pub(super) async fn prompt(
@@ -242,10 +290,25 @@ pub(super) async fn prompt(
 ) -> Result<Response, ApiError> {
     let c = runner(&s, peer, &headers)?;
     let mut call: PromptCall = body(&c, &bytes)?;
-    call.who.actor = actor(&c);
     own(&s, &c, &call.who.tool_run_id)?;
+    trusted(&c, &mut call.who);
     call.req.on_expire = OnExpire::Reject;
-    let host = ReportedHost::new(call.host, call.facts);
+    // A runner's config decides nothing here: only a person (or a remembered decision an
+    // operator made) answers its prompts.
+    call.req.policies.clear();
+    // Its word counts only for the processes of its own runs on the host it names.
+    let mine = live_runs(&s, &c, &call.host).await?;
+    let facts = call
+        .facts
+        .into_iter()
+        .filter(|f| {
+            mine.iter().any(|r| {
+                r.shim_pid == Some(i64::from(f.pid))
+                    && r.shim_start_time.map(|t| t as u64) == f.start_time
+            })
+        })
+        .collect();
+    let host = ReportedHost::new(call.host, facts);
     answer(&s, &c, move |st| {
         st.resolve_prompt(&call.who, &call.req, &host)
     })
@@ -260,8 +323,8 @@ pub(super) async fn cooperative(
 ) -> Result<Response, ApiError> {
     let c = runner(&s, peer, &headers)?;
     let mut call: CooperativeCall = body(&c, &bytes)?;
-    call.who.actor = actor(&c);
     own(&s, &c, &call.who.tool_run_id)?;
+    trusted(&c, &mut call.who);
     answer(&s, &c, move |st| {
         st.cooperative(&call.who, &call.req, call.ttl, OnExpire::Reject)
     })
@@ -276,8 +339,23 @@ pub(super) async fn auto_approval(
 ) -> Result<Response, ApiError> {
     let c = runner(&s, peer, &headers)?;
     let mut call: AutoApprovalCall = body(&c, &bytes)?;
-    call.who.actor = actor(&c);
     own(&s, &c, &call.who.tool_run_id)?;
+    trusted(&c, &mut call.who);
+    // Only an approval one of its own runs asked.
+    let look = call.approval_id.clone();
+    let holder = s
+        .with_store(move |st| super::or_missing(st.approval(&look)))
+        .await
+        .map_err(|e| e.by(&c))?
+        .map(|a| a.tool_run_id);
+    // (One that does not exist is the store's to say so.)
+    if holder.is_some_and(|r| owner(&s, &r).as_deref() != Some(c.name.as_str())) {
+        return Err(ApiError::new(
+            StatusCode::FORBIDDEN,
+            "that approval was not asked by a run of this token",
+        )
+        .by(&c));
+    }
     answer(&s, &c, move |st| {
         st.check_auto_approval(
             &call.who,
@@ -313,7 +391,20 @@ pub(super) async fn expire(
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
     let c = runner(&s, peer, &headers)?;
-    answer(&s, &c, |st| st.expire_due()).await
+    let mut done = s
+        .runners
+        .call(|st| st.expire_due().map_err(ApiError::store))
+        .await
+        .map_err(|e| e.by(&c))?;
+    // What expired elsewhere is not this token's to read.
+    done.value
+        .retain(|a| owner(&s, &a.tool_run_id).as_deref() == Some(c.name.as_str()));
+    own_events(&s, &c, &mut done.effects);
+    Ok(ok(
+        &c,
+        StatusCode::OK,
+        serde_json::to_value(done).unwrap_or(Value::Null),
+    ))
 }
 
 /// `POST /api/v1/runner/deliver`: a final row a shim of the host could not write before it
@@ -327,7 +418,13 @@ pub(super) async fn deliver(
 ) -> Result<Response, ApiError> {
     let c = runner(&s, peer, &headers)?;
     let call: DeliverCall = body(&c, &bytes)?;
-    let run = call.run;
+    let mut run = call.run;
+    as_runners(&c, &mut run);
+    if let Some(from) = &run.resumed_from
+        && owner(&s, from).as_deref() != Some(c.name.as_str())
+    {
+        run.resumed_from = None;
+    }
     if !call.gone {
         return Err(ApiError::new(
             StatusCode::CONFLICT,

@@ -25,6 +25,7 @@ use crate::remote::{CallError, Client, Remote, encode};
 use crate::rules::{HostFacts, Liveness};
 use crate::runs::ToolRun;
 use serde::{Deserialize, Serialize};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 /// How long one call may take before the server counts as unreachable.
@@ -100,6 +101,28 @@ pub struct LiveRun {
 #[derive(Debug, Clone, Copy, Serialize, Deserialize)]
 pub struct Mark {
     pub mark: u64,
+}
+
+/// A runner's first row as the server keeps it: `metadata.runner` names the token (no
+/// worker resumes such a run: `rules::not_ours`), and none of the metadata that would hand
+/// the run to a worker (`uid`, `pool`) or to a pipeline is kept.
+pub fn mark_as_runners(token: &str, row: &mut ToolRun) {
+    let mut meta = match row.metadata.take() {
+        Some(serde_json::Value::Object(m)) => m,
+        _ => serde_json::Map::new(),
+    };
+    for k in ["uid", "pool", "pipeline", "runner"] {
+        meta.remove(k);
+    }
+    meta.insert("runner".into(), serde_json::Value::String(token.to_owned()));
+    row.metadata = Some(serde_json::Value::Object(meta));
+}
+
+/// The request fingerprint a runner's command is kept under: its own per token, so that a
+/// decision made for one token's run is never taken by another token's run of the same
+/// command line in the same directory.
+pub fn runner_fingerprint(token: &str, client: &str) -> String {
+    crate::fingerprint::request(&format!("runner:{token}"), &[client.to_owned()], "")
 }
 
 /// The facts of a remote host, as it sent them: its name, and the liveness of the
@@ -198,28 +221,37 @@ impl HttpRunner {
         self.client()?.get(path).map_err(store_error)
     }
 
-    /// Delivers the spooled final rows of earlier runs of this host; each file goes once
-    /// its row has landed or the server refuses it (not this token's run).
-    fn deliver_spool(&mut self) -> StoreResult<usize> {
+    /// Delivers the spooled final rows of earlier runs of this host: each file goes once
+    /// its row has landed, or when the server says the run is not this token's (403). A row
+    /// the server will not take for another reason stays for a later look and the others
+    /// are still tried; a server that fails or cannot be reached ends the round (the next
+    /// shim tries again).
+    fn deliver_spool(&mut self) -> usize {
         let host = crate::rules::LocalHost::new();
         let mut n = 0;
+        let Ok(client) = self.client().cloned() else {
+            return 0;
+        };
         for (path, run) in crate::spool::spooled(&self.paths) {
             let gone = crate::rules::shim_gone(&run, &host).is_some();
             if !gone {
                 continue;
             }
-            match self.post::<serde_json::Value>("deliver", &DeliverCall { run, gone }) {
+            match client
+                .post::<serde_json::Value>("/api/v1/runner/deliver", &DeliverCall { run, gone })
+            {
                 Ok(_) => {
                     n += 1;
                     let _ = std::fs::remove_file(&path);
                 }
-                Err(StoreError::Denied(_)) => {
+                Err(CallError::Status { status: 403, .. }) => {
                     let _ = std::fs::remove_file(&path);
                 }
-                Err(e) => return Err(e),
+                Err(CallError::Status { status, .. }) if (400..500).contains(&status) => {}
+                Err(_) => break,
             }
         }
-        Ok(n)
+        n
     }
 }
 
@@ -227,7 +259,7 @@ impl RunnerStore for HttpRunner {
     fn connect(&mut self) -> StoreResult<()> {
         self.get::<Mark>("/api/v1/mark")?;
         if !std::mem::replace(&mut self.delivered, true) {
-            self.deliver_spool()?;
+            self.deliver_spool();
         }
         Ok(())
     }
@@ -339,10 +371,20 @@ impl RunnerStore for HttpRunner {
         self.post("expire", &serde_json::json!({}))
     }
 
+    /// The mark the doorbell's long poll last saw while it is polling (a waiting shim looks
+    /// at the mark often: no request each time); else one request.
     fn change_mark(&mut self) -> StoreResult<u64> {
+        if BELL_POLLING.load(Ordering::Acquire) {
+            return Ok(BELL_MARK.load(Ordering::Acquire));
+        }
         Ok(self.get::<Mark>("/api/v1/mark")?.mark)
     }
 }
+
+/// The server's change mark as this process's doorbell last saw it, and whether its long poll
+/// is answering (then the mark is never older than the poll: a change returns it at once).
+static BELL_MARK: AtomicU64 = AtomicU64::new(0);
+static BELL_POLLING: AtomicBool = AtomicBool::new(false);
 
 /// A doorbell for a server: a thread long-polls its change mark and rings on every change
 /// (and after an error, once a second, so that the waiter looks on its own).
@@ -358,12 +400,17 @@ pub fn bell(server: &str) -> Option<super::doorbell::Doorbell> {
             };
             match client.get::<Mark>(&path) {
                 Ok(Mark { mark }) => {
+                    // Kept before the ring: whoever the ring wakes reads the new mark.
+                    BELL_MARK.store(mark, Ordering::Release);
+                    BELL_POLLING.store(true, Ordering::Release);
                     if last.is_some_and(|l| l != mark) && !super::doorbell::ring(bell) {
+                        BELL_POLLING.store(false, Ordering::Release);
                         return;
                     }
                     last = Some(mark);
                 }
                 Err(_) => {
+                    BELL_POLLING.store(false, Ordering::Release);
                     if !super::doorbell::ring(bell) {
                         return;
                     }

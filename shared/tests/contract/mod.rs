@@ -74,6 +74,24 @@ pub trait StoreUnderTest: Sized + Sync {
     fn honours_expiry_defaults(&self) -> bool {
         true
     }
+
+    /// Whether a runner's own config's policies (`PromptRequest::policies`) answer its
+    /// prompts. The runner API does not take them from its (untrusted) runners.
+    fn takes_runner_policies(&self) -> bool {
+        true
+    }
+
+    /// A run's first row as the store keeps it. The runner API marks its runners' rows as
+    /// theirs (`metadata.runner`) and drops what would hand them to a worker.
+    fn stored_row(&self, row: ToolRun) -> ToolRun {
+        row
+    }
+
+    /// A command's request fingerprint as the store keeps it (the runner API keeps each
+    /// token's apart).
+    fn stored_fingerprint(&self, fingerprint: &str) -> String {
+        fingerprint.to_owned()
+    }
 }
 
 /// [`StoreUnderTest::recorded_as`], as compared with `decided_by`.

@@ -55,7 +55,11 @@ pub fn run_and_runs_with_filters<S: StoreUnderTest>(s: &S) {
     let rows = seed_five(s);
     let mut op = s.operator();
     for row in &rows {
-        assert_eq!(&run_now(op.as_mut(), &row.tool_run_id), row, "round trip");
+        assert_eq!(
+            run_now(op.as_mut(), &row.tool_run_id),
+            s.stored_row(row.clone()),
+            "round trip"
+        );
     }
     assert_eq!(op.run("TR-NOPE").unwrap(), None);
     let id = |i: usize| rows[i].tool_run_id.as_str();
@@ -978,7 +982,7 @@ pub fn resumes_of_oldest_first<S: StoreUnderTest>(s: &S) {
     let mut op = s.operator();
     assert_eq!(
         op.resumes_of(a.id()).unwrap(),
-        [rows[0].clone(), rows[2].clone()]
+        [s.stored_row(rows[0].clone()), s.stored_row(rows[2].clone())]
     );
     assert!(op.resumes_of("TR-NOPE").unwrap().is_empty());
 }
