@@ -82,6 +82,8 @@ enum Command {
     Config(cmd::config::Args),
     /// Set up the PostgreSQL store: `db init URL`, `db grant USER runner|operator|viewer`
     Db(cmd::db::Args),
+    /// Pipelines of supervised steps with human gates: run, resume, status, list, cancel
+    Pipeline(cmd::pipeline::Args),
     /// Serve the operator API over HTTP (approvals, decisions, runs, metrics)
     Serve(crate::serve::Args),
     /// API tokens for `monitor serve`: create (shown once), list, revoke
@@ -203,6 +205,7 @@ pub fn run() -> CliResult {
         Some(Command::Db(args)) => cmd::db::run(args),
         Some(Command::Serve(args)) => crate::serve::run(&ctx, args),
         Some(Command::Token(args)) => cmd::token::run(&ctx, args),
+        Some(Command::Pipeline(args)) => cmd::pipeline::run(&ctx, args),
         Some(Command::Completions(args)) => cmd::completions::completions(args),
         Some(Command::Restart(args)) => cmd::restart::run(&ctx, args),
         Some(Command::Man(args)) => cmd::completions::man(args),

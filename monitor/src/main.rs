@@ -7,6 +7,7 @@ mod error;
 mod locate;
 mod output;
 mod parse;
+mod pipeline;
 mod serve;
 mod stop;
 mod tui;

@@ -23,6 +23,7 @@ mod logs;
 mod not_prompts;
 mod operator;
 mod passthrough;
+mod pipelines;
 mod postgres;
 mod prompts;
 mod reconcile;

@@ -10,6 +10,7 @@ pub mod doctor;
 pub mod gc;
 pub mod install;
 pub mod logs;
+pub mod pipeline;
 pub mod policies;
 pub mod reconcile;
 pub mod restart;

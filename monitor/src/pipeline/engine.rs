@@ -1,0 +1,516 @@
+//! The engine: a pure function from the steps' states and one outcome to the next states.
+//! It keeps nothing itself — the store holds the steps, so a runner that dies is replaced by
+//! any other that reads them — and it runs no code from the file: conditions are a field, an
+//! operator and a value.
+//!
+//! A step is one visit of a node (`node`, `iteration`): a loop's second pass is iteration 1.
+//! Tasks, gates and human steps are run (or asked) by the runner, which reports an
+//! [`Outcome`]; branches, `parallel` and `merge` are settled here as soon as they are ready.
+
+use super::file::{Condition, Definition, Kind, Operator};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use std::collections::BTreeMap;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StepStatus {
+    Pending,
+    Ready,
+    Running,
+    Completed,
+    Failed,
+    Skipped,
+    WaitingApproval,
+}
+
+impl StepStatus {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            StepStatus::Pending => "pending",
+            StepStatus::Ready => "ready",
+            StepStatus::Running => "running",
+            StepStatus::Completed => "completed",
+            StepStatus::Failed => "failed",
+            StepStatus::Skipped => "skipped",
+            StepStatus::WaitingApproval => "waiting_approval",
+        }
+    }
+
+    /// Settled: nothing more happens to this step.
+    pub fn is_final(self) -> bool {
+        matches!(
+            self,
+            StepStatus::Completed | StepStatus::Failed | StepStatus::Skipped
+        )
+    }
+}
+
+/// One visit of a node.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Step {
+    pub node: String,
+    pub iteration: u32,
+    pub status: StepStatus,
+    /// Runs of a gate so far after the first (its retries used).
+    #[serde(default)]
+    pub attempt: u32,
+    #[serde(default)]
+    pub exit_code: Option<i32>,
+    /// The JSON result the step's tool sent (`{"event":"result","data":…}`).
+    #[serde(default)]
+    pub result: Option<Value>,
+    /// What the step's command gets in its environment: mapped fields of earlier steps and
+    /// the last approver's comment.
+    #[serde(default)]
+    pub env: BTreeMap<String, String>,
+    /// A human step's approver's comment, or why a step failed or was skipped.
+    #[serde(default)]
+    pub comment: Option<String>,
+    #[serde(default)]
+    pub reason: Option<String>,
+    /// Where and how it runs: the runner's bookkeeping, kept so that whoever resumes finds
+    /// the step's headless-run (host, pid and start time), its run, or its approval.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub run: Option<StepRun>,
+}
+
+/// A running (or asked) step's whereabouts.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct StepRun {
+    pub host: String,
+    pub started_at: String,
+    /// The step's headless-run, once spawned.
+    #[serde(default)]
+    pub pid: Option<i32>,
+    #[serde(default)]
+    pub pid_start: Option<u64>,
+    /// Its run (`TR-…`): a task's or gate's, or the one a human step asks in.
+    #[serde(default)]
+    pub tool_run_id: Option<String>,
+    /// A human step's approval.
+    #[serde(default)]
+    pub approval_id: Option<String>,
+}
+
+impl Step {
+    fn new(node: &str, iteration: u32, status: StepStatus) -> Step {
+        Step {
+            node: node.to_owned(),
+            iteration,
+            status,
+            attempt: 0,
+            exit_code: None,
+            result: None,
+            env: BTreeMap::new(),
+            comment: None,
+            reason: None,
+            run: None,
+        }
+    }
+}
+
+/// What the runner saw of a step it ran or asked.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Outcome {
+    /// A task's or gate's command ended with `code` (and sent `result`).
+    Exited { code: i32, result: Option<Value> },
+    /// A human step was approved.
+    Approved { comment: Option<String> },
+    /// A human step was rejected, or expired.
+    Rejected { reason: String },
+}
+
+/// How the whole execution stands.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ExecutionStatus {
+    Running,
+    WaitingApproval,
+    Completed,
+    Failed(String),
+}
+
+impl ExecutionStatus {
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            ExecutionStatus::Running => "running",
+            ExecutionStatus::WaitingApproval => "waiting_approval",
+            ExecutionStatus::Completed => "completed",
+            ExecutionStatus::Failed(_) => "failed",
+        }
+    }
+}
+
+/// The comment an approver gave, as the steps after a human step get it.
+pub const ENV_COMMENT: &str = "HEADLESS_RUN_APPROVAL_COMMENT";
+
+/// The steps of a new execution: the start node, ready (settled if it needs no runner).
+pub fn start(def: &Definition, vars: &BTreeMap<String, String>) -> Result<Vec<Step>, String> {
+    let mut steps = vec![Step::new(&def.start, 0, StepStatus::Ready)];
+    settle(def, vars, &mut steps)?;
+    Ok(steps)
+}
+
+/// The latest visit of `node`.
+pub fn latest<'a>(steps: &'a [Step], node: &str) -> Option<&'a Step> {
+    steps
+        .iter()
+        .filter(|s| s.node == node)
+        .max_by_key(|s| s.iteration)
+}
+
+/// Applies `outcome` of step (`node`, `iteration`), then settles what follows. `Err`: the
+/// step is not one waiting for an outcome (already settled by another runner).
+pub fn advance(
+    def: &Definition,
+    vars: &BTreeMap<String, String>,
+    steps: &[Step],
+    node: &str,
+    iteration: u32,
+    outcome: Outcome,
+) -> Result<Vec<Step>, String> {
+    let mut steps = steps.to_vec();
+    let i = steps
+        .iter()
+        .position(|s| s.node == node && s.iteration == iteration)
+        .ok_or_else(|| format!("no step {node}#{iteration}"))?;
+    if steps[i].status.is_final() {
+        return Err(format!(
+            "step {node}#{iteration} is already {}",
+            steps[i].status.as_str()
+        ));
+    }
+    let kind = &def
+        .node(node)
+        .ok_or_else(|| format!("no node `{node}`"))?
+        .kind;
+    let s = &mut steps[i];
+    match (kind, outcome) {
+        (Kind::Task { .. }, Outcome::Exited { code, result }) => {
+            s.exit_code = Some(code);
+            s.result = result;
+            if code == 0 {
+                s.status = StepStatus::Completed;
+            } else {
+                s.status = StepStatus::Failed;
+                s.reason = Some(format!("exited with code {code}"));
+            }
+        }
+        (Kind::Gate { retries, .. }, Outcome::Exited { code, result }) => {
+            s.exit_code = Some(code);
+            s.result = result;
+            if code == 0 {
+                s.status = StepStatus::Completed;
+            } else if s.attempt < *retries {
+                s.attempt += 1;
+                s.status = StepStatus::Ready;
+                s.reason = Some(format!(
+                    "exited with code {code}; retry {} of {retries}",
+                    s.attempt
+                ));
+            } else {
+                s.status = StepStatus::Failed;
+                s.reason = Some(format!(
+                    "exited with code {code} after {} retries",
+                    s.attempt
+                ));
+            }
+        }
+        (Kind::Human { .. }, Outcome::Approved { comment }) => {
+            s.status = StepStatus::Completed;
+            s.comment = comment;
+        }
+        (Kind::Human { .. }, Outcome::Rejected { reason }) => {
+            s.status = StepStatus::Failed;
+            s.reason = Some(reason);
+        }
+        (kind, outcome) => {
+            return Err(format!(
+                "a {} step cannot end with {outcome:?}",
+                kind.name()
+            ));
+        }
+    }
+    if steps[i].status == StepStatus::Completed {
+        let done = steps[i].clone();
+        follow(def, vars, &mut steps, &done, None)?;
+    }
+    settle(def, vars, &mut steps)?;
+    Ok(steps)
+}
+
+/// How the execution stands: failed if a step failed, else waiting if a human step waits,
+/// else running while anything is left, else completed.
+pub fn status(steps: &[Step]) -> ExecutionStatus {
+    if let Some(f) = steps.iter().find(|s| s.status == StepStatus::Failed) {
+        return ExecutionStatus::Failed(format!(
+            "step `{}` failed: {}",
+            f.node,
+            f.reason.as_deref().unwrap_or("failed")
+        ));
+    }
+    if steps
+        .iter()
+        .any(|s| matches!(s.status, StepStatus::Ready | StepStatus::Running))
+    {
+        return ExecutionStatus::Running;
+    }
+    if steps
+        .iter()
+        .any(|s| s.status == StepStatus::WaitingApproval)
+    {
+        return ExecutionStatus::WaitingApproval;
+    }
+    ExecutionStatus::Completed
+}
+
+/// Settles the ready steps the engine decides itself (branches, `parallel`, `merge`), until
+/// only steps for a runner (or none) are ready.
+fn settle(
+    def: &Definition,
+    vars: &BTreeMap<String, String>,
+    steps: &mut Vec<Step>,
+) -> Result<(), String> {
+    // Each pass settles at least one step or stops; the bound keeps a bad graph finite.
+    for _ in 0..100_000 {
+        let Some(i) = steps.iter().position(|s| {
+            s.status == StepStatus::Ready
+                && def.node(&s.node).is_some_and(|n| {
+                    matches!(n.kind, Kind::Branch { .. } | Kind::Parallel | Kind::Merge)
+                })
+        }) else {
+            return Ok(());
+        };
+        let node = def.node(&steps[i].node).expect("checked above").clone();
+        match &node.kind {
+            Kind::Branch {
+                condition,
+                on_true,
+                on_false,
+                max_iterations,
+            } => {
+                let holds = evaluate(condition, steps, vars);
+                let target = if holds { on_true } else { on_false };
+                // Sending the flow back to a node already visited is one more iteration.
+                let loops = latest(steps, target).is_some();
+                let taken = steps
+                    .iter()
+                    .filter(|s| {
+                        s.node == node.id
+                            && s.status == StepStatus::Completed
+                            && s.result
+                                .as_ref()
+                                .is_some_and(|r| r["looped"] == Value::Bool(true))
+                    })
+                    .count() as u32;
+                let s = &mut steps[i];
+                if loops && max_iterations.is_some_and(|m| taken >= m) {
+                    s.status = StepStatus::Failed;
+                    s.reason = Some(format!(
+                        "the loop back to `{target}` reached max_iterations ({})",
+                        max_iterations.unwrap_or_default()
+                    ));
+                    continue;
+                }
+                s.status = StepStatus::Completed;
+                s.result = Some(serde_json::json!({
+                    "condition": holds,
+                    "next": target,
+                    "looped": loops,
+                }));
+                let done = s.clone();
+                follow(def, vars, steps, &done, Some(target.clone()))?;
+            }
+            Kind::Parallel | Kind::Merge => {
+                steps[i].status = StepStatus::Completed;
+                let done = steps[i].clone();
+                follow(def, vars, steps, &done, None)?;
+            }
+            _ => unreachable!("only engine kinds are settled here"),
+        }
+    }
+    Err("the pipeline does not settle (a loop without end)".into())
+}
+
+/// After `done` completed: makes its successors ready (a branch's: only `only`), mapping
+/// fields into their environment; a conditional edge that does not hold skips its target.
+fn follow(
+    def: &Definition,
+    vars: &BTreeMap<String, String>,
+    steps: &mut Vec<Step>,
+    done: &Step,
+    only: Option<String>,
+) -> Result<(), String> {
+    // The comment of the latest approval on the way here travels on.
+    let comment = if matches!(
+        def.node(&done.node).map(|n| &n.kind),
+        Some(Kind::Human { .. })
+    ) {
+        done.comment.clone()
+    } else {
+        done.env.get(ENV_COMMENT).cloned()
+    };
+    let mut targets: Vec<(String, bool, BTreeMap<String, String>)> = Vec::new();
+    match only {
+        Some(t) => targets.push((t, true, BTreeMap::new())),
+        None => {
+            for e in def.out_edges(&done.node) {
+                let holds = e
+                    .condition
+                    .as_ref()
+                    .is_none_or(|c| evaluate(c, steps, vars));
+                let mut env = BTreeMap::new();
+                for (var, field) in &e.map {
+                    if let Some(v) = lookup(field, steps, vars) {
+                        env.insert(var.clone(), plain(&v));
+                    }
+                }
+                targets.push((e.to.clone(), holds, env));
+            }
+        }
+    }
+    for (target, holds, mut env) in targets {
+        if let Some(c) = &comment {
+            env.entry(ENV_COMMENT.to_owned())
+                .or_insert_with(|| c.clone());
+        }
+        let reason =
+            (!holds).then(|| format!("the condition on {} → {target} does not hold", done.node));
+        arrive(def, steps, &target, holds, env, reason)?;
+    }
+    Ok(())
+}
+
+/// The flow reaches `target`: a new visit of it, ready (or skipped when the way here did
+/// not hold). A merge is made once, when every way into it has ended, and is skipped only
+/// when all of them were.
+fn arrive(
+    def: &Definition,
+    steps: &mut Vec<Step>,
+    target: &str,
+    ready: bool,
+    env: BTreeMap<String, String>,
+    reason: Option<String>,
+) -> Result<(), String> {
+    let mut ready = ready;
+    if matches!(def.node(target).map(|n| &n.kind), Some(Kind::Merge)) {
+        let ended = |p: &String| {
+            latest(steps, p)
+                .is_some_and(|s| matches!(s.status, StepStatus::Completed | StepStatus::Skipped))
+        };
+        let preds = def.predecessors(target);
+        if latest(steps, target).is_some_and(|m| !m.status.is_final()) || !preds.iter().all(ended) {
+            return Ok(());
+        }
+        ready = preds
+            .iter()
+            .any(|p| latest(steps, p).is_some_and(|s| s.status == StepStatus::Completed));
+    } else if latest(steps, target).is_some_and(|s| !s.status.is_final()) {
+        // Already on its way by another edge.
+        return Ok(());
+    }
+    let mut step = Step::new(
+        target,
+        next_iteration(steps, target),
+        if ready {
+            StepStatus::Ready
+        } else {
+            StepStatus::Skipped
+        },
+    );
+    step.env = env;
+    step.reason = if ready { None } else { reason };
+    let skipped = (!ready).then(|| step.clone());
+    steps.push(step);
+    if let Some(s) = skipped {
+        // What only this way led to is skipped too (a merge counts it as ended).
+        for e in def.out_edges(&s.node).cloned().collect::<Vec<_>>() {
+            let why = Some(format!("`{}` was skipped", s.node));
+            arrive(def, steps, &e.to, false, BTreeMap::new(), why)?;
+        }
+    }
+    Ok(())
+}
+
+/// The iteration a new visit of `node` gets: one past its latest, or 0.
+fn next_iteration(steps: &[Step], node: &str) -> u32 {
+    latest(steps, node).map_or(0, |s| s.iteration + 1)
+}
+
+/// A value as an environment variable holds it: strings bare, the rest as JSON.
+fn plain(v: &Value) -> String {
+    match v {
+        Value::String(s) => s.clone(),
+        other => other.to_string(),
+    }
+}
+
+/// The value of a field (`steps.ID.exit_code|status|iteration|comment|result.PATH`,
+/// `vars.NAME`) now; `None` when it is not there.
+pub fn lookup(field: &str, steps: &[Step], vars: &BTreeMap<String, String>) -> Option<Value> {
+    let parts: Vec<&str> = field.split('.').collect();
+    match parts.as_slice() {
+        ["vars", name] => vars.get(*name).map(|v| Value::String(v.clone())),
+        ["steps", rest @ ..] => {
+            // The longest prefix that names a visited node (ids may hold dots).
+            let (step, tail) = (1..=rest.len())
+                .rev()
+                .find_map(|k| latest(steps, &rest[..k].join(".")).map(|s| (s, &rest[k..])))?;
+            match tail {
+                ["exit_code"] => step.exit_code.map(Value::from),
+                ["status"] => Some(Value::String(step.status.as_str().into())),
+                ["iteration"] => Some(Value::from(step.iteration)),
+                ["comment"] => step.comment.clone().map(Value::String),
+                ["result", path @ ..] => {
+                    let mut v = step.result.as_ref()?;
+                    for p in path {
+                        v = match v {
+                            Value::Object(m) => m.get(*p)?,
+                            Value::Array(a) => a.get(p.parse::<usize>().ok()?)?,
+                            _ => return None,
+                        };
+                    }
+                    Some(v.clone())
+                }
+                _ => None,
+            }
+        }
+        _ => None,
+    }
+}
+
+/// Whether a condition holds now. Numbers compare as numbers, and a number and a string of
+/// digits are equal (a step's result and a var); a field that is not there is not equal to
+/// anything and greater or less than nothing.
+pub fn evaluate(c: &Condition, steps: &[Step], vars: &BTreeMap<String, String>) -> bool {
+    let got = lookup(&c.field, steps, vars);
+    let num = |v: &Value| match v {
+        Value::Number(n) => n.as_f64(),
+        Value::String(s) => s.trim().parse::<f64>().ok(),
+        Value::Bool(_) | Value::Null | Value::Array(_) | Value::Object(_) => None,
+    };
+    let equal = |a: &Value, b: &Value| {
+        a == b
+            || match (num(a), num(b)) {
+                (Some(x), Some(y)) => x == y,
+                _ => plain(a) == plain(b),
+            }
+    };
+    match c.operator {
+        Operator::Exists => got.as_ref().is_some_and(|v| !v.is_null()),
+        Operator::NotExists => got.as_ref().is_none_or(Value::is_null),
+        Operator::Equals => got.as_ref().is_some_and(|v| equal(v, &c.value)),
+        Operator::NotEquals => got.as_ref().is_none_or(|v| !equal(v, &c.value)),
+        Operator::GreaterThan => {
+            matches!((got.as_ref().and_then(num), num(&c.value)), (Some(a), Some(b)) if a > b)
+        }
+        Operator::LessThan => {
+            matches!((got.as_ref().and_then(num), num(&c.value)), (Some(a), Some(b)) if a < b)
+        }
+        Operator::Contains => match (&got, &c.value) {
+            (Some(Value::String(s)), v) => s.contains(&plain(v)),
+            (Some(Value::Array(a)), v) => a.iter().any(|x| equal(x, v)),
+            _ => false,
+        },
+    }
+}

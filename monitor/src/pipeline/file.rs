@@ -1,0 +1,722 @@
+//! A pipeline file (YAML): `nodes` of kinds `task`, `gate`, `human`, `branch`, `parallel`,
+//! `merge`, `subgraph`, and `edges` between them, checked in full before anything runs.
+//! Errors name the file, and the line and column where the parser knows them.
+//!
+//! ```yaml
+//! name: deploy
+//! vars: { target: staging }
+//! nodes:
+//!   - { id: build, kind: task, command: [make, build] }
+//!   - { id: test, kind: gate, command: make test, retries: 2 }
+//!   - { id: ok, kind: human, title: Deploy, question: "Deploy to production?" }
+//!   - { id: ship, kind: task, command: [make, deploy] }
+//! edges:
+//!   - { from: build, to: test }
+//!   - { from: test, to: ok }
+//!   - { from: ok, to: ship, map: { BUILD: steps.build.result.id } }
+//! ```
+//!
+//! Loading inlines subgraphs (their nodes as `SUBGRAPH.NODE`), so what is stored and run is
+//! one flat [`Definition`].
+
+use serde::{Deserialize, Serialize};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::path::{Path, PathBuf};
+
+/// A command: an argument vector, or one string run by `sh -c`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum Command {
+    Argv(Vec<String>),
+    Shell(String),
+}
+
+impl Command {
+    /// The argument vector to run.
+    pub fn argv(&self) -> Vec<String> {
+        match self {
+            Command::Argv(v) => v.clone(),
+            Command::Shell(s) => vec!["sh".into(), "-c".into(), s.clone()],
+        }
+    }
+}
+
+/// A structured condition: `field` `operator` `value`. Fields: `steps.ID.exit_code`,
+/// `steps.ID.status`, `steps.ID.result.PATH`, `steps.ID.iteration`, `vars.NAME`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Condition {
+    pub field: String,
+    pub operator: Operator,
+    #[serde(default)]
+    pub value: serde_json::Value,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Operator {
+    Equals,
+    NotEquals,
+    GreaterThan,
+    LessThan,
+    Contains,
+    Exists,
+    NotExists,
+}
+
+/// What a step runs and how it is supervised.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Run {
+    pub command: Command,
+    #[serde(default)]
+    pub cwd: Option<String>,
+    #[serde(default)]
+    pub env: BTreeMap<String, String>,
+    /// Hard timeout (`10m`).
+    #[serde(default)]
+    pub timeout: Option<String>,
+    /// Stall timeout: no output for this long.
+    #[serde(default)]
+    pub stall_timeout: Option<String>,
+    /// `exit` (a prompt fails the step, its approval left for a re-run) or `wait` (the step
+    /// waits for the decision).
+    #[serde(default)]
+    pub on_prompt: Option<String>,
+    /// A host label: only a worker with this label runs it.
+    #[serde(default)]
+    pub host: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
+pub enum Kind {
+    Task {
+        #[serde(flatten)]
+        run: Run,
+    },
+    Gate {
+        #[serde(flatten)]
+        run: Run,
+        /// How many times a failing gate is run again.
+        #[serde(default)]
+        retries: u32,
+    },
+    Human {
+        title: String,
+        question: String,
+        #[serde(default = "approve_reject")]
+        options: Vec<String>,
+        #[serde(default)]
+        default: Option<String>,
+        /// `1h`: undecided by then, the step fails.
+        #[serde(default)]
+        expires: Option<String>,
+        /// Who may decide, where roles exist (token or login names).
+        #[serde(default)]
+        deciders: Vec<String>,
+    },
+    Branch {
+        condition: Condition,
+        on_true: String,
+        on_false: String,
+        /// How many times the branch may be taken; past it, the pipeline fails.
+        #[serde(default)]
+        max_iterations: Option<u32>,
+    },
+    Parallel,
+    Merge,
+    Subgraph {
+        file: String,
+    },
+}
+
+fn approve_reject() -> Vec<String> {
+    vec!["approve".into(), "reject".into()]
+}
+
+impl Kind {
+    pub fn name(&self) -> &'static str {
+        match self {
+            Kind::Task { .. } => "task",
+            Kind::Gate { .. } => "gate",
+            Kind::Human { .. } => "human",
+            Kind::Branch { .. } => "branch",
+            Kind::Parallel => "parallel",
+            Kind::Merge => "merge",
+            Kind::Subgraph { .. } => "subgraph",
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Node {
+    pub id: String,
+    #[serde(flatten)]
+    pub kind: Kind,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Edge {
+    pub from: String,
+    pub to: String,
+    #[serde(default)]
+    pub condition: Option<Condition>,
+    /// Fields of earlier steps into the target step's environment: `{VAR: field}`.
+    #[serde(default)]
+    pub map: BTreeMap<String, String>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawFile {
+    #[serde(default)]
+    name: Option<String>,
+    #[serde(default)]
+    vars: BTreeMap<String, String>,
+    /// The first node (default: the first listed).
+    #[serde(default)]
+    start: Option<String>,
+    nodes: Vec<Node>,
+    #[serde(default)]
+    edges: Vec<Edge>,
+}
+
+/// A loaded, checked pipeline: subgraphs inlined, ready to store and run.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Definition {
+    pub name: String,
+    pub vars: BTreeMap<String, String>,
+    pub start: String,
+    pub nodes: Vec<Node>,
+    pub edges: Vec<Edge>,
+}
+
+/// Why a file cannot be run.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FileError {
+    pub file: PathBuf,
+    pub line: Option<usize>,
+    pub column: Option<usize>,
+    pub message: String,
+}
+
+impl std::fmt::Display for FileError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}", self.file.display())?;
+        if let Some(l) = self.line {
+            write!(f, ":{l}")?;
+            if let Some(c) = self.column {
+                write!(f, ":{c}")?;
+            }
+        }
+        write!(f, ": {}", self.message)
+    }
+}
+
+/// The largest pipeline file read, and the deepest subgraph nesting.
+const MAX_FILE: u64 = 1024 * 1024;
+const MAX_DEPTH: usize = 8;
+
+impl Definition {
+    /// Reads, parses and checks `file` (and the subgraphs it names, relative to it).
+    pub fn load(file: &Path) -> Result<Definition, FileError> {
+        load(file, 0, &mut Vec::new())
+    }
+
+    /// Parses and checks `text` as the contents of `file` (subgraphs relative to it).
+    #[cfg(test)]
+    pub fn parse(file: &Path, text: &str) -> Result<Definition, FileError> {
+        parse(file, text, 0, &mut Vec::new())
+    }
+
+    pub fn node(&self, id: &str) -> Option<&Node> {
+        self.nodes.iter().find(|n| n.id == id)
+    }
+
+    /// The edges out of `id`.
+    pub fn out_edges<'a>(&'a self, id: &'a str) -> impl Iterator<Item = &'a Edge> + 'a {
+        self.edges.iter().filter(move |e| e.from == id)
+    }
+
+    /// The nodes `id` leads to: its edges' targets, and a branch's two targets.
+    pub fn successors(&self, id: &str) -> Vec<String> {
+        let mut out: Vec<String> = self.out_edges(id).map(|e| e.to.clone()).collect();
+        if let Some(Node {
+            kind: Kind::Branch {
+                on_true, on_false, ..
+            },
+            ..
+        }) = self.node(id)
+        {
+            out.push(on_true.clone());
+            out.push(on_false.clone());
+        }
+        out
+    }
+
+    /// The nodes with an edge (or a branch target) into `id`.
+    pub fn predecessors(&self, id: &str) -> Vec<String> {
+        self.nodes
+            .iter()
+            .filter(|n| self.successors(&n.id).iter().any(|s| s == id))
+            .map(|n| n.id.clone())
+            .collect()
+    }
+}
+
+fn err(file: &Path, message: impl Into<String>) -> FileError {
+    FileError {
+        file: file.to_path_buf(),
+        line: None,
+        column: None,
+        message: message.into(),
+    }
+}
+
+fn load(file: &Path, depth: usize, seen: &mut Vec<PathBuf>) -> Result<Definition, FileError> {
+    use std::io::Read;
+    let mut text = String::new();
+    std::fs::File::open(file)
+        .and_then(|f| f.take(MAX_FILE + 1).read_to_string(&mut text))
+        .map_err(|e| err(file, format!("cannot read it: {e}")))?;
+    if text.len() as u64 > MAX_FILE {
+        return Err(err(file, "larger than 1 MB"));
+    }
+    parse(file, &text, depth, seen)
+}
+
+/// Where `needle` (a node id, as written) first appears in `text`: line and column.
+fn locate(text: &str, needle: &str) -> (Option<usize>, Option<usize>) {
+    for (i, line) in text.lines().enumerate() {
+        if let Some(col) = line.find(needle) {
+            return (Some(i + 1), Some(col + 1));
+        }
+    }
+    (None, None)
+}
+
+fn parse(
+    file: &Path,
+    text: &str,
+    depth: usize,
+    seen: &mut Vec<PathBuf>,
+) -> Result<Definition, FileError> {
+    let raw: RawFile = serde_yaml_ng::from_str(text).map_err(|e| {
+        let loc = e.location();
+        FileError {
+            file: file.to_path_buf(),
+            line: loc.as_ref().map(|l| l.line()),
+            column: loc.as_ref().map(|l| l.column()),
+            message: e.to_string(),
+        }
+    })?;
+    // A check that names a node (or field) points at where it is written.
+    let at = |what: &str, message: String| {
+        let (line, column) = locate(text, what);
+        FileError {
+            file: file.to_path_buf(),
+            line,
+            column,
+            message,
+        }
+    };
+    let def = flatten(file, raw, depth, seen, &at)?;
+    check(&def, &at)?;
+    Ok(def)
+}
+
+fn valid_id(id: &str) -> bool {
+    !id.is_empty()
+        && id.len() <= 64
+        && id
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+}
+
+/// A field name: `[A-Za-z0-9_.]`, not empty, no empty part.
+pub fn valid_field(f: &str) -> bool {
+    !f.is_empty()
+        && f.len() <= 256
+        && f.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'.')
+        && f.split('.').all(|p| !p.is_empty())
+}
+
+/// An environment variable name.
+fn valid_var(v: &str) -> bool {
+    !v.is_empty()
+        && !v.as_bytes()[0].is_ascii_digit()
+        && v.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_')
+}
+
+type At<'a> = dyn Fn(&str, String) -> FileError + 'a;
+
+/// Checks ids, then inlines subgraphs.
+fn flatten(
+    file: &Path,
+    raw: RawFile,
+    depth: usize,
+    seen: &mut Vec<PathBuf>,
+    at: &At<'_>,
+) -> Result<Definition, FileError> {
+    if raw.nodes.is_empty() {
+        return Err(err(file, "no nodes"));
+    }
+    let mut ids = BTreeSet::new();
+    for n in &raw.nodes {
+        if !valid_id(&n.id) {
+            return Err(at(
+                &n.id,
+                format!(
+                    "node id `{}`: use letters, digits, `_` and `-` (at most 64)",
+                    n.id.escape_debug()
+                ),
+            ));
+        }
+        if !ids.insert(n.id.clone()) {
+            return Err(at(&n.id, format!("node id `{}` is used twice", n.id)));
+        }
+    }
+    let start = match raw.start {
+        Some(s) if ids.contains(&s) => s,
+        Some(s) => return Err(at(&s, format!("start: no node `{s}`"))),
+        None => raw.nodes[0].id.clone(),
+    };
+    let mut nodes = Vec::new();
+    let mut edges = raw.edges;
+    let mut start = start;
+    for n in raw.nodes {
+        let Kind::Subgraph { file: sub } = &n.kind else {
+            nodes.push(n);
+            continue;
+        };
+        if depth + 1 > MAX_DEPTH {
+            return Err(at(&n.id, format!("subgraphs nest deeper than {MAX_DEPTH}")));
+        }
+        let path = file.parent().unwrap_or(Path::new(".")).join(sub);
+        let canon = std::fs::canonicalize(&path)
+            .map_err(|e| at(sub, format!("subgraph `{}`: {}: {e}", n.id, path.display())))?;
+        if seen.contains(&canon) {
+            return Err(at(
+                sub,
+                format!(
+                    "subgraph `{}` includes {} again (a cycle)",
+                    n.id,
+                    path.display()
+                ),
+            ));
+        }
+        seen.push(canon);
+        let inner = load(&path, depth + 1, seen)?;
+        seen.pop();
+        let prefix = |id: &str| format!("{}.{id}", n.id);
+        // The subgraph's last nodes (nothing after them) lead where the subgraph node did.
+        let ends: Vec<String> = inner
+            .nodes
+            .iter()
+            .filter(|m| inner.successors(&m.id).is_empty())
+            .map(|m| m.id.clone())
+            .collect();
+        let outgoing: Vec<Edge> = edges.iter().filter(|e| e.from == n.id).cloned().collect();
+        edges.retain(|e| e.from != n.id);
+        for e in &mut edges {
+            if e.to == n.id {
+                e.to = prefix(&inner.start);
+            }
+        }
+        if start == n.id {
+            start = prefix(&inner.start);
+        }
+        for mut m in inner.nodes {
+            m.id = prefix(&m.id);
+            if let Kind::Branch {
+                on_true, on_false, ..
+            } = &mut m.kind
+            {
+                *on_true = prefix(on_true);
+                *on_false = prefix(on_false);
+            }
+            nodes.push(m);
+        }
+        for mut e in inner.edges {
+            e.from = prefix(&e.from);
+            e.to = prefix(&e.to);
+            edges.push(e);
+        }
+        for end in &ends {
+            for o in &outgoing {
+                edges.push(Edge {
+                    from: prefix(end),
+                    ..o.clone()
+                });
+            }
+        }
+    }
+    Ok(Definition {
+        name: raw.name.unwrap_or_else(|| {
+            file.file_stem()
+                .map(|s| s.to_string_lossy().into_owned())
+                .unwrap_or_else(|| "pipeline".into())
+        }),
+        vars: raw.vars,
+        start,
+        nodes,
+        edges,
+    })
+}
+
+/// The fields a condition may name, checked for shape and for naming a node that exists.
+fn check_field(def: &Definition, field: &str, at: &At<'_>) -> Result<(), FileError> {
+    if !valid_field(field) {
+        return Err(at(
+            field,
+            format!(
+                "field `{}`: only letters, digits, `_` and `.` (like steps.build.exit_code)",
+                field.escape_debug()
+            ),
+        ));
+    }
+    let parts: Vec<&str> = field.split('.').collect();
+    match parts.as_slice() {
+        ["vars", _] => Ok(()),
+        ["steps", rest @ ..] => {
+            // The node id may itself hold dots (an inlined subgraph's): the longest known
+            // prefix names it.
+            let found = (1..=rest.len()).rev().find_map(|k| {
+                let id = rest[..k].join(".");
+                def.node(&id).map(|_| (id, &rest[k..]))
+            });
+            match found {
+                None => Err(at(field, format!("field `{field}`: no such step"))),
+                Some((_, ["exit_code"] | ["status"] | ["iteration"] | ["comment"])) => Ok(()),
+                Some((_, ["result", ..])) => Ok(()),
+                Some((id, _)) => Err(at(
+                    field,
+                    format!(
+                        "field `{field}`: a step's fields are exit_code, status, iteration, comment and result.… (step `{id}`)"
+                    ),
+                )),
+            }
+        }
+        _ => Err(at(
+            field,
+            format!("field `{field}`: starts with steps. or vars."),
+        )),
+    }
+}
+
+/// Every rule: known targets, field names, a cycle only through a branch with
+/// `max_iterations`, every node reachable from the start.
+fn check(def: &Definition, at: &At<'_>) -> Result<(), FileError> {
+    let known = |id: &str| def.node(id).is_some();
+    for e in &def.edges {
+        for end in [&e.from, &e.to] {
+            if !known(end) {
+                return Err(at(
+                    end,
+                    format!("edge {} → {}: no node `{end}`", e.from, e.to),
+                ));
+            }
+        }
+        if let Some(c) = &e.condition {
+            check_field(def, &c.field, at)?;
+        }
+        for (var, field) in &e.map {
+            if !valid_var(var) {
+                return Err(at(
+                    var,
+                    format!(
+                        "map: `{}` is not an environment variable name",
+                        var.escape_debug()
+                    ),
+                ));
+            }
+            check_field(def, field, at)?;
+        }
+    }
+    for n in &def.nodes {
+        match &n.kind {
+            Kind::Branch {
+                condition,
+                on_true,
+                on_false,
+                max_iterations,
+            } => {
+                for t in [on_true, on_false] {
+                    if !known(t) {
+                        return Err(at(t, format!("branch `{}`: no node `{t}`", n.id)));
+                    }
+                }
+                check_field(def, &condition.field, at)?;
+                if *max_iterations == Some(0) {
+                    return Err(at(
+                        &n.id,
+                        format!("branch `{}`: max_iterations is at least 1", n.id),
+                    ));
+                }
+            }
+            Kind::Task { run } | Kind::Gate { run, .. } => {
+                if run.command.argv().first().is_none_or(|p| p.is_empty()) {
+                    return Err(at(
+                        &n.id,
+                        format!("{} `{}`: an empty command", n.kind.name(), n.id),
+                    ));
+                }
+                for d in [&run.timeout, &run.stall_timeout].into_iter().flatten() {
+                    hr_shared::time::parse_duration(d)
+                        .map_err(|e| at(d, format!("{} `{}`: {e}", n.kind.name(), n.id)))?;
+                }
+                if let Some(p) = &run.on_prompt
+                    && !["exit", "wait"].contains(&p.as_str())
+                {
+                    return Err(at(p, format!("`{}`: on_prompt is exit or wait", n.id)));
+                }
+                for var in run.env.keys() {
+                    if !valid_var(var) {
+                        return Err(at(
+                            var,
+                            format!(
+                                "`{}`: env `{}` is not a variable name",
+                                n.id,
+                                var.escape_debug()
+                            ),
+                        ));
+                    }
+                }
+            }
+            Kind::Human {
+                options,
+                default,
+                expires,
+                ..
+            } => {
+                if options.is_empty() {
+                    return Err(at(&n.id, format!("human `{}`: no options", n.id)));
+                }
+                if let Some(d) = default
+                    && !options.contains(d)
+                {
+                    return Err(at(
+                        d,
+                        format!("human `{}`: the default `{d}` is not an option", n.id),
+                    ));
+                }
+                if let Some(x) = expires {
+                    hr_shared::time::parse_duration(x)
+                        .map_err(|e| at(x, format!("human `{}`: expires: {e}", n.id)))?;
+                }
+            }
+            Kind::Parallel | Kind::Merge | Kind::Subgraph { .. } => {}
+        }
+    }
+    // Reachability from the start.
+    let mut reached = BTreeSet::from([def.start.clone()]);
+    let mut todo = vec![def.start.clone()];
+    while let Some(id) = todo.pop() {
+        for s in def.successors(&id) {
+            if reached.insert(s.clone()) {
+                todo.push(s);
+            }
+        }
+    }
+    if let Some(n) = def.nodes.iter().find(|n| !reached.contains(&n.id)) {
+        return Err(at(
+            &n.id,
+            format!("node `{}` cannot be reached from `{}`", n.id, def.start),
+        ));
+    }
+    // A cycle must pass through a branch with max_iterations: remove those branches' edges
+    // back into the cycle and what is left must be acyclic.
+    let bounded: BTreeSet<&str> = def
+        .nodes
+        .iter()
+        .filter(|n| {
+            matches!(
+                n.kind,
+                Kind::Branch {
+                    max_iterations: Some(_),
+                    ..
+                }
+            )
+        })
+        .map(|n| n.id.as_str())
+        .collect();
+    if let Some(cycle) = unbounded_cycle(def, &bounded) {
+        let first = cycle[0].clone();
+        return Err(at(
+            &first,
+            format!(
+                "a cycle without a branch with max_iterations: {}",
+                cycle.join(" → ")
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// A cycle that does not pass through a bounded branch, if any (its nodes in order).
+fn unbounded_cycle(def: &Definition, bounded: &BTreeSet<&str>) -> Option<Vec<String>> {
+    // Depth-first search over the graph without the bounded branches' out-edges.
+    let succ: HashMap<&str, Vec<String>> = def
+        .nodes
+        .iter()
+        .map(|n| {
+            let next = if bounded.contains(n.id.as_str()) {
+                Vec::new()
+            } else {
+                def.successors(&n.id)
+            };
+            (n.id.as_str(), next)
+        })
+        .collect();
+    #[derive(Clone, Copy, PartialEq)]
+    enum Mark {
+        New,
+        Open,
+        Done,
+    }
+    let mut mark: HashMap<&str, Mark> = def
+        .nodes
+        .iter()
+        .map(|n| (n.id.as_str(), Mark::New))
+        .collect();
+    fn visit<'a>(
+        id: &'a str,
+        succ: &'a HashMap<&str, Vec<String>>,
+        mark: &mut HashMap<&'a str, Mark>,
+        path: &mut Vec<String>,
+    ) -> Option<Vec<String>> {
+        mark.insert(id, Mark::Open);
+        path.push(id.to_owned());
+        for s in succ.get(id).into_iter().flatten() {
+            match mark.get(s.as_str()).copied() {
+                Some(Mark::Open) => {
+                    let from = path.iter().position(|p| p == s).unwrap_or(0);
+                    let mut cycle = path[from..].to_vec();
+                    cycle.push(s.clone());
+                    return Some(cycle);
+                }
+                Some(Mark::New) => {
+                    let key = succ.get_key_value(s.as_str()).map(|(k, _)| *k)?;
+                    if let Some(c) = visit(key, succ, mark, path) {
+                        return Some(c);
+                    }
+                }
+                _ => {}
+            }
+        }
+        path.pop();
+        mark.insert(id, Mark::Done);
+        None
+    }
+    for n in &def.nodes {
+        if mark.get(n.id.as_str()) == Some(&Mark::New)
+            && let Some(c) = visit(n.id.as_str(), &succ, &mut mark, &mut Vec::new())
+        {
+            return Some(c);
+        }
+    }
+    None
+}

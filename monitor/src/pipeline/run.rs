@@ -1,0 +1,884 @@
+//! Driving an execution: the runner reads the steps from the store, starts what is ready
+//! (a task or gate as a `headless-run` of its command, a human step as an approval), and
+//! writes each outcome back through the engine with a compare-and-swap. It keeps nothing
+//! the store does not have: killed at any point, another runner (`pipeline resume`) reads
+//! the row and carries on — a step whose headless-run still runs or has ended is adopted,
+//! never started again.
+
+use super::engine::{self, ExecutionStatus, Outcome, Step, StepRun, StepStatus};
+use super::file::{Definition, Kind};
+use hr_shared::approvals::Approval;
+use hr_shared::config::OnExpire;
+use hr_shared::event::{ApprovalOption, CooperativeRequest};
+use hr_shared::paths::StatePaths;
+use hr_shared::runs::{StatusChange, ToolRun};
+use hr_shared::status::{ApprovalStatus, RunStatus};
+use hr_shared::store::pipelines::{Execution, PipelineStore};
+use hr_shared::store::{Asker, Cooperative, Replace, RunWrite};
+use hr_shared::{fingerprint, id, proc, time};
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// A runner whose heartbeat is older than this (on another host) is gone.
+pub const RUNNER_STALE: Duration = Duration::from_secs(30);
+/// How often the runner says it is alive.
+const HEARTBEAT: Duration = Duration::from_secs(2);
+/// How often it looks when nothing wakes it.
+const LOOK: Duration = Duration::from_millis(100);
+
+/// Who drives: this host, pid and the pid's start time.
+pub fn me() -> String {
+    let pid = std::process::id() as i32;
+    let start = proc::read_stat(pid).map(|s| s.start_time).unwrap_or(0);
+    format!("{} {pid} {start}", proc::hostname())
+}
+
+/// Whether the runner named `runner` (as [`me`] makes it) is gone: on this host by its pid
+/// and start time, elsewhere by its heartbeat.
+pub fn runner_gone(runner: &str, heartbeat_at: Option<&str>) -> bool {
+    let mut parts = runner.split(' ');
+    let (Some(host), Some(pid), Some(start)) = (parts.next(), parts.next(), parts.next()) else {
+        return true;
+    };
+    if host == proc::hostname() {
+        let (Ok(pid), Ok(start)) = (pid.parse::<i32>(), start.parse::<u64>()) else {
+            return true;
+        };
+        return !proc::same_process(pid, Some(start));
+    }
+    heartbeat_at
+        .and_then(time::age_of)
+        .is_none_or(|age| age > RUNNER_STALE)
+}
+
+/// How a drive ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum End {
+    Completed,
+    Failed(String),
+    /// Only human steps are left, and the runner was asked not to wait (`--detach`).
+    Waiting,
+    Cancelled(String),
+}
+
+/// A step's command, started by this runner.
+struct Started {
+    node: String,
+    iteration: u32,
+    attempt: u32,
+    child: Child,
+}
+
+pub struct Driver {
+    paths: StatePaths,
+    store: Box<dyn PipelineStore>,
+    me: String,
+    shim: PathBuf,
+    detach: bool,
+    started: Vec<Started>,
+    /// Says what happened, one line each (stderr).
+    quiet: bool,
+}
+
+/// The store's row, read as the engine's types.
+struct View {
+    ex: Execution,
+    def: Definition,
+    vars: BTreeMap<String, String>,
+    steps: Vec<Step>,
+}
+
+fn view(ex: Execution) -> Result<View, String> {
+    let def: Definition = serde_json::from_value(ex.definition.clone())
+        .map_err(|e| format!("{}: its stored definition: {e}", ex.execution_id))?;
+    let vars = serde_json::from_value(ex.vars.clone())
+        .map_err(|e| format!("{}: its stored vars: {e}", ex.execution_id))?;
+    let steps = serde_json::from_value(ex.steps.clone())
+        .map_err(|e| format!("{}: its stored steps: {e}", ex.execution_id))?;
+    Ok(View {
+        ex,
+        def,
+        vars,
+        steps,
+    })
+}
+
+/// Where a step's result is kept: `STATE/pipelines/EX/NODE.ITERATION.ATTEMPT.json`.
+fn result_file(paths: &StatePaths, ex: &str, s: &Step) -> PathBuf {
+    paths
+        .root
+        .join("pipelines")
+        .join(ex)
+        .join(format!("{}.{}.{}.json", s.node, s.iteration, s.attempt))
+}
+
+fn read_result(path: &std::path::Path) -> Option<serde_json::Value> {
+    let text = std::fs::read_to_string(path).ok()?;
+    serde_json::from_str(&text).ok()
+}
+
+impl Driver {
+    pub fn new(
+        paths: StatePaths,
+        store: Box<dyn PipelineStore>,
+        shim: PathBuf,
+        detach: bool,
+        quiet: bool,
+    ) -> Self {
+        Driver {
+            paths,
+            store,
+            me: me(),
+            shim,
+            detach,
+            started: Vec::new(),
+            quiet,
+        }
+    }
+
+    fn say(&self, msg: impl AsRef<str>) {
+        if !self.quiet {
+            eprintln!("monitor pipeline: {}", msg.as_ref());
+        }
+    }
+
+    fn load(&mut self, id: &str) -> Result<View, String> {
+        let ex = self
+            .store
+            .pipeline(id)
+            .map_err(|e| e.to_string())?
+            .ok_or_else(|| format!("no pipeline execution {id}"))?;
+        view(ex)
+    }
+
+    /// Reads, changes and writes the row until the write lands (another writer moved it:
+    /// read again). `change` returns false to write nothing.
+    fn update(
+        &mut self,
+        id: &str,
+        mut change: impl FnMut(&mut View) -> Result<bool, String>,
+    ) -> Result<View, String> {
+        for _ in 0..1000 {
+            let mut v = self.load(id)?;
+            if !change(&mut v)? {
+                return Ok(v);
+            }
+            v.ex.steps = serde_json::to_value(&v.steps).map_err(|e| e.to_string())?;
+            if !v.ex.is_final() {
+                let (status, reason) = match engine::status(&v.steps) {
+                    ExecutionStatus::Failed(r) => ("failed", Some(r)),
+                    s => (s.as_str(), None),
+                };
+                v.ex.status = status.to_owned();
+                v.ex.reason = reason;
+            }
+            v.ex.heartbeat_at = Some(time::now_rfc3339());
+            if self.store.pipeline_swap(&v.ex).map_err(|e| e.to_string())? {
+                v.ex.version += 1;
+                return Ok(v);
+            }
+        }
+        Err(format!(
+            "{id}: could not write the execution (always moved by another)"
+        ))
+    }
+
+    /// Takes the execution: when nobody drives it, or its runner is gone. False: another
+    /// runner drives it.
+    pub fn claim(&mut self, id: &str) -> Result<bool, String> {
+        let me = self.me.clone();
+        let mut taken = false;
+        self.update(id, |v| {
+            if v.ex.is_final() {
+                return Err(format!(
+                    "{id} has ended ({}{})",
+                    v.ex.status,
+                    v.ex.reason
+                        .as_deref()
+                        .map(|r| format!(": {r}"))
+                        .unwrap_or_default()
+                ));
+            }
+            match v.ex.runner.as_deref() {
+                Some(r) if r == me => {
+                    taken = true;
+                    Ok(false)
+                }
+                Some(r) if !runner_gone(r, v.ex.heartbeat_at.as_deref()) => {
+                    taken = false;
+                    Ok(false)
+                }
+                _ => {
+                    v.ex.runner = Some(me.clone());
+                    taken = true;
+                    Ok(true)
+                }
+            }
+        })?;
+        Ok(taken)
+    }
+
+    /// Applies `outcome` of a step (an outcome another runner applied first is dropped).
+    fn apply(
+        &mut self,
+        id: &str,
+        node: &str,
+        iteration: u32,
+        outcome: Outcome,
+    ) -> Result<(), String> {
+        self.update(id, |v| {
+            if v.steps
+                .iter()
+                .any(|s| s.node == node && s.iteration == iteration && s.status.is_final())
+            {
+                return Ok(false);
+            }
+            v.steps = engine::advance(&v.def, &v.vars, &v.steps, node, iteration, outcome.clone())?;
+            Ok(true)
+        })?;
+        Ok(())
+    }
+
+    /// Drives the execution until it ends (or, with `detach`, only human steps are left).
+    pub fn drive(&mut self, id: &str) -> Result<End, String> {
+        let mut beat = Instant::now();
+        let bell = hr_shared::store::doorbell::for_store(&self.paths);
+        self.adopt(id)?;
+        loop {
+            self.reap(id)?;
+            let v = self.load(id)?;
+            if v.ex.status == "cancelled" {
+                for s in &mut self.started {
+                    // The step's headless-run ends its tool's group and records it.
+                    // SAFETY: a signal to our own child.
+                    unsafe { libc::kill(s.child.id() as i32, libc::SIGTERM) };
+                }
+                for mut s in std::mem::take(&mut self.started) {
+                    let _ = s.child.wait();
+                }
+                return Ok(End::Cancelled(v.ex.reason.unwrap_or_default()));
+            }
+            if v.ex.runner.as_deref() != Some(self.me.as_str()) {
+                return Err(format!(
+                    "{id}: another runner took it over ({})",
+                    v.ex.runner.unwrap_or_default()
+                ));
+            }
+            self.start_ready(id, &v)?;
+            self.check_humans(id, &v)?;
+            let v = self.load(id)?;
+            match engine::status(&v.steps) {
+                ExecutionStatus::Completed if self.started.is_empty() => {
+                    self.finish(id)?;
+                    return Ok(End::Completed);
+                }
+                ExecutionStatus::Failed(r) if self.started.is_empty() => {
+                    self.finish(id)?;
+                    return Ok(End::Failed(r));
+                }
+                ExecutionStatus::WaitingApproval if self.started.is_empty() && self.detach => {
+                    self.release(id)?;
+                    return Ok(End::Waiting);
+                }
+                _ => {}
+            }
+            if beat.elapsed() >= HEARTBEAT {
+                self.update(id, |_| Ok(true))?;
+                beat = Instant::now();
+            }
+            match &bell {
+                Some(b) if self.started.is_empty() => {
+                    b.wait(Duration::from_secs(1));
+                }
+                _ => std::thread::sleep(LOOK),
+            }
+        }
+    }
+
+    /// Ends the drive: the runner lets go of a finished execution.
+    fn finish(&mut self, id: &str) -> Result<(), String> {
+        self.update(id, |v| {
+            v.ex.runner = None;
+            Ok(true)
+        })?;
+        Ok(())
+    }
+
+    /// Lets go of an execution left waiting for a person (`pipeline resume`, or the
+    /// worker, picks it up after the decision).
+    fn release(&mut self, id: &str) -> Result<(), String> {
+        self.finish(id)
+    }
+
+    /// Steps another runner left running: a headless-run that has ended gives its outcome;
+    /// one that still runs is waited for; one that never started is made ready again.
+    fn adopt(&mut self, id: &str) -> Result<(), String> {
+        let v = self.load(id)?;
+        let left: Vec<Step> = v
+            .steps
+            .iter()
+            .filter(|s| s.status == StepStatus::Running)
+            .cloned()
+            .collect();
+        if left.is_empty() {
+            return Ok(());
+        }
+        let runs = self.store.execution_runs(id).map_err(|e| e.to_string())?;
+        for s in left {
+            let Some(r) = &s.run else {
+                self.back_to_ready(id, &s)?;
+                continue;
+            };
+            let found = runs.iter().find(|t| {
+                r.pid.is_some_and(|p| t.shim_pid == Some(i64::from(p)))
+                    && t.host.as_deref() == Some(r.host.as_str())
+            });
+            // No pid recorded (the runner died between marking and spawning, or right
+            // after): a run of this command started since then is this step's.
+            let found = found.or_else(|| {
+                if r.pid.is_some() {
+                    return None;
+                }
+                let argv = step_argv(&v.def, &s)?;
+                runs.iter()
+                    .find(|t| t.argv_json == argv && t.started_at >= r.started_at)
+            });
+            match found {
+                Some(t) if t.exit_code.is_some() && t.status.is_final() => {
+                    let code = t.exit_code.unwrap_or(1);
+                    let result = read_result(&result_file(&self.paths, id, &s));
+                    self.say(format!(
+                        "{}: adopted {}: it ended with {code}",
+                        s.node, t.tool_run_id
+                    ));
+                    self.apply(id, &s.node, s.iteration, Outcome::Exited { code, result })?;
+                }
+                Some(t) => {
+                    // Still running under a headless-run that is not our child: wait for
+                    // its row to end.
+                    self.say(format!(
+                        "{}: waiting for {} (left running)",
+                        s.node, t.tool_run_id
+                    ));
+                    let run_id = t.tool_run_id.clone();
+                    let code = self.wait_for_run(id, &run_id)?;
+                    let result = read_result(&result_file(&self.paths, id, &s));
+                    self.apply(id, &s.node, s.iteration, Outcome::Exited { code, result })?;
+                }
+                None => {
+                    let alive = r.pid.is_some_and(|p| {
+                        r.host == proc::hostname() && proc::same_process(p, r.pid_start)
+                    });
+                    if alive {
+                        // Started, not recorded yet: give it a moment, then look again.
+                        std::thread::sleep(Duration::from_millis(500));
+                        return self.adopt(id);
+                    }
+                    self.back_to_ready(id, &s)?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// A step marked running whose command never started: ready again.
+    fn back_to_ready(&mut self, id: &str, s: &Step) -> Result<(), String> {
+        self.say(format!("{}: never started; ready again", s.node));
+        self.update(id, |v| {
+            let Some(t) = v
+                .steps
+                .iter_mut()
+                .find(|t| t.node == s.node && t.iteration == s.iteration)
+            else {
+                return Ok(false);
+            };
+            if t.status != StepStatus::Running {
+                return Ok(false);
+            }
+            t.status = StepStatus::Ready;
+            t.run = None;
+            Ok(true)
+        })?;
+        Ok(())
+    }
+
+    /// Waits until run `run_id` has ended; its exit code.
+    fn wait_for_run(&mut self, id: &str, run_id: &str) -> Result<i32, String> {
+        loop {
+            let runs = self.store.execution_runs(id).map_err(|e| e.to_string())?;
+            if let Some(t) = runs.iter().find(|t| t.tool_run_id == run_id)
+                && t.status.is_final()
+            {
+                return Ok(t.exit_code.unwrap_or(1));
+            }
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+
+    /// Children that have exited: their outcomes.
+    fn reap(&mut self, id: &str) -> Result<(), String> {
+        let mut done = Vec::new();
+        let mut i = 0;
+        while i < self.started.len() {
+            match self.started[i].child.try_wait() {
+                Ok(Some(status)) => {
+                    let s = self.started.remove(i);
+                    done.push((s, status));
+                }
+                Ok(None) => i += 1,
+                Err(e) => return Err(format!("cannot wait for a step: {e}")),
+            }
+        }
+        for (s, status) in done {
+            use std::os::unix::process::ExitStatusExt;
+            let code = status
+                .code()
+                .unwrap_or_else(|| 128 + status.signal().unwrap_or(0));
+            let probe = Step {
+                node: s.node.clone(),
+                iteration: s.iteration,
+                status: StepStatus::Running,
+                attempt: s.attempt,
+                exit_code: None,
+                result: None,
+                env: BTreeMap::new(),
+                comment: None,
+                reason: None,
+                run: None,
+            };
+            let result = read_result(&result_file(&self.paths, id, &probe));
+            self.say(format!("{}: exited with {code}", s.node));
+            self.apply(id, &s.node, s.iteration, Outcome::Exited { code, result })?;
+        }
+        Ok(())
+    }
+
+    /// Starts the ready tasks, gates and human steps.
+    fn start_ready(&mut self, id: &str, v: &View) -> Result<(), String> {
+        let ready: Vec<Step> = v
+            .steps
+            .iter()
+            .filter(|s| s.status == StepStatus::Ready)
+            .cloned()
+            .collect();
+        for s in ready {
+            let Some(node) = v.def.node(&s.node) else {
+                continue;
+            };
+            match &node.kind {
+                Kind::Task { .. } | Kind::Gate { .. } => self.start_command(id, v, &s)?,
+                Kind::Human { .. } => self.ask_human(id, v, &s)?,
+                _ => {}
+            }
+        }
+        Ok(())
+    }
+
+    /// Marks the step running (so that no other runner starts it), then starts its
+    /// headless-run and records the pid.
+    fn start_command(&mut self, id: &str, v: &View, s: &Step) -> Result<(), String> {
+        let node = v.def.node(&s.node).expect("ready steps are nodes");
+        let (Kind::Task { run } | Kind::Gate { run, .. }) = &node.kind else {
+            return Ok(());
+        };
+        let here = proc::hostname();
+        let started_at = time::now_rfc3339();
+        let mut marked = false;
+        self.update(id, |w| {
+            let Some(t) = w
+                .steps
+                .iter_mut()
+                .find(|t| t.node == s.node && t.iteration == s.iteration)
+            else {
+                return Ok(false);
+            };
+            if t.status != StepStatus::Ready {
+                marked = false;
+                return Ok(false);
+            }
+            t.status = StepStatus::Running;
+            t.run = Some(StepRun {
+                host: here.clone(),
+                started_at: started_at.clone(),
+                ..StepRun::default()
+            });
+            marked = true;
+            Ok(true)
+        })?;
+        if !marked {
+            return Ok(());
+        }
+        let result = result_file(&self.paths, id, s);
+        if let Some(dir) = result.parent() {
+            hr_shared::paths::create_private_dir(dir)
+                .map_err(|e| format!("cannot make {}: {e}", dir.display()))?;
+        }
+        let _ = std::fs::remove_file(&result);
+        let mut cmd = Command::new(&self.shim);
+        if let Some(t) = &run.timeout {
+            cmd.args(["--timeout", t]);
+        }
+        if let Some(t) = &run.stall_timeout {
+            cmd.args(["--stall-timeout", t]);
+        }
+        cmd.args(["--on-prompt", run.on_prompt.as_deref().unwrap_or("wait")]);
+        cmd.arg("--").args(run.command.argv());
+        if let Some(dir) = &run.cwd {
+            cmd.current_dir(dir);
+        }
+        cmd.envs(
+            v.vars
+                .iter()
+                .map(|(k, val)| (format!("PIPELINE_VAR_{k}"), val.clone())),
+        )
+        .envs(&run.env)
+        .envs(&s.env)
+        .env(hr_shared::mode::ENV_EXECUTION_ID, id)
+        .env(hr_shared::event::ENV_RESULT_FILE, &result)
+        .env("HEADLESS_RUN_PIPELINE_STEP", &s.node)
+        .env("HEADLESS", "1")
+        .stdin(Stdio::null());
+        self.say(format!(
+            "{}: {}",
+            s.node,
+            hr_shared::shell::words(&run.command.argv())
+        ));
+        let child = match cmd.spawn() {
+            Ok(c) => c,
+            Err(e) => {
+                self.say(format!(
+                    "{}: cannot start {}: {e}",
+                    s.node,
+                    self.shim.display()
+                ));
+                return self.apply(
+                    id,
+                    &s.node,
+                    s.iteration,
+                    Outcome::Exited {
+                        code: 127,
+                        result: None,
+                    },
+                );
+            }
+        };
+        let pid = child.id() as i32;
+        let pid_start = proc::read_stat(pid).map(|st| st.start_time);
+        self.started.push(Started {
+            node: s.node.clone(),
+            iteration: s.iteration,
+            attempt: s.attempt,
+            child,
+        });
+        self.update(id, |w| {
+            let Some(t) = w
+                .steps
+                .iter_mut()
+                .find(|t| t.node == s.node && t.iteration == s.iteration)
+            else {
+                return Ok(false);
+            };
+            match &mut t.run {
+                Some(r) if t.status == StepStatus::Running => {
+                    r.pid = Some(pid);
+                    r.pid_start = pid_start;
+                    Ok(true)
+                }
+                _ => Ok(false),
+            }
+        })?;
+        Ok(())
+    }
+
+    /// Asks a human step's question: a run of its own (`pipeline`, parked on the
+    /// approval, the step in its metadata) with a cooperative approval; the step waits.
+    fn ask_human(&mut self, id: &str, v: &View, s: &Step) -> Result<(), String> {
+        let node = v.def.node(&s.node).expect("ready steps are nodes");
+        let Kind::Human {
+            title,
+            question,
+            options,
+            default,
+            expires,
+            ..
+        } = &node.kind
+        else {
+            return Ok(());
+        };
+        let run_id = id::new_run_id();
+        let argv = vec!["pipeline".to_owned(), v.def.name.clone(), s.node.clone()];
+        let cwd = std::env::current_dir()
+            .map(|d| d.display().to_string())
+            .unwrap_or_else(|_| "/".into());
+        let now = time::now_rfc3339();
+        // Marked first: a runner killed after it asks leaves the approval findable.
+        let mut marked = false;
+        let here = proc::hostname();
+        self.update(id, |w| {
+            let Some(t) = w
+                .steps
+                .iter_mut()
+                .find(|t| t.node == s.node && t.iteration == s.iteration)
+            else {
+                return Ok(false);
+            };
+            if t.status != StepStatus::Ready {
+                marked = false;
+                return Ok(false);
+            }
+            t.status = StepStatus::WaitingApproval;
+            t.run = Some(StepRun {
+                host: here.clone(),
+                started_at: now.clone(),
+                tool_run_id: Some(run_id.clone()),
+                ..StepRun::default()
+            });
+            marked = true;
+            Ok(true)
+        })?;
+        if !marked {
+            return Ok(());
+        }
+        let row = ToolRun {
+            tool_run_id: run_id.clone(),
+            tool_name: "pipeline".into(),
+            execution_id: Some(id.to_owned()),
+            status: RunStatus::WaitingApproval,
+            reason: Some(format!("pipeline {} waits at `{}`", v.def.name, s.node)),
+            // Parked (90): no headless-run supervises it, nothing reconciles it away.
+            exit_code: Some(i32::from(hr_shared::exit::shim::APPROVAL_PENDING)),
+            started_at: now.clone(),
+            completed_at: None,
+            last_output_at: None,
+            last_heartbeat_at: None,
+            supervisor_heartbeat_at: None,
+            last_error_msg: None,
+            pid: None,
+            shim_pid: None,
+            shim_start_time: None,
+            host: Some(here.clone()),
+            argv_json: argv.clone(),
+            cwd: Some(cwd.clone()),
+            resumed_from: None,
+            metadata: Some(serde_json::json!({
+                "pipeline": format!("{id}/{}#{}", s.node, s.iteration),
+                "uid": hr_shared::proc::real_uid(),
+            })),
+            updated_at: now,
+        };
+        let actor = proc::current_user();
+        self.store
+            .record(&run_id, &[RunWrite::Start(Box::new(row))], &actor, false)
+            .map_err(|e| e.to_string())?;
+        let who = Asker {
+            tool_run_id: run_id.clone(),
+            tool: "pipeline".into(),
+            execution_id: id.to_owned(),
+            request_fingerprint: fingerprint::request("pipeline", &argv, &cwd),
+            argv,
+            cwd,
+            tool_digest: None,
+            actor,
+        };
+        let req = CooperativeRequest {
+            approval_id: None,
+            tool_run_id: Some(run_id.clone()),
+            question: question.clone(),
+            options: options
+                .iter()
+                .map(|o| ApprovalOption {
+                    value: o.clone(),
+                    label: o.clone(),
+                    keys: None,
+                })
+                .collect(),
+            default: default.clone(),
+            allows_text: false,
+            context: Some(format!(
+                "Pipeline {} ({id}), step {}: {title}",
+                v.def.name, s.node
+            )),
+        };
+        let ttl = expires
+            .as_deref()
+            .and_then(|e| time::parse_duration(e).ok());
+        let asked = self
+            .store
+            .cooperative(&who, &req, ttl, OnExpire::Reject)
+            .map_err(|e| e.to_string())?;
+        let Cooperative::Pending(approval) = asked.value else {
+            return Err(format!("{}: the approval was not asked", s.node));
+        };
+        self.say(format!(
+            "{}: waiting for a decision on {} ({title})",
+            s.node, approval.approval_id
+        ));
+        let ap = approval.approval_id.clone();
+        self.update(id, |w| {
+            let Some(t) = w
+                .steps
+                .iter_mut()
+                .find(|t| t.node == s.node && t.iteration == s.iteration)
+            else {
+                return Ok(false);
+            };
+            match &mut t.run {
+                Some(r) => {
+                    r.approval_id = Some(ap.clone());
+                    Ok(true)
+                }
+                None => Ok(false),
+            }
+        })?;
+        Ok(())
+    }
+
+    /// Human steps whose approval has been decided (or expired): their outcomes.
+    fn check_humans(&mut self, id: &str, v: &View) -> Result<(), String> {
+        let waiting: Vec<Step> = v
+            .steps
+            .iter()
+            .filter(|s| s.status == StepStatus::WaitingApproval)
+            .cloned()
+            .collect();
+        for s in waiting {
+            let Some(r) = &s.run else { continue };
+            let Some(ap) = &r.approval_id else {
+                // Killed between marking and asking: find the question by its run.
+                if let Some(run) = &r.tool_run_id
+                    && let Some(a) = self.approval_of_run(run)?
+                {
+                    let ap = a.approval_id.clone();
+                    self.update(id, |w| {
+                        if let Some(t) = w
+                            .steps
+                            .iter_mut()
+                            .find(|t| t.node == s.node && t.iteration == s.iteration)
+                            && let Some(r) = &mut t.run
+                        {
+                            r.approval_id = Some(ap.clone());
+                            return Ok(true);
+                        }
+                        Ok(false)
+                    })?;
+                } else {
+                    // Never asked: its run (if it was written) ends, and the step asks anew.
+                    if let Some(run) = &r.tool_run_id {
+                        let change = StatusChange {
+                            exit_code: Some(1),
+                            finished: true,
+                            ..StatusChange::to(
+                                RunStatus::Failed,
+                                Some("the pipeline's runner stopped before asking".into()),
+                            )
+                        };
+                        let _ = self.store.record(
+                            run,
+                            &[RunWrite::Status(change, Replace::AnyButCancelled)],
+                            &proc::current_user(),
+                            false,
+                        );
+                    }
+                    self.update(id, |w| {
+                        if let Some(t) = w.steps.iter_mut().find(|t| {
+                            t.node == s.node
+                                && t.iteration == s.iteration
+                                && t.status == StepStatus::WaitingApproval
+                        }) {
+                            t.status = StepStatus::Ready;
+                            t.run = None;
+                            return Ok(true);
+                        }
+                        Ok(false)
+                    })?;
+                }
+                continue;
+            };
+            let Some(a) = self.store.approval(ap).map_err(|e| e.to_string())? else {
+                continue;
+            };
+            if a.status == ApprovalStatus::Pending {
+                continue;
+            }
+            let approved =
+                a.status == ApprovalStatus::Approved && a.chosen_value.as_deref() != Some("reject");
+            let outcome = if approved {
+                Outcome::Approved {
+                    comment: a.comment.clone(),
+                }
+            } else {
+                Outcome::Rejected {
+                    reason: decision_reason(&a),
+                }
+            };
+            self.say(format!(
+                "{}: {} by {}",
+                s.node,
+                if approved { "approved" } else { "not approved" },
+                a.decided_by.as_deref().unwrap_or("nobody")
+            ));
+            // The question's run ends with the decision, and the answer is used up.
+            if let Some(run) = &r.tool_run_id {
+                let change = StatusChange {
+                    exit_code: Some(if approved { 0 } else { 1 }),
+                    finished: true,
+                    ..StatusChange::to(
+                        if approved {
+                            RunStatus::Completed
+                        } else {
+                            RunStatus::Failed
+                        },
+                        Some(decision_reason(&a)),
+                    )
+                };
+                let actor = proc::current_user();
+                self.store
+                    .record(
+                        run,
+                        &[
+                            RunWrite::Consume(a.approval_id.clone()),
+                            RunWrite::Status(change, Replace::AnyButCancelled),
+                        ],
+                        &actor,
+                        false,
+                    )
+                    .map_err(|e| e.to_string())?;
+            }
+            self.apply(id, &s.node, s.iteration, outcome)?;
+        }
+        Ok(())
+    }
+
+    /// The approval a human step's run asked, if it got as far as asking.
+    fn approval_of_run(&mut self, run: &str) -> Result<Option<Approval>, String> {
+        Ok(self
+            .store
+            .approvals_of_run(run)
+            .map_err(|e| e.to_string())?
+            .into_iter()
+            .next())
+    }
+}
+
+/// What a decision that did not approve says.
+fn decision_reason(a: &Approval) -> String {
+    let by = a.decided_by.as_deref().unwrap_or("nobody");
+    let what = match a.status {
+        ApprovalStatus::Expired => "expired".to_owned(),
+        _ => format!("rejected by {by}"),
+    };
+    match a.comment.as_deref().filter(|c| !c.is_empty()) {
+        Some(c) => format!("{what}: {c}"),
+        None => what,
+    }
+}
+
+/// The command line a step's headless-run records (what adoption compares).
+fn step_argv(def: &Definition, s: &Step) -> Option<Vec<String>> {
+    match &def.node(&s.node)?.kind {
+        Kind::Task { run } | Kind::Gate { run, .. } => Some(run.command.argv()),
+        _ => None,
+    }
+}

@@ -1,0 +1,521 @@
+//! The pipeline file's rules, one test each, and the engine on the shapes the issue names.
+
+use super::file::{Definition, FileError, Kind};
+use std::path::Path;
+
+fn parse(text: &str) -> Result<Definition, FileError> {
+    Definition::parse(Path::new("/p/deploy.yaml"), text)
+}
+
+fn error(text: &str) -> FileError {
+    parse(text).expect_err("must be refused")
+}
+
+const GOOD: &str = "
+name: deploy
+vars: { target: staging }
+nodes:
+  - { id: build, kind: task, command: [make, build], timeout: 10m }
+  - { id: test, kind: gate, command: make test, retries: 2 }
+  - id: again
+    kind: branch
+    condition: { field: steps.test.result.flaky, operator: equals, value: true }
+    on_true: test
+    on_false: fan
+    max_iterations: 3
+  - { id: fan, kind: parallel }
+  - { id: a, kind: task, command: [echo, a] }
+  - { id: b, kind: task, command: [echo, b] }
+  - { id: join, kind: merge }
+  - { id: ok, kind: human, title: Deploy, question: Deploy to production?, default: reject }
+  - { id: ship, kind: task, command: [make, deploy] }
+edges:
+  - { from: build, to: test }
+  - { from: test, to: again }
+  - { from: fan, to: a }
+  - { from: fan, to: b }
+  - { from: a, to: join }
+  - { from: b, to: join }
+  - { from: join, to: ok }
+  - { from: ok, to: ship, map: { BUILD: steps.build.result.id } }
+";
+
+#[test]
+fn a_good_file_loads_with_every_kind() {
+    let d = parse(GOOD).unwrap();
+    assert_eq!(d.name, "deploy");
+    assert_eq!(d.start, "build");
+    assert_eq!(d.nodes.len(), 9);
+    assert!(matches!(
+        d.node("test").unwrap().kind,
+        Kind::Gate { retries: 2, .. }
+    ));
+    assert_eq!(d.successors("again"), ["test", "fan"]);
+    assert_eq!(d.predecessors("join"), ["a", "b"]);
+    // The definition round-trips through JSON (it is stored so).
+    let json = serde_json::to_string(&d).unwrap();
+    assert_eq!(serde_json::from_str::<Definition>(&json).unwrap(), d);
+}
+
+#[test]
+fn an_unknown_kind_is_named_with_its_line() {
+    let e = error(
+        "nodes:\n  - { id: a, kind: task, command: [\"true\"] }\n  - { id: b, kind: teleport }\nedges: [{from: a, to: b}]\n",
+    );
+    assert!(e.message.contains("teleport"), "{e}");
+    assert_eq!(e.line, Some(3), "{e}");
+    assert!(e.to_string().starts_with("/p/deploy.yaml:3"), "{e}");
+}
+
+#[test]
+fn broken_yaml_and_unknown_fields_say_where() {
+    let e = error("nodes:\n  - { id: a, kind: task, command: [\"true\"]\n");
+    assert!(e.line.is_some() && e.column.is_some(), "{e}");
+    let e = error("nodes:\n  - { id: a, kind: task, command: [\"true\"] }\nedgez: []\n");
+    assert!(e.message.contains("edgez"), "{e}");
+    assert_eq!(e.line, Some(3), "{e}");
+}
+
+#[test]
+fn a_missing_target_is_refused() {
+    let e = error(
+        "nodes:\n  - { id: a, kind: task, command: [\"true\"] }\nedges:\n  - { from: a, to: nowhere }\n",
+    );
+    assert!(e.message.contains("no node `nowhere`"), "{e}");
+    assert_eq!(e.line, Some(4), "{e}");
+    let e = error(
+        "nodes:\n  - id: a\n    kind: branch\n    condition: { field: vars.x, operator: equals, value: 1 }\n    on_true: a\n    on_false: gone\n    max_iterations: 2\n",
+    );
+    assert!(e.message.contains("no node `gone`"), "{e}");
+}
+
+#[test]
+fn a_cycle_needs_a_branch_with_max_iterations() {
+    let looped = "nodes:
+  - { id: a, kind: task, command: [\"true\"] }
+  - { id: b, kind: task, command: [\"true\"] }
+edges:
+  - { from: a, to: b }
+  - { from: b, to: a }
+";
+    let e = error(looped);
+    assert!(
+        e.message
+            .contains("a cycle without a branch with max_iterations"),
+        "{e}"
+    );
+    assert!(e.message.contains("a → b → a"), "{e}");
+    let unbounded_branch = "nodes:
+  - { id: a, kind: task, command: [\"true\"] }
+  - id: again
+    kind: branch
+    condition: { field: steps.a.exit_code, operator: not_equals, value: 0 }
+    on_true: a
+    on_false: end
+  - { id: end, kind: task, command: [\"true\"] }
+edges:
+  - { from: a, to: again }
+";
+    assert!(error(unbounded_branch).message.contains("cycle"));
+    let bounded = unbounded_branch.replace(
+        "    on_false: end\n",
+        "    on_false: end\n    max_iterations: 3\n",
+    );
+    parse(&bounded).unwrap();
+}
+
+#[test]
+fn an_unreachable_node_is_refused() {
+    let e = error(
+        "nodes:\n  - { id: a, kind: task, command: [\"true\"] }\n  - { id: island, kind: task, command: [\"true\"] }\n",
+    );
+    assert!(
+        e.message.contains("`island` cannot be reached from `a`"),
+        "{e}"
+    );
+    assert_eq!(e.line, Some(3), "{e}");
+}
+
+#[test]
+fn field_names_are_letters_digits_underscores_and_dots() {
+    for bad in [
+        "steps.a.result.$(rm -rf)",
+        "steps..a",
+        "steps.a.exit_code;",
+        "",
+        "env.HOME",
+    ] {
+        let text = format!(
+            "nodes:\n  - {{ id: a, kind: task, command: [\"true\"] }}\n  - {{ id: b, kind: task, command: [\"true\"] }}\nedges:\n  - {{ from: a, to: b, condition: {{ field: {bad:?}, operator: exists }} }}\n"
+        );
+        let e = error(&text);
+        assert!(e.message.contains("field"), "{bad}: {e}");
+    }
+    let e = error(
+        "nodes:\n  - { id: a, kind: task, command: [\"true\"] }\n  - { id: b, kind: task, command: [\"true\"] }\nedges:\n  - { from: a, to: b, condition: { field: steps.zz.status, operator: exists } }\n",
+    );
+    assert!(e.message.contains("no such step"), "{e}");
+    let e = error(
+        "nodes:\n  - { id: a, kind: task, command: [\"true\"] }\n  - { id: b, kind: task, command: [\"true\"] }\nedges:\n  - { from: a, to: b, map: { \"1BAD\": steps.a.exit_code } }\n",
+    );
+    assert!(
+        e.message.contains("not an environment variable name"),
+        "{e}"
+    );
+}
+
+#[test]
+fn ids_options_durations_and_prompts_are_checked() {
+    let e = error(
+        "nodes:\n  - { id: a, kind: task, command: [\"true\"] }\n  - { id: a, kind: task, command: [\"true\"] }\n",
+    );
+    assert!(e.message.contains("used twice"), "{e}");
+    let e = error("nodes:\n  - { id: \"a/../b\", kind: task, command: [\"true\"] }\n");
+    assert!(e.message.contains("node id"), "{e}");
+    let e = error("nodes:\n  - { id: a, kind: task, command: [\"true\"], timeout: soon }\n");
+    assert!(e.message.contains("`a`"), "{e}");
+    let e = error("nodes:\n  - { id: a, kind: task, command: [\"true\"], on_prompt: maybe }\n");
+    assert!(e.message.contains("on_prompt"), "{e}");
+    let e = error("nodes:\n  - { id: h, kind: human, title: T, question: Q, default: later }\n");
+    assert!(e.message.contains("not an option"), "{e}");
+    let e = error("nodes:\n  - { id: a, kind: task, command: [] }\n");
+    assert!(e.message.contains("empty command"), "{e}");
+    let e = error("nodes: []\n");
+    assert!(e.message.contains("no nodes"), "{e}");
+}
+
+#[test]
+fn a_subgraph_is_inlined_between_its_neighbours() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("review.yaml"),
+        "nodes:\n  - { id: lint, kind: task, command: [\"true\"] }\n  - { id: look, kind: human, title: Review, question: Merge? }\nedges:\n  - { from: lint, to: look }\n",
+    )
+    .unwrap();
+    let main = dir.path().join("main.yaml");
+    std::fs::write(
+        &main,
+        "nodes:\n  - { id: code, kind: task, command: [\"true\"] }\n  - { id: review, kind: subgraph, file: review.yaml }\n  - { id: merge, kind: task, command: [\"true\"] }\nedges:\n  - { from: code, to: review }\n  - { from: review, to: merge }\n",
+    )
+    .unwrap();
+    let d = Definition::load(&main).unwrap();
+    let ids: Vec<&str> = d.nodes.iter().map(|n| n.id.as_str()).collect();
+    assert_eq!(ids, ["code", "review.lint", "review.look", "merge"]);
+    assert_eq!(d.successors("code"), ["review.lint"]);
+    assert_eq!(d.successors("review.look"), ["merge"]);
+    // A subgraph that includes itself is a cycle of files.
+    std::fs::write(
+        dir.path().join("self.yaml"),
+        "nodes:\n  - { id: again, kind: subgraph, file: self.yaml }\n",
+    )
+    .unwrap();
+    let e = Definition::load(&dir.path().join("self.yaml")).unwrap_err();
+    assert!(e.message.contains("again"), "{e}");
+}
+
+// ------------------------------------------------------------------------------------------
+// The engine.
+
+use super::engine::{self, ExecutionStatus, Outcome, Step, StepStatus};
+use std::collections::BTreeMap;
+
+/// Plays a runner: runs every ready task or gate with the exit code `code(node, run)`
+/// (`run` counts that node's runs from 0) and its result, answers every human step with
+/// `human`, until nothing is ready. Returns the steps and the order things ran in.
+fn play(
+    def: &Definition,
+    vars: &BTreeMap<String, String>,
+    mut code: impl FnMut(&str, u32) -> (i32, Option<serde_json::Value>),
+    mut human: impl FnMut(&str) -> Outcome,
+) -> (Vec<Step>, Vec<String>) {
+    let mut steps = engine::start(def, vars).unwrap();
+    let mut ran: Vec<String> = Vec::new();
+    for _ in 0..1000 {
+        let Some(s) = steps
+            .iter()
+            .find(|s| s.status == StepStatus::Ready)
+            .cloned()
+        else {
+            return (steps, ran);
+        };
+        let outcome = match &def.node(&s.node).unwrap().kind {
+            Kind::Human { .. } => human(&s.node),
+            _ => {
+                let n = ran.iter().filter(|r| **r == s.node).count() as u32;
+                let (c, result) = code(&s.node, n);
+                Outcome::Exited { code: c, result }
+            }
+        };
+        ran.push(s.node.clone());
+        steps = engine::advance(def, vars, &steps, &s.node, s.iteration, outcome).unwrap();
+    }
+    panic!("did not finish: {steps:?}");
+}
+
+const FLOW: &str = "
+nodes:
+  - { id: build, kind: task, command: [make] }
+  - { id: test, kind: gate, command: [make, test], retries: 2 }
+  - { id: work, kind: task, command: [work] }
+  - id: more
+    kind: branch
+    condition: { field: steps.work.result.left, operator: greater_than, value: 0 }
+    on_true: work
+    on_false: fan
+    max_iterations: 5
+  - { id: fan, kind: parallel }
+  - { id: a, kind: task, command: [a] }
+  - { id: b, kind: task, command: [b] }
+  - { id: join, kind: merge }
+  - { id: ok, kind: human, title: Ship, question: Ship it? }
+  - { id: ship, kind: task, command: [ship] }
+edges:
+  - { from: build, to: test }
+  - { from: test, to: work }
+  - { from: work, to: more }
+  - { from: fan, to: a }
+  - { from: fan, to: b }
+  - { from: a, to: join }
+  - { from: b, to: join }
+  - { from: join, to: ok }
+  - { from: ok, to: ship, map: { LAST: steps.work.result.left } }
+";
+
+fn flow_codes(node: &str, run: u32) -> (i32, Option<serde_json::Value>) {
+    match node {
+        // Fails twice, passes on its second retry.
+        "test" if run < 2 => (1, None),
+        // Three iterations: 2, 1, then 0 left.
+        "work" => (0, Some(serde_json::json!({ "left": 2 - run as i64 }))),
+        _ => (0, None),
+    }
+}
+
+#[test]
+fn the_engine_runs_retries_loops_fans_out_merges_and_asks() {
+    let def = parse(FLOW).unwrap();
+    let vars = BTreeMap::new();
+    let (steps, ran) = play(&def, &vars, flow_codes, |_| Outcome::Approved {
+        comment: Some("ship it".into()),
+    });
+    assert_eq!(
+        ran,
+        [
+            "build", "test", "test", "test", "work", "work", "work", "a", "b", "ok", "ship"
+        ]
+    );
+    assert_eq!(engine::status(&steps), ExecutionStatus::Completed);
+    let ship = engine::latest(&steps, "ship").unwrap();
+    assert_eq!(ship.env["HEADLESS_RUN_APPROVAL_COMMENT"], "ship it");
+    assert_eq!(ship.env["LAST"], "0");
+    assert_eq!(engine::latest(&steps, "work").unwrap().iteration, 2);
+    assert_eq!(engine::latest(&steps, "test").unwrap().attempt, 2);
+    // Every step ran exactly once per visit, and everything ended.
+    assert!(
+        steps.iter().all(|s| s.status == StepStatus::Completed),
+        "{steps:?}"
+    );
+}
+
+#[test]
+fn a_rejection_fails_the_execution_with_its_reason_and_nothing_after_runs() {
+    let def = parse(FLOW).unwrap();
+    let (steps, ran) = play(&def, &BTreeMap::new(), flow_codes, |_| Outcome::Rejected {
+        reason: "rejected by alice: not today".into(),
+    });
+    assert!(!ran.contains(&"ship".to_string()));
+    assert_eq!(
+        engine::status(&steps),
+        ExecutionStatus::Failed("step `ok` failed: rejected by alice: not today".into())
+    );
+}
+
+#[test]
+fn a_gate_out_of_retries_fails_and_a_loop_stops_at_max_iterations() {
+    let def = parse(FLOW).unwrap();
+    let (steps, ran) = play(
+        &def,
+        &BTreeMap::new(),
+        |n, _| (if n == "test" { 1 } else { 0 }, None),
+        |_| Outcome::Approved { comment: None },
+    );
+    assert_eq!(ran, ["build", "test", "test", "test"]);
+    assert!(
+        matches!(engine::status(&steps), ExecutionStatus::Failed(r) if r.contains("after 2 retries"))
+    );
+    // A loop whose condition never lets go.
+    let (steps, ran) = play(
+        &def,
+        &BTreeMap::new(),
+        |n, _| (0, (n == "work").then(|| serde_json::json!({ "left": 1 }))),
+        |_| Outcome::Approved { comment: None },
+    );
+    assert_eq!(ran.iter().filter(|r| *r == "work").count(), 6, "{ran:?}");
+    assert!(
+        matches!(engine::status(&steps), ExecutionStatus::Failed(r) if r.contains("max_iterations (5)")),
+        "{:?}",
+        engine::status(&steps)
+    );
+}
+
+#[test]
+fn a_false_condition_skips_its_way_and_the_merge_still_comes() {
+    let def = parse(
+        "
+vars: { fast: 'yes' }
+nodes:
+  - { id: fan, kind: parallel }
+  - { id: slow, kind: task, command: [slow] }
+  - { id: quick, kind: task, command: [quick] }
+  - { id: after_slow, kind: task, command: [x] }
+  - { id: join, kind: merge }
+  - { id: end, kind: task, command: [end] }
+edges:
+  - { from: fan, to: slow, condition: { field: vars.fast, operator: equals, value: 'no' } }
+  - { from: fan, to: quick }
+  - { from: slow, to: after_slow }
+  - { from: after_slow, to: join }
+  - { from: quick, to: join }
+  - { from: join, to: end }
+",
+    )
+    .unwrap();
+    let vars = def.vars.clone();
+    let (steps, ran) = play(
+        &def,
+        &vars,
+        |_, _| (0, None),
+        |_| Outcome::Approved { comment: None },
+    );
+    assert_eq!(ran, ["quick", "end"]);
+    for skipped in ["slow", "after_slow"] {
+        assert_eq!(
+            engine::latest(&steps, skipped).unwrap().status,
+            StepStatus::Skipped
+        );
+    }
+    assert_eq!(engine::status(&steps), ExecutionStatus::Completed);
+}
+
+#[test]
+fn an_outcome_for_a_settled_step_is_refused() {
+    let def = parse(FLOW).unwrap();
+    let vars = BTreeMap::new();
+    let steps = engine::start(&def, &vars).unwrap();
+    let steps = engine::advance(
+        &def,
+        &vars,
+        &steps,
+        "build",
+        0,
+        Outcome::Exited {
+            code: 0,
+            result: None,
+        },
+    )
+    .unwrap();
+    let again = engine::advance(
+        &def,
+        &vars,
+        &steps,
+        "build",
+        0,
+        Outcome::Exited {
+            code: 0,
+            result: None,
+        },
+    );
+    assert!(again.unwrap_err().contains("already completed"));
+    assert!(
+        engine::advance(
+            &def,
+            &vars,
+            &steps,
+            "nope",
+            0,
+            Outcome::Approved { comment: None }
+        )
+        .is_err()
+    );
+}
+
+#[test]
+fn conditions_compare_numbers_strings_and_missing_fields() {
+    use super::file::{Condition, Operator};
+    let mut s = Step {
+        node: "t".into(),
+        iteration: 0,
+        status: StepStatus::Completed,
+        attempt: 0,
+        exit_code: Some(3),
+        result: Some(serde_json::json!({"n": "7", "tags": ["a", "b"], "ok": true})),
+        env: BTreeMap::new(),
+        comment: None,
+        reason: None,
+        run: None,
+    };
+    let vars = BTreeMap::from([("env".to_string(), "prod".to_string())]);
+    let holds = |field: &str, op: Operator, value: serde_json::Value, s: &Step| {
+        engine::evaluate(
+            &Condition {
+                field: field.into(),
+                operator: op,
+                value,
+            },
+            std::slice::from_ref(s),
+            &vars,
+        )
+    };
+    assert!(holds("steps.t.exit_code", Operator::Equals, 3.into(), &s));
+    assert!(holds("steps.t.exit_code", Operator::Equals, "3".into(), &s));
+    assert!(holds(
+        "steps.t.result.n",
+        Operator::GreaterThan,
+        6.into(),
+        &s
+    ));
+    assert!(holds(
+        "steps.t.result.tags",
+        Operator::Contains,
+        "b".into(),
+        &s
+    ));
+    assert!(holds(
+        "steps.t.result.ok",
+        Operator::Equals,
+        true.into(),
+        &s
+    ));
+    assert!(holds(
+        "steps.t.status",
+        Operator::Equals,
+        "completed".into(),
+        &s
+    ));
+    assert!(holds("vars.env", Operator::Equals, "prod".into(), &s));
+    assert!(holds(
+        "steps.t.result.gone",
+        Operator::NotExists,
+        serde_json::Value::Null,
+        &s
+    ));
+    assert!(!holds(
+        "steps.t.result.gone",
+        Operator::Equals,
+        serde_json::Value::Null,
+        &s
+    ));
+    assert!(!holds(
+        "steps.t.result.gone",
+        Operator::GreaterThan,
+        0.into(),
+        &s
+    ));
+    s.exit_code = None;
+    assert!(!holds(
+        "steps.t.exit_code",
+        Operator::Exists,
+        serde_json::Value::Null,
+        &s
+    ));
+}

@@ -1,0 +1,489 @@
+//! `monitor pipeline`: a pipeline of real steps (each through headless-run) with a gate
+//! that fails twice, a loop that exits by its condition, a parallel pair and its merge, a
+//! human step approved (its comment reaching the next step) or rejected; the runner killed
+//! (-9) at each stage and resumed, every step run exactly once; two resumers; the file's
+//! rules; a step whose tool prompts; the examples.
+
+use headless_run_e2e::*;
+use serde_json::Value;
+use std::time::Duration;
+
+/// The flow of the issue: task → gate (fails twice) → loop of three → parallel pair → merge
+/// → human → task. Every step appends its name to `ran`; `hold` (when present) makes the
+/// build wait until it is removed; the last step prints the approver's comment.
+const FLOW: &str = r#"
+name: flow
+nodes:
+  - id: build
+    kind: task
+    command: 'echo build >> ran; while [ -e hold ]; do sleep 0.05; done'
+  - id: test
+    kind: gate
+    command: 'echo test >> ran; n=$(cat g 2>/dev/null || echo 0); n=$((n+1)); echo $n > g; [ $n -ge 3 ]'
+    retries: 2
+  - id: work
+    kind: task
+    command: 'echo work >> ran; n=$(cat w 2>/dev/null || echo 0); n=$((n+1)); echo $n > w; echo "{\"event\":\"result\",\"data\":{\"left\":$((3-n))}}" >&$HEADLESS_RUN_EVENT_FD'
+  - id: more
+    kind: branch
+    condition: { field: steps.work.result.left, operator: greater_than, value: 0 }
+    on_true: work
+    on_false: fan
+    max_iterations: 5
+  - { id: fan, kind: parallel }
+  - { id: a, kind: task, command: 'echo a >> ran' }
+  - { id: b, kind: task, command: 'echo b >> ran' }
+  - { id: join, kind: merge }
+  - { id: ok, kind: human, title: Ship, question: 'Ship the flow?', options: [approve, reject] }
+  - id: ship
+    kind: task
+    command: 'echo ship >> ran; echo "comment=$HEADLESS_RUN_APPROVAL_COMMENT left=$LEFT" > shipped'
+edges:
+  - { from: build, to: test }
+  - { from: test, to: work }
+  - { from: work, to: more }
+  - { from: fan, to: a }
+  - { from: fan, to: b }
+  - { from: a, to: join }
+  - { from: b, to: join }
+  - { from: join, to: ok }
+  - { from: ok, to: ship, map: { LEFT: steps.work.result.left } }
+"#;
+
+fn flow(env: &TestEnv) -> std::path::PathBuf {
+    let f = env.work().join("flow.yaml");
+    std::fs::write(&f, FLOW).unwrap();
+    f
+}
+
+/// The steps that ran, in order.
+fn ran(env: &TestEnv) -> Vec<String> {
+    std::fs::read_to_string(env.work().join("ran"))
+        .unwrap_or_default()
+        .lines()
+        .map(str::to_owned)
+        .collect()
+}
+
+/// Every step of the flow once (the gate three times, the loop's body three times; a and b
+/// in either order).
+fn ran_once_each(env: &TestEnv, through_ship: bool) {
+    let mut got = ran(env);
+    if let (Some(i), Some(j)) = (
+        got.iter().position(|s| s == "a"),
+        got.iter().position(|s| s == "b"),
+    ) && j < i
+    {
+        got.swap(i, j);
+    }
+    let mut want = vec![
+        "build", "test", "test", "test", "work", "work", "work", "a", "b",
+    ];
+    if through_ship {
+        want.push("ship");
+    }
+    assert_eq!(got, want);
+}
+
+/// The execution as `pipeline status --json` shows it.
+fn status(env: &TestEnv, ex: &str) -> Value {
+    let out = env
+        .monitor()
+        .args(["pipeline", "status", ex, "--json"])
+        .run();
+    out.expect_code(0);
+    serde_json::from_str(&out.out()).unwrap()
+}
+
+/// The pending approval of execution `ex`, once there is one.
+fn pending_of(env: &TestEnv, ex: &str, runner: &Running) -> Value {
+    let mut found = Value::Null;
+    assert!(
+        wait_for_state(Duration::from_secs(60), || {
+            let out = env.monitor().args(["approvals", "--json"]).run();
+            let all: Value = serde_json::from_str(&out.out()).unwrap_or(Value::Null);
+            found = all
+                .as_array()
+                .into_iter()
+                .flatten()
+                .find(|a| a["execution_id"] == ex)
+                .cloned()
+                .unwrap_or(Value::Null);
+            !found.is_null()
+        }),
+        "no approval for {ex}: {}",
+        runner.stderr_now()
+    );
+    found
+}
+
+fn run_flow(env: &TestEnv, ex: &str) -> Running {
+    let f = flow(env);
+    env.monitor()
+        .args(["pipeline", "run"])
+        .arg(&f)
+        .args(["--execution-id", ex])
+        .timeout(Duration::from_secs(120))
+        .spawn()
+}
+
+#[test]
+fn a_flow_with_retries_a_loop_a_fan_out_and_a_human_step_approved_with_a_comment() {
+    let env = TestEnv::new();
+    let runner = run_flow(&env, "EX-flow");
+    let ap = pending_of(&env, "EX-flow", &runner);
+    assert_eq!(ap["question"], "Ship the flow?");
+    assert!(
+        ap["context"]
+            .as_str()
+            .unwrap()
+            .contains("Pipeline flow (EX-flow), step ok: Ship"),
+        "{ap}"
+    );
+    // Nothing after the human step runs before the decision.
+    ran_once_each(&env, false);
+    env.monitor()
+        .args(["decide", ap["approval_id"].as_str().unwrap(), "approve"])
+        .args(["--comment", "ship it"])
+        .run()
+        .expect_code(0);
+    let out = runner.wait();
+    out.expect_code(0);
+    assert!(out.out().contains("EX-flow completed"), "{}", out.out());
+    ran_once_each(&env, true);
+    assert_eq!(
+        std::fs::read_to_string(env.work().join("shipped")).unwrap(),
+        "comment=ship it left=0\n"
+    );
+    let st = status(&env, "EX-flow");
+    assert_eq!(st["status"], "completed");
+    let steps = st["steps"].as_array().unwrap();
+    assert!(steps.iter().all(|s| s["status"] == "completed"), "{st}");
+    let test = steps.iter().find(|s| s["node"] == "test").unwrap();
+    assert_eq!(test["attempt"], 2);
+    assert_eq!(
+        steps.iter().filter(|s| s["node"] == "work").count(),
+        3,
+        "three iterations of the loop"
+    );
+    // Each step was a supervised run of this execution.
+    let runs = env
+        .monitor()
+        .args(["runs", "--json", "--execution", "EX-flow", "--limit", "100"])
+        .run();
+    let runs: Value = serde_json::from_str(&runs.out()).unwrap();
+    // build, test ×3, work ×3, a, b, the human step's question, ship.
+    assert_eq!(runs.as_array().unwrap().len(), 11, "{runs}");
+    let list = env.monitor().args(["pipeline", "list"]).run();
+    assert!(list.out().contains("EX-flow"), "{}", list.out());
+}
+
+#[test]
+fn a_rejection_over_the_execution_endpoint_fails_the_execution_and_nothing_after_it_runs() {
+    use crate::serve::{Served, token};
+    let env = TestEnv::new();
+    let alice = token(&env, "alice", "operator");
+    let runner = run_flow(&env, "EX-no");
+    pending_of(&env, "EX-no", &runner);
+    // The approval-gate shape: the execution's one pending approval, by its id.
+    let served = Served::start(&env);
+    let (st, v) = served.json(
+        "POST",
+        "/api/v1/executions/EX-no/reject",
+        &alice,
+        Some(r#"{"comment":"not today"}"#),
+    );
+    assert_eq!(st, 200, "{v}");
+    let out = runner.wait();
+    out.expect_code(1);
+    assert!(out.out().contains("EX-no failed"), "{}", out.out());
+    assert!(
+        out.out().contains("rejected by alice: not today"),
+        "{}",
+        out.out()
+    );
+    ran_once_each(&env, false);
+    let st = status(&env, "EX-no");
+    assert_eq!(st["status"], "failed");
+    assert!(
+        st["reason"].as_str().unwrap().contains("step `ok` failed"),
+        "{st}"
+    );
+}
+
+/// Kills the runner (-9) once `ready` holds, then resumes; the flow completes with every
+/// step run once.
+fn killed_then_resumed(stage: &str, hold: bool, ready: impl Fn(&TestEnv) -> bool) {
+    let env = TestEnv::new();
+    let ex = format!("EX-{stage}");
+    if hold {
+        std::fs::write(env.work().join("hold"), "").unwrap();
+    }
+    let runner = run_flow(&env, &ex);
+    assert!(
+        wait_for_state(Duration::from_secs(60), || ready(&env)),
+        "{stage}: never got there: {}",
+        runner.stderr_now()
+    );
+    runner.signal(libc::SIGKILL);
+    // Let go of the step first: its headless-run outlives the runner and holds its output.
+    let _ = std::fs::remove_file(env.work().join("hold"));
+    runner.wait();
+    let resumed = env
+        .monitor()
+        .args(["pipeline", "resume", &ex])
+        .timeout(Duration::from_secs(120))
+        .spawn();
+    let ap = pending_of(&env, &ex, &resumed);
+    env.monitor()
+        .args(["decide", ap["approval_id"].as_str().unwrap(), "approve"])
+        .run()
+        .expect_code(0);
+    let out = resumed.wait();
+    out.expect_code(0);
+    if hold {
+        // The build's headless-run outlived the runner: taken over, not started again.
+        assert!(
+            out.stderr.contains("build: adopted") || out.stderr.contains("build: waiting for"),
+            "{}",
+            out.stderr
+        );
+    }
+    ran_once_each(&env, true);
+    assert_eq!(status(&env, &ex)["status"], "completed");
+}
+
+#[test]
+fn killed_mid_step_the_resume_adopts_the_running_step() {
+    killed_then_resumed("mid-step", true, |env| ran(env) == ["build"]);
+}
+
+#[test]
+fn killed_between_steps_the_resume_runs_no_step_twice() {
+    killed_then_resumed("between", false, |env| ran(env).len() >= 5);
+}
+
+#[test]
+fn killed_while_waiting_for_the_decision_the_resume_takes_the_same_question() {
+    let env = TestEnv::new();
+    let runner = run_flow(&env, "EX-wait");
+    let ap = pending_of(&env, "EX-wait", &runner);
+    runner.signal(libc::SIGKILL);
+    runner.wait();
+    // Decided while nobody drives it (mid-decision).
+    env.monitor()
+        .args(["decide", ap["approval_id"].as_str().unwrap(), "approve"])
+        .args(["--comment", "later"])
+        .run()
+        .expect_code(0);
+    // Two resumers at once: exactly one drives it, the other is told so.
+    let r1 = env
+        .monitor()
+        .args(["pipeline", "resume", "EX-wait"])
+        .timeout(Duration::from_secs(120))
+        .spawn();
+    let r2 = env
+        .monitor()
+        .args(["pipeline", "resume", "EX-wait"])
+        .timeout(Duration::from_secs(120))
+        .spawn();
+    let (o1, o2) = (r1.wait(), r2.wait());
+    let mut codes = [o1.code(), o2.code()];
+    codes.sort();
+    assert_eq!(codes, [0, 3], "{}\n{}", o1.context(), o2.context());
+    ran_once_each(&env, true);
+    assert_eq!(
+        std::fs::read_to_string(env.work().join("shipped")).unwrap(),
+        "comment=later left=0\n"
+    );
+    // The same approval was used: no second question was asked.
+    let all = env
+        .monitor()
+        .args([
+            "approvals",
+            "--status",
+            "all",
+            "--execution",
+            "EX-wait",
+            "--json",
+        ])
+        .run();
+    let all: Value = serde_json::from_str(&all.out()).unwrap();
+    assert_eq!(
+        all.as_array()
+            .unwrap()
+            .iter()
+            .filter(|a| a["execution_id"] == "EX-wait")
+            .count(),
+        1
+    );
+}
+
+#[test]
+fn detach_exits_90_at_the_human_step_and_cancel_ends_the_execution() {
+    let env = TestEnv::new();
+    let f = flow(&env);
+    let out = env
+        .monitor()
+        .args(["pipeline", "run", "--detach", "--execution-id", "EX-d"])
+        .arg(&f)
+        .timeout(Duration::from_secs(120))
+        .run();
+    out.expect_code(90);
+    assert!(out.out().contains("pipeline resume EX-d"), "{}", out.out());
+    assert_eq!(status(&env, "EX-d")["status"], "waiting_approval");
+    let cancel = env
+        .monitor()
+        .args(["pipeline", "cancel", "EX-d", "--reason", "changed my mind"])
+        .run();
+    cancel.expect_code(0);
+    let st = status(&env, "EX-d");
+    assert_eq!(st["status"], "cancelled");
+    assert!(st["reason"].as_str().unwrap().contains("changed my mind"));
+    // Its question is closed with it.
+    let pending = env.monitor().args(["approvals", "--json"]).run();
+    assert_eq!(pending.out().trim(), "[]", "{}", pending.out());
+    env.monitor()
+        .args(["pipeline", "resume", "EX-d"])
+        .run()
+        .expect_code(3);
+    env.monitor()
+        .args(["pipeline", "cancel", "EX-d"])
+        .run()
+        .expect_code(3);
+    env.monitor()
+        .args(["pipeline", "status", "EX-nope"])
+        .run()
+        .expect_code(4);
+    // The same id twice is refused.
+    env.monitor()
+        .args(["pipeline", "run", "--execution-id", "EX-d"])
+        .arg(&f)
+        .run()
+        .expect_code(3);
+}
+
+#[test]
+fn a_step_whose_tool_prompts_asks_as_the_steps_approval() {
+    let env = TestEnv::new();
+    std::fs::write(env.work().join("victim"), "x").unwrap();
+    let f = env.work().join("p.yaml");
+    std::fs::write(
+        &f,
+        "nodes:\n  - { id: remove, kind: task, command: [rm, -i, victim] }\n  - { id: after, kind: task, command: 'echo after >> ran' }\nedges:\n  - { from: remove, to: after }\n",
+    )
+    .unwrap();
+    let runner = env
+        .monitor()
+        .args(["pipeline", "run", "--execution-id", "EX-rm"])
+        .arg(&f)
+        .timeout(Duration::from_secs(120))
+        .spawn();
+    let ap = pending_of(&env, "EX-rm", &runner);
+    assert!(ap["question"].as_str().unwrap().contains("victim"), "{ap}");
+    assert_eq!(ap["tool_name"], "rm");
+    env.monitor()
+        .args(["decide", ap["approval_id"].as_str().unwrap(), "approve"])
+        .run()
+        .expect_code(0);
+    runner.wait().expect_code(0);
+    assert!(!env.work().join("victim").exists());
+    assert_eq!(ran(&env), ["after"]);
+}
+
+#[test]
+fn every_rule_of_the_file_is_checked_before_anything_runs() {
+    let env = TestEnv::new();
+    let cases: &[(&str, &str)] = &[
+        ("nodes:\n  - { id: a, kind: teleport }\n", "p.yaml:2"),
+        (
+            "nodes:\n  - { id: a, kind: task, command: 'echo a >> ran' }\nedges:\n  - { from: a, to: nowhere }\n",
+            "no node `nowhere`",
+        ),
+        (
+            "nodes:\n  - { id: a, kind: task, command: 'echo a >> ran' }\n  - { id: b, kind: task, command: 'true' }\nedges:\n  - { from: a, to: b }\n  - { from: b, to: a }\n",
+            "a cycle without a branch with max_iterations",
+        ),
+        (
+            "nodes:\n  - { id: a, kind: task, command: 'echo a >> ran' }\n  - { id: lost, kind: task, command: 'true' }\n",
+            "cannot be reached",
+        ),
+        (
+            "nodes:\n  - { id: a, kind: task, command: 'echo a >> ran' }\n  - { id: b, kind: task, command: 'true' }\nedges:\n  - { from: a, to: b, condition: { field: 'steps.a.result.$(x)', operator: exists } }\n",
+            "field",
+        ),
+    ];
+    for (text, want) in cases {
+        let f = env.work().join("p.yaml");
+        std::fs::write(&f, text).unwrap();
+        for sub in ["check", "run"] {
+            let out = env.monitor().args(["pipeline", sub]).arg(&f).run();
+            out.expect_code(2);
+            assert!(out.stderr.contains(want), "{sub} {text}: {}", out.stderr);
+            assert!(out.stderr.contains("p.yaml"), "{}", out.stderr);
+        }
+    }
+    assert!(ran(&env).is_empty(), "a step ran: {:?}", ran(&env));
+    env.monitor()
+        .args(["pipeline", "check", "/nonexistent/p.yaml"])
+        .run()
+        .expect_code(2);
+    let list = env.monitor().args(["pipeline", "list", "--json"]).run();
+    list.expect_code(0);
+    assert_eq!(list.out().trim(), "[]");
+}
+
+#[test]
+fn the_examples_run() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples");
+    for (file, comment, want) in [
+        (
+            "deploy.yaml",
+            "go",
+            "deploying app-1.2.3.tar.gz (approved: go)",
+        ),
+        (
+            "agent-loop.yaml",
+            "lgtm",
+            "merged after 2 attempts; review said lgtm",
+        ),
+    ] {
+        let env = TestEnv::new();
+        env.monitor()
+            .args(["pipeline", "check"])
+            .arg(root.join(file))
+            .run()
+            .expect_code(0);
+        let runner = env
+            .monitor()
+            .args(["pipeline", "run", "--execution-id", "EX-example"])
+            .arg(root.join(file))
+            .timeout(Duration::from_secs(120))
+            .spawn();
+        let ap = pending_of(&env, "EX-example", &runner);
+        env.monitor()
+            .args(["decide", ap["approval_id"].as_str().unwrap(), "approve"])
+            .args(["--comment", comment])
+            .run()
+            .expect_code(0);
+        runner.wait().expect_code(0);
+        let runs = env
+            .monitor()
+            .args([
+                "runs",
+                "--json",
+                "--execution",
+                "EX-example",
+                "--limit",
+                "100",
+            ])
+            .run();
+        let runs: Value = serde_json::from_str(&runs.out()).unwrap();
+        let last = &runs[0];
+        let out = env
+            .monitor()
+            .args(["show", last["tool_run_id"].as_str().unwrap()])
+            .run();
+        assert!(out.out().contains(want), "{file}: {}", out.out());
+    }
+}
