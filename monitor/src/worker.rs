@@ -98,6 +98,8 @@ pub struct Worker {
     pool: Option<String>,
     /// Runs of other hosts or users already reported (said once, then left alone).
     refused: std::collections::HashSet<String>,
+    /// Pipelines this worker is resuming: a `monitor pipeline resume` child each.
+    pipelines: Vec<(String, Child)>,
 }
 
 impl Worker {
@@ -118,6 +120,7 @@ impl Worker {
             uid: u64::from(unsafe { libc::geteuid() }),
             pool: None,
             refused: std::collections::HashSet::new(),
+            pipelines: Vec::new(),
         }
     }
 
@@ -132,9 +135,10 @@ impl Worker {
         &self.name
     }
 
-    /// Resumes started and not yet reaped, plus those waiting for a retry.
+    /// Resumes started and not yet reaped, plus those waiting for a retry, plus pipelines
+    /// being resumed.
     pub fn in_flight(&self) -> usize {
-        self.children.len() + self.retries.len()
+        self.children.len() + self.retries.len() + self.pipelines.len()
     }
 
     /// The runs being resumed right now.
@@ -205,13 +209,87 @@ impl Worker {
             return Ok(());
         }
         self.retry_failed_starts()?;
-        self.scan()
+        self.scan()?;
+        self.resume_pipelines()
     }
 
     /// Only reaps children and retries failed starts (between passes of `--once`).
     pub fn tend(&mut self) -> Result<(), StoreError> {
         self.reap()?;
+        self.reap_pipelines();
         self.retry_failed_starts()
+    }
+
+    /// Pipelines that need a runner: theirs is gone, or they were left waiting for a
+    /// decision that has come. Each is resumed by a `monitor pipeline resume` child (of two
+    /// workers, one claims it; the other's child says so and exits).
+    fn resume_pipelines(&mut self) -> Result<(), StoreError> {
+        self.reap_pipelines();
+        // Pipelines are kept by the embedded store only, for now.
+        let Ok(mut st) = hr_shared::store::pipelines::for_store(&self.paths) else {
+            return Ok(());
+        };
+        let open: Vec<_> = st
+            .pipelines(500)?
+            .into_iter()
+            .filter(|e| !e.is_final())
+            .collect();
+        for ex in open {
+            if self.pipelines.iter().any(|(id, _)| *id == ex.execution_id) {
+                continue;
+            }
+            let why = match &ex.runner {
+                Some(r) if crate::pipeline::run::runner_gone(r, ex.heartbeat_at.as_deref()) => {
+                    "its runner is gone"
+                }
+                Some(_) => continue,
+                None if decided_human_step(st.as_mut(), &ex)? => "a decision came",
+                None => continue,
+            };
+            let me = std::env::current_exe().unwrap_or_else(|_| PathBuf::from("monitor"));
+            let spawned = Command::new(me)
+                .arg("--state-dir")
+                .arg(&self.paths.root)
+                .args(["pipeline", "resume", &ex.execution_id, "--detach"])
+                .stdin(Stdio::null())
+                .process_group(0)
+                .spawn();
+            match spawned {
+                Ok(child) => {
+                    self.say(format!(
+                        "{}: pipeline {} resumed ({why})",
+                        ex.execution_id,
+                        sanitize_line(&ex.name)
+                    ));
+                    self.pipelines.push((ex.execution_id.clone(), child));
+                }
+                Err(e) => eprintln!("monitor worker: cannot resume {}: {e}", ex.execution_id),
+            }
+        }
+        Ok(())
+    }
+
+    fn reap_pipelines(&mut self) {
+        let mut ended = Vec::new();
+        self.pipelines
+            .retain_mut(|(id, child)| match child.try_wait() {
+                Ok(Some(st)) => {
+                    ended.push((id.clone(), st.code()));
+                    false
+                }
+                Ok(None) => true,
+                Err(_) => false,
+            });
+        for (id, code) in ended {
+            let how = match code {
+                Some(0) => "completed".to_owned(),
+                Some(90) => "waits for a decision".to_owned(),
+                Some(3) => "driven by another runner".to_owned(),
+                Some(c) => format!("ended with {c}"),
+                None => "was stopped by a signal".to_owned(),
+            };
+            self.say(format!("{id}: pipeline {how}"));
+        }
     }
 
     fn report_reconcile(&mut self, r: &ReconcileReport) {
@@ -682,6 +760,30 @@ fn refusal_reason(a: &Approval) -> String {
             None => format!("approval {} rejected by {by}", a.approval_id),
         },
     }
+}
+
+/// Whether a pipeline left waiting has a human step whose approval is decided.
+fn decided_human_step(
+    st: &mut dyn hr_shared::store::pipelines::PipelineStore,
+    ex: &hr_shared::store::pipelines::Execution,
+) -> Result<bool, StoreError> {
+    let steps: Vec<crate::pipeline::engine::Step> =
+        serde_json::from_value(ex.steps.clone()).unwrap_or_default();
+    for s in steps
+        .iter()
+        .filter(|s| s.status == crate::pipeline::engine::StepStatus::WaitingApproval)
+    {
+        let Some(ap) = s.run.as_ref().and_then(|r| r.approval_id.as_deref()) else {
+            continue;
+        };
+        if st
+            .approval(ap)?
+            .is_some_and(|a| a.status != ApprovalStatus::Pending)
+        {
+            return Ok(true);
+        }
+    }
+    Ok(false)
 }
 
 #[cfg(test)]

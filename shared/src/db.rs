@@ -159,6 +159,7 @@ const MIGRATIONS: &[&str] = &[
         execution_id TEXT PRIMARY KEY,
         name         TEXT NOT NULL,
         file         TEXT,
+        dir          TEXT NOT NULL,
         definition   TEXT NOT NULL,
         vars         TEXT NOT NULL,
         steps        TEXT NOT NULL,

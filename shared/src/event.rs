@@ -278,6 +278,10 @@ pub enum ToolSignal {
 /// runner for the shim; never passed on to the tool).
 pub const ENV_RESULT_FILE: &str = "HEADLESS_RUN_RESULT_FILE";
 
+/// The pipeline step a shim runs (`EX/NODE#ITERATION`), kept in its run's metadata
+/// (`pipeline`): its runner takes the outcome, and no worker re-runs it on its own.
+pub const ENV_PIPELINE_STEP: &str = "HEADLESS_RUN_PIPELINE_STEP";
+
 /// A cooperative tool's approval request.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct CooperativeRequest {

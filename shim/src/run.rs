@@ -243,6 +243,7 @@ fn run(inv: Invocation) -> Result<u8, Failure> {
         env_remove: vec![
             hr_shared::remote::ENV_TOKEN,
             hr_shared::event::ENV_RESULT_FILE,
+            hr_shared::event::ENV_PIPELINE_STEP,
         ],
     };
     ctx.request_fingerprint =
@@ -463,6 +464,12 @@ fn run_row(ctx: &RunContext, interactive: bool) -> ToolRun {
                 .and_then(|v| hr_shared::mode::pool_name(&v.to_string_lossy()))
             {
                 m["pool"] = serde_json::Value::String(pool);
+            }
+            // A pipeline's step: its runner takes its outcome; no worker re-runs it alone.
+            if let Some(step) = env(hr_shared::event::ENV_PIPELINE_STEP) {
+                let mut step = hr_shared::sanitize::sanitize_line(&step.to_string_lossy());
+                step.truncate(256);
+                m["pipeline"] = serde_json::Value::String(step);
             }
             if let Some(of) = env(ENV_RESTART_OF)
                 .map(|v| v.to_string_lossy().into_owned())

@@ -209,6 +209,20 @@ fn a_rejection_over_the_execution_endpoint_fails_the_execution_and_nothing_after
         st["reason"].as_str().unwrap().contains("step `ok` failed"),
         "{st}"
     );
+    // The API shows the same: the pipeline's steps, its runs and its approval.
+    let (code, v) = served.json("GET", "/api/v1/executions/EX-no", &alice, None);
+    assert_eq!(code, 200, "{v}");
+    assert_eq!(v["pipeline"]["status"], "failed");
+    assert_eq!(v["pipeline"]["steps"], st["steps"]);
+    assert_eq!(v["approvals"][0]["status"], "rejected");
+    assert_eq!(v["approvals"][0]["decided_by"], "alice");
+    assert_eq!(v["runs"].as_array().map(Vec::len), Some(10), "{v}");
+    assert_eq!(
+        served
+            .json("GET", "/api/v1/executions/EX-none", &alice, None)
+            .0,
+        404
+    );
 }
 
 /// Kills the runner (-9) once `ready` holds, then resumes; the flow completes with every
@@ -485,5 +499,142 @@ fn the_examples_run() {
             .args(["show", last["tool_run_id"].as_str().unwrap()])
             .run();
         assert!(out.out().contains(want), "{file}: {}", out.out());
+    }
+}
+
+#[test]
+fn the_worker_resumes_a_pipeline_after_its_decision_and_one_whose_runner_vanished() {
+    let env = TestEnv::new();
+    let f = flow(&env);
+    env.monitor()
+        .args(["pipeline", "run", "--detach", "--execution-id", "EX-w"])
+        .arg(&f)
+        .timeout(Duration::from_secs(120))
+        .run()
+        .expect_code(90);
+    // Nothing to do for the worker until the decision comes.
+    let idle = env.monitor().args(["worker", "--once"]).run();
+    idle.expect_code(0);
+    assert!(!idle.out().contains("EX-w"), "{}", idle.out());
+    let out = env.monitor().args(["approvals", "--json"]).run();
+    let pending: Value = serde_json::from_str(&out.out()).unwrap();
+    env.monitor()
+        .args([
+            "decide",
+            pending[0]["approval_id"].as_str().unwrap(),
+            "approve",
+        ])
+        .args(["--comment", "by the worker"])
+        .run()
+        .expect_code(0);
+    let worker = env.monitor().args(["worker", "--once"]).run();
+    worker.expect_code(0);
+    assert!(
+        worker
+            .out()
+            .contains("EX-w: pipeline flow resumed (a decision came)"),
+        "{}",
+        worker.context()
+    );
+    assert!(
+        worker.out().contains("EX-w: pipeline completed"),
+        "{}",
+        worker.out()
+    );
+    assert_eq!(status(&env, "EX-w")["status"], "completed");
+    ran_once_each(&env, true);
+
+    // A runner killed mid-step: the worker finds its runner gone and carries on.
+    let env = TestEnv::new();
+    std::fs::write(env.work().join("hold"), "").unwrap();
+    let p = env.work().join("two.yaml");
+    std::fs::write(
+        &p,
+        "nodes:\n  - { id: one, kind: task, command: 'echo one >> ran; while [ -e hold ]; do sleep 0.05; done' }\n  - { id: two, kind: task, command: 'echo two >> ran' }\nedges:\n  - { from: one, to: two }\n",
+    )
+    .unwrap();
+    let runner = env
+        .monitor()
+        .args(["pipeline", "run", "--execution-id", "EX-v"])
+        .arg(&p)
+        .timeout(Duration::from_secs(120))
+        .spawn();
+    assert!(wait_for_state(Duration::from_secs(30), || ran(&env) == ["one"]));
+    runner.signal(libc::SIGKILL);
+    std::fs::remove_file(env.work().join("hold")).unwrap();
+    runner.wait();
+    let worker = env.monitor().args(["worker", "--once"]).run();
+    assert!(
+        worker
+            .out()
+            .contains("EX-v: pipeline two resumed (its runner is gone)"),
+        "{}",
+        worker.context()
+    );
+    assert_eq!(status(&env, "EX-v")["status"], "completed");
+    assert_eq!(ran(&env), ["one", "two"]);
+}
+
+/// The runner killed (-9) at each point where a write meets the world — after marking a
+/// step running, after keeping its headless-run's pid, after its exit, after marking a human
+/// step, after asking its question, after closing its run on the decision — and resumed:
+/// every step ran once, one question was asked, and the flow completed.
+#[test]
+fn killed_at_every_point_of_a_step_the_resume_runs_each_step_once() {
+    for point in [
+        "after-mark",
+        "after-pid",
+        "after-exit",
+        "after-ask-mark",
+        "after-ask",
+        "after-close",
+    ] {
+        let env = TestEnv::new();
+        let ex = format!("EX-{point}");
+        let f = flow(&env);
+        let runner = env
+            .monitor()
+            .args(["pipeline", "run", "--execution-id", &ex])
+            .arg(&f)
+            .env("HEADLESS_RUN_TEST_CRASH", point)
+            .timeout(Duration::from_secs(120))
+            .spawn();
+        if point == "after-close" {
+            // It dies right after the decision closes the question's run.
+            let ap = pending_of(&env, &ex, &runner);
+            env.monitor()
+                .args(["decide", ap["approval_id"].as_str().unwrap(), "approve"])
+                .run()
+                .expect_code(0);
+        }
+        let died = runner.wait();
+        assert_eq!(
+            died.signal,
+            Some(libc::SIGKILL),
+            "{point}: {}",
+            died.context()
+        );
+        let resumed = env
+            .monitor()
+            .args(["pipeline", "resume", &ex])
+            .timeout(Duration::from_secs(120))
+            .spawn();
+        if point != "after-close" {
+            let ap = pending_of(&env, &ex, &resumed);
+            env.monitor()
+                .args(["decide", ap["approval_id"].as_str().unwrap(), "approve"])
+                .run()
+                .expect_code(0);
+        }
+        let out = resumed.wait();
+        out.expect_code(0);
+        ran_once_each(&env, true);
+        let all = env
+            .monitor()
+            .args(["approvals", "--status", "all", "--execution", &ex, "--json"])
+            .run();
+        let all: Value = serde_json::from_str(&all.out()).unwrap();
+        assert_eq!(all.as_array().map(Vec::len), Some(1), "{point}: {all}");
+        assert_eq!(status(&env, &ex)["status"], "completed", "{point}");
     }
 }

@@ -33,8 +33,10 @@ as HEADLESS_RUN_APPROVAL_COMMENT. The store holds the steps' states: a runner ki
 point is replaced by `pipeline resume EX-…`, which runs no completed step again and adopts a
 step whose headless-run still runs or has ended.
 
-Exit codes (run, resume): 0 completed, 1 failed or cancelled, 2 bad file or usage, 90 left
-waiting for a decision (--detach).
+Exit codes: run and resume — 0 completed, 1 failed or cancelled (or the runner could not go
+on), 2 a bad file or usage, 3 the execution id is taken / another runner drives it / it has
+ended, 90 left waiting for a decision (--detach); status, resume, cancel — 4 no such
+execution; cancel — 3 it has ended already.
 
 Examples:
   monitor pipeline check deploy.yaml
@@ -113,6 +115,8 @@ struct CancelArgs {
     /// Why (recorded)
     #[arg(long)]
     reason: Option<String>,
+    #[arg(long)]
+    json: bool,
 }
 
 #[derive(Debug, clap::Args)]
@@ -137,7 +141,7 @@ pub fn run(ctx: &Ctx, args: Args) -> CliResult {
         Sub::Resume(a) => resume(ctx, &a.id, a.detach, a.json),
         Sub::Status(a) => status(ctx, &a.id, a.json),
         Sub::List(a) => list(ctx, a.limit, a.json),
-        Sub::Cancel(a) => cancel(ctx, &a.id, a.reason.as_deref()),
+        Sub::Cancel(a) => cancel(ctx, &a.id, a.reason.as_deref(), a.json),
     }
 }
 
@@ -187,6 +191,10 @@ fn start(ctx: &Ctx, a: RunArgs) -> CliResult {
         execution_id: exid.clone(),
         name: def.name.clone(),
         file: Some(a.file.display().to_string()),
+        dir: std::env::current_dir()
+            .map_err(|e| CliError::error(format!("the current directory: {e}")))?
+            .display()
+            .to_string(),
         definition: serde_json::to_value(&def).map_err(|e| CliError::error(e.to_string()))?,
         vars: serde_json::to_value(&vars).map_err(|e| CliError::error(e.to_string()))?,
         steps: serde_json::to_value(&steps).map_err(|e| CliError::error(e.to_string()))?,
@@ -376,7 +384,7 @@ fn list(ctx: &Ctx, limit: usize, json: bool) -> CliResult {
     Ok(())
 }
 
-fn cancel(ctx: &Ctx, exid: &str, reason: Option<&str>) -> CliResult {
+fn cancel(ctx: &Ctx, exid: &str, reason: Option<&str>, json: bool) -> CliResult {
     let mut st = store(ctx)?;
     let by = proc::current_user();
     let why = match reason {
@@ -421,7 +429,14 @@ fn cancel(ctx: &Ctx, exid: &str, reason: Option<&str>) -> CliResult {
             ended += 1;
         }
     }
-    crate::outln!("{exid} cancelled ({ended} runs ended)");
+    if json {
+        crate::outln!(
+            "{}",
+            json!({ "execution_id": exid, "outcome": "cancelled", "reason": why, "runs_ended": ended })
+        );
+    } else {
+        crate::outln!("{exid} cancelled ({ended} runs ended)");
+    }
     Ok(())
 }
 

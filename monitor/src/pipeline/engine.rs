@@ -115,8 +115,11 @@ impl Step {
 pub enum Outcome {
     /// A task's or gate's command ended with `code` (and sent `result`).
     Exited { code: i32, result: Option<Value> },
-    /// A human step was approved.
-    Approved { comment: Option<String> },
+    /// A human step was approved (with the option chosen, kept as its `result.choice`).
+    Approved {
+        comment: Option<String>,
+        choice: Option<String>,
+    },
     /// A human step was rejected, or expired.
     Rejected { reason: String },
 }
@@ -216,9 +219,10 @@ pub fn advance(
                 ));
             }
         }
-        (Kind::Human { .. }, Outcome::Approved { comment }) => {
+        (Kind::Human { .. }, Outcome::Approved { comment, choice }) => {
             s.status = StepStatus::Completed;
             s.comment = comment;
+            s.result = choice.map(|c| serde_json::json!({ "choice": c }));
         }
         (Kind::Human { .. }, Outcome::Rejected { reason }) => {
             s.status = StepStatus::Failed;
@@ -320,6 +324,14 @@ fn settle(
                 }));
                 let done = s.clone();
                 follow(def, vars, steps, &done, Some(target.clone()))?;
+                // Leaving (not looping back), the way not taken is skipped if it was never
+                // taken before: a merge after it then counts it as ended. On a loop back
+                // the other way is only deferred (the loop's exit, taken later).
+                let other = if holds { on_false } else { on_true };
+                if !loops && latest(steps, other).is_none() {
+                    let why = Some(format!("branch `{}` went to `{target}`", node.id));
+                    arrive(def, steps, other, false, BTreeMap::new(), why)?;
+                }
             }
             Kind::Parallel | Kind::Merge => {
                 steps[i].status = StepStatus::Completed;
@@ -424,9 +436,9 @@ fn arrive(
     steps.push(step);
     if let Some(s) = skipped {
         // What only this way led to is skipped too (a merge counts it as ended).
-        for e in def.out_edges(&s.node).cloned().collect::<Vec<_>>() {
+        for next in def.successors(&s.node) {
             let why = Some(format!("`{}` was skipped", s.node));
-            arrive(def, steps, &e.to, false, BTreeMap::new(), why)?;
+            arrive(def, steps, &next, false, BTreeMap::new(), why)?;
         }
     }
     Ok(())
@@ -437,12 +449,14 @@ fn next_iteration(steps: &[Step], node: &str) -> u32 {
     latest(steps, node).map_or(0, |s| s.iteration + 1)
 }
 
-/// A value as an environment variable holds it: strings bare, the rest as JSON.
+/// A value as an environment variable holds it: strings bare, the rest as JSON (a NUL,
+/// which no environment can hold, dropped).
 fn plain(v: &Value) -> String {
-    match v {
+    let s = match v {
         Value::String(s) => s.clone(),
         other => other.to_string(),
-    }
+    };
+    s.replace('\0', "")
 }
 
 /// The value of a field (`steps.ID.exit_code|status|iteration|comment|result.PATH`,

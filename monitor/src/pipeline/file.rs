@@ -112,15 +112,14 @@ pub enum Kind {
         /// `1h`: undecided by then, the step fails.
         #[serde(default)]
         expires: Option<String>,
-        /// Who may decide, where roles exist (token or login names).
-        #[serde(default)]
-        deciders: Vec<String>,
     },
     Branch {
         condition: Condition,
         on_true: String,
         on_false: String,
-        /// How many times the branch may be taken; past it, the pipeline fails.
+        /// How many times the branch may send the flow back to a step already run (the
+        /// loop's body runs at most `max_iterations + 1` times); once more, the pipeline
+        /// fails.
         #[serde(default)]
         max_iterations: Option<u32>,
     },
@@ -351,6 +350,39 @@ fn valid_var(v: &str) -> bool {
         && v.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_')
 }
 
+/// Variables a value a tool sent (through `map`) must not set: what loads code or changes
+/// what runs (the loader, the shell, interpreters, PATH) or what the shim reads.
+fn dangerous_var(v: &str) -> bool {
+    const NAMES: &[&str] = &[
+        "PATH",
+        "ENV",
+        "IFS",
+        "PS4",
+        "SHELLOPTS",
+        "BASHOPTS",
+        "CDPATH",
+        "HOME",
+        "SHELL",
+        "AUTO_APPROVAL",
+        "NODE_OPTIONS",
+        "EDITOR",
+        "VISUAL",
+        "PAGER",
+        "GIT_SSH_COMMAND",
+    ];
+    const PREFIXES: &[&str] = &[
+        "LD_", "BASH_", "HEADLESS", "PYTHON", "PERL", "RUBY", "NODE_", "JAVA_", "GIT_", "DYLD_",
+        "GCONV_", "LOCPATH", "NLSPATH",
+    ];
+    let up = v.to_ascii_uppercase();
+    NAMES.contains(&up.as_str()) || PREFIXES.iter().any(|p| up.starts_with(p))
+}
+
+/// The most nodes a pipeline has, subgraphs inlined.
+const MAX_NODES: usize = 1000;
+/// The highest `max_iterations`.
+const MAX_ITERATIONS: u32 = 10_000;
+
 type At<'a> = dyn Fn(&str, String) -> FileError + 'a;
 
 /// Checks ids, then inlines subgraphs.
@@ -387,6 +419,9 @@ fn flatten(
     let mut nodes = Vec::new();
     let mut edges = raw.edges;
     let mut start = start;
+    let mut vars = raw.vars;
+    // Each subgraph's id → its first node (as inlined).
+    let mut entries: BTreeMap<String, String> = BTreeMap::new();
     for n in raw.nodes {
         let Kind::Subgraph { file: sub } = &n.kind else {
             nodes.push(n);
@@ -412,6 +447,13 @@ fn flatten(
         let inner = load(&path, depth + 1, seen)?;
         seen.pop();
         let prefix = |id: &str| format!("{}.{id}", n.id);
+        // A field inside the subgraph names its own steps.
+        let inner_ids: BTreeSet<String> = inner.nodes.iter().map(|m| m.id.clone()).collect();
+        let own_field = |f: &str| prefix_field(f, &inner_ids, &n.id);
+        entries.insert(n.id.clone(), prefix(&inner.start));
+        for (k, v) in &inner.vars {
+            vars.entry(k.clone()).or_insert_with(|| v.clone());
+        }
         // The subgraph's last nodes (nothing after them) lead where the subgraph node did.
         let ends: Vec<String> = inner
             .nodes
@@ -432,17 +474,27 @@ fn flatten(
         for mut m in inner.nodes {
             m.id = prefix(&m.id);
             if let Kind::Branch {
-                on_true, on_false, ..
+                on_true,
+                on_false,
+                condition,
+                ..
             } = &mut m.kind
             {
                 *on_true = prefix(on_true);
                 *on_false = prefix(on_false);
+                condition.field = own_field(&condition.field);
             }
             nodes.push(m);
         }
         for mut e in inner.edges {
             e.from = prefix(&e.from);
             e.to = prefix(&e.to);
+            if let Some(c) = &mut e.condition {
+                c.field = own_field(&c.field);
+            }
+            for f in e.map.values_mut() {
+                *f = own_field(f);
+            }
             edges.push(e);
         }
         for end in &ends {
@@ -454,17 +506,51 @@ fn flatten(
             }
         }
     }
+    // A branch that names a subgraph goes to its first node.
+    for m in &mut nodes {
+        if let Kind::Branch {
+            on_true, on_false, ..
+        } = &mut m.kind
+        {
+            for t in [on_true, on_false] {
+                if let Some(entry) = entries.get(t.as_str()) {
+                    *t = entry.clone();
+                }
+            }
+        }
+    }
+    if nodes.len() > MAX_NODES {
+        return Err(err(
+            file,
+            format!("more than {MAX_NODES} nodes with its subgraphs inlined"),
+        ));
+    }
     Ok(Definition {
         name: raw.name.unwrap_or_else(|| {
             file.file_stem()
                 .map(|s| s.to_string_lossy().into_owned())
                 .unwrap_or_else(|| "pipeline".into())
         }),
-        vars: raw.vars,
+        vars,
         start,
         nodes,
         edges,
     })
+}
+
+/// `field` as the subgraph `sub` is inlined: a step of the subgraph (`inner`) is named with
+/// the subgraph's prefix; anything else is left as it is.
+fn prefix_field(field: &str, inner: &BTreeSet<String>, sub: &str) -> String {
+    let Some(rest) = field.strip_prefix("steps.") else {
+        return field.to_owned();
+    };
+    let parts: Vec<&str> = rest.split('.').collect();
+    let names_inner = (1..=parts.len()).any(|k| inner.contains(&parts[..k].join(".")));
+    if names_inner {
+        format!("steps.{sub}.{rest}")
+    } else {
+        field.to_owned()
+    }
 }
 
 /// The fields a condition may name, checked for shape and for naming a node that exists.
@@ -533,6 +619,14 @@ fn check(def: &Definition, at: &At<'_>) -> Result<(), FileError> {
                     ),
                 ));
             }
+            if dangerous_var(var) {
+                return Err(at(
+                    var,
+                    format!(
+                        "map: `{var}` would let a step's result change what runs (the loader, the shell, PATH, interpreters, headless-run): map into a name of your own"
+                    ),
+                ));
+            }
             check_field(def, field, at)?;
         }
     }
@@ -550,10 +644,13 @@ fn check(def: &Definition, at: &At<'_>) -> Result<(), FileError> {
                     }
                 }
                 check_field(def, &condition.field, at)?;
-                if *max_iterations == Some(0) {
+                if max_iterations.is_some_and(|m| m == 0 || m > MAX_ITERATIONS) {
                     return Err(at(
                         &n.id,
-                        format!("branch `{}`: max_iterations is at least 1", n.id),
+                        format!(
+                            "branch `{}`: max_iterations is from 1 to {MAX_ITERATIONS}",
+                            n.id
+                        ),
                     ));
                 }
             }

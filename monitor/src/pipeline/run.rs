@@ -17,6 +17,8 @@ use hr_shared::store::pipelines::{Execution, PipelineStore};
 use hr_shared::store::{Asker, Cooperative, Replace, RunWrite};
 use hr_shared::{fingerprint, id, proc, time};
 use std::collections::BTreeMap;
+use std::os::fd::{AsRawFd, FromRawFd};
+use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -114,8 +116,20 @@ fn result_file(paths: &StatePaths, ex: &str, s: &Step) -> PathBuf {
         .join(format!("{}.{}.{}.json", s.node, s.iteration, s.attempt))
 }
 
+/// The largest result kept (it travels in the execution's row with every write).
+const MAX_RESULT: u64 = 64 * 1024;
+
 fn read_result(path: &std::path::Path) -> Option<serde_json::Value> {
-    let text = std::fs::read_to_string(path).ok()?;
+    use std::io::Read;
+    let mut text = String::new();
+    std::fs::File::open(path)
+        .ok()?
+        .take(MAX_RESULT + 1)
+        .read_to_string(&mut text)
+        .ok()?;
+    if text.len() as u64 > MAX_RESULT {
+        return None;
+    }
     serde_json::from_str(&text).ok()
 }
 
@@ -154,14 +168,30 @@ impl Driver {
     }
 
     /// Reads, changes and writes the row until the write lands (another writer moved it:
-    /// read again). `change` returns false to write nothing.
+    /// read again). `change` returns false to write nothing. Refused once another runner
+    /// holds the execution.
     fn update(
         &mut self,
         id: &str,
+        change: impl FnMut(&mut View) -> Result<bool, String>,
+    ) -> Result<View, String> {
+        self.update_as(id, true, change)
+    }
+
+    fn update_as(
+        &mut self,
+        id: &str,
+        ours_only: bool,
         mut change: impl FnMut(&mut View) -> Result<bool, String>,
     ) -> Result<View, String> {
         for _ in 0..1000 {
             let mut v = self.load(id)?;
+            if ours_only && v.ex.runner.as_deref() != Some(self.me.as_str()) {
+                return Err(format!(
+                    "{id}: another runner took it over ({})",
+                    v.ex.runner.as_deref().unwrap_or("none")
+                ));
+            }
             if !change(&mut v)? {
                 return Ok(v);
             }
@@ -190,7 +220,7 @@ impl Driver {
     pub fn claim(&mut self, id: &str) -> Result<bool, String> {
         let me = self.me.clone();
         let mut taken = false;
-        self.update(id, |v| {
+        self.update_as(id, false, |v| {
             if v.ex.is_final() {
                 return Err(format!(
                     "{id} has ended ({}{})",
@@ -325,60 +355,52 @@ impl Driver {
         if left.is_empty() {
             return Ok(());
         }
-        let runs = self.store.execution_runs(id).map_err(|e| e.to_string())?;
         for s in left {
-            let Some(r) = &s.run else {
+            // Without a pid in the store its headless-run never started: it waits at a pipe
+            // for the runner's word after the pid is kept, and exits when the runner dies.
+            let Some((pid, r)) = s.run.as_ref().and_then(|r| Some((r.pid?, r.clone()))) else {
                 self.back_to_ready(id, &s)?;
                 continue;
             };
-            let found = runs.iter().find(|t| {
-                r.pid.is_some_and(|p| t.shim_pid == Some(i64::from(p)))
-                    && t.host.as_deref() == Some(r.host.as_str())
-            });
-            // No pid recorded (the runner died between marking and spawning, or right
-            // after): a run of this command started since then is this step's.
-            let found = found.or_else(|| {
-                if r.pid.is_some() {
-                    return None;
+            let mut found = None;
+            for _ in 0..50 {
+                let runs = self.store.execution_runs(id).map_err(|e| e.to_string())?;
+                found = runs.into_iter().find(|t| {
+                    t.shim_pid == Some(i64::from(pid))
+                        && t.host.as_deref() == Some(r.host.as_str())
+                        && r.pid_start
+                            .is_none_or(|st| t.shim_start_time == Some(st as i64))
+                });
+                let alive = r.host == proc::hostname() && proc::same_process(pid, r.pid_start);
+                if found.is_some() || !alive {
+                    break;
                 }
-                let argv = step_argv(&v.def, &s)?;
-                runs.iter()
-                    .find(|t| t.argv_json == argv && t.started_at >= r.started_at)
-            });
-            match found {
-                Some(t) if t.exit_code.is_some() && t.status.is_final() => {
-                    let code = t.exit_code.unwrap_or(1);
-                    let result = read_result(&result_file(&self.paths, id, &s));
-                    self.say(format!(
-                        "{}: adopted {}: it ended with {code}",
-                        s.node, t.tool_run_id
-                    ));
-                    self.apply(id, &s.node, s.iteration, Outcome::Exited { code, result })?;
-                }
-                Some(t) => {
-                    // Still running under a headless-run that is not our child: wait for
-                    // its row to end.
-                    self.say(format!(
-                        "{}: waiting for {} (left running)",
-                        s.node, t.tool_run_id
-                    ));
-                    let run_id = t.tool_run_id.clone();
-                    let code = self.wait_for_run(id, &run_id)?;
-                    let result = read_result(&result_file(&self.paths, id, &s));
-                    self.apply(id, &s.node, s.iteration, Outcome::Exited { code, result })?;
-                }
-                None => {
-                    let alive = r.pid.is_some_and(|p| {
-                        r.host == proc::hostname() && proc::same_process(p, r.pid_start)
-                    });
-                    if alive {
-                        // Started, not recorded yet: give it a moment, then look again.
-                        std::thread::sleep(Duration::from_millis(500));
-                        return self.adopt(id);
-                    }
-                    self.back_to_ready(id, &s)?;
-                }
+                // Started, its row not written yet: look again shortly.
+                std::thread::sleep(Duration::from_millis(200));
             }
+            let Some(t) = found else {
+                self.back_to_ready(id, &s)?;
+                continue;
+            };
+            let code = if t.exit_code.is_some() && t.status.is_final() {
+                self.say(format!(
+                    "{}: adopted {}: it ended with {}",
+                    s.node,
+                    t.tool_run_id,
+                    t.exit_code.unwrap_or(1)
+                ));
+                t.exit_code.unwrap_or(1)
+            } else {
+                // Still running under a headless-run that is not our child: wait for its
+                // row to end.
+                self.say(format!(
+                    "{}: waiting for {} (left running)",
+                    s.node, t.tool_run_id
+                ));
+                self.wait_for_run(id, &t.tool_run_id)?
+            };
+            let result = read_result(&result_file(&self.paths, id, &s));
+            self.apply(id, &s.node, s.iteration, Outcome::Exited { code, result })?;
         }
         Ok(())
     }
@@ -404,14 +426,28 @@ impl Driver {
         Ok(())
     }
 
-    /// Waits until run `run_id` has ended; its exit code.
+    /// Waits until run `run_id` has ended; its exit code (125 when its headless-run
+    /// vanished without recording an end; 130 when the execution was cancelled meanwhile).
     fn wait_for_run(&mut self, id: &str, run_id: &str) -> Result<i32, String> {
+        let host = hr_shared::rules::LocalHost::new();
+        let mut beat = Instant::now();
         loop {
             let runs = self.store.execution_runs(id).map_err(|e| e.to_string())?;
-            if let Some(t) = runs.iter().find(|t| t.tool_run_id == run_id)
-                && t.status.is_final()
-            {
-                return Ok(t.exit_code.unwrap_or(1));
+            match runs.iter().find(|t| t.tool_run_id == run_id) {
+                Some(t) if t.status.is_final() => return Ok(t.exit_code.unwrap_or(1)),
+                Some(t) if hr_shared::rules::shim_gone(t, &host).is_some() => {
+                    self.say(format!("{run_id}: its headless-run vanished"));
+                    return Ok(125);
+                }
+                None => return Ok(125),
+                Some(_) => {}
+            }
+            if beat.elapsed() >= HEARTBEAT {
+                let v = self.update(id, |_| Ok(true))?;
+                if v.ex.status == "cancelled" {
+                    return Ok(130);
+                }
+                beat = Instant::now();
             }
             std::thread::sleep(Duration::from_millis(200));
         }
@@ -449,6 +485,7 @@ impl Driver {
                 run: None,
             };
             let result = read_result(&result_file(&self.paths, id, &probe));
+            crash_point("after-exit");
             self.say(format!("{}: exited with {code}", s.node));
             self.apply(id, &s.node, s.iteration, Outcome::Exited { code, result })?;
         }
@@ -487,6 +524,11 @@ impl Driver {
         let started_at = time::now_rfc3339();
         let mut marked = false;
         self.update(id, |w| {
+            // Nothing new starts in an execution that has ended or failed.
+            if stopped(w) {
+                marked = false;
+                return Ok(false);
+            }
             let Some(t) = w
                 .steps
                 .iter_mut()
@@ -510,13 +552,56 @@ impl Driver {
         if !marked {
             return Ok(());
         }
+        crash_point("after-mark");
         let result = result_file(&self.paths, id, s);
         if let Some(dir) = result.parent() {
             hr_shared::paths::create_private_dir(dir)
                 .map_err(|e| format!("cannot make {}: {e}", dir.display()))?;
         }
         let _ = std::fs::remove_file(&result);
-        let mut cmd = Command::new(&self.shim);
+        // The step's headless-run waits at a pipe until its pid is in the store: killed
+        // before that, the runner leaves no headless-run behind (the pipe's end closes,
+        // it exits without starting), so a resume that finds no pid may start the step.
+        let mut fds = [0; 2];
+        // SAFETY: fds has room for the two descriptors pipe2 writes.
+        if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+            return Err(format!(
+                "cannot make a pipe: {}",
+                std::io::Error::last_os_error()
+            ));
+        }
+        // SAFETY: both are fresh descriptors nobody else owns.
+        let (gate_r, gate_w) = unsafe {
+            (
+                std::os::fd::OwnedFd::from_raw_fd(fds[0]),
+                std::os::fd::OwnedFd::from_raw_fd(fds[1]),
+            )
+        };
+        let r_fd = gate_r.as_raw_fd();
+        // A shell holds it (reading the pipe on descriptor 3), then becomes the headless-run
+        // (same pid, same start time) with `exec`.
+        let mut cmd = Command::new("/bin/sh");
+        cmd.args([
+            "-c",
+            "IFS= read -r go <&3 && [ \"$go\" = g ] || exit 125; exec 3<&-; exec \"$@\"",
+            "headless-run",
+        ])
+        .arg(&self.shim);
+        // SAFETY: between fork and exec only async-signal-safe calls (dup2, fcntl). The
+        // pipe's write end is close-on-exec: the shell never holds it.
+        unsafe {
+            cmd.pre_exec(move || {
+                let ok = if r_fd == 3 {
+                    libc::fcntl(3, libc::F_SETFD, 0)
+                } else {
+                    libc::dup2(r_fd, 3)
+                };
+                if ok < 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
         if let Some(t) = &run.timeout {
             cmd.args(["--timeout", t]);
         }
@@ -525,9 +610,12 @@ impl Driver {
         }
         cmd.args(["--on-prompt", run.on_prompt.as_deref().unwrap_or("wait")]);
         cmd.arg("--").args(run.command.argv());
-        if let Some(dir) = &run.cwd {
-            cmd.current_dir(dir);
-        }
+        // The directory the pipeline was started in, whoever resumes it from wherever.
+        let base = std::path::Path::new(&v.ex.dir);
+        cmd.current_dir(match &run.cwd {
+            Some(dir) => base.join(dir),
+            None => base.to_path_buf(),
+        });
         cmd.envs(
             v.vars
                 .iter()
@@ -537,7 +625,10 @@ impl Driver {
         .envs(&s.env)
         .env(hr_shared::mode::ENV_EXECUTION_ID, id)
         .env(hr_shared::event::ENV_RESULT_FILE, &result)
-        .env("HEADLESS_RUN_PIPELINE_STEP", &s.node)
+        .env(
+            hr_shared::event::ENV_PIPELINE_STEP,
+            format!("{id}/{}#{}", s.node, s.iteration),
+        )
         .env("HEADLESS", "1")
         .stdin(Stdio::null());
         self.say(format!(
@@ -564,6 +655,7 @@ impl Driver {
                 );
             }
         };
+        drop(gate_r);
         let pid = child.id() as i32;
         let pid_start = proc::read_stat(pid).map(|st| st.start_time);
         self.started.push(Started {
@@ -572,7 +664,7 @@ impl Driver {
             attempt: s.attempt,
             child,
         });
-        self.update(id, |w| {
+        let recorded = self.update(id, |w| {
             let Some(t) = w
                 .steps
                 .iter_mut()
@@ -588,8 +680,15 @@ impl Driver {
                 }
                 _ => Ok(false),
             }
-        })?;
-        Ok(())
+        });
+        // Only now may it start (dropping the pipe unwritten makes it exit instead).
+        if recorded.is_ok() {
+            crash_point("after-pid");
+            // SAFETY: two bytes from a valid buffer to a descriptor we own.
+            unsafe { libc::write(gate_w.as_raw_fd(), b"g\n".as_ptr().cast(), 2) };
+        }
+        drop(gate_w);
+        recorded.map(|_| ())
     }
 
     /// Asks a human step's question: a run of its own (`pipeline`, parked on the
@@ -617,6 +716,11 @@ impl Driver {
         let mut marked = false;
         let here = proc::hostname();
         self.update(id, |w| {
+            // Nothing new starts in an execution that has ended or failed.
+            if stopped(w) {
+                marked = false;
+                return Ok(false);
+            }
             let Some(t) = w
                 .steps
                 .iter_mut()
@@ -641,6 +745,7 @@ impl Driver {
         if !marked {
             return Ok(());
         }
+        crash_point("after-ask-mark");
         let row = ToolRun {
             tool_run_id: run_id.clone(),
             tool_name: "pipeline".into(),
@@ -711,6 +816,7 @@ impl Driver {
         let Cooperative::Pending(approval) = asked.value else {
             return Err(format!("{}: the approval was not asked", s.node));
         };
+        crash_point("after-ask");
         self.say(format!(
             "{}: waiting for a decision on {} ({title})",
             s.node, approval.approval_id
@@ -743,6 +849,11 @@ impl Driver {
             .filter(|s| s.status == StepStatus::WaitingApproval)
             .cloned()
             .collect();
+        if !waiting.is_empty() {
+            // An approval past its `expires` is expired here (a rejection), as a worker
+            // would.
+            self.store.expire_due().map_err(|e| e.to_string())?;
+        }
         for s in waiting {
             let Some(r) = &s.run else { continue };
             let Some(ap) = &r.approval_id else {
@@ -807,6 +918,7 @@ impl Driver {
             let outcome = if approved {
                 Outcome::Approved {
                     comment: a.comment.clone(),
+                    choice: a.chosen_value.clone(),
                 }
             } else {
                 Outcome::Rejected {
@@ -817,7 +929,7 @@ impl Driver {
                 "{}: {} by {}",
                 s.node,
                 if approved { "approved" } else { "not approved" },
-                a.decided_by.as_deref().unwrap_or("nobody")
+                hr_shared::sanitize::sanitize_line(a.decided_by.as_deref().unwrap_or("nobody"))
             ));
             // The question's run ends with the decision, and the answer is used up.
             if let Some(run) = &r.tool_run_id {
@@ -845,6 +957,7 @@ impl Driver {
                         false,
                     )
                     .map_err(|e| e.to_string())?;
+                crash_point("after-close");
             }
             self.apply(id, &s.node, s.iteration, outcome)?;
         }
@@ -862,6 +975,21 @@ impl Driver {
     }
 }
 
+/// For the tests of crash safety: `HEADLESS_RUN_TEST_CRASH=POINT` kills the runner (-9)
+/// when it reaches that point (`after-mark`, `after-pid`, `after-exit`, `after-ask-mark`,
+/// `after-ask`, `after-close`), as a power cut or an OOM kill would.
+fn crash_point(point: &str) {
+    if std::env::var_os("HEADLESS_RUN_TEST_CRASH").is_some_and(|p| p == point) {
+        // SAFETY: a signal to this process.
+        unsafe { libc::kill(libc::getpid(), libc::SIGKILL) };
+    }
+}
+
+/// Whether the execution takes no new step: it has ended (cancelled too) or a step failed.
+fn stopped(v: &View) -> bool {
+    v.ex.is_final() || matches!(engine::status(&v.steps), ExecutionStatus::Failed(_))
+}
+
 /// What a decision that did not approve says.
 fn decision_reason(a: &Approval) -> String {
     let by = a.decided_by.as_deref().unwrap_or("nobody");
@@ -872,13 +1000,5 @@ fn decision_reason(a: &Approval) -> String {
     match a.comment.as_deref().filter(|c| !c.is_empty()) {
         Some(c) => format!("{what}: {c}"),
         None => what,
-    }
-}
-
-/// The command line a step's headless-run records (what adoption compares).
-fn step_argv(def: &Definition, s: &Step) -> Option<Vec<String>> {
-    match &def.node(&s.node)?.kind {
-        Kind::Task { run } | Kind::Gate { run, .. } => Some(run.command.argv()),
-        _ => None,
     }
 }

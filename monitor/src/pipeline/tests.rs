@@ -297,6 +297,7 @@ fn the_engine_runs_retries_loops_fans_out_merges_and_asks() {
     let vars = BTreeMap::new();
     let (steps, ran) = play(&def, &vars, flow_codes, |_| Outcome::Approved {
         comment: Some("ship it".into()),
+        choice: Some("approve".into()),
     });
     assert_eq!(
         ran,
@@ -337,7 +338,10 @@ fn a_gate_out_of_retries_fails_and_a_loop_stops_at_max_iterations() {
         &def,
         &BTreeMap::new(),
         |n, _| (if n == "test" { 1 } else { 0 }, None),
-        |_| Outcome::Approved { comment: None },
+        |_| Outcome::Approved {
+            comment: None,
+            choice: None,
+        },
     );
     assert_eq!(ran, ["build", "test", "test", "test"]);
     assert!(
@@ -348,7 +352,10 @@ fn a_gate_out_of_retries_fails_and_a_loop_stops_at_max_iterations() {
         &def,
         &BTreeMap::new(),
         |n, _| (0, (n == "work").then(|| serde_json::json!({ "left": 1 }))),
-        |_| Outcome::Approved { comment: None },
+        |_| Outcome::Approved {
+            comment: None,
+            choice: None,
+        },
     );
     assert_eq!(ran.iter().filter(|r| *r == "work").count(), 6, "{ran:?}");
     assert!(
@@ -385,7 +392,10 @@ edges:
         &def,
         &vars,
         |_, _| (0, None),
-        |_| Outcome::Approved { comment: None },
+        |_| Outcome::Approved {
+            comment: None,
+            choice: None,
+        },
     );
     assert_eq!(ran, ["quick", "end"]);
     for skipped in ["slow", "after_slow"] {
@@ -433,7 +443,10 @@ fn an_outcome_for_a_settled_step_is_refused() {
             &steps,
             "nope",
             0,
-            Outcome::Approved { comment: None }
+            Outcome::Approved {
+                comment: None,
+                choice: None
+            }
         )
         .is_err()
     );
@@ -518,4 +531,175 @@ fn conditions_compare_numbers_strings_and_missing_fields() {
         serde_json::Value::Null,
         &s
     ));
+}
+
+#[test]
+fn a_branch_into_a_merge_skips_the_way_not_taken_and_the_merge_fires() {
+    let def = parse(
+        "
+nodes:
+  - { id: start, kind: task, command: [go] }
+  - id: b
+    kind: branch
+    condition: { field: steps.start.result.more, operator: equals, value: true }
+    on_true: extra
+    on_false: join
+  - { id: extra, kind: task, command: [extra] }
+  - { id: extra2, kind: task, command: [extra2] }
+  - { id: join, kind: merge }
+  - { id: end, kind: task, command: [end] }
+edges:
+  - { from: start, to: b }
+  - { from: extra, to: extra2 }
+  - { from: extra2, to: join }
+  - { from: join, to: end }
+",
+    )
+    .unwrap();
+    let (steps, ran) = play(
+        &def,
+        &BTreeMap::new(),
+        |_, _| (0, None),
+        |_| Outcome::Approved {
+            comment: None,
+            choice: None,
+        },
+    );
+    assert_eq!(ran, ["start", "end"]);
+    for skipped in ["extra", "extra2"] {
+        assert_eq!(
+            engine::latest(&steps, skipped).unwrap().status,
+            StepStatus::Skipped
+        );
+    }
+    assert_eq!(
+        engine::latest(&steps, "join").unwrap().status,
+        StepStatus::Completed
+    );
+    assert_eq!(engine::status(&steps), ExecutionStatus::Completed);
+    // The other way: extra and extra2 run, then the merge.
+    let (steps, ran) = play(
+        &def,
+        &BTreeMap::new(),
+        |n, _| {
+            (
+                0,
+                (n == "start").then(|| serde_json::json!({ "more": true })),
+            )
+        },
+        |_| Outcome::Approved {
+            comment: None,
+            choice: None,
+        },
+    );
+    assert_eq!(ran, ["start", "extra", "extra2", "end"]);
+    assert_eq!(engine::status(&steps), ExecutionStatus::Completed);
+}
+
+#[test]
+fn a_human_steps_choice_is_its_result_for_a_branch() {
+    let def = parse(
+        "
+nodes:
+  - { id: ask, kind: human, title: T, question: Which?, options: [blue, green] }
+  - id: which
+    kind: branch
+    condition: { field: steps.ask.result.choice, operator: equals, value: green }
+    on_true: green
+    on_false: blue
+  - { id: green, kind: task, command: [g] }
+  - { id: blue, kind: task, command: [b] }
+edges:
+  - { from: ask, to: which }
+",
+    )
+    .unwrap();
+    let (steps, ran) = play(
+        &def,
+        &BTreeMap::new(),
+        |_, _| (0, None),
+        |_| Outcome::Approved {
+            comment: None,
+            choice: Some("green".into()),
+        },
+    );
+    assert_eq!(ran, ["ask", "green"]);
+    assert_eq!(
+        engine::latest(&steps, "blue").unwrap().status,
+        StepStatus::Skipped
+    );
+}
+
+#[test]
+fn a_subgraphs_fields_name_its_own_steps_and_a_branch_may_go_into_it() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("check.yaml"),
+        "vars: { level: strict, shared: inner }
+nodes:
+  - { id: test, kind: task, command: [t] }
+  - { id: report, kind: task, command: [r] }
+edges:
+  - { from: test, to: report, condition: { field: steps.test.exit_code, operator: equals, value: 0 }, map: { OUT: steps.test.result.out } }
+",
+    )
+    .unwrap();
+    let main = dir.path().join("main.yaml");
+    std::fs::write(
+        &main,
+        "vars: { shared: outer }
+nodes:
+  - { id: test, kind: task, command: [outer] }
+  - id: again
+    kind: branch
+    condition: { field: steps.test.exit_code, operator: equals, value: 0 }
+    on_true: check
+    on_false: done
+  - { id: check, kind: subgraph, file: check.yaml }
+  - { id: done, kind: task, command: [d] }
+edges:
+  - { from: test, to: again }
+",
+    )
+    .unwrap();
+    let d = Definition::load(&main).unwrap();
+    let e = d.edges.iter().find(|e| e.from == "check.test").unwrap();
+    assert_eq!(
+        e.condition.as_ref().unwrap().field,
+        "steps.check.test.exit_code"
+    );
+    assert_eq!(e.map["OUT"], "steps.check.test.result.out");
+    // The outer branch's own field is the outer step's; its target is the subgraph's start.
+    let Kind::Branch {
+        condition, on_true, ..
+    } = &d.node("again").unwrap().kind
+    else {
+        panic!()
+    };
+    assert_eq!(condition.field, "steps.test.exit_code");
+    assert_eq!(on_true, "check.test");
+    assert_eq!(d.vars["level"], "strict");
+    assert_eq!(d.vars["shared"], "outer", "the including file's vars win");
+}
+
+#[test]
+fn a_result_cannot_be_mapped_into_what_changes_what_runs() {
+    for var in [
+        "LD_PRELOAD",
+        "PATH",
+        "BASH_ENV",
+        "HEADLESS_RUN_TOKEN",
+        "AUTO_APPROVAL",
+        "PYTHONPATH",
+        "NODE_OPTIONS",
+    ] {
+        let e = error(&format!(
+            "nodes:\n  - {{ id: a, kind: task, command: [\"true\"] }}\n  - {{ id: b, kind: task, command: [\"true\"] }}\nedges:\n  - {{ from: a, to: b, map: {{ {var}: steps.a.result.x }} }}\n"
+        ));
+        assert!(e.message.contains("change what runs"), "{var}: {e}");
+    }
+    let e = error(
+        "nodes:\n  - { id: a, kind: task, command: [\"true\"] }\n  - id: b\n    kind: branch\n    condition: { field: vars.x, operator: exists }\n    on_true: a\n    on_false: c\n    max_iterations: 1000000\n  - { id: c, kind: task, command: [\"true\"] }\nedges:\n  - { from: a, to: b }\n",
+    );
+    assert!(e.message.contains("max_iterations is from 1 to"), "{e}");
 }

@@ -104,6 +104,7 @@ const ROUTES: &[(&str, &str)] = &[
     ("post", "/api/v1/approvals/{id}/approve"),
     ("post", "/api/v1/approvals/{id}/reject"),
     ("post", "/api/v1/approvals/{id}/decide"),
+    ("get", "/api/v1/executions/{id}"),
     ("post", "/api/v1/executions/{id}/approve"),
     ("post", "/api/v1/executions/{id}/reject"),
     ("get", "/api/v1/runs"),
@@ -330,6 +331,7 @@ fn router(server: Arc<Server>) -> Router {
         .route("/api/v1/approvals", get(list_approvals))
         .route("/api/v1/approvals/{id}", get(one_approval))
         .route("/api/v1/approvals/{id}/{action}", post(decide_approval))
+        .route("/api/v1/executions/{id}", get(one_execution))
         .route("/api/v1/executions/{id}/{action}", post(decide_execution))
         .route("/api/v1/runs", get(list_runs))
         .route("/api/v1/runs/{id}", get(one_run))
@@ -951,6 +953,70 @@ async fn decide_execution(
         )
         .by(&c)),
     }
+}
+
+/// `GET /api/v1/executions/{id}`: an execution — its runs, its approvals, and when it is a
+/// pipeline, its status and steps.
+async fn one_execution(
+    State(s): State<Arc<Server>>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+) -> Result<Response, ApiError> {
+    let c = s.allowed(peer.ip(), &headers, &[Role::Operator, Role::Viewer])?;
+    let execution = id.clone();
+    let (runs, approvals) = s
+        .with_store(move |st| {
+            let runs = or_none(st.runs(&RunFilter {
+                execution_id: Some(execution.clone()),
+                limit: Some(10_000),
+                ..Default::default()
+            }))?;
+            let approvals = or_none(st.approvals(&ApprovalFilter {
+                execution_id: Some(execution),
+                limit: Some(10_000),
+                ..Default::default()
+            }))?;
+            Ok((runs, approvals))
+        })
+        .await
+        .map_err(|e| e.by(&c))?;
+    let paths = s.paths.clone();
+    let look = id.clone();
+    let pipeline = tokio::task::spawn_blocking(move || {
+        let mut st = hr_shared::store::pipelines::for_store(&paths).ok()?;
+        st.pipeline(&look).ok().flatten()
+    })
+    .await
+    .ok()
+    .flatten();
+    if runs.is_empty() && approvals.is_empty() && pipeline.is_none() {
+        return Err(ApiError::new(StatusCode::NOT_FOUND, "no such execution").by(&c));
+    }
+    let pipeline = pipeline.map(|p| {
+        json!({
+            "name": p.name,
+            "file": p.file,
+            "status": p.status,
+            "reason": p.reason,
+            "runner": p.runner,
+            "heartbeat_at": p.heartbeat_at,
+            "created_at": p.created_at,
+            "updated_at": p.updated_at,
+            "vars": p.vars,
+            "steps": p.steps,
+        })
+    });
+    Ok(ok(
+        &c,
+        StatusCode::OK,
+        json!({
+            "execution_id": id,
+            "pipeline": pipeline,
+            "runs": runs,
+            "approvals": approvals,
+        }),
+    ))
 }
 
 async fn list_runs(

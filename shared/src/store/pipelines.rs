@@ -20,6 +20,9 @@ pub struct Execution {
     pub name: String,
     /// The file it was loaded from, as given.
     pub file: Option<String>,
+    /// The directory it was started in (absolute): steps run there unless they name
+    /// another, and relative `cwd`s are taken from it, whoever resumes it from wherever.
+    pub dir: String,
     /// The checked definition (subgraphs inlined).
     pub definition: serde_json::Value,
     pub vars: serde_json::Value,
@@ -73,8 +76,8 @@ pub fn for_store(paths: &StatePaths) -> StoreResult<Box<dyn PipelineStore>> {
     Ok(Box::new(SqliteStore::create(paths.clone())))
 }
 
-const COLUMNS: &str = "execution_id, name, file, definition, vars, steps, status, reason, \
-    runner, heartbeat_at, created_at, updated_at, version";
+const COLUMNS: &str = "execution_id, name, file, dir, definition, vars, steps, status, \
+    reason, runner, heartbeat_at, created_at, updated_at, version";
 
 fn from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<Execution> {
     let json = |i: usize| -> rusqlite::Result<serde_json::Value> {
@@ -87,16 +90,17 @@ fn from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<Execution> {
         execution_id: r.get(0)?,
         name: r.get(1)?,
         file: r.get(2)?,
-        definition: json(3)?,
-        vars: json(4)?,
-        steps: json(5)?,
-        status: r.get(6)?,
-        reason: r.get(7)?,
-        runner: r.get(8)?,
-        heartbeat_at: r.get(9)?,
-        created_at: r.get(10)?,
-        updated_at: r.get(11)?,
-        version: r.get(12)?,
+        dir: r.get(3)?,
+        definition: json(4)?,
+        vars: json(5)?,
+        steps: json(6)?,
+        status: r.get(7)?,
+        reason: r.get(8)?,
+        runner: r.get(9)?,
+        heartbeat_at: r.get(10)?,
+        created_at: r.get(11)?,
+        updated_at: r.get(12)?,
+        version: r.get(13)?,
     })
 }
 
@@ -105,12 +109,13 @@ impl PipelineStore for SqliteStore {
         self.write(|tx| {
             let n = tx.execute(
                 &format!(
-                    "INSERT OR IGNORE INTO pipelines ({COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)"
+                    "INSERT OR IGNORE INTO pipelines ({COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)"
                 ),
                 params![
                     ex.execution_id,
                     ex.name,
                     ex.file,
+                    ex.dir,
                     ex.definition.to_string(),
                     ex.vars.to_string(),
                     ex.steps.to_string(),
@@ -207,6 +212,7 @@ mod tests {
             execution_id: id.into(),
             name: "deploy".into(),
             file: Some("deploy.yaml".into()),
+            dir: "/work".into(),
             definition: serde_json::json!({"nodes": []}),
             vars: serde_json::json!({}),
             steps: serde_json::json!([]),
