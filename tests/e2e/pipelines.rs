@@ -638,3 +638,53 @@ fn killed_at_every_point_of_a_step_the_resume_runs_each_step_once() {
         assert_eq!(status(&env, &ex)["status"], "completed", "{point}");
     }
 }
+
+/// The dashboard's pipelines pane: the execution with its steps, and its waiting human step
+/// approved by key.
+#[test]
+fn the_dashboard_shows_a_pipeline_and_approves_its_human_step_by_key() {
+    use crate::dashboard::{Tmux, monitor_argv};
+    let env = TestEnv::new();
+    let f = flow(&env);
+    env.monitor()
+        .args(["pipeline", "run", "--detach", "--execution-id", "EX-dash"])
+        .arg(&f)
+        .timeout(Duration::from_secs(120))
+        .run()
+        .expect_code(90);
+    let exit_file = env.path().join("dashboard.exit");
+    let tmux = Tmux::start(&env, 150, 45, &monitor_argv(&env, &exit_file));
+    tmux.wait_for(&env, "the pipelines pane", Duration::from_secs(20), |s| {
+        s.contains("Pipelines (1)")
+            && s.contains("EX-dash")
+            && s.contains("waiting_approval")
+            && s.contains("work×3✓")
+            && s.contains("ok?")
+    });
+    // Runs → Approvals → Pipelines, then `a` on the selected pipeline.
+    tmux.keys(&["Tab", "Tab"]);
+    tmux.wait_for(&env, "the pane's keys", Duration::from_secs(10), |s| {
+        s.contains("the waiting human step")
+    });
+    tmux.keys(&["a"]);
+    assert!(wait_for_state(Duration::from_secs(20), || {
+        let out = env
+            .monitor()
+            .args(["approvals", "--status", "approved", "--json"])
+            .run();
+        out.out().contains("\"decision_channel\": \"tui\"")
+            || out.out().contains("\"decision_channel\":\"tui\"")
+    }));
+    env.monitor()
+        .args(["pipeline", "resume", "EX-dash"])
+        .timeout(Duration::from_secs(120))
+        .run()
+        .expect_code(0);
+    tmux.wait_for(
+        &env,
+        "the pipeline completed",
+        Duration::from_secs(20),
+        |s| s.contains("completed") && s.contains("ship✓"),
+    );
+    ran_once_each(&env, true);
+}

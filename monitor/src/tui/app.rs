@@ -122,6 +122,8 @@ impl RunQuery {
 pub enum Pane {
     Runs,
     Approvals,
+    /// Shown (and a Tab stop) only while there are pipeline executions.
+    Pipelines,
     Log,
 }
 
@@ -187,6 +189,7 @@ pub struct App {
     pub focus: Pane,
     pub run_sel: usize,
     pub approval_sel: usize,
+    pub pipeline_sel: usize,
     /// Lines scrolled back from the end of the log pane (0: follow).
     pub log_back: usize,
     /// Lines scrolled back from the end of the detail's output.
@@ -216,6 +219,7 @@ impl App {
             focus: Pane::Runs,
             run_sel: 0,
             approval_sel: 0,
+            pipeline_sel: 0,
             log_back: 0,
             output_back: 0,
             view: View::Dashboard,
@@ -247,6 +251,14 @@ impl App {
 
     pub fn selected_approval(&self) -> Option<&Approval> {
         self.approvals().get(self.approval_sel)
+    }
+
+    /// The pipeline executions read (newest first).
+    pub fn pipelines(&self) -> &[super::feed::PipelineRow] {
+        self.data
+            .as_ref()
+            .map(|d| d.pipelines.as_slice())
+            .unwrap_or(&[])
     }
 
     /// A pending approval by id (from the pending list, or the open run's approvals).
@@ -305,6 +317,12 @@ impl App {
                 Pane::Runs => self
                     .selected_run()
                     .and_then(|r| self.pending_of(&r.tool_run_id)),
+                // The selected pipeline's waiting human step.
+                Pane::Pipelines => self
+                    .pipelines()
+                    .get(self.pipeline_sel)
+                    .and_then(|p| p.waiting.as_deref())
+                    .and_then(|id| self.approval(id)),
                 Pane::Log => None,
             },
         }
@@ -605,17 +623,22 @@ fn move_sel(sel: &mut usize, len: usize, code: KeyCode) -> bool {
 fn on_dashboard_key(app: &mut App, key: KeyEvent) -> Vec<Request> {
     match key.code {
         KeyCode::Tab => {
+            let pipelines = !app.pipelines().is_empty();
             app.focus = match app.focus {
                 Pane::Runs => Pane::Approvals,
-                Pane::Approvals => Pane::Log,
+                Pane::Approvals if pipelines => Pane::Pipelines,
+                Pane::Approvals | Pane::Pipelines => Pane::Log,
                 Pane::Log => Pane::Runs,
             };
             return Vec::new();
         }
         KeyCode::BackTab => {
+            let pipelines = !app.pipelines().is_empty();
             app.focus = match app.focus {
                 Pane::Runs => Pane::Log,
                 Pane::Approvals => Pane::Runs,
+                Pane::Pipelines => Pane::Approvals,
+                Pane::Log if pipelines => Pane::Pipelines,
                 Pane::Log => Pane::Approvals,
             };
             return Vec::new();
@@ -667,6 +690,11 @@ fn on_dashboard_key(app: &mut App, key: KeyEvent) -> Vec<Request> {
             }
             Vec::new()
         }
+        Pane::Pipelines => {
+            let len = app.pipelines().len();
+            move_sel(&mut app.pipeline_sel, len, key.code);
+            Vec::new()
+        }
         Pane::Log => {
             let len = app.data.as_ref().map(|d| d.log.len()).unwrap_or(0);
             let mut pos = len.saturating_sub(1).saturating_sub(app.log_back);
@@ -689,6 +717,9 @@ fn on_decision_key(app: &mut App, code: KeyCode) -> Vec<Request> {
             let text = match app.focus {
                 Pane::Runs if app.view == View::Dashboard => {
                     "this run has no pending approval; Tab to the approvals pane"
+                }
+                Pane::Pipelines if app.view == View::Dashboard => {
+                    "this pipeline waits for no decision"
                 }
                 _ => "no pending approval selected",
             };

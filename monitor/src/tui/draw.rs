@@ -240,14 +240,95 @@ fn draw_dashboard(app: &App, f: &mut Frame, area: Rect) {
         .saturating_sub((h / 4).max(4))
         .max(5);
     let runs_h = runs_wanted.min(runs_max);
-    let [runs, approvals, log] = area.layout(&Layout::vertical([
-        Constraint::Length(runs_h),
+    // Pipelines, when there are any, between the approvals and the log.
+    let pipelines_h = match app.pipelines().len() as u16 {
+        0 => 0,
+        n => (n + 3).min((h / 4).max(4)),
+    };
+    let [runs, approvals, pipelines, log] = area.layout(&Layout::vertical([
+        Constraint::Length(runs_h.saturating_sub(pipelines_h / 2).max(5)),
         Constraint::Length(approvals_h),
+        Constraint::Length(pipelines_h),
         Constraint::Fill(1),
     ]));
     draw_runs(app, f, runs);
     draw_approvals(app, f, approvals);
+    if pipelines_h > 0 {
+        draw_pipelines(app, f, pipelines);
+    }
     draw_log(app, f, log);
+}
+
+/// A step's status as one glyph (the word is in the status column and `pipeline status`).
+fn step_glyph(status: &str) -> &'static str {
+    match status {
+        "completed" => "✓",
+        "failed" => "✗",
+        "running" => "▶",
+        "waiting_approval" => "?",
+        "skipped" => "-",
+        _ => "·",
+    }
+}
+
+fn draw_pipelines(app: &App, f: &mut Frame, area: Rect) {
+    let focused = app.focus == Pane::Pipelines;
+    let list = app.pipelines();
+    let title = format!(" Pipelines ({}) ", list.len());
+    let (first, end, selected) = window(list.len(), app.pipeline_sel, area);
+    let rows: Vec<Row> = list[first..end]
+        .iter()
+        .map(|p| {
+            let steps = p
+                .steps
+                .iter()
+                .map(|(node, n, st)| {
+                    let times = if *n > 1 {
+                        format!("×{n}")
+                    } else {
+                        String::new()
+                    };
+                    format!("{}{times}{}", clean(node), step_glyph(st))
+                })
+                .collect::<Vec<_>>()
+                .join(" ");
+            let color = match p.status.as_str() {
+                "completed" => Color::Green,
+                "failed" => Color::Red,
+                "waiting_approval" => Color::Yellow,
+                "running" => Color::Cyan,
+                _ => Color::DarkGray,
+            };
+            Row::new(vec![
+                Cell::from(p.execution_id.clone()),
+                Cell::from(clean(&p.name)),
+                Cell::from(Span::styled(p.status.clone(), Style::new().fg(color))),
+                Cell::from(steps),
+            ])
+        })
+        .collect();
+    let table = Table::new(
+        rows,
+        [
+            Constraint::Length(30),
+            Constraint::Length(14),
+            Constraint::Length(17),
+            Constraint::Fill(1),
+        ],
+    )
+    .header(
+        Row::new(vec!["EXECUTION", "PIPELINE", "STATUS", "STEPS"])
+            .style(Style::new().bold().underlined()),
+    )
+    .block(pane_block(title, focused))
+    .row_highlight_style(if focused {
+        Style::new().add_modifier(Modifier::REVERSED)
+    } else {
+        Style::new()
+    })
+    .highlight_symbol(if focused { "▶ " } else { "  " });
+    let mut state = TableState::default().with_selected(selected);
+    f.render_stateful_widget(table, area, &mut state);
 }
 
 /// A table's window: the first row to show so that `sel` is visible in `height` rows.
@@ -623,6 +704,9 @@ fn key_hints(app: &App) -> &'static str {
             }
             Pane::Approvals => {
                 " Tab pane · ↑↓ move · Enter details · a approve · r reject · 1-9 option · t text · c comment · ? help"
+            }
+            Pane::Pipelines => {
+                " Tab pane · ↑↓ move · a approve · r reject · c comment the waiting human step · ? help"
             }
             Pane::Log => " Tab pane · ↑↓ scroll · End follow · ? help · q quit",
         },

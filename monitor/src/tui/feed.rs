@@ -93,6 +93,78 @@ pub struct Snapshot {
     pub log: Vec<tail::LogLine>,
     /// The open run, if one is open.
     pub detail: Option<RunDetail>,
+    /// The newest pipeline executions (`monitor pipeline`), newest first.
+    pub pipelines: Vec<PipelineRow>,
+}
+
+/// A pipeline execution as the dashboard shows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PipelineRow {
+    pub execution_id: String,
+    pub name: String,
+    pub status: String,
+    /// Its nodes in the file's order, each with how many times it ran and its latest
+    /// visit's status (`completed`, `waiting_approval`, …); nodes not reached are left out.
+    pub steps: Vec<(String, usize, String)>,
+    /// The pending approval of its waiting human step, to decide by key.
+    pub waiting: Option<String>,
+}
+
+/// How many pipeline executions the dashboard reads.
+const PIPELINE_LIMIT: usize = 20;
+
+/// The newest pipeline executions, from the embedded store (others keep none yet); none
+/// before the database exists (the dashboard creates nothing).
+fn load_pipelines(
+    paths: &StatePaths,
+    pipes: &mut Option<Box<dyn hr_shared::store::pipelines::PipelineStore>>,
+) -> Vec<PipelineRow> {
+    use crate::pipeline::engine::Step;
+    use crate::pipeline::file::Definition;
+    if paths.server.is_some() || paths.store_url.is_some() || !paths.db.exists() {
+        return Vec::new();
+    }
+    if pipes.is_none() {
+        *pipes = hr_shared::store::pipelines::for_store(paths).ok();
+    }
+    let Some(p) = pipes.as_mut() else {
+        return Vec::new();
+    };
+    let list = match p.pipelines(PIPELINE_LIMIT) {
+        Ok(l) => l,
+        Err(_) => {
+            *pipes = None;
+            return Vec::new();
+        }
+    };
+    list.into_iter()
+        .map(|e| {
+            let def: Option<Definition> = serde_json::from_value(e.definition.clone()).ok();
+            let visits: Vec<Step> = serde_json::from_value(e.steps.clone()).unwrap_or_default();
+            let order: Vec<String> = match &def {
+                Some(d) => d.nodes.iter().map(|n| n.id.clone()).collect(),
+                None => visits.iter().map(|s| s.node.clone()).collect(),
+            };
+            let mut steps = Vec::new();
+            for node in order {
+                let mine: Vec<&Step> = visits.iter().filter(|s| s.node == node).collect();
+                if let Some(last) = mine.iter().max_by_key(|s| s.iteration) {
+                    steps.push((node, mine.len(), last.status.as_str().to_owned()));
+                }
+            }
+            let waiting = visits
+                .iter()
+                .filter(|s| s.status == crate::pipeline::engine::StepStatus::WaitingApproval)
+                .find_map(|s| s.run.as_ref()?.approval_id.clone());
+            PipelineRow {
+                execution_id: e.execution_id,
+                name: e.name,
+                status: e.status,
+                steps,
+                waiting,
+            }
+        })
+        .collect()
 }
 
 /// The run that asked an approval, as the operator must see it to decide: its command
@@ -137,6 +209,7 @@ impl Snapshot {
             askers,
             log,
             detail,
+            pipelines,
         } = self;
         *live == other.live
             && *aggregates == other.aggregates
@@ -149,6 +222,7 @@ impl Snapshot {
             && *askers == other.askers
             && *log == other.log
             && *detail == other.detail
+            && *pipelines == other.pipelines
     }
 }
 
@@ -239,6 +313,7 @@ pub fn load_view(
     query: &RunQuery,
     open_run: Option<&str>,
     tails: &mut TailCache,
+    pipes: &mut Option<Box<dyn hr_shared::store::pipelines::PipelineStore>>,
 ) -> StoreResult<Snapshot> {
     let counts = store.live_counts(EXPIRY_SOON)?;
     let live = counts.live;
@@ -290,6 +365,7 @@ pub fn load_view(
             None => tails.combined_log(&paths.combined_log(), LOG_LINES),
         },
         detail,
+        pipelines: load_pipelines(paths, pipes),
     })
 }
 
@@ -302,7 +378,14 @@ pub fn load(
     open_run: Option<&str>,
     now: SystemTime,
 ) -> StoreResult<Snapshot> {
-    let mut snap = load_view(store, paths, query, open_run, &mut TailCache::default())?;
+    let mut snap = load_view(
+        store,
+        paths,
+        query,
+        open_run,
+        &mut TailCache::default(),
+        &mut None,
+    )?;
     snap.aggregates = load_aggregates(store, now)?;
     Ok(snap)
 }
@@ -402,6 +485,8 @@ struct Feed {
     aggregates: Option<(Instant, Aggregates)>,
     status_mark: StatusMark,
     tails: TailCache,
+    /// The pipelines' store session (the embedded store's), opened when there is one.
+    pipes: Option<Box<dyn hr_shared::store::pipelines::PipelineStore>>,
     /// The snapshot sent last (none since the database was last lost).
     sent: Option<Snapshot>,
     last_open_attempt: Option<Instant>,
@@ -456,6 +541,7 @@ pub fn spawn(
                 aggregates: None,
                 status_mark: StatusMark::default(),
                 tails: TailCache::default(),
+                pipes: None,
                 sent: None,
                 last_open_attempt: None,
                 last_liveness: Instant::now(),
@@ -570,6 +656,7 @@ impl Feed {
             &self.query,
             self.open_run.as_deref(),
             &mut self.tails,
+            &mut self.pipes,
         ) {
             Ok(snap) => snap,
             Err(e) => return self.lost(e.to_string()),
