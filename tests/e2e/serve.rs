@@ -725,6 +725,18 @@ fn the_web_page_in_a_real_browser_shows_a_prompt_as_text_and_approves_it() {
         .args(["ask", hostile])
         .timeout(Duration::from_secs(90))
         .spawn_wait_mode();
+    // A pipeline waiting at its human step, its name markup.
+    let pipe = env.work().join("web.yaml");
+    std::fs::write(
+        &pipe,
+        "name: '<i>deploy</i>'\nnodes:\n  - { id: build, kind: task, command: 'true' }\n  - { id: ok, kind: human, title: Ship, question: 'Ship it?' }\nedges:\n  - { from: build, to: ok }\n",
+    )
+    .unwrap();
+    env.monitor()
+        .args(["pipeline", "run", "--detach", "--execution-id", "EX-web"])
+        .arg(&pipe)
+        .run()
+        .expect_code(90);
     // The driver, beside its modules (ES modules resolve packages from their own dir).
     let driver = modules.join("approve.mjs");
     std::fs::copy(fixture("web/approve.mjs"), &driver).unwrap();
@@ -758,6 +770,13 @@ fn the_web_page_in_a_real_browser_shows_a_prompt_as_text_and_approves_it() {
             .unwrap()
             .contains("not valid")
     );
+    // The pipeline's row: its name drawn as text, its steps with their states.
+    let pipeline = find("pipeline_row");
+    let row = pipeline["pipeline_row"].as_str().unwrap();
+    assert!(row.contains("<i>deploy</i>"), "{pipeline}");
+    assert!(row.contains("waiting_approval"), "{pipeline}");
+    assert!(row.contains("build✓") && row.contains("ok?"), "{pipeline}");
+    assert_eq!(pipeline["pipeline_injected"], 0, "{pipeline}");
     let shown = find("hostile_shown");
     assert_eq!(shown["hostile_as_text"], true, "{shown}");
     assert_eq!(shown["injected_elements"], 0, "{shown}");

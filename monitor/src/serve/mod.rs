@@ -104,6 +104,7 @@ const ROUTES: &[(&str, &str)] = &[
     ("post", "/api/v1/approvals/{id}/approve"),
     ("post", "/api/v1/approvals/{id}/reject"),
     ("post", "/api/v1/approvals/{id}/decide"),
+    ("get", "/api/v1/executions"),
     ("get", "/api/v1/executions/{id}"),
     ("post", "/api/v1/executions/{id}/approve"),
     ("post", "/api/v1/executions/{id}/reject"),
@@ -331,6 +332,7 @@ fn router(server: Arc<Server>) -> Router {
         .route("/api/v1/approvals", get(list_approvals))
         .route("/api/v1/approvals/{id}", get(one_approval))
         .route("/api/v1/approvals/{id}/{action}", post(decide_approval))
+        .route("/api/v1/executions", get(list_executions))
         .route("/api/v1/executions/{id}", get(one_execution))
         .route("/api/v1/executions/{id}/{action}", post(decide_execution))
         .route("/api/v1/runs", get(list_runs))
@@ -953,6 +955,64 @@ async fn decide_execution(
         )
         .by(&c)),
     }
+}
+
+/// `GET /api/v1/executions?limit=`: the pipeline executions (`monitor pipeline`), newest
+/// first, each with its steps' states.
+async fn list_executions(
+    State(s): State<Arc<Server>>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    headers: HeaderMap,
+    Query(q): Query<HashMap<String, String>>,
+) -> Result<Response, ApiError> {
+    let c = s.allowed(peer.ip(), &headers, &[Role::Operator, Role::Viewer])?;
+    if let Some(k) = q.keys().find(|k| *k != "limit") {
+        return Err(ApiError::new(
+            StatusCode::BAD_REQUEST,
+            format!(
+                "unknown parameter `{}`",
+                hr_shared::sanitize::sanitize_line(k)
+            ),
+        )
+        .by(&c));
+    }
+    let limit = match q.get("limit") {
+        None => 50,
+        Some(l) => l
+            .parse::<usize>()
+            .ok()
+            .filter(|n| (1..=1000).contains(n))
+            .ok_or_else(|| {
+                ApiError::new(StatusCode::BAD_REQUEST, "limit is a number from 1 to 1000").by(&c)
+            })?,
+    };
+    let paths = s.paths.clone();
+    let list = tokio::task::spawn_blocking(move || {
+        // Only the embedded store keeps pipelines (and none before its database exists).
+        if paths.store_url.is_some() || !paths.db.exists() {
+            return Vec::new();
+        }
+        hr_shared::store::pipelines::for_store(&paths)
+            .and_then(|mut st| st.pipelines(limit))
+            .unwrap_or_default()
+    })
+    .await
+    .unwrap_or_default();
+    let executions: Vec<Value> = list
+        .into_iter()
+        .map(|p| {
+            json!({
+                "execution_id": p.execution_id,
+                "name": p.name,
+                "status": p.status,
+                "reason": p.reason,
+                "created_at": p.created_at,
+                "updated_at": p.updated_at,
+                "steps": p.steps,
+            })
+        })
+        .collect();
+    Ok(ok(&c, StatusCode::OK, json!({ "executions": executions })))
 }
 
 /// `GET /api/v1/executions/{id}`: an execution — its runs, its approvals, and when it is a

@@ -99,12 +99,41 @@ function runRow(r) {
     el("td", { class: "reason", text: r.reason || "" }));
 }
 
+// A step's state as a glyph (the word is in the title, for a pointer or a screen reader).
+const GLYPHS = { completed: "✓", failed: "✗", running: "▶", waiting_approval: "?", skipped: "-" };
+
+function pipelineRow(p) {
+  // Each node once, in the order first reached, with how often it ran and its last state.
+  const nodes = new Map();
+  for (const s of p.steps || []) {
+    const seen = nodes.get(s.node);
+    if (!seen || s.iteration >= seen.last.iteration) nodes.set(s.node, { last: s, n: (seen ? seen.n : 0) + 1 });
+    else seen.n += 1;
+  }
+  const steps = el("td", { class: "steps" });
+  for (const [node, { last, n }] of nodes) {
+    steps.append(el("span", {
+      class: "step status-" + last.status,
+      title: node + ": " + last.status,
+      text: node + (n > 1 ? "×" + n : "") + (GLYPHS[last.status] || "·"),
+    }), " ");
+  }
+  return el("tr", {},
+    el("td", { text: p.execution_id }),
+    el("td", { text: p.name }),
+    el("td", { class: "status status-" + p.status, text: p.status }),
+    steps);
+}
+
 async function refresh() {
   try {
-    const [a, r] = await Promise.all([
+    const [a, r, x] = await Promise.all([
       api("GET", "/api/v1/approvals?limit=200"),
       api("GET", "/api/v1/runs?limit=50"),
+      api("GET", "/api/v1/executions?limit=20"),
     ]);
+    $("pipelines-section").hidden = x.executions.length === 0;
+    $("pipelines").tBodies[0].replaceChildren(...x.executions.map(pipelineRow));
     const list = $("approvals");
     // Cards being decided stay (with their outcome); new ones come, answered ones go.
     const shown = new Map([...list.children].map((c) => [c.dataset.approval, c]));
