@@ -71,6 +71,16 @@ struct Started {
     iteration: u32,
     attempt: u32,
     child: Child,
+    /// Readable when the child exits (`pidfd_open`), to wake at once; `None` where the
+    /// kernel has none (then the runner looks every few milliseconds).
+    pidfd: Option<std::os::fd::OwnedFd>,
+}
+
+/// A descriptor that becomes readable when process `pid` (our child) exits.
+fn pidfd(pid: i32) -> Option<std::os::fd::OwnedFd> {
+    // SAFETY: pidfd_open takes a pid and flags; a valid result is a descriptor we own.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
+    (fd >= 0).then(|| unsafe { std::os::fd::OwnedFd::from_raw_fd(fd as i32) })
 }
 
 pub struct Driver {
@@ -318,12 +328,46 @@ impl Driver {
                 self.update(id, |_| Ok(true))?;
                 beat = Instant::now();
             }
-            match &bell {
-                Some(b) if self.started.is_empty() => {
-                    b.wait(Duration::from_secs(1));
+            self.wait_for_news(bell.as_ref());
+        }
+    }
+
+    /// Waits until a step's headless-run exits or the store's doorbell rings (a decision),
+    /// at most a second (the heartbeat's beat).
+    fn wait_for_news(&self, bell: Option<&hr_shared::store::doorbell::Doorbell>) {
+        let mut fds: Vec<libc::pollfd> = Vec::new();
+        for s in &self.started {
+            match &s.pidfd {
+                Some(fd) => fds.push(libc::pollfd {
+                    fd: fd.as_raw_fd(),
+                    events: libc::POLLIN,
+                    revents: 0,
+                }),
+                // No pidfd: look again soon.
+                None => {
+                    std::thread::sleep(Duration::from_millis(5));
+                    return;
                 }
-                _ => std::thread::sleep(LOOK),
             }
+        }
+        if let Some(b) = bell {
+            if b.rang() {
+                return;
+            }
+            fds.push(libc::pollfd {
+                fd: b.fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            });
+        }
+        if fds.is_empty() {
+            std::thread::sleep(LOOK);
+            return;
+        }
+        // SAFETY: a valid array of pollfds of its length.
+        unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, 1000) };
+        if let Some(b) = bell {
+            b.rang();
         }
     }
 
@@ -663,6 +707,7 @@ impl Driver {
             iteration: s.iteration,
             attempt: s.attempt,
             child,
+            pidfd: pidfd(pid),
         });
         let recorded = self.update(id, |w| {
             let Some(t) = w
