@@ -688,3 +688,53 @@ fn the_dashboard_shows_a_pipeline_and_approves_its_human_step_by_key() {
     );
     ran_once_each(&env, true);
 }
+
+#[test]
+fn a_human_step_that_names_its_deciders_is_decided_only_by_them() {
+    use crate::serve::{Served, token};
+    let env = TestEnv::new();
+    let (alice, bob) = (
+        token(&env, "alice", "operator"),
+        token(&env, "bob", "operator"),
+    );
+    let f = env.work().join("gate.yaml");
+    std::fs::write(
+        &f,
+        "nodes:\n  - { id: ok, kind: human, title: Ship, question: 'Ship it?', deciders: [alice] }\n  - { id: ship, kind: task, command: 'echo ship >> ran' }\nedges:\n  - { from: ok, to: ship }\n",
+    )
+    .unwrap();
+    env.monitor()
+        .args(["pipeline", "run", "--detach", "--execution-id", "EX-who"])
+        .arg(&f)
+        .run()
+        .expect_code(90);
+    let out = env.monitor().args(["approvals", "--json"]).run();
+    let pending: Value = serde_json::from_str(&out.out()).unwrap();
+    let ap = pending[0]["approval_id"].as_str().unwrap().to_owned();
+    // This OS user is not alice.
+    let refused = env.monitor().args(["decide", &ap, "approve"]).run();
+    refused.expect_code(1);
+    assert!(
+        refused.stderr.contains("only alice may decide"),
+        "{}",
+        refused.stderr
+    );
+    let served = Served::start(&env);
+    let (st, v) = served.json("POST", "/api/v1/executions/EX-who/approve", &bob, None);
+    assert_eq!(st, 403, "{v}");
+    assert!(v["error"].as_str().unwrap().contains("only alice"), "{v}");
+    let (st, v) = served.json(
+        "POST",
+        &format!("/api/v1/approvals/{ap}/approve"),
+        &alice,
+        None,
+    );
+    assert_eq!(st, 200, "{v}");
+    assert_eq!(v["decided_by"], "alice");
+    env.monitor()
+        .args(["pipeline", "resume", "EX-who"])
+        .timeout(Duration::from_secs(60))
+        .run()
+        .expect_code(0);
+    assert_eq!(ran(&env), ["ship"]);
+}

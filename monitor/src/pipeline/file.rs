@@ -112,6 +112,10 @@ pub enum Kind {
         /// `1h`: undecided by then, the step fails.
         #[serde(default)]
         expires: Option<String>,
+        /// Who may decide it (OS users on the embedded store, token names over `monitor
+        /// serve`); none: whoever may decide an approval.
+        #[serde(default)]
+        deciders: Vec<String>,
     },
     Branch {
         condition: Condition,
@@ -687,8 +691,12 @@ fn check(def: &Definition, at: &At<'_>) -> Result<(), FileError> {
                 options,
                 default,
                 expires,
+                deciders,
                 ..
             } => {
+                if deciders.iter().any(|d| d.trim().is_empty()) {
+                    return Err(at(&n.id, format!("human `{}`: an empty decider", n.id)));
+                }
                 if options.is_empty() {
                     return Err(at(&n.id, format!("human `{}`: no options", n.id)));
                 }

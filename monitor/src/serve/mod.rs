@@ -846,6 +846,10 @@ async fn decide_as(
                 channel: &channel,
                 comment: comment.as_deref(),
             };
+            // A pipeline's human step may name who decides it.
+            if let Some(why) = crate::pipeline::refuse_decider(st, &paths, &id, &by) {
+                return Err(ApiError::new(StatusCode::FORBIDDEN, why));
+            }
             let done = st.decide(&id, &value, &who).map_err(ApiError::store)?;
             hr_shared::control::log_events(&paths.combined_log(), &done.effects.events);
             match done.value {

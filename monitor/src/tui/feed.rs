@@ -770,7 +770,11 @@ impl Feed {
     ) -> Result<approvals::DecideOutcome, String> {
         let log = self.paths.combined_log();
         let user = self.user.clone();
+        let paths = self.paths.clone();
         let store = self.writable()?;
+        if let Some(why) = crate::pipeline::refuse_decider(store, &paths, approval_id, &user) {
+            return Err(why);
+        }
         let who = Decider {
             by: &user,
             channel: "tui",
