@@ -39,6 +39,11 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+/// How many times a pipeline's resume that fails is tried before the worker leaves it, and
+/// how long it waits more after each failure.
+const PIPELINE_TRIES: u32 = 5;
+const PIPELINE_BACKOFF: Duration = Duration::from_secs(10);
+
 /// How many times a resume that failed to start is tried again before the run fails.
 pub const SPAWN_RETRIES: u32 = 3;
 
@@ -100,6 +105,8 @@ pub struct Worker {
     refused: std::collections::HashSet<String>,
     /// Pipelines this worker is resuming: a `monitor pipeline resume` child each.
     pipelines: Vec<(String, Child)>,
+    /// Pipelines whose resume failed: how often, and not again before when.
+    pipeline_failures: std::collections::HashMap<String, (u32, Instant)>,
 }
 
 impl Worker {
@@ -121,6 +128,7 @@ impl Worker {
             pool: None,
             refused: std::collections::HashSet::new(),
             pipelines: Vec::new(),
+            pipeline_failures: std::collections::HashMap::new(),
         }
     }
 
@@ -135,10 +143,10 @@ impl Worker {
         &self.name
     }
 
-    /// Resumes started and not yet reaped, plus those waiting for a retry, plus pipelines
-    /// being resumed.
+    /// Resumes started and not yet reaped, plus those waiting for a retry (a pipeline's
+    /// resume runs the rest of the pipeline: it is started, not waited for).
     pub fn in_flight(&self) -> usize {
-        self.children.len() + self.retries.len() + self.pipelines.len()
+        self.children.len() + self.retries.len()
     }
 
     /// The runs being resumed right now.
@@ -229,13 +237,15 @@ impl Worker {
         let Ok(mut st) = hr_shared::store::pipelines::for_store(&self.paths) else {
             return Ok(());
         };
-        let open: Vec<_> = st
-            .pipelines(500)?
-            .into_iter()
-            .filter(|e| !e.is_final())
-            .collect();
+        let open = st.open_pipelines(500)?;
         for ex in open {
             if self.pipelines.iter().any(|(id, _)| *id == ex.execution_id) {
+                continue;
+            }
+            // A resume that failed is tried again later, and not after five failures.
+            if let Some((n, not_before)) = self.pipeline_failures.get(&ex.execution_id)
+                && (*n >= PIPELINE_TRIES || Instant::now() < *not_before)
+            {
                 continue;
             }
             let why = match &ex.runner {
@@ -252,6 +262,8 @@ impl Worker {
                 .arg(&self.paths.root)
                 .args(["pipeline", "resume", &ex.execution_id, "--detach"])
                 .stdin(Stdio::null())
+                // Its steps' output is theirs, not the worker's report (`--once --json`).
+                .stdout(Stdio::null())
                 .process_group(0)
                 .spawn();
             match spawned {
@@ -284,10 +296,25 @@ impl Worker {
             let how = match code {
                 Some(0) => "completed".to_owned(),
                 Some(90) => "waits for a decision".to_owned(),
-                Some(3) => "driven by another runner".to_owned(),
-                Some(c) => format!("ended with {c}"),
+                Some(1) => "failed".to_owned(),
+                Some(3) => "is driven by another runner, or has ended".to_owned(),
+                Some(c) => format!("could not be resumed (exit {c})"),
                 None => "was stopped by a signal".to_owned(),
             };
+            if !matches!(code, Some(0 | 1 | 3 | 90)) {
+                let e = self
+                    .pipeline_failures
+                    .entry(id.clone())
+                    .or_insert((0, Instant::now()));
+                e.0 += 1;
+                e.1 = Instant::now() + PIPELINE_BACKOFF * e.0;
+                if e.0 >= PIPELINE_TRIES {
+                    self.say(format!(
+                        "{id}: pipeline {how}; not tried again by this worker (monitor pipeline resume {id})"
+                    ));
+                    continue;
+                }
+            }
             self.say(format!("{id}: pipeline {how}"));
         }
     }

@@ -11,24 +11,48 @@ use hr_shared::store::OperatorStore;
 
 /// Why `who` may not decide approval `approval_id`, when it is a pipeline's human step that
 /// names its deciders and `who` is not one of them; `None` otherwise (any other approval,
-/// or a step that names none).
+/// or a step that names none). Once the approval is known to be a pipeline's human step,
+/// not being able to read its pipeline refuses too. Through a server (or on a store that
+/// keeps no pipelines) the server checks, not this.
 pub fn refuse_decider(
     store: &mut dyn OperatorStore,
     paths: &StatePaths,
     approval_id: &str,
     who: &str,
 ) -> Option<String> {
-    let a = store.approval(approval_id).ok()??;
-    let run = store.run(&a.tool_run_id).ok()??;
+    if paths.server.is_some() || paths.store_url.is_some() {
+        return None;
+    }
+    let a = match store.approval(approval_id) {
+        Ok(Some(a)) => a,
+        // Unknown: the decision says so itself.
+        Ok(None) => return None,
+        Err(e) => return Some(format!("cannot check who may decide {approval_id}: {e}")),
+    };
+    let run = match store.run(&a.tool_run_id) {
+        Ok(Some(r)) => r,
+        Ok(None) => return None,
+        Err(e) => return Some(format!("cannot check who may decide {approval_id}: {e}")),
+    };
     if run.tool_name != "pipeline" {
         return None;
     }
     let step = run.pipeline_step()?;
-    let (ex, rest) = step.split_once('/')?;
+    let unreadable =
+        |why: String| Some(format!("cannot read the pipeline of {approval_id}: {why}"));
+    let Some((ex, rest)) = step.split_once('/') else {
+        return unreadable("its step is not named".into());
+    };
     let node = rest.rsplit_once('#').map_or(rest, |(n, _)| n);
-    let mut pipes = hr_shared::store::pipelines::for_store(paths).ok()?;
-    let e = pipes.pipeline(ex).ok()??;
-    let def: file::Definition = serde_json::from_value(e.definition).ok()?;
+    let e = match hr_shared::store::pipelines::for_store(paths).and_then(|mut p| p.pipeline(ex)) {
+        Ok(Some(e)) => e,
+        Ok(None) => return unreadable(format!("no execution {ex}")),
+        Err(e) => return unreadable(e.to_string()),
+    };
+    let def: file::Definition = match serde_json::from_value(e.definition) {
+        Ok(d) => d,
+        Err(e) => return unreadable(e.to_string()),
+    };
     let file::Kind::Human { deciders, .. } = &def.node(node)?.kind else {
         return None;
     };

@@ -74,6 +74,9 @@ struct Started {
     /// Readable when the child exits (`pidfd_open`), to wake at once; `None` where the
     /// kernel has none (then the runner looks every few milliseconds).
     pidfd: Option<std::os::fd::OwnedFd>,
+    /// Let go at its gate: its command ran (false: held back, it exits without running and
+    /// its exit says nothing about the step).
+    released: bool,
 }
 
 /// A descriptor that becomes readable when process `pid` (our child) exits.
@@ -513,6 +516,9 @@ impl Driver {
         }
         for (s, status) in done {
             use std::os::unix::process::ExitStatusExt;
+            if !s.released {
+                continue;
+            }
             let code = status
                 .code()
                 .unwrap_or_else(|| 128 + status.signal().unwrap_or(0));
@@ -708,29 +714,45 @@ impl Driver {
             attempt: s.attempt,
             child,
             pidfd: pidfd(pid),
+            released: false,
         });
+        let mut kept = false;
         let recorded = self.update(id, |w| {
+            // Cancelled (or failed) meanwhile: it never starts.
+            if stopped(w) {
+                kept = false;
+                return Ok(false);
+            }
             let Some(t) = w
                 .steps
                 .iter_mut()
                 .find(|t| t.node == s.node && t.iteration == s.iteration)
             else {
+                kept = false;
                 return Ok(false);
             };
             match &mut t.run {
                 Some(r) if t.status == StepStatus::Running => {
                     r.pid = Some(pid);
                     r.pid_start = pid_start;
+                    kept = true;
                     Ok(true)
                 }
-                _ => Ok(false),
+                _ => {
+                    kept = false;
+                    Ok(false)
+                }
             }
         });
-        // Only now may it start (dropping the pipe unwritten makes it exit instead).
-        if recorded.is_ok() {
+        // Only now may it start, and only with its pid kept (dropping the pipe unwritten
+        // makes it exit instead; its exit is then reaped as a step that did not run).
+        if recorded.is_ok() && kept {
             crash_point("after-pid");
             // SAFETY: two bytes from a valid buffer to a descriptor we own.
             unsafe { libc::write(gate_w.as_raw_fd(), b"g\n".as_ptr().cast(), 2) };
+            if let Some(last) = self.started.last_mut() {
+                last.released = true;
+            }
         }
         drop(gate_w);
         recorded.map(|_| ())
@@ -753,9 +775,8 @@ impl Driver {
         };
         let run_id = id::new_run_id();
         let argv = vec!["pipeline".to_owned(), v.def.name.clone(), s.node.clone()];
-        let cwd = std::env::current_dir()
-            .map(|d| d.display().to_string())
-            .unwrap_or_else(|_| "/".into());
+        // The pipeline's directory, whoever asks from wherever.
+        let cwd = v.ex.dir.clone();
         let now = time::now_rfc3339();
         // Marked first: a runner killed after it asks leaves the approval findable.
         let mut marked = false;
@@ -858,6 +879,7 @@ impl Driver {
             .store
             .cooperative(&who, &req, ttl, OnExpire::Reject)
             .map_err(|e| e.to_string())?;
+        hr_shared::control::log_events(&self.paths.combined_log(), &asked.effects.events);
         let Cooperative::Pending(approval) = asked.value else {
             return Err(format!("{}: the approval was not asked", s.node));
         };

@@ -994,14 +994,13 @@ async fn list_executions(
     let list = tokio::task::spawn_blocking(move || {
         // Only the embedded store keeps pipelines (and none before its database exists).
         if paths.store_url.is_some() || !paths.db.exists() {
-            return Vec::new();
+            return Ok(Vec::new());
         }
-        hr_shared::store::pipelines::for_store(&paths)
-            .and_then(|mut st| st.pipelines(limit))
-            .unwrap_or_default()
+        hr_shared::store::pipelines::for_store(&paths).and_then(|mut st| st.pipelines(limit))
     })
     .await
-    .unwrap_or_default();
+    .map_err(|e| ApiError::new(StatusCode::SERVICE_UNAVAILABLE, e.to_string()).by(&c))?
+    .map_err(|e| ApiError::store(e).by(&c))?;
     let executions: Vec<Value> = list
         .into_iter()
         .map(|p| {
@@ -1012,7 +1011,13 @@ async fn list_executions(
                 "reason": p.reason,
                 "created_at": p.created_at,
                 "updated_at": p.updated_at,
-                "steps": p.steps,
+                // The states only (a step's result and environment are in
+                // GET /api/v1/executions/{id}).
+                "steps": p.steps.as_array().map(|all| all.iter().map(|s| json!({
+                    "node": s["node"],
+                    "iteration": s["iteration"],
+                    "status": s["status"],
+                })).collect::<Vec<_>>()).unwrap_or_default(),
             })
         })
         .collect();
@@ -1048,12 +1053,15 @@ async fn one_execution(
     let paths = s.paths.clone();
     let look = id.clone();
     let pipeline = tokio::task::spawn_blocking(move || {
-        let mut st = hr_shared::store::pipelines::for_store(&paths).ok()?;
-        st.pipeline(&look).ok().flatten()
+        // Only the embedded store keeps pipelines; a GET creates no database.
+        if paths.store_url.is_some() || !paths.db.exists() {
+            return Ok(None);
+        }
+        hr_shared::store::pipelines::for_store(&paths).and_then(|mut st| st.pipeline(&look))
     })
     .await
-    .ok()
-    .flatten();
+    .map_err(|e| ApiError::new(StatusCode::SERVICE_UNAVAILABLE, e.to_string()).by(&c))?
+    .map_err(|e| ApiError::store(e).by(&c))?;
     if runs.is_empty() && approvals.is_empty() && pipeline.is_none() {
         return Err(ApiError::new(StatusCode::NOT_FOUND, "no such execution").by(&c));
     }

@@ -384,6 +384,10 @@ pub fn update(app: &mut App, msg: Msg) -> Vec<Request> {
 fn on_snapshot(app: &mut App, snap: Snapshot) {
     let old_run = app.selected_run().map(|r| r.tool_run_id.clone());
     let old_approval = app.selected_approval().map(|a| a.approval_id.clone());
+    let old_pipeline = app
+        .pipelines()
+        .get(app.pipeline_sel)
+        .map(|p| p.execution_id.clone());
     app.problem = None;
     // At the top of the runs, follow the newest run (a dashboard left open shows what is
     // new); anywhere else, and always for approvals (a decision key must never land on an
@@ -398,6 +402,14 @@ fn on_snapshot(app: &mut App, snap: Snapshot) {
         .and_then(|id| snap.approvals.iter().position(|a| a.approval_id == id))
         .unwrap_or(app.approval_sel)
         .min(snap.approvals.len().saturating_sub(1));
+    // The same for pipelines (`a` decides the selected one's human step).
+    app.pipeline_sel = old_pipeline
+        .and_then(|id| snap.pipelines.iter().position(|p| p.execution_id == id))
+        .unwrap_or(app.pipeline_sel)
+        .min(snap.pipelines.len().saturating_sub(1));
+    if snap.pipelines.is_empty() && app.focus == Pane::Pipelines {
+        app.focus = Pane::Approvals;
+    }
     app.data = Some(snap);
 }
 

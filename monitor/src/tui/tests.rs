@@ -1202,3 +1202,42 @@ fn snapshots_differing_only_in_heartbeats_show_the_same() {
     w.touch(id, out.clone());
     assert!(!before.shows_same(&w.snapshot(&RunQuery::default(), None)));
 }
+
+/// The pipelines pane keeps its selection on the same execution when a newer one comes (a
+/// decision key must never land on another pipeline's step), and gives up focus when the
+/// list empties.
+#[test]
+fn the_pipelines_pane_keeps_its_selection_on_the_same_execution() {
+    let w = World::new();
+    let row = |id: &str, waiting: Option<&str>| feed::PipelineRow {
+        execution_id: id.into(),
+        name: "deploy".into(),
+        status: "waiting_approval".into(),
+        steps: vec![
+            ("build".into(), 1, "completed".into()),
+            ("ok".into(), 1, "waiting_approval".into()),
+        ],
+        waiting: waiting.map(str::to_owned),
+    };
+    let mut snap = w.snapshot(&RunQuery::default(), None);
+    snap.pipelines = vec![row("EX-B", Some("AP-B")), row("EX-A", Some("AP-A"))];
+    let mut app = w.app(snap.clone());
+    let screen = text(&render(&app, 120, 40));
+    assert!(screen.contains("Pipelines (2)"), "{screen}");
+    assert!(screen.contains("build✓ ok?"), "{screen}");
+    // Tab: Runs → Approvals → Pipelines (there are some); select the older one.
+    update(&mut app, code(KeyCode::Tab));
+    update(&mut app, code(KeyCode::Tab));
+    assert_eq!(app.focus, Pane::Pipelines);
+    update(&mut app, code(KeyCode::Down));
+    assert_eq!(app.pipeline_sel, 1);
+    // A newer execution comes first: the selection stays on EX-A.
+    snap.pipelines.insert(0, row("EX-C", None));
+    update(&mut app, Msg::Snapshot(Box::new(snap.clone())));
+    assert_eq!(app.pipelines()[app.pipeline_sel].execution_id, "EX-A");
+    // The list empties: focus moves to a pane that is drawn.
+    snap.pipelines.clear();
+    update(&mut app, Msg::Snapshot(Box::new(snap)));
+    assert_eq!(app.focus, Pane::Approvals);
+    assert!(!text(&render(&app, 120, 40)).contains("Pipelines ("));
+}

@@ -54,6 +54,8 @@ pub trait PipelineStore: RunnerStore {
     fn pipeline(&mut self, execution_id: &str) -> StoreResult<Option<Execution>>;
     /// The newest first, at most `limit`.
     fn pipelines(&mut self, limit: usize) -> StoreResult<Vec<Execution>>;
+    /// Those that have not ended, oldest first, at most `limit`.
+    fn open_pipelines(&mut self, limit: usize) -> StoreResult<Vec<Execution>>;
     /// Writes `ex` if the stored row is still at `ex.version` (it becomes `ex.version + 1`);
     /// false when another writer moved it first.
     fn pipeline_swap(&mut self, ex: &Execution) -> StoreResult<bool>;
@@ -147,6 +149,18 @@ impl PipelineStore for SqliteStore {
         self.with(|c| {
             let mut stmt = c.prepare(&format!(
                 "SELECT {COLUMNS} FROM pipelines ORDER BY created_at DESC, execution_id DESC LIMIT ?1"
+            ))?;
+            let rows = stmt.query_map([limit as i64], from_row)?;
+            Ok(rows.collect::<rusqlite::Result<Vec<_>>>()?)
+        })
+    }
+
+    fn open_pipelines(&mut self, limit: usize) -> StoreResult<Vec<Execution>> {
+        self.with(|c| {
+            let mut stmt = c.prepare(&format!(
+                "SELECT {COLUMNS} FROM pipelines
+                 WHERE status NOT IN ('completed', 'failed', 'cancelled')
+                 ORDER BY created_at, execution_id LIMIT ?1"
             ))?;
             let rows = stmt.query_map([limit as i64], from_row)?;
             Ok(rows.collect::<rusqlite::Result<Vec<_>>>()?)
@@ -247,6 +261,16 @@ mod tests {
         let now = a.pipeline("EX-1").unwrap().unwrap();
         assert_eq!((now.runner.as_deref(), now.version), (Some("a"), 2));
         assert!(a.pipeline_insert(&execution("EX-2")).unwrap());
+        let mut ended = a.pipeline("EX-2").unwrap().unwrap();
+        ended.status = "completed".into();
+        assert!(a.pipeline_swap(&ended).unwrap());
+        let open: Vec<String> = a
+            .open_pipelines(10)
+            .unwrap()
+            .into_iter()
+            .map(|e| e.execution_id)
+            .collect();
+        assert_eq!(open, ["EX-1"]);
         let ids: Vec<String> = a
             .pipelines(10)
             .unwrap()

@@ -133,6 +133,9 @@ async function refresh() {
       api("GET", "/api/v1/executions?limit=20"),
     ]);
     $("pipelines-section").hidden = x.executions.length === 0;
+    // A pipeline's own steps write no event: while one runs, look again every few seconds.
+    clearTimeout(refresh.again);
+    if (x.executions.some((p) => p.status === "running")) refresh.again = setTimeout(refresh, 3000);
     $("pipelines").tBodies[0].replaceChildren(...x.executions.map(pipelineRow));
     const list = $("approvals");
     // Cards being decided stay (with their outcome); new ones come, answered ones go.
