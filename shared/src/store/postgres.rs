@@ -436,7 +436,7 @@ impl PgStore {
         &mut self,
         mut f: impl FnMut(&mut postgres::Transaction<'_>) -> Result<T, postgres::Error>,
     ) -> StoreResult<T> {
-        let mut reopened = false;
+        let mut reopens = 0;
         let mut retries = 0;
         loop {
             let attempt: Result<Result<T, postgres::Error>, postgres::Error> =
@@ -462,11 +462,12 @@ impl PgStore {
                     return out.map_err(server_error);
                 }
                 // Nothing ran: the server's goodbye (idle_session_timeout, a restart) or a
-                // closed socket. Once more on a new connection.
+                // closed socket. Again on a new connection, a few times: on a loaded machine a
+                // new session can idle past the runner's 300 ms before its first BEGIN.
                 Err(e) => {
                     self.client = None;
-                    if !reopened {
-                        reopened = true;
+                    if reopens < 3 {
+                        reopens += 1;
                         continue;
                     }
                     return Err(server_error(e));
