@@ -296,12 +296,14 @@ impl Worker {
             let how = match code {
                 Some(0) => "completed".to_owned(),
                 Some(90) => "waits for a decision".to_owned(),
-                Some(1) => "failed".to_owned(),
                 Some(3) => "is driven by another runner, or has ended".to_owned(),
+                Some(1) => "failed, or could not be resumed (exit 1)".to_owned(),
                 Some(c) => format!("could not be resumed (exit {c})"),
                 None => "was stopped by a signal".to_owned(),
             };
-            if !matches!(code, Some(0 | 1 | 3 | 90)) {
+            // Only open executions are resumed: one whose resume failed it (exit 1) is not
+            // looked at again, so any other end counts as a failed resume.
+            if !matches!(code, Some(0 | 3 | 90)) {
                 let e = self
                     .pipeline_failures
                     .entry(id.clone())

@@ -738,3 +738,48 @@ fn a_human_step_that_names_its_deciders_is_decided_only_by_them() {
         .expect_code(0);
     assert_eq!(ran(&env), ["ship"]);
 }
+
+/// A pipeline whose resume fails (its stored definition damaged) is not tried again on every
+/// pass: the worker waits longer after each failure.
+#[test]
+fn the_worker_backs_off_a_pipeline_it_cannot_resume() {
+    let env = TestEnv::new();
+    let f = env.work().join("one.yaml");
+    std::fs::write(&f, "nodes:\n  - { id: a, kind: task, command: 'true' }\n").unwrap();
+    env.monitor()
+        .args(["pipeline", "run", "--execution-id", "EX-bad"])
+        .arg(&f)
+        .run()
+        .expect_code(0);
+    // Open again, with a runner that is gone and a definition nothing can read.
+    env.raw_db()
+        .execute(
+            "UPDATE pipelines SET status = 'running', runner = 'elsewhere 1 1', \
+             heartbeat_at = '2000-01-01T00:00:00.000Z', definition = '{\"broken\": true}' \
+             WHERE execution_id = 'EX-bad'",
+            [],
+        )
+        .unwrap();
+    let worker = env
+        .monitor()
+        .args(["worker", "--interval", "100ms"])
+        .timeout(Duration::from_secs(60))
+        .spawn();
+    std::thread::sleep(Duration::from_secs(3));
+    worker.signal(libc::SIGTERM);
+    let out = worker.wait();
+    let said = out.out();
+    assert_eq!(
+        said.matches("EX-bad: pipeline").count(),
+        2,
+        "one resume and its failure in 3 s, not one a pass: {said}"
+    );
+    assert!(
+        said.contains("EX-bad: pipeline one resumed (its runner is gone)"),
+        "{said}"
+    );
+    assert!(
+        said.contains("EX-bad: pipeline failed, or could not be resumed"),
+        "{said}"
+    );
+}

@@ -232,7 +232,9 @@ fn resume(ctx: &Ctx, exid: &str, detach: bool, json: bool) -> CliResult {
             )));
         }
         Err(e) if e.starts_with("no pipeline") => return Err(CliError::not_found(e)),
-        Err(e) => return Err(CliError::conflict(e)),
+        Err(e) if e.contains(" has ended ") => return Err(CliError::conflict(e)),
+        // Unreadable, or the store failing: an error, not a conflict.
+        Err(e) => return Err(CliError::error(e)),
     }
     if !json {
         eprintln!("monitor pipeline: resuming {exid}");

@@ -456,11 +456,7 @@ impl Driver {
     fn back_to_ready(&mut self, id: &str, s: &Step) -> Result<(), String> {
         self.say(format!("{}: never started; ready again", s.node));
         self.update(id, |v| {
-            let Some(t) = v
-                .steps
-                .iter_mut()
-                .find(|t| t.node == s.node && t.iteration == s.iteration)
-            else {
+            let Some(t) = step_mut(&mut v.steps, s) else {
                 return Ok(false);
             };
             if t.status != StepStatus::Running {
@@ -563,6 +559,36 @@ impl Driver {
         Ok(())
     }
 
+    /// Moves a ready step to `status` with `run` (so that no other runner takes it): false
+    /// when it is not ready any more, or the execution has ended or failed (nothing new
+    /// starts then).
+    fn mark_ready(
+        &mut self,
+        id: &str,
+        s: &Step,
+        status: StepStatus,
+        run: StepRun,
+    ) -> Result<bool, String> {
+        let mut marked = false;
+        self.update(id, |w| {
+            marked = false;
+            if stopped(w) {
+                return Ok(false);
+            }
+            let Some(t) = step_mut(&mut w.steps, s) else {
+                return Ok(false);
+            };
+            if t.status != StepStatus::Ready {
+                return Ok(false);
+            }
+            t.status = status;
+            t.run = Some(run.clone());
+            marked = true;
+            Ok(true)
+        })?;
+        Ok(marked)
+    }
+
     /// Marks the step running (so that no other runner starts it), then starts its
     /// headless-run and records the pid.
     fn start_command(&mut self, id: &str, v: &View, s: &Step) -> Result<(), String> {
@@ -572,34 +598,12 @@ impl Driver {
         };
         let here = proc::hostname();
         let started_at = time::now_rfc3339();
-        let mut marked = false;
-        self.update(id, |w| {
-            // Nothing new starts in an execution that has ended or failed.
-            if stopped(w) {
-                marked = false;
-                return Ok(false);
-            }
-            let Some(t) = w
-                .steps
-                .iter_mut()
-                .find(|t| t.node == s.node && t.iteration == s.iteration)
-            else {
-                return Ok(false);
-            };
-            if t.status != StepStatus::Ready {
-                marked = false;
-                return Ok(false);
-            }
-            t.status = StepStatus::Running;
-            t.run = Some(StepRun {
-                host: here.clone(),
-                started_at: started_at.clone(),
-                ..StepRun::default()
-            });
-            marked = true;
-            Ok(true)
-        })?;
-        if !marked {
+        let run_at = StepRun {
+            host: here,
+            started_at,
+            ..StepRun::default()
+        };
+        if !self.mark_ready(id, s, StepStatus::Running, run_at)? {
             return Ok(());
         }
         crash_point("after-mark");
@@ -723,11 +727,7 @@ impl Driver {
                 kept = false;
                 return Ok(false);
             }
-            let Some(t) = w
-                .steps
-                .iter_mut()
-                .find(|t| t.node == s.node && t.iteration == s.iteration)
-            else {
+            let Some(t) = step_mut(&mut w.steps, s) else {
                 kept = false;
                 return Ok(false);
             };
@@ -779,36 +779,14 @@ impl Driver {
         let cwd = v.ex.dir.clone();
         let now = time::now_rfc3339();
         // Marked first: a runner killed after it asks leaves the approval findable.
-        let mut marked = false;
         let here = proc::hostname();
-        self.update(id, |w| {
-            // Nothing new starts in an execution that has ended or failed.
-            if stopped(w) {
-                marked = false;
-                return Ok(false);
-            }
-            let Some(t) = w
-                .steps
-                .iter_mut()
-                .find(|t| t.node == s.node && t.iteration == s.iteration)
-            else {
-                return Ok(false);
-            };
-            if t.status != StepStatus::Ready {
-                marked = false;
-                return Ok(false);
-            }
-            t.status = StepStatus::WaitingApproval;
-            t.run = Some(StepRun {
-                host: here.clone(),
-                started_at: now.clone(),
-                tool_run_id: Some(run_id.clone()),
-                ..StepRun::default()
-            });
-            marked = true;
-            Ok(true)
-        })?;
-        if !marked {
+        let asked_at = StepRun {
+            host: here.clone(),
+            started_at: now.clone(),
+            tool_run_id: Some(run_id.clone()),
+            ..StepRun::default()
+        };
+        if !self.mark_ready(id, s, StepStatus::WaitingApproval, asked_at)? {
             return Ok(());
         }
         crash_point("after-ask-mark");
@@ -890,11 +868,7 @@ impl Driver {
         ));
         let ap = approval.approval_id.clone();
         self.update(id, |w| {
-            let Some(t) = w
-                .steps
-                .iter_mut()
-                .find(|t| t.node == s.node && t.iteration == s.iteration)
-            else {
+            let Some(t) = step_mut(&mut w.steps, s) else {
                 return Ok(false);
             };
             match &mut t.run {
@@ -930,10 +904,7 @@ impl Driver {
                 {
                     let ap = a.approval_id.clone();
                     self.update(id, |w| {
-                        if let Some(t) = w
-                            .steps
-                            .iter_mut()
-                            .find(|t| t.node == s.node && t.iteration == s.iteration)
+                        if let Some(t) = step_mut(&mut w.steps, &s)
                             && let Some(r) = &mut t.run
                         {
                             r.approval_id = Some(ap.clone());
@@ -1050,6 +1021,13 @@ fn crash_point(point: &str) {
         // SAFETY: a signal to this process.
         unsafe { libc::kill(libc::getpid(), libc::SIGKILL) };
     }
+}
+
+/// The visit `s` names, among `steps`.
+fn step_mut<'a>(steps: &'a mut [Step], s: &Step) -> Option<&'a mut Step> {
+    steps
+        .iter_mut()
+        .find(|t| t.node == s.node && t.iteration == s.iteration)
 }
 
 /// Whether the execution takes no new step: it has ended (cancelled too) or a step failed.

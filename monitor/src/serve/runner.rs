@@ -162,6 +162,37 @@ async fn claim(s: &Arc<Server>, c: &Caller, id: &str) -> Result<(), ApiError> {
     own(s, c, id)
 }
 
+/// Whose run holds an approval, as this token sees it.
+#[derive(Debug, PartialEq, Eq)]
+enum Holder {
+    Mine,
+    Other,
+    /// No such approval.
+    None,
+}
+
+async fn holder_of(s: &Arc<Server>, c: &Caller, approval_id: &str) -> Result<Holder, ApiError> {
+    let look = approval_id.to_owned();
+    let run = s
+        .with_store(move |st| super::or_missing(st.approval(&look)))
+        .await
+        .map_err(|e| e.by(c))?
+        .map(|a| a.tool_run_id);
+    Ok(match run {
+        None => Holder::None,
+        Some(r) if owner(s, &r).as_deref() == Some(c.name.as_str()) => Holder::Mine,
+        Some(_) => Holder::Other,
+    })
+}
+
+fn not_mine(c: &Caller) -> ApiError {
+    ApiError::new(
+        StatusCode::FORBIDDEN,
+        "that approval is not held by a run of this token",
+    )
+    .by(c)
+}
+
 /// Runs `f` on a runner session; the answer is its outcome as JSON, with only the events
 /// about this token's runs.
 async fn answer<T: serde::Serialize + Send + 'static>(
@@ -216,20 +247,8 @@ pub(super) async fn record(
                 );
             }
             // Only a decision one of its own runs holds is the token's to use up.
-            RunWrite::Consume(id) => {
-                let look = id.clone();
-                let holder = s
-                    .with_store(move |st| super::or_missing(st.approval(&look)))
-                    .await
-                    .map_err(|e| e.by(&c))?
-                    .map(|a| a.tool_run_id);
-                if holder.is_none_or(|r| own(&s, &c, &r).is_err()) {
-                    return Err(ApiError::new(
-                        StatusCode::FORBIDDEN,
-                        "that approval is not held by a run of this token",
-                    )
-                    .by(&c));
-                }
+            RunWrite::Consume(id) if holder_of(&s, &c, id).await? != Holder::Mine => {
+                return Err(not_mine(&c));
             }
             _ => {}
         }
@@ -341,20 +360,10 @@ pub(super) async fn auto_approval(
     let mut call: AutoApprovalCall = body(&c, &bytes)?;
     own(&s, &c, &call.who.tool_run_id)?;
     trusted(&c, &mut call.who);
-    // Only an approval one of its own runs asked.
-    let look = call.approval_id.clone();
-    let holder = s
-        .with_store(move |st| super::or_missing(st.approval(&look)))
-        .await
-        .map_err(|e| e.by(&c))?
-        .map(|a| a.tool_run_id);
-    // (One that does not exist is the store's to say so.)
-    if holder.is_some_and(|r| owner(&s, &r).as_deref() != Some(c.name.as_str())) {
-        return Err(ApiError::new(
-            StatusCode::FORBIDDEN,
-            "that approval was not asked by a run of this token",
-        )
-        .by(&c));
+    // Only an approval one of its own runs asked (one that does not exist is the store's
+    // to say so).
+    if holder_of(&s, &c, &call.approval_id).await? == Holder::Other {
+        return Err(not_mine(&c));
     }
     answer(&s, &c, move |st| {
         st.check_auto_approval(
