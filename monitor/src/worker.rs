@@ -107,6 +107,9 @@ pub struct Worker {
     pipelines: Vec<(String, Child)>,
     /// Pipelines whose resume failed: how often, and not again before when.
     pipeline_failures: std::collections::HashMap<String, (u32, Instant)>,
+    /// `--labels`: the pipeline steps of these host labels are run here.
+    labels: Vec<String>,
+    labelled: Option<crate::pipeline::run::LabelWorker>,
 }
 
 impl Worker {
@@ -129,7 +132,50 @@ impl Worker {
             refused: std::collections::HashSet::new(),
             pipelines: Vec::new(),
             pipeline_failures: std::collections::HashMap::new(),
+            labels: Vec::new(),
+            labelled: None,
         }
+    }
+
+    /// Also runs the pipeline steps labelled with one of `labels` (their `host`).
+    pub fn with_labels(mut self, labels: Vec<String>) -> Self {
+        self.labels = labels;
+        self
+    }
+
+    /// Labelled steps: outcomes of those that ended, beats, and (with `claim`) new ones.
+    fn run_labelled(&mut self, claim: bool) -> Result<(), StoreError> {
+        if self.labels.is_empty() {
+            return Ok(());
+        }
+        if self.labelled.is_none() {
+            let st = hr_shared::store::pipelines::for_store(&self.paths)?;
+            self.labelled = Some(crate::pipeline::run::LabelWorker::new(
+                self.paths.clone(),
+                st,
+                self.shim.clone(),
+                self.labels.clone(),
+            ));
+        }
+        let Some(lw) = self.labelled.as_mut() else {
+            return Ok(());
+        };
+        let out = lw.pass(claim);
+        let said = match out {
+            Ok(said) => said,
+            Err(e) => {
+                // Opened afresh on the next pass (its steps still run; the next runner
+                // to look adopts them).
+                if lw.busy() == 0 {
+                    self.labelled = None;
+                }
+                return Err(StoreError::Server(format!("pipeline steps: {e}")));
+            }
+        };
+        for line in said {
+            self.say(sanitize_line(&line));
+        }
+        Ok(())
     }
 
     /// Also resumes the runs of worker pool `pool`, on whichever host they ran.
@@ -146,7 +192,7 @@ impl Worker {
     /// Resumes started and not yet reaped, plus those waiting for a retry (a pipeline's
     /// resume runs the rest of the pipeline: it is started, not waited for).
     pub fn in_flight(&self) -> usize {
-        self.children.len() + self.retries.len()
+        self.children.len() + self.retries.len() + self.labelled.as_ref().map_or(0, |l| l.busy())
     }
 
     /// The runs being resumed right now.
@@ -213,6 +259,7 @@ impl Worker {
         self.log(&done.effects.events);
         self.report_reconcile(&done.value);
         self.reap()?;
+        self.run_labelled(!stopping)?;
         if stopping {
             return Ok(());
         }
@@ -224,6 +271,7 @@ impl Worker {
     /// Only reaps children and retries failed starts (between passes of `--once`).
     pub fn tend(&mut self) -> Result<(), StoreError> {
         self.reap()?;
+        self.run_labelled(false)?;
         self.reap_pipelines();
         self.retry_failed_starts()
     }

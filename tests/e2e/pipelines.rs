@@ -783,3 +783,99 @@ fn the_worker_backs_off_a_pipeline_it_cannot_resume() {
         "{said}"
     );
 }
+
+/// A step that names a host label waits for a worker of that label: a worker of another
+/// label leaves it; of two workers of its label one claims it; that worker killed (-9) while
+/// the step runs, the runner takes the step over (waits for its headless-run, runs nothing
+/// twice), and the step's result reaches the next step.
+#[test]
+fn a_labelled_step_runs_on_one_worker_of_its_label_and_a_killed_worker_is_taken_over() {
+    let env = TestEnv::new();
+    let f = env.work().join("labels.yaml");
+    std::fs::write(
+        &f,
+        r#"name: labels
+nodes:
+  - { id: a, kind: task, command: 'echo a >> ran' }
+  - id: b
+    kind: task
+    host: builder
+    command: 'echo b >> ran; while [ -e hold ]; do sleep 0.05; done; echo "{\"event\":\"result\",\"data\":{\"on\":\"builder\"}}" >&$HEADLESS_RUN_EVENT_FD'
+  - { id: c, kind: task, command: 'echo "c $FROM" >> ran' }
+edges:
+  - { from: a, to: b }
+  - { from: b, to: c, map: { FROM: steps.b.result.on } }
+"#,
+    )
+    .unwrap();
+    std::fs::write(env.work().join("hold"), "").unwrap();
+    let runner = env
+        .monitor()
+        .args(["pipeline", "run", "--execution-id", "EX-lab"])
+        .arg(&f)
+        .timeout(Duration::from_secs(120))
+        .spawn();
+    // (Null until the runner has recorded the execution.)
+    let step = |name: &str| -> Value {
+        let out = env
+            .monitor()
+            .args(["pipeline", "status", "EX-lab", "--json"])
+            .run();
+        serde_json::from_str::<Value>(&out.out()).unwrap_or(Value::Null)["steps"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|s| s["node"] == name)
+            .cloned()
+            .unwrap_or(Value::Null)
+    };
+    assert!(
+        wait_for_state(Duration::from_secs(30), || step("b")["status"] == "ready"),
+        "{}",
+        runner.stderr_now()
+    );
+    // A worker of another label runs nothing.
+    let other = env
+        .monitor()
+        .args(["worker", "--once", "--labels", "deployer,tester"])
+        .run();
+    other.expect_code(0);
+    assert_eq!(ran(&env), ["a"]);
+    assert_eq!(step("b")["status"], "ready");
+    let worker = || {
+        env.monitor()
+            .args(["worker", "--labels", "builder", "--interval", "100ms"])
+            .timeout(Duration::from_secs(120))
+            .spawn()
+    };
+    let (w1, w2) = (worker(), worker());
+    assert!(
+        wait_for_state(Duration::from_secs(30), || step("b")["run"]["pid"].is_i64()),
+        "{}{}",
+        w1.stderr_now(),
+        w2.stderr_now()
+    );
+    let who = step("b")["run"]["worker"].as_str().unwrap().to_owned();
+    let pid: i32 = who.split(' ').nth(1).unwrap().parse().unwrap();
+    let (claimed, idle) = if pid == w1.pid() { (w1, w2) } else { (w2, w1) };
+    assert_eq!(
+        claimed.pid(),
+        pid,
+        "the step names the worker that runs it: {who}"
+    );
+    claimed.signal(libc::SIGKILL);
+    assert!(
+        wait_until(Duration::from_secs(20), || runner
+            .stderr_now()
+            .contains("its worker")),
+        "the runner takes the step over: {}",
+        runner.stderr_now()
+    );
+    std::fs::remove_file(env.work().join("hold")).unwrap();
+    let out = runner.wait();
+    out.expect_code(0);
+    assert_eq!(ran(&env), ["a", "b", "c builder"], "{}", out.stderr);
+    idle.signal(libc::SIGTERM);
+    idle.wait().expect_code(0);
+    let _ = claimed.wait();
+}

@@ -138,9 +138,9 @@ fn db_init_twice_and_from_two_hosts_at_once_and_grant_refuses_what_it_must() {
     a.expect_code(0);
     b.expect_code(0);
     let said = format!("{}{}", a.out(), b.out());
-    assert!(said.contains("v0 → v1"), "{said}");
+    assert!(said.contains("v0 → v2"), "{said}");
     assert!(said.contains("up to date"), "{said}");
-    assert_eq!(db.value("SELECT version FROM hr.schema_version"), "1");
+    assert_eq!(db.value("SELECT version FROM hr.schema_version"), "2");
     for role in ["headless_runner", "headless_operator", "headless_viewer"] {
         assert_eq!(
             db.value(&format!(
@@ -153,7 +153,7 @@ fn db_init_twice_and_from_two_hosts_at_once_and_grant_refuses_what_it_must() {
     // Again: nothing to do.
     let again = env.monitor().args(["db", "init", &db.admin_url()]).run();
     again.expect_code(0);
-    assert!(again.out().contains("v1 is up to date"), "{}", again.out());
+    assert!(again.out().contains("v2 is up to date"), "{}", again.out());
 
     // One login may not both run tools and decide for them.
     let both = db.member(&env, "both", "runner");
@@ -1400,4 +1400,267 @@ fn the_runner_api_on_the_server_store_writes_with_the_runner_login_it_was_given(
         .env("HEADLESS_RUN_DB", db.url_as(&operator))
         .run()
         .expect_code(2);
+}
+
+/// A pipeline on the server's store: started and moved by a runner login, its human step
+/// decided by the operator login the step names (another operator is refused), the comment
+/// reaching the next step; the runner's login cannot complete the human step by rewriting
+/// the execution, nor write the table, and another runner login does not see it.
+#[test]
+fn a_pipeline_on_the_server_store_is_moved_by_its_runner_login_and_decided_by_its_named_operator() {
+    let env = TestEnv::new();
+    let (db, runner, operator) = initialised(&env);
+    let other_operator = db.member(&env, "boss2", "operator");
+    let other_runner = db.member(&env, "runner2", "runner");
+    let f = env.work().join("ship.yaml");
+    std::fs::write(
+        &f,
+        format!(
+            "name: ship\nnodes:\n  - {{ id: build, kind: task, command: 'echo build >> ran' }}\n  - {{ id: ok, kind: human, title: Ship, question: 'Ship it?', deciders: [{}] }}\n  - {{ id: ship, kind: task, command: 'echo \"ship $HEADLESS_RUN_APPROVAL_COMMENT\" >> ran' }}\nedges:\n  - {{ from: build, to: ok }}\n  - {{ from: ok, to: ship }}\n",
+            operator.user
+        ),
+    )
+    .unwrap();
+    let as_login = |login: &Login, args: &[&str]| {
+        let mut c = env.monitor();
+        c.env("HEADLESS_RUN_DB", db.url_as(login))
+            .args(args)
+            .timeout(Duration::from_secs(60));
+        c
+    };
+    let running = as_login(&runner, &["pipeline", "run", "--execution-id", "EX-pg"])
+        .arg(&f)
+        .spawn();
+    let mut ap = String::new();
+    assert!(
+        wait_for_state(Duration::from_secs(30), || {
+            ap = db.value(
+                "SELECT coalesce(max(approval_id), '') FROM hr.approvals WHERE status = 'pending'",
+            );
+            !ap.is_empty()
+        }),
+        "no approval: {}",
+        running.stderr_now()
+    );
+    assert_eq!(
+        std::fs::read_to_string(env.work().join("ran")).unwrap(),
+        "build\n"
+    );
+    assert_eq!(
+        db.value("SELECT owner || ' ' || status FROM hr.pipelines WHERE execution_id = 'EX-pg'"),
+        format!("{} waiting_approval", runner.user)
+    );
+
+    // The runner's login (what a step's tool holds) marks the human step completed: refused.
+    let forged = db.sql_as(
+        &runner,
+        "SELECT hr.pipeline_swap(jsonb_set(x, '{steps}', (SELECT jsonb_agg(CASE WHEN s->>'node' = 'ok' THEN jsonb_set(s, '{status}', '\"completed\"') ELSE s END) FROM jsonb_array_elements(x->'steps') s))) FROM hr.pipeline_docs('EX-pg', false, 1) x",
+    );
+    assert_ne!(forged.code, Some(0), "{}", forged.out());
+    assert!(
+        forged.stderr.contains("without an operator's approval"),
+        "{}",
+        forged.stderr
+    );
+    let written = db.sql_as(
+        &runner,
+        "UPDATE hr.pipelines SET steps = '[]' WHERE execution_id = 'EX-pg'",
+    );
+    assert_ne!(written.code, Some(0));
+    assert!(
+        written.stderr.contains("permission denied"),
+        "{}",
+        written.stderr
+    );
+    // Another runner login sees nothing of it.
+    let unseen = as_login(&other_runner, &["pipeline", "status", "EX-pg"]).run();
+    assert_ne!(unseen.code, Some(0));
+    assert!(
+        unseen.stderr.contains("no pipeline execution"),
+        "{}",
+        unseen.stderr
+    );
+
+    // An operator the step does not name is refused by the server; the named one decides.
+    let refused = as_login(&other_operator, &["decide", &ap, "approve"]).run();
+    assert_ne!(refused.code, Some(0));
+    assert!(
+        refused
+            .stderr
+            .contains(&format!("only {} may decide", operator.user)),
+        "{}",
+        refused.stderr
+    );
+    as_login(
+        &operator,
+        &["decide", &ap, "approve", "--comment", "go ahead"],
+    )
+    .run()
+    .expect_code(0);
+    let out = running.wait();
+    out.expect_code(0);
+    assert_eq!(
+        std::fs::read_to_string(env.work().join("ran")).unwrap(),
+        "build\nship go ahead\n"
+    );
+    let st = as_login(&operator, &["pipeline", "status", "EX-pg", "--json"]).run();
+    st.expect_code(0);
+    let st: serde_json::Value = serde_json::from_str(&st.out()).unwrap();
+    assert_eq!(st["status"], "completed", "{st}");
+    assert_eq!(
+        db.value("SELECT string_agg(DISTINCT runner_login, ',') FROM hr.tool_runs WHERE execution_id = 'EX-pg'"),
+        runner.user
+    );
+
+    // Left waiting (--detach), then cancelled by an operator: an operator only cancels.
+    as_login(
+        &runner,
+        &["pipeline", "run", "--detach", "--execution-id", "EX-pg2"],
+    )
+    .arg(&f)
+    .run()
+    .expect_code(90);
+    let moved = db.sql_as(
+        &operator,
+        "SELECT hr.pipeline_swap(jsonb_set(x, '{status}', '\"completed\"')) FROM hr.pipeline_docs('EX-pg2', false, 1) x",
+    );
+    assert!(
+        moved.stderr.contains("an operator only cancels"),
+        "{}",
+        moved.stderr
+    );
+    as_login(&operator, &["pipeline", "cancel", "EX-pg2"])
+        .run()
+        .expect_code(0);
+    assert_eq!(
+        db.value("SELECT status FROM hr.pipelines WHERE execution_id = 'EX-pg2'"),
+        "cancelled"
+    );
+    assert_eq!(
+        db.value("SELECT count(*) FROM hr.approvals WHERE status = 'pending'"),
+        "0"
+    );
+}
+
+/// One pipeline across two hosts over one server: its runner on runner1 runs the unlabelled
+/// steps, the worker of label `r2` on runner2 (the same runner login) runs the labelled one,
+/// a worker of another runner login is shown nothing, and the operator on a third host
+/// decides the human step. The runner2 worker then killed mid-step (its beat made stale,
+/// as a host that went away would leave it): the runner takes the step over and runs
+/// nothing twice.
+#[test]
+fn a_pipeline_runs_its_labelled_step_on_another_hosts_worker_through_one_server() {
+    let env = TestEnv::new();
+    let hosts = Hosts::new();
+    let server = Cluster::start_in("lab", 100, Some(&hosts.ns[SERVER]), &hosts.addr(SERVER));
+    let db = database(&server);
+    env.monitor()
+        .args(["db", "init", &db.admin_url()])
+        .run()
+        .expect_code(0);
+    let ci = db.member(&env, "ci", "runner");
+    let stranger = db.member(&env, "stranger", "runner");
+    let operator = db.member(&env, "operator", "operator");
+    let monitor_on = |i: usize, login: &Login| {
+        let mut c = hosts.on(&env, i, bin("monitor"));
+        c.env("HEADLESS_RUN_DB", db.url_as(login))
+            .timeout(Duration::from_secs(120));
+        c
+    };
+    let f = env.work().join("two-hosts.yaml");
+    std::fs::write(
+        &f,
+        r#"name: two-hosts
+nodes:
+  - { id: a, kind: task, command: 'echo "a $(hostname)" >> ran' }
+  - id: b
+    kind: gate
+    host: r2
+    command: 'echo "b $(hostname)" >> ran; while [ -e hold ]; do sleep 0.05; done'
+  - { id: ok, kind: human, title: Ship, question: 'Ship it?' }
+  - { id: c, kind: task, command: 'echo "c $(hostname) $HEADLESS_RUN_APPROVAL_COMMENT" >> ran' }
+edges:
+  - { from: a, to: b }
+  - { from: b, to: ok }
+  - { from: ok, to: c }
+"#,
+    )
+    .unwrap();
+    std::fs::write(env.work().join("hold"), "").unwrap();
+    let ran = || std::fs::read_to_string(env.work().join("ran")).unwrap_or_default();
+    let running = monitor_on(RUNNER1, &ci)
+        .args(["pipeline", "run", "--execution-id", "EX-hosts"])
+        .arg(&f)
+        .spawn();
+    let step_b = |what: &str| {
+        db.value(&format!(
+            "SELECT coalesce((SELECT s #>> '{{{what}}}' FROM hr.pipelines p, jsonb_array_elements(p.steps) s WHERE p.execution_id = 'EX-hosts' AND s->>'node' = 'b'), '')"
+        ))
+    };
+    assert!(
+        wait_for_state(Duration::from_secs(30), || step_b("status") == "ready"),
+        "{}",
+        running.stderr_now()
+    );
+    assert_eq!(ran(), "a runner1\n");
+    // Another runner login's worker is shown nothing of this login's pipeline.
+    let out = monitor_on(RUNNER2, &stranger)
+        .args(["worker", "--once", "--labels", "r2"])
+        .run();
+    out.expect_code(0);
+    assert_eq!(step_b("status"), "ready", "{}", out.out());
+    let worker = monitor_on(RUNNER2, &ci)
+        .args(["worker", "--labels", "r2", "--interval", "200ms"])
+        .spawn();
+    assert!(
+        wait_for_state(Duration::from_secs(30), || !step_b("run,pid").is_empty()),
+        "{}",
+        worker.stderr_now()
+    );
+    assert_eq!(step_b("run,host"), "runner2");
+    let who = step_b("run,worker");
+    assert!(
+        who.starts_with(&format!("runner2 {} ", worker.pid())),
+        "{who}"
+    );
+    assert!(
+        wait_until(Duration::from_secs(20), || ran().contains("b runner2")),
+        "{}",
+        ran()
+    );
+    // runner2's worker gone with its host: killed, its beat stale.
+    worker.signal(libc::SIGKILL);
+    db.admin_sql(
+        "UPDATE hr.pipelines SET version = version + 1, steps = (SELECT jsonb_agg(CASE WHEN s->>'node' = 'b' THEN jsonb_set(s, '{run,beat_at}', '\"2000-01-01T00:00:00.000Z\"') ELSE s END ORDER BY n) FROM jsonb_array_elements(steps) WITH ORDINALITY x(s, n)) WHERE execution_id = 'EX-hosts'",
+    );
+    assert!(
+        wait_until(Duration::from_secs(30), || running
+            .stderr_now()
+            .contains("its worker")),
+        "the runner takes the step over: {}",
+        running.stderr_now()
+    );
+    std::fs::remove_file(env.work().join("hold")).unwrap();
+    let mut ap = String::new();
+    assert!(
+        wait_for_state(Duration::from_secs(30), || {
+            ap = db.value(
+                "SELECT coalesce(max(approval_id), '') FROM hr.approvals WHERE status = 'pending'",
+            );
+            !ap.is_empty()
+        }),
+        "{}",
+        running.stderr_now()
+    );
+    monitor_on(OPERATOR, &operator)
+        .args(["decide", &ap, "approve", "--comment", "ship"])
+        .run()
+        .expect_code(0);
+    running.wait().expect_code(0);
+    assert_eq!(ran(), "a runner1\nb runner2\nc runner1 ship\n");
+    assert_eq!(
+        db.value("SELECT string_agg(host || ':' || tool_name, ',' ORDER BY started_at) FROM hr.tool_runs WHERE execution_id = 'EX-hosts' AND tool_name <> 'pipeline'"),
+        "runner1:sh,runner2:sh,runner1:sh"
+    );
+    let _ = worker.wait();
 }

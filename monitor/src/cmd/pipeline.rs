@@ -205,6 +205,7 @@ fn start(ctx: &Ctx, a: RunArgs) -> CliResult {
         created_at: now.clone(),
         updated_at: now,
         version: 1,
+        owner: None,
     };
     let mut st = store(ctx)?;
     if !st.pipeline_insert(&ex)? {

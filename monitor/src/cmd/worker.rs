@@ -52,6 +52,18 @@ pub struct Args {
     /// any host — still only as their own user (default: HEADLESS_RUN_POOL)
     #[arg(long, value_name = "NAME", value_parser = pool_arg)]
     pool: Option<String>,
+    /// Also run the pipeline steps whose `host` is one of these labels (comma-separated),
+    /// of the executions this store shows it: on PostgreSQL, those its own login started
+    #[arg(long, value_name = "LABEL,…", value_delimiter = ',', value_parser = label_arg)]
+    labels: Vec<String>,
+}
+
+fn label_arg(s: &str) -> Result<String, String> {
+    if crate::pipeline::file::valid_label(s) {
+        Ok(s.to_owned())
+    } else {
+        Err("a label is letters, digits, `.`, `_` and `-`, at most 64".into())
+    }
 }
 
 fn pool_arg(s: &str) -> Result<String, String> {
@@ -83,7 +95,9 @@ pub fn run(ctx: &Ctx, args: Args) -> CliResult {
             .ok()
             .and_then(|p| hr_shared::mode::pool_name(&p))
     });
-    let mut worker = Worker::new(ctx.paths.clone(), shim).with_pool(pool);
+    let mut worker = Worker::new(ctx.paths.clone(), shim)
+        .with_pool(pool)
+        .with_labels(args.labels);
     if args.once {
         if args.json {
             worker.keep_lines();

@@ -91,6 +91,12 @@ pub struct StepRun {
     /// A human step's approval.
     #[serde(default)]
     pub approval_id: Option<String>,
+    /// A labelled step's: the `monitor worker --labels` that claimed it (`HOST PID START`),
+    /// and when it last said it was alive.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub worker: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub beat_at: Option<String>,
 }
 
 impl Step {

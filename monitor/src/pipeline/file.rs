@@ -134,6 +134,13 @@ pub enum Kind {
     },
 }
 
+/// A host label (`host:` of a step, `monitor worker --labels`).
+pub fn valid_label(s: &str) -> bool {
+    (1..=64).contains(&s.len())
+        && s.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
+}
+
 fn approve_reject() -> Vec<String> {
     vec!["approve".into(), "reject".into()]
 }
@@ -673,6 +680,18 @@ fn check(def: &Definition, at: &At<'_>) -> Result<(), FileError> {
                     && !["exit", "wait"].contains(&p.as_str())
                 {
                     return Err(at(p, format!("`{}`: on_prompt is exit or wait", n.id)));
+                }
+                if let Some(h) = &run.host
+                    && !valid_label(h)
+                {
+                    return Err(at(
+                        h,
+                        format!(
+                            "`{}`: host label `{}` is not letters, digits, `.`, `_` and `-` (at most 64)",
+                            n.id,
+                            h.escape_debug()
+                        ),
+                    ));
                 }
                 for var in run.env.keys() {
                     if !valid_var(var) {

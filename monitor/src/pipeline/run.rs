@@ -14,7 +14,7 @@ use hr_shared::paths::StatePaths;
 use hr_shared::runs::{StatusChange, ToolRun};
 use hr_shared::status::{ApprovalStatus, RunStatus};
 use hr_shared::store::pipelines::{Execution, PipelineStore};
-use hr_shared::store::{Asker, Cooperative, Replace, RunWrite};
+use hr_shared::store::{Asker, Cooperative, RunWrite};
 use hr_shared::{fingerprint, id, proc, time};
 use std::collections::BTreeMap;
 use std::os::fd::{AsRawFd, FromRawFd};
@@ -67,6 +67,7 @@ pub enum End {
 
 /// A step's command, started by this runner.
 struct Started {
+    execution: String,
     node: String,
     iteration: u32,
     attempt: u32,
@@ -95,6 +96,11 @@ pub struct Driver {
     started: Vec<Started>,
     /// Says what happened, one line each (stderr).
     quiet: bool,
+    /// A label worker's (`monitor worker --labels`): it runs the labelled steps it claims,
+    /// of executions another runner drives.
+    worker_mode: bool,
+    /// Lines said, kept for the caller instead of printed (the label worker's).
+    kept: Option<Vec<String>>,
 }
 
 /// The store's row, read as the engine's types.
@@ -162,10 +168,16 @@ impl Driver {
             detach,
             started: Vec::new(),
             quiet,
+            worker_mode: false,
+            kept: None,
         }
     }
 
-    fn say(&self, msg: impl AsRef<str>) {
+    fn say(&mut self, msg: impl AsRef<str>) {
+        if let Some(kept) = &mut self.kept {
+            kept.push(msg.as_ref().to_owned());
+            return;
+        }
         if !self.quiet {
             eprintln!("monitor pipeline: {}", msg.as_ref());
         }
@@ -188,7 +200,7 @@ impl Driver {
         id: &str,
         change: impl FnMut(&mut View) -> Result<bool, String>,
     ) -> Result<View, String> {
-        self.update_as(id, true, change)
+        self.update_as(id, !self.worker_mode, change)
     }
 
     fn update_as(
@@ -217,7 +229,11 @@ impl Driver {
                 v.ex.status = status.to_owned();
                 v.ex.reason = reason;
             }
-            v.ex.heartbeat_at = Some(time::now_rfc3339());
+            // The runner's heartbeat is its own: a label worker's writes do not keep a dead
+            // runner looking alive.
+            if !self.worker_mode {
+                v.ex.heartbeat_at = Some(time::now_rfc3339());
+            }
             if self.store.pipeline_swap(&v.ex).map_err(|e| e.to_string())? {
                 v.ex.version += 1;
                 return Ok(v);
@@ -290,7 +306,8 @@ impl Driver {
         let bell = hr_shared::store::doorbell::for_store(&self.paths);
         self.adopt(id)?;
         loop {
-            self.reap(id)?;
+            self.reap()?;
+            self.reconcile_workers(id)?;
             let v = self.load(id)?;
             if v.ex.status == "cancelled" {
                 for s in &mut self.started {
@@ -399,15 +416,59 @@ impl Driver {
             .filter(|s| s.status == StepStatus::Running)
             .cloned()
             .collect();
-        if left.is_empty() {
-            return Ok(());
-        }
         for s in left {
+            // A label worker's, alive: its worker reports it.
+            if s.run.as_ref().is_some_and(|r| {
+                r.worker
+                    .as_deref()
+                    .is_some_and(|w| !runner_gone(w, r.beat_at.as_deref()))
+            }) {
+                continue;
+            }
+            self.adopt_one(id, s)?;
+        }
+        Ok(())
+    }
+
+    /// Labelled steps whose worker is gone (its host's process, or its beat stale): taken
+    /// over as a dead runner's steps are — an ended headless-run gives its outcome, one
+    /// that never started makes the step ready again, one still running is waited for.
+    fn reconcile_workers(&mut self, id: &str) -> Result<(), String> {
+        let v = self.load(id)?;
+        let gone: Vec<Step> = v
+            .steps
+            .iter()
+            .filter(|s| {
+                s.status == StepStatus::Running
+                    && s.run.as_ref().is_some_and(|r| {
+                        r.worker
+                            .as_deref()
+                            .is_some_and(|w| runner_gone(w, r.beat_at.as_deref()))
+                    })
+            })
+            .cloned()
+            .collect();
+        for s in gone {
+            self.say(format!(
+                "{}: its worker ({}) is gone",
+                s.node,
+                s.run
+                    .as_ref()
+                    .and_then(|r| r.worker.clone())
+                    .unwrap_or_default()
+            ));
+            self.adopt_one(id, s)?;
+        }
+        Ok(())
+    }
+
+    /// One step another runner (or worker) left running.
+    fn adopt_one(&mut self, id: &str, s: Step) -> Result<(), String> {
+        {
             // Without a pid in the store its headless-run never started: it waits at a pipe
             // for the runner's word after the pid is kept, and exits when the runner dies.
             let Some((pid, r)) = s.run.as_ref().and_then(|r| Some((r.pid?, r.clone()))) else {
-                self.back_to_ready(id, &s)?;
-                continue;
+                return self.back_to_ready(id, &s);
             };
             let mut found = None;
             for _ in 0..50 {
@@ -426,8 +487,7 @@ impl Driver {
                 std::thread::sleep(Duration::from_millis(200));
             }
             let Some(t) = found else {
-                self.back_to_ready(id, &s)?;
-                continue;
+                return self.back_to_ready(id, &s);
             };
             let code = if t.exit_code.is_some() && t.status.is_final() {
                 self.say(format!(
@@ -459,7 +519,8 @@ impl Driver {
             let Some(t) = step_mut(&mut v.steps, s) else {
                 return Ok(false);
             };
-            if t.status != StepStatus::Running {
+            // Still as it was seen (not claimed anew meanwhile).
+            if t.status != StepStatus::Running || t.run != s.run {
                 return Ok(false);
             }
             t.status = StepStatus::Ready;
@@ -497,7 +558,7 @@ impl Driver {
     }
 
     /// Children that have exited: their outcomes.
-    fn reap(&mut self, id: &str) -> Result<(), String> {
+    fn reap(&mut self) -> Result<(), String> {
         let mut done = Vec::new();
         let mut i = 0;
         while i < self.started.len() {
@@ -530,6 +591,7 @@ impl Driver {
                 reason: None,
                 run: None,
             };
+            let id = s.execution.as_str();
             let result = read_result(&result_file(&self.paths, id, &probe));
             crash_point("after-exit");
             self.say(format!("{}: exited with {code}", s.node));
@@ -551,6 +613,8 @@ impl Driver {
                 continue;
             };
             match &node.kind {
+                // A labelled step waits for a worker of its label (`monitor worker --labels`).
+                Kind::Task { run } | Kind::Gate { run, .. } if run.host.is_some() => {}
                 Kind::Task { .. } | Kind::Gate { .. } => self.start_command(id, v, &s)?,
                 Kind::Human { .. } => self.ask_human(id, v, &s)?,
                 _ => {}
@@ -598,9 +662,12 @@ impl Driver {
         };
         let here = proc::hostname();
         let started_at = time::now_rfc3339();
+        let worker = self.worker_mode.then(|| self.me.clone());
         let run_at = StepRun {
             host: here,
             started_at,
+            worker: worker.clone(),
+            beat_at: worker.as_ref().map(|_| time::now_rfc3339()),
             ..StepRun::default()
         };
         if !self.mark_ready(id, s, StepStatus::Running, run_at)? {
@@ -664,11 +731,15 @@ impl Driver {
         }
         cmd.args(["--on-prompt", run.on_prompt.as_deref().unwrap_or("wait")]);
         cmd.arg("--").args(run.command.argv());
-        // The directory the pipeline was started in, whoever resumes it from wherever.
-        let base = std::path::Path::new(&v.ex.dir);
+        // The directory the pipeline was started in, whoever resumes it from wherever; a
+        // label worker on a host without it uses its own.
+        let mut base = PathBuf::from(&v.ex.dir);
+        if self.worker_mode && !base.is_dir() {
+            base = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("/"));
+        }
         cmd.current_dir(match &run.cwd {
             Some(dir) => base.join(dir),
-            None => base.to_path_buf(),
+            None => base,
         });
         cmd.envs(
             v.vars
@@ -713,6 +784,7 @@ impl Driver {
         let pid = child.id() as i32;
         let pid_start = proc::read_stat(pid).map(|st| st.start_time);
         self.started.push(Started {
+            execution: id.to_owned(),
             node: s.node.clone(),
             iteration: s.iteration,
             attempt: s.attempt,
@@ -732,7 +804,8 @@ impl Driver {
                 return Ok(false);
             };
             match &mut t.run {
-                Some(r) if t.status == StepStatus::Running => {
+                // Still ours: not taken over meanwhile (a worker thought gone).
+                Some(r) if t.status == StepStatus::Running && r.worker == worker => {
                     r.pid = Some(pid);
                     r.pid_start = pid_start;
                     kept = true;
@@ -923,12 +996,9 @@ impl Driver {
                                 Some("the pipeline's runner stopped before asking".into()),
                             )
                         };
-                        let _ = self.store.record(
-                            run,
-                            &[RunWrite::Status(change, Replace::AnyButCancelled)],
-                            &proc::current_user(),
-                            false,
-                        );
+                        let _ = self
+                            .store
+                            .close_step_run(run, None, change, &proc::current_user());
                     }
                     self.update(id, |w| {
                         if let Some(t) = w.steps.iter_mut().find(|t| {
@@ -945,7 +1015,7 @@ impl Driver {
                 }
                 continue;
             };
-            let Some(a) = self.store.approval(ap).map_err(|e| e.to_string())? else {
+            let Some(a) = self.store.step_approval(ap).map_err(|e| e.to_string())? else {
                 continue;
             };
             if a.status == ApprovalStatus::Pending {
@@ -985,15 +1055,7 @@ impl Driver {
                 };
                 let actor = proc::current_user();
                 self.store
-                    .record(
-                        run,
-                        &[
-                            RunWrite::Consume(a.approval_id.clone()),
-                            RunWrite::Status(change, Replace::AnyButCancelled),
-                        ],
-                        &actor,
-                        false,
-                    )
+                    .close_step_run(run, Some(&a.approval_id), change, &actor)
                     .map_err(|e| e.to_string())?;
                 crash_point("after-close");
             }
@@ -1010,6 +1072,152 @@ impl Driver {
             .map_err(|e| e.to_string())?
             .into_iter()
             .next())
+    }
+}
+
+/// A label worker (`monitor worker --labels a,b`): it runs the ready steps whose `host` is
+/// one of its labels, of the open executions its store shows it (on PostgreSQL: those its
+/// own login started), each claimed by a compare-and-swap so that one worker runs it, and
+/// writes their outcomes to the execution; the execution's runner goes on from there. While
+/// a step runs the worker beats on it; a runner that finds the beat stale (or the worker's
+/// process gone, on its host) takes the step over as it takes over a dead runner's.
+pub struct LabelWorker {
+    driver: Driver,
+    labels: Vec<String>,
+    beat: Instant,
+}
+
+impl LabelWorker {
+    pub fn new(
+        paths: StatePaths,
+        store: Box<dyn PipelineStore>,
+        shim: PathBuf,
+        labels: Vec<String>,
+    ) -> Self {
+        let mut driver = Driver::new(paths, store, shim, false, true);
+        driver.worker_mode = true;
+        driver.kept = Some(Vec::new());
+        LabelWorker {
+            driver,
+            labels,
+            beat: Instant::now(),
+        }
+    }
+
+    /// How many steps it runs now.
+    pub fn busy(&self) -> usize {
+        self.driver.started.len()
+    }
+
+    /// One pass: the outcomes of its steps that ended, the end of those whose execution was
+    /// cancelled, a beat on those still running, and (with `claim`) new steps. Returns what
+    /// it did, one line each.
+    pub fn pass(&mut self, claim: bool) -> Result<Vec<String>, String> {
+        let out = self.pass_inner(claim);
+        let said = self
+            .driver
+            .kept
+            .as_mut()
+            .map(std::mem::take)
+            .unwrap_or_default();
+        out.map(|()| said)
+    }
+
+    fn pass_inner(&mut self, claim: bool) -> Result<(), String> {
+        let d = &mut self.driver;
+        d.reap()?;
+        let mine: Vec<(String, String, u32)> = d
+            .started
+            .iter()
+            .map(|s| (s.execution.clone(), s.node.clone(), s.iteration))
+            .collect();
+        let beat = self.beat.elapsed() >= HEARTBEAT;
+        for (ex, node, iteration) in &mine {
+            let v = d.load(ex)?;
+            if v.ex.status == "cancelled" {
+                for s in d
+                    .started
+                    .iter()
+                    .filter(|s| s.execution == *ex && s.node == *node)
+                {
+                    // SAFETY: a signal to our own child (its headless-run ends its tool).
+                    unsafe { libc::kill(s.child.id() as i32, libc::SIGTERM) };
+                }
+                continue;
+            }
+            if beat {
+                let me = d.me.clone();
+                d.update(ex, |w| {
+                    let Some(t) = w
+                        .steps
+                        .iter_mut()
+                        .find(|t| t.node == *node && t.iteration == *iteration)
+                    else {
+                        return Ok(false);
+                    };
+                    match &mut t.run {
+                        Some(r)
+                            if t.status == StepStatus::Running
+                                && r.worker.as_deref() == Some(me.as_str()) =>
+                        {
+                            r.beat_at = Some(time::now_rfc3339());
+                            Ok(true)
+                        }
+                        _ => Ok(false),
+                    }
+                })?;
+            }
+        }
+        if beat {
+            self.beat = Instant::now();
+        }
+        if !claim {
+            return Ok(());
+        }
+        let open = d.store.open_pipelines(500).map_err(|e| e.to_string())?;
+        for ex in open {
+            if ex.status != "running" {
+                continue;
+            }
+            let id = ex.execution_id.clone();
+            let v = match view(ex) {
+                Ok(v) => v,
+                Err(e) => {
+                    d.say(e);
+                    continue;
+                }
+            };
+            if stopped(&v) {
+                continue;
+            }
+            let ready: Vec<Step> = v
+                .steps
+                .iter()
+                .filter(|s| s.status == StepStatus::Ready)
+                .filter(|s| {
+                    v.def.node(&s.node).is_some_and(|n| match &n.kind {
+                        Kind::Task { run } | Kind::Gate { run, .. } => run
+                            .host
+                            .as_ref()
+                            .is_some_and(|h| self.labels.iter().any(|l| l == h)),
+                        _ => false,
+                    })
+                })
+                .cloned()
+                .collect();
+            for s in ready {
+                d.say(format!("{id}: step {} (label {})", s.node, {
+                    match v.def.node(&s.node).map(|n| &n.kind) {
+                        Some(Kind::Task { run } | Kind::Gate { run, .. }) => {
+                            run.host.clone().unwrap_or_default()
+                        }
+                        _ => String::new(),
+                    }
+                }));
+                d.start_command(&id, &v, &s)?;
+            }
+        }
+        Ok(())
     }
 }
 

@@ -3,8 +3,10 @@
 //! `monitor`'s), moved only by a compare-and-swap on `version`. A runner that dies leaves
 //! the row as it last wrote it; whoever resumes reads it and swaps the runner's name in.
 //!
-//! The embedded store keeps them in its `pipelines` table; the PostgreSQL store and the
-//! runner API do not keep pipelines yet ([`for_store`] says so).
+//! The embedded store keeps them in its `pipelines` table, the PostgreSQL store in
+//! `hr.pipelines` (written through functions that keep the definition fixed, let only the
+//! runner login that started an execution move it, and refuse a human step completed
+//! without an operator's approval); the runner API keeps none ([`for_store`] says so).
 
 use super::sqlite::SqliteStore;
 use super::{RunnerStore, StoreResult};
@@ -37,6 +39,10 @@ pub struct Execution {
     pub updated_at: String,
     /// Moves by one with every write.
     pub version: i64,
+    /// The login that started it (PostgreSQL: set by the server; the embedded store keeps
+    /// none).
+    #[serde(default)]
+    pub owner: Option<String>,
 }
 
 impl Execution {
@@ -66,14 +72,44 @@ pub trait PipelineStore: RunnerStore {
         &mut self,
         tool_run_id: &str,
     ) -> StoreResult<Vec<crate::approvals::Approval>>;
+    /// A human step's approval, read by whichever runner drives the execution now.
+    fn step_approval(
+        &mut self,
+        approval_id: &str,
+    ) -> StoreResult<Option<crate::approvals::Approval>> {
+        self.approval(approval_id)
+    }
+    /// Ends the parked run a human step asked in (`change`), using up its decided
+    /// approval first when there is one; whoever drives the execution now, not only the
+    /// process that asked.
+    fn close_step_run(
+        &mut self,
+        tool_run_id: &str,
+        approval_id: Option<&str>,
+        change: crate::runs::StatusChange,
+        actor: &str,
+    ) -> StoreResult<()> {
+        let mut writes = Vec::new();
+        if let Some(a) = approval_id {
+            writes.push(super::RunWrite::Consume(a.to_owned()));
+        }
+        writes.push(super::RunWrite::Status(
+            change,
+            super::Replace::AnyButCancelled,
+        ));
+        self.record(tool_run_id, &writes, actor, false).map(|_| ())
+    }
 }
 
-/// The pipeline store for `paths`: the embedded one.
+/// The pipeline store for `paths`: the embedded one, or the PostgreSQL server's.
 pub fn for_store(paths: &StatePaths) -> StoreResult<Box<dyn PipelineStore>> {
-    if paths.server.is_some() || paths.store_url.is_some() {
+    if paths.server.is_some() {
         return Err(StoreError::Unsupported(
-            "pipelines (they need the embedded store for now)",
+            "pipelines through a server (run them on the server's store: the embedded one or PostgreSQL)",
         ));
+    }
+    if let Some(url) = &paths.store_url {
+        return Ok(Box::new(super::postgres::PgRunner::new(url, paths)));
     }
     Ok(Box::new(SqliteStore::create(paths.clone())))
 }
@@ -103,6 +139,7 @@ fn from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<Execution> {
         created_at: r.get(11)?,
         updated_at: r.get(12)?,
         version: r.get(13)?,
+        owner: None,
     })
 }
 
@@ -237,6 +274,7 @@ mod tests {
             created_at: now.clone(),
             updated_at: now,
             version: 1,
+            owner: None,
         }
     }
 
@@ -282,9 +320,9 @@ mod tests {
     }
 
     #[test]
-    fn other_stores_say_pipelines_are_not_kept_there() {
+    fn a_server_says_pipelines_are_not_kept_through_it() {
         let mut paths = StatePaths::at("/nonexistent-hr/state");
-        paths.store_url = Some("postgres://u@h/db".into());
+        paths.server = Some("https://hr.example:8443".into());
         assert!(matches!(for_store(&paths), Err(StoreError::Unsupported(_))));
     }
 }

@@ -40,10 +40,10 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 /// The schema version this build writes and understands.
-pub const SCHEMA_VERSION: i64 = 1;
+pub const SCHEMA_VERSION: i64 = 2;
 
 /// The schema, as an append-only list: entry N brings a database from version N to N+1.
-const MIGRATIONS: &[&str] = &[include_str!("pg/v1.sql")];
+const MIGRATIONS: &[&str] = &[include_str!("pg/v1.sql"), include_str!("pg/v2.sql")];
 
 /// The three roles, and what `monitor db grant` calls them.
 pub const ROLES: [(&str, &str); 3] = [
@@ -675,6 +675,15 @@ GRANT EXECUTE ON FUNCTION
     hr.remember(text, text, text, jsonb, text, text, text),
     hr.forget(text)
     TO headless_operator;
+-- Pipelines (v2): read by each login as it may; started and moved by their runner login,
+-- cancelled by operators (both checked inside).
+GRANT EXECUTE ON FUNCTION
+    hr.pipeline_docs(text, boolean, integer),
+    hr.execution_runs(text),
+    hr.step_approvals(text, text)
+    TO headless_runner, headless_operator, headless_viewer;
+GRANT EXECUTE ON FUNCTION hr.pipeline_swap(jsonb) TO headless_runner, headless_operator;
+GRANT EXECUTE ON FUNCTION hr.pipeline_insert(jsonb) TO headless_runner;
 "#;
 
 /// Which of the three roles (`runner`, `operator`, `viewer`) the login of `url` has.
@@ -2212,6 +2221,105 @@ impl OperatorStore for PgOperator {
             supported_version: SCHEMA_VERSION,
             journal: "postgresql".into(),
         })
+    }
+}
+
+// ------------------------------------------------------------------------------------------
+// Pipelines (`monitor pipeline`): a runner login's session starts and moves its executions;
+// an operator's reads them and cancels. What each may do is checked by `hr.pipeline_*`.
+
+impl super::pipelines::PipelineStore for PgRunner {
+    fn pipeline_insert(&mut self, ex: &super::pipelines::Execution) -> StoreResult<bool> {
+        let doc = to_json(ex);
+        Ok(self
+            .pg
+            .tx(|tx| tx.query_one("SELECT hr.pipeline_insert($1::text::jsonb)", &[&doc]))?
+            .get(0))
+    }
+
+    fn pipeline(&mut self, execution_id: &str) -> StoreResult<Option<super::pipelines::Execution>> {
+        self.pg.doc(
+            "SELECT x::text FROM hr.pipeline_docs($1, false, 1) x",
+            &[&execution_id],
+        )
+    }
+
+    fn pipelines(&mut self, limit: usize) -> StoreResult<Vec<super::pipelines::Execution>> {
+        let limit = i32::try_from(limit).unwrap_or(i32::MAX);
+        self.pg.docs(
+            "SELECT x::text FROM hr.pipeline_docs(NULL, false, $1) x",
+            &[&limit],
+        )
+    }
+
+    fn open_pipelines(&mut self, limit: usize) -> StoreResult<Vec<super::pipelines::Execution>> {
+        let limit = i32::try_from(limit).unwrap_or(i32::MAX);
+        self.pg.docs(
+            "SELECT x::text FROM hr.pipeline_docs(NULL, true, $1) x",
+            &[&limit],
+        )
+    }
+
+    fn pipeline_swap(&mut self, ex: &super::pipelines::Execution) -> StoreResult<bool> {
+        let doc = to_json(ex);
+        Ok(self
+            .pg
+            .tx(|tx| tx.query_one("SELECT hr.pipeline_swap($1::text::jsonb)", &[&doc]))?
+            .get(0))
+    }
+
+    fn execution_runs(&mut self, execution_id: &str) -> StoreResult<Vec<ToolRun>> {
+        self.pg.docs(
+            "SELECT x::text FROM hr.execution_runs($1) x",
+            &[&execution_id],
+        )
+    }
+
+    fn approvals_of_run(&mut self, tool_run_id: &str) -> StoreResult<Vec<Approval>> {
+        self.pg.docs(
+            "SELECT x::text FROM hr.step_approvals($1, NULL) x",
+            &[&tool_run_id],
+        )
+    }
+
+    /// Read by any session of the login (the runner's own read needs the capability of the
+    /// one run its process started; a resumer has none).
+    fn step_approval(&mut self, approval_id: &str) -> StoreResult<Option<Approval>> {
+        self.pg.doc(
+            "SELECT x::text FROM hr.step_approvals(NULL, $1) x",
+            &[&approval_id],
+        )
+    }
+
+    /// Through the worker's functions (this login's parked runs), so that a resumer, which
+    /// has no capability for the run another process asked in, closes it too.
+    fn close_step_run(
+        &mut self,
+        tool_run_id: &str,
+        approval_id: Option<&str>,
+        change: StatusChange,
+        _actor: &str,
+    ) -> StoreResult<()> {
+        let from = vec![RunStatus::WaitingApproval.as_str()];
+        self.pg.tx(|tx| {
+            if let Some(a) = approval_id {
+                tx.query_one("SELECT hr.consume($1, $2)", &[&a, &tool_run_id])?;
+            }
+            tx.query_one(
+                "SELECT hr.close_run($1, $2, $3, $4, $5, $6, $7, $8)",
+                &[
+                    &tool_run_id,
+                    &change.status.as_str(),
+                    &change.reason,
+                    &change.exit_code,
+                    &change.finished,
+                    &change.error,
+                    &change.at,
+                    &from,
+                ],
+            )
+        })?;
+        Ok(())
     }
 }
 

@@ -1,0 +1,244 @@
+-- Schema v2 of the PostgreSQL store: pipelines (`monitor pipeline`). One row per execution,
+-- as the embedded store keeps it (definition, vars and steps as jsonb), moved only by a
+-- compare-and-swap on `version`, and written only through the functions below:
+--
+-- * a runner login starts an execution (it becomes its `owner`) and moves it: its steps
+--   are its runs;
+-- * the definition, the variables and the directory never change after the start;
+-- * a human step becomes `completed` only with an approval of its own question that an
+--   operator's login approved (a supervised tool holding the runner's login cannot decide
+--   its pipeline's human step by rewriting the row);
+-- * an operator's login only cancels;
+-- * a runner login reads its own executions; operators and viewers read all of them.
+
+CREATE TABLE hr.pipelines (
+    execution_id text PRIMARY KEY CHECK (execution_id ~ '^[A-Za-z0-9_-]{1,64}$'),
+    name         text NOT NULL,
+    file         text,
+    dir          text NOT NULL,
+    definition   jsonb NOT NULL,
+    vars         jsonb NOT NULL,
+    steps        jsonb NOT NULL CHECK (jsonb_typeof(steps) = 'array'),
+    status       text NOT NULL
+        CHECK (status IN ('running', 'waiting_approval', 'completed', 'failed', 'cancelled')),
+    reason       text,
+    runner       text,
+    heartbeat_at text,
+    created_at   text NOT NULL,
+    updated_at   text NOT NULL,
+    version      bigint NOT NULL,
+    -- The runner login that started it: only it moves the steps.
+    owner        text NOT NULL
+);
+CREATE INDEX pipelines_created ON hr.pipelines(created_at);
+CREATE INDEX pipelines_open ON hr.pipelines(created_at)
+    WHERE status IN ('running', 'waiting_approval');
+
+-- Whether this login reads every execution (an operator's or a viewer's that runs no tools).
+CREATE FUNCTION hr.reads_all() RETURNS boolean LANGUAGE sql STABLE AS $$
+    SELECT NOT pg_has_role(session_user, 'headless_runner', 'MEMBER')
+        AND (pg_has_role(session_user, 'headless_operator', 'MEMBER')
+             OR pg_has_role(session_user, 'headless_viewer', 'MEMBER'))
+$$;
+
+-- The executions this login may read: one (`p_id`), or the newest first (the open ones,
+-- oldest first), at most `p_limit`.
+CREATE FUNCTION hr.pipeline_docs(p_id text, p_open boolean, p_limit integer)
+RETURNS SETOF jsonb
+LANGUAGE sql STABLE SECURITY DEFINER SET search_path = hr, pg_temp AS $$
+    SELECT to_jsonb(p) FROM hr.pipelines p
+    WHERE (p_id IS NULL OR p.execution_id = p_id)
+      AND (NOT p_open OR p.status IN ('running', 'waiting_approval'))
+      AND (p.owner = session_user OR hr.reads_all())
+    ORDER BY CASE WHEN p_open THEN p.created_at END ASC,
+             CASE WHEN NOT p_open THEN p.created_at END DESC,
+             p.execution_id
+    LIMIT greatest(p_limit, 0)
+$$;
+
+-- Refuses a human step of `p_new` that is completed (and was not in `p_old`) unless its
+-- approval is of that step's own question and an operator's login approved it.
+CREATE FUNCTION hr.check_human_steps(p_ex text, p_def jsonb, p_old jsonb, p_new jsonb)
+RETURNS void LANGUAGE plpgsql STABLE AS $$
+DECLARE
+    s jsonb;
+BEGIN
+    FOR s IN SELECT x FROM jsonb_array_elements(p_new) x
+        WHERE x->>'status' = 'completed'
+          AND EXISTS (SELECT 1 FROM jsonb_array_elements(p_def->'nodes') n
+                      WHERE n->>'id' = x->>'node' AND n->>'kind' = 'human')
+          AND NOT EXISTS (SELECT 1 FROM jsonb_array_elements(p_old) o
+                          WHERE o->>'node' = x->>'node' AND o->'iteration' = x->'iteration'
+                            AND o->>'status' = 'completed')
+    LOOP
+        IF NOT EXISTS (
+            SELECT 1 FROM hr.approvals a JOIN hr.tool_runs r USING (tool_run_id)
+            WHERE a.approval_id = s->'run'->>'approval_id'
+              AND a.status = 'approved'
+              AND coalesce(a.chosen_value, '') <> 'reject'
+              AND a.decision_channel NOT LIKE 'policy:%'
+              AND a.decision_channel NOT LIKE 'system:%'
+              AND EXISTS (SELECT 1 FROM pg_roles g WHERE g.rolname = a.decided_by
+                          AND pg_has_role(g.rolname, 'headless_operator', 'MEMBER')
+                          AND NOT pg_has_role(g.rolname, 'headless_runner', 'MEMBER'))
+              AND r.tool_name = 'pipeline' AND r.execution_id = p_ex
+              AND r.metadata->>'pipeline'
+                  = format('%s/%s#%s', p_ex, s->>'node', s->>'iteration'))
+        THEN
+            RAISE EXCEPTION 'pipeline %: human step % completed without an operator''s approval',
+                p_ex, s->>'node' USING ERRCODE = 'insufficient_privilege';
+        END IF;
+    END LOOP;
+END $$;
+
+-- Starts an execution with this (runner) login as its owner; false when its id is taken.
+CREATE FUNCTION hr.pipeline_insert(p jsonb) RETURNS boolean
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = hr, pg_temp AS $$
+DECLARE
+    r hr.pipelines := jsonb_populate_record(NULL::hr.pipelines, p);
+    n integer;
+BEGIN
+    IF NOT pg_has_role(session_user, 'headless_runner', 'MEMBER') THEN
+        RAISE EXCEPTION '%: only a runner login runs pipelines (their steps are its runs)',
+            session_user USING ERRCODE = 'insufficient_privilege';
+    END IF;
+    r.owner := session_user;
+    r.version := coalesce(r.version, 0);
+    r.created_at := coalesce(r.created_at, hr.now());
+    r.updated_at := hr.now();
+    PERFORM hr.check_human_steps(r.execution_id, r.definition, '[]', r.steps);
+    INSERT INTO hr.pipelines SELECT r.* ON CONFLICT (execution_id) DO NOTHING;
+    GET DIAGNOSTICS n = ROW_COUNT;
+    IF n > 0 THEN
+        PERFORM pg_notify('headless_run', '');
+    END IF;
+    RETURN n > 0;
+END $$;
+
+-- Writes an execution if it is still at `version` (it moves by one): false when another
+-- writer moved it first. Its owner moves its steps and status (an ended execution keeps
+-- its end); an operator only cancels it; anyone else is refused.
+CREATE FUNCTION hr.pipeline_swap(p jsonb) RETURNS boolean
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = hr, pg_temp AS $$
+DECLARE
+    cur hr.pipelines;
+    status_ text := p->>'status';
+BEGIN
+    SELECT * INTO cur FROM hr.pipelines WHERE execution_id = p->>'execution_id' FOR UPDATE;
+    IF NOT FOUND OR cur.version <> (p->>'version')::bigint THEN
+        RETURN false;
+    END IF;
+    IF cur.owner = session_user THEN
+        IF hr.is_final(cur.status) AND status_ IS DISTINCT FROM cur.status THEN
+            RAISE EXCEPTION 'pipeline %: it has ended (%)', cur.execution_id, cur.status
+                USING ERRCODE = 'check_violation';
+        END IF;
+        PERFORM hr.check_human_steps(cur.execution_id, cur.definition, cur.steps,
+            p->'steps');
+        UPDATE hr.pipelines SET steps = p->'steps', status = status_, reason = p->>'reason',
+            runner = p->>'runner', heartbeat_at = p->>'heartbeat_at', updated_at = hr.now(),
+            version = version + 1
+        WHERE execution_id = cur.execution_id;
+    ELSIF hr.is_operator() THEN
+        IF status_ IS DISTINCT FROM 'cancelled' OR hr.is_final(cur.status) THEN
+            RAISE EXCEPTION 'pipeline %: an operator only cancels an execution that has not ended',
+                cur.execution_id USING ERRCODE = 'insufficient_privilege';
+        END IF;
+        UPDATE hr.pipelines SET status = 'cancelled', reason = p->>'reason',
+            updated_at = hr.now(), version = version + 1
+        WHERE execution_id = cur.execution_id;
+    ELSE
+        RAISE EXCEPTION 'pipeline %: not yours to move (it was started by another login)',
+            cur.execution_id USING ERRCODE = 'insufficient_privilege';
+    END IF;
+    -- Its steps or status moved (not a heartbeat): whoever waits on it looks again.
+    IF cur.steps IS DISTINCT FROM p->'steps' OR cur.status IS DISTINCT FROM status_ THEN
+        PERFORM pg_notify('headless_run', '');
+    END IF;
+    RETURN true;
+END $$;
+
+-- The runs of an execution this login may read, oldest first.
+CREATE FUNCTION hr.execution_runs(p_ex text) RETURNS SETOF jsonb
+LANGUAGE sql STABLE SECURITY DEFINER SET search_path = hr, pg_temp AS $$
+    SELECT hr.run_doc(r) FROM hr.tool_runs r
+    WHERE r.execution_id = p_ex AND (r.runner_login = session_user OR hr.reads_all())
+    ORDER BY r.started_at, r.tool_run_id
+$$;
+
+-- The approvals of run `p_run` (or approval `p_approval`) this login may read, oldest
+-- first.
+CREATE FUNCTION hr.step_approvals(p_run text, p_approval text) RETURNS SETOF jsonb
+LANGUAGE sql STABLE SECURITY DEFINER SET search_path = hr, pg_temp AS $$
+    SELECT to_jsonb(a) FROM hr.approvals a JOIN hr.tool_runs r USING (tool_run_id)
+    WHERE (r.runner_login = session_user OR hr.reads_all())
+      AND (p_run IS NULL OR a.tool_run_id = p_run)
+      AND (p_approval IS NULL OR a.approval_id = p_approval)
+    ORDER BY a.approval_id
+$$;
+
+-- Refuses a decision on a pipeline's human step that names its deciders by a login not
+-- among them. Through `monitor serve` (channel `http:TOKEN`) the token's name counts: the
+-- server checked the token, and records its own login.
+CREATE FUNCTION hr.check_decider(a hr.approvals, p_channel text) RETURNS void
+LANGUAGE plpgsql STABLE AS $$
+DECLARE
+    step text;
+    ex text;
+    node text;
+    found_ boolean;
+    allowed jsonb;
+    who text := CASE WHEN p_channel LIKE 'http:%' THEN substr(p_channel, 6)
+        ELSE session_user END;
+BEGIN
+    SELECT r.metadata->>'pipeline' INTO step FROM hr.tool_runs r
+    WHERE r.tool_run_id = a.tool_run_id AND r.tool_name = 'pipeline';
+    IF step IS NULL THEN
+        RETURN;
+    END IF;
+    ex := split_part(step, '/', 1);
+    node := regexp_replace(substr(step, length(ex) + 2), '#[0-9]+$', '');
+    SELECT true, n->'deciders' INTO found_, allowed
+    FROM hr.pipelines p, jsonb_array_elements(p.definition->'nodes') n
+    WHERE p.execution_id = ex AND n->>'id' = node;
+    IF found_ IS NULL THEN
+        RAISE EXCEPTION 'cannot read the pipeline of %: no step % in %', a.approval_id, node, ex
+            USING ERRCODE = 'insufficient_privilege';
+    END IF;
+    IF jsonb_typeof(allowed) = 'array' AND jsonb_array_length(allowed) > 0
+       AND NOT allowed ? who THEN
+        RAISE EXCEPTION 'only % may decide this pipeline step (%), not %',
+            (SELECT string_agg(x, ', ') FROM jsonb_array_elements_text(allowed) x), node, who
+            USING ERRCODE = 'insufficient_privilege';
+    END IF;
+END $$;
+
+CREATE OR REPLACE FUNCTION hr.decide(p_approval text, p_status text, p_value text,
+    p_comment text, p_channel text) RETURNS jsonb
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = hr, pg_temp AS $$
+DECLARE
+    a hr.approvals;
+BEGIN
+    PERFORM hr.check_not_runner();
+    IF p_status NOT IN ('approved', 'rejected') THEN
+        RAISE EXCEPTION 'a decision approves or rejects' USING ERRCODE = 'check_violation';
+    END IF;
+    SELECT * INTO a FROM hr.approvals WHERE approval_id = p_approval FOR UPDATE;
+    IF NOT FOUND THEN
+        RETURN jsonb_build_object('outcome', 'missing');
+    END IF;
+    PERFORM hr.check_decider(a, p_channel);
+    IF hr.expire_one(p_approval) THEN
+        RETURN jsonb_build_object('outcome', 'expired', 'approval', hr.approval_row(p_approval));
+    END IF;
+    IF a.status <> 'pending' THEN
+        RETURN jsonb_build_object('outcome', 'conflict', 'approval', to_jsonb(a));
+    END IF;
+    UPDATE hr.approvals SET status = p_status, chosen_value = p_value, decided_at = hr.now(),
+        decided_by = session_user, decision_channel = coalesce(p_channel, 'cli'),
+        comment = p_comment
+    WHERE approval_id = p_approval RETURNING * INTO a;
+    PERFORM hr.audit_approval(a, session_user);
+    PERFORM hr.ring(p_approval);
+    RETURN jsonb_build_object('outcome', 'decided', 'approval', to_jsonb(a));
+END $$;
