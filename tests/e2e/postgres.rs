@@ -1520,6 +1520,31 @@ fn a_pipeline_on_the_server_store_is_moved_by_its_runner_login_and_decided_by_it
     .arg(&f)
     .run()
     .expect_code(90);
+    // Through `monitor serve` on this store: listed and shown with its steps, and a token
+    // the step does not name is refused (the server's login could decide; `bob` may not).
+    let bob = crate::serve::token(&env, "bob", "operator");
+    let url = db.url_as(&operator);
+    let served = crate::serve::Served::start_with(&env, &[("HEADLESS_RUN_DB", &url)]);
+    let (st, v) = served.json("GET", "/api/v1/executions", &bob, None);
+    assert_eq!(st, 200, "{v}");
+    let listed: Vec<&str> = v["executions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["execution_id"].as_str().unwrap())
+        .collect();
+    assert_eq!(listed, ["EX-pg2", "EX-pg"], "{v}");
+    let (st, v) = served.json("GET", "/api/v1/executions/EX-pg2", &bob, None);
+    assert_eq!(st, 200, "{v}");
+    assert_eq!(v["pipeline"]["status"], "waiting_approval", "{v}");
+    assert_eq!(v["pipeline"]["steps"][1]["node"], "ok", "{v}");
+    let (st, v) = served.json("POST", "/api/v1/executions/EX-pg2/approve", &bob, None);
+    assert_eq!(st, 403, "{v}");
+    assert!(
+        v["error"].as_str().unwrap_or_default().contains("only "),
+        "{v}"
+    );
+    served.stop().expect_code(0);
     let moved = db.sql_as(
         &operator,
         "SELECT hr.pipeline_swap(jsonb_set(x, '{status}', '\"completed\"')) FROM hr.pipeline_docs('EX-pg2', false, 1) x",

@@ -777,6 +777,18 @@ fn the_web_page_in_a_real_browser_shows_a_prompt_as_text_and_approves_it() {
     assert!(row.contains("waiting_approval"), "{pipeline}");
     assert!(row.contains("build✓") && row.contains("ok?"), "{pipeline}");
     assert_eq!(pipeline["pipeline_injected"], 0, "{pipeline}");
+    // Its steps, opened: both visits, the task's exit and the human step's approval.
+    let steps = find("steps_view");
+    let view = steps["steps_view"].as_str().unwrap();
+    assert_eq!(steps["steps_rows"], 2, "{steps}");
+    assert!(
+        view.contains("build") && view.contains("completed"),
+        "{steps}"
+    );
+    assert!(
+        view.contains("ok") && view.contains("waiting_approval") && view.contains("AP-"),
+        "{steps}"
+    );
     let shown = find("hostile_shown");
     assert_eq!(shown["hostile_as_text"], true, "{shown}");
     assert_eq!(shown["injected_elements"], 0, "{shown}");

@@ -545,6 +545,10 @@ impl ApiError {
             hr_shared::db::StoreError::Missing(_) => {
                 ApiError::new(StatusCode::NOT_FOUND, "nothing has run with this store yet")
             }
+            // The database server's roles said no (on PostgreSQL: a pipeline step's deciders).
+            e @ hr_shared::db::StoreError::Denied(_) => {
+                ApiError::new(StatusCode::FORBIDDEN, format!("the store: {e}"))
+            }
             e => ApiError::new(StatusCode::SERVICE_UNAVAILABLE, format!("the store: {e}")),
         }
     }
@@ -992,8 +996,8 @@ async fn list_executions(
     };
     let paths = s.paths.clone();
     let list = tokio::task::spawn_blocking(move || {
-        // Only the embedded store keeps pipelines (and none before its database exists).
-        if paths.store_url.is_some() || !paths.db.exists() {
+        // The embedded store has none before its database exists (a GET creates none).
+        if paths.store_url.is_none() && !paths.db.exists() {
             return Ok(Vec::new());
         }
         hr_shared::store::pipelines::for_store(&paths).and_then(|mut st| st.pipelines(limit))
@@ -1053,8 +1057,8 @@ async fn one_execution(
     let paths = s.paths.clone();
     let look = id.clone();
     let pipeline = tokio::task::spawn_blocking(move || {
-        // Only the embedded store keeps pipelines; a GET creates no database.
-        if paths.store_url.is_some() || !paths.db.exists() {
+        // A GET creates no database.
+        if paths.store_url.is_none() && !paths.db.exists() {
             return Ok(None);
         }
         hr_shared::store::pipelines::for_store(&paths).and_then(|mut st| st.pipeline(&look))

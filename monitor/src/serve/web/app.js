@@ -102,6 +102,9 @@ function runRow(r) {
 // A step's state as a glyph (the word is in the title, for a pointer or a screen reader).
 const GLYPHS = { completed: "✓", failed: "✗", running: "▶", waiting_approval: "?", skipped: "-" };
 
+// Executions whose steps are shown (toggled by their id).
+const openPipelines = new Set();
+
 function pipelineRow(p) {
   // Each node once, in the order first reached, with how often it ran and its last state.
   const nodes = new Map();
@@ -118,11 +121,52 @@ function pipelineRow(p) {
       text: node + (n > 1 ? "×" + n : "") + (GLYPHS[last.status] || "·"),
     }), " ");
   }
-  return el("tr", {},
-    el("td", { text: p.execution_id }),
+  const open = openPipelines.has(p.execution_id);
+  const toggle = el("button", { type: "button", class: "link", "aria-expanded": String(open),
+    title: (open ? "Hide" : "Show") + " its steps", text: (open ? "▾ " : "▸ ") + p.execution_id });
+  toggle.addEventListener("click", () => {
+    if (openPipelines.has(p.execution_id)) openPipelines.delete(p.execution_id);
+    else openPipelines.add(p.execution_id);
+    refresh();
+  });
+  return el("tr", { "data-execution": p.execution_id },
+    el("td", {}, toggle),
     el("td", { text: p.name }),
     el("td", { class: "status status-" + p.status, text: p.status }),
     steps);
+}
+
+// One execution's steps (GET /api/v1/executions/{id}): every visit of every node, where it
+// ran, its run or approval, and why it failed or what its approver said.
+async function stepsRow(id) {
+  const cell = el("td", { colspan: "4" });
+  const row = el("tr", { class: "detail", "data-steps": id }, cell);
+  let x;
+  try {
+    x = await api("GET", "/api/v1/executions/" + encodeURIComponent(id));
+  } catch (e) {
+    cell.append(el("p", { class: "error", text: "Could not load its steps: " + e.message }));
+    return row;
+  }
+  const p = x.pipeline || {};
+  if (p.reason) cell.append(el("p", { class: "reason", text: visible(p.reason) }));
+  const head = el("tr", {}, ...["Step", "Pass", "Status", "Tries", "Exit", "Where", "Run / approval", "Note"]
+    .map((h) => el("th", { text: h })));
+  const body = el("tbody");
+  for (const s of p.steps || []) {
+    const r = s.run || {};
+    body.append(el("tr", {},
+      el("td", { text: s.node }),
+      el("td", { text: String(s.iteration + 1) }),
+      el("td", { class: "status status-" + s.status, text: s.status }),
+      el("td", { text: String((s.attempt || 0) + 1) }),
+      el("td", { text: s.exit_code == null ? "" : String(s.exit_code) }),
+      el("td", { text: r.host ? visible(r.host) + (r.worker ? " (label worker)" : "") : "" }),
+      el("td", { text: [r.tool_run_id, r.approval_id].filter(Boolean).join(" · ") }),
+      el("td", { class: "reason", text: visible(s.reason || s.comment || "") })));
+  }
+  cell.append(el("table", { class: "steps-detail" }, el("thead", {}, head), body));
+  return row;
 }
 
 async function refresh() {
@@ -136,7 +180,9 @@ async function refresh() {
     // A pipeline's own steps write no event: while one runs, look again every few seconds.
     clearTimeout(refresh.again);
     if (x.executions.some((p) => p.status === "running")) refresh.again = setTimeout(refresh, 3000);
-    $("pipelines").tBodies[0].replaceChildren(...x.executions.map(pipelineRow));
+    const rows = await Promise.all(x.executions.map(async (p) =>
+      openPipelines.has(p.execution_id) ? [pipelineRow(p), await stepsRow(p.execution_id)] : [pipelineRow(p)]));
+    $("pipelines").tBodies[0].replaceChildren(...rows.flat());
     const list = $("approvals");
     // Cards being decided stay (with their outcome); new ones come, answered ones go.
     const shown = new Map([...list.children].map((c) => [c.dataset.approval, c]));
