@@ -301,6 +301,10 @@ impl Worker {
                     "its runner is gone"
                 }
                 Some(_) => continue,
+                // A decision moved its human step (in the decision's transaction): the
+                // steps after it are ready.
+                None if ex.status == "running" => "a decision came",
+                // Expired, or decided where the step could not be moved at once.
                 None if decided_human_step(st.as_mut(), &ex)? => "a decision came",
                 None => continue,
             };
@@ -854,7 +858,7 @@ fn decided_human_step(
             continue;
         };
         if st
-            .approval(ap)?
+            .step_approval(ap)?
             .is_some_and(|a| a.status != ApprovalStatus::Pending)
         {
             return Ok(true);

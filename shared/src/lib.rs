@@ -19,6 +19,7 @@ pub mod id;
 pub mod logfile;
 pub mod mode;
 pub mod paths;
+pub mod pipeline;
 pub mod policy;
 pub mod proc;
 pub mod prompt;

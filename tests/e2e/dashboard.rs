@@ -115,7 +115,7 @@ fn has_pending_approval(env: &TestEnv) -> bool {
     env.approvals().iter().any(|a| a["status"] == "pending")
 }
 
-fn current_user() -> String {
+pub(crate) fn current_user() -> String {
     let out = Command::new("id").arg("-un").output().expect("id -un");
     String::from_utf8_lossy(&out.stdout).trim().to_owned()
 }

@@ -879,3 +879,82 @@ edges:
     idle.wait().expect_code(0);
     let _ = claimed.wait();
 }
+
+/// A decision moves its human step in its own transaction: with no runner alive (detached),
+/// the step is completed and the next one ready the moment `monitor decide` returns, the
+/// question's run has ended and the approval is used up; a resume then runs the rest. A
+/// rejection fails the execution the same way.
+#[test]
+fn a_decision_moves_its_human_step_in_the_same_transaction_with_no_runner_alive() {
+    let env = TestEnv::new();
+    let f = env.work().join("gate.yaml");
+    std::fs::write(
+        &f,
+        "nodes:\n  - { id: ok, kind: human, title: Ship, question: 'Ship it?' }\n  - { id: ship, kind: task, command: 'echo \"ship $HEADLESS_RUN_APPROVAL_COMMENT\" >> ran' }\nedges:\n  - { from: ok, to: ship }\n",
+    )
+    .unwrap();
+    for ex in ["EX-yes", "EX-no"] {
+        env.monitor()
+            .args(["pipeline", "run", "--detach", "--execution-id", ex])
+            .arg(&f)
+            .run()
+            .expect_code(90);
+    }
+    let approval_of = |ex: &str| {
+        let out = env.monitor().args(["approvals", "--json"]).run();
+        let all: Value = serde_json::from_str(&out.out()).unwrap();
+        all.as_array()
+            .unwrap()
+            .iter()
+            .find(|a| a["execution_id"] == ex)
+            .unwrap()["approval_id"]
+            .as_str()
+            .unwrap()
+            .to_owned()
+    };
+    let (yes, no) = (approval_of("EX-yes"), approval_of("EX-no"));
+    env.monitor()
+        .args(["decide", &yes, "approve", "--comment", "now"])
+        .run()
+        .expect_code(0);
+    let st = status(&env, "EX-yes");
+    assert_eq!(st["status"], "running", "{st}");
+    let steps = st["steps"].as_array().unwrap();
+    assert_eq!(steps[0]["status"], "completed", "{st}");
+    assert_eq!(steps[0]["comment"], "now", "{st}");
+    assert_eq!(steps[1]["status"], "ready", "{st}");
+    let shown = env.monitor().args(["show", &yes, "--json"]).run();
+    shown.expect_code(0);
+    let shown: Value = serde_json::from_str(&shown.out()).unwrap();
+    assert!(!shown["consumed_at"].is_null(), "used up: {shown}");
+    let runs = env
+        .monitor()
+        .args(["runs", "--json", "--execution", "EX-yes"])
+        .run();
+    let runs: Value = serde_json::from_str(&runs.out()).unwrap();
+    assert_eq!(runs[0]["status"], "completed", "{runs}");
+    assert_eq!(
+        runs[0]["reason"],
+        format!("approved by {}: now", crate::dashboard::current_user()),
+        "{runs}"
+    );
+    assert!(!env.work().join("ran").exists());
+    env.monitor()
+        .args(["pipeline", "resume", "EX-yes"])
+        .timeout(Duration::from_secs(60))
+        .run()
+        .expect_code(0);
+    assert_eq!(ran(&env), ["ship now"]);
+
+    env.monitor()
+        .args(["decide", &no, "reject", "--comment", "not today"])
+        .run()
+        .expect_code(0);
+    let st = status(&env, "EX-no");
+    assert_eq!(st["status"], "failed", "{st}");
+    assert!(
+        st["reason"].as_str().unwrap().contains("not today"),
+        "{st}"
+    );
+    assert_eq!(ran(&env), ["ship now"]);
+}

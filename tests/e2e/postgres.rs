@@ -1512,6 +1512,39 @@ fn a_pipeline_on_the_server_store_is_moved_by_its_runner_login_and_decided_by_it
         runner.user
     );
 
+    // Left waiting (--detach), then decided with no runner alive: the operator's decision
+    // moves the step in its own transaction (the question's run ends, the answer is used
+    // up, the next step is ready), and a resume runs the rest.
+    as_login(
+        &runner,
+        &["pipeline", "run", "--detach", "--execution-id", "EX-pg3"],
+    )
+    .arg(&f)
+    .run()
+    .expect_code(90);
+    let ap3 = db.value(
+        "SELECT approval_id FROM hr.approvals WHERE status = 'pending' AND execution_id = 'EX-pg3'",
+    );
+    as_login(&operator, &["decide", &ap3, "approve", "--comment", "later"])
+        .run()
+        .expect_code(0);
+    assert_eq!(
+        db.value("SELECT status || ' ' || (SELECT string_agg(s->>'node' || ':' || (s->>'status'), ',') FROM jsonb_array_elements(steps) s) FROM hr.pipelines WHERE execution_id = 'EX-pg3'"),
+        "running build:completed,ok:completed,ship:ready"
+    );
+    assert_eq!(
+        db.value(&format!("SELECT r.status || ' ' || (a.consumed_at IS NOT NULL) FROM hr.approvals a JOIN hr.tool_runs r USING (tool_run_id) WHERE a.approval_id = '{ap3}'")),
+        "completed true"
+    );
+    as_login(&runner, &["pipeline", "resume", "EX-pg3"])
+        .run()
+        .expect_code(0);
+    assert!(
+        std::fs::read_to_string(env.work().join("ran"))
+            .unwrap()
+            .ends_with("ship later\n")
+    );
+
     // Left waiting (--detach), then cancelled by an operator: an operator only cancels.
     as_login(
         &runner,
@@ -1533,7 +1566,7 @@ fn a_pipeline_on_the_server_store_is_moved_by_its_runner_login_and_decided_by_it
         .iter()
         .map(|e| e["execution_id"].as_str().unwrap())
         .collect();
-    assert_eq!(listed, ["EX-pg2", "EX-pg"], "{v}");
+    assert_eq!(listed, ["EX-pg2", "EX-pg3", "EX-pg"], "{v}");
     let (st, v) = served.json("GET", "/api/v1/executions/EX-pg2", &bob, None);
     assert_eq!(st, 200, "{v}");
     assert_eq!(v["pipeline"]["status"], "waiting_approval", "{v}");

@@ -2,9 +2,9 @@
 //! `file` reads and checks a pipeline file; `engine` is the pure state machine that says,
 //! from the steps' states and one outcome, what happens next.
 
-pub mod engine;
-pub mod file;
 pub mod run;
+
+pub use hr_shared::pipeline::{engine, file};
 
 use hr_shared::paths::StatePaths;
 use hr_shared::store::OperatorStore;

@@ -1021,44 +1021,28 @@ impl Driver {
             if a.status == ApprovalStatus::Pending {
                 continue;
             }
-            let approved =
-                a.status == ApprovalStatus::Approved && a.chosen_value.as_deref() != Some("reject");
-            let outcome = if approved {
-                Outcome::Approved {
-                    comment: a.comment.clone(),
-                    choice: a.chosen_value.clone(),
-                }
-            } else {
-                Outcome::Rejected {
-                    reason: decision_reason(&a),
-                }
-            };
+            let approved = hr_shared::pipeline::approves(&a);
             self.say(format!(
                 "{}: {} by {}",
                 s.node,
                 if approved { "approved" } else { "not approved" },
                 hr_shared::sanitize::sanitize_line(a.decided_by.as_deref().unwrap_or("nobody"))
             ));
-            // The question's run ends with the decision, and the answer is used up.
+            // The question's run ends with the decision, and the answer is used up (only a
+            // run still waiting: a decision that moved the step ended it already).
             if let Some(run) = &r.tool_run_id {
-                let change = StatusChange {
-                    exit_code: Some(if approved { 0 } else { 1 }),
-                    finished: true,
-                    ..StatusChange::to(
-                        if approved {
-                            RunStatus::Completed
-                        } else {
-                            RunStatus::Failed
-                        },
-                        Some(decision_reason(&a)),
-                    )
-                };
                 let actor = proc::current_user();
                 self.store
-                    .close_step_run(run, Some(&a.approval_id), change, &actor)
+                    .close_step_run(
+                        run,
+                        Some(&a.approval_id),
+                        hr_shared::pipeline::closing(&a),
+                        &actor,
+                    )
                     .map_err(|e| e.to_string())?;
                 crash_point("after-close");
             }
+            let outcome = hr_shared::pipeline::outcome_of(&a);
             self.apply(id, &s.node, s.iteration, outcome)?;
         }
         Ok(())
@@ -1241,17 +1225,4 @@ fn step_mut<'a>(steps: &'a mut [Step], s: &Step) -> Option<&'a mut Step> {
 /// Whether the execution takes no new step: it has ended (cancelled too) or a step failed.
 fn stopped(v: &View) -> bool {
     v.ex.is_final() || matches!(engine::status(&v.steps), ExecutionStatus::Failed(_))
-}
-
-/// What a decision that did not approve says.
-fn decision_reason(a: &Approval) -> String {
-    let by = a.decided_by.as_deref().unwrap_or("nobody");
-    let what = match a.status {
-        ApprovalStatus::Expired => "expired".to_owned(),
-        _ => format!("rejected by {by}"),
-    };
-    match a.comment.as_deref().filter(|c| !c.is_empty()) {
-        Some(c) => format!("{what}: {c}"),
-        None => what,
-    }
 }

@@ -93,10 +93,8 @@ pub trait PipelineStore: RunnerStore {
         if let Some(a) = approval_id {
             writes.push(super::RunWrite::Consume(a.to_owned()));
         }
-        writes.push(super::RunWrite::Status(
-            change,
-            super::Replace::AnyButCancelled,
-        ));
+        // Only a run still waiting: one the decision ended already stays as it ended.
+        writes.push(super::RunWrite::Status(change, super::Replace::Live));
         self.record(tool_run_id, &writes, actor, false).map(|_| ())
     }
 }
@@ -251,6 +249,65 @@ impl PipelineStore for SqliteStore {
             Ok(n == 1)
         })
     }
+}
+
+/// In a decision's own transaction (embedded store): the human step that decision `a`
+/// answers moves (the next steps become ready, or the execution fails), the run it asked in
+/// ends and the approval is used up. Its events (the run's end); none when `a` is no
+/// pipeline step's, or the step does not wait for it — the runner then moves nothing, or
+/// (a row it cannot read) says why.
+pub(crate) fn decided_in(
+    tx: &rusqlite::Transaction<'_>,
+    a: &crate::approvals::Approval,
+    actor: &str,
+) -> StoreResult<Vec<crate::event::LogEvent>> {
+    let Some(run) = crate::runs::get(tx, &a.tool_run_id)? else {
+        return Ok(Vec::new());
+    };
+    let Some((exid, node, iteration)) = crate::pipeline::step_of(&run) else {
+        return Ok(Vec::new());
+    };
+    let Some(ex) = tx
+        .query_row(
+            &format!("SELECT {COLUMNS} FROM pipelines WHERE execution_id = ?1"),
+            [&exid],
+            from_row,
+        )
+        .optional()?
+    else {
+        return Ok(Vec::new());
+    };
+    let Ok(Some(moved)) = crate::pipeline::decided(&ex, a, &node, iteration) else {
+        return Ok(Vec::new());
+    };
+    let n = tx.execute(
+        "UPDATE pipelines SET steps = ?3, status = ?4, reason = ?5, updated_at = ?6,
+             version = version + 1
+         WHERE execution_id = ?1 AND version = ?2",
+        params![
+            moved.execution_id,
+            moved.version,
+            moved.steps.to_string(),
+            moved.status,
+            moved.reason,
+            crate::time::now_rfc3339(),
+        ],
+    )?;
+    if n != 1 {
+        return Ok(Vec::new());
+    }
+    crate::approvals::consume(tx, &a.approval_id, &run.tool_run_id, actor)?;
+    let change = crate::pipeline::closing(a);
+    let previous = crate::runs::change_status(
+        tx,
+        &run.tool_run_id,
+        &change,
+        actor,
+        crate::runs::Guard::Not(crate::status::RunStatus::Cancelled),
+    )?;
+    Ok(previous
+        .map(|p| vec![run.status_event(Some(p), &change)])
+        .unwrap_or_default())
 }
 
 #[cfg(test)]

@@ -683,6 +683,7 @@ GRANT EXECUTE ON FUNCTION
     hr.step_approvals(text, text)
     TO headless_runner, headless_operator, headless_viewer;
 GRANT EXECUTE ON FUNCTION hr.pipeline_swap(jsonb) TO headless_runner, headless_operator;
+GRANT EXECUTE ON FUNCTION hr.pipeline_decided(text, jsonb) TO headless_operator;
 GRANT EXECUTE ON FUNCTION hr.pipeline_insert(jsonb) TO headless_runner;
 "#;
 
@@ -1761,10 +1762,10 @@ impl OperatorStore for PgOperator {
             Err(_) => return Ok(Done::quiet(DecideOutcome::Conflict(Box::new(current)))),
         };
         let status = resolution.status.as_str();
-        let doc: String = self
-            .pg
-            .tx(|tx| {
-                tx.query_one(
+        let mut closed = None;
+        let doc: String = self.pg.tx(|tx| {
+            let doc: String = tx
+                .query_one(
                     "SELECT hr.decide($1, $2, $3, $4, $5)::text",
                     &[
                         &approval_id,
@@ -1773,9 +1774,18 @@ impl OperatorStore for PgOperator {
                         &who.comment,
                         &who.channel,
                     ],
-                )
-            })?
-            .get(0);
+                )?
+                .get(0);
+            // A pipeline's human step moves with its decision, in this transaction.
+            closed = None;
+            if let Ok(v) = serde_json::from_str::<serde_json::Value>(&doc)
+                && v["outcome"] == "decided"
+                && let Ok(a) = serde_json::from_value::<Approval>(v["approval"].clone())
+            {
+                closed = pipeline_decided(tx, &a)?;
+            }
+            Ok(doc)
+        })?;
         let doc: serde_json::Value = from_json(&doc)?;
         let Some(after) = doc.get("approval").filter(|a| !a.is_null()) else {
             return Ok(Done::quiet(DecideOutcome::NotFound));
@@ -1783,7 +1793,7 @@ impl OperatorStore for PgOperator {
         let after: Approval = from_value(after)?;
         Ok(match doc.get("outcome").and_then(|o| o.as_str()) {
             Some("decided") | Some("expired") => {
-                let events = vec![after.status_event()];
+                let events = std::iter::once(after.status_event()).chain(closed).collect();
                 let decided = doc.get("outcome").and_then(|o| o.as_str()) == Some("decided");
                 Done::with_events(
                     if decided {
@@ -2227,6 +2237,74 @@ impl OperatorStore for PgOperator {
 // ------------------------------------------------------------------------------------------
 // Pipelines (`monitor pipeline`): a runner login's session starts and moves its executions;
 // an operator's reads them and cancels. What each may do is checked by `hr.pipeline_*`.
+
+/// After an operator's decision, in its transaction: the pipeline human step it answers
+/// moves (`hr.pipeline_decided` checks it), the run the step asked in ends and the approval
+/// is used up. The run's end event, when it moved.
+fn pipeline_decided(
+    tx: &mut postgres::Transaction<'_>,
+    a: &Approval,
+) -> Result<Option<LogEvent>, postgres::Error> {
+    let row = tx.query_opt(
+        "SELECT hr.run_doc(r)::text FROM hr.tool_runs r WHERE tool_run_id = $1",
+        &[&a.tool_run_id],
+    )?;
+    let Some(run) = row
+        .and_then(|r| r.get::<_, Option<String>>(0))
+        .and_then(|t| serde_json::from_str::<ToolRun>(&t).ok())
+    else {
+        return Ok(None);
+    };
+    let Some((exid, node, iteration)) = crate::pipeline::step_of(&run) else {
+        return Ok(None);
+    };
+    let Some(ex) = tx
+        .query_opt(
+            "SELECT x::text FROM hr.pipeline_docs($1, false, 1) x",
+            &[&exid],
+        )?
+        .and_then(|r| r.get::<_, Option<String>>(0))
+        .and_then(|t| serde_json::from_str::<super::pipelines::Execution>(&t).ok())
+    else {
+        return Ok(None);
+    };
+    let Ok(Some(moved)) = crate::pipeline::decided(&ex, a, &node, iteration) else {
+        return Ok(None);
+    };
+    let moved_it: bool = tx
+        .query_one(
+            "SELECT hr.pipeline_decided($1, $2::text::jsonb)",
+            &[&a.approval_id, &to_json(&moved)],
+        )?
+        .get(0);
+    if !moved_it {
+        return Ok(None);
+    }
+    let change = crate::pipeline::closing(a);
+    let from = vec![RunStatus::WaitingApproval.as_str()];
+    tx.query_one(
+        "SELECT hr.consume($1, $2)",
+        &[&a.approval_id, &run.tool_run_id],
+    )?;
+    let previous: Option<String> = tx
+        .query_one(
+            "SELECT hr.close_run($1, $2, $3, $4, $5, $6, $7, $8)",
+            &[
+                &run.tool_run_id,
+                &change.status.as_str(),
+                &change.reason,
+                &change.exit_code,
+                &change.finished,
+                &change.error,
+                &change.at,
+                &from,
+            ],
+        )?
+        .get(0);
+    Ok(previous
+        .and_then(|p| p.parse().ok())
+        .map(|p| run.status_event(Some(p), &change)))
+}
 
 impl super::pipelines::PipelineStore for PgRunner {
     fn pipeline_insert(&mut self, ex: &super::pipelines::Execution) -> StoreResult<bool> {

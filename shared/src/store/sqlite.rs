@@ -368,9 +368,17 @@ impl OperatorStore for SqliteStore {
         value: &str,
         who: &Decider<'_>,
     ) -> StoreResult<Done<DecideOutcome>> {
-        let out = self.write(|tx| approvals::decide(tx, approval_id, value, who))?;
+        let mut moved = Vec::new();
+        let out = self.write(|tx| {
+            let out = approvals::decide(tx, approval_id, value, who)?;
+            // A pipeline's human step moves with its decision.
+            if let DecideOutcome::Decided(a) = &out {
+                moved = super::pipelines::decided_in(tx, a, who.by)?;
+            }
+            Ok(out)
+        })?;
         let events = match &out {
-            DecideOutcome::Decided(a) => vec![a.status_event()],
+            DecideOutcome::Decided(a) => std::iter::once(a.status_event()).chain(moved).collect(),
             // Deciding found it overdue and expired it: that is news too.
             DecideOutcome::Conflict(a)
                 if a.decision_channel.as_deref() == Some("system:expiry") =>

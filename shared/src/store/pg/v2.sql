@@ -242,3 +242,61 @@ BEGIN
     PERFORM hr.ring(p_approval);
     RETURN jsonb_build_object('outcome', 'decided', 'approval', to_jsonb(a));
 END $$;
+
+-- In a decision's own transaction (an operator's, right after hr.decide): execution `p`
+-- moved by decision `p_approval` on its human step, as the engine computed it. Written only
+-- when the step waited for that approval's run and now says what the decision said (and
+-- no human step is completed without an operator's approval); false when there is nothing
+-- to move this way (the runner then moves it).
+CREATE FUNCTION hr.pipeline_decided(p_approval text, p jsonb) RETURNS boolean
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = hr, pg_temp AS $$
+DECLARE
+    a hr.approvals;
+    r hr.tool_runs;
+    cur hr.pipelines;
+    step text;
+    ex text;
+    node text;
+    it text;
+    want text;
+BEGIN
+    IF NOT hr.is_operator() THEN
+        RAISE EXCEPTION '%: only an operator''s decision moves a pipeline this way', session_user
+            USING ERRCODE = 'insufficient_privilege';
+    END IF;
+    SELECT * INTO a FROM hr.approvals WHERE approval_id = p_approval;
+    IF NOT FOUND OR a.status = 'pending' OR a.consumed_at IS NOT NULL THEN
+        RETURN false;
+    END IF;
+    SELECT * INTO r FROM hr.tool_runs WHERE tool_run_id = a.tool_run_id;
+    IF NOT FOUND OR r.tool_name <> 'pipeline' OR r.metadata->>'pipeline' IS NULL THEN
+        RETURN false;
+    END IF;
+    step := r.metadata->>'pipeline';
+    ex := split_part(step, '/', 1);
+    node := regexp_replace(substr(step, length(ex) + 2), '#[0-9]+$', '');
+    it := substring(step from '#([0-9]+)$');
+    SELECT * INTO cur FROM hr.pipelines WHERE execution_id = ex FOR UPDATE;
+    IF NOT FOUND OR cur.execution_id IS DISTINCT FROM p->>'execution_id'
+       OR cur.version <> (p->>'version')::bigint OR hr.is_final(cur.status) THEN
+        RETURN false;
+    END IF;
+    IF NOT EXISTS (SELECT 1 FROM jsonb_array_elements(cur.steps) s
+                   WHERE s->>'node' = node AND s->>'iteration' = it
+                     AND s->>'status' = 'waiting_approval'
+                     AND s->'run'->>'tool_run_id' = r.tool_run_id) THEN
+        RETURN false;
+    END IF;
+    want := CASE WHEN a.status = 'approved' AND coalesce(a.chosen_value, '') <> 'reject'
+        THEN 'completed' ELSE 'failed' END;
+    IF NOT EXISTS (SELECT 1 FROM jsonb_array_elements(p->'steps') s
+                   WHERE s->>'node' = node AND s->>'iteration' = it AND s->>'status' = want) THEN
+        RETURN false;
+    END IF;
+    PERFORM hr.check_human_steps(cur.execution_id, cur.definition, cur.steps, p->'steps');
+    UPDATE hr.pipelines SET steps = p->'steps', status = p->>'status', reason = p->>'reason',
+        updated_at = hr.now(), version = version + 1
+    WHERE execution_id = cur.execution_id;
+    PERFORM pg_notify('headless_run', '');
+    RETURN true;
+END $$;

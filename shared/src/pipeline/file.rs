@@ -673,7 +673,7 @@ fn check(def: &Definition, at: &At<'_>) -> Result<(), FileError> {
                     ));
                 }
                 for d in [&run.timeout, &run.stall_timeout].into_iter().flatten() {
-                    hr_shared::time::parse_duration(d)
+                    crate::time::parse_duration(d)
                         .map_err(|e| at(d, format!("{} `{}`: {e}", n.kind.name(), n.id)))?;
                 }
                 if let Some(p) = &run.on_prompt
@@ -728,7 +728,7 @@ fn check(def: &Definition, at: &At<'_>) -> Result<(), FileError> {
                     ));
                 }
                 if let Some(x) = expires {
-                    hr_shared::time::parse_duration(x)
+                    crate::time::parse_duration(x)
                         .map_err(|e| at(x, format!("human `{}`: expires: {e}", n.id)))?;
                 }
             }
