@@ -149,7 +149,15 @@ impl Worker {
             return Ok(());
         }
         if self.labelled.is_none() {
-            let st = hr_shared::store::pipelines::for_store(&self.paths)?;
+            let st = match hr_shared::store::pipelines::for_store(&self.paths) {
+                Ok(st) => st,
+                // Said once: this store keeps no pipelines (through a server).
+                Err(e @ StoreError::Unsupported(_)) => {
+                    self.labels.clear();
+                    return Err(e);
+                }
+                Err(e) => return Err(e),
+            };
             self.labelled = Some(crate::pipeline::run::LabelWorker::new(
                 self.paths.clone(),
                 st,
@@ -259,7 +267,10 @@ impl Worker {
         self.log(&done.effects.events);
         self.report_reconcile(&done.value);
         self.reap()?;
-        self.run_labelled(!stopping)?;
+        // Labelled steps' trouble is reported, not in the way of resuming runs.
+        if let Err(e) = self.run_labelled(!stopping) {
+            eprintln!("monitor worker: {e}");
+        }
         if stopping {
             return Ok(());
         }
@@ -271,7 +282,9 @@ impl Worker {
     /// Only reaps children and retries failed starts (between passes of `--once`).
     pub fn tend(&mut self) -> Result<(), StoreError> {
         self.reap()?;
-        self.run_labelled(false)?;
+        if let Err(e) = self.run_labelled(false) {
+            eprintln!("monitor worker: {e}");
+        }
         self.reap_pipelines();
         self.retry_failed_starts()
     }

@@ -952,9 +952,6 @@ fn a_decision_moves_its_human_step_in_the_same_transaction_with_no_runner_alive(
         .expect_code(0);
     let st = status(&env, "EX-no");
     assert_eq!(st["status"], "failed", "{st}");
-    assert!(
-        st["reason"].as_str().unwrap().contains("not today"),
-        "{st}"
-    );
+    assert!(st["reason"].as_str().unwrap().contains("not today"), "{st}");
     assert_eq!(ran(&env), ["ship now"]);
 }

@@ -1491,6 +1491,29 @@ fn a_pipeline_on_the_server_store_is_moved_by_its_runner_login_and_decided_by_it
         "{}",
         refused.stderr
     );
+    // Naming another in the channel (what a client says) changes nothing.
+    let forged = db.sql_as(
+        &other_operator,
+        &format!(
+            "SELECT hr.decide('{ap}', 'approved', 'approve', NULL, 'http:{}')",
+            operator.user
+        ),
+    );
+    assert!(
+        forged.stderr.contains("may decide this pipeline step"),
+        "{}",
+        forged.stderr
+    );
+    // A step listed twice is refused.
+    let doubled = db.sql_as(
+        &runner,
+        "SELECT hr.pipeline_swap(jsonb_set(x, '{steps}', (x->'steps') || (x->'steps'->0))) FROM hr.pipeline_docs('EX-pg', false, 1) x",
+    );
+    assert!(
+        doubled.stderr.contains("listed twice"),
+        "{}",
+        doubled.stderr
+    );
     as_login(
         &operator,
         &["decide", &ap, "approve", "--comment", "go ahead"],
@@ -1525,9 +1548,12 @@ fn a_pipeline_on_the_server_store_is_moved_by_its_runner_login_and_decided_by_it
     let ap3 = db.value(
         "SELECT approval_id FROM hr.approvals WHERE status = 'pending' AND execution_id = 'EX-pg3'",
     );
-    as_login(&operator, &["decide", &ap3, "approve", "--comment", "later"])
-        .run()
-        .expect_code(0);
+    as_login(
+        &operator,
+        &["decide", &ap3, "approve", "--comment", "later"],
+    )
+    .run()
+    .expect_code(0);
     assert_eq!(
         db.value("SELECT status || ' ' || (SELECT string_agg(s->>'node' || ':' || (s->>'status'), ',') FROM jsonb_array_elements(steps) s) FROM hr.pipelines WHERE execution_id = 'EX-pg3'"),
         "running build:completed,ok:completed,ship:ready"

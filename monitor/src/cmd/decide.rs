@@ -124,7 +124,7 @@ pub fn run(ctx: &Ctx, args: Args) -> CliResult {
     }
     let by = proc::current_user();
     // A pipeline's human step may name who decides it (a server checks its tokens itself).
-    if let Some(why) = crate::pipeline::refuse_decider(store.as_mut(), &ctx.paths, id, &by) {
+    if let Some(why) = crate::pipeline::refuse_decider(store.as_mut(), &ctx.paths, id, &by, false) {
         return Err(CliError::error(why));
     }
     let who = Decider {

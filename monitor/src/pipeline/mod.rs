@@ -12,15 +12,17 @@ use hr_shared::store::OperatorStore;
 /// Why `who` may not decide approval `approval_id`, when it is a pipeline's human step that
 /// names its deciders and `who` is not one of them; `None` otherwise (any other approval,
 /// or a step that names none). Once the approval is known to be a pipeline's human step,
-/// not being able to read its pipeline refuses too. Through a server (or on a store that
-/// keeps no pipelines) the server checks, not this.
+/// not being able to read its pipeline refuses too. Through a server the server checks,
+/// not this; on PostgreSQL the database checks the login (`hr.decide`), and `monitor serve`
+/// (`by_server`) checks the token's name here as well.
 pub fn refuse_decider(
     store: &mut dyn OperatorStore,
     paths: &StatePaths,
     approval_id: &str,
     who: &str,
+    by_server: bool,
 ) -> Option<String> {
-    if paths.server.is_some() || paths.store_url.is_some() {
+    if paths.server.is_some() || (paths.store_url.is_some() && !by_server) {
         return None;
     }
     let a = match store.approval(approval_id) {

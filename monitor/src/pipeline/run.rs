@@ -50,9 +50,13 @@ pub fn runner_gone(runner: &str, heartbeat_at: Option<&str>) -> bool {
         };
         return !proc::same_process(pid, Some(start));
     }
-    heartbeat_at
-        .and_then(time::age_of)
-        .is_none_or(|age| age > RUNNER_STALE)
+    // A beat from a clock ahead of this one is alive; none, or one that cannot be read, is
+    // gone.
+    heartbeat_at.and_then(time::parse_rfc3339).is_none_or(|at| {
+        std::time::SystemTime::now()
+            .duration_since(at)
+            .is_ok_and(|age| age > RUNNER_STALE)
+    })
 }
 
 /// How a drive ended.
@@ -101,6 +105,10 @@ pub struct Driver {
     worker_mode: bool,
     /// Lines said, kept for the caller instead of printed (the label worker's).
     kept: Option<Vec<String>>,
+    /// Outcomes of ended children not yet written (the store said no): tried again first.
+    unapplied: Vec<(String, String, u32, Outcome, i32)>,
+    /// Labelled steps said to wait for their worker (said once each).
+    told: std::collections::HashSet<(String, u32)>,
 }
 
 /// The store's row, read as the engine's types.
@@ -170,6 +178,8 @@ impl Driver {
             quiet,
             worker_mode: false,
             kept: None,
+            unapplied: Vec::new(),
+            told: std::collections::HashSet::new(),
         }
     }
 
@@ -287,10 +297,30 @@ impl Driver {
         iteration: u32,
         outcome: Outcome,
     ) -> Result<(), String> {
+        self.apply_claimed(id, node, iteration, outcome, None)
+    }
+
+    /// As [`Driver::apply`]; with `pid`, only while the step is still the claim of that
+    /// headless-run (a step taken over and started again is not settled by the first one's
+    /// late end).
+    fn apply_claimed(
+        &mut self,
+        id: &str,
+        node: &str,
+        iteration: u32,
+        outcome: Outcome,
+        pid: Option<i32>,
+    ) -> Result<(), String> {
         self.update(id, |v| {
-            if v.steps
+            let Some(t) = v
+                .steps
                 .iter()
-                .any(|s| s.node == node && s.iteration == iteration && s.status.is_final())
+                .find(|s| s.node == node && s.iteration == iteration)
+            else {
+                return Ok(false);
+            };
+            if t.status.is_final()
+                || pid.is_some_and(|p| t.run.as_ref().and_then(|r| r.pid) != Some(p))
             {
                 return Ok(false);
             }
@@ -470,8 +500,11 @@ impl Driver {
             let Some((pid, r)) = s.run.as_ref().and_then(|r| Some((r.pid?, r.clone()))) else {
                 return self.back_to_ready(id, &s);
             };
+            // On this host the process says whether it still runs; on another, only its row
+            // does: looked for as long as a worker's beat may be late.
+            let here = r.host == proc::hostname();
             let mut found = None;
-            for _ in 0..50 {
+            for _ in 0..if here { 50 } else { 150 } {
                 let runs = self.store.execution_runs(id).map_err(|e| e.to_string())?;
                 found = runs.into_iter().find(|t| {
                     t.shim_pid == Some(i64::from(pid))
@@ -479,15 +512,32 @@ impl Driver {
                         && r.pid_start
                             .is_none_or(|st| t.shim_start_time == Some(st as i64))
                 });
-                let alive = r.host == proc::hostname() && proc::same_process(pid, r.pid_start);
-                if found.is_some() || !alive {
+                if found.is_some() || (here && !proc::same_process(pid, r.pid_start)) {
                     break;
                 }
                 // Started, its row not written yet: look again shortly.
                 std::thread::sleep(Duration::from_millis(200));
             }
             let Some(t) = found else {
-                return self.back_to_ready(id, &s);
+                if here {
+                    // Its headless-run is gone without a row: it never got past its gate.
+                    return self.back_to_ready(id, &s);
+                }
+                // Released on another host, and no word of it: it may have run, so it is
+                // not started again — the step fails.
+                self.say(format!(
+                    "{}: its headless-run on {} left no record",
+                    s.node, r.host
+                ));
+                return self.apply(
+                    id,
+                    &s.node,
+                    s.iteration,
+                    Outcome::Exited {
+                        code: 125,
+                        result: None,
+                    },
+                );
             };
             let code = if t.exit_code.is_some() && t.status.is_final() {
                 self.say(format!(
@@ -591,11 +641,19 @@ impl Driver {
                 reason: None,
                 run: None,
             };
-            let id = s.execution.as_str();
-            let result = read_result(&result_file(&self.paths, id, &probe));
+            let id = s.execution.clone();
+            let result = read_result(&result_file(&self.paths, &id, &probe));
             crash_point("after-exit");
             self.say(format!("{}: exited with {code}", s.node));
-            self.apply(id, &s.node, s.iteration, Outcome::Exited { code, result })?;
+            let pid = s.child.id() as i32;
+            let outcome = Outcome::Exited { code, result };
+            self.unapplied
+                .push((id, s.node.clone(), s.iteration, outcome, pid));
+        }
+        // Oldest first, those a store error kept from being written included.
+        while let Some((ex, node, iteration, outcome, pid)) = self.unapplied.first().cloned() {
+            self.apply_claimed(&ex, &node, iteration, outcome, Some(pid))?;
+            self.unapplied.remove(0);
         }
         Ok(())
     }
@@ -612,9 +670,20 @@ impl Driver {
             let Some(node) = v.def.node(&s.node) else {
                 continue;
             };
+            // A labelled step waits for a worker of its label (`monitor worker --labels`):
+            // said once.
+            if let Kind::Task { run } | Kind::Gate { run, .. } = &node.kind
+                && let Some(label) = &run.host
+            {
+                if self.told.insert((s.node.clone(), s.iteration)) {
+                    self.say(format!(
+                        "{}: waits for a worker of label `{label}` (monitor worker --labels {label} on that host, with this store)",
+                        s.node
+                    ));
+                }
+                continue;
+            }
             match &node.kind {
-                // A labelled step waits for a worker of its label (`monitor worker --labels`).
-                Kind::Task { run } | Kind::Gate { run, .. } if run.host.is_some() => {}
                 Kind::Task { .. } | Kind::Gate { .. } => self.start_command(id, v, &s)?,
                 Kind::Human { .. } => self.ask_human(id, v, &s)?,
                 _ => {}
@@ -747,7 +816,7 @@ impl Driver {
                 .map(|(k, val)| (format!("PIPELINE_VAR_{k}"), val.clone())),
         )
         .envs(&run.env)
-        .envs(&s.env)
+        .envs(s.env.iter().filter(|(k, _)| v.def.allows_env(&s.node, k)))
         .env(hr_shared::mode::ENV_EXECUTION_ID, id)
         .env(hr_shared::event::ENV_RESULT_FILE, &result)
         .env(
@@ -1117,7 +1186,14 @@ impl LabelWorker {
             .collect();
         let beat = self.beat.elapsed() >= HEARTBEAT;
         for (ex, node, iteration) in &mine {
-            let v = d.load(ex)?;
+            // One execution that cannot be read stops neither the others nor their beats.
+            let v = match d.load(ex) {
+                Ok(v) => v,
+                Err(e) => {
+                    d.say(e);
+                    continue;
+                }
+            };
             if v.ex.status == "cancelled" {
                 for s in d
                     .started
@@ -1131,7 +1207,7 @@ impl LabelWorker {
             }
             if beat {
                 let me = d.me.clone();
-                d.update(ex, |w| {
+                let beaten = d.update(ex, |w| {
                     let Some(t) = w
                         .steps
                         .iter_mut()
@@ -1149,7 +1225,10 @@ impl LabelWorker {
                         }
                         _ => Ok(false),
                     }
-                })?;
+                });
+                if let Err(e) = beaten {
+                    d.say(e);
+                }
             }
         }
         if beat {
@@ -1190,15 +1269,10 @@ impl LabelWorker {
                 .cloned()
                 .collect();
             for s in ready {
-                d.say(format!("{id}: step {} (label {})", s.node, {
-                    match v.def.node(&s.node).map(|n| &n.kind) {
-                        Some(Kind::Task { run } | Kind::Gate { run, .. }) => {
-                            run.host.clone().unwrap_or_default()
-                        }
-                        _ => String::new(),
-                    }
-                }));
-                d.start_command(&id, &v, &s)?;
+                d.say(format!("{id}: step {} (its label is one of ours)", s.node));
+                if let Err(e) = d.start_command(&id, &v, &s) {
+                    d.say(format!("{id}: step {}: {e}", s.node));
+                }
             }
         }
         Ok(())

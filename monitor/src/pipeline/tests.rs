@@ -703,3 +703,39 @@ fn a_result_cannot_be_mapped_into_what_changes_what_runs() {
     );
     assert!(e.message.contains("max_iterations is from 1 to"), "{e}");
 }
+
+#[test]
+fn a_host_label_is_checked_and_a_step_gets_only_the_variables_mapped_into_it() {
+    let e = error("nodes:\n  - { id: a, kind: task, command: 'true', host: 'prod host' }\n");
+    assert!(e.to_string().contains("host label"), "{e}");
+    let def = parse(
+        "nodes:\n  - { id: a, kind: task, command: 'true', host: prod-1 }\n  - { id: b, kind: task, command: 'true' }\nedges:\n  - { from: a, to: b, map: { BUILD: steps.a.result.id } }\n",
+    )
+    .unwrap();
+    assert!(def.allows_env("b", "BUILD"));
+    assert!(def.allows_env("b", super::engine::ENV_COMMENT));
+    // Not mapped into it, or mapped elsewhere, or what loads code: never from the row.
+    assert!(!def.allows_env("a", "BUILD"));
+    assert!(!def.allows_env("b", "BASH_ENV"));
+    assert!(!def.allows_env("b", "PIPELINE_VAR_TARGET"));
+}
+
+#[test]
+fn a_runner_or_worker_is_gone_by_its_beat_and_a_clock_ahead_is_alive() {
+    use super::run::runner_gone;
+    let now = hr_shared::time::now_rfc3339();
+    let old = "2000-01-01T00:00:00.000Z";
+    let ahead = hr_shared::time::to_rfc3339(
+        std::time::SystemTime::now() + std::time::Duration::from_secs(5),
+    );
+    let elsewhere = "no-such-host-hr 1 1";
+    assert!(!runner_gone(elsewhere, Some(&now)));
+    assert!(
+        !runner_gone(elsewhere, Some(&ahead)),
+        "a clock ahead is alive"
+    );
+    assert!(runner_gone(elsewhere, Some(old)));
+    assert!(runner_gone(elsewhere, None));
+    assert!(runner_gone(elsewhere, Some("not a time")));
+    assert!(runner_gone("garbled", Some(&now)));
+}

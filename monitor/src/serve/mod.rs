@@ -851,7 +851,7 @@ async fn decide_as(
                 comment: comment.as_deref(),
             };
             // A pipeline's human step may name who decides it.
-            if let Some(why) = crate::pipeline::refuse_decider(st, &paths, &id, &by) {
+            if let Some(why) = crate::pipeline::refuse_decider(st, &paths, &id, &by, true) {
                 return Err(ApiError::new(StatusCode::FORBIDDEN, why));
             }
             let done = st.decide(&id, &value, &who).map_err(ApiError::store)?;

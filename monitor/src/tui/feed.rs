@@ -772,7 +772,8 @@ impl Feed {
         let user = self.user.clone();
         let paths = self.paths.clone();
         let store = self.writable()?;
-        if let Some(why) = crate::pipeline::refuse_decider(store, &paths, approval_id, &user) {
+        if let Some(why) = crate::pipeline::refuse_decider(store, &paths, approval_id, &user, false)
+        {
             return Err(why);
         }
         let who = Decider {

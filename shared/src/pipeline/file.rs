@@ -236,13 +236,25 @@ impl Definition {
     }
 
     /// Parses and checks `text` as the contents of `file` (subgraphs relative to it).
-    #[cfg(test)]
     pub fn parse(file: &Path, text: &str) -> Result<Definition, FileError> {
         parse(file, text, 0, &mut Vec::new())
     }
 
     pub fn node(&self, id: &str) -> Option<&Node> {
         self.nodes.iter().find(|n| n.id == id)
+    }
+
+    /// Whether a step of `node` may get `key` in its environment from the steps' state:
+    /// the approver's comment, or a variable an edge into it maps (and no variable that
+    /// loads code or changes what runs). What a stored row says beyond that is not used:
+    /// on the PostgreSQL store a supervised tool holding the runner's login could write it.
+    pub fn allows_env(&self, node: &str, key: &str) -> bool {
+        key == super::engine::ENV_COMMENT
+            || (!dangerous_var(key)
+                && self
+                    .edges
+                    .iter()
+                    .any(|e| e.to == node && e.map.contains_key(key)))
     }
 
     /// The edges out of `id`.

@@ -1793,7 +1793,9 @@ impl OperatorStore for PgOperator {
         let after: Approval = from_value(after)?;
         Ok(match doc.get("outcome").and_then(|o| o.as_str()) {
             Some("decided") | Some("expired") => {
-                let events = std::iter::once(after.status_event()).chain(closed).collect();
+                let events = std::iter::once(after.status_event())
+                    .chain(closed)
+                    .collect();
                 let decided = doc.get("outcome").and_then(|o| o.as_str()) == Some("decided");
                 Done::with_events(
                     if decided {

@@ -56,24 +56,33 @@ LANGUAGE sql STABLE SECURITY DEFINER SET search_path = hr, pg_temp AS $$
     LIMIT greatest(p_limit, 0)
 $$;
 
--- Refuses a human step of `p_new` that is completed (and was not in `p_old`) unless its
--- approval is of that step's own question and an operator's login approved it.
-CREATE FUNCTION hr.check_human_steps(p_ex text, p_def jsonb, p_old jsonb, p_new jsonb)
-RETURNS void LANGUAGE plpgsql STABLE AS $$
+-- Refuses steps `p_new` (of execution `p_ex`, pipeline `p_name`, started by `p_owner`)
+-- where one (node, iteration) is listed twice, or a human step is completed (newly, or
+-- changed since `p_old`) unless by an approval of its own question, asked in the step's
+-- own run (a run of the owner's, `pipeline NAME NODE`), that an operator's login approved.
+CREATE FUNCTION hr.check_human_steps(p_ex text, p_name text, p_owner text, p_def jsonb,
+    p_old jsonb, p_new jsonb) RETURNS void LANGUAGE plpgsql STABLE AS $$
 DECLARE
     s jsonb;
 BEGIN
+    IF EXISTS (SELECT 1 FROM jsonb_array_elements(p_new) x
+               GROUP BY x->>'node', x->>'iteration' HAVING count(*) > 1) THEN
+        RAISE EXCEPTION 'pipeline %: a step listed twice', p_ex
+            USING ERRCODE = 'insufficient_privilege';
+    END IF;
     FOR s IN SELECT x FROM jsonb_array_elements(p_new) x
         WHERE x->>'status' = 'completed'
           AND EXISTS (SELECT 1 FROM jsonb_array_elements(p_def->'nodes') n
                       WHERE n->>'id' = x->>'node' AND n->>'kind' = 'human')
           AND NOT EXISTS (SELECT 1 FROM jsonb_array_elements(p_old) o
-                          WHERE o->>'node' = x->>'node' AND o->'iteration' = x->'iteration'
-                            AND o->>'status' = 'completed')
+                          WHERE o->>'node' = x->>'node' AND o->>'iteration' = x->>'iteration'
+                            AND o->>'status' = 'completed' AND o = x)
     LOOP
         IF NOT EXISTS (
-            SELECT 1 FROM hr.approvals a JOIN hr.tool_runs r USING (tool_run_id)
+            SELECT 1 FROM hr.approvals a JOIN hr.tool_runs r USING (tool_run_id),
+                jsonb_array_elements(p_def->'nodes') n
             WHERE a.approval_id = s->'run'->>'approval_id'
+              AND a.tool_run_id = s->'run'->>'tool_run_id'
               AND a.status = 'approved'
               AND coalesce(a.chosen_value, '') <> 'reject'
               AND a.decision_channel NOT LIKE 'policy:%'
@@ -81,7 +90,10 @@ BEGIN
               AND EXISTS (SELECT 1 FROM pg_roles g WHERE g.rolname = a.decided_by
                           AND pg_has_role(g.rolname, 'headless_operator', 'MEMBER')
                           AND NOT pg_has_role(g.rolname, 'headless_runner', 'MEMBER'))
+              AND n->>'id' = s->>'node' AND a.question = n->>'question'
               AND r.tool_name = 'pipeline' AND r.execution_id = p_ex
+              AND r.runner_login = p_owner
+              AND r.argv_json = jsonb_build_array('pipeline', p_name, s->>'node')
               AND r.metadata->>'pipeline'
                   = format('%s/%s#%s', p_ex, s->>'node', s->>'iteration'))
         THEN
@@ -106,7 +118,7 @@ BEGIN
     r.version := coalesce(r.version, 0);
     r.created_at := coalesce(r.created_at, hr.now());
     r.updated_at := hr.now();
-    PERFORM hr.check_human_steps(r.execution_id, r.definition, '[]', r.steps);
+    PERFORM hr.check_human_steps(r.execution_id, r.name, r.owner, r.definition, '[]', r.steps);
     INSERT INTO hr.pipelines SELECT r.* ON CONFLICT (execution_id) DO NOTHING;
     GET DIAGNOSTICS n = ROW_COUNT;
     IF n > 0 THEN
@@ -125,16 +137,17 @@ DECLARE
     status_ text := p->>'status';
 BEGIN
     SELECT * INTO cur FROM hr.pipelines WHERE execution_id = p->>'execution_id' FOR UPDATE;
-    IF NOT FOUND OR cur.version <> (p->>'version')::bigint THEN
+    IF NOT FOUND OR cur.version IS DISTINCT FROM (p->>'version')::bigint THEN
         RETURN false;
     END IF;
     IF cur.owner = session_user THEN
-        IF hr.is_final(cur.status) AND status_ IS DISTINCT FROM cur.status THEN
+        IF hr.is_final(cur.status) AND (status_ IS DISTINCT FROM cur.status
+                                        OR cur.steps IS DISTINCT FROM p->'steps') THEN
             RAISE EXCEPTION 'pipeline %: it has ended (%)', cur.execution_id, cur.status
                 USING ERRCODE = 'check_violation';
         END IF;
-        PERFORM hr.check_human_steps(cur.execution_id, cur.definition, cur.steps,
-            p->'steps');
+        PERFORM hr.check_human_steps(cur.execution_id, cur.name, cur.owner, cur.definition,
+            cur.steps, p->'steps');
         UPDATE hr.pipelines SET steps = p->'steps', status = status_, reason = p->>'reason',
             runner = p->>'runner', heartbeat_at = p->>'heartbeat_at', updated_at = hr.now(),
             version = version + 1
@@ -178,9 +191,9 @@ LANGUAGE sql STABLE SECURITY DEFINER SET search_path = hr, pg_temp AS $$
 $$;
 
 -- Refuses a decision on a pipeline's human step that names its deciders by a login not
--- among them. Through `monitor serve` (channel `http:TOKEN`) the token's name counts: the
--- server checked the token, and records its own login.
-CREATE FUNCTION hr.check_decider(a hr.approvals, p_channel text) RETURNS void
+-- among them (through `monitor serve` that is the server's login; the server checks the
+-- token's name as well). A channel is the client's word, so it never counts here.
+CREATE FUNCTION hr.check_decider(a hr.approvals) RETURNS void
 LANGUAGE plpgsql STABLE AS $$
 DECLARE
     step text;
@@ -188,8 +201,7 @@ DECLARE
     node text;
     found_ boolean;
     allowed jsonb;
-    who text := CASE WHEN p_channel LIKE 'http:%' THEN substr(p_channel, 6)
-        ELSE session_user END;
+    who text := session_user;
 BEGIN
     SELECT r.metadata->>'pipeline' INTO step FROM hr.tool_runs r
     WHERE r.tool_run_id = a.tool_run_id AND r.tool_name = 'pipeline';
@@ -227,7 +239,7 @@ BEGIN
     IF NOT FOUND THEN
         RETURN jsonb_build_object('outcome', 'missing');
     END IF;
-    PERFORM hr.check_decider(a, p_channel);
+    PERFORM hr.check_decider(a);
     IF hr.expire_one(p_approval) THEN
         RETURN jsonb_build_object('outcome', 'expired', 'approval', hr.approval_row(p_approval));
     END IF;
@@ -278,7 +290,7 @@ BEGIN
     it := substring(step from '#([0-9]+)$');
     SELECT * INTO cur FROM hr.pipelines WHERE execution_id = ex FOR UPDATE;
     IF NOT FOUND OR cur.execution_id IS DISTINCT FROM p->>'execution_id'
-       OR cur.version <> (p->>'version')::bigint OR hr.is_final(cur.status) THEN
+       OR cur.version IS DISTINCT FROM (p->>'version')::bigint OR hr.is_final(cur.status) THEN
         RETURN false;
     END IF;
     IF NOT EXISTS (SELECT 1 FROM jsonb_array_elements(cur.steps) s
@@ -293,7 +305,8 @@ BEGIN
                    WHERE s->>'node' = node AND s->>'iteration' = it AND s->>'status' = want) THEN
         RETURN false;
     END IF;
-    PERFORM hr.check_human_steps(cur.execution_id, cur.definition, cur.steps, p->'steps');
+    PERFORM hr.check_human_steps(cur.execution_id, cur.name, cur.owner, cur.definition,
+        cur.steps, p->'steps');
     UPDATE hr.pipelines SET steps = p->'steps', status = p->>'status', reason = p->>'reason',
         updated_at = hr.now(), version = version + 1
     WHERE execution_id = cur.execution_id;
