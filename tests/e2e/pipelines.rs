@@ -843,6 +843,13 @@ edges:
         "{}",
         runner.stderr_now()
     );
+    // A label that is no label is refused before anything runs.
+    let bad = env
+        .monitor()
+        .args(["worker", "--once", "--labels", "build er"])
+        .run();
+    bad.expect_code(2);
+    assert!(bad.stderr.contains("a label is"), "{}", bad.stderr);
     // A worker of another label runs nothing.
     let other = env
         .monitor()

@@ -25,12 +25,19 @@ error is reported on stderr and the next pass goes on. SIGINT/SIGTERM stop the w
 between passes: it then waits for the re-runs it started (a second signal leaves them
 running; a later worker closes their waiting runs).
 
+Pipelines: an execution whose runner is gone, or that a decision moved while no runner
+was alive, is resumed with `monitor pipeline resume`. With --labels, the worker also runs
+the ready steps whose `host:` is one of its labels (of the executions its store shows it:
+on PostgreSQL, those its own login started), beats on them while they run, and writes
+their outcomes; the execution's runner goes on from there.
+
 --once does one pass, waits for the re-runs it started (retrying failed starts), and exits:
 0, or 1 when the database could not be used.
 
 Examples:
   monitor worker                         # in a spare terminal, or as a service
-  monitor worker --once                  # one pass, e.g. from cron or after monitor wait";
+  monitor worker --once                  # one pass, e.g. from cron or after monitor wait
+  monitor worker --labels gpu,eu-west    # also run pipeline steps labelled gpu or eu-west";
 
 /// The least time between two passes the doorbell started: a database many shims write to
 /// rings all the time.
