@@ -134,3 +134,132 @@ pub fn decided(
     settle_status(&mut out, &steps);
     Ok(Some(out))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::path::Path;
+
+    /// An execution waiting at human step `ok` (asked in run TR-OK), then `ship`.
+    fn waiting() -> Execution {
+        let def = file::Definition::parse(
+            Path::new("/p/gate.yaml"),
+            "nodes:\n  - { id: ok, kind: human, title: Ship, question: 'Ship it?' }\n  - { id: ship, kind: task, command: 'true' }\nedges:\n  - { from: ok, to: ship }\n",
+        )
+        .unwrap();
+        let mut steps = engine::start(&def, &BTreeMap::new()).unwrap();
+        steps[0].status = StepStatus::WaitingApproval;
+        steps[0].run = Some(engine::StepRun {
+            tool_run_id: Some("TR-OK".into()),
+            ..Default::default()
+        });
+        Execution {
+            execution_id: "EX-1".into(),
+            name: "gate".into(),
+            file: None,
+            dir: "/".into(),
+            definition: serde_json::to_value(&def).unwrap(),
+            vars: serde_json::json!({}),
+            steps: serde_json::to_value(&steps).unwrap(),
+            status: "waiting_approval".into(),
+            reason: None,
+            runner: None,
+            heartbeat_at: None,
+            created_at: crate::time::now_rfc3339(),
+            updated_at: crate::time::now_rfc3339(),
+            version: 3,
+            owner: None,
+        }
+    }
+
+    fn decision(status: ApprovalStatus, value: &str, comment: &str) -> Approval {
+        Approval {
+            tool_run_id: "TR-OK".into(),
+            status,
+            chosen_value: Some(value.into()),
+            decided_by: Some("alice".into()),
+            comment: Some(comment.into()),
+            ..crate::testing::approval("AP-1", crate::approvals::PromptKind::Choice)
+        }
+    }
+
+    fn steps(ex: &Execution) -> Vec<Step> {
+        serde_json::from_value(ex.steps.clone()).unwrap()
+    }
+
+    #[test]
+    fn an_approval_completes_its_step_and_readies_the_next_with_the_comment() {
+        let ex = waiting();
+        let a = decision(ApprovalStatus::Approved, "approve", "go");
+        let moved = decided(&ex, &a, "ok", 0).unwrap().expect("moved");
+        assert_eq!(moved.version, 3, "the caller swaps it");
+        assert_eq!(moved.status, "running");
+        let s = steps(&moved);
+        assert_eq!(s[0].status, StepStatus::Completed);
+        assert_eq!(
+            s[0].run.as_ref().unwrap().approval_id.as_deref(),
+            Some("AP-1")
+        );
+        assert_eq!(s[1].node, "ship");
+        assert_eq!(s[1].status, StepStatus::Ready);
+        assert_eq!(
+            s[1].env.get(engine::ENV_COMMENT).map(String::as_str),
+            Some("go")
+        );
+        let change = closing(&a);
+        assert_eq!(change.status, RunStatus::Completed);
+        assert_eq!(change.reason.as_deref(), Some("approved by alice: go"));
+    }
+
+    #[test]
+    fn a_rejection_or_the_reject_option_fails_the_execution() {
+        for a in [
+            decision(ApprovalStatus::Rejected, "reject", "not now"),
+            decision(ApprovalStatus::Approved, "reject", "not now"),
+        ] {
+            let moved = decided(&waiting(), &a, "ok", 0).unwrap().expect("moved");
+            assert_eq!(moved.status, "failed");
+            assert!(
+                moved
+                    .reason
+                    .as_deref()
+                    .unwrap()
+                    .contains("rejected by alice: not now"),
+                "{:?}",
+                moved.reason
+            );
+            assert_eq!(steps(&moved)[0].status, StepStatus::Failed);
+            assert_eq!(closing(&a).status, RunStatus::Failed);
+        }
+    }
+
+    #[test]
+    fn nothing_moves_for_another_run_a_pending_approval_or_an_ended_execution() {
+        let ex = waiting();
+        let mut other = decision(ApprovalStatus::Approved, "approve", "");
+        other.tool_run_id = "TR-ELSE".into();
+        assert!(decided(&ex, &other, "ok", 0).unwrap().is_none());
+        let pending = decision(ApprovalStatus::Pending, "approve", "");
+        assert!(decided(&ex, &pending, "ok", 0).unwrap().is_none());
+        let a = decision(ApprovalStatus::Approved, "approve", "");
+        assert!(
+            decided(&ex, &a, "ok", 1).unwrap().is_none(),
+            "another visit"
+        );
+        let mut ended = waiting();
+        ended.status = "cancelled".into();
+        assert!(decided(&ended, &a, "ok", 0).unwrap().is_none());
+        let mut broken = waiting();
+        broken.definition = serde_json::json!("garbage");
+        assert!(decided(&broken, &a, "ok", 0).is_err());
+    }
+
+    #[test]
+    fn a_human_steps_run_names_its_step() {
+        let mut run = crate::testing::run("TR-OK", "pipeline", RunStatus::WaitingApproval);
+        run.metadata = Some(serde_json::json!({ "pipeline": "EX-1/sub.ok#12" }));
+        assert_eq!(step_of(&run), Some(("EX-1".into(), "sub.ok".into(), 12)));
+        run.tool_name = "rm".into();
+        assert_eq!(step_of(&run), None, "only the pipeline's own runs");
+    }
+}
