@@ -1416,7 +1416,7 @@ fn a_pipeline_on_the_server_store_is_moved_by_its_runner_login_and_decided_by_it
     std::fs::write(
         &f,
         format!(
-            "name: ship\nnodes:\n  - {{ id: build, kind: task, command: 'echo build >> ran' }}\n  - {{ id: ok, kind: human, title: Ship, question: 'Ship it?', deciders: [{}] }}\n  - {{ id: ship, kind: task, command: 'echo \"ship $HEADLESS_RUN_APPROVAL_COMMENT\" >> ran' }}\nedges:\n  - {{ from: build, to: ok }}\n  - {{ from: ok, to: ship }}\n",
+            "name: ship\nnodes:\n  - {{ id: build, kind: task, command: 'echo build >> ran' }}\n  - {{ id: ok, kind: human, title: Ship, question: \"\u{26a0}\u{fe0f}\tShip it?\", deciders: [{}] }}\n  - {{ id: ship, kind: task, command: 'echo \"ship $HEADLESS_RUN_APPROVAL_COMMENT\" >> ran' }}\nedges:\n  - {{ from: build, to: ok }}\n  - {{ from: ok, to: ship }}\n",
             operator.user
         ),
     )

@@ -27,6 +27,8 @@ use std::time::{Duration, Instant};
 pub const RUNNER_STALE: Duration = Duration::from_secs(30);
 /// How often the runner says it is alive.
 const HEARTBEAT: Duration = Duration::from_secs(2);
+/// How often a step's outcome the store refused is tried before it is left to a resume.
+const UNAPPLIED_TRIES: u32 = 5;
 /// How often it looks when nothing wakes it.
 const LOOK: Duration = Duration::from_millis(100);
 
@@ -50,12 +52,13 @@ pub fn runner_gone(runner: &str, heartbeat_at: Option<&str>) -> bool {
         };
         return !proc::same_process(pid, Some(start));
     }
-    // A beat from a clock ahead of this one is alive; none, or one that cannot be read, is
-    // gone.
+    // A beat from a clock a little ahead of this one is alive; none, one that cannot be
+    // read, or one from far ahead is gone.
     heartbeat_at.and_then(time::parse_rfc3339).is_none_or(|at| {
-        std::time::SystemTime::now()
-            .duration_since(at)
-            .is_ok_and(|age| age > RUNNER_STALE)
+        match std::time::SystemTime::now().duration_since(at) {
+            Ok(age) => age > RUNNER_STALE,
+            Err(ahead) => ahead.duration() > RUNNER_STALE * 10,
+        }
     })
 }
 
@@ -105,8 +108,9 @@ pub struct Driver {
     worker_mode: bool,
     /// Lines said, kept for the caller instead of printed (the label worker's).
     kept: Option<Vec<String>>,
-    /// Outcomes of ended children not yet written (the store said no): tried again first.
-    unapplied: Vec<(String, String, u32, Outcome, i32)>,
+    /// Outcomes of ended children not yet written (the store said no), with how often they
+    /// were tried: tried again first, given up after a few tries.
+    unapplied: Vec<(String, String, u32, Outcome, i32, u32)>,
     /// Labelled steps said to wait for their worker (said once each).
     told: std::collections::HashSet<(String, u32)>,
 }
@@ -319,7 +323,9 @@ impl Driver {
             else {
                 return Ok(false);
             };
-            if t.status.is_final()
+            // An execution that has ended (failed, cancelled) takes no more outcomes.
+            if v.ex.is_final()
+                || t.status.is_final()
                 || pid.is_some_and(|p| t.run.as_ref().and_then(|r| r.pid) != Some(p))
             {
                 return Ok(false);
@@ -504,7 +510,11 @@ impl Driver {
             // does: looked for as long as a worker's beat may be late.
             let here = r.host == proc::hostname();
             let mut found = None;
-            for _ in 0..if here { 50 } else { 150 } {
+            for n in 0..if here { 50 } else { 150 } {
+                // Alive meanwhile: a long look must not make this runner seem gone.
+                if n % 10 == 9 {
+                    self.update(id, |_| Ok(true))?;
+                }
                 let runs = self.store.execution_runs(id).map_err(|e| e.to_string())?;
                 found = runs.into_iter().find(|t| {
                     t.shim_pid == Some(i64::from(pid))
@@ -648,11 +658,22 @@ impl Driver {
             let pid = s.child.id() as i32;
             let outcome = Outcome::Exited { code, result };
             self.unapplied
-                .push((id, s.node.clone(), s.iteration, outcome, pid));
+                .push((id, s.node.clone(), s.iteration, outcome, pid, 0));
         }
         // Oldest first, those a store error kept from being written included.
-        while let Some((ex, node, iteration, outcome, pid)) = self.unapplied.first().cloned() {
-            self.apply_claimed(&ex, &node, iteration, outcome, Some(pid))?;
+        while let Some((ex, node, iteration, outcome, pid, tries)) = self.unapplied.first().cloned()
+        {
+            if let Err(e) = self.apply_claimed(&ex, &node, iteration, outcome, Some(pid)) {
+                if tries + 1 >= UNAPPLIED_TRIES {
+                    self.unapplied.remove(0);
+                    self.say(format!(
+                        "{ex}: the end of step {node} could not be written ({e}); left to whoever resumes it"
+                    ));
+                } else {
+                    self.unapplied[0].5 = tries + 1;
+                }
+                return Err(e);
+            }
             self.unapplied.remove(0);
         }
         Ok(())
@@ -1097,9 +1118,12 @@ impl Driver {
                 if approved { "approved" } else { "not approved" },
                 hr_shared::sanitize::sanitize_line(a.decided_by.as_deref().unwrap_or("nobody"))
             ));
-            // The question's run ends with the decision, and the answer is used up (only a
-            // run still waiting: a decision that moved the step ended it already).
-            if let Some(run) = &r.tool_run_id {
+            // The question's run ends with the decision, and the answer is used up — unless
+            // that is done (the decision moved the step and ended the run, or a runner before
+            // this one closed it and died).
+            if let Some(run) = &r.tool_run_id
+                && a.consumed_at.is_none()
+            {
                 let actor = proc::current_user();
                 self.store
                     .close_step_run(
@@ -1178,7 +1202,10 @@ impl LabelWorker {
 
     fn pass_inner(&mut self, claim: bool) -> Result<(), String> {
         let d = &mut self.driver;
-        d.reap()?;
+        // An outcome the store refused does not stop the beats of the other steps.
+        if let Err(e) = d.reap() {
+            d.say(e);
+        }
         let mine: Vec<(String, String, u32)> = d
             .started
             .iter()
@@ -1208,6 +1235,9 @@ impl LabelWorker {
             if beat {
                 let me = d.me.clone();
                 let beaten = d.update(ex, |w| {
+                    if w.ex.is_final() {
+                        return Ok(false);
+                    }
                     let Some(t) = w
                         .steps
                         .iter_mut()

@@ -232,12 +232,28 @@ const MAX_DEPTH: usize = 8;
 impl Definition {
     /// Reads, parses and checks `file` (and the subgraphs it names, relative to it).
     pub fn load(file: &Path) -> Result<Definition, FileError> {
-        load(file, 0, &mut Vec::new())
+        load(file, 0, &mut Vec::new()).map(Definition::cleaned)
     }
 
     /// Parses and checks `text` as the contents of `file` (subgraphs relative to it).
     pub fn parse(file: &Path, text: &str) -> Result<Definition, FileError> {
-        parse(file, text, 0, &mut Vec::new())
+        parse(file, text, 0, &mut Vec::new()).map(Definition::cleaned)
+    }
+
+    /// Human steps' titles and questions as their approvals keep them (control and
+    /// invisible characters out), so that the store can hold an approval to its step's
+    /// question.
+    fn cleaned(mut self) -> Definition {
+        for n in &mut self.nodes {
+            if let Kind::Human {
+                title, question, ..
+            } = &mut n.kind
+            {
+                *title = crate::sanitize::sanitize_text(title);
+                *question = crate::sanitize::sanitize_text(question);
+            }
+        }
+        self
     }
 
     pub fn node(&self, id: &str) -> Option<&Node> {

@@ -111,10 +111,12 @@ pub fn decided(
         s.node == node
             && s.iteration == iteration
             && s.status == StepStatus::WaitingApproval
-            && s.run
-                .as_ref()
-                .and_then(|r| r.tool_run_id.as_deref())
-                .is_some_and(|r| r == a.tool_run_id)
+            && s.run.as_ref().is_some_and(|r| {
+                r.tool_run_id.as_deref() == Some(a.tool_run_id.as_str())
+                    && r.approval_id
+                        .as_deref()
+                        .is_none_or(|id| id == a.approval_id)
+            })
     });
     if !waits {
         return Ok(None);

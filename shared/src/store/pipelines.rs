@@ -267,13 +267,15 @@ pub(crate) fn decided_in(
     let Some((exid, node, iteration)) = crate::pipeline::step_of(&run) else {
         return Ok(Vec::new());
     };
-    let Some(ex) = tx
+    // A row that cannot be read moves nothing here: the decision stands, and the runner
+    // says what is wrong with the row.
+    let Ok(Some(ex)) = tx
         .query_row(
             &format!("SELECT {COLUMNS} FROM pipelines WHERE execution_id = ?1"),
             [&exid],
             from_row,
         )
-        .optional()?
+        .optional()
     else {
         return Ok(Vec::new());
     };
@@ -303,7 +305,7 @@ pub(crate) fn decided_in(
         &run.tool_run_id,
         &change,
         actor,
-        crate::runs::Guard::Not(crate::status::RunStatus::Cancelled),
+        crate::runs::Guard::From(&[crate::status::RunStatus::WaitingApproval]),
     )?;
     Ok(previous
         .map(|p| vec![run.status_event(Some(p), &change)])

@@ -1776,13 +1776,19 @@ impl OperatorStore for PgOperator {
                     ],
                 )?
                 .get(0);
-            // A pipeline's human step moves with its decision, in this transaction.
+            // A pipeline's human step moves with its decision, in this transaction; under a
+            // savepoint, so that whatever goes wrong there leaves the decision standing (the
+            // runner then moves the step).
             closed = None;
             if let Ok(v) = serde_json::from_str::<serde_json::Value>(&doc)
                 && v["outcome"] == "decided"
                 && let Ok(a) = serde_json::from_value::<Approval>(v["approval"].clone())
             {
-                closed = pipeline_decided(tx, &a)?;
+                let mut sp = tx.savepoint("pipeline_step")?;
+                if let Ok(moved) = pipeline_decided(&mut sp, &a) {
+                    sp.commit()?;
+                    closed = moved;
+                }
             }
             Ok(doc)
         })?;

@@ -305,6 +305,21 @@ BEGIN
                    WHERE s->>'node' = node AND s->>'iteration' = it AND s->>'status' = want) THEN
         RETURN false;
     END IF;
+    -- What the decision may not touch: every other step that has run, runs or waits stays
+    -- as it was, and no task or gate settles or starts by it.
+    IF EXISTS (SELECT 1 FROM jsonb_array_elements(cur.steps) o
+               WHERE o->>'status' IN ('completed', 'failed', 'skipped', 'running',
+                                      'waiting_approval')
+                 AND NOT (o->>'node' = node AND o->>'iteration' = it)
+                 AND NOT EXISTS (SELECT 1 FROM jsonb_array_elements(p->'steps') x WHERE x = o))
+       OR EXISTS (SELECT 1 FROM jsonb_array_elements(p->'steps') x,
+                      jsonb_array_elements(cur.definition->'nodes') n
+                  WHERE n->>'id' = x->>'node' AND n->>'kind' IN ('task', 'gate')
+                    AND x->>'status' IN ('completed', 'failed', 'running')
+                    AND NOT EXISTS (SELECT 1 FROM jsonb_array_elements(cur.steps) o
+                                    WHERE o = x)) THEN
+        RETURN false;
+    END IF;
     PERFORM hr.check_human_steps(cur.execution_id, cur.name, cur.owner, cur.definition,
         cur.steps, p->'steps');
     UPDATE hr.pipelines SET steps = p->'steps', status = p->>'status', reason = p->>'reason',
