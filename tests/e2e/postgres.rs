@@ -1562,9 +1562,18 @@ fn a_pipeline_on_the_server_store_is_moved_by_its_runner_login_and_decided_by_it
         db.value(&format!("SELECT r.status || ' ' || (a.consumed_at IS NOT NULL) FROM hr.approvals a JOIN hr.tool_runs r USING (tool_run_id) WHERE a.approval_id = '{ap3}'")),
         "completed true"
     );
-    as_login(&runner, &["pipeline", "resume", "EX-pg3"])
-        .run()
-        .expect_code(0);
+    // Two resumers at once: the server's compare-and-swap lets exactly one drive it.
+    let r1 = as_login(&runner, &["pipeline", "resume", "EX-pg3"]).spawn();
+    let r2 = as_login(&runner, &["pipeline", "resume", "EX-pg3"]).spawn();
+    let (o1, o2) = (r1.wait(), r2.wait());
+    let mut codes = [o1.code(), o2.code()];
+    codes.sort();
+    assert_eq!(codes, [0, 3], "{}\n{}", o1.context(), o2.context());
+    assert_eq!(
+        db.value("SELECT count(*) FROM hr.tool_runs WHERE execution_id = 'EX-pg3' AND tool_name = 'sh'"),
+        "2",
+        "build and ship, once each"
+    );
     assert!(
         std::fs::read_to_string(env.work().join("ran"))
             .unwrap()
