@@ -1570,7 +1570,9 @@ fn a_pipeline_on_the_server_store_is_moved_by_its_runner_login_and_decided_by_it
     codes.sort();
     assert_eq!(codes, [0, 3], "{}\n{}", o1.context(), o2.context());
     assert_eq!(
-        db.value("SELECT count(*) FROM hr.tool_runs WHERE execution_id = 'EX-pg3' AND tool_name = 'sh'"),
+        db.value(
+            "SELECT count(*) FROM hr.tool_runs WHERE execution_id = 'EX-pg3' AND tool_name = 'sh'"
+        ),
         "2",
         "build and ship, once each"
     );

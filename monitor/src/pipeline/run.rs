@@ -343,8 +343,10 @@ impl Driver {
         self.adopt(id)?;
         loop {
             self.reap()?;
-            self.reconcile_workers(id)?;
-            let v = self.load(id)?;
+            let mut v = self.load(id)?;
+            if self.reconcile_workers(id, &v)? {
+                v = self.load(id)?;
+            }
             if v.ex.status == "cancelled" {
                 for s in &mut self.started {
                     // The step's headless-run ends its tool's group and records it.
@@ -469,8 +471,8 @@ impl Driver {
     /// Labelled steps whose worker is gone (its host's process, or its beat stale): taken
     /// over as a dead runner's steps are — an ended headless-run gives its outcome, one
     /// that never started makes the step ready again, one still running is waited for.
-    fn reconcile_workers(&mut self, id: &str) -> Result<(), String> {
-        let v = self.load(id)?;
+    /// True when it took one over (the row moved).
+    fn reconcile_workers(&mut self, id: &str, v: &View) -> Result<bool, String> {
         let gone: Vec<Step> = v
             .steps
             .iter()
@@ -484,6 +486,7 @@ impl Driver {
             })
             .cloned()
             .collect();
+        let gone_none = gone.is_empty();
         for s in gone {
             self.say(format!(
                 "{}: its worker ({}) is gone",
@@ -495,81 +498,78 @@ impl Driver {
             ));
             self.adopt_one(id, s)?;
         }
-        Ok(())
+        Ok(!gone_none)
     }
 
     /// One step another runner (or worker) left running.
     fn adopt_one(&mut self, id: &str, s: Step) -> Result<(), String> {
-        {
-            // Without a pid in the store its headless-run never started: it waits at a pipe
-            // for the runner's word after the pid is kept, and exits when the runner dies.
-            let Some((pid, r)) = s.run.as_ref().and_then(|r| Some((r.pid?, r.clone()))) else {
-                return self.back_to_ready(id, &s);
-            };
-            // On this host the process says whether it still runs; on another, only its row
-            // does: looked for as long as a worker's beat may be late.
-            let here = r.host == proc::hostname();
-            let mut found = None;
-            for n in 0..if here { 50 } else { 150 } {
-                // Alive meanwhile: a long look must not make this runner seem gone.
-                if n % 10 == 9 {
-                    self.update(id, |_| Ok(true))?;
-                }
-                let runs = self.store.execution_runs(id).map_err(|e| e.to_string())?;
-                found = runs.into_iter().find(|t| {
-                    t.shim_pid == Some(i64::from(pid))
-                        && t.host.as_deref() == Some(r.host.as_str())
-                        && r.pid_start
-                            .is_none_or(|st| t.shim_start_time == Some(st as i64))
-                });
-                if found.is_some() || (here && !proc::same_process(pid, r.pid_start)) {
-                    break;
-                }
-                // Started, its row not written yet: look again shortly.
-                std::thread::sleep(Duration::from_millis(200));
+        // Without a pid in the store its headless-run never started: it waits at a pipe
+        // for the runner's word after the pid is kept, and exits when the runner dies.
+        let Some((pid, r)) = s.run.as_ref().and_then(|r| Some((r.pid?, r.clone()))) else {
+            return self.back_to_ready(id, &s);
+        };
+        // On this host the process says whether it still runs; on another, only its row
+        // does: looked for as long as a worker's beat may be late.
+        let here = r.host == proc::hostname();
+        let mut found = None;
+        for n in 0..if here { 50 } else { 150 } {
+            // Alive meanwhile: a long look must not make this runner seem gone.
+            if n % 10 == 9 {
+                self.update(id, |_| Ok(true))?;
             }
-            let Some(t) = found else {
-                if here {
-                    // Its headless-run is gone without a row: it never got past its gate.
-                    return self.back_to_ready(id, &s);
-                }
-                // Released on another host, and no word of it: it may have run, so it is
-                // not started again — the step fails.
-                self.say(format!(
-                    "{}: its headless-run on {} left no record",
-                    s.node, r.host
-                ));
-                return self.apply(
-                    id,
-                    &s.node,
-                    s.iteration,
-                    Outcome::Exited {
-                        code: 125,
-                        result: None,
-                    },
-                );
-            };
-            let code = if t.exit_code.is_some() && t.status.is_final() {
-                self.say(format!(
-                    "{}: adopted {}: it ended with {}",
-                    s.node,
-                    t.tool_run_id,
-                    t.exit_code.unwrap_or(1)
-                ));
-                t.exit_code.unwrap_or(1)
-            } else {
-                // Still running under a headless-run that is not our child: wait for its
-                // row to end.
-                self.say(format!(
-                    "{}: waiting for {} (left running)",
-                    s.node, t.tool_run_id
-                ));
-                self.wait_for_run(id, &t.tool_run_id)?
-            };
-            let result = read_result(&result_file(&self.paths, id, &s));
-            self.apply(id, &s.node, s.iteration, Outcome::Exited { code, result })?;
+            let runs = self.store.execution_runs(id).map_err(|e| e.to_string())?;
+            found = runs.into_iter().find(|t| {
+                t.shim_pid == Some(i64::from(pid))
+                    && t.host.as_deref() == Some(r.host.as_str())
+                    && r.pid_start
+                        .is_none_or(|st| t.shim_start_time == Some(st as i64))
+            });
+            if found.is_some() || (here && !proc::same_process(pid, r.pid_start)) {
+                break;
+            }
+            // Started, its row not written yet: look again shortly.
+            std::thread::sleep(Duration::from_millis(200));
         }
-        Ok(())
+        let Some(t) = found else {
+            if here {
+                // Its headless-run is gone without a row: it never got past its gate.
+                return self.back_to_ready(id, &s);
+            }
+            // Released on another host, and no word of it: it may have run, so it is
+            // not started again — the step fails.
+            self.say(format!(
+                "{}: its headless-run on {} left no record",
+                s.node, r.host
+            ));
+            return self.apply(
+                id,
+                &s.node,
+                s.iteration,
+                Outcome::Exited {
+                    code: 125,
+                    result: None,
+                },
+            );
+        };
+        let code = if t.exit_code.is_some() && t.status.is_final() {
+            self.say(format!(
+                "{}: adopted {}: it ended with {}",
+                s.node,
+                t.tool_run_id,
+                t.exit_code.unwrap_or(1)
+            ));
+            t.exit_code.unwrap_or(1)
+        } else {
+            // Still running under a headless-run that is not our child: wait for its
+            // row to end.
+            self.say(format!(
+                "{}: waiting for {} (left running)",
+                s.node, t.tool_run_id
+            ));
+            self.wait_for_run(id, &t.tool_run_id)?
+        };
+        let result = read_result(&result_file(&self.paths, id, &s));
+        self.apply(id, &s.node, s.iteration, Outcome::Exited { code, result })
     }
 
     /// A step marked running whose command never started: ready again.

@@ -738,7 +738,10 @@ fn a_runner_or_worker_is_gone_by_its_beat_and_a_clock_ahead_is_alive() {
     let far_ahead = hr_shared::time::to_rfc3339(
         std::time::SystemTime::now() + std::time::Duration::from_secs(3600),
     );
-    assert!(runner_gone(elsewhere, Some(&far_ahead)), "a clock far ahead is not believed");
+    assert!(
+        runner_gone(elsewhere, Some(&far_ahead)),
+        "a clock far ahead is not believed"
+    );
     assert!(runner_gone(elsewhere, None));
     assert!(runner_gone(elsewhere, Some("not a time")));
     assert!(runner_gone("garbled", Some(&now)));
