@@ -1582,6 +1582,42 @@ fn a_pipeline_on_the_server_store_is_moved_by_its_runner_login_and_decided_by_it
             .ends_with("ship later\n")
     );
 
+    // The runner's login (a step's tool) skips the waiting human step and makes the step
+    // after it ready: the database lets the owner write that, but the step is refused by
+    // whoever would start it, since the store has no approval of the step that guards it.
+    as_login(
+        &runner,
+        &["pipeline", "run", "--detach", "--execution-id", "EX-pg4"],
+    )
+    .arg(&f)
+    .run()
+    .expect_code(90);
+    let ships = || {
+        std::fs::read_to_string(env.work().join("ran"))
+            .unwrap()
+            .lines()
+            .filter(|l| l.starts_with("ship"))
+            .count()
+    };
+    let shipped = ships();
+    let forged = db.sql_as(
+        &runner,
+        "SELECT hr.pipeline_swap(jsonb_set(jsonb_set(x, '{status}', '\"running\"'), '{steps}', (SELECT jsonb_agg(CASE WHEN s->>'node' = 'ok' THEN jsonb_set(s, '{status}', '\"skipped\"') ELSE s END) FROM jsonb_array_elements(x->'steps') s) || '[{\"node\": \"ship\", \"iteration\": 0, \"status\": \"ready\"}]'::jsonb)) FROM hr.pipeline_docs('EX-pg4', false, 1) x",
+    );
+    forged.expect_code(0);
+    let refused = as_login(&runner, &["pipeline", "resume", "EX-pg4"]).run();
+    refused.expect_code(1);
+    assert!(
+        refused.stderr.contains("has no approval in the store"),
+        "{}",
+        refused.stderr
+    );
+    assert_eq!(ships(), shipped, "the guarded step did not run");
+    assert_eq!(
+        db.value("SELECT status FROM hr.pipelines WHERE execution_id = 'EX-pg4'"),
+        "failed"
+    );
+
     // Left waiting (--detach), then cancelled by an operator: an operator only cancels.
     as_login(
         &runner,
@@ -1603,7 +1639,7 @@ fn a_pipeline_on_the_server_store_is_moved_by_its_runner_login_and_decided_by_it
         .iter()
         .map(|e| e["execution_id"].as_str().unwrap())
         .collect();
-    assert_eq!(listed, ["EX-pg2", "EX-pg3", "EX-pg"], "{v}");
+    assert_eq!(listed, ["EX-pg2", "EX-pg4", "EX-pg3", "EX-pg"], "{v}");
     let (st, v) = served.json("GET", "/api/v1/executions/EX-pg2", &bob, None);
     assert_eq!(st, 200, "{v}");
     assert_eq!(v["pipeline"]["status"], "waiting_approval", "{v}");
@@ -1632,7 +1668,9 @@ fn a_pipeline_on_the_server_store_is_moved_by_its_runner_login_and_decided_by_it
         "cancelled"
     );
     assert_eq!(
-        db.value("SELECT count(*) FROM hr.approvals WHERE status = 'pending'"),
+        db.value(
+            "SELECT count(*) FROM hr.approvals WHERE status = 'pending' AND execution_id = 'EX-pg2'"
+        ),
         "0"
     );
 }

@@ -113,6 +113,8 @@ pub struct Driver {
     unapplied: Vec<(String, String, u32, Outcome, i32, u32)>,
     /// Labelled steps said to wait for their worker (said once each).
     told: std::collections::HashSet<(String, u32)>,
+    /// Human steps whose approval was found in the store (execution, node, iteration).
+    verified: std::collections::HashSet<(String, String, u32)>,
 }
 
 /// The store's row, read as the engine's types.
@@ -184,6 +186,7 @@ impl Driver {
             kept: None,
             unapplied: Vec::new(),
             told: std::collections::HashSet::new(),
+            verified: std::collections::HashSet::new(),
         }
     }
 
@@ -750,6 +753,12 @@ impl Driver {
         let (Kind::Task { run } | Kind::Gate { run, .. }) = &node.kind else {
             return Ok(());
         };
+        // Whatever the row says, a step a human step guards starts only once that human
+        // step's approval is in the store.
+        if let Some(why) = self.unguarded(id, v, s) {
+            self.say(format!("{}: {why}", s.node));
+            return self.apply(id, &s.node, s.iteration, Outcome::Refused { reason: why });
+        }
         let here = proc::hostname();
         let started_at = time::now_rfc3339();
         let worker = self.worker_mode.then(|| self.me.clone());
@@ -919,6 +928,47 @@ impl Driver {
         }
         drop(gate_w);
         recorded.map(|_| ())
+    }
+
+    /// Why `s` may not start: a human step guarding it without an approval in the store
+    /// (its own question, asked in its own run of this execution, approved by a person).
+    fn unguarded(&mut self, id: &str, v: &View, s: &Step) -> Option<String> {
+        let store = &mut self.store;
+        let verified = &mut self.verified;
+        let mut runs: Option<Vec<ToolRun>> = None;
+        hr_shared::pipeline::unguarded(&v.def, &v.steps, &s.node, |h| {
+            let key = (id.to_owned(), h.node.clone(), h.iteration);
+            if verified.contains(&key) {
+                return true;
+            }
+            let Some((Some(run_id), Some(ap))) =
+                h.run.as_ref().map(|r| (&r.tool_run_id, &r.approval_id))
+            else {
+                return false;
+            };
+            let Ok(Some(a)) = store.step_approval(ap) else {
+                return false;
+            };
+            let by_a_person = a.decided_by.is_some()
+                && a.decision_channel
+                    .as_deref()
+                    .is_some_and(|c| !c.starts_with("policy:") && !c.starts_with("system:"));
+            if a.tool_run_id != *run_id || !hr_shared::pipeline::approves(&a) || !by_a_person {
+                return false;
+            }
+            if runs.is_none() {
+                runs = store.execution_runs(id).ok();
+            }
+            let asked_here = runs.iter().flatten().any(|r| {
+                r.tool_run_id == *run_id
+                    && r.tool_name == "pipeline"
+                    && r.pipeline_step() == Some(&format!("{id}/{}#{}", h.node, h.iteration))
+            });
+            if asked_here {
+                verified.insert(key);
+            }
+            asked_here
+        })
     }
 
     /// Asks a human step's question: a run of its own (`pipeline`, parked on the

@@ -128,6 +128,9 @@ pub enum Outcome {
     },
     /// A human step was rejected, or expired.
     Rejected { reason: String },
+    /// A task or gate was not started: what guards it is not in order (see
+    /// [`super::unguarded`]). It fails, with no retry.
+    Refused { reason: String },
 }
 
 /// How the whole execution stands.
@@ -229,6 +232,10 @@ pub fn advance(
             s.status = StepStatus::Completed;
             s.comment = comment;
             s.result = choice.map(|c| serde_json::json!({ "choice": c }));
+        }
+        (Kind::Task { .. } | Kind::Gate { .. }, Outcome::Refused { reason }) => {
+            s.status = StepStatus::Failed;
+            s.reason = Some(reason);
         }
         (Kind::Human { .. }, Outcome::Rejected { reason }) => {
             s.status = StepStatus::Failed;

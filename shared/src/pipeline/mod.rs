@@ -137,6 +137,59 @@ pub fn decided(
     Ok(Some(out))
 }
 
+/// The human steps every way from the start to `node` passes through: `node` runs only after
+/// each of them was approved (a human step on one arm of a branch guards only that arm).
+pub fn guards(def: &file::Definition, node: &str) -> Vec<String> {
+    def.nodes
+        .iter()
+        .filter(|h| matches!(h.kind, file::Kind::Human { .. }) && h.id != node)
+        .filter(|h| !reaches_without(def, node, &h.id))
+        .map(|h| h.id.clone())
+        .collect()
+}
+
+/// Whether the flow reaches `to` from the start without passing `avoid`.
+fn reaches_without(def: &file::Definition, to: &str, avoid: &str) -> bool {
+    if def.start == avoid {
+        return false;
+    }
+    let mut seen = std::collections::BTreeSet::from([def.start.clone()]);
+    let mut todo = vec![def.start.clone()];
+    while let Some(n) = todo.pop() {
+        if n == to {
+            return true;
+        }
+        for next in def.successors(&n) {
+            if next != avoid && seen.insert(next.clone()) {
+                todo.push(next);
+            }
+        }
+    }
+    false
+}
+
+/// Why step `node` may not start: a human step that guards it ([`guards`]) whose latest
+/// visit is not completed, or whose approval `approved` does not confirm. The steps' states
+/// are the store's row, which on PostgreSQL the runner's login (a supervised tool's) may
+/// have written: whoever starts a step checks its guards' approvals in the store first.
+pub fn unguarded(
+    def: &file::Definition,
+    steps: &[Step],
+    node: &str,
+    mut approved: impl FnMut(&Step) -> bool,
+) -> Option<String> {
+    for h in guards(def, node) {
+        let ok = engine::latest(steps, &h)
+            .is_some_and(|s| s.status == StepStatus::Completed && approved(s));
+        if !ok {
+            return Some(format!(
+                "not started: human step `{h}`, which every way to it passes, has no approval in the store"
+            ));
+        }
+    }
+    None
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -254,6 +307,53 @@ mod tests {
         let mut broken = waiting();
         broken.definition = serde_json::json!("garbage");
         assert!(decided(&broken, &a, "ok", 0).is_err());
+    }
+
+    #[test]
+    fn a_human_step_guards_what_only_it_leads_to_and_a_guarded_step_needs_its_approval() {
+        let def = file::Definition::parse(
+            Path::new("/p/g.yaml"),
+            "nodes:\n  - { id: build, kind: task, command: 'true' }\n  - { id: ok, kind: human, title: T, question: Q }\n  - { id: ship, kind: task, command: 'true' }\n  - { id: pick, kind: branch, condition: { field: vars.x, operator: exists }, on_true: careful, on_false: join }\n  - { id: careful, kind: human, title: T, question: Q }\n  - { id: join, kind: merge }\n  - { id: after, kind: task, command: 'true' }\nedges:\n  - { from: build, to: ok }\n  - { from: ok, to: ship }\n  - { from: ship, to: pick }\n  - { from: careful, to: join }\n  - { from: join, to: after }\n",
+        )
+        .unwrap();
+        assert_eq!(guards(&def, "build"), Vec::<String>::new());
+        assert_eq!(guards(&def, "ship"), ["ok"]);
+        // `careful` is on one arm only: what follows the merge is guarded by `ok` alone.
+        assert_eq!(guards(&def, "after"), ["ok"]);
+        assert_eq!(guards(&def, "join"), ["ok"]);
+        let step = |node: &str, status: StepStatus| Step {
+            node: node.into(),
+            iteration: 0,
+            status,
+            attempt: 0,
+            exit_code: None,
+            result: None,
+            env: BTreeMap::new(),
+            comment: None,
+            reason: None,
+            run: None,
+        };
+        let approved_ok = [
+            step("build", StepStatus::Completed),
+            step("ok", StepStatus::Completed),
+        ];
+        assert_eq!(unguarded(&def, &approved_ok, "ship", |_| true), None);
+        // Completed in the row but not confirmed by the store; skipped; never reached.
+        assert!(unguarded(&def, &approved_ok, "ship", |_| false).is_some());
+        let skipped = [
+            step("build", StepStatus::Completed),
+            step("ok", StepStatus::Skipped),
+        ];
+        assert!(unguarded(&def, &skipped, "ship", |_| true).is_some());
+        assert!(
+            unguarded(
+                &def,
+                &[step("build", StepStatus::Completed)],
+                "after",
+                |_| true
+            )
+            .is_some()
+        );
     }
 
     #[test]
