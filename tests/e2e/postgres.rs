@@ -1618,6 +1618,52 @@ fn a_pipeline_on_the_server_store_is_moved_by_its_runner_login_and_decided_by_it
         "failed"
     );
 
+    // Nor can it run a guarded step again with the approval it had: `ship` done, the
+    // execution waiting at a second human step, the row says `ship` is ready once more.
+    let twice = env.work().join("twice.yaml");
+    std::fs::write(
+        &twice,
+        "name: twice\nnodes:\n  - { id: ok, kind: human, title: Ship, question: 'Ship?' }\n  - { id: ship, kind: task, command: 'echo ship-twice >> ran' }\n  - { id: done, kind: human, title: Done, question: 'Done?' }\nedges:\n  - { from: ok, to: ship }\n  - { from: ship, to: done }\n",
+    )
+    .unwrap();
+    as_login(
+        &runner,
+        &["pipeline", "run", "--detach", "--execution-id", "EX-pg5"],
+    )
+    .arg(&twice)
+    .run()
+    .expect_code(90);
+    let ap5 = db.value(
+        "SELECT approval_id FROM hr.approvals WHERE status = 'pending' AND execution_id = 'EX-pg5'",
+    );
+    as_login(&operator, &["decide", &ap5, "approve"])
+        .run()
+        .expect_code(0);
+    as_login(&runner, &["pipeline", "resume", "EX-pg5", "--detach"])
+        .run()
+        .expect_code(90);
+    let once = || {
+        std::fs::read_to_string(env.work().join("ran"))
+            .unwrap()
+            .lines()
+            .filter(|l| *l == "ship-twice")
+            .count()
+    };
+    assert_eq!(once(), 1);
+    db.sql_as(
+        &runner,
+        "SELECT hr.pipeline_swap(jsonb_set(jsonb_set(x, '{status}', '\"running\"'), '{steps}', (SELECT jsonb_agg(CASE WHEN s->>'node' = 'ship' THEN jsonb_set(s, '{status}', '\"ready\"') ELSE s END) FROM jsonb_array_elements(x->'steps') s))) FROM hr.pipeline_docs('EX-pg5', false, 1) x",
+    )
+    .expect_code(0);
+    let again = as_login(&runner, &["pipeline", "resume", "EX-pg5"]).run();
+    again.expect_code(1);
+    assert!(
+        again.stderr.contains("has run 1 time(s) already"),
+        "{}",
+        again.stderr
+    );
+    assert_eq!(once(), 1, "the guarded step ran once");
+
     // Left waiting (--detach), then cancelled by an operator: an operator only cancels.
     as_login(
         &runner,
@@ -1639,7 +1685,11 @@ fn a_pipeline_on_the_server_store_is_moved_by_its_runner_login_and_decided_by_it
         .iter()
         .map(|e| e["execution_id"].as_str().unwrap())
         .collect();
-    assert_eq!(listed, ["EX-pg2", "EX-pg4", "EX-pg3", "EX-pg"], "{v}");
+    assert_eq!(
+        listed,
+        ["EX-pg2", "EX-pg5", "EX-pg4", "EX-pg3", "EX-pg"],
+        "{v}"
+    );
     let (st, v) = served.json("GET", "/api/v1/executions/EX-pg2", &bob, None);
     assert_eq!(st, 200, "{v}");
     assert_eq!(v["pipeline"]["status"], "waiting_approval", "{v}");

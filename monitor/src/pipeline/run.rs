@@ -755,9 +755,19 @@ impl Driver {
         };
         // Whatever the row says, a step a human step guards starts only once that human
         // step's approval is in the store.
-        if let Some(why) = self.unguarded(id, v, s) {
-            self.say(format!("{}: {why}", s.node));
-            return self.apply(id, &s.node, s.iteration, Outcome::Refused { reason: why });
+        match self.unguarded(id, v, s) {
+            Ok(None) => {}
+            Ok(Some(why)) => {
+                self.say(format!("{}: {why}", s.node));
+                return self.refuse(id, s, why);
+            }
+            Err(e) => {
+                self.say(format!(
+                    "{}: cannot check what guards it ({e}); it waits",
+                    s.node
+                ));
+                return Ok(());
+            }
         }
         let here = proc::hostname();
         let started_at = time::now_rfc3339();
@@ -930,45 +940,104 @@ impl Driver {
         recorded.map(|_| ())
     }
 
-    /// Why `s` may not start: a human step guarding it without an approval in the store
-    /// (its own question, asked in its own run of this execution, approved by a person).
-    fn unguarded(&mut self, id: &str, v: &View, s: &Step) -> Option<String> {
+    /// Why `s` may not start, from the store rather than the row: a human step guarding it
+    /// without an approval there (its own question, asked in its own run of this
+    /// execution, the newest question of that step, approved by a person); or, when it is
+    /// guarded, a step that has run as often as it may already, or a second visit of a step
+    /// on no loop. `Err`: the store could not be read (tried again later, not a refusal).
+    fn unguarded(&mut self, id: &str, v: &View, s: &Step) -> Result<Option<String>, String> {
+        if s.iteration > 0 && !hr_shared::pipeline::on_a_loop(&v.def, &s.node) {
+            return Ok(Some(format!(
+                "not started: `{}` is on no loop, so it has no visit {}",
+                s.node, s.iteration
+            )));
+        }
+        if hr_shared::pipeline::guards(&v.def, &s.node).is_empty() {
+            return Ok(None);
+        }
+        let runs = self.store.execution_runs(id).map_err(|e| e.to_string())?;
+        let tag = format!("{id}/{}#{}", s.node, s.iteration);
+        let ran = runs
+            .iter()
+            .filter(|r| r.tool_name != "pipeline" && r.pipeline_step() == Some(tag.as_str()))
+            .count();
+        if ran > s.attempt as usize {
+            return Ok(Some(format!(
+                "not started: `{}` has run {ran} time(s) already",
+                s.node
+            )));
+        }
         let store = &mut self.store;
         let verified = &mut self.verified;
-        let mut runs: Option<Vec<ToolRun>> = None;
-        hr_shared::pipeline::unguarded(&v.def, &v.steps, &s.node, |h| {
+        hr_shared::pipeline::unguarded(&v.def, &v.steps, s, |h| {
             let key = (id.to_owned(), h.node.clone(), h.iteration);
             if verified.contains(&key) {
-                return true;
+                return Ok(true);
             }
             let Some((Some(run_id), Some(ap))) =
                 h.run.as_ref().map(|r| (&r.tool_run_id, &r.approval_id))
             else {
-                return false;
+                return Ok(false);
             };
-            let Ok(Some(a)) = store.step_approval(ap) else {
-                return false;
+            let Some(a) = store.step_approval(ap).map_err(|e| e.to_string())? else {
+                return Ok(false);
             };
             let by_a_person = a.decided_by.is_some()
                 && a.decision_channel
                     .as_deref()
                     .is_some_and(|c| !c.starts_with("policy:") && !c.starts_with("system:"));
             if a.tool_run_id != *run_id || !hr_shared::pipeline::approves(&a) || !by_a_person {
-                return false;
+                return Ok(false);
             }
-            if runs.is_none() {
-                runs = store.execution_runs(id).ok();
-            }
-            let asked_here = runs.iter().flatten().any(|r| {
-                r.tool_run_id == *run_id
-                    && r.tool_name == "pipeline"
-                    && r.pipeline_step() == Some(&format!("{id}/{}#{}", h.node, h.iteration))
-            });
-            if asked_here {
+            // Its own question's run, and the newest question of that step the store has:
+            // an older approval does not answer a newer visit.
+            let prefix = format!("{id}/{}#", h.node);
+            let asked: Vec<(u32, &str)> = runs
+                .iter()
+                .filter(|r| r.tool_name == "pipeline")
+                .filter_map(|r| {
+                    let it = r
+                        .pipeline_step()?
+                        .strip_prefix(prefix.as_str())?
+                        .parse()
+                        .ok()?;
+                    Some((it, r.tool_run_id.as_str()))
+                })
+                .collect();
+            let own = asked
+                .iter()
+                .any(|(it, r)| *it == h.iteration && *r == run_id.as_str());
+            let newest = asked.iter().map(|(it, _)| *it).max() == Some(h.iteration);
+            if own && newest {
                 verified.insert(key);
             }
-            asked_here
+            Ok(own && newest)
         })
+    }
+
+    /// Fails a ready step that may not start (only while it is still ready).
+    fn refuse(&mut self, id: &str, s: &Step, why: String) -> Result<(), String> {
+        self.update(id, |w| {
+            if stopped(w)
+                || !w.steps.iter().any(|t| {
+                    t.node == s.node && t.iteration == s.iteration && t.status == StepStatus::Ready
+                })
+            {
+                return Ok(false);
+            }
+            w.steps = engine::advance(
+                &w.def,
+                &w.vars,
+                &w.steps,
+                &s.node,
+                s.iteration,
+                Outcome::Refused {
+                    reason: why.clone(),
+                },
+            )?;
+            Ok(true)
+        })?;
+        Ok(())
     }
 
     /// Asks a human step's question: a run of its own (`pipeline`, parked on the

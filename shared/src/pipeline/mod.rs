@@ -168,26 +168,53 @@ fn reaches_without(def: &file::Definition, to: &str, avoid: &str) -> bool {
     false
 }
 
-/// Why step `node` may not start: a human step that guards it ([`guards`]) whose latest
-/// visit is not completed, or whose approval `approved` does not confirm. The steps' states
-/// are the store's row, which on PostgreSQL the runner's login (a supervised tool's) may
-/// have written: whoever starts a step checks its guards' approvals in the store first.
-pub fn unguarded(
+/// Why step `step` may not start: a human step that guards it ([`guards`]) whose visit
+/// before it (the newest one listed ahead of `step`: steps are only appended) is not
+/// completed, or whose approval `approved` does not confirm. The steps' states are the
+/// store's row, which on PostgreSQL the runner's login (a supervised tool's) may have
+/// written: whoever starts a step checks its guards' approvals in the store first. `Err`:
+/// `approved` could not tell (the store could not be read) — not a refusal.
+pub fn unguarded<E>(
     def: &file::Definition,
     steps: &[Step],
-    node: &str,
-    mut approved: impl FnMut(&Step) -> bool,
-) -> Option<String> {
-    for h in guards(def, node) {
-        let ok = engine::latest(steps, &h)
-            .is_some_and(|s| s.status == StepStatus::Completed && approved(s));
+    step: &Step,
+    mut approved: impl FnMut(&Step) -> Result<bool, E>,
+) -> Result<Option<String>, E> {
+    let before = steps
+        .iter()
+        .position(|t| t.node == step.node && t.iteration == step.iteration)
+        .map_or(steps, |i| &steps[..i]);
+    for h in guards(def, &step.node) {
+        let visit = before
+            .iter()
+            .filter(|t| t.node == h)
+            .max_by_key(|t| t.iteration);
+        let ok = match visit {
+            Some(v) if v.status == StepStatus::Completed => approved(v)?,
+            _ => false,
+        };
         if !ok {
-            return Some(format!(
+            return Ok(Some(format!(
                 "not started: human step `{h}`, which every way to it passes, has no approval in the store"
-            ));
+            )));
         }
     }
-    None
+    Ok(None)
+}
+
+/// Whether `node` can be visited more than once (it is on a loop).
+pub fn on_a_loop(def: &file::Definition, node: &str) -> bool {
+    let mut seen = std::collections::BTreeSet::new();
+    let mut todo = def.successors(node);
+    while let Some(n) = todo.pop() {
+        if n == node {
+            return true;
+        }
+        if seen.insert(n.clone()) {
+            todo.extend(def.successors(&n));
+        }
+    }
+    false
 }
 
 #[cfg(test)]
@@ -333,27 +360,42 @@ mod tests {
             reason: None,
             run: None,
         };
+        let yes = |_: &Step| Ok::<bool, ()>(true);
+        let no = |_: &Step| Ok::<bool, ()>(false);
+        let ship = step("ship", StepStatus::Ready);
         let approved_ok = [
             step("build", StepStatus::Completed),
             step("ok", StepStatus::Completed),
+            ship.clone(),
         ];
-        assert_eq!(unguarded(&def, &approved_ok, "ship", |_| true), None);
+        assert_eq!(unguarded(&def, &approved_ok, &ship, yes), Ok(None));
         // Completed in the row but not confirmed by the store; skipped; never reached.
-        assert!(unguarded(&def, &approved_ok, "ship", |_| false).is_some());
+        assert!(unguarded(&def, &approved_ok, &ship, no).unwrap().is_some());
         let skipped = [
             step("build", StepStatus::Completed),
             step("ok", StepStatus::Skipped),
+            ship.clone(),
         ];
-        assert!(unguarded(&def, &skipped, "ship", |_| true).is_some());
-        assert!(
-            unguarded(
-                &def,
-                &[step("build", StepStatus::Completed)],
-                "after",
-                |_| true
-            )
-            .is_some()
+        assert!(unguarded(&def, &skipped, &ship, yes).unwrap().is_some());
+        let after = step("after", StepStatus::Ready);
+        let unreached = [step("build", StepStatus::Completed), after.clone()];
+        assert!(unguarded(&def, &unreached, &after, yes).unwrap().is_some());
+        // A newer visit of the human step, listed after the step, does not count against it.
+        let mut later = step("ok", StepStatus::WaitingApproval);
+        later.iteration = 1;
+        let with_later = [
+            step("build", StepStatus::Completed),
+            step("ok", StepStatus::Completed),
+            ship.clone(),
+            later,
+        ];
+        assert_eq!(unguarded(&def, &with_later, &ship, yes), Ok(None));
+        // The store could not tell: not a refusal.
+        assert_eq!(
+            unguarded(&def, &approved_ok, &ship, |_| Err::<bool, _>("down")),
+            Err("down")
         );
+        assert!(!on_a_loop(&def, "ship"));
     }
 
     #[test]
