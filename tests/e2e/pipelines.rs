@@ -971,3 +971,38 @@ fn a_decision_moves_its_human_step_in_the_same_transaction_with_no_runner_alive(
     assert!(st["reason"].as_str().unwrap().contains("not today"), "{st}");
     assert_eq!(ran(&env), ["ship now"]);
 }
+
+/// A pipeline that fails while its human step waits withdraws the question: no approval is
+/// left pending for an execution that no longer waits.
+#[test]
+fn a_pipeline_that_fails_while_its_human_step_waits_withdraws_the_question() {
+    let env = TestEnv::new();
+    let f = env.work().join("fail.yaml");
+    std::fs::write(
+        &f,
+        "nodes:\n  - { id: fan, kind: parallel }\n  - { id: ok, kind: human, title: Ship, question: 'Ship it?' }\n  - { id: bad, kind: task, command: 'while [ ! -e asked ]; do sleep 0.05; done; exit 3' }\n  - { id: ship, kind: task, command: 'echo ship >> ran' }\nedges:\n  - { from: fan, to: ok }\n  - { from: fan, to: bad }\n  - { from: ok, to: ship }\n",
+    )
+    .unwrap();
+    let runner = env
+        .monitor()
+        .args(["pipeline", "run", "--execution-id", "EX-fail"])
+        .arg(&f)
+        .timeout(Duration::from_secs(60))
+        .spawn();
+    // The question is asked before the other way fails.
+    let ap = pending_of(&env, "EX-fail", &runner);
+    std::fs::write(env.work().join("asked"), "").unwrap();
+    let out = runner.wait();
+    out.expect_code(1);
+    let shown = env
+        .monitor()
+        .args(["show", ap["approval_id"].as_str().unwrap(), "--json"])
+        .run();
+    shown.expect_code(0);
+    let shown: Value = serde_json::from_str(&shown.out()).unwrap();
+    assert_eq!(shown["status"], "expired", "{shown}");
+    assert_eq!(shown["decided_by"], "system:run-ended", "{shown}");
+    let pending = env.monitor().args(["approvals", "--json"]).run();
+    assert_eq!(pending.out().trim(), "[]", "{}", out.stderr);
+    assert!(!env.work().join("ran").exists());
+}

@@ -376,6 +376,7 @@ impl Driver {
                     return Ok(End::Completed);
                 }
                 ExecutionStatus::Failed(r) if self.started.is_empty() => {
+                    self.withdraw_questions(id, &r);
                     self.finish(id)?;
                     return Ok(End::Failed(r));
                 }
@@ -429,6 +430,27 @@ impl Driver {
         unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, 1000) };
         if let Some(b) = bell {
             b.rang();
+        }
+    }
+
+    /// The questions its human steps still ask, withdrawn once the execution has failed: no
+    /// one is left to decide for a pipeline that no longer waits.
+    fn withdraw_questions(&mut self, id: &str, why: &str) {
+        let Ok(runs) = self.store.execution_runs(id) else {
+            return;
+        };
+        let why = format!("the pipeline failed: {why}");
+        let actor = proc::current_user();
+        for r in runs
+            .iter()
+            .filter(|r| r.tool_name == "pipeline" && r.status == RunStatus::WaitingApproval)
+        {
+            if let Err(e) = self
+                .store
+                .withdraw_step_question(&r.tool_run_id, &why, &actor)
+            {
+                self.say(format!("{}: its question stays: {e}", r.tool_run_id));
+            }
         }
     }
 

@@ -79,6 +79,31 @@ pub trait PipelineStore: RunnerStore {
     ) -> StoreResult<Option<crate::approvals::Approval>> {
         self.approval(approval_id)
     }
+    /// Withdraws the question a human step of an ended execution still asks: its run fails
+    /// and its pending approval expires (`system:run-ended`).
+    fn withdraw_step_question(
+        &mut self,
+        tool_run_id: &str,
+        why: &str,
+        actor: &str,
+    ) -> StoreResult<()> {
+        let change = crate::runs::StatusChange {
+            exit_code: Some(1),
+            finished: true,
+            ..crate::runs::StatusChange::to(crate::status::RunStatus::Failed, Some(why.to_owned()))
+        };
+        self.record(
+            tool_run_id,
+            &[
+                super::RunWrite::Abandon(why.to_owned()),
+                super::RunWrite::Status(change, super::Replace::Live),
+            ],
+            actor,
+            false,
+        )
+        .map(|_| ())
+    }
+
     /// Ends the parked run a human step asked in (`change`), using up its decided
     /// approval first when there is one; whoever drives the execution now, not only the
     /// process that asked.

@@ -684,7 +684,8 @@ GRANT EXECUTE ON FUNCTION
     TO headless_runner, headless_operator, headless_viewer;
 GRANT EXECUTE ON FUNCTION hr.pipeline_swap(jsonb) TO headless_runner, headless_operator;
 GRANT EXECUTE ON FUNCTION hr.pipeline_decided(text, jsonb) TO headless_operator;
-GRANT EXECUTE ON FUNCTION hr.pipeline_insert(jsonb) TO headless_runner;
+GRANT EXECUTE ON FUNCTION hr.pipeline_insert(jsonb), hr.pipeline_withdraw(text, text)
+    TO headless_runner;
 "#;
 
 /// Which of the three roles (`runner`, `operator`, `viewer`) the login of `url` has.
@@ -2375,6 +2376,21 @@ impl super::pipelines::PipelineStore for PgRunner {
             "SELECT x::text FROM hr.step_approvals(NULL, $1) x",
             &[&approval_id],
         )
+    }
+
+    fn withdraw_step_question(
+        &mut self,
+        tool_run_id: &str,
+        why: &str,
+        _actor: &str,
+    ) -> StoreResult<()> {
+        self.pg.tx(|tx| {
+            tx.query(
+                "SELECT x::text FROM hr.pipeline_withdraw($1, $2) x",
+                &[&tool_run_id, &why],
+            )
+        })?;
+        Ok(())
     }
 
     /// Through the worker's functions (this login's parked runs), so that a resumer, which

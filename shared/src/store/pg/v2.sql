@@ -328,3 +328,24 @@ BEGIN
     PERFORM pg_notify('headless_run', '');
     RETURN true;
 END $$;
+
+-- Withdraws the question a human step of an ended (failed, cancelled) execution still asks:
+-- its run fails and its pending approval expires (`system:run-ended`), so nobody is left
+-- to decide for a pipeline that no longer waits. Only the execution's owner, for its own
+-- question runs. The approvals it closed.
+CREATE FUNCTION hr.pipeline_withdraw(p_run text, p_why text) RETURNS SETOF jsonb
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = hr, pg_temp AS $$
+DECLARE
+    r hr.tool_runs;
+BEGIN
+    SELECT * INTO r FROM hr.tool_runs WHERE tool_run_id = p_run FOR UPDATE;
+    IF NOT FOUND OR r.runner_login <> session_user OR r.tool_name <> 'pipeline'
+       OR r.status <> 'waiting_approval'
+       OR NOT EXISTS (SELECT 1 FROM hr.pipelines p WHERE p.execution_id = r.execution_id
+                      AND p.owner = session_user AND p.status IN ('failed', 'cancelled')) THEN
+        RETURN;
+    END IF;
+    PERFORM hr.set_status(p_run, 'failed', p_why, 1, true, NULL, NULL,
+        'from:waiting_approval', session_user);
+    RETURN QUERY SELECT x FROM hr.abandon(p_run, p_why) x;
+END $$;
