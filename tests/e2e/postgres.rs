@@ -1741,14 +1741,8 @@ fn a_pipeline_runs_its_labelled_step_on_another_hosts_worker_through_one_server(
     let env = TestEnv::new();
     let hosts = Hosts::new();
     let server = Cluster::start_in("lab", 100, Some(&hosts.ns[SERVER]), &hosts.addr(SERVER));
-    let db = database(&server);
-    env.monitor()
-        .args(["db", "init", &db.admin_url()])
-        .run()
-        .expect_code(0);
-    let ci = db.member(&env, "ci", "runner");
+    let (db, ci, operator) = initialised_on(&server, &env);
     let stranger = db.member(&env, "stranger", "runner");
-    let operator = db.member(&env, "operator", "operator");
     let monitor_on = |i: usize, login: &Login| {
         let mut c = hosts.on(&env, i, bin("monitor"));
         c.env("HEADLESS_RUN_DB", db.url_as(login))

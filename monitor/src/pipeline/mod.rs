@@ -39,14 +39,13 @@ pub fn refuse_decider(
     if run.tool_name != "pipeline" {
         return None;
     }
-    let step = run.pipeline_step()?;
+    run.pipeline_step()?;
     let unreadable =
         |why: String| Some(format!("cannot read the pipeline of {approval_id}: {why}"));
-    let Some((ex, rest)) = step.split_once('/') else {
+    let Some((ex, node, _)) = hr_shared::pipeline::step_of(&run) else {
         return unreadable("its step is not named".into());
     };
-    let node = rest.rsplit_once('#').map_or(rest, |(n, _)| n);
-    let e = match hr_shared::store::pipelines::for_store(paths).and_then(|mut p| p.pipeline(ex)) {
+    let e = match hr_shared::store::pipelines::for_store(paths).and_then(|mut p| p.pipeline(&ex)) {
         Ok(Some(e)) => e,
         Ok(None) => return unreadable(format!("no execution {ex}")),
         Err(e) => return unreadable(e.to_string()),
@@ -55,14 +54,14 @@ pub fn refuse_decider(
         Ok(d) => d,
         Err(e) => return unreadable(e.to_string()),
     };
-    let file::Kind::Human { deciders, .. } = &def.node(node)?.kind else {
+    let file::Kind::Human { deciders, .. } = &def.node(&node)?.kind else {
         return None;
     };
     (!deciders.is_empty() && !deciders.iter().any(|d| d == who)).then(|| {
         format!(
             "only {} may decide this pipeline step ({}), not {}",
             deciders.join(", "),
-            hr_shared::sanitize::sanitize_line(node),
+            hr_shared::sanitize::sanitize_line(&node),
             hr_shared::sanitize::sanitize_line(who)
         )
     })

@@ -1013,17 +1013,11 @@ impl Driver {
             }
             // Its own question's run, and the newest question of that step the store has:
             // an older approval does not answer a newer visit.
-            let prefix = format!("{id}/{}#", h.node);
             let asked: Vec<(u32, &str)> = runs
                 .iter()
-                .filter(|r| r.tool_name == "pipeline")
                 .filter_map(|r| {
-                    let it = r
-                        .pipeline_step()?
-                        .strip_prefix(prefix.as_str())?
-                        .parse()
-                        .ok()?;
-                    Some((it, r.tool_run_id.as_str()))
+                    let (ex, node, it) = hr_shared::pipeline::step_of(r)?;
+                    (ex == id && node == h.node).then_some((it, r.tool_run_id.as_str()))
                 })
                 .collect();
             let own = asked

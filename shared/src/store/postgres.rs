@@ -1993,26 +1993,9 @@ impl OperatorStore for PgOperator {
         _actor: &str,
         from: &[RunStatus],
     ) -> StoreResult<Done<Option<RunStatus>>> {
-        let from: Vec<&str> = from.iter().map(|s| s.as_str()).collect();
-        let previous: Option<String> = self
+        let previous = self
             .pg
-            .tx(|tx| {
-                tx.query_one(
-                    "SELECT hr.close_run($1, $2, $3, $4, $5, $6, $7, $8)",
-                    &[
-                        &tool_run_id,
-                        &change.status.as_str(),
-                        &change.reason,
-                        &change.exit_code,
-                        &change.finished,
-                        &change.error,
-                        &change.at,
-                        &from,
-                    ],
-                )
-            })?
-            .get(0);
-        let previous: Option<RunStatus> = previous.and_then(|p| p.parse().ok());
+            .tx(|tx| close_run_in(tx, tool_run_id, change, from))?;
         let events = match (previous, self.run(tool_run_id)?) {
             (Some(prev), Some(run)) => vec![run.status_event(Some(prev), change)],
             _ => Vec::new(),
@@ -2290,16 +2273,23 @@ fn pipeline_decided(
         return Ok(None);
     }
     let change = crate::pipeline::closing(a);
-    let from = vec![RunStatus::WaitingApproval.as_str()];
-    tx.query_one(
-        "SELECT hr.consume($1, $2)",
-        &[&a.approval_id, &run.tool_run_id],
-    )?;
+    let previous = close_question(tx, &run.tool_run_id, Some(&a.approval_id), &change)?;
+    Ok(previous.map(|p| run.status_event(Some(p), &change)))
+}
+
+/// `hr.close_run`: the run's status before, when the guard `from` let the change through.
+fn close_run_in(
+    tx: &mut postgres::Transaction<'_>,
+    tool_run_id: &str,
+    change: &StatusChange,
+    from: &[RunStatus],
+) -> Result<Option<RunStatus>, postgres::Error> {
+    let from: Vec<&str> = from.iter().map(|s| s.as_str()).collect();
     let previous: Option<String> = tx
         .query_one(
             "SELECT hr.close_run($1, $2, $3, $4, $5, $6, $7, $8)",
             &[
-                &run.tool_run_id,
+                &tool_run_id,
                 &change.status.as_str(),
                 &change.reason,
                 &change.exit_code,
@@ -2310,9 +2300,20 @@ fn pipeline_decided(
             ],
         )?
         .get(0);
-    Ok(previous
-        .and_then(|p| p.parse().ok())
-        .map(|p| run.status_event(Some(p), &change)))
+    Ok(previous.and_then(|p| p.parse().ok()))
+}
+
+/// Ends the parked run a pipeline's human step asked in, using up its approval first.
+fn close_question(
+    tx: &mut postgres::Transaction<'_>,
+    tool_run_id: &str,
+    approval_id: Option<&str>,
+    change: &StatusChange,
+) -> Result<Option<RunStatus>, postgres::Error> {
+    if let Some(a) = approval_id {
+        tx.query_one("SELECT hr.consume($1, $2)", &[&a, &tool_run_id])?;
+    }
+    close_run_in(tx, tool_run_id, change, &[RunStatus::WaitingApproval])
 }
 
 impl super::pipelines::PipelineStore for PgRunner {
@@ -2402,25 +2403,8 @@ impl super::pipelines::PipelineStore for PgRunner {
         change: StatusChange,
         _actor: &str,
     ) -> StoreResult<()> {
-        let from = vec![RunStatus::WaitingApproval.as_str()];
-        self.pg.tx(|tx| {
-            if let Some(a) = approval_id {
-                tx.query_one("SELECT hr.consume($1, $2)", &[&a, &tool_run_id])?;
-            }
-            tx.query_one(
-                "SELECT hr.close_run($1, $2, $3, $4, $5, $6, $7, $8)",
-                &[
-                    &tool_run_id,
-                    &change.status.as_str(),
-                    &change.reason,
-                    &change.exit_code,
-                    &change.finished,
-                    &change.error,
-                    &change.at,
-                    &from,
-                ],
-            )
-        })?;
+        self.pg
+            .tx(|tx| close_question(tx, tool_run_id, approval_id, &change))?;
         Ok(())
     }
 }
