@@ -22,23 +22,29 @@ use std::time::{Duration, Instant};
 
 /// The runner token's name.
 const TOKEN_NAME: &str = "contract-runner";
+/// Another runner's token: a stranger to the first's runs.
+const STRANGER_NAME: &str = "contract-stranger";
 
-/// One token file with one runner token, copied into every case's server (each case has a
-/// server of its own).
-fn tokens() -> &'static (tempfile::TempDir, String) {
-    static TOKENS: OnceLock<(tempfile::TempDir, String)> = OnceLock::new();
+/// One token file with the two runner tokens, copied into every case's server (each case
+/// has a server of its own): (dir, runner's secret, stranger's secret).
+fn tokens() -> &'static (tempfile::TempDir, String, String) {
+    static TOKENS: OnceLock<(tempfile::TempDir, String, String)> = OnceLock::new();
     TOKENS.get_or_init(|| {
         let dir = tempfile::tempdir().expect("temp dir");
-        let out = Command::new(headless_run_e2e::bin("monitor"))
-            .arg("--state-dir")
-            .arg(dir.path())
-            .args(["token", "create", TOKEN_NAME, "--role", "runner"])
-            .env_remove("CI")
-            .output()
-            .expect("monitor token create");
-        assert!(out.status.success(), "{out:?}");
-        let token = String::from_utf8(out.stdout).unwrap().trim().to_owned();
-        (dir, token)
+        let create = |name: &str| {
+            let out = Command::new(headless_run_e2e::bin("monitor"))
+                .arg("--state-dir")
+                .arg(dir.path())
+                .args(["token", "create", name, "--role", "runner"])
+                .env_remove("CI")
+                .output()
+                .expect("monitor token create");
+            assert!(out.status.success(), "{out:?}");
+            String::from_utf8(out.stdout).unwrap().trim().to_owned()
+        };
+        let token = create(TOKEN_NAME);
+        let stranger = create(STRANGER_NAME);
+        (dir, token, stranger)
     })
 }
 
@@ -49,6 +55,7 @@ struct Http {
     /// The runner host's state dir (its spool).
     host: StatePaths,
     remote: Remote,
+    stranger: Remote,
     child: Child,
 }
 
@@ -61,7 +68,7 @@ impl Drop for Http {
 
 impl StoreUnderTest for Http {
     fn fresh() -> Self {
-        let (token_dir, token) = tokens();
+        let (token_dir, token, stranger) = tokens();
         let dir = tempfile::tempdir().expect("temp dir");
         let server = StatePaths::at(dir.path().join("server"));
         server.ensure_dirs().expect("server state dir");
@@ -103,8 +110,13 @@ impl StoreUnderTest for Http {
         Http {
             host: StatePaths::at(dir.path().join("host")),
             remote: Remote {
-                url,
+                url: url.clone(),
                 token: token.clone(),
+                ca: None,
+            },
+            stranger: Remote {
+                url,
+                token: stranger.clone(),
                 ca: None,
             },
             server,
@@ -115,6 +127,15 @@ impl StoreUnderTest for Http {
 
     fn runner(&self) -> Box<dyn RunnerStore> {
         Box::new(HttpRunner::to(&self.remote, &self.host).expect("client"))
+    }
+
+    fn stranger(&self) -> Box<dyn RunnerStore> {
+        Box::new(HttpRunner::to(&self.stranger, &self.host).expect("client"))
+    }
+
+    /// A runner's runs are run again on its own machine, never by the server's host.
+    fn resumable(&self) -> bool {
+        false
     }
 
     fn operator(&self) -> Box<dyn OperatorStore> {
@@ -144,9 +165,14 @@ impl StoreUnderTest for Http {
         false
     }
 
+    /// The server records its runners' rows as `runner:TOKEN`.
+    fn runner_identity(&self) -> String {
+        format!("runner:{TOKEN_NAME}")
+    }
+
     fn stored_row(&self, mut row: hr_shared::runs::ToolRun) -> hr_shared::runs::ToolRun {
         hr_shared::store::http::mark_as_runners(TOKEN_NAME, &mut row);
-        row
+        row.stamped(&self.runner_identity(), None)
     }
 
     fn stored_fingerprint(&self, fingerprint: &str) -> String {

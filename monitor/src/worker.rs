@@ -99,8 +99,11 @@ pub struct Worker {
     /// This host's name and this process's user: only runs of both are resumed (or, with a
     /// pool, runs of that pool from any host, still only as their own user).
     here: String,
-    uid: u64,
+    uid: u32,
     pool: Option<String>,
+    /// Who the store says this worker is (its owner, or its login): only runs it recorded as
+    /// started by this identity are resumed. Learnt on the first pass.
+    identity: Option<String>,
     /// Runs of other hosts or users already reported (said once, then left alone).
     refused: std::collections::HashSet<String>,
     /// Pipelines this worker is resuming: a `monitor pipeline resume` child each.
@@ -126,9 +129,9 @@ impl Worker {
             actions: 0,
             kept: None,
             here: hr_shared::proc::hostname(),
-            // SAFETY: geteuid cannot fail.
-            uid: u64::from(unsafe { libc::geteuid() }),
+            uid: hr_shared::proc::effective_uid(),
             pool: None,
+            identity: None,
             refused: std::collections::HashSet::new(),
             pipelines: Vec::new(),
             pipeline_failures: std::collections::HashMap::new(),
@@ -261,7 +264,19 @@ impl Worker {
         out
     }
 
+    /// Who the store says this worker is ([`OperatorStore::identity`]); an error when this
+    /// store is not one it may run recorded commands from (another user's).
+    pub fn identity(&mut self) -> Result<String, StoreError> {
+        if let Some(id) = &self.identity {
+            return Ok(id.clone());
+        }
+        let id = self.store.identity()?;
+        self.identity = Some(id.clone());
+        Ok(id)
+    }
+
     fn pass_inner(&mut self, stopping: bool) -> Result<(), StoreError> {
+        self.identity()?;
         let actor = self.name.clone();
         let done = self.store.reconcile(&actor, &self.host)?;
         self.log(&done.effects.events);
@@ -427,8 +442,15 @@ impl Worker {
     }
 
     fn act_on(&mut self, p: ParkedRun) -> Result<(), StoreError> {
-        // Another host's run is its workers'; another user's is never run as this one.
-        if let Some(why) = rules::not_ours(&p.run, &self.here, self.uid, self.pool.as_deref()) {
+        // Another identity's run is never run by this one; another host's is its workers'.
+        let identity = self.identity()?;
+        let me = rules::Executor {
+            identity: &identity,
+            uid: self.uid,
+            host: &self.here,
+            pool: self.pool.as_deref(),
+        };
+        if let Some(why) = rules::not_ours(&p.run, &me) {
             if self.refused.insert(p.run.tool_run_id.clone()) {
                 self.say(format!("{}: not resumed here: {why}", p.run.tool_run_id));
             }

@@ -104,13 +104,21 @@ pub struct Approval {
     /// decision is not used, nor resumed, for a command that runs something else now.
     #[serde(default)]
     pub tool_digest: Option<String>,
+    /// The approval that replaced this one when a retry showed another screen (DESIGN §14:
+    /// an approval never changes under the operator; this one ended `expired`, decided by
+    /// `system:superseded`, and the question lives on in the new one).
+    #[serde(default)]
+    pub superseded_by: Option<String>,
 }
+
+/// Who ends an approval that a changed screen replaced (its `decided_by` and channel).
+pub const SUPERSEDED: &str = "system:superseded";
 
 const COLUMNS: &str = "approval_id, tool_run_id, tool_name, execution_id, question, context, \
     options_json, default_value, allows_text, status, chosen_value, created_at, decided_at, \
     expires_at, decided_by, decision_channel, comment, request_fingerprint, prompt_fingerprint, \
     consumed_at, consumed_by, prompt_kind, prompt_line, rule_name, expire_action, claimed_by, \
-    claimed_at, resumed_run_id, screen_digest, tool_digest";
+    claimed_at, resumed_run_id, screen_digest, tool_digest, superseded_by";
 
 fn from_row(r: &Row<'_>) -> rusqlite::Result<Approval> {
     let options: String = r.get(6)?;
@@ -148,10 +156,18 @@ fn from_row(r: &Row<'_>) -> rusqlite::Result<Approval> {
         resumed_run_id: r.get(27)?,
         screen_digest: r.get(28)?,
         tool_digest: r.get(29)?,
+        superseded_by: r.get(30)?,
     })
 }
 
 impl Approval {
+    /// The version of what the operator is shown: the digest of its screen (context and
+    /// question). It never changes once asked (a changed screen is a new approval); every
+    /// way to decide sends the version it showed, and the store refuses any other.
+    pub fn version(&self) -> Option<&str> {
+        self.screen_digest.as_deref()
+    }
+
     /// The value `approve` stands for: the first option, or a text prompt's default.
     pub fn approve_value(&self) -> Option<&str> {
         match self.prompt_kind {
@@ -371,7 +387,7 @@ pub(crate) fn insert(tx: &Transaction<'_>, a: &Approval, actor: &str) -> Result<
         &format!(
             "INSERT INTO approvals ({COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, \
              ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21, ?22, ?23, ?24, ?25, ?26, ?27, ?28, \
-             ?29, ?30)"
+             ?29, ?30, ?31)"
         ),
         params![
             a.approval_id,
@@ -404,6 +420,7 @@ pub(crate) fn insert(tx: &Transaction<'_>, a: &Approval, actor: &str) -> Result<
             a.resumed_run_id,
             a.screen_digest,
             a.tool_digest,
+            a.superseded_by,
         ],
     )?;
     audit::append(
@@ -504,6 +521,9 @@ pub struct Decider<'a> {
     /// `cli`, `tui`, `policy:NAME`, `system:expiry`.
     pub channel: &'a str,
     pub comment: Option<&'a str>,
+    /// The version of the approval the decider was shown ([`Approval::version`]); `None`:
+    /// the approval as its id names it (an approval never changes once asked).
+    pub version: Option<&'a str>,
 }
 
 /// How a decision attempt ended.
@@ -513,8 +533,14 @@ pub enum DecideOutcome {
     Decided(Box<Approval>),
     /// It was already decided the same way: nothing changed.
     AlreadySame(Box<Approval>),
-    /// Someone else decided it first (or it expired).
+    /// Someone else decided it first (or it expired, or a changed screen superseded it:
+    /// `superseded_by`).
     Conflict(Box<Approval>),
+    /// It is not the version the decider was shown: nothing was decided.
+    Changed(Box<Approval>),
+    /// This decider may not decide it (a pipeline human step that names its deciders):
+    /// why. Nothing was decided.
+    Refused(String),
     NotFound,
     Invalid(InvalidValue),
 }
@@ -535,6 +561,9 @@ pub(crate) fn decide(
         expire_one(tx, &current, &now)?;
         let expired = get(tx, id)?.unwrap_or(current);
         return Ok(DecideOutcome::Conflict(Box::new(expired)));
+    }
+    if let Some(outcome) = version_refusal(&current, who) {
+        return Ok(outcome);
     }
     let resolution = match value_decision(&current, value) {
         Ok(r) => r,
@@ -576,6 +605,64 @@ pub(crate) fn decide(
     }
     audit_status(tx, &after, who.by)?;
     Ok(DecideOutcome::Decided(Box::new(after)))
+}
+
+/// Why a decision was not made, for a person: who decided the approval first (or that a
+/// changed screen superseded it, naming the approval to read instead), or that it is not
+/// the version the decider was shown. `None` for outcomes that are not refusals of this
+/// kind. Text from the store is cleaned.
+pub fn refusal(outcome: &DecideOutcome) -> Option<String> {
+    use crate::sanitize::sanitize_line;
+    match outcome {
+        DecideOutcome::Conflict(a) => Some(match &a.superseded_by {
+            Some(new) => format!(
+                "{} was superseded by {}: the screen changed after it was asked, so it was asked again; read {} (`monitor show {}`) and decide that one",
+                a.approval_id,
+                sanitize_line(new),
+                sanitize_line(new),
+                sanitize_line(new)
+            ),
+            None => format!(
+                "{} was already decided by {} at {} ({}, {})",
+                a.approval_id,
+                sanitize_line(a.decided_by.as_deref().unwrap_or("?")),
+                a.decided_at
+                    .as_deref()
+                    .map(sanitize_line)
+                    .unwrap_or_else(|| "?".into()),
+                a.status,
+                a.chosen_value
+                    .as_deref()
+                    .map(sanitize_line)
+                    .unwrap_or_else(|| "no value".into())
+            ),
+        }),
+        DecideOutcome::Refused(why) => Some(why.clone()),
+        DecideOutcome::Changed(a) => Some(format!(
+            "{} is not the version you were shown (it is {}): read it again (`monitor show {}`) before deciding",
+            a.approval_id,
+            a.version()
+                .map(sanitize_line)
+                .unwrap_or_else(|| "unversioned".into()),
+            a.approval_id
+        )),
+        _ => None,
+    }
+}
+
+/// What a decision on `current` is refused as before anything else is looked at: an
+/// approval a changed screen replaced (the decider is pointed to the new one), or another
+/// version than the one the decider was shown. One rule for every store.
+pub fn version_refusal(current: &Approval, who: &Decider<'_>) -> Option<DecideOutcome> {
+    if current.superseded_by.is_some() {
+        return Some(DecideOutcome::Conflict(Box::new(current.clone())));
+    }
+    match who.version {
+        Some(seen) if current.version() != Some(seen) => {
+            Some(DecideOutcome::Changed(Box::new(current.clone())))
+        }
+        _ => None,
+    }
 }
 
 fn expire_one(tx: &Transaction<'_>, a: &Approval, now: &str) -> Result<bool> {
@@ -622,24 +709,36 @@ pub(crate) fn expire_due(tx: &Transaction<'_>) -> Result<Vec<Approval>> {
     Ok(out)
 }
 
-/// A taken-over approval shows the screen as it is now (the retry's), with its digest.
-pub(crate) fn refresh_screen(
+/// Ends pending approval `old` as replaced by `new_id` (a retry showed another screen):
+/// `expired`, decided by [`SUPERSEDED`], pointing to the new one. Its question, context and
+/// options stay as the operator saw them. Returns the row as it is now, if it was pending.
+pub(crate) fn supersede(
     tx: &Transaction<'_>,
-    now: &Approval,
-    approval_id: &str,
-) -> Result<()> {
-    tx.execute(
-        "UPDATE approvals SET question = ?2, context = ?3, prompt_line = ?4, screen_digest = ?5
+    old: &Approval,
+    new_id: &str,
+    actor: &str,
+) -> Result<Option<Approval>> {
+    let now = time::now_rfc3339();
+    let changed = tx.execute(
+        "UPDATE approvals SET status = 'expired', decided_at = ?2, decided_by = ?3,
+            decision_channel = ?3, comment = ?4, superseded_by = ?5
          WHERE approval_id = ?1 AND status = 'pending'",
         params![
-            approval_id,
-            now.question,
-            now.context,
-            now.prompt_line,
-            now.screen_digest
+            old.approval_id,
+            now,
+            SUPERSEDED,
+            format!("the screen changed: asked again as {new_id}"),
+            new_id
         ],
     )?;
-    Ok(())
+    if changed == 0 {
+        return Ok(None);
+    }
+    let after = get(tx, &old.approval_id)?;
+    if let Some(a) = &after {
+        audit_status(tx, a, actor)?;
+    }
+    Ok(after)
 }
 
 /// The approvals of run `tool_run_id` still pending, newest first.
@@ -867,6 +966,7 @@ mod tests {
             by,
             channel: "cli",
             comment: None,
+            version: None,
         }
     }
 

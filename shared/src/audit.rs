@@ -417,6 +417,7 @@ mod tests {
             by: "alice",
             channel: "cli",
             comment: None,
+            version: None,
         };
         db::write(&mut conn, |tx| {
             crate::approvals::decide(tx, "AP-1", "y", &who)

@@ -173,6 +173,17 @@ const MIGRATIONS: &[&str] = &[
     );
     CREATE INDEX pipelines_created ON pipelines(created_at);
     "#,
+    // v8: who started each run and execution, as the store authenticated the session that
+    // wrote it (DESIGN §14: set by the store, never taken from a client's row; only that
+    // identity runs its command again), an execution's pinned definition digest and its
+    // starter's uid; and the approval that replaced one whose screen changed.
+    r#"
+    ALTER TABLE tool_runs ADD COLUMN owner TEXT;
+    ALTER TABLE approvals ADD COLUMN superseded_by TEXT;
+    ALTER TABLE pipelines ADD COLUMN owner TEXT;
+    ALTER TABLE pipelines ADD COLUMN uid INTEGER;
+    ALTER TABLE pipelines ADD COLUMN definition_digest TEXT;
+    "#,
 ];
 
 /// The schema version this build writes.
@@ -210,6 +221,10 @@ pub enum StoreError {
     Locked,
     #[error("database is read-only: {0}")]
     ReadOnly(String),
+    /// The embedded store belongs to another user (or is reached through a link): it is
+    /// read, never written (DESIGN §14). Says whose it is.
+    #[error("not your state store: {0}")]
+    Foreign(String),
     #[error("database error: {0}")]
     Sqlite(rusqlite::Error),
     /// The database server refused or failed (its message, never the credentials).
@@ -355,7 +370,7 @@ fn uri_path(path: &Path) -> String {
 
 /// Opens an existing database read-only (no journal change, no migration: an older schema
 /// is an error).
-fn open_read_only(path: &Path) -> Result<Connection> {
+pub(crate) fn open_read_only(path: &Path) -> Result<Connection> {
     let flags = OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX;
     let conn = Connection::open_with_flags(path, flags).map_err(|e| corrupt_or(path, e))?;
     conn.busy_timeout(BUSY_TIMEOUT)

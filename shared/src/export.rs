@@ -65,6 +65,7 @@ const COLUMNS: &[(&str, Kind)] = &[
     ("resumed_from", Kind::Text),
     ("metadata", Kind::Json),
     ("updated_at", Kind::Text),
+    ("owner", Kind::Text),
 ];
 
 /// Exports at least this large, and without a limit, are encoded on two threads: the

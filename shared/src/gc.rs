@@ -119,6 +119,7 @@ mod tests {
                     by: "a",
                     channel: "cli",
                     comment: None,
+                    version: None,
                 },
             )
         })

@@ -162,7 +162,8 @@ impl StatePaths {
         }
     }
 
-    /// Creates the state dir, its log dirs and the database's dir, all 0700.
+    /// Creates the state dir, its log dirs and the database's dir, all 0700; each must be
+    /// the caller's own directory, not a link.
     pub fn ensure_dirs(&self) -> io::Result<()> {
         create_private_dir(&self.root)?;
         create_private_dir(&self.logs_dir())?;
@@ -175,13 +176,41 @@ impl StatePaths {
         }
         Ok(())
     }
+
+    /// Checks that the state dir and its log dirs are the caller's own directories, not
+    /// links (`NotFound` when one is missing).
+    pub fn check_own_dirs(&self) -> io::Result<()> {
+        for dir in [self.root.clone(), self.logs_dir(), self.runs_dir()] {
+            check_own_dir(&dir)?;
+        }
+        Ok(())
+    }
+
+    /// Why the embedded store of these paths is not the caller's to write: its state dir,
+    /// the directory holding its database, or the database file belongs to another user or
+    /// is a link. `None` when it is the caller's own (or not there yet).
+    pub fn foreign_store(&self) -> Option<String> {
+        let db_dir = self.db.parent().filter(|d| !d.as_os_str().is_empty());
+        let dirs = [Some(self.root.as_path()), db_dir].into_iter().flatten();
+        for dir in dirs {
+            if let Ok(meta) = fs::symlink_metadata(dir)
+                && let Some(why) = not_own(dir, &meta, true)
+            {
+                return Some(why);
+            }
+        }
+        fs::symlink_metadata(&self.db)
+            .ok()
+            .and_then(|meta| not_own(&self.db, &meta, false))
+    }
 }
 
 impl StatePaths {
-    /// Runs `open`; when it fails because a directory is missing, creates the state dirs and
-    /// runs it once more (so the usual case, dirs that exist, costs no `mkdir`).
+    /// Runs `open` once the state dirs are checked to be the caller's own; when one is
+    /// missing, creates them and runs it (so the usual case, dirs that exist, costs no
+    /// `mkdir`).
     pub fn open_creating<T>(&self, open: impl Fn() -> io::Result<T>) -> io::Result<T> {
-        match open() {
+        match self.check_own_dirs().and_then(|()| open()) {
             Err(e) if e.kind() == io::ErrorKind::NotFound => {
                 self.ensure_dirs()?;
                 open()
@@ -231,50 +260,100 @@ fn absolute(p: &Path) -> Result<PathBuf, PathError> {
     std::path::absolute(p).map_err(|e| PathError::Absolute(p.to_path_buf(), e))
 }
 
-/// Creates `path` (and missing parents) with mode 0700. An existing directory we own that
-/// is open to others is tightened to 0700.
+/// Why `path` is not the caller's own, from its `lstat`: a symbolic link, not a
+/// directory (`want_dir`) or not a regular file, or owned by another user. The embedded
+/// store is its owner's alone (DESIGN §14): what another user owns — or could have put a
+/// link in — is never written, so nothing there is recorded, or later run, as the caller.
+pub fn not_own(path: &Path, meta: &fs::Metadata, want_dir: bool) -> Option<String> {
+    let kind = meta.file_type();
+    if kind.is_symlink() {
+        return Some(format!(
+            "{} is a symbolic link: the state dir and what is in it are opened only as they are, never through a link",
+            path.display()
+        ));
+    }
+    if want_dir && !kind.is_dir() {
+        return Some(format!("{} exists and is not a directory", path.display()));
+    }
+    if !want_dir && !kind.is_file() {
+        return Some(format!("{} is not a regular file", path.display()));
+    }
+    let me = crate::proc::effective_uid();
+    (meta.uid() != me).then(|| {
+        format!(
+            "{} is owned by {} (uid {}), not by you ({}, uid {me}): a state store is its owner's alone; run as its owner, or give each user a state dir of their own (or the PostgreSQL store for several)",
+            path.display(),
+            crate::proc::user_name(meta.uid()),
+            meta.uid(),
+            crate::proc::user_name(me),
+        )
+    })
+}
+
+/// The caller's own directory at `path` (see [`not_own`]), or why not, as an error of kind
+/// `PermissionDenied` (`NotFound` when there is none).
+pub fn check_own_dir(path: &Path) -> io::Result<fs::Metadata> {
+    let meta = fs::symlink_metadata(path)?;
+    match not_own(path, &meta, true) {
+        Some(why) => Err(io::Error::new(io::ErrorKind::PermissionDenied, why)),
+        None => Ok(meta),
+    }
+}
+
+/// Creates `path` (and missing parents) with mode 0700; it must then be the caller's own
+/// directory, not a link ([`not_own`]). An own directory open to others is tightened to
+/// 0700.
 pub fn create_private_dir(path: &Path) -> io::Result<()> {
     match DirBuilder::new().recursive(true).mode(0o700).create(path) {
         Ok(()) => {}
         Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
         Err(e) => return Err(e),
     }
-    let meta = fs::metadata(path)?;
-    if !meta.is_dir() {
-        return Err(io::Error::new(
-            io::ErrorKind::AlreadyExists,
-            format!("{} exists and is not a directory", path.display()),
-        ));
-    }
-    if meta.mode() & 0o077 != 0 && meta.uid() == crate::proc::real_uid() {
+    let meta = check_own_dir(path)?;
+    if meta.mode() & 0o077 != 0 {
         fs::set_permissions(path, fs::Permissions::from_mode(0o700))?;
     }
     Ok(())
 }
 
-/// Opens `path` for appending, creating it with mode 0600.
+/// Opens `path` for appending, creating it with mode 0600; never through a link, and only
+/// a regular file of the caller's own.
 pub fn open_private_append(path: &Path) -> io::Result<File> {
-    OpenOptions::new()
+    let f = OpenOptions::new()
         .append(true)
         .create(true)
         .mode(0o600)
-        .custom_flags(libc::O_CLOEXEC)
-        .open(path)
+        .custom_flags(libc::O_CLOEXEC | libc::O_NOFOLLOW | libc::O_NONBLOCK)
+        .open(path)?;
+    own_file(path, &f)?;
+    Ok(f)
+}
+
+/// Refuses an open file that is not a regular file of the caller's own (checked on the
+/// descriptor, so nothing can be swapped in between).
+fn own_file(path: &Path, f: &File) -> io::Result<()> {
+    match not_own(path, &f.metadata()?, false) {
+        Some(why) => Err(io::Error::new(io::ErrorKind::PermissionDenied, why)),
+        None => Ok(()),
+    }
 }
 
 /// Creates `path` empty with mode 0600 if it does not exist yet (so that SQLite, which copies
-/// the database file's mode to its `-wal` and `-shm` files, never creates them wider).
+/// the database file's mode to its `-wal` and `-shm` files, never creates them wider); an
+/// existing one must be a regular file of the caller's own, not a link.
 pub fn touch_private(path: &Path) -> io::Result<()> {
-    match OpenOptions::new()
+    let f = OpenOptions::new()
         .write(true)
-        .create_new(true)
+        .create(true)
         .mode(0o600)
-        .open(path)
-    {
-        Ok(_) => Ok(()),
-        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => Ok(()),
-        Err(e) => Err(e),
+        .custom_flags(libc::O_CLOEXEC | libc::O_NOFOLLOW | libc::O_NONBLOCK)
+        .open(path)?;
+    own_file(path, &f)?;
+    let mode = f.metadata()?.mode();
+    if mode & 0o077 != 0 {
+        f.set_permissions(fs::Permissions::from_mode(mode & 0o700))?;
     }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -128,6 +128,13 @@ pub fn real_uid() -> u32 {
     unsafe { libc::getuid() }
 }
 
+/// The effective uid of this process: whom the files it creates belong to, and so the
+/// identity of an embedded store it may write.
+pub fn effective_uid() -> u32 {
+    // SAFETY: geteuid cannot fail.
+    unsafe { libc::geteuid() }
+}
+
 struct Passwd {
     name: OsString,
     home: OsString,

@@ -124,6 +124,7 @@ mod tests {
             by: "alice",
             channel: "cli",
             comment: None,
+            version: None,
         }
     }
 

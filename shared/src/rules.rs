@@ -131,11 +131,25 @@ pub fn phase(run: &ToolRun) -> RunPhase {
     }
 }
 
-/// Why `run` is not for a process of user `uid` on host `host` to run again (restart, or a
-/// worker's resume): it ran on another host (unless both are of worker pool `pool`), or as
-/// another user. A run is only ever run again as whom it first ran, and where it ran or in
-/// its pool; runs from before hosts and users were recorded have neither, and pass.
-pub fn not_ours(run: &ToolRun, host: &str, uid: u64, pool: Option<&str>) -> Option<String> {
+/// Who would run a recorded command again (a worker's resume, a restart): the identity its
+/// store session authenticated (`OperatorStore::identity`: the embedded store's owner, a
+/// PostgreSQL login), and the facts of its own process and host.
+#[derive(Debug, Clone, Copy)]
+pub struct Executor<'a> {
+    pub identity: &'a str,
+    /// Its effective uid.
+    pub uid: u32,
+    pub host: &'a str,
+    /// The worker pool it also serves (`--pool`).
+    pub pool: Option<&'a str>,
+}
+
+/// Why `run` was not started by `identity` (uid `uid`), as its store recorded it: then no
+/// session of that identity may run its command again (DESIGN §14). What counts is the
+/// `owner` the store set from the session that wrote the run, never a field the run's own
+/// shim wrote — except for runs from before owners were recorded, whose claimed uid must be
+/// the caller's. The stores refuse to claim such a run; `not_ours` says it to the worker.
+pub fn not_owned(run: &ToolRun, identity: &str, uid: u32) -> Option<String> {
     // A run recorded through a server's runner API ran on the runner's machine: no worker
     // here runs its command (whatever host or user it claims).
     if let Some(token) = run.runner() {
@@ -144,19 +158,53 @@ pub fn not_ours(run: &ToolRun, host: &str, uid: u64, pool: Option<&str>) -> Opti
             crate::sanitize::sanitize_line(token)
         ));
     }
+    match run.owner.as_deref() {
+        Some(owner) if owner != identity => Some(format!(
+            "it was started by {}, not by {}: only a worker of {} runs it again",
+            crate::sanitize::sanitize_line(owner),
+            crate::sanitize::sanitize_line(identity),
+            crate::sanitize::sanitize_line(owner),
+        )),
+        Some(_) => None,
+        None => claimed_uid(run, uid),
+    }
+}
+
+/// Why the uid `run`'s shim said it ran as is not `uid`.
+fn claimed_uid(run: &ToolRun, uid: u32) -> Option<String> {
+    let claimed = run.uid()?;
+    (claimed != u64::from(uid)).then(|| {
+        let name = u32::try_from(claimed)
+            .map(crate::proc::user_name)
+            .unwrap_or_else(|_| format!("uid:{claimed}"));
+        format!(
+            "it was run by {} (uid {claimed}), not by uid {uid}: only its own user may run it again",
+            crate::sanitize::sanitize_line(&name)
+        )
+    })
+}
+
+/// Why `run` is not for executor `me` to run again (restart, or a worker's resume): another
+/// identity started it ([`not_owned`]), it ran on another host (unless both are of worker
+/// pool `me.pool`), or its shim ran as another uid. A run is only ever run again by the
+/// identity that started it, as its own user, where it ran or in its pool; runs from before
+/// hosts were recorded have none, and pass that part.
+pub fn not_ours(run: &ToolRun, me: &Executor<'_>) -> Option<String> {
+    if let Some(why) = not_owned(run, me.identity, me.uid) {
+        return Some(why);
+    }
     // A run of this worker's pool is its business on whichever host it ran.
-    let in_pool = pool.is_some() && run.pool() == pool;
-    if let Some(theirs) = run.host.as_deref().filter(|h| *h != host && !in_pool) {
+    let in_pool = me.pool.is_some() && run.pool() == me.pool;
+    if let Some(theirs) = run.host.as_deref().filter(|h| *h != me.host && !in_pool) {
         return Some(format!(
             "it ran on {}, not on this host ({}): run it again there",
             crate::sanitize::sanitize_line(theirs),
-            crate::sanitize::sanitize_line(host)
+            crate::sanitize::sanitize_line(me.host)
         ));
     }
-    let owner = run.uid()?;
-    (owner != uid).then(|| {
-        format!("it was run by uid {owner}, not by uid {uid}: only its own user may run it again")
-    })
+    // One login shared by two OS users of a host: whatever the login, never as another
+    // user than the one the run says it ran as (the login, not this, is the boundary).
+    claimed_uid(run, me.uid)
 }
 
 /// Whether a `waiting_approval` run was parked by a shim that exited on purpose (exit
@@ -323,19 +371,56 @@ mod tests {
     use super::*;
     use crate::runs::ToolRun;
 
+    fn me<'a>(identity: &'a str, uid: u32, pool: Option<&'a str>) -> Executor<'a> {
+        Executor {
+            identity,
+            uid,
+            host: "here",
+            pool,
+        }
+    }
+
     #[test]
     fn a_pool_takes_in_other_hosts_but_never_other_users() {
         let mut run = crate::testing::run("TR-P", "make", RunStatus::WaitingApproval);
         run.host = Some("build-08".into());
         run.metadata = Some(serde_json::json!({ "pool": "ci", "uid": 1000 }));
-        assert!(not_ours(&run, "here", 1000, None).is_some_and(|w| w.contains("build-08")));
-        assert_eq!(not_ours(&run, "here", 1000, Some("ci")), None);
-        assert!(not_ours(&run, "here", 1000, Some("other")).is_some());
-        assert!(not_ours(&run, "here", 0, Some("ci")).is_some_and(|w| w.contains("uid 1000")));
+        let ci = me("ci", 1000, Some("ci"));
+        assert!(not_ours(&run, &me("ci", 1000, None)).is_some_and(|w| w.contains("build-08")));
+        assert_eq!(
+            not_ours(&run, &ci),
+            None,
+            "no owner recorded: the uid decides"
+        );
+        assert!(not_ours(&run, &me("ci", 1000, Some("other"))).is_some());
+        assert!(not_ours(&run, &me("ci", 0, Some("ci"))).is_some_and(|w| w.contains("uid 1000")));
         run.metadata = Some(serde_json::json!({ "uid": 1000 }));
+        assert!(not_ours(&run, &ci).is_some(), "no pool recorded");
+    }
+
+    #[test]
+    fn the_owner_the_store_recorded_decides_whatever_the_row_claims() {
+        let mut run = crate::testing::run("TR-O", "make", RunStatus::WaitingApproval);
+        run.host = Some("here".into());
+        // The row says uid 0 and no owner: a tool forging its row for root's worker.
+        run.metadata = Some(serde_json::json!({ "uid": 0 }));
+        run.owner = Some("alice".into());
+        let why = not_ours(&run, &me("root", 0, None)).expect("refused");
         assert!(
-            not_ours(&run, "here", 1000, Some("ci")).is_some(),
-            "no pool recorded"
+            why.contains("started by alice") && why.contains("not by root"),
+            "{why}"
+        );
+        assert_eq!(not_owned(&run, "alice", 1000), None, "alice's own login");
+        // The same login, but the run says another uid: still never as that user.
+        assert!(not_ours(&run, &me("alice", 1000, None)).is_some_and(|w| w.contains("uid 0")));
+        run.metadata = Some(serde_json::json!({ "uid": 1000 }));
+        assert_eq!(not_ours(&run, &me("alice", 1000, None)), None);
+        // Names are drawn cleaned.
+        run.owner = Some("evil\x1b[2J".into());
+        assert!(
+            !not_ours(&run, &me("root", 0, None))
+                .unwrap()
+                .contains('\x1b')
         );
     }
 
@@ -344,9 +429,11 @@ mod tests {
         let mut run = crate::testing::run("TR-R", "make", RunStatus::WaitingApproval);
         run.host = Some("here".into());
         run.metadata = Some(serde_json::json!({ "uid": 1000, "pool": "ci", "runner": "ci-7" }));
+        run.owner = Some("ci".into());
         for pool in [None, Some("ci")] {
             assert!(
-                not_ours(&run, "here", 1000, pool).is_some_and(|w| w.contains("runner token ci-7"))
+                not_ours(&run, &me("ci", 1000, pool))
+                    .is_some_and(|w| w.contains("runner token ci-7"))
             );
         }
     }

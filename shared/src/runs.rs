@@ -35,6 +35,13 @@ pub struct ToolRun {
     pub resumed_from: Option<String>,
     pub metadata: Option<serde_json::Value>,
     pub updated_at: String,
+    /// Who started the run, as the store authenticated the session that wrote its first
+    /// row (DESIGN §14): the embedded store's owner (an OS user), a PostgreSQL login, or
+    /// `runner:TOKEN` on a server's runner API. Set by the store, never taken from the row a
+    /// client sends; the only identity that may run its command again. `None` for runs from
+    /// before it was recorded.
+    #[serde(default)]
+    pub owner: Option<String>,
 }
 
 impl ToolRun {
@@ -54,6 +61,27 @@ impl ToolRun {
     /// (`metadata.runner`, set by the server).
     pub fn runner(&self) -> Option<&str> {
         self.metadata.as_ref()?.get("runner")?.as_str()
+    }
+
+    /// This first row as a store keeps it when a session it authenticated as `identity`
+    /// writes it (DESIGN §14): `owner` is that identity whatever the row said — or
+    /// `runner:TOKEN` for a row a server's runner API marked as its token's — and on the
+    /// embedded store (`uid`: its owner's) `metadata.uid` is the writer's own.
+    pub fn stamped(&self, identity: &str, uid: Option<u32>) -> ToolRun {
+        let mut row = self.clone();
+        row.owner = Some(match self.runner() {
+            Some(token) => format!("runner:{token}"),
+            None => identity.to_owned(),
+        });
+        if let Some(uid) = uid
+            && self.runner().is_none()
+        {
+            let meta = row.metadata.get_or_insert_with(|| serde_json::json!({}));
+            if let Some(m) = meta.as_object_mut() {
+                m.insert("uid".into(), uid.into());
+            }
+        }
+        row
     }
 
     /// The worker pool the run was started in (`metadata.pool`, from `HEADLESS_RUN_POOL`).
@@ -78,7 +106,7 @@ impl ToolRun {
 
 const COLUMNS: &str = "tool_run_id, tool_name, execution_id, status, reason, exit_code, started_at, \
      completed_at, last_output_at, last_heartbeat_at, supervisor_heartbeat_at, last_error_msg, pid, \
-     shim_pid, shim_start_time, host, argv_json, cwd, resumed_from, metadata, updated_at";
+     shim_pid, shim_start_time, host, argv_json, cwd, resumed_from, metadata, updated_at, owner";
 
 fn from_row(r: &Row<'_>) -> rusqlite::Result<ToolRun> {
     let status: String = r.get(3)?;
@@ -107,13 +135,14 @@ fn from_row(r: &Row<'_>) -> rusqlite::Result<ToolRun> {
         resumed_from: r.get(18)?,
         metadata: metadata.and_then(|m| serde_json::from_str(&m).ok()),
         updated_at: r.get(20)?,
+        owner: r.get(21)?,
     })
 }
 
 /// Inserts a new run and its first audit row.
 pub(crate) fn insert(tx: &Transaction<'_>, run: &ToolRun, actor: &str) -> Result<()> {
     tx.execute(
-        &format!("INSERT INTO tool_runs ({COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21)"),
+        &format!("INSERT INTO tool_runs ({COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21, ?22)"),
         params![
             run.tool_run_id,
             run.tool_name,
@@ -136,6 +165,7 @@ pub(crate) fn insert(tx: &Transaction<'_>, run: &ToolRun, actor: &str) -> Result
             run.resumed_from,
             run.metadata.as_ref().map(|m| m.to_string()),
             run.updated_at,
+            run.owner,
         ],
     )?;
     audit::append(

@@ -158,12 +158,18 @@ pub(crate) fn replay(
     conn: &mut Connection,
     paths: &StatePaths,
     actor: &str,
+    identity: &str,
 ) -> Result<Vec<String>> {
     let mut done = Vec::new();
     for (path, run) in spooled(paths) {
         db::write(conn, |tx| {
             match runs::get(tx, &run.tool_run_id)? {
-                None => runs::insert(tx, &run, actor)?,
+                // Spooled by this user's own shims (the spool dirs are checked to be ours).
+                None => runs::insert(
+                    tx,
+                    &run.stamped(identity, Some(crate::proc::effective_uid())),
+                    actor,
+                )?,
                 Some(current) => {
                     let vanished = current.status == RunStatus::Failed
                         && current
@@ -271,7 +277,7 @@ mod tests {
         for r in [&missing, &live, &vanished, &cancelled] {
             write(&paths, r).unwrap();
         }
-        let mut ids = replay(&mut conn, &paths, "replay").unwrap();
+        let mut ids = replay(&mut conn, &paths, "replay", "me").unwrap();
         ids.sort();
         assert_eq!(ids.len(), 4);
         let get = |id: &str| runs::get(&conn, id).unwrap().unwrap();
@@ -286,7 +292,11 @@ mod tests {
             Some("exited with code 7")
         );
         assert_eq!(get("TR-CANCELLED").status, RunStatus::Cancelled);
-        assert!(replay(&mut conn, &paths, "replay").unwrap().is_empty());
+        assert!(
+            replay(&mut conn, &paths, "replay", "me")
+                .unwrap()
+                .is_empty()
+        );
         assert!(crate::audit::verify(&conn).unwrap().intact());
     }
 }

@@ -36,6 +36,7 @@ pub fn run(id: &str, tool: &str, status: RunStatus) -> ToolRun {
         resumed_from: None,
         metadata: None,
         updated_at: now,
+        owner: None,
     }
 }
 
@@ -77,5 +78,6 @@ pub fn approval(id: &str, kind: PromptKind) -> Approval {
         resumed_run_id: None,
         screen_digest: None,
         tool_digest: None,
+        superseded_by: None,
     }
 }

@@ -689,6 +689,8 @@ fn policy_enabled(paths: &StatePaths, policy_id: &str) -> bool {
 fn takes_new_runs(store: &mut SqliteStore, exp: &Expected) {
     let run = new_run("rustfmt");
     start(store, &run);
+    // Kept as the store's owner's (who alone writes it), whatever the row said.
+    let run = owned(&run);
     assert_eq!(store.run(&run.tool_run_id).unwrap().as_ref(), Some(&run));
     let ended = StatusChange {
         status: RunStatus::Failed,
@@ -898,11 +900,20 @@ fn takes_approvals_on_a_v1_database(store: &mut SqliteStore) {
     assert_eq!(remembered.name, format!("remembered:{}", a.approval_id));
 }
 
+/// A first row as the embedded store keeps it: owned by the user who writes it.
+fn owned(run: &ToolRun) -> ToolRun {
+    run.stamped(
+        &proc::user_name(proc::effective_uid()),
+        Some(proc::effective_uid()),
+    )
+}
+
 fn carol() -> Decider<'static> {
     Decider {
         by: "carol",
         channel: "cli",
         comment: None,
+        version: None,
     }
 }
 
@@ -949,10 +960,14 @@ fn old_decisions_answer_reruns(store: &mut SqliteStore, exp: &Expected) {
     assert_ne!(asked.approval_id, resumed.approval_id);
     assert_eq!(asked.tool_run_id, who.tool_run_id);
 
-    // A retry of the pending one takes it over from the parked run that asked it.
+    // A retry of the pending one, on the screen it was asked on, takes it over from the
+    // parked run that asked it (an old row is compared by its stored text).
     let was_pending = exp.approval("pending");
     let retry = rerun_of(store, exp.run("pending"));
-    let (taken, taken_over) = pending(ask(store, &retry, &prompt_of(was_pending)));
+    let mut same_screen = prompt_of(was_pending);
+    same_screen.prompt.context = was_pending.context.clone().unwrap_or_default();
+    same_screen.prompt.question = was_pending.question.clone();
+    let (taken, taken_over) = pending(ask(store, &retry, &same_screen));
     assert!(taken_over);
     assert_eq!(
         (
@@ -1397,6 +1412,7 @@ fn state_with_spool(rows: &[ToolRun]) -> (TempDir, StatePaths, SqliteStore) {
 fn old_spool_file_lands_in_a_new_database() {
     let (_, run) = spooled_run();
     let (_tmp, paths, mut store) = state_with_spool(&[]);
+    let run = owned(&run);
     assert_eq!(store.run(&run.tool_run_id).unwrap().as_ref(), Some(&run));
     assert_eq!((run.status, run.exit_code), (RunStatus::Failed, Some(1)));
     spool_is_empty(&paths);

@@ -12,6 +12,7 @@ mod contract;
 
 use contract::StoreUnderTest;
 use hr_shared::paths::StatePaths;
+use hr_shared::store::sqlite::SqliteStore;
 use hr_shared::store::{self, OperatorStore, RunnerStore};
 
 /// The embedded SQLite store: a state dir in a temp dir, sessions made the way the shim
@@ -38,8 +39,21 @@ impl StoreUnderTest for Sqlite {
         store::operator(&self.paths)
     }
 
+    /// A session writing for another identity (as a server writes for a runner token).
+    fn stranger(&self) -> Box<dyn RunnerStore> {
+        Box::new(SqliteStore::create(self.paths.clone()).on_behalf_of("mallory"))
+    }
+
     fn absent_operator(&self) -> Box<dyn OperatorStore> {
         store::operator(&StatePaths::at(self.dir.path().join("never-created")))
+    }
+
+    fn runner_identity(&self) -> String {
+        hr_shared::proc::user_name(hr_shared::proc::effective_uid())
+    }
+
+    fn stamps_uid(&self) -> bool {
+        true
     }
 
     fn replace_with_empty(&self) -> bool {
@@ -63,8 +77,11 @@ contract_tests!(sqlite, Sqlite);
 /// sessions and an operator login for the monitor's — the server's roles, as deployed.
 struct Postgres {
     operator_login: String,
+    runner_login: String,
     runner: StatePaths,
     operator: StatePaths,
+    /// Another runner login.
+    stranger: StatePaths,
     _dir: tempfile::TempDir,
 }
 
@@ -82,8 +99,12 @@ impl StoreUnderTest for Postgres {
         postgres::init(&cluster.admin_url(&db)).expect("db init");
         let mut paths = Vec::new();
         let operator_login = format!("operator_{db}");
-        for role in ["runner", "operator"] {
-            let login = format!("{role}_{db}");
+        for (name, role) in [
+            ("runner", "runner"),
+            ("operator", "operator"),
+            ("stranger", "runner"),
+        ] {
+            let login = format!("{name}_{db}");
             cluster.admin_sql(&db, &format!("CREATE ROLE {login} LOGIN PASSWORD 'pw'"));
             postgres::grant(&cluster.admin_url(&db), &login, role).expect("db grant");
             paths.push(cluster.url(&login, "pw", &db));
@@ -95,8 +116,10 @@ impl StoreUnderTest for Postgres {
         };
         Postgres {
             operator_login,
+            runner_login: format!("runner_{db}"),
             runner: at(&paths[0]),
             operator: at(&paths[1]),
+            stranger: at(&paths[2]),
             _dir: dir,
         }
     }
@@ -107,6 +130,15 @@ impl StoreUnderTest for Postgres {
 
     fn operator(&self) -> Box<dyn OperatorStore> {
         store::operator(&self.operator)
+    }
+
+    /// `monitor worker` with the runner's own login.
+    fn worker(&self) -> Box<dyn OperatorStore> {
+        store::operator(&self.runner)
+    }
+
+    fn stranger(&self) -> Box<dyn RunnerStore> {
+        store::runner(&self.stranger)
     }
 
     fn absent_operator(&self) -> Box<dyn OperatorStore> {
@@ -124,6 +156,10 @@ impl StoreUnderTest for Postgres {
 
     fn recorded_as(&self, _claimed: &str) -> String {
         self.operator_login.clone()
+    }
+
+    fn runner_identity(&self) -> String {
+        self.runner_login.clone()
     }
 
     fn keeps_rows_for_later(&self) -> bool {

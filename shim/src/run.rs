@@ -480,6 +480,7 @@ fn run_row(ctx: &RunContext, interactive: bool) -> ToolRun {
             m
         }),
         updated_at: now,
+        owner: None,
     }
 }
 

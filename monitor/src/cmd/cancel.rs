@@ -54,6 +54,7 @@ pub fn run(ctx: &Ctx, args: Args) -> CliResult {
         by: &by,
         channel: "cli",
         comment: reason.as_deref(),
+        version: None,
     };
     let marked = ctx.logged(store.cancel(id, reason.as_deref(), &who)?);
     // A server signals the run's headless-run itself, on its host: nothing is signalled here.

@@ -19,6 +19,13 @@ The first decision wins: deciding an approval someone else already decided exits
 says who decided it and when; repeating the same decision is a no-op (exit 0). A value
 that is not valid exits 2 and lists the valid ones; an unknown id exits 4.
 
+An approval never changes once asked: when a retry shows another screen (\"Plan: 1 to
+add\" became \"42 to destroy\"), the old approval ends superseded and a new one is asked.
+Deciding the old one exits 3 and names the new one, so a script that approves an id it
+has not read never approves what it did not see. --seen VERSION (the `screen_digest` that
+`monitor show --json` prints) refuses the decision (exit 3) unless the approval is that
+version.
+
 decided_by is the OS user running this command (from its uid, not $USER); with --server,
 the server records the token's name, channel http (a viewer or runner token may not
 decide). Deciding is refused inside a tool supervised by headless-run
@@ -46,6 +53,9 @@ pub struct Args {
     /// A comment stored with the decision
     #[arg(long, value_name = "T")]
     comment: Option<String>,
+    /// Decide only if the approval is this version (its screen_digest, as you read it)
+    #[arg(long, value_name = "VERSION")]
+    seen: Option<String>,
     /// Also answer this prompt of this command, in this directory, the same way from now on
     #[arg(long)]
     remember: bool,
@@ -123,14 +133,11 @@ pub fn run(ctx: &Ctx, args: Args) -> CliResult {
         )));
     }
     let by = proc::current_user();
-    // A pipeline's human step may name who decides it (a server checks its tokens itself).
-    if let Some(why) = crate::pipeline::refuse_decider(store.as_mut(), &ctx.paths, id, &by, false) {
-        return Err(CliError::error(why));
-    }
     let who = Decider {
         by: &by,
         channel: "cli",
         comment: args.comment.as_deref(),
+        version: args.seen.as_deref(),
     };
     let out = ctx.logged(store.decide(id, &args.value, &who)?);
     let decided = match out {
@@ -148,19 +155,14 @@ pub fn run(ctx: &Ctx, args: Args) -> CliResult {
             report(&args, "unchanged", &a)?;
             a
         }
-        DecideOutcome::Conflict(a) => {
-            return Err(CliError::conflict(format!(
-                "{id} was already decided by {} at {} ({}, {})",
-                sanitize_line(a.decided_by.as_deref().unwrap_or("?")),
-                a.decided_at.as_deref().unwrap_or("?"),
-                a.status,
-                a.chosen_value
-                    .as_deref()
-                    .map(sanitize_line)
-                    .unwrap_or_else(|| "no value".into())
-            )));
+        refused @ (DecideOutcome::Conflict(_) | DecideOutcome::Changed(_)) => {
+            return Err(CliError::conflict(
+                approvals::refusal(&refused).unwrap_or_default(),
+            ));
         }
         DecideOutcome::NotFound => return Err(CliError::not_found(format!("no approval {id}"))),
+        // A pipeline's human step that names who decides it (checked by the store).
+        DecideOutcome::Refused(why) => return Err(CliError::error(sanitize_line(&why))),
         DecideOutcome::Invalid(e) => {
             return Err(CliError::usage(format!(
                 "`{}` is not a valid answer for {id}; valid values: {}",

@@ -420,6 +420,7 @@ fn cancel(ctx: &Ctx, exid: &str, reason: Option<&str>, json: bool) -> CliResult 
         by: &by,
         channel: "cli",
         comment: reason,
+        version: None,
     };
     let mut ended = 0;
     for r in st.execution_runs(exid)? {

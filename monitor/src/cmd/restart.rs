@@ -59,9 +59,15 @@ pub fn run(ctx: &Ctx, args: Args) -> CliResult {
             )));
         }
     }
-    // SAFETY: geteuid cannot fail.
-    let uid = u64::from(unsafe { libc::geteuid() });
-    if let Some(why) = rules::not_ours(&run, &hr_shared::proc::hostname(), uid, None) {
+    // Only the identity that started it runs it again, as itself, where it ran.
+    let identity = store.identity()?;
+    let me = rules::Executor {
+        identity: &identity,
+        uid: hr_shared::proc::effective_uid(),
+        host: &hr_shared::proc::hostname(),
+        pool: None,
+    };
+    if let Some(why) = rules::not_ours(&run, &me) {
         return Err(CliError::error(format!("{id}: {why}")));
     }
     let meta = run.metadata.as_ref();

@@ -4,6 +4,7 @@ use crate::cli::Ctx;
 use crate::error::{CliError, CliResult};
 use crate::worker::Worker;
 use crate::{locate, stop};
+use hr_shared::db::StoreError;
 use std::time::Duration;
 
 const AFTER_HELP: &str = "\
@@ -105,6 +106,12 @@ pub fn run(ctx: &Ctx, args: Args) -> CliResult {
     let mut worker = Worker::new(ctx.paths.clone(), shim)
         .with_pool(pool)
         .with_labels(args.labels);
+    // A store this worker may not run commands from (another user's state dir) is an
+    // error at once, not on every pass; a database not made yet is found later.
+    match worker.identity() {
+        Ok(_) | Err(StoreError::Missing(_)) => {}
+        Err(e) => return Err(e.into()),
+    }
     if args.once {
         if args.json {
             worker.keep_lines();

@@ -1114,6 +1114,7 @@ impl Driver {
                 "uid": hr_shared::proc::real_uid(),
             })),
             updated_at: now,
+            owner: None,
         };
         let actor = proc::current_user();
         self.store

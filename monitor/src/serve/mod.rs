@@ -796,10 +796,20 @@ async fn one_approval(
     Ok(ok(&c, StatusCode::OK, v))
 }
 
-/// `{"comment": …}` and, for `decide`, `{"value": …}`: an empty body is `{}`.
-fn body_fields(body: &Bytes) -> Result<(Option<String>, Option<String>), ApiError> {
+/// A decision's body: `{"comment": …, "version": …}` and, for `decide`, `{"value": …}`;
+/// an empty body is `{}`.
+#[derive(Debug, Default)]
+struct DecisionBody {
+    value: Option<String>,
+    comment: Option<String>,
+    /// The version of the approval the client showed (`screen_digest`): the store refuses
+    /// a decision on any other (409).
+    version: Option<String>,
+}
+
+fn body_fields(body: &Bytes) -> Result<DecisionBody, ApiError> {
     if body.iter().all(u8::is_ascii_whitespace) {
-        return Ok((None, None));
+        return Ok(DecisionBody::default());
     }
     let v: Value = serde_json::from_slice(body)
         .map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, format!("not JSON: {e}")))?;
@@ -817,14 +827,18 @@ fn body_fields(body: &Bytes) -> Result<(Option<String>, Option<String>), ApiErro
         }
     };
     for k in obj.keys() {
-        if !["value", "comment", "reason"].contains(&k.as_str()) {
+        if !["value", "comment", "reason", "version"].contains(&k.as_str()) {
             return Err(ApiError::new(
                 StatusCode::BAD_REQUEST,
                 format!("unknown field `{}`", hr_shared::sanitize::sanitize_line(k)),
             ));
         }
     }
-    Ok((text("value")?, text("comment")?.or(text("reason")?)))
+    Ok(DecisionBody {
+        value: text("value")?,
+        comment: text("comment")?.or(text("reason")?),
+        version: text("version")?,
+    })
 }
 
 /// Decides approval `id` with `value` as `caller`: the CLI's outcomes as status codes.
@@ -833,8 +847,11 @@ async fn decide_as(
     c: &Caller,
     id: String,
     value: String,
-    comment: Option<String>,
+    body: DecisionBody,
 ) -> Result<Response, ApiError> {
+    let DecisionBody {
+        comment, version, ..
+    } = body;
     let by = c.name.clone();
     let paths = s.paths.clone();
     // On the PostgreSQL store `decided_by` is the server's login (the server records it,
@@ -849,18 +866,18 @@ async fn decide_as(
                 by: &by,
                 channel: &channel,
                 comment: comment.as_deref(),
+                version: version.as_deref(),
             };
-            // A pipeline's human step may name who decides it.
-            if let Some(why) = crate::pipeline::refuse_decider(st, &paths, &id, &by, true) {
-                return Err(ApiError::new(StatusCode::FORBIDDEN, why));
-            }
             let done = st.decide(&id, &value, &who).map_err(ApiError::store)?;
             hr_shared::control::log_events(&paths.combined_log(), &done.effects.events);
+            let why = hr_shared::approvals::refusal(&done.value).unwrap_or_default();
             match done.value {
                 DecideOutcome::Decided(a) => Ok((StatusCode::OK, approval_json(st, &a)?)),
                 DecideOutcome::NotFound => {
                     Err(ApiError::new(StatusCode::NOT_FOUND, "no such approval"))
                 }
+                // A pipeline's human step that names who decides it (the store checks).
+                DecideOutcome::Refused(why) => Err(ApiError::new(StatusCode::FORBIDDEN, why)),
                 DecideOutcome::Invalid(e) => Err(ApiError::new(
                     StatusCode::UNPROCESSABLE_ENTITY,
                     format!(
@@ -870,7 +887,11 @@ async fn decide_as(
                 )
                 .with("valid", json!(e.valid))),
                 DecideOutcome::AlreadySame(a) => Err(already_decided(st, &a, "unchanged")?),
+                DecideOutcome::Conflict(a) if a.superseded_by.is_some() => {
+                    Err(not_this_version(st, &why, &a, "superseded")?)
+                }
                 DecideOutcome::Conflict(a) => Err(already_decided(st, &a, "conflict")?),
+                DecideOutcome::Changed(a) => Err(not_this_version(st, &why, &a, "changed")?),
             }
         })
         .await
@@ -901,6 +922,22 @@ fn already_decided(
     .with("approval", approval_json(st, a)?))
 }
 
+/// The 409 of a decision made on another version than the approval's now: `superseded`
+/// (a changed screen replaced it: `superseded_by` names the approval to read) or `changed`
+/// (not the version the client showed).
+fn not_this_version(
+    st: &mut dyn OperatorStore,
+    why: &str,
+    a: &Approval,
+    outcome: &str,
+) -> Result<ApiError, ApiError> {
+    Ok(ApiError::new(StatusCode::CONFLICT, why)
+        .with("outcome", json!(outcome))
+        .with("superseded_by", json!(a.superseded_by))
+        .with("version", json!(a.version()))
+        .with("approval", approval_json(st, a)?))
+}
+
 async fn decide_approval(
     State(s): State<Arc<Server>>,
     ConnectInfo(peer): ConnectInfo<SocketAddr>,
@@ -909,14 +946,16 @@ async fn decide_approval(
     body: Bytes,
 ) -> Result<Response, ApiError> {
     let c = s.allowed(peer.ip(), &headers, &[Role::Operator])?;
-    let (value, comment) = body_fields(&body).map_err(|e| e.by(&c))?;
+    let mut fields = body_fields(&body).map_err(|e| e.by(&c))?;
     let value = match action.as_str() {
         "approve" | "reject" => action.clone(),
-        "decide" => value
+        "decide" => fields
+            .value
+            .take()
             .ok_or_else(|| ApiError::new(StatusCode::BAD_REQUEST, "`value` is needed").by(&c))?,
         _ => return Err(ApiError::new(StatusCode::NOT_FOUND, "no such endpoint").by(&c)),
     };
-    decide_as(&s, &c, id, value, comment).await
+    decide_as(&s, &c, id, value, fields).await
 }
 
 async fn decide_execution(
@@ -930,7 +969,7 @@ async fn decide_execution(
     if action != "approve" && action != "reject" {
         return Err(ApiError::new(StatusCode::NOT_FOUND, "no such endpoint").by(&c));
     }
-    let (_, comment) = body_fields(&body).map_err(|e| e.by(&c))?;
+    let fields = body_fields(&body).map_err(|e| e.by(&c))?;
     let execution = id.clone();
     let pending = s
         .with_store(move |st| {
@@ -948,7 +987,7 @@ async fn decide_execution(
             "no pending approval in this execution",
         )
         .by(&c)),
-        [one] => decide_as(&s, &c, one.approval_id.clone(), action, comment).await,
+        [one] => decide_as(&s, &c, one.approval_id.clone(), action, fields).await,
         many => Err(ApiError::new(
             StatusCode::CONFLICT,
             "several approvals of this execution are pending: decide one by id",
@@ -1169,7 +1208,7 @@ async fn cancel_run(
     body: Bytes,
 ) -> Result<Response, ApiError> {
     let c = s.allowed(peer.ip(), &headers, &[Role::Operator])?;
-    let (_, reason) = body_fields(&body).map_err(|e| e.by(&c))?;
+    let reason = body_fields(&body).map_err(|e| e.by(&c))?.comment;
     let by = c.name.clone();
     let paths = s.paths.clone();
     let (status, body) = s
@@ -1179,6 +1218,7 @@ async fn cancel_run(
                 by: &by,
                 channel: "http",
                 comment: None,
+                version: None,
             };
             let done = st
                 .cancel(&id, reason.as_deref(), &who)

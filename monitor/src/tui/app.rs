@@ -49,6 +49,8 @@ pub enum Request {
         approval_id: String,
         value: String,
         comment: Option<String>,
+        /// The version of the approval the dashboard showed: the store refuses another.
+        version: Option<String>,
     },
     Cancel {
         run_id: String,
@@ -454,6 +456,13 @@ pub fn describe_decision(
                 clock(a.decided_at.as_deref())
             ),
         ),
+        Ok(DecideOutcome::Conflict(a)) if a.superseded_by.is_some() => (
+            Level::Warn,
+            format!(
+                "✗ {ap} was superseded by {}: the screen changed, it was asked again — read the new one; your `{value}` was not applied",
+                short_id(a.superseded_by.as_deref().unwrap_or("?"))
+            ),
+        ),
         Ok(DecideOutcome::Conflict(a)) => {
             let what = match &a.chosen_value {
                 Some(v) => format!("{} `{}`", a.status, sanitize_line(v)),
@@ -468,7 +477,17 @@ pub fn describe_decision(
                 ),
             )
         }
+        Ok(DecideOutcome::Changed(_)) => (
+            Level::Warn,
+            format!(
+                "✗ {ap} is not the version shown here; look again — your `{value}` was not applied"
+            ),
+        ),
         Ok(DecideOutcome::NotFound) => (Level::Error, format!("✗ no approval {ap}")),
+        Ok(DecideOutcome::Refused(why)) => (
+            Level::Error,
+            format!("✗ {ap} not decided: {}", sanitize_line(&why)),
+        ),
         Ok(DecideOutcome::Invalid(e)) => (
             Level::Error,
             format!("✗ {ap}: {}", sanitize_line(&e.to_string())),
@@ -802,10 +821,17 @@ fn decide(app: &mut App, approval_id: String, value: String) -> Request {
             sanitize_line(&value)
         ),
     );
+    // The version the operator is looking at: what they decide on.
+    let version = app
+        .approvals()
+        .iter()
+        .find(|a| a.approval_id == approval_id)
+        .and_then(|a| a.version().map(str::to_owned));
     Request::Decide {
         approval_id,
         value,
         comment,
+        version,
     }
 }
 

@@ -251,6 +251,7 @@ fn same_row(a: &ToolRun, b: &ToolRun) -> bool {
         resumed_from,
         metadata,
         updated_at,
+        owner,
     } = a;
     *tool_run_id == b.tool_run_id
         && *tool_name == b.tool_name
@@ -271,6 +272,7 @@ fn same_row(a: &ToolRun, b: &ToolRun) -> bool {
         && *resumed_from == b.resumed_from
         && *metadata == b.metadata
         && *updated_at == b.updated_at
+        && *owner == b.owner
 }
 
 /// The runs' ids and statuses, and the live counts: see [`Snapshot::status_mark`].
@@ -727,8 +729,10 @@ impl Feed {
                 approval_id,
                 value,
                 comment,
+                version,
             } => {
-                let result = self.decide(&approval_id, &value, comment.as_deref());
+                let result =
+                    self.decide(&approval_id, &value, comment.as_deref(), version.as_deref());
                 let _ = self.tx.send(Msg::Decided {
                     approval_id,
                     value,
@@ -767,19 +771,16 @@ impl Feed {
         approval_id: &str,
         value: &str,
         comment: Option<&str>,
+        version: Option<&str>,
     ) -> Result<approvals::DecideOutcome, String> {
         let log = self.paths.combined_log();
         let user = self.user.clone();
-        let paths = self.paths.clone();
         let store = self.writable()?;
-        if let Some(why) = crate::pipeline::refuse_decider(store, &paths, approval_id, &user, false)
-        {
-            return Err(why);
-        }
         let who = Decider {
             by: &user,
             channel: "tui",
             comment,
+            version,
         };
         let done = store
             .decide(approval_id, value, &who)
@@ -797,6 +798,7 @@ impl Feed {
             by: &user,
             channel: "tui",
             comment: None,
+            version: None,
         };
         let done = store
             .cancel(run_id, Some("from the dashboard"), &who)

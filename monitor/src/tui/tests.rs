@@ -404,6 +404,7 @@ fn alerts_count_stalled_failed_waiting_and_expiring() {
             by: "alice",
             channel: "cli",
             comment: None,
+            version: None,
         };
         let _ = OperatorStore::decide(&mut *w.store.borrow_mut(), id, "approve", &who);
     }
@@ -473,6 +474,7 @@ fn approvals_pane_and_an_approval_in_full() {
             approval_id: "AP-0000000000000000000000APP1".into(),
             value: "n".into(),
             comment: Some("ok by me".into()),
+            version: None,
         }]
     );
 }
@@ -721,6 +723,7 @@ fn decision_outcomes_are_told_in_the_status_line() {
         by: "bob",
         channel: "cli",
         comment: None,
+        version: None,
     };
     let won = w.store.get_mut().decide(id, "n", &bob).unwrap().value;
     assert!(matches!(won, DecideOutcome::Decided(_)));
@@ -728,6 +731,7 @@ fn decision_outcomes_are_told_in_the_status_line() {
         by: "alice",
         channel: "tui",
         comment: None,
+        version: None,
     };
     let lost = w
         .store
@@ -792,6 +796,7 @@ fn the_loop_turns_keys_into_requests_and_results_into_the_screen() {
             approval_id: "AP-0000000000000000000000APP2".into(),
             value: "approve".into(),
             comment: None,
+            version: None,
         }]
     );
     assert!(app.quit);
@@ -842,6 +847,7 @@ fn the_feed_notices_changes_quickly_and_decides() {
             approval_id: "AP-00000000000000000000000NEW".into(),
             value: "approve".into(),
             comment: Some("fine".into()),
+            version: None,
         })
         .unwrap();
     let outcome = loop {
@@ -975,6 +981,7 @@ fn free_text_only_where_the_approval_allows_it() {
             approval_id: "AP-20000000000000000000000TXT".into(),
             value: "feature/x".into(),
             comment: None,
+            version: None,
         }]
     );
     // The other one does not: `t` says so, and digits past its options are refused.
@@ -998,6 +1005,7 @@ fn free_text_only_where_the_approval_allows_it() {
             approval_id: "AP-10000000000000000000000CHO".into(),
             value: "reject".into(),
             comment: None,
+            version: None,
         }]
     );
 }

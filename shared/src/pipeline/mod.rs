@@ -25,6 +25,33 @@ pub fn step_of(run: &ToolRun) -> Option<(String, String, u32)> {
     Some((ex.to_owned(), node.to_owned(), iteration.parse().ok()?))
 }
 
+/// Why `who` may not decide the question of human step `node` of execution `ex`: the step
+/// names its deciders and `who` is not one of them. An execution whose definition cannot
+/// be read refuses too (its deciders cannot be known). The one rule every store applies
+/// to a decision on a pipeline's human step, with the identity it records the decision as.
+pub fn deciders_refusal(ex: &Execution, node: &str, who: &str) -> Option<String> {
+    let def: file::Definition = match serde_json::from_value(ex.definition.clone()) {
+        Ok(d) => d,
+        Err(e) => {
+            return Some(format!(
+                "cannot read the pipeline {} to know who may decide it: {e}",
+                ex.execution_id
+            ));
+        }
+    };
+    let file::Kind::Human { deciders, .. } = &def.node(node)?.kind else {
+        return None;
+    };
+    (!deciders.is_empty() && !deciders.iter().any(|d| d == who)).then(|| {
+        format!(
+            "only {} may decide this pipeline step ({}), not {}",
+            crate::sanitize::sanitize_line(&deciders.join(", ")),
+            crate::sanitize::sanitize_line(node),
+            crate::sanitize::sanitize_line(who)
+        )
+    })
+}
+
 /// What a decided human step's approval means for the step.
 pub fn outcome_of(a: &Approval) -> Outcome {
     if approves(a) {

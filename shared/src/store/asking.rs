@@ -77,6 +77,7 @@ pub fn approval_for(who: &Asker, req: &PromptRequest) -> Approval {
         resumed_run_id: None,
         screen_digest: Some(fingerprint::seen(p)),
         tool_digest: who.tool_digest.clone(),
+        superseded_by: None,
     }
 }
 
@@ -233,10 +234,10 @@ pub fn answer_or_ask(
             None => None,
         };
         let (approval, taken_over) = match pending {
-            Some(old) => {
+            // The same screen (and tool): the retry waits for the very approval the
+            // operator is looking at, unchanged.
+            Some(old) if takeover_keeps(&old, &fresh) => {
                 approvals::move_to_run(tx, &old.approval_id, &who.tool_run_id)?;
-                // The retry's screen is the one the operator must see now.
-                approvals::refresh_screen(tx, &fresh, &old.approval_id)?;
                 let change = StatusChange::to(
                     RunStatus::Cancelled,
                     Some(format!(
@@ -248,9 +249,34 @@ pub fn answer_or_ask(
                 let moved = approvals::get(tx, &old.approval_id)?.unwrap_or(old);
                 (moved, true)
             }
+            // Another screen: an approval never changes under the operator (DESIGN §14).
+            // The old one ends superseded, pointing to a new one that says what changed.
+            Some(old) => {
+                let what = if old.tool_digest == fresh.tool_digest {
+                    "screen"
+                } else {
+                    "tool (its executable or script)"
+                };
+                fresh.context = Some(changed_context(&old, &fresh, what));
+                approvals::insert(tx, &fresh, &who.actor)?;
+                fx.events.push(fresh.needed_event());
+                if let Some(ended) = approvals::supersede(tx, &old, &fresh.approval_id, &who.actor)?
+                {
+                    fx.events.push(ended.status_event());
+                }
+                let change = StatusChange::to(
+                    RunStatus::Cancelled,
+                    Some(format!(
+                        "superseded by a retry, {}, whose screen changed: it waits for {} instead of {}",
+                        who.tool_run_id, fresh.approval_id, old.approval_id
+                    )),
+                );
+                close_other_run(tx, &old, &change, &who.actor, &mut fx)?;
+                (fresh, false)
+            }
             // 4. A new question (saying what changed, if a decision was made on another
             //    screen of it).
-            _ => {
+            None => {
                 if let Some((old, what)) = &changed_since {
                     fresh.context = Some(changed_context(old, &fresh, what));
                 }
@@ -268,6 +294,25 @@ pub fn answer_or_ask(
             fx,
         ))
     })
+}
+
+/// Whether a retry may wait for pending approval `old` as it is: it asks on the same screen
+/// (`fresh`'s digest) with the same tool. Otherwise the old approval is superseded by a new
+/// one: what an operator reads under an approval id never changes.
+/// An approval from before screens were digested is compared by its stored text, and one
+/// from before tools were is taken as asked by the same tool (as a decision of it would be).
+pub(super) fn takeover_keeps(old: &Approval, fresh: &Approval) -> bool {
+    let old_screen = old.screen_digest.clone().unwrap_or_else(|| {
+        fingerprint::screen(&fingerprint::seen_text(
+            old.context.as_deref().unwrap_or(""),
+            &old.question,
+        ))
+    });
+    Some(old_screen) == fresh.screen_digest
+        && old
+            .tool_digest
+            .as_ref()
+            .is_none_or(|t| Some(t) == fresh.tool_digest.as_ref())
 }
 
 /// What policy `name` with `value` decides for `fresh` (asked by `req`): a rejection, or

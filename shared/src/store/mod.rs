@@ -296,6 +296,15 @@ pub trait OperatorStore {
     /// A cheap mark that changes whenever anything in the store may have changed.
     fn change_mark(&mut self) -> StoreResult<u64>;
 
+    /// Who this session is, as the store authenticated it (DESIGN §14): the embedded
+    /// store's owner (an OS user, who alone may write it), the PostgreSQL `session_user`.
+    /// The only identity whose recorded commands this session may run again: [`claim`]
+    /// refuses any other's run. Fails where this session may not run recorded commands at
+    /// all (another user's embedded store; a server's operator API).
+    ///
+    /// [`claim`]: OperatorStore::claim
+    fn identity(&mut self) -> StoreResult<String>;
+
     /// The ids of runs (`TR-…`) or approvals (`AP-…`) that start with `prefix` (upper
     /// case), at most `limit`, in id order; an exact id alone when it exists.
     fn ids_starting_with(&mut self, prefix: &str, limit: usize) -> StoreResult<Vec<String>>;
@@ -351,9 +360,12 @@ pub trait OperatorStore {
     fn decided_parked(&mut self) -> StoreResult<Vec<ParkedRun>>;
     /// Runs that resumed `waiting_run`, oldest first.
     fn resumes_of(&mut self, waiting_run: &str) -> StoreResult<Vec<ToolRun>>;
-    /// Claims an approval for resuming: exactly one worker wins.
+    /// Claims an approval for resuming: exactly one worker wins. Refused
+    /// ([`StoreError::Denied`]) when another identity than this session's started its run
+    /// ([`crate::rules::not_owned`]).
     fn claim(&mut self, approval_id: &str, worker: &str) -> StoreResult<bool>;
-    /// Takes over the claim of a worker that is gone.
+    /// Takes over the claim of a worker that is gone (refused as [`OperatorStore::claim`]
+    /// is).
     fn take_over_claim(&mut self, approval_id: &str, from: &str, to: &str) -> StoreResult<bool>;
     /// Links an approval to the run that resumed with it.
     fn set_resumed_run(&mut self, approval_id: &str, run: &str) -> StoreResult<()>;

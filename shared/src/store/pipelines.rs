@@ -276,6 +276,38 @@ impl PipelineStore for SqliteStore {
     }
 }
 
+/// In a decision's own transaction (embedded store): why `who` may not decide approval
+/// `approval_id`, when it is a pipeline human step's question that names its deciders
+/// ([`crate::pipeline::deciders_refusal`]); an execution that cannot be found refuses too.
+pub(crate) fn deciders_refusal_in(
+    tx: &rusqlite::Transaction<'_>,
+    approval_id: &str,
+    who: &str,
+) -> StoreResult<Option<String>> {
+    let Some(a) = crate::approvals::get(tx, approval_id)? else {
+        return Ok(None);
+    };
+    let Some(run) = crate::runs::get(tx, &a.tool_run_id)? else {
+        return Ok(None);
+    };
+    let Some((exid, node, _)) = crate::pipeline::step_of(&run) else {
+        return Ok(None);
+    };
+    let ex = tx
+        .query_row(
+            &format!("SELECT {COLUMNS} FROM pipelines WHERE execution_id = ?1"),
+            [&exid],
+            from_row,
+        )
+        .optional()?;
+    Ok(match ex {
+        Some(ex) => crate::pipeline::deciders_refusal(&ex, &node, who),
+        None => Some(format!(
+            "cannot read the pipeline of {approval_id} (no execution {exid}) to know who may decide it"
+        )),
+    })
+}
+
 /// In a decision's own transaction (embedded store): the human step that decision `a`
 /// answers moves (the next steps become ready, or the execution fails), the run it asked in
 /// ends and the approval is used up. Its events (the run's end); none when `a` is no

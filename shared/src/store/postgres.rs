@@ -476,6 +476,13 @@ impl PgStore {
         }
     }
 
+    /// The login this session authenticated as (`session_user`): who every row it writes
+    /// is recorded as, whatever the client says.
+    pub fn login(&mut self) -> StoreResult<String> {
+        let row = self.tx(|tx| tx.query_one("SELECT session_user::text", &[]))?;
+        Ok(row.get(0))
+    }
+
     /// Rows of one text column (JSON documents), parsed.
     fn docs<T: serde::de::DeserializeOwned>(
         &mut self,
@@ -1967,6 +1974,10 @@ impl OperatorStore for PgOperator {
             ),
             &[&waiting_run],
         )
+    }
+
+    fn identity(&mut self) -> StoreResult<String> {
+        self.pg.login()
     }
 
     fn claim(&mut self, approval_id: &str, worker: &str) -> StoreResult<bool> {

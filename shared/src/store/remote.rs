@@ -475,6 +475,10 @@ impl OperatorStore for HttpOperator {
         Err(StoreError::NotRemote("resuming runs"))
     }
 
+    fn identity(&mut self) -> StoreResult<String> {
+        Err(StoreError::NotRemote("running recorded commands again"))
+    }
+
     fn claim(&mut self, _approval_id: &str, _worker: &str) -> StoreResult<bool> {
         Err(StoreError::NotRemote("resuming runs"))
     }

@@ -35,11 +35,17 @@ pub struct SqliteStore {
     mode: OpenMode,
     /// Who replays spooled rows (audit actor).
     actor: String,
+    /// Who this session is, as the store knows it: the OS user of the effective uid, which
+    /// must own the store to write it. Recorded as the `owner` of the runs it starts.
+    identity: String,
     conn: Option<Connection>,
     /// The database file the connection has open (device, inode).
     db_file: Option<(u64, u64)>,
     /// The file was replaced under an open connection since the last `replaced()`.
     was_replaced: bool,
+    /// Why the store is not this user's to write (another user's, or reached through a
+    /// link): it is then opened read-only, and every write is refused saying so.
+    foreign: Option<String>,
 }
 
 impl SqliteStore {
@@ -63,10 +69,19 @@ impl SqliteStore {
             paths,
             mode,
             actor: crate::proc::current_user(),
+            identity: crate::proc::user_name(crate::proc::effective_uid()),
             conn: None,
             db_file: None,
             was_replaced: false,
+            foreign: None,
         }
+    }
+
+    /// A session that writes for an identity its caller authenticated (a server for a
+    /// runner token): the runs it starts are that identity's, and it may claim only theirs.
+    pub fn on_behalf_of(mut self, identity: &str) -> Self {
+        self.identity = identity.to_owned();
+        self
     }
 
     /// The state paths this session works on.
@@ -106,12 +121,25 @@ impl SqliteStore {
             self.was_replaced = true;
         }
         if self.conn.is_none() {
-            let mut conn = db::open(&self.paths.db, self.mode)?;
+            // Only the owner writes an embedded store (DESIGN §14): another user's — or one
+            // reached through a link — is never created or written, only read.
+            self.foreign = match self.mode {
+                OpenMode::Inspect => None,
+                _ => self.paths.foreign_store(),
+            };
+            let mut conn = match (&self.foreign, self.mode) {
+                (Some(why), OpenMode::Create) => return Err(StoreError::Foreign(why.clone())),
+                (Some(_), _) if !self.paths.db.exists() => {
+                    return Err(StoreError::Missing(self.paths.db.clone()));
+                }
+                (Some(_), _) => db::open_read_only(&self.paths.db)?,
+                (None, mode) => db::open(&self.paths.db, mode)?,
+            };
             self.db_file = file_id(&self.paths.db);
             // Rows an earlier shim could not write before it exited. A read-only database
             // leaves them for a writer.
-            if self.mode != OpenMode::Inspect {
-                let _ = spool::replay(&mut conn, &self.paths, &self.actor);
+            if self.mode != OpenMode::Inspect && self.foreign.is_none() {
+                let _ = spool::replay(&mut conn, &self.paths, &self.actor, &self.identity);
             }
             self.conn = Some(conn);
         }
@@ -132,7 +160,11 @@ impl SqliteStore {
         {
             self.conn = None;
         }
-        out
+        match (out, &self.foreign) {
+            // A write the read-only connection refused: say whose store it is.
+            (Err(StoreError::ReadOnly(_)), Some(why)) => Err(StoreError::Foreign(why.clone())),
+            (out, _) => out,
+        }
     }
 
     /// Runs `f` in one write transaction.
@@ -141,6 +173,30 @@ impl SqliteStore {
         f: impl FnOnce(&rusqlite::Transaction<'_>) -> StoreResult<T>,
     ) -> StoreResult<T> {
         self.with(|c| db::write(c, f))
+    }
+}
+
+/// Refuses (inside the claim's transaction) the approval of a run another identity than
+/// `identity` started: its command is never run again by this session.
+fn refuse_unowned(
+    tx: &rusqlite::Transaction<'_>,
+    approval_id: &str,
+    identity: &str,
+) -> StoreResult<()> {
+    let Some(run) = approvals::get(tx, approval_id)?
+        .map(|a| a.tool_run_id)
+        .map(|id| runs::get(tx, &id))
+        .transpose()?
+        .flatten()
+    else {
+        return Ok(());
+    };
+    match rules::not_owned(&run, identity, crate::proc::effective_uid()) {
+        Some(why) => Err(StoreError::Denied(format!(
+            "{}: not resumed: {why}",
+            run.tool_run_id
+        ))),
+        None => Ok(()),
     }
 }
 
@@ -163,6 +219,7 @@ impl RunnerStore for SqliteStore {
     ) -> StoreResult<Done<Recorded>> {
         let mut abandoned = Vec::new();
         let mut recorded = Recorded::default();
+        let identity = self.identity.clone();
         self.write(|tx| {
             for w in writes {
                 match w {
@@ -170,7 +227,8 @@ impl RunnerStore for SqliteStore {
                         // A spooled row may be there already: replayed by another process
                         // before this write.
                         if !row_may_exist || runs::get(tx, run_id)?.is_none() {
-                            runs::insert(tx, run, actor)?;
+                            let uid = crate::proc::effective_uid();
+                            runs::insert(tx, &run.stamped(&identity, Some(uid)), actor)?;
                         }
                         recorded.inserted = true;
                     }
@@ -304,6 +362,14 @@ impl OperatorStore for SqliteStore {
         self.conn().map(|_| ())
     }
 
+    fn identity(&mut self) -> StoreResult<String> {
+        self.conn()?;
+        match &self.foreign {
+            Some(why) => Err(StoreError::Foreign(why.clone())),
+            None => Ok(self.identity.clone()),
+        }
+    }
+
     fn change_mark(&mut self) -> StoreResult<u64> {
         RunnerStore::change_mark(self)
     }
@@ -370,6 +436,11 @@ impl OperatorStore for SqliteStore {
     ) -> StoreResult<Done<DecideOutcome>> {
         let mut moved = Vec::new();
         let out = self.write(|tx| {
+            // A pipeline's human step may name who decides it: checked against the name the
+            // decision is recorded under, in the decision's own transaction.
+            if let Some(why) = super::pipelines::deciders_refusal_in(tx, approval_id, who.by)? {
+                return Ok(DecideOutcome::Refused(why));
+            }
             let out = approvals::decide(tx, approval_id, value, who)?;
             // A pipeline's human step moves with its decision.
             if let DecideOutcome::Decided(a) = &out {
@@ -484,11 +555,19 @@ impl OperatorStore for SqliteStore {
     }
 
     fn claim(&mut self, approval_id: &str, worker: &str) -> StoreResult<bool> {
-        self.write(|tx| approvals::claim(tx, approval_id, worker))
+        let identity = self.identity.clone();
+        self.write(|tx| {
+            refuse_unowned(tx, approval_id, &identity)?;
+            approvals::claim(tx, approval_id, worker)
+        })
     }
 
     fn take_over_claim(&mut self, approval_id: &str, from: &str, to: &str) -> StoreResult<bool> {
-        self.write(|tx| resume::take_over_claim(tx, approval_id, from, to))
+        let identity = self.identity.clone();
+        self.write(|tx| {
+            refuse_unowned(tx, approval_id, &identity)?;
+            resume::take_over_claim(tx, approval_id, from, to)
+        })
     }
 
     fn set_resumed_run(&mut self, approval_id: &str, run: &str) -> StoreResult<()> {
@@ -690,6 +769,7 @@ mod tests {
             by: "tester",
             channel: "cli",
             comment: None,
+            version: None,
         }
     }
 

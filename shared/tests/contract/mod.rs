@@ -24,6 +24,7 @@ use hr_shared::time;
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::{Duration, SystemTime};
 
+pub mod identity;
 pub mod operator;
 pub mod regressions;
 pub mod runner;
@@ -43,6 +44,24 @@ pub trait StoreUnderTest: Sized + Sync {
 
     /// A new operator session on this store (the `monitor`'s), a connection of its own.
     fn operator(&self) -> Box<dyn OperatorStore>;
+
+    /// A worker's session (`monitor worker`): the identity that started the runner's runs
+    /// (the embedded store's owner, the runner's own login), the only one that may claim
+    /// them to run again. The default is [`StoreUnderTest::operator`] (one identity).
+    fn worker(&self) -> Box<dyn OperatorStore> {
+        self.operator()
+    }
+
+    /// A runner session of another identity than [`StoreUnderTest::runner`]'s (another
+    /// login, another token, a session writing for another user): what it starts is never
+    /// claimed by [`StoreUnderTest::worker`].
+    fn stranger(&self) -> Box<dyn RunnerStore>;
+
+    /// Whether the runner's runs may be resumed on the store's side at all. A server's
+    /// runner API says no: its runners' runs are run again on their own machines.
+    fn resumable(&self) -> bool {
+        true
+    }
 
     /// An operator session on a store of this kind that is not there (no database, no
     /// server): `connect` must fail.
@@ -81,10 +100,22 @@ pub trait StoreUnderTest: Sized + Sync {
         true
     }
 
-    /// A run's first row as the store keeps it. The runner API marks its runners' rows as
-    /// theirs (`metadata.runner`) and drops what would hand them to a worker.
+    /// Who the store records as the owner of the runs a [`StoreUnderTest::runner`]
+    /// session starts (DESIGN §14: the identity it authenticated, never the row's word).
+    fn runner_identity(&self) -> String;
+
+    /// Whether the store records the writer's own uid as `metadata.uid` (the embedded
+    /// store, whose only writer is its owner).
+    fn stamps_uid(&self) -> bool {
+        false
+    }
+
+    /// A run's first row as the store keeps it: owned by the runner's identity. The runner
+    /// API marks its runners' rows as theirs (`metadata.runner`) and drops what would hand
+    /// them to a worker.
     fn stored_row(&self, row: ToolRun) -> ToolRun {
-        row
+        let uid = self.stamps_uid().then(hr_shared::proc::effective_uid);
+        row.stamped(&self.runner_identity(), uid)
     }
 
     /// A command's request fingerprint as the store keeps it (the runner API keeps each
@@ -175,6 +206,12 @@ macro_rules! contract_tests {
                 health_reports_a_supported_schema,
                 ids_by_prefix,
                 audit_after_is_a_resumable_feed,
+            );
+            contract_cases!($store, identity:
+                a_changed_screen_supersedes_the_approval,
+                the_same_screen_keeps_the_approval_as_it_was,
+                a_decision_on_another_version_decides_nothing,
+                a_run_started_by_another_identity_is_never_claimed,
             );
             contract_cases!($store, regressions:
                 returned_approval_is_the_stored_one,
@@ -447,11 +484,29 @@ pub fn yes_no_expiring(tool: &str, ttl: Duration, on_expire: OnExpire) -> Prompt
     }
 }
 
+/// Claims `approval_id` for resuming as a worker of the runner's own identity would
+/// ([`StoreUnderTest::worker`]): whether it won. On a store whose runner runs are not
+/// resumed on its side, the claim must be refused, naming whose run it is (then false).
+pub fn worker_claim<S: StoreUnderTest>(s: &S, approval_id: &str, worker: &str) -> bool {
+    match s.worker().claim(approval_id, worker) {
+        Ok(won) => {
+            assert!(s.resumable(), "claimed a run no worker here may run again");
+            won
+        }
+        Err(hr_shared::store::StoreError::Denied(why)) if !s.resumable() => {
+            assert!(why.contains("not resumed"), "{why}");
+            false
+        }
+        Err(e) => panic!("claim {approval_id}: {e}"),
+    }
+}
+
 pub fn decider(by: &str) -> Decider<'_> {
     Decider {
         by,
         channel: "cli",
         comment: None,
+        version: None,
     }
 }
 

@@ -77,8 +77,9 @@ function approvalCard(a) {
 async function decide(a, value, comment, outcome, card) {
   if (!window.confirm("Answer “" + a.question + "” with " + value + "?")) return;
   try {
+    // The version this card shows: the server refuses a decision on any other (409).
     const d = await api("POST", "/api/v1/approvals/" + encodeURIComponent(a.approval_id) + "/decide",
-      { value, comment: comment || null });
+      { value, comment: comment || null, version: a.screen_digest || null });
     outcome.className = "outcome decided";
     outcome.textContent = d.status + " (" + (d.chosen_value || value) + ") by " + d.decided_by;
     for (const b of card.querySelectorAll("button")) b.disabled = true;
