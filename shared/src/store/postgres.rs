@@ -40,10 +40,14 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 /// The schema version this build writes and understands.
-pub const SCHEMA_VERSION: i64 = 2;
+pub const SCHEMA_VERSION: i64 = 3;
 
 /// The schema, as an append-only list: entry N brings a database from version N to N+1.
-const MIGRATIONS: &[&str] = &[include_str!("pg/v1.sql"), include_str!("pg/v2.sql")];
+const MIGRATIONS: &[&str] = &[
+    include_str!("pg/v1.sql"),
+    include_str!("pg/v2.sql"),
+    include_str!("pg/v3.sql"),
+];
 
 /// The three roles, and what `monitor db grant` calls them.
 pub const ROLES: [(&str, &str); 3] = [
@@ -661,6 +665,7 @@ GRANT EXECUTE ON FUNCTION
     hr.approval_by_policy(text, text, jsonb, text, text, text),
     hr.approval_consume(text, text, text, text, boolean),
     hr.approval_take_over(text, text, text, jsonb, text, boolean),
+    hr.approval_supersede(text, text, text, jsonb, text, text, boolean),
     hr.approval_release(text, text, text, text),
     hr.approval_abandon(text, text, text)
     TO headless_runner;
@@ -676,7 +681,7 @@ GRANT EXECUTE ON FUNCTION
 GRANT EXECUTE ON FUNCTION hr.worker_runs(text, text), hr.worker_approvals(text, text)
     TO headless_runner;
 GRANT EXECUTE ON FUNCTION
-    hr.decide(text, text, text, text, text),
+    hr.decide(text, text, text, text, text, text, text),
     hr.cancel(text, text),
     hr.gc(text),
     hr.remember(text, text, text, jsonb, text, text, text),
@@ -693,6 +698,9 @@ GRANT EXECUTE ON FUNCTION hr.pipeline_swap(jsonb) TO headless_runner, headless_o
 GRANT EXECUTE ON FUNCTION hr.pipeline_decided(text, jsonb) TO headless_operator;
 GRANT EXECUTE ON FUNCTION hr.pipeline_insert(jsonb), hr.pipeline_withdraw(text, text)
     TO headless_runner;
+-- v3: logins that two OS users of a host share (each sees its own; operators all).
+GRANT EXECUTE ON FUNCTION hr.shared_logins()
+    TO headless_runner, headless_operator, headless_viewer;
 "#;
 
 /// Which of the three roles (`runner`, `operator`, `viewer`) the login of `url` has.
@@ -1270,33 +1278,66 @@ impl RunnerStore for PgRunner {
             .iter()
             .find(|t| t.approval.status == ApprovalStatus::Pending && t.approval.tool_run_id != run)
             .filter(|t| owner_gone(t))
-            .map(|t| {
-                (
-                    t.approval.approval_id.clone(),
-                    t.approval.tool_run_id.clone(),
-                )
-            });
-        // A takeover shows the retry's screen as it is; a new question says what changed.
+            .map(|t| t.approval.clone());
+        // A takeover on the same screen keeps the approval as the operator reads it; on
+        // another, the old one is superseded by this new question, which says what changed
+        // (as it does when a decision was made on another screen of it).
+        let keeps = old
+            .as_ref()
+            .is_some_and(|o| super::asking::takeover_keeps(o, &fresh));
+        let changed_from = match (&old, keeps) {
+            (Some(o), false) => Some((
+                o.clone(),
+                if o.tool_digest == fresh.tool_digest {
+                    "screen"
+                } else {
+                    "tool (its executable or script)"
+                },
+            )),
+            _ => changed_since,
+        };
         let screen_json = to_json(&fresh);
-        if let Some((old, what)) = &changed_since {
+        if let Some((old, what)) = &changed_from {
             fresh.context = Some(changed_context(old, &fresh, what));
         }
         let fresh_json = to_json(&fresh);
         let fresh_id = fresh.approval_id.clone();
+        let mut superseded: Option<Approval> = None;
         let (touched, taken_over, moved) = self
             .pg
             .tx(|tx| {
                 let mut taken = None;
-                if let Some((old_id, owner)) = &old {
-                    let row = tx.query_one(
-                        "SELECT hr.approval_take_over($1, $2, $3, $4::text::jsonb, $5, $6)::text",
-                        &[&run, &cap, old_id, &screen_json, owner, &true],
-                    )?;
-                    taken = row
-                        .get::<_, Option<&str>>(0)
-                        .and_then(|t| serde_json::from_str::<Touched>(t).ok());
+                let mut replaced = None;
+                if let Some(o) = &old {
+                    let (sql, args): (&str, Vec<&(dyn ToSql + Sync)>) = if keeps {
+                        (
+                            "SELECT hr.approval_take_over($1, $2, $3, $4::text::jsonb, $5, $6)::text",
+                            vec![&run, &cap, &o.approval_id, &screen_json, &o.tool_run_id, &true],
+                        )
+                    } else {
+                        (
+                            "SELECT hr.approval_supersede($1, $2, $3, $4::text::jsonb, $5, $6, $7)::text",
+                            vec![
+                                &run,
+                                &cap,
+                                &o.approval_id,
+                                &fresh_json,
+                                &fresh_id,
+                                &o.tool_run_id,
+                                &true,
+                            ],
+                        )
+                    };
+                    let row = tx.query_one(sql, &args)?;
+                    let doc = row.get::<_, Option<&str>>(0);
+                    if !keeps {
+                        replaced = doc
+                            .and_then(|t| serde_json::from_str::<serde_json::Value>(t).ok())
+                            .and_then(|v| serde_json::from_value::<Approval>(v["_superseded"].clone()).ok());
+                    }
+                    taken = doc.and_then(|t| serde_json::from_str::<Touched>(t).ok());
                 }
-                let taken_over = taken.is_some();
+                let taken_over = taken.is_some() && keeps;
                 let touched = match taken {
                     Some(t) => t,
                     None => {
@@ -1321,13 +1362,18 @@ impl RunnerStore for PgRunner {
                     )),
                 );
                 let moved = status(tx, run, &cap, &change, "not_final")?;
+                superseded = replaced;
                 Ok(Some((touched, taken_over, moved)))
             })?
             .ok_or_else(|| StoreError::Server("the approval was not recorded".into()))?;
-        match &touched.closed {
-            Some(closed) => fx.events.push(closed.event()),
-            None if !taken_over => fx.events.push(touched.approval.needed_event()),
-            None => {}
+        if !taken_over {
+            fx.events.push(touched.approval.needed_event());
+        }
+        if let Some(old) = &superseded {
+            fx.events.push(old.status_event());
+        }
+        if let Some(closed) = &touched.closed {
+            fx.events.push(closed.event());
         }
         if let Some(m) = moved {
             fx.events.push(m.event());
@@ -1756,6 +1802,14 @@ impl OperatorStore for PgOperator {
         let Some(current) = OperatorStore::approval(self, approval_id)? else {
             return Ok(Done::quiet(DecideOutcome::NotFound));
         };
+        // Superseded, or not the version shown: said before the value is looked at (the
+        // server refuses it again in the decision's transaction).
+        if let Some(refused) = approvals::version_refusal(&current, who) {
+            return Ok(Done::quiet(refused));
+        }
+        // A decision a server makes for a token: the token, too, must be among a pipeline
+        // step's deciders (the login is checked whatever the channel says).
+        let also = who.channel.strip_prefix("http:").map(|_| who.by);
         // Overdue: the server expires it whatever the value (and says so).
         let overdue = current.is_overdue(&time::now_rfc3339());
         let resolution = match approvals::value_decision(&current, value) {
@@ -1774,13 +1828,15 @@ impl OperatorStore for PgOperator {
         let doc: String = self.pg.tx(|tx| {
             let doc: String = tx
                 .query_one(
-                    "SELECT hr.decide($1, $2, $3, $4, $5)::text",
+                    "SELECT hr.decide($1, $2, $3, $4, $5, $6, $7)::text",
                     &[
                         &approval_id,
                         &status,
                         &resolution.chosen_value,
                         &who.comment,
                         &who.channel,
+                        &who.version,
+                        &also,
                     ],
                 )?
                 .get(0);
@@ -1806,6 +1862,10 @@ impl OperatorStore for PgOperator {
         };
         let after: Approval = from_value(after)?;
         Ok(match doc.get("outcome").and_then(|o| o.as_str()) {
+            Some("changed") => Done::quiet(DecideOutcome::Changed(Box::new(after))),
+            Some("conflict") if after.superseded_by.is_some() => {
+                Done::quiet(DecideOutcome::Conflict(Box::new(after)))
+            }
             Some("decided") | Some("expired") => {
                 let events = std::iter::once(after.status_event())
                     .chain(closed)

@@ -962,7 +962,7 @@ pub fn take_over_claim_and_set_resumed_run<S: StoreUnderTest>(s: &S) {
         approval_now(op.as_mut(), &ap).resumed_run_id.as_deref(),
         Some("TR-RESUME")
     );
-    assert!(op.consume(&ap, "TR-RESUME", "worker").unwrap());
+    assert!(s.operator().consume(&ap, "TR-RESUME", "worker").unwrap());
     assert!(
         !op.take_over_claim(&ap, "worker:h:3:3", "worker:h:5:5")
             .unwrap(),
