@@ -112,6 +112,9 @@ pub struct Worker {
     pipeline_failures: std::collections::HashMap<String, (u32, Instant)>,
     /// `--labels`: the pipeline steps of these host labels are run here.
     labels: Vec<String>,
+    /// The identities whose pipelines' labelled steps are run here besides its own (the
+    /// user config's `[worker] pipelines_from`).
+    trusted: Vec<String>,
     labelled: Option<crate::pipeline::run::LabelWorker>,
 }
 
@@ -136,13 +139,16 @@ impl Worker {
             pipelines: Vec::new(),
             pipeline_failures: std::collections::HashMap::new(),
             labels: Vec::new(),
+            trusted: Vec::new(),
             labelled: None,
         }
     }
 
-    /// Also runs the pipeline steps labelled with one of `labels` (their `host`).
-    pub fn with_labels(mut self, labels: Vec<String>) -> Self {
+    /// Also runs the pipeline steps labelled with one of `labels` (their `host`), of its own
+    /// identity's executions and of those started by `trusted` identities that named it.
+    pub fn with_labels(mut self, labels: Vec<String>, trusted: Vec<String>) -> Self {
         self.labels = labels;
+        self.trusted = trusted;
         self
     }
 
@@ -166,6 +172,7 @@ impl Worker {
                 st,
                 self.shim.clone(),
                 self.labels.clone(),
+                self.trusted.clone(),
             ));
         }
         let Some(lw) = self.labelled.as_mut() else {
@@ -314,8 +321,17 @@ impl Worker {
             return Ok(());
         };
         let open = st.open_pipelines(500)?;
+        let identity = self.identity()?;
         for ex in open {
             if self.pipelines.iter().any(|(id, _)| *id == ex.execution_id) {
+                continue;
+            }
+            // Another identity's pipeline is never driven by this one (its label workers'
+            // steps excepted, which `--labels` runs as they are allowed).
+            if let Some(why) = rules::execution_not_ours(&ex, &identity, self.uid) {
+                if self.refused.insert(ex.execution_id.clone()) {
+                    self.say(format!("{}: not resumed here: {why}", ex.execution_id));
+                }
                 continue;
             }
             // A resume that failed is tried again later, and not after five failures.

@@ -557,6 +557,21 @@ pub struct ConfigFile {
     /// `HEADLESS_RUN_DB` wins over it. Read from the user's file only.
     #[serde(default)]
     pub store: Option<String>,
+    /// What this host's `monitor worker` runs besides its own identity's work. Read from the
+    /// user's file only.
+    #[serde(default)]
+    pub worker: Option<WorkerConfig>,
+}
+
+/// `[worker]`: whom this host's workers trust.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WorkerConfig {
+    /// Identities (PostgreSQL logins) whose pipelines' labelled steps a label worker here
+    /// runs besides its own identity's, when their starter named this worker's identity
+    /// (`monitor pipeline run --workers`). Never from a project file or a row.
+    #[serde(default)]
+    pub pipelines_from: Vec<String>,
 }
 
 /// The `store` key of the user's config file (`HEADLESS_RUN_CONFIG`, else the XDG one), if
@@ -684,6 +699,16 @@ impl Config {
             .flat_map(|(_, l)| l.policies.iter())
     }
 
+    /// The identities whose pipelines' labelled steps this host's label workers run besides
+    /// their own (`[worker] pipelines_from`, the user's file only).
+    pub fn pipelines_from(&self) -> Vec<String> {
+        self.layers
+            .iter()
+            .filter_map(|(_, l)| l.worker.as_ref())
+            .flat_map(|w| w.pipelines_from.iter().cloned())
+            .collect()
+    }
+
     /// The notify hook of the most specific layer that has one.
     pub fn notify(&self) -> Option<&NotifyConfig> {
         self.layers
@@ -726,9 +751,13 @@ fn describe_prompts_only(cfg: &mut ConfigFile, file: &Path, text: &str) -> Vec<S
     if cfg.store.is_some() {
         found.push("store");
     }
+    if cfg.worker.is_some() {
+        found.push("worker");
+    }
     cfg.policies.clear();
     cfg.notify = None;
     cfg.store = None;
+    cfg.worker = None;
     for settings in std::iter::once(&mut cfg.defaults).chain(cfg.tools.values_mut()) {
         for key in settings.drop_decision_settings() {
             if !found.contains(&key) {
@@ -751,7 +780,7 @@ fn describe_prompts_only(cfg: &mut ConfigFile, file: &Path, text: &str) -> Vec<S
         .into_iter()
         .map(|key| {
             format!(
-                "project:{}{}: `{key}` ignored: where runs are recorded and what decides or answers (store, policies, notify, approval_ttl, on_expire, on_prompt, a rule's keys and default) is read only from the user config, never from a project's {PROJECT_FILE}",
+                "project:{}{}: `{key}` ignored: where runs are recorded, whom a worker trusts and what decides or answers (store, worker, policies, notify, approval_ttl, on_expire, on_prompt, a rule's keys and default) is read only from the user config, never from a project's {PROJECT_FILE}",
                 file.display(),
                 key_line(text, key).map(|l| format!(":{l}")).unwrap_or_default(),
             )

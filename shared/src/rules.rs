@@ -207,6 +207,59 @@ pub fn not_ours(run: &ToolRun, me: &Executor<'_>) -> Option<String> {
     claimed_uid(run, me.uid)
 }
 
+/// Why pipeline execution `ex` is not for `identity` (uid `uid`) to drive — resume, or run
+/// its steps: another identity started it, as the store recorded it, or (the same login
+/// shared by two users) its starter said it ran as another uid. Executions from before
+/// owners were recorded (the embedded store's, whose only writer is its owner) pass.
+pub fn execution_not_ours(
+    ex: &crate::store::pipelines::Execution,
+    identity: &str,
+    uid: u32,
+) -> Option<String> {
+    if let Some(owner) = ex.owner.as_deref().filter(|o| *o != identity) {
+        return Some(format!(
+            "it was started by {}, not by {}: only {} drives it and runs its steps",
+            crate::sanitize::sanitize_line(owner),
+            crate::sanitize::sanitize_line(identity),
+            crate::sanitize::sanitize_line(owner),
+        ));
+    }
+    let claimed = ex.uid.filter(|u| *u != uid)?;
+    Some(format!(
+        "it was started as {} (uid {claimed}), not as uid {uid}: only its own user runs its steps",
+        crate::sanitize::sanitize_line(&crate::proc::user_name(claimed))
+    ))
+}
+
+/// Why a label worker of `identity` (uid `uid`) does not run labelled steps of `ex`: it is
+/// not this identity's own ([`execution_not_ours`]) and either this host does not trust its
+/// starter (`trusted`: the user config's `[worker] pipelines_from`, never a row) or its
+/// starter did not name this identity among its label workers.
+pub fn labelled_not_ours(
+    ex: &crate::store::pipelines::Execution,
+    identity: &str,
+    uid: u32,
+    trusted: &[String],
+) -> Option<String> {
+    let why = execution_not_ours(ex, identity, uid)?;
+    let Some(owner) = ex.owner.as_deref().filter(|o| *o != identity) else {
+        return Some(why);
+    };
+    if !trusted.iter().any(|t| t == owner) {
+        return Some(format!(
+            "{why} (this host trusts no pipeline of {} for its label workers: [worker] pipelines_from in its user config)",
+            crate::sanitize::sanitize_line(owner)
+        ));
+    }
+    if !ex.workers.iter().any(|w| w == identity) {
+        return Some(format!(
+            "{why}, and it did not name {} among its workers (monitor pipeline run --workers)",
+            crate::sanitize::sanitize_line(identity)
+        ));
+    }
+    None
+}
+
 /// Whether a `waiting_approval` run was parked by a shim that exited on purpose (exit
 /// mode: exit code 90), so no shim is expected to be alive for it.
 pub fn is_parked(run: &ToolRun) -> bool {
@@ -421,6 +474,57 @@ mod tests {
             !not_ours(&run, &me("root", 0, None))
                 .unwrap()
                 .contains('\x1b')
+        );
+    }
+
+    #[test]
+    fn an_execution_is_driven_only_by_its_starter_and_its_steps_by_trusted_named_workers() {
+        let mut ex = crate::store::pipelines::Execution {
+            execution_id: "EX-1".into(),
+            name: "deploy".into(),
+            file: None,
+            dir: "/w".into(),
+            definition: serde_json::json!({}),
+            vars: serde_json::json!({}),
+            steps: serde_json::json!([]),
+            status: "running".into(),
+            reason: None,
+            runner: None,
+            heartbeat_at: None,
+            created_at: String::new(),
+            updated_at: String::new(),
+            version: 1,
+            owner: Some("alice".into()),
+            uid: Some(1000),
+            definition_digest: None,
+            workers: Vec::new(),
+        };
+        assert_eq!(execution_not_ours(&ex, "alice", 1000), None);
+        assert!(execution_not_ours(&ex, "root", 0).is_some_and(|w| w.contains("started by alice")));
+        assert!(execution_not_ours(&ex, "alice", 0).is_some_and(|w| w.contains("uid 1000")));
+        // A label worker of another identity: trusted by its host and named by the starter.
+        let trusted = vec!["alice".to_owned()];
+        assert!(
+            labelled_not_ours(&ex, "deploy2", 2000, &[])
+                .is_some_and(|w| w.contains("pipelines_from"))
+        );
+        assert!(
+            labelled_not_ours(&ex, "deploy2", 2000, &trusted)
+                .is_some_and(|w| w.contains("--workers"))
+        );
+        ex.workers = vec!["deploy2".into()];
+        assert_eq!(labelled_not_ours(&ex, "deploy2", 2000, &trusted), None);
+        assert!(
+            labelled_not_ours(&ex, "deploy2", 2000, &[]).is_some(),
+            "named, not trusted"
+        );
+        // Its own: as for driving it.
+        assert_eq!(labelled_not_ours(&ex, "alice", 1000, &[]), None);
+        ex.owner = None;
+        assert_eq!(
+            execution_not_ours(&ex, "alice", 1000),
+            None,
+            "from before owners"
         );
     }
 

@@ -78,9 +78,25 @@ struct RunArgs {
     /// Do not wait at a human step: exit 90 and leave it for `pipeline resume`
     #[arg(long)]
     detach: bool,
+    /// Let the label workers of these other identities (PostgreSQL logins) run its
+    /// labelled steps, when their own host's config trusts you too ([worker]
+    /// pipelines_from); comma-separated. Fixed for the execution.
+    #[arg(long, value_name = "LOGIN,…", value_delimiter = ',', value_parser = login_arg)]
+    workers: Vec<String>,
     /// Print the outcome as JSON
     #[arg(long)]
     json: bool,
+}
+
+fn login_arg(s: &str) -> Result<String, String> {
+    let ok = (1..=63).contains(&s.len())
+        && s.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-' || b == b'.');
+    if ok {
+        Ok(s.to_owned())
+    } else {
+        Err("a login is letters, digits, `_`, `-` and `.`, at most 63".into())
+    }
 }
 
 #[derive(Debug, clap::Args)]
@@ -206,6 +222,9 @@ fn start(ctx: &Ctx, a: RunArgs) -> CliResult {
         updated_at: now,
         version: 1,
         owner: None,
+        definition_digest: None,
+        uid: None,
+        workers: Vec::new(),
     };
     let mut st = store(ctx)?;
     if !st.pipeline_insert(&ex)? {

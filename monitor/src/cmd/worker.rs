@@ -103,9 +103,18 @@ pub fn run(ctx: &Ctx, args: Args) -> CliResult {
             .ok()
             .and_then(|p| hr_shared::mode::pool_name(&p))
     });
+    // Whose pipelines' labelled steps run here besides its own: the user's config alone.
+    let trusted = if args.labels.is_empty() {
+        Vec::new()
+    } else {
+        let cwd = std::env::current_dir().unwrap_or_else(|_| "/".into());
+        hr_shared::config::Config::load(&cwd, &hr_shared::paths::real_env)
+            .map_err(|e| CliError::usage(hr_shared::sanitize::sanitize_line(&e.to_string())))?
+            .pipelines_from()
+    };
     let mut worker = Worker::new(ctx.paths.clone(), shim)
         .with_pool(pool)
-        .with_labels(args.labels);
+        .with_labels(args.labels, trusted);
     // A store this worker may not run commands from (another user's state dir) is an
     // error at once, not on every pass; a database not made yet is found later.
     match worker.identity() {

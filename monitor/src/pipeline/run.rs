@@ -115,6 +115,12 @@ pub struct Driver {
     told: std::collections::HashSet<(String, u32)>,
     /// Human steps whose approval was found in the store (execution, node, iteration).
     verified: std::collections::HashSet<(String, String, u32)>,
+    /// Who the store says this process is (learnt on first use): the only identity whose
+    /// executions it drives.
+    identity: Option<String>,
+    /// A label worker's: the identities whose executions' labelled steps it also runs (its
+    /// host's `[worker] pipelines_from`).
+    trusted: Vec<String>,
 }
 
 /// The store's row, read as the engine's types.
@@ -187,7 +193,29 @@ impl Driver {
             unapplied: Vec::new(),
             told: std::collections::HashSet::new(),
             verified: std::collections::HashSet::new(),
+            identity: None,
+            trusted: Vec::new(),
         }
+    }
+
+    /// Who the store says this process is ([`PipelineStore::identity`]).
+    fn identity(&mut self) -> Result<String, String> {
+        if let Some(id) = &self.identity {
+            return Ok(id.clone());
+        }
+        let id = self.store.identity().map_err(|e| e.to_string())?;
+        self.identity = Some(id.clone());
+        Ok(id)
+    }
+
+    /// Why `ex` is not this process's to drive (DESIGN §14), if it is not.
+    fn not_ours(&mut self, ex: &Execution) -> Result<Option<String>, String> {
+        let identity = self.identity()?;
+        Ok(hr_shared::rules::execution_not_ours(
+            ex,
+            &identity,
+            hr_shared::proc::effective_uid(),
+        ))
     }
 
     fn say(&mut self, msg: impl AsRef<str>) {
@@ -264,6 +292,11 @@ impl Driver {
     /// Takes the execution: when nobody drives it, or its runner is gone. False: another
     /// runner drives it.
     pub fn claim(&mut self, id: &str) -> Result<bool, String> {
+        // Only the identity that started it drives it, whoever the row names as its runner.
+        let ex = self.load(id)?.ex;
+        if let Some(why) = self.not_ours(&ex)? {
+            return Err(format!("{id}: not resumed here: {why}"));
+        }
         let me = self.me.clone();
         let mut taken = false;
         self.update_as(id, false, |v| {
@@ -1298,22 +1331,29 @@ pub struct LabelWorker {
     driver: Driver,
     labels: Vec<String>,
     beat: Instant,
+    /// Executions it will not run steps of, already said.
+    refused: std::collections::HashSet<String>,
 }
 
 impl LabelWorker {
+    /// `trusted`: the identities whose executions' labelled steps it runs besides its own
+    /// (its host's `[worker] pipelines_from`; their starters must name it too).
     pub fn new(
         paths: StatePaths,
         store: Box<dyn PipelineStore>,
         shim: PathBuf,
         labels: Vec<String>,
+        trusted: Vec<String>,
     ) -> Self {
         let mut driver = Driver::new(paths, store, shim, false, true);
         driver.worker_mode = true;
         driver.kept = Some(Vec::new());
+        driver.trusted = trusted;
         LabelWorker {
             driver,
             labels,
             beat: Instant::now(),
+            refused: std::collections::HashSet::new(),
         }
     }
 
@@ -1404,11 +1444,25 @@ impl LabelWorker {
             return Ok(());
         }
         let open = d.store.open_pipelines(500).map_err(|e| e.to_string())?;
+        let identity = d.identity()?;
         for ex in open {
             if ex.status != "running" {
                 continue;
             }
             let id = ex.execution_id.clone();
+            // Only its own identity's, or a trusted starter's that named it (DESIGN §14):
+            // what a row says never makes a host run someone's command.
+            if let Some(why) = hr_shared::rules::labelled_not_ours(
+                &ex,
+                &identity,
+                proc::effective_uid(),
+                &d.trusted,
+            ) {
+                if self.refused.insert(id.clone()) {
+                    d.say(format!("{id}: its labelled steps are not run here: {why}"));
+                }
+                continue;
+            }
             let v = match view(ex) {
                 Ok(v) => v,
                 Err(e) => {

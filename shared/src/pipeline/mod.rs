@@ -278,6 +278,9 @@ mod tests {
             updated_at: crate::time::now_rfc3339(),
             version: 3,
             owner: None,
+            definition_digest: None,
+            uid: None,
+            workers: Vec::new(),
         }
     }
 

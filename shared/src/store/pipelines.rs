@@ -39,10 +39,26 @@ pub struct Execution {
     pub updated_at: String,
     /// Moves by one with every write.
     pub version: i64,
-    /// The login that started it (PostgreSQL: set by the server; the embedded store keeps
-    /// none).
+    /// Who started it, as the store authenticated the session that wrote it (DESIGN §14):
+    /// the embedded store's owner (an OS user), the PostgreSQL login. Set by the store,
+    /// never taken from the row; only this identity drives it and runs its steps.
+    /// `None` for executions from before it was recorded on the embedded store.
     #[serde(default)]
     pub owner: Option<String>,
+    /// The uid its starter ran as (the embedded store records its writer's own; on
+    /// PostgreSQL it is the starter's word, checked by executors on top of the login).
+    #[serde(default)]
+    pub uid: Option<u32>,
+    /// The digest of the definition as it was checked when it started
+    /// (`Definition::digest`): whoever runs a step checks the stored definition against it,
+    /// and checks it again as `pipeline check` does.
+    #[serde(default)]
+    pub definition_digest: Option<String>,
+    /// Other identities whose label workers (`monitor worker --labels`) its starter lets
+    /// run its labelled steps (`monitor pipeline run --workers`); a worker also needs its
+    /// own host's config to trust the starter. Fixed at the start.
+    #[serde(default)]
+    pub workers: Vec<String>,
 }
 
 impl Execution {
@@ -55,6 +71,12 @@ impl Execution {
 /// A store that keeps pipelines, and is a runner's store as well (a human step is a run
 /// with an approval, asked as a cooperative tool asks).
 pub trait PipelineStore: RunnerStore {
+    /// Who this session is, as the store authenticated it (see
+    /// `OperatorStore::identity`): the owner of the executions it starts, and the only
+    /// identity that drives them or runs their steps (besides label workers its starter
+    /// named, for its labelled steps).
+    fn identity(&mut self) -> StoreResult<String>;
+
     /// Records a new execution; false when its id is taken.
     fn pipeline_insert(&mut self, ex: &Execution) -> StoreResult<bool>;
     fn pipeline(&mut self, execution_id: &str) -> StoreResult<Option<Execution>>;
@@ -138,7 +160,8 @@ pub fn for_store(paths: &StatePaths) -> StoreResult<Box<dyn PipelineStore>> {
 }
 
 const COLUMNS: &str = "execution_id, name, file, dir, definition, vars, steps, status, \
-    reason, runner, heartbeat_at, created_at, updated_at, version";
+    reason, runner, heartbeat_at, created_at, updated_at, version, owner, uid, \
+    definition_digest, workers";
 
 fn from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<Execution> {
     let json = |i: usize| -> rusqlite::Result<serde_json::Value> {
@@ -162,16 +185,29 @@ fn from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<Execution> {
         created_at: r.get(11)?,
         updated_at: r.get(12)?,
         version: r.get(13)?,
-        owner: None,
+        owner: r.get(14)?,
+        uid: r.get(15)?,
+        definition_digest: r.get(16)?,
+        workers: r
+            .get::<_, Option<String>>(17)?
+            .and_then(|w| serde_json::from_str(&w).ok())
+            .unwrap_or_default(),
     })
 }
 
 impl PipelineStore for SqliteStore {
+    fn identity(&mut self) -> StoreResult<String> {
+        super::OperatorStore::identity(self)
+    }
+
     fn pipeline_insert(&mut self, ex: &Execution) -> StoreResult<bool> {
+        // Its owner is this store's, whoever the row says (only the owner writes it).
+        let owner = super::OperatorStore::identity(self)?;
+        let uid = crate::proc::effective_uid();
         self.write(|tx| {
             let n = tx.execute(
                 &format!(
-                    "INSERT OR IGNORE INTO pipelines ({COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)"
+                    "INSERT OR IGNORE INTO pipelines ({COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18)"
                 ),
                 params![
                     ex.execution_id,
@@ -188,6 +224,10 @@ impl PipelineStore for SqliteStore {
                     ex.created_at,
                     ex.updated_at,
                     ex.version,
+                    owner,
+                    uid,
+                    ex.definition_digest,
+                    serde_json::to_string(&ex.workers).unwrap_or_else(|_| "[]".into()),
                 ],
             )?;
             Ok(n == 1)
@@ -391,6 +431,9 @@ mod tests {
             updated_at: now,
             version: 1,
             owner: None,
+            definition_digest: None,
+            uid: None,
+            workers: Vec::new(),
         }
     }
 

@@ -2388,6 +2388,10 @@ fn close_question(
 }
 
 impl super::pipelines::PipelineStore for PgRunner {
+    fn identity(&mut self) -> StoreResult<String> {
+        self.pg.login()
+    }
+
     fn pipeline_insert(&mut self, ex: &super::pipelines::Execution) -> StoreResult<bool> {
         let doc = to_json(ex);
         Ok(self
