@@ -403,8 +403,8 @@ fn the_operator_api_decides_lists_cancels_and_answers_every_error_as_json() {
     assert_eq!(codes.last(), Some(&429), "{codes:?}");
     assert_eq!(
         served.call("GET", "/api/v1/runs", Some(&op), None).0,
-        429,
-        "held off, even with a good token"
+        200,
+        "a good token is served from a held-off address"
     );
 
     // Stopped by SIGTERM; the log names token names, never a token.
