@@ -106,7 +106,8 @@ pub struct Args {
           value_parser = clap::value_parser!(u32).range(1..))]
     max_streams_per_token: u32,
     /// The time a client has for its TLS handshake, and then for each request's headers
-    /// (a connection idle that long between requests is closed too)
+    /// (a connection idle that long between requests is closed too; headless-run's own
+    /// clients drop theirs after 4 s idle, so keep it above that)
     #[arg(long, value_name = "DUR", default_value = "10s", value_parser = crate::parse::nonzero)]
     header_timeout: Duration,
     /// On the PostgreSQL store: the runner login the runner API writes with
