@@ -254,7 +254,16 @@ fn slow_and_silent_clients_are_cut_off_at_the_header_timeout() {
         dripping.join().unwrap(),
         "the slow client was never cut off"
     );
-    // A client that sends its request in time is served as ever.
+    // A client that sends its request in time is served as ever; its connection, left
+    // idle after the answer, is closed the same way.
+    let mut idle = TcpStream::connect(("127.0.0.1", served.port)).unwrap();
+    assert_eq!(
+        keep_alive_get(&mut idle, "/healthz").map(|a| a.0),
+        Some(200)
+    );
+    let mut got = String::new();
+    read_to_close(&mut idle, &mut got, Duration::from_secs(30));
+    assert!(got.is_empty(), "{got}");
     assert_eq!(served.call("GET", "/healthz", None, None).0, 200);
     served.stop().expect_code(0);
 }
