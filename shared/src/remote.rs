@@ -290,6 +290,10 @@ impl Client {
             .http_status_as_error(false)
             .timeout_global(Some(timeout))
             .timeout_connect(Some(connect))
+            // A pooled connection is dropped before `monitor serve` closes it (an idle
+            // connection ends at its --header-timeout, 10 s by default): a request sent
+            // just as the server closed it would fail, and ureq does not retry.
+            .max_idle_age(Duration::from_secs(4))
             .tls_config(tls)
             .user_agent(concat!("headless-run/", env!("CARGO_PKG_VERSION")))
             .build()

@@ -36,6 +36,7 @@ mod rows;
 mod runner_api;
 mod security;
 mod serve;
+mod serve_hostile;
 mod stdin;
 mod store_faults;
 mod stress;

@@ -6,6 +6,8 @@
 //! may do; decisions are recorded as decided by the token's name, channel `http`, with every
 //! rule of the CLI (first writer wins, screen binding, expiry).
 
+mod limits;
+mod listen;
 mod runner;
 pub mod tokens;
 
@@ -37,9 +39,18 @@ Serves the operator API under /api/v1 (JSON in and out), /healthz and /metrics (
 text), over the configured store (the state dir's SQLite database, or HEADLESS_RUN_DB).
 Every /api/v1 and /metrics request needs `Authorization: Bearer TOKEN` (`monitor token
 create NAME --role operator|viewer`). Errors are {\"error\": …}: 400 bad input, 401 no or
-bad token (repeated failures from one address: 429), 403 the role may not, 404 unknown,
-409 already decided (by whom, when) or several pending, 422 not a valid value (the valid
-ones listed). Request bodies are limited to 64 KB; no CORS headers are sent.
+bad token, 403 the role may not, 404 unknown, 409 already decided (by whom, when) or
+several pending, 422 not a valid value (the valid ones listed), 429 too many failed
+authentications from the address (a valid token is still served) or too many streams
+open for the token. Request bodies are limited to 64 KB; no CORS headers are sent.
+
+Hostile clients: a TLS handshake and each request's headers must arrive within
+--header-timeout (an idle connection is closed after it too); beyond --max-connections a
+connection is refused (503 on plain HTTP) and closed; a token holds at most --max-streams-per-token event
+streams and long polls; a stream or long poll ends within a second of its token's
+revocation or expiry. Plain HTTP on an address other than loopback is refused (tokens
+would cross the network in clear) unless --insecure-plain-http; a --tls-key that is a
+link, not a regular file, or that group or others may read is refused.
 
 Endpoints:
   GET  /api/v1/approvals?status=&tool=&run=&execution=&since=&limit=
@@ -57,27 +68,48 @@ Endpoints:
   GET  /api/v1/counts?since=&soon=        runs by status, pending approvals (the dashboard)
   POST /api/v1/runs/{id}/cancel           {\"reason\": …}
   GET  /api/v1/events                     server-sent events: status and approval changes,
-                                          resumable with Last-Event-ID (or ?after=ID)
+                                          resumable with Last-Event-ID (or ?after=ID); a
+                                          last `token_ended` event when the token ends
 
 Stops on SIGINT or SIGTERM after the requests in flight.
 
 Examples:
   monitor token create alice --role operator
   monitor serve --listen 127.0.0.1:8080
+  monitor serve --listen 0.0.0.0:8443 --tls-cert fullchain.pem --tls-key privkey.pem
   curl -H \"Authorization: Bearer $TOKEN\" localhost:8080/api/v1/approvals")]
 pub struct Args {
     /// Address and port to listen on
     #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:8080")]
     listen: SocketAddr,
-    /// Failed authentications one address may make in a minute before it is held off (429)
+    /// Failed authentications one address may make in a minute before its bad tokens get
+    /// 429 (a valid token is always served)
     #[arg(long, value_name = "N", default_value_t = 10)]
     auth_failures: u32,
     /// Serve HTTPS with this certificate chain (PEM), with --tls-key
     #[arg(long, value_name = "PEM", requires = "tls_key")]
     tls_cert: Option<std::path::PathBuf>,
-    /// The certificate's private key (PEM)
+    /// The certificate's private key (PEM): a regular file (not a link) only its owner may
+    /// read
     #[arg(long, value_name = "PEM", requires = "tls_cert")]
     tls_key: Option<std::path::PathBuf>,
+    /// Serve plain HTTP on an address other than loopback: every token and decision crosses
+    /// the network in clear, readable and replayable by anyone on the path
+    #[arg(long)]
+    insecure_plain_http: bool,
+    /// Connections open at once; one more is refused (503 on plain HTTP) and closed
+    #[arg(long, value_name = "N", default_value_t = 1024,
+          value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
+    max_connections: u32,
+    /// Event streams and long polls one token may hold open at once (beyond: 429)
+    #[arg(long, value_name = "N", default_value_t = 32,
+          value_parser = clap::value_parser!(u32).range(1..))]
+    max_streams_per_token: u32,
+    /// The time a client has for its TLS handshake, and then for each request's headers
+    /// (a connection idle that long between requests is closed too; headless-run's own
+    /// clients drop theirs after 4 s idle, so keep it above that)
+    #[arg(long, value_name = "DUR", default_value = "10s", value_parser = crate::parse::nonzero)]
+    header_timeout: Duration,
     /// On the PostgreSQL store: the runner login the runner API writes with
     /// (postgres://…; `monitor db grant USER runner`). Without it the runner API answers 503
     /// there; the embedded store needs none.
@@ -156,10 +188,22 @@ fn page_file(content_type: &'static str, body: &'static str) -> Response {
 const BODY_LIMIT: usize = 64 * 1024;
 /// The largest body of a runner's writes (a run's first row, its saved environment).
 const RUNNER_BODY_LIMIT: usize = 1024 * 1024;
-/// The window of `--auth-failures`.
-const FAIL_WINDOW: Duration = Duration::from_secs(60);
 
 pub fn run(ctx: &Ctx, args: Args) -> CliResult {
+    // Refused before anything else is done: nothing listens, nothing is read.
+    let tls_paths = args.tls_cert.clone().zip(args.tls_key.clone());
+    if let Some(why) =
+        listen::refuse_listen(args.listen, tls_paths.is_some(), args.insecure_plain_http)
+    {
+        return Err(CliError::usage(why));
+    }
+    let tls = match &tls_paths {
+        Some((cert, key)) => {
+            let key_pem = listen::read_private_key(key).map_err(CliError::usage)?;
+            Some(listen::tls_config(cert, key, &key_pem).map_err(CliError::error)?)
+        }
+        None => None,
+    };
     let live = tokens::load(&ctx.paths)
         .map_err(CliError::error)?
         .iter()
@@ -175,7 +219,6 @@ pub fn run(ctx: &Ctx, args: Args) -> CliResult {
         .enable_all()
         .build()
         .map_err(|e| CliError::error(format!("cannot start the server: {e}")))?;
-    let tls = args.tls_cert.zip(args.tls_key);
     // It serves its own store: a server named in the environment is for clients.
     let mut paths = ctx.paths.clone();
     paths.server = None;
@@ -198,43 +241,37 @@ pub fn run(ctx: &Ctx, args: Args) -> CliResult {
         }),
         (Some(_), None) => None,
     };
-    runtime.block_on(serve(
-        paths,
-        runner_paths,
-        args.listen,
-        args.auth_failures,
-        tls,
-    ))
+    let options = Options {
+        listen: args.listen,
+        fail_limit: args.auth_failures,
+        streams_per_token: args.max_streams_per_token,
+        limits: listen::Limits {
+            max_connections: args.max_connections,
+            header_timeout: args.header_timeout,
+        },
+    };
+    runtime.block_on(serve(paths, runner_paths, options, tls))
+}
+
+/// How `serve` was asked to serve.
+struct Options {
+    listen: SocketAddr,
+    fail_limit: u32,
+    streams_per_token: u32,
+    limits: listen::Limits,
 }
 
 async fn serve(
     paths: StatePaths,
     runner_paths: Option<StatePaths>,
-    listen: SocketAddr,
-    fail_limit: u32,
-    tls: Option<(std::path::PathBuf, std::path::PathBuf)>,
+    options: Options,
+    tls: Option<Arc<rustls::ServerConfig>>,
 ) -> CliResult {
+    let listen = options.listen;
     let listener = std::net::TcpListener::bind(listen)
         .and_then(|l| l.set_nonblocking(true).map(|()| l))
         .map_err(|e| CliError::error(format!("cannot listen on {listen}: {e}")))?;
     let addr = listener.local_addr().unwrap_or(listen);
-    let tls = match tls {
-        Some((cert, key)) => {
-            let _ = rustls::crypto::ring::default_provider().install_default();
-            Some(
-                axum_server::tls_rustls::RustlsConfig::from_pem_file(&cert, &key)
-                    .await
-                    .map_err(|e| {
-                        CliError::error(format!(
-                            "cannot use {} and {} for TLS: {e}",
-                            cert.display(),
-                            key.display()
-                        ))
-                    })?,
-            )
-        }
-        None => None,
-    };
     eprintln!(
         "monitor serve: listening on {}://{addr} (store {})",
         if tls.is_some() { "https" } else { "http" },
@@ -242,6 +279,7 @@ async fn serve(
     );
     let runner_api = runner_paths.is_some();
     let (bell_rx, bell_tx) = bell(&paths);
+    let connections = Arc::new(listen::Stats::default());
     let server = Arc::new(Server {
         store: {
             let paths = paths.clone();
@@ -260,37 +298,23 @@ async fn serve(
         bell: bell_rx,
         _bell_tx: bell_tx,
         paths,
-        failures: Mutex::new(HashMap::new()),
-        fail_limit,
+        failures: Mutex::new(limits::Failures::new(options.fail_limit)),
+        streams: limits::Streams::new(options.streams_per_token),
+        connections: connections.clone(),
         store_errors: AtomicU64::new(0),
         stopping: std::sync::atomic::AtomicBool::new(false),
         token_cache: Mutex::new(None),
     });
-    let app = router(server.clone()).into_make_service_with_connect_info::<SocketAddr>();
-    let handle = axum_server::Handle::new();
-    let on_stop = handle.clone();
-    tokio::spawn(async move {
+    let app = router(server.clone());
+    let stop = async {
         stopped().await;
-        // Event streams end at their next look, so that the graceful stop is not held
-        // open by them.
+        // Event streams and long polls end at their next look, so that the graceful stop
+        // is not held open by them.
         server.stopping.store(true, Ordering::Relaxed);
-        on_stop.graceful_shutdown(Some(Duration::from_secs(30)));
-    });
-    let served = match tls {
-        Some(config) => {
-            axum_server::from_tcp_rustls(listener, config)
-                .handle(handle)
-                .serve(app)
-                .await
-        }
-        None => {
-            axum_server::from_tcp(listener)
-                .handle(handle)
-                .serve(app)
-                .await
-        }
     };
-    served.map_err(|e| CliError::error(format!("the server failed: {e}")))?;
+    listen::serve(listener, tls, app, options.limits, connections, stop)
+        .await
+        .map_err(|e| CliError::error(format!("the server failed: {e}")))?;
     eprintln!("monitor serve: stopped");
     Ok(())
 }
@@ -402,40 +426,39 @@ struct Server {
     bell: tokio::sync::watch::Receiver<u64>,
     /// The bell's sender when no thread holds it (the store has no doorbell).
     _bell_tx: Option<tokio::sync::watch::Sender<u64>>,
-    failures: Mutex<HashMap<IpAddr, (Instant, u32)>>,
-    fail_limit: u32,
+    /// Failed authentications by address (`--auth-failures`).
+    failures: Mutex<limits::Failures>,
+    /// Event streams and long polls open by token (`--max-streams-per-token`).
+    streams: Arc<limits::Streams>,
+    /// Connections open and refused (the accept loop's), for `/metrics`.
+    connections: Arc<listen::Stats>,
     store_errors: AtomicU64,
     /// Set once a stop was asked for.
     stopping: std::sync::atomic::AtomicBool,
-    /// The token file as last read, with its size and modification time.
+    /// The token file as last read, with what identifies that version of it.
     token_cache: Mutex<Option<(TokenStamp, Arc<Vec<tokens::Token>>)>>,
 }
 
-type TokenStamp = Option<(u64, Option<std::time::SystemTime>)>;
+/// A version of the token file: its inode (`monitor token` replaces the file whole, so every
+/// change makes a new one), size and modification time.
+type TokenStamp = Option<(u64, u64, Option<std::time::SystemTime>)>;
 
 /// The authenticated caller.
 #[derive(Debug, Clone)]
 struct Caller {
     name: String,
     role: Role,
+    /// The stored hash of its token: what an open stream checks again.
+    hash: String,
 }
 
 impl Server {
-    /// The caller of this request, or 401 (429 after repeated failures from its address).
+    /// The caller of this request, or 401; a bad or missing token from an address that
+    /// failed `--auth-failures` times within the minute gets 429 instead. A valid token is
+    /// served whatever its address did: the limit is on failures, so that a client
+    /// guessing from a shared address (NAT, a proxy, a CI fleet) never locks out the
+    /// others. (That is no oracle worth having: a secret is 256 random bits.)
     fn caller(&self, ip: IpAddr, headers: &HeaderMap) -> Result<Caller, ApiError> {
-        {
-            let mut f = self.failures.lock().unwrap_or_else(|e| e.into_inner());
-            if let Some((since, n)) = f.get(&ip).copied() {
-                if since.elapsed() > FAIL_WINDOW {
-                    f.remove(&ip);
-                } else if n >= self.fail_limit {
-                    return Err(ApiError::new(
-                        StatusCode::TOO_MANY_REQUESTS,
-                        "too many failed authentications from this address; wait a minute",
-                    ));
-                }
-            }
-        }
         let secret = headers
             .get(header::AUTHORIZATION)
             .and_then(|v| v.to_str().ok())
@@ -443,32 +466,43 @@ impl Server {
             .map(str::trim);
         let all = self.tokens()?;
         let now = hr_shared::time::now_rfc3339();
-        match secret.and_then(|s| tokens::find(&all, s, &now)) {
-            Some(t) => Ok(Caller {
+        if let Some(t) = secret.and_then(|s| tokens::find(&all, s, &now)) {
+            return Ok(Caller {
                 name: t.name.clone(),
                 role: t.role,
-            }),
-            None => {
-                let mut f = self.failures.lock().unwrap_or_else(|e| e.into_inner());
-                let e = f.entry(ip).or_insert((Instant::now(), 0));
-                e.1 += 1;
-                Err(ApiError::new(
-                    StatusCode::UNAUTHORIZED,
-                    if secret.is_some() {
-                        "the token is unknown, expired or revoked"
-                    } else {
-                        "an Authorization: Bearer TOKEN header is needed"
-                    },
-                ))
-            }
+                hash: t.hash.clone(),
+            });
         }
+        let mut f = self.failures.lock().unwrap_or_else(|e| e.into_inner());
+        let at = Instant::now();
+        if f.held_off(ip, at) {
+            return Err(ApiError::new(
+                StatusCode::TOO_MANY_REQUESTS,
+                format!(
+                    "too many failed authentications from this address ({} within a minute, \
+                     --auth-failures): a bad or missing token is refused for the rest of the \
+                     minute; a valid token is still served",
+                    f.limit()
+                ),
+            ));
+        }
+        f.failed(ip, at);
+        Err(ApiError::new(
+            StatusCode::UNAUTHORIZED,
+            if secret.is_some() {
+                "the token is unknown, expired or revoked"
+            } else {
+                "an Authorization: Bearer TOKEN header is needed"
+            },
+        ))
     }
 
-    /// The tokens, read again only when their file changed (size or modification time).
+    /// The tokens, read again only when their file changed.
     fn tokens(&self) -> Result<Arc<Vec<tokens::Token>>, ApiError> {
+        use std::os::unix::fs::MetadataExt;
         let stamp = std::fs::metadata(tokens::file(&self.paths))
             .ok()
-            .map(|m| (m.len(), m.modified().ok()));
+            .map(|m| (m.ino(), m.len(), m.modified().ok()));
         let mut cache = self.token_cache.lock().unwrap_or_else(|e| e.into_inner());
         if let Some((seen, all)) = cache.as_ref()
             && *seen == stamp
@@ -481,6 +515,33 @@ impl Server {
         );
         *cache = Some((stamp, all.clone()));
         Ok(all)
+    }
+
+    /// Whether the caller's token is still in force (not revoked, not expired): what an
+    /// open stream or long poll looks at each time it wakes. Cheap: one `stat` of the
+    /// token file, read again only when it changed. A file that cannot be read ends the
+    /// stream (it is what would refuse a new request).
+    fn still_live(&self, c: &Caller) -> bool {
+        self.tokens()
+            .is_ok_and(|all| tokens::in_force(&all, &c.hash, &hr_shared::time::now_rfc3339()))
+    }
+
+    /// A place for one more stream or long poll of the caller's token, or 429 naming the
+    /// limit.
+    fn stream_slot(&self, c: &Caller) -> Result<limits::Slot, ApiError> {
+        self.streams.take(&c.name).ok_or_else(|| {
+            let most = self.streams.most();
+            ApiError::new(
+                StatusCode::TOO_MANY_REQUESTS,
+                format!(
+                    "the token {} already holds as many event streams and long polls open as \
+                     one token may (--max-streams-per-token {most}); close one first",
+                    c.name
+                ),
+            )
+            .with("limit", json!(most))
+            .by(c)
+        })
     }
 
     /// The caller, when its role is one of `roles` (else 403).
@@ -1481,7 +1542,17 @@ async fn mark(
     let wait = Duration::from_secs(number("wait", MARK_WAIT_MAX)?.unwrap_or(0));
     let deadline = Instant::now() + wait;
     let mut bell = s.bell.clone();
+    // Taken once the poll waits (one answered at once holds nothing); given back when the
+    // handler ends, or is dropped with its connection.
+    let mut slot = None;
     loop {
+        if slot.is_some() && !s.still_live(&c) {
+            return Err(ApiError::new(
+                StatusCode::UNAUTHORIZED,
+                "the token was revoked or expired while this long poll waited",
+            )
+            .by(&c));
+        }
         let m = s
             .marks
             .call(|st| match st.change_mark() {
@@ -1494,16 +1565,21 @@ async fn mark(
         if after != Some(m) || now >= deadline || s.stopping.load(Ordering::Relaxed) {
             return Ok(ok(&c, StatusCode::OK, json!({ "mark": m })));
         }
+        if slot.is_none() {
+            slot = Some(s.stream_slot(&c)?);
+        }
         s.next_ring(&mut bell, deadline - now).await;
     }
 }
 
-/// How often an event stream looks for news.
+/// How often an event stream or a long poll looks for news (and at its token: a revoked
+/// or expired one ends it within about this).
 const EVENTS_LOOK: Duration = Duration::from_millis(250);
 
 /// `GET /api/v1/events`: the audit chain's status and approval changes as server-sent
 /// events, each with its row id as the event id; from `Last-Event-ID` (or `?after=`), else
-/// from now.
+/// from now. Once its token is revoked or expired, a last `token_ended` event and the end
+/// (and the connection closed: a client sees the end whatever it makes of the body).
 async fn events(
     State(s): State<Arc<Server>>,
     ConnectInfo(peer): ConnectInfo<SocketAddr>,
@@ -1537,11 +1613,21 @@ async fn events(
             .await
             .map_err(|e| e.by(&c))?,
     };
-    let state = (s.clone(), start, std::collections::VecDeque::new());
-    let stream = futures_util::stream::unfold(state, |(s, mut last, mut queue)| async move {
+    let slot = s.stream_slot(&c)?;
+    let state = Streaming {
+        s: s.clone(),
+        caller: c.clone(),
+        last: start,
+        queue: std::collections::VecDeque::new(),
+        ended: false,
+        _slot: slot,
+    };
+    let stream = futures_util::stream::unfold(state, |mut on| async move {
+        if on.ended {
+            return None;
+        }
         loop {
-            if let Some(row) = queue.pop_front() {
-                let row: hr_shared::audit::AuditRow = row;
+            if let Some(row) = on.queue.pop_front() {
                 let data = json!({
                     "id": row.id,
                     "at": row.at,
@@ -1555,39 +1641,63 @@ async fn events(
                     .id(row.id.to_string())
                     .event(row.event.clone())
                     .data(data.to_string());
-                return Some((
-                    Ok::<Event, std::convert::Infallible>(event),
-                    (s, last, queue),
-                ));
+                return Some((Ok::<Event, std::convert::Infallible>(event), on));
             }
-            if s.stopping.load(Ordering::Relaxed) {
+            if on.s.stopping.load(Ordering::Relaxed) {
                 return None;
             }
-            let after = last;
-            let rows = s
-                .with_store(move |st| or_none(st.audit_after(after, 100)))
-                .await
-                .unwrap_or_default();
+            // Looked at before every read of the store: at most [`EVENTS_LOOK`] apart.
+            if !on.s.still_live(&on.caller) {
+                on.ended = true;
+                let data = json!({ "error": "the token was revoked or has expired" });
+                let event = Event::default().event("token_ended").data(data.to_string());
+                return Some((Ok(event), on));
+            }
+            let after = on.last;
+            let rows =
+                on.s.with_store(move |st| or_none(st.audit_after(after, 100)))
+                    .await
+                    .unwrap_or_default();
             match rows.last() {
                 Some(newest) => {
-                    last = newest.id;
-                    queue.extend(
+                    on.last = newest.id;
+                    on.queue.extend(
                         rows.into_iter()
                             .filter(|r| STREAMED.contains(&r.event.as_str())),
                     );
                 }
                 None => {
-                    let mut bell = s.bell.clone();
-                    s.next_ring(&mut bell, EVENTS_LOOK).await;
+                    let mut bell = on.s.bell.clone();
+                    on.s.next_ring(&mut bell, EVENTS_LOOK).await;
                 }
             }
         }
     });
+    // A comment every few seconds: hyper learns that a client went away only when a write
+    // fails, and until then the stream holds its connection and its token's place.
     let mut resp = Sse::new(stream)
-        .keep_alive(KeepAlive::default())
+        .keep_alive(KeepAlive::new().interval(SSE_KEEP_ALIVE))
         .into_response();
+    resp.headers_mut().insert(
+        header::CONNECTION,
+        header::HeaderValue::from_static("close"),
+    );
     resp.extensions_mut().insert(c);
     Ok(resp)
+}
+
+/// How often an idle event stream sends a comment.
+const SSE_KEEP_ALIVE: Duration = Duration::from_secs(5);
+
+/// An event stream's state: where it is in the audit chain, the rows fetched and not yet
+/// sent, and its token's place (given back when the stream is dropped).
+struct Streaming {
+    s: Arc<Server>,
+    caller: Caller,
+    last: i64,
+    queue: std::collections::VecDeque<hr_shared::audit::AuditRow>,
+    ended: bool,
+    _slot: limits::Slot,
 }
 
 async fn metrics(
@@ -1642,6 +1752,14 @@ async fn metrics(
     out.push_str(&format!(
         "# HELP headless_run_store_errors_total Store errors answered since the server started.\n# TYPE headless_run_store_errors_total counter\nheadless_run_store_errors_total {}\n",
         s.store_errors.load(Ordering::Relaxed)
+    ));
+    out.push_str(&format!(
+        "# HELP headless_run_connections_open Connections open now.\n# TYPE headless_run_connections_open gauge\nheadless_run_connections_open {}\n",
+        s.connections.open.load(Ordering::Relaxed)
+    ));
+    out.push_str(&format!(
+        "# HELP headless_run_connections_refused_total Connections refused beyond --max-connections since the server started.\n# TYPE headless_run_connections_refused_total counter\nheadless_run_connections_refused_total {}\n",
+        s.connections.refused.load(Ordering::Relaxed)
     ));
     let mut resp = (
         StatusCode::OK,

@@ -123,6 +123,14 @@ pub fn find<'a>(tokens: &'a [Token], secret: &str, now: &str) -> Option<&'a Toke
     found
 }
 
+/// Whether the token stored with `hash` is still in force at `now`: an open stream's
+/// look at the token it was opened with (revoked or expired since, it ends).
+pub fn in_force(tokens: &[Token], hash: &str, now: &str) -> bool {
+    tokens
+        .iter()
+        .any(|t| same(t.hash.as_bytes(), hash.as_bytes()) && t.live(now))
+}
+
 /// A token name: letters, digits, `.`, `_`, `-`, `@`, at most 64.
 pub fn valid_name(name: &str) -> bool {
     !name.is_empty()
@@ -163,8 +171,16 @@ mod tests {
             )
             .is_none()
         );
+        assert!(in_force(std::slice::from_ref(&t), &t.hash, now));
+        assert!(!in_force(
+            std::slice::from_ref(&t),
+            &t.hash,
+            "2026-07-01T00:00:00.000Z"
+        ));
+        assert!(!in_force(std::slice::from_ref(&t), &hash("hrt_other"), now));
         t.revoked_at = Some(now.into());
         assert!(find(std::slice::from_ref(&t), &secret, now).is_none());
+        assert!(!in_force(std::slice::from_ref(&t), &t.hash, now));
         assert!(same(b"abc", b"abc") && !same(b"abc", b"abd") && !same(b"ab", b"abc"));
         assert!(valid_name("alice@laptop") && !valid_name("a b") && !valid_name(""));
     }

@@ -207,6 +207,9 @@ async function listen() {
   while (streaming === me && token) {
     try {
       const resp = await fetch("/api/v1/events", { headers: { Authorization: "Bearer " + token } });
+      // A token revoked or expired (the stream ended with `token_ended`): log out rather
+      // than ask again every two seconds.
+      if (resp.status === 401) return logout("That token is not (or no longer) valid.");
       if (!resp.ok) throw new Error(resp.statusText);
       const reader = resp.body.getReader();
       const dec = new TextDecoder();
