@@ -13,6 +13,7 @@ use std::time::Duration;
 /// build wait until it is removed; the last step prints the approver's comment.
 const FLOW: &str = r#"
 name: flow
+inputs: [LEFT]
 nodes:
   - id: build
     kind: task
@@ -810,10 +811,10 @@ nodes:
     kind: task
     host: builder
     command: 'echo b >> ran; while [ -e hold ]; do sleep 0.05; done; echo "{\"event\":\"result\",\"data\":{\"on\":\"builder\"}}" >&$HEADLESS_RUN_EVENT_FD'
-  - { id: c, kind: task, command: 'echo "c $FROM" >> ran' }
+  - { id: c, kind: task, command: 'echo "c $PIPELINE_FROM" >> ran' }
 edges:
   - { from: a, to: b }
-  - { from: b, to: c, map: { FROM: steps.b.result.on } }
+  - { from: b, to: c, map: { PIPELINE_FROM: steps.b.result.on } }
 "#,
     )
     .unwrap();
