@@ -28,9 +28,8 @@
 //! A subgraph is checked as a file of its own (its maps against its own `inputs:`), and
 //! the inlined definition keeps every file's declarations.
 //!
-//! A stored definition is checked again by whoever runs from it
-//! ([`Definition::from_stored`], the same rules as `pipeline check`) and named by
-//! [`Definition::digest`].
+//! A stored definition can be held to the same rules again by whoever runs from it
+//! ([`Definition::from_stored`]) and pinned by [`Definition::digest`].
 
 use super::source;
 use serde::{Deserialize, Serialize};
@@ -313,10 +312,9 @@ impl Definition {
 
     /// Every rule `pipeline check` applies to a loaded file, on a definition that did not
     /// come from one (a store's row): ids, the start, the `map` allow-list, fields,
-    /// branches, commands, cycles, reachability, and no subgraph left uninlined. A label
-    /// worker or a resume refuses what this refuses, so a row written by hand (on
-    /// PostgreSQL, by a tool holding the runner's login) cannot run what `pipeline check`
-    /// would not have let start.
+    /// branches, commands, cycles, reachability, and no subgraph left uninlined. For a
+    /// label worker or a resume to refuse a row written by hand (on PostgreSQL, by a tool
+    /// holding the runner's login) that `pipeline check` would not have let start.
     pub fn recheck(&self) -> Result<(), FileError> {
         let file = PathBuf::from(format!(
             "stored definition `{}`",
@@ -870,8 +868,8 @@ fn check(def: &Definition, at: &At<'_>) -> Result<(), FileError> {
     }
     let mut ids = BTreeSet::new();
     for n in &def.nodes {
-        // An inlined subgraph's node is `SUBGRAPH.NODE`: each part an id.
-        if !n.id.split('.').all(valid_id) || n.id.len() > 64 * (MAX_DEPTH + 1) {
+        // An inlined subgraph's node is `SUBGRAPH.NODE`: each part an id, one a file deep.
+        if !n.id.split('.').all(valid_id) || n.id.split('.').count() > MAX_DEPTH + 1 {
             return Err(at(
                 &n.id,
                 format!(

@@ -508,6 +508,10 @@ fn a_tampered_definition_fails_its_recheck() {
     // Ids, the start, a subgraph left in, an unreachable node, a bad field, a bad label.
     refused(&|v| v["nodes"][0]["id"] = json!("../x"), "node id");
     refused(&|v| v["nodes"][1]["id"] = json!("build"), "used twice");
+    refused(
+        &|v| v["nodes"][4]["id"] = json!("a.b.c.d.e.f.g.h.i.j"),
+        "node id",
+    );
     refused(&|v| v["start"] = json!("nowhere"), "start: no node");
     refused(
         &|v| {
