@@ -15,8 +15,9 @@ use crate::audit::hex;
 use crate::sanitize::{sanitize_line, sanitize_text};
 use sha2::{Digest, Sha256};
 
-/// SHA-256 over length-prefixed fields, as lower-case hex.
-fn digest(kind: &str, fields: &[&str]) -> String {
+/// SHA-256 over length-prefixed fields, as lower-case hex (`kind` names what is hashed, so
+/// that two kinds of thing never share a digest).
+pub(crate) fn digest(kind: &str, fields: &[&str]) -> String {
     let mut h = Sha256::new();
     h.update(kind.as_bytes());
     for f in fields {

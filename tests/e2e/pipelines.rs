@@ -2,7 +2,9 @@
 //! that fails twice, a loop that exits by its condition, a parallel pair and its merge, a
 //! human step approved (its comment reaching the next step) or rejected; the runner killed
 //! (-9) at each stage and resumed, every step run exactly once; two resumers; the file's
-//! rules; a step whose tool prompts; the examples.
+//! rules — `map` only into declared inputs, subgraphs only beneath the file's directory, a
+//! FIFO refused at once, no error quoting a file that is not a pipeline; a step whose tool
+//! prompts; the examples.
 
 use headless_run_e2e::*;
 use serde_json::Value;
@@ -13,6 +15,7 @@ use std::time::Duration;
 /// build wait until it is removed; the last step prints the approver's comment.
 const FLOW: &str = r#"
 name: flow
+inputs: [LEFT]
 nodes:
   - id: build
     kind: task
@@ -447,6 +450,180 @@ fn every_rule_of_the_file_is_checked_before_anything_runs() {
     assert_eq!(list.out().trim(), "[]");
 }
 
+/// Two tasks: `a` sends `{"id": "v1.2"}`, `b` writes what it was given; `head` goes first,
+/// `map` is the edge's.
+fn mapping(head: &str, map: &str) -> String {
+    format!(
+        r#"{head}nodes:
+  - id: a
+    kind: task
+    command: 'echo a >> ran; echo "{{\"event\":\"result\",\"data\":{{\"id\":\"v1.2\"}}}}" >&$HEADLESS_RUN_EVENT_FD'
+  - {{ id: b, kind: task, command: 'echo "build=$BUILD tag=$PIPELINE_TAG" > got' }}
+edges:
+  - {{ from: a, to: b, map: {map} }}
+"#
+    )
+}
+
+#[test]
+fn a_map_into_an_undeclared_name_is_refused_and_a_declared_one_reaches_its_step() {
+    let env = TestEnv::new();
+    let f = env.work().join("p.yaml");
+    for (text, want) in [
+        (
+            mapping("", "{ BUILD: steps.a.result.id }"),
+            "edge a → b: map: `BUILD` is not declared: list it under `inputs:`",
+        ),
+        (
+            mapping(
+                "inputs: [LD_PRELOAD]\n",
+                "{ LD_PRELOAD: steps.a.result.id }",
+            ),
+            "inputs: `LD_PRELOAD` would let a step's result change what runs",
+        ),
+        (
+            mapping("", "{ NODE_OPTIONS: steps.a.result.id }"),
+            "`NODE_OPTIONS` would let a step's result change what runs",
+        ),
+    ] {
+        std::fs::write(&f, &text).unwrap();
+        for sub in ["check", "run"] {
+            let out = env.monitor().args(["pipeline", sub]).arg(&f).run();
+            out.expect_code(2);
+            assert!(out.stderr.contains(want), "{sub}: {}", out.stderr);
+            assert!(out.stderr.contains("p.yaml:"), "{}", out.stderr);
+        }
+    }
+    assert!(ran(&env).is_empty(), "a step ran: {:?}", ran(&env));
+    // Declared (and a PIPELINE_ name, which needs no declaration): the step gets both.
+    std::fs::write(
+        &f,
+        mapping(
+            "inputs: [BUILD]\n",
+            "{ BUILD: steps.a.result.id, PIPELINE_TAG: steps.a.result.id }",
+        ),
+    )
+    .unwrap();
+    env.monitor()
+        .args(["pipeline", "check"])
+        .arg(&f)
+        .run()
+        .expect_code(0);
+    env.monitor()
+        .args(["pipeline", "run"])
+        .arg(&f)
+        .timeout(Duration::from_secs(120))
+        .run()
+        .expect_code(0);
+    assert_eq!(
+        std::fs::read_to_string(env.work().join("got")).unwrap(),
+        "build=v1.2 tag=v1.2\n"
+    );
+}
+
+/// `dir/main.yaml`, whose subgraph `s` is `file`.
+fn including(dir: &std::path::Path, file: &str) -> std::path::PathBuf {
+    let main = dir.join("main.yaml");
+    std::fs::write(
+        &main,
+        format!(
+            "nodes:\n  - {{ id: a, kind: task, command: 'echo a >> ran' }}\n  - {{ id: s, kind: subgraph, file: {file:?} }}\nedges:\n  - {{ from: a, to: s }}\n"
+        ),
+    )
+    .unwrap();
+    main
+}
+
+#[test]
+fn a_subgraph_out_of_its_pipelines_directory_is_refused() {
+    let env = TestEnv::new();
+    let dir = env.work().join("p");
+    std::fs::create_dir_all(&dir).unwrap();
+    let outside = env.work().join("outside.yaml");
+    std::fs::write(
+        &outside,
+        "nodes:\n  - { id: x, kind: task, command: 'echo outside >> ran' }\n",
+    )
+    .unwrap();
+    std::os::unix::fs::symlink(&outside, dir.join("link.yaml")).unwrap();
+    std::fs::copy(&outside, dir.join("inside.yaml")).unwrap();
+    let absolute = outside.display().to_string();
+    for (sub, want) in [
+        ("../outside.yaml", "`..` leads out of its directory"),
+        (absolute.as_str(), "an absolute path"),
+        ("link.yaml", "outside"),
+    ] {
+        let main = including(&dir, sub);
+        for cmd in ["check", "run"] {
+            let out = env.monitor().args(["pipeline", cmd]).arg(&main).run();
+            out.expect_code(2);
+            assert!(out.stderr.contains(want), "{sub}: {}", out.stderr);
+            assert!(
+                out.stderr.contains("main.yaml:3:") && out.stderr.contains("subgraph `s`"),
+                "{sub}: {}",
+                out.stderr
+            );
+        }
+    }
+    assert!(ran(&env).is_empty(), "a step ran: {:?}", ran(&env));
+    // The same file beneath the pipeline's directory is fine.
+    env.monitor()
+        .args(["pipeline", "check"])
+        .arg(including(&dir, "inside.yaml"))
+        .run()
+        .expect_code(0);
+}
+
+#[test]
+fn a_fifo_as_a_subgraph_or_as_the_file_is_refused_without_waiting_for_a_writer() {
+    let env = TestEnv::new();
+    let fifo = env.work().join("fifo.yaml");
+    let c = std::ffi::CString::new(fifo.as_os_str().as_encoded_bytes()).unwrap();
+    // SAFETY: a NUL-terminated path.
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+    // No writer ever comes: a read would wait forever. The timeout only guards the test.
+    for file in [including(&env.work(), "fifo.yaml"), fifo.clone()] {
+        let out = env
+            .monitor()
+            .args(["pipeline", "check"])
+            .arg(&file)
+            .timeout(Duration::from_secs(60))
+            .run();
+        out.expect_code(2);
+        assert!(
+            out.stderr.contains("a FIFO, not a regular file"),
+            "{}",
+            out.stderr
+        );
+    }
+}
+
+#[test]
+fn a_subgraph_that_is_not_yaml_is_refused_without_its_content_in_the_error() {
+    let env = TestEnv::new();
+    let secret = "root:$6$e2eS3cretSaltQ$Xq1hashhashhash:19000:0:99999:7:::";
+    for text in [
+        format!("{secret}\nbin:*:19000:0:99999:7:::\n"),
+        format!(
+            "-----BEGIN OPENSSH PRIVATE KEY-----\n{secret}\n-----END OPENSSH PRIVATE KEY-----\n"
+        ),
+        format!("token: [\"{secret}\"\n"),
+    ] {
+        std::fs::write(env.work().join("shadow"), &text).unwrap();
+        let main = including(&env.work(), "shadow");
+        let out = env.monitor().args(["pipeline", "check"]).arg(&main).run();
+        out.expect_code(2);
+        assert!(!out.stderr.contains("e2eS3cretSalt"), "{}", out.stderr);
+        assert!(!out.out().contains("e2eS3cretSalt"), "{}", out.out());
+        assert!(out.stderr.contains("/shadow:"), "{}", out.stderr);
+        assert!(
+            out.stderr.contains("not a pipeline file") && out.stderr.contains("not shown"),
+            "{}",
+            out.stderr
+        );
+    }
+}
+
 #[test]
 fn the_examples_run() {
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples");
@@ -810,10 +987,10 @@ nodes:
     kind: task
     host: builder
     command: 'echo b >> ran; while [ -e hold ]; do sleep 0.05; done; echo "{\"event\":\"result\",\"data\":{\"on\":\"builder\"}}" >&$HEADLESS_RUN_EVENT_FD'
-  - { id: c, kind: task, command: 'echo "c $FROM" >> ran' }
+  - { id: c, kind: task, command: 'echo "c $PIPELINE_FROM" >> ran' }
 edges:
   - { from: a, to: b }
-  - { from: b, to: c, map: { FROM: steps.b.result.on } }
+  - { from: b, to: c, map: { PIPELINE_FROM: steps.b.result.on } }
 "#,
     )
     .unwrap();

@@ -19,9 +19,12 @@ use std::path::PathBuf;
 A pipeline file (YAML) lists `nodes` — task (a command), gate (a command that passes or
 fails; `retries`), human (an approval: title, question, options, default, expires), branch
 (a structured condition: field, operator, value; on_true, on_false, max_iterations),
-parallel, merge, subgraph (another file) — and `edges` (from, to, an optional condition,
-and `map` of earlier steps' fields into the next step's environment). Fields:
-steps.ID.exit_code, steps.ID.status, steps.ID.iteration, steps.ID.comment,
+parallel, merge, subgraph (another file, in this file's directory or below it) — and
+`edges` (from, to, an optional condition, and `map` of earlier steps' fields into the next
+step's environment). `map` sets only names listed under `inputs:` at the top of the file,
+or PIPELINE_… ones (not PIPELINE_VAR_…), and never one that loads code or configures a
+tool (PATH, LD_*, BASH_*, PYTHON*, NODE_OPTIONS, GIT_*, *_PROXY, HEADLESS*, …), declared or
+not. Fields: steps.ID.exit_code, steps.ID.status, steps.ID.iteration, steps.ID.comment,
 steps.ID.result.PATH (the JSON a step sends as {\"event\":\"result\",\"data\":{…}} on
 HEADLESS_RUN_EVENT_FD), vars.NAME. The file is checked in full before anything runs.
 
@@ -136,7 +139,21 @@ struct CancelArgs {
 }
 
 #[derive(Debug, clap::Args)]
+#[command(after_help = "\
+Every rule `pipeline run` applies, and nothing run: kinds and fields, targets, cycles only
+through a branch with max_iterations, every node reachable, `map` only into a name listed
+under `inputs:` (or PIPELINE_…) and never into one that loads code or configures a tool,
+each subgraph a regular file in the directory of the file that names it or below it. The
+file must be a regular file of at most 1 MB. An error names file:line:column; it quotes a
+key or kind of FILE but never a value or a line, and nothing of a subgraph.
+
+Exit codes: 0 the file is good, 2 it is refused (or cannot be read).
+
+Examples:
+  monitor pipeline check examples/deploy.yaml
+  monitor pipeline check deploy.yaml && monitor pipeline run deploy.yaml")]
 struct CheckArgs {
+    /// The pipeline file (YAML)
     file: PathBuf,
 }
 

