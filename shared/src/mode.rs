@@ -49,22 +49,43 @@ const SECRET_ANYWHERE: &[&str] = &[
 const SECRET_SUFFIXES: &[&str] = &[
     "KEY", "AUTH", "PIN", "OTP", "CERT", "SESSION", "COOKIE", "PWD", "JWT", "DSN",
 ];
-/// The shell's working directories, which end in `PWD` and hold none.
-const NOT_SECRET: &[&str] = &["PWD", "OLDPWD"];
+/// Names the rules above would catch that hold none: the shell's working directories
+/// (ending in `PWD`), and the CA bundles a client verifies its servers with (`CERT`):
+/// OpenSSL's trust store and pip's bundle. Paths to public certificates, which a resumed
+/// tool needs to reach its servers at all.
+const NOT_SECRET: &[&str] = &[
+    "PWD",
+    "OLDPWD",
+    "SSL_CERT_FILE",
+    "SSL_CERT_DIR",
+    "NIX_SSL_CERT_FILE",
+    "PIP_CERT",
+];
 
 /// Whether an environment variable's name looks like it holds a secret: such variables are
 /// never stored (a parked run's environment names them as withheld instead).
+///
+/// A certificate authority's certificate is public: `…_CA_CERT`, `…CACERT` and `…ROOTCERT`
+/// (`PGSSLROOTCERT`) are not caught by `CERT`, nor are the `…_CA_BUNDLE`/`…CAINFO` names,
+/// which nothing here catches. A client's own certificate (`PGSSLCERT`, `GIT_SSL_CERT`,
+/// `DOCKER_CERT_PATH`) still is, like every `…_KEY`: it comes with its private key and
+/// names what authenticates the tool, so it is withheld with the rest (a resume takes it
+/// from the executor's own environment).
 pub fn looks_secret(name: &str) -> bool {
     let upper = name.to_ascii_uppercase();
     if NOT_SECRET.contains(&upper.as_str()) {
         return false;
     }
-    upper
-        .split(|c: char| !c.is_ascii_alphanumeric())
-        .any(|part| {
-            SECRET_ANYWHERE.iter().any(|s| part.contains(s))
-                || SECRET_SUFFIXES.iter().any(|s| part.ends_with(s))
-        })
+    let parts: Vec<&str> = upper.split(|c: char| !c.is_ascii_alphanumeric()).collect();
+    parts.iter().enumerate().any(|(i, part)| {
+        let of_a_ca = (i > 0 && parts[i - 1] == "CA")
+            || part.ends_with("CACERT")
+            || part.ends_with("ROOTCERT");
+        SECRET_ANYWHERE.iter().any(|s| part.contains(s))
+            || SECRET_SUFFIXES
+                .iter()
+                .any(|s| part.ends_with(s) && !(of_a_ca && *s == "CERT"))
+    })
 }
 
 /// Whether a variable's value carries credentials whatever its name: a URL with a password
@@ -112,6 +133,7 @@ impl SavedEnvironment {
         out
     }
 }
+
 /// The signal `monitor cancel` sends to a run's shim: end the tool, status `cancelled`.
 pub const CANCEL_SIGNAL: i32 = libc::SIGUSR1;
 
@@ -219,6 +241,54 @@ mod tests {
             ["MIRROR", "PATH", "REPO"]
         );
         assert_eq!(saved.withheld, ["DATABASE_URL", "GITHUB_TOKEN"]);
+    }
+
+    #[test]
+    fn ca_bundles_are_kept_and_client_keys_withheld() {
+        for name in [
+            "SSL_CERT_FILE",
+            "SSL_CERT_DIR",
+            "NIX_SSL_CERT_FILE",
+            "REQUESTS_CA_BUNDLE",
+            "CURL_CA_BUNDLE",
+            "NODE_EXTRA_CA_CERTS",
+            "GIT_SSL_CAINFO",
+            "GIT_SSL_CAPATH",
+            "AWS_CA_BUNDLE",
+            "PGSSLROOTCERT",
+            "PIP_CERT",
+            "CARGO_HTTP_CAINFO",
+            "ETCDCTL_CACERT",
+            "KUBE_CA_CERT",
+            "HEADLESS_RUN_SERVER_CA",
+        ] {
+            assert!(!looks_secret(name), "{name}");
+        }
+        // A private key's path, a client's certificate (which comes with one), a CA's own
+        // key, and a secret that also names a CA: withheld as before.
+        for name in [
+            "PGSSLKEY",
+            "PGSSLCERT",
+            "GIT_SSL_KEY",
+            "GIT_SSL_CERT",
+            "DOCKER_CERT_PATH",
+            "CA_KEY",
+            "KUBE_CA_KEY",
+            "CA_CERT_TOKEN",
+            "SSL_CERT_PASSWORD",
+        ] {
+            assert!(looks_secret(name), "{name}");
+        }
+        let saved = SavedEnvironment::capture([
+            ("SSL_CERT_FILE".into(), "/etc/ssl/certs/ca.pem".into()),
+            ("PGSSLROOTCERT".into(), "/etc/hr/root.crt".into()),
+            ("PGSSLKEY".into(), "/home/ci/.postgresql/ci.key".into()),
+        ]);
+        assert_eq!(
+            saved.vars.keys().collect::<Vec<_>>(),
+            ["PGSSLROOTCERT", "SSL_CERT_FILE"]
+        );
+        assert_eq!(saved.withheld, ["PGSSLKEY"]);
     }
 
     fn h(headless: Option<&str>, ci: Option<&str>) -> Option<bool> {
