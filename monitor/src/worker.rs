@@ -22,8 +22,8 @@ use hr_shared::db::StoreError;
 use hr_shared::event::LogEvent;
 use hr_shared::exit::RunOutcome;
 use hr_shared::mode::{
-    ENV_APPROVAL_ID, ENV_AUTO_APPROVAL, ENV_EXECUTION_ID, ENV_RESUMED_FROM, ENV_TOOL_RUN_ID,
-    SavedEnvironment,
+    ENV_APPROVAL_ID, ENV_AUTO_APPROVAL, ENV_EXECUTION_ID, ENV_RESUME_ENV, ENV_RESUMED_FROM,
+    ENV_TOOL_RUN_ID, ResumeEnv, SavedEnvironment,
 };
 use hr_shared::paths::StatePaths;
 use hr_shared::resume::{self, ParkedRun};
@@ -542,14 +542,9 @@ impl Worker {
                     } else {
                         String::new()
                     },
-                    match saved_environment(&job.run) {
-                        Some(env) if !env.withheld.is_empty() => format!(
-                            "; in its own environment, without {} (never stored)",
-                            sanitize_line(&env.withheld.join(", "))
-                        ),
-                        Some(_) => "; in its own environment".to_owned(),
-                        None => String::new(),
-                    }
+                    saved_environment(&job.run)
+                        .map(|saved| environment_summary(&saved.restore(own_env).report))
+                        .unwrap_or_default()
                 ));
                 self.children.push(Resume {
                     job,
@@ -578,11 +573,23 @@ impl Worker {
             return Err("the run has no stored command line".into());
         }
         let mut cmd = Command::new(&self.shim);
-        // The command's own environment, as it was when it asked (its secret-looking
-        // variables were never stored: the resume runs without them); the worker's own
-        // for a run that kept none.
-        if let Some(saved) = saved_environment(run) {
-            cmd.env_clear().envs(&saved.vars);
+        // The command's own environment, as it was when it asked. Its secret-looking
+        // variables were never stored: each is taken from the worker's own environment —
+        // the executor's session, the same user, given its secrets on purpose — where it
+        // has it (never from the row), and the shim records which were and which the
+        // resume lacks. A run that kept no environment gets the worker's.
+        match saved_environment(run).map(|saved| saved.restore(own_env)) {
+            Some(restored) => {
+                cmd.env_clear().envs(restored.vars);
+                if restored.report.is_empty() {
+                    cmd.env_remove(ENV_RESUME_ENV);
+                } else if let Ok(json) = serde_json::to_string(&restored.report) {
+                    cmd.env(ENV_RESUME_ENV, json);
+                }
+            }
+            None => {
+                cmd.env_remove(ENV_RESUME_ENV);
+            }
         }
         cmd.arg("--")
             .args(&run.argv_json)
@@ -673,11 +680,12 @@ impl Worker {
             && done.started.elapsed() < SPAWN_FAILURE_WINDOW
         {
             let why = format!(
-                "headless-run exited {code} before reaching the prompt{}",
+                "headless-run exited {code} before reaching the prompt{}{}",
                 resumed
                     .as_ref()
                     .map(|r| format!(" (run {})", r.tool_run_id))
-                    .unwrap_or_default()
+                    .unwrap_or_default(),
+                ran_without(&done.job.run)
             );
             self.say(format!("resume of {run_id} failed to start: {why}"));
             self.retries.push(Retry {
@@ -687,13 +695,18 @@ impl Worker {
             });
             return Ok(());
         }
+        let without = if code == 0 {
+            String::new()
+        } else {
+            ran_without(&done.job.run)
+        };
         match &resumed {
             Some(r) => self.say(format!(
-                "{run_id} resumed as {}: headless-run exited {code}",
+                "{run_id} resumed as {}: headless-run exited {code}{without}",
                 r.tool_run_id
             )),
             None => self.say(format!(
-                "{run_id}: resume exited {code} without recording a run"
+                "{run_id}: resume exited {code} without recording a run{without}"
             )),
         }
         if still_waiting {
@@ -838,6 +851,45 @@ fn tool_changed(job: &Job) -> Option<String> {
             sanitize_line(path)
         )
     })
+}
+
+/// A variable of the worker's own environment (the executor's session).
+fn own_env(name: &str) -> Option<std::ffi::OsString> {
+    std::env::var_os(name)
+}
+
+/// How the worker says what a resume's environment is: the run's own, with the withheld
+/// variables it gave from its own environment and those the resume lacks.
+fn environment_summary(report: &ResumeEnv) -> String {
+    let mut out = "; in its own environment".to_owned();
+    if !report.from_worker.is_empty() {
+        out.push_str(&format!(
+            ", with {} from the worker's",
+            sanitize_line(&report.from_worker.join(", "))
+        ));
+    }
+    if !report.missing.is_empty() {
+        out.push_str(&format!(
+            ", without {} (withheld when it asked, not in the worker's environment)",
+            sanitize_line(&report.missing.join(", "))
+        ));
+    }
+    out
+}
+
+/// For a resume that failed: ` (it ran without X, …: withheld when it asked, not in the
+/// worker's environment)`, when it lacked any.
+fn ran_without(run: &ToolRun) -> String {
+    let missing = saved_environment(run)
+        .map(|saved| saved.restore(own_env).report.missing)
+        .unwrap_or_default();
+    if missing.is_empty() {
+        return String::new();
+    }
+    format!(
+        " (it ran without {}: withheld when it asked, not in the worker's environment)",
+        sanitize_line(&missing.join(", "))
+    )
 }
 
 /// Why a decision ends the waiting run: `approval AP-… rejected by alice: not now`.

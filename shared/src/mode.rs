@@ -134,6 +134,112 @@ impl SavedEnvironment {
     }
 }
 
+/// Set by `monitor worker` on a re-run: which withheld variables it gave the resume from
+/// its own environment and which it could not ([`ResumeEnv`] as JSON). The shim records it
+/// in the run's metadata (`resume_env`) and keeps it from the tool.
+pub const ENV_RESUME_ENV: &str = "HEADLESS_RUN_RESUME_ENV";
+
+/// What a resume did with the variables withheld when its run asked: names only, never
+/// values.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct ResumeEnv {
+    /// Taken from the executor's (the worker's) own environment.
+    #[serde(default)]
+    pub from_worker: Vec<String>,
+    /// Not in the executor's environment either: the resume ran without them.
+    #[serde(default)]
+    pub missing: Vec<String>,
+}
+
+/// At most this many names are recorded of each kind (a row's list is not ours to trust
+/// in size).
+const RESUME_ENV_NAMES: usize = 64;
+
+impl ResumeEnv {
+    /// Parses the worker's [`ENV_RESUME_ENV`]: names with control characters removed, each
+    /// at most 128 bytes, at most 64 of each kind; `None` when it is not that JSON.
+    pub fn parse(text: &str) -> Option<Self> {
+        let raw: ResumeEnv = serde_json::from_str(text).ok()?;
+        let clean = |names: Vec<String>| -> Vec<String> {
+            names
+                .into_iter()
+                .map(|n| {
+                    let mut n = crate::sanitize::sanitize_line(&n);
+                    while n.len() > 128 {
+                        n.pop();
+                    }
+                    n
+                })
+                .filter(|n| !n.is_empty())
+                .take(RESUME_ENV_NAMES)
+                .collect()
+        };
+        Some(ResumeEnv {
+            from_worker: clean(raw.from_worker),
+            missing: clean(raw.missing),
+        })
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.from_worker.is_empty() && self.missing.is_empty()
+    }
+
+    /// What an operator reads about the missing ones, if any: `resumed without
+    /// GITHUB_TOKEN (withheld when it asked, not in the worker's environment)`.
+    pub fn missing_note(&self) -> Option<String> {
+        (!self.missing.is_empty()).then(|| {
+            format!(
+                "resumed without {} (withheld when it asked, not in the worker's environment)",
+                self.missing.join(", ")
+            )
+        })
+    }
+}
+
+/// A parked run's environment as its resume gets it (see [`SavedEnvironment::restore`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Restored {
+    pub vars: Vec<(String, std::ffi::OsString)>,
+    pub report: ResumeEnv,
+}
+
+impl SavedEnvironment {
+    /// The environment a resume runs in: the saved variables, then each withheld one the
+    /// executor's own environment (`own`) has — its session, same user, given to it on
+    /// purpose; never a value from the row — and the names of those it lacks.
+    ///
+    /// What `capture` never keeps is not taken from the row either (`HEADLESS_RUN_*`,
+    /// `AUTO_APPROVAL`: the resume sets its own), nor a name no environment can hold
+    /// (empty, with `=` or NUL).
+    pub fn restore(&self, own: impl Fn(&str) -> Option<std::ffi::OsString>) -> Restored {
+        let usable = |k: &str| {
+            !k.is_empty()
+                && !k.contains(['=', '\0'])
+                && !k.starts_with("HEADLESS_RUN_")
+                && k != ENV_AUTO_APPROVAL
+        };
+        let mut out = Restored {
+            vars: self
+                .vars
+                .iter()
+                .filter(|(k, v)| usable(k) && !v.contains('\0'))
+                .map(|(k, v)| (k.clone(), v.into()))
+                .collect(),
+            report: ResumeEnv::default(),
+        };
+        for name in self.withheld.iter().filter(|k| usable(k)) {
+            match own(name) {
+                Some(value) => {
+                    out.report.from_worker.push(name.clone());
+                    out.vars.push((name.clone(), value));
+                }
+                None => out.report.missing.push(name.clone()),
+            }
+        }
+        out
+    }
+}
+
 /// The signal `monitor cancel` sends to a run's shim: end the tool, status `cancelled`.
 pub const CANCEL_SIGNAL: i32 = libc::SIGUSR1;
 
@@ -289,6 +395,63 @@ mod tests {
             ["PGSSLROOTCERT", "SSL_CERT_FILE"]
         );
         assert_eq!(saved.withheld, ["PGSSLKEY"]);
+    }
+
+    #[test]
+    fn a_resume_takes_withheld_variables_from_its_own_environment_only() {
+        let saved = SavedEnvironment {
+            vars: [
+                ("FOO", "bar"),
+                // Never captured: only a forged row holds these, and they are not taken.
+                ("HEADLESS_RUN_SERVER", "https://elsewhere"),
+                ("AUTO_APPROVAL", "yes"),
+                ("BAD=NAME", "x"),
+            ]
+            .into_iter()
+            .map(|(k, v)| (k.to_owned(), v.to_owned()))
+            .collect(),
+            withheld: ["GITHUB_TOKEN", "NPM_TOKEN", "HEADLESS_RUN_TOKEN", ""]
+                .map(String::from)
+                .to_vec(),
+        };
+        let own = |k: &str| {
+            matches!(k, "GITHUB_TOKEN" | "HEADLESS_RUN_TOKEN")
+                .then(|| std::ffi::OsString::from(format!("own-{k}")))
+        };
+        let r = saved.restore(own);
+        assert_eq!(
+            r.vars,
+            [
+                ("FOO".to_owned(), "bar".into()),
+                ("GITHUB_TOKEN".to_owned(), "own-GITHUB_TOKEN".into())
+            ]
+        );
+        assert_eq!(r.report.from_worker, ["GITHUB_TOKEN"]);
+        assert_eq!(r.report.missing, ["NPM_TOKEN"]);
+        assert_eq!(
+            r.report.missing_note().as_deref(),
+            Some(
+                "resumed without NPM_TOKEN (withheld when it asked, not in the worker's environment)"
+            )
+        );
+        assert_eq!(
+            SavedEnvironment::default().restore(own),
+            Restored::default()
+        );
+    }
+
+    #[test]
+    fn the_resume_report_is_parsed_clean_and_bounded() {
+        let r = ResumeEnv::parse(r#"{"from_worker": ["A\u001b[31m"], "missing": ["B"]}"#).unwrap();
+        assert_eq!(r.from_worker, ["A"]);
+        assert_eq!(r.missing, ["B"]);
+        let many = serde_json::json!({ "missing": vec!["X".repeat(300); 100] }).to_string();
+        let r = ResumeEnv::parse(&many).unwrap();
+        assert_eq!(r.missing.len(), 64);
+        assert!(r.missing.iter().all(|n| n.len() == 128));
+        assert!(r.from_worker.is_empty());
+        assert!(ResumeEnv::parse("GITHUB_TOKEN").is_none());
+        assert!(ResumeEnv::default().missing_note().is_none());
     }
 
     fn h(headless: Option<&str>, ci: Option<&str>) -> Option<bool> {

@@ -686,6 +686,105 @@ fn the_worker_resumes_in_the_runs_own_environment_without_its_secrets() {
     }
 }
 
+/// Issue 25 item 7: secrets are never stored, so a resume lacks what was withheld when its
+/// run asked — unless the worker (the executor's own session, the same user) has it in its
+/// own environment. What it gave and what the resume lacked are said by the worker, and
+/// recorded on the resumed run for `monitor show`; a resume that fails says it ran without.
+#[test]
+fn a_resume_names_the_withheld_variables_it_lacks_and_takes_them_from_the_worker() {
+    let env = TestEnv::new();
+    let script = "read -p 'Proceed? [y/N] ' a; echo \"answer=$a TOKEN=${DEPLOY_TOKEN:-unset}\"; \
+                  [ -n \"$DEPLOY_TOKEN\" ]";
+    let park_and_decide = |env: &TestEnv| -> String {
+        env.shim()
+            .env("DEPLOY_TOKEN", "s3cret-of-the-run")
+            .args(["sh", "-c", script])
+            .run()
+            .expect_code(90);
+        let ap = env.pending_approval();
+        env.decide(s(&ap, "approval_id"), "y").expect_code(0);
+        s(&ap, "tool_run_id").to_owned()
+    };
+    // The worker's environment does not have it: the resume runs without it, and says so.
+    let first = park_and_decide(&env);
+    let out = env
+        .monitor()
+        .env_remove("DEPLOY_TOKEN")
+        .args(["worker", "--once"])
+        .run();
+    out.expect_code(0);
+    assert!(
+        out.out().contains(
+            "without DEPLOY_TOKEN (withheld when it asked, not in the worker's environment)"
+        ),
+        "{}",
+        out.context()
+    );
+    assert!(
+        out.out().contains(
+            "headless-run exited 1 (it ran without DEPLOY_TOKEN: withheld when it asked, not in the worker's environment)"
+        ),
+        "{}",
+        out.context()
+    );
+    let resumes = resumes_of(&env, &first);
+    assert_eq!(resumes.len(), 1, "{}", out.context());
+    let rid = s(&resumes[0], "tool_run_id").to_owned();
+    let output = String::from_utf8_lossy(&env.run_log(&rid)).into_owned();
+    assert!(output.contains("answer=y TOKEN=unset"), "{output}");
+    let shown = env.run_by_id(&rid);
+    assert_eq!(
+        shown["metadata"]["resume_env"],
+        serde_json::json!({"from_worker": [], "missing": ["DEPLOY_TOKEN"]}),
+        "{shown:#?}"
+    );
+    let text = env.monitor().args(["show", &rid]).run();
+    text.expect_code(0);
+    assert!(
+        text.out().contains(
+            "resumed without DEPLOY_TOKEN (withheld when it asked, not in the worker's environment)"
+        ),
+        "{}",
+        text.out()
+    );
+    // The worker has its own: the resume gets that one (never the run's, never stored).
+    let second = park_and_decide(&env);
+    let out = env
+        .monitor()
+        .env("DEPLOY_TOKEN", "the-workers-own")
+        .args(["worker", "--once"])
+        .run();
+    out.expect_code(0);
+    assert!(
+        out.out().contains("with DEPLOY_TOKEN from the worker's"),
+        "{}",
+        out.context()
+    );
+    let resumes = resumes_of(&env, &second);
+    assert_eq!(resumes.len(), 1, "{}", out.context());
+    let rid = s(&resumes[0], "tool_run_id").to_owned();
+    assert_eq!(s(&resumes[0], "status"), "completed", "{resumes:#?}");
+    let output = String::from_utf8_lossy(&env.run_log(&rid)).into_owned();
+    assert!(
+        output.contains("answer=y TOKEN=the-workers-own"),
+        "{output}"
+    );
+    assert_eq!(
+        env.run_by_id(&rid)["metadata"]["resume_env"],
+        serde_json::json!({"from_worker": ["DEPLOY_TOKEN"], "missing": []})
+    );
+    // The run's own value was never stored (the tool printed the worker's: its output is
+    // in the run log, as any output is).
+    for entry in walk_files(&env.state()) {
+        let text = String::from_utf8_lossy(&std::fs::read(&entry).unwrap_or_default()).into_owned();
+        assert!(
+            !text.contains("s3cret-of-the-run"),
+            "{} holds the run's secret",
+            entry.display()
+        );
+    }
+}
+
 /// Every file below `dir`.
 fn walk_files(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
     let mut out = Vec::new();
