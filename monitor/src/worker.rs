@@ -847,18 +847,26 @@ fn tool_changed(job: &Job) -> Option<String> {
         .and_then(|m| m.get("tool_path"))
         .and_then(|p| p.as_str())
         .unwrap_or("");
-    let cwd = job.run.cwd.as_deref().unwrap_or("/");
-    let now = hr_shared::fingerprint::tool(
-        std::path::Path::new(path),
-        &job.run.argv_json,
-        std::path::Path::new(cwd),
-    );
+    let cwd = std::path::Path::new(job.run.cwd.as_deref().unwrap_or("/"));
+    let now = hr_shared::fingerprint::tool(&in_run_dir(path, cwd), &job.run.argv_json, cwd);
     (now.as_deref() != Some(asked)).then(|| {
         format!(
             "{} (or the script it runs) changed since it asked",
             sanitize_line(path)
         )
     })
+}
+
+/// A path as the run's shim saw it: a relative one (`./deploy.sh`, or found through a
+/// relative `PATH` entry) is relative to the run's directory — where the shim ran it, and
+/// where the resume's shim runs — not to wherever the worker was started.
+fn in_run_dir(path: &str, cwd: &std::path::Path) -> PathBuf {
+    let p = std::path::Path::new(path);
+    if p.is_absolute() || path.is_empty() {
+        p.to_path_buf()
+    } else {
+        cwd.join(p)
+    }
 }
 
 /// A variable of the worker's own environment (the executor's session).

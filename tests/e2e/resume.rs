@@ -566,8 +566,13 @@ fn kill_9_of_the_worker_mid_resume_loses_nothing_and_resumes_nothing_twice() {
 
 /// A deploy script that asks first, then does its work (writes `marker` with its version).
 fn deploy_script(env: &TestEnv, version: &str) -> std::path::PathBuf {
+    deploy_script_in(&env.work(), version)
+}
+
+/// The same in `dir` (its `marker` goes to the directory it is run in).
+fn deploy_script_in(dir: &std::path::Path, version: &str) -> std::path::PathBuf {
     use std::os::unix::fs::PermissionsExt;
-    let script = env.work().join("deploy.sh");
+    let script = dir.join("deploy.sh");
     std::fs::write(
         &script,
         format!(
@@ -783,6 +788,64 @@ fn a_resume_names_the_withheld_variables_it_lacks_and_takes_them_from_the_worker
             entry.display()
         );
     }
+}
+
+/// Issue 25 item 7: a relative command (`./deploy.sh`) is looked at and run in the run's
+/// own directory, not the worker's: a worker started in another directory resumes it (it
+/// used to find no such file there and refuse every such run as changed), and the script
+/// works where it asked. Edited after the decision, it is still refused.
+#[test]
+fn a_relative_command_is_resumed_in_its_own_directory_by_a_worker_started_elsewhere() {
+    let env = TestEnv::new();
+    let (a, b) = (env.work().join("a"), env.work().join("b"));
+    std::fs::create_dir_all(&a).unwrap();
+    std::fs::create_dir_all(&b).unwrap();
+    deploy_script_in(&a, "v1");
+    let park_and_decide = |env: &TestEnv| -> String {
+        env.shim()
+            .current_dir(&a)
+            .arg("./deploy.sh")
+            .run()
+            .expect_code(90);
+        let ap = env.pending_approval();
+        env.decide(s(&ap, "approval_id"), "y").expect_code(0);
+        s(&ap, "tool_run_id").to_owned()
+    };
+    let worker_in_b = |env: &TestEnv| {
+        let out = env
+            .monitor()
+            .current_dir(&b)
+            .args(["worker", "--once"])
+            .run();
+        out.expect_code(0);
+        out
+    };
+    let first = park_and_decide(&env);
+    let out = worker_in_b(&env);
+    let resumes = resumes_of(&env, &first);
+    assert_eq!(resumes.len(), 1, "{}", out.context());
+    assert_eq!(s(&resumes[0], "status"), "completed", "{}", out.context());
+    assert_eq!(s(&resumes[0], "cwd"), a.to_string_lossy());
+    assert_eq!(
+        std::fs::read_to_string(a.join("marker")).unwrap_or_default(),
+        "v1\n",
+        "{}",
+        out.context()
+    );
+    assert!(!b.join("marker").exists());
+    // Parked again, decided, then edited: the worker in B still sees the change in A.
+    std::fs::remove_file(a.join("marker")).unwrap();
+    let second = park_and_decide(&env);
+    deploy_script_in(&a, "v2-with-something-else");
+    let out = worker_in_b(&env);
+    assert!(resumes_of(&env, &second).is_empty(), "{}", out.context());
+    let row = run_row(&env, &second);
+    assert_eq!(s(&row, "status"), "failed", "{row:#?}");
+    assert!(
+        s(&row, "reason").contains("changed since it asked"),
+        "{row:#?}"
+    );
+    assert!(!a.join("marker").exists(), "the changed script ran");
 }
 
 /// Every file below `dir`.
