@@ -10,6 +10,12 @@
 //!   consumes the approval and closes the waiting run; when the re-run ends without
 //!   reaching the prompt, the worker closes the waiting run from the re-run's exit code.
 //!
+//! A re-run gets the environment its run had when it asked; from the worker's own
+//! environment it gets what was withheld then (secret-looking variables, never stored)
+//! where the worker has it, its store (`HEADLESS_RUN_HOME`, and `HEADLESS_RUN_DB` with the
+//! worker's PostgreSQL login written in) and the user's config file. A relative command
+//! (`./deploy.sh`) is checked and run against the run's directory.
+//!
 //! Children are never waited for inside a pass: they run in their own process group (an
 //! operator's Ctrl-C to the worker does not reach the tools) and are reaped with
 //! `try_wait` on later passes. A failure to start one (exec error, or `headless-run`
@@ -591,6 +597,12 @@ impl Worker {
                 cmd.env_remove(ENV_RESUME_ENV);
             }
         }
+        // The user's config as the worker reads it: what shapes the resume's decisions is
+        // the executor's own file, not one found through the run's recorded HOME.
+        match own_config_file() {
+            Some(file) => cmd.env("HEADLESS_RUN_CONFIG", file),
+            None => cmd.env_remove("HEADLESS_RUN_CONFIG"),
+        };
         cmd.arg("--")
             .args(&run.argv_json)
             .env_remove(ENV_TOOL_RUN_ID)
@@ -872,6 +884,14 @@ fn in_run_dir(path: &str, cwd: &std::path::Path) -> PathBuf {
 /// A variable of the worker's own environment (the executor's session).
 fn own_env(name: &str) -> Option<std::ffi::OsString> {
     std::env::var_os(name)
+}
+
+/// The worker's user config file: `HEADLESS_RUN_CONFIG`, else its XDG one when it exists.
+fn own_config_file() -> Option<PathBuf> {
+    if let Some(explicit) = own_env("HEADLESS_RUN_CONFIG").filter(|v| !v.is_empty()) {
+        return Some(PathBuf::from(explicit));
+    }
+    hr_shared::paths::user_config_file(&hr_shared::paths::real_env).filter(|f| f.is_file())
 }
 
 /// How the worker says what a resume's environment is: the run's own, with the withheld

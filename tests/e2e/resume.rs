@@ -848,6 +848,31 @@ fn a_relative_command_is_resumed_in_its_own_directory_by_a_worker_started_elsewh
     assert!(!a.join("marker").exists(), "the changed script ran");
 }
 
+/// Issue 25 item 7: a resume reads the user's config file the worker reads
+/// (`HEADLESS_RUN_CONFIG`, which a run's recorded environment never holds) — not one found
+/// through the run's recorded `HOME`. Here that file's timeout ends the resumed tool.
+#[test]
+fn a_resume_reads_the_config_file_of_the_worker() {
+    let env = TestEnv::new();
+    let config = env.path().join("worker.toml");
+    std::fs::write(&config, "[defaults]\ntimeout = \"2s\"\n").unwrap();
+    env.shim()
+        .args(["sh", "-c", "read -p 'Proceed? [y/N] ' a; sleep 30"])
+        .run()
+        .expect_code(90);
+    let ap = env.pending_approval();
+    env.decide(s(&ap, "approval_id"), "y").expect_code(0);
+    let out = env
+        .monitor()
+        .env("HEADLESS_RUN_CONFIG", &config)
+        .args(["worker", "--once"])
+        .run();
+    out.expect_code(0);
+    let resumes = resumes_of(&env, s(&ap, "tool_run_id"));
+    assert_eq!(resumes.len(), 1, "{}", out.context());
+    assert_eq!(n(&resumes[0], "exit_code"), 124, "{resumes:#?}");
+}
+
 /// Every file below `dir`.
 fn walk_files(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
     let mut out = Vec::new();
