@@ -10,6 +10,12 @@
 //!   consumes the approval and closes the waiting run; when the re-run ends without
 //!   reaching the prompt, the worker closes the waiting run from the re-run's exit code.
 //!
+//! A re-run gets the environment its run had when it asked; from the worker's own
+//! environment it gets what was withheld then (secret-looking variables, never stored)
+//! where the worker has it, its store (`HEADLESS_RUN_HOME`, and `HEADLESS_RUN_DB` with the
+//! worker's PostgreSQL login written in) and the user's config file. A relative command
+//! (`./deploy.sh`) is checked and run against the run's directory.
+//!
 //! Children are never waited for inside a pass: they run in their own process group (an
 //! operator's Ctrl-C to the worker does not reach the tools) and are reaped with
 //! `try_wait` on later passes. A failure to start one (exec error, or `headless-run`
@@ -22,8 +28,8 @@ use hr_shared::db::StoreError;
 use hr_shared::event::LogEvent;
 use hr_shared::exit::RunOutcome;
 use hr_shared::mode::{
-    ENV_APPROVAL_ID, ENV_AUTO_APPROVAL, ENV_EXECUTION_ID, ENV_RESUMED_FROM, ENV_TOOL_RUN_ID,
-    SavedEnvironment,
+    ENV_APPROVAL_ID, ENV_AUTO_APPROVAL, ENV_EXECUTION_ID, ENV_RESUME_ENV, ENV_RESUMED_FROM,
+    ENV_TOOL_RUN_ID, ResumeEnv, SavedEnvironment,
 };
 use hr_shared::paths::StatePaths;
 use hr_shared::resume::{self, ParkedRun};
@@ -580,14 +586,9 @@ impl Worker {
                     } else {
                         String::new()
                     },
-                    match saved_environment(&job.run) {
-                        Some(env) if !env.withheld.is_empty() => format!(
-                            "; in its own environment, without {} (never stored)",
-                            sanitize_line(&env.withheld.join(", "))
-                        ),
-                        Some(_) => "; in its own environment".to_owned(),
-                        None => String::new(),
-                    }
+                    saved_environment(&job.run)
+                        .map(|saved| environment_summary(&saved.restore(own_env).report))
+                        .unwrap_or_default()
                 ));
                 self.children.push(Resume {
                     job,
@@ -616,12 +617,30 @@ impl Worker {
             return Err("the run has no stored command line".into());
         }
         let mut cmd = Command::new(&self.shim);
-        // The command's own environment, as it was when it asked (its secret-looking
-        // variables were never stored: the resume runs without them); the worker's own
-        // for a run that kept none.
-        if let Some(saved) = saved_environment(run) {
-            cmd.env_clear().envs(&saved.vars);
+        // The command's own environment, as it was when it asked. Its secret-looking
+        // variables were never stored: each is taken from the worker's own environment —
+        // the executor's session, the same user, given its secrets on purpose — where it
+        // has it (never from the row), and the shim records which were and which the
+        // resume lacks. A run that kept no environment gets the worker's.
+        match saved_environment(run).map(|saved| saved.restore(own_env)) {
+            Some(restored) => {
+                cmd.env_clear().envs(restored.vars);
+                if restored.report.is_empty() {
+                    cmd.env_remove(ENV_RESUME_ENV);
+                } else if let Ok(json) = serde_json::to_string(&restored.report) {
+                    cmd.env(ENV_RESUME_ENV, json);
+                }
+            }
+            None => {
+                cmd.env_remove(ENV_RESUME_ENV);
+            }
         }
+        // The user's config as the worker reads it: what shapes the resume's decisions is
+        // the executor's own file, not one found through the run's recorded HOME.
+        match own_config_file() {
+            Some(file) => cmd.env("HEADLESS_RUN_CONFIG", file),
+            None => cmd.env_remove("HEADLESS_RUN_CONFIG"),
+        };
         cmd.arg("--")
             .args(&run.argv_json)
             .env_remove(ENV_TOOL_RUN_ID)
@@ -633,14 +652,7 @@ impl Worker {
             .env("HEADLESS_RUN_HOME", &self.paths.root)
             // The worker's own store: on the PostgreSQL store, its login is the host's
             // runner login (never an operator's: the re-run's tool sees this).
-            .env(
-                "HEADLESS_RUN_DB",
-                self.paths
-                    .store_url
-                    .clone()
-                    .map(std::ffi::OsString::from)
-                    .unwrap_or_else(|| self.paths.db.clone().into_os_string()),
-            )
+            .env("HEADLESS_RUN_DB", self.resume_store())
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::null())
@@ -666,6 +678,21 @@ impl Worker {
             }
             _ => format!("{}: {e}", self.shim.display()),
         })
+    }
+
+    /// The store a resume records in, reached as the worker reaches it: the database file,
+    /// or the PostgreSQL URL with what the worker's own environment adds to it (`PGPASSWORD`
+    /// or `~/.pgpass`, `PGHOST`, …) written in. The resume runs in the run's recorded
+    /// environment, which holds no password and whose other `PG*` variables are the tool's:
+    /// its store login comes from the executor's session, never from the row.
+    fn resume_store(&self) -> std::ffi::OsString {
+        match &self.paths.store_url {
+            // A URL the worker could not read is one it cannot use either: passed as it is.
+            Some(url) => hr_shared::store::postgres::pinned_url(url)
+                .unwrap_or_else(|_| url.clone())
+                .into(),
+            None => self.paths.db.clone().into_os_string(),
+        }
     }
 
     /// Collects children that have exited.
@@ -711,11 +738,12 @@ impl Worker {
             && done.started.elapsed() < SPAWN_FAILURE_WINDOW
         {
             let why = format!(
-                "headless-run exited {code} before reaching the prompt{}",
+                "headless-run exited {code} before reaching the prompt{}{}",
                 resumed
                     .as_ref()
                     .map(|r| format!(" (run {})", r.tool_run_id))
-                    .unwrap_or_default()
+                    .unwrap_or_default(),
+                ran_without(&done.job.run)
             );
             self.say(format!("resume of {run_id} failed to start: {why}"));
             self.retries.push(Retry {
@@ -725,13 +753,18 @@ impl Worker {
             });
             return Ok(());
         }
+        let without = if code == 0 {
+            String::new()
+        } else {
+            ran_without(&done.job.run)
+        };
         match &resumed {
             Some(r) => self.say(format!(
-                "{run_id} resumed as {}: headless-run exited {code}",
+                "{run_id} resumed as {}: headless-run exited {code}{without}",
                 r.tool_run_id
             )),
             None => self.say(format!(
-                "{run_id}: resume exited {code} without recording a run"
+                "{run_id}: resume exited {code} without recording a run{without}"
             )),
         }
         if still_waiting {
@@ -864,18 +897,73 @@ fn tool_changed(job: &Job) -> Option<String> {
         .and_then(|m| m.get("tool_path"))
         .and_then(|p| p.as_str())
         .unwrap_or("");
-    let cwd = job.run.cwd.as_deref().unwrap_or("/");
-    let now = hr_shared::fingerprint::tool(
-        std::path::Path::new(path),
-        &job.run.argv_json,
-        std::path::Path::new(cwd),
-    );
+    let cwd = std::path::Path::new(job.run.cwd.as_deref().unwrap_or("/"));
+    let now = hr_shared::fingerprint::tool(&in_run_dir(path, cwd), &job.run.argv_json, cwd);
     (now.as_deref() != Some(asked)).then(|| {
         format!(
             "{} (or the script it runs) changed since it asked",
             sanitize_line(path)
         )
     })
+}
+
+/// A path as the run's shim saw it: a relative one (`./deploy.sh`, or found through a
+/// relative `PATH` entry) is relative to the run's directory — where the shim ran it, and
+/// where the resume's shim runs — not to wherever the worker was started.
+fn in_run_dir(path: &str, cwd: &std::path::Path) -> PathBuf {
+    let p = std::path::Path::new(path);
+    if p.is_absolute() || path.is_empty() {
+        p.to_path_buf()
+    } else {
+        cwd.join(p)
+    }
+}
+
+/// A variable of the worker's own environment (the executor's session).
+fn own_env(name: &str) -> Option<std::ffi::OsString> {
+    std::env::var_os(name)
+}
+
+/// The worker's user config file: `HEADLESS_RUN_CONFIG`, else its XDG one when it exists.
+fn own_config_file() -> Option<PathBuf> {
+    if let Some(explicit) = own_env("HEADLESS_RUN_CONFIG").filter(|v| !v.is_empty()) {
+        return Some(PathBuf::from(explicit));
+    }
+    hr_shared::paths::user_config_file(&hr_shared::paths::real_env).filter(|f| f.is_file())
+}
+
+/// How the worker says what a resume's environment is: the run's own, with the withheld
+/// variables it gave from its own environment and those the resume lacks.
+fn environment_summary(report: &ResumeEnv) -> String {
+    let mut out = "; in its own environment".to_owned();
+    if !report.from_worker.is_empty() {
+        out.push_str(&format!(
+            ", with {} from the worker's",
+            sanitize_line(&report.from_worker.join(", "))
+        ));
+    }
+    if !report.missing.is_empty() {
+        out.push_str(&format!(
+            ", without {} (withheld when it asked, not in the worker's environment)",
+            sanitize_line(&report.missing.join(", "))
+        ));
+    }
+    out
+}
+
+/// For a resume that failed: ` (it ran without X, …: withheld when it asked, not in the
+/// worker's environment)`, when it lacked any.
+fn ran_without(run: &ToolRun) -> String {
+    let missing = saved_environment(run)
+        .map(|saved| saved.restore(own_env).report.missing)
+        .unwrap_or_default();
+    if missing.is_empty() {
+        return String::new();
+    }
+    format!(
+        " (it ran without {}: withheld when it asked, not in the worker's environment)",
+        sanitize_line(&missing.join(", "))
+    )
 }
 
 /// Why a decision ends the waiting run: `approval AP-… rejected by alice: not now`.

@@ -49,22 +49,43 @@ const SECRET_ANYWHERE: &[&str] = &[
 const SECRET_SUFFIXES: &[&str] = &[
     "KEY", "AUTH", "PIN", "OTP", "CERT", "SESSION", "COOKIE", "PWD", "JWT", "DSN",
 ];
-/// The shell's working directories, which end in `PWD` and hold none.
-const NOT_SECRET: &[&str] = &["PWD", "OLDPWD"];
+/// Names the rules above would catch that hold none: the shell's working directories
+/// (ending in `PWD`), and the CA bundles a client verifies its servers with (`CERT`):
+/// OpenSSL's trust store and pip's bundle. Paths to public certificates, which a resumed
+/// tool needs to reach its servers at all.
+const NOT_SECRET: &[&str] = &[
+    "PWD",
+    "OLDPWD",
+    "SSL_CERT_FILE",
+    "SSL_CERT_DIR",
+    "NIX_SSL_CERT_FILE",
+    "PIP_CERT",
+];
 
 /// Whether an environment variable's name looks like it holds a secret: such variables are
 /// never stored (a parked run's environment names them as withheld instead).
+///
+/// A certificate authority's certificate is public: `…_CA_CERT`, `…CACERT` and `…ROOTCERT`
+/// (`PGSSLROOTCERT`) are not caught by `CERT`, nor are the `…_CA_BUNDLE`/`…CAINFO` names,
+/// which nothing here catches. A client's own certificate (`PGSSLCERT`, `GIT_SSL_CERT`,
+/// `DOCKER_CERT_PATH`) still is, like every `…_KEY`: it comes with its private key and
+/// names what authenticates the tool, so it is withheld with the rest (a resume takes it
+/// from the executor's own environment).
 pub fn looks_secret(name: &str) -> bool {
     let upper = name.to_ascii_uppercase();
     if NOT_SECRET.contains(&upper.as_str()) {
         return false;
     }
-    upper
-        .split(|c: char| !c.is_ascii_alphanumeric())
-        .any(|part| {
-            SECRET_ANYWHERE.iter().any(|s| part.contains(s))
-                || SECRET_SUFFIXES.iter().any(|s| part.ends_with(s))
-        })
+    let parts: Vec<&str> = upper.split(|c: char| !c.is_ascii_alphanumeric()).collect();
+    parts.iter().enumerate().any(|(i, part)| {
+        let of_a_ca = (i > 0 && parts[i - 1] == "CA")
+            || part.ends_with("CACERT")
+            || part.ends_with("ROOTCERT");
+        SECRET_ANYWHERE.iter().any(|s| part.contains(s))
+            || SECRET_SUFFIXES
+                .iter()
+                .any(|s| part.ends_with(s) && !(of_a_ca && *s == "CERT"))
+    })
 }
 
 /// Whether a variable's value carries credentials whatever its name: a URL with a password
@@ -112,6 +133,113 @@ impl SavedEnvironment {
         out
     }
 }
+
+/// Set by `monitor worker` on a re-run: which withheld variables it gave the resume from
+/// its own environment and which it could not ([`ResumeEnv`] as JSON). The shim records it
+/// in the run's metadata (`resume_env`) and keeps it from the tool.
+pub const ENV_RESUME_ENV: &str = "HEADLESS_RUN_RESUME_ENV";
+
+/// What a resume did with the variables withheld when its run asked: names only, never
+/// values.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct ResumeEnv {
+    /// Taken from the executor's (the worker's) own environment.
+    #[serde(default)]
+    pub from_worker: Vec<String>,
+    /// Not in the executor's environment either: the resume ran without them.
+    #[serde(default)]
+    pub missing: Vec<String>,
+}
+
+/// At most this many names are recorded of each kind (a row's list is not ours to trust
+/// in size).
+const RESUME_ENV_NAMES: usize = 64;
+
+impl ResumeEnv {
+    /// Parses the worker's [`ENV_RESUME_ENV`]: names with control characters removed, each
+    /// at most 128 bytes, at most 64 of each kind; `None` when it is not that JSON.
+    pub fn parse(text: &str) -> Option<Self> {
+        let raw: ResumeEnv = serde_json::from_str(text).ok()?;
+        let clean = |names: Vec<String>| -> Vec<String> {
+            names
+                .into_iter()
+                .map(|n| {
+                    let mut n = crate::sanitize::sanitize_line(&n);
+                    while n.len() > 128 {
+                        n.pop();
+                    }
+                    n
+                })
+                .filter(|n| !n.is_empty())
+                .take(RESUME_ENV_NAMES)
+                .collect()
+        };
+        Some(ResumeEnv {
+            from_worker: clean(raw.from_worker),
+            missing: clean(raw.missing),
+        })
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.from_worker.is_empty() && self.missing.is_empty()
+    }
+
+    /// What an operator reads about the missing ones, if any: `resumed without
+    /// GITHUB_TOKEN (withheld when it asked, not in the worker's environment)`.
+    pub fn missing_note(&self) -> Option<String> {
+        (!self.missing.is_empty()).then(|| {
+            format!(
+                "resumed without {} (withheld when it asked, not in the worker's environment)",
+                self.missing.join(", ")
+            )
+        })
+    }
+}
+
+/// A parked run's environment as its resume gets it (see [`SavedEnvironment::restore`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Restored {
+    pub vars: Vec<(String, std::ffi::OsString)>,
+    pub report: ResumeEnv,
+}
+
+impl SavedEnvironment {
+    /// The environment a resume runs in: the saved variables, then each withheld one the
+    /// executor's own environment (`own`) has — its session, same user, given to it on
+    /// purpose; never a value from the row — and the names of those it lacks.
+    ///
+    /// What `capture` never keeps is not taken from the row either (`HEADLESS_RUN_*`,
+    /// `AUTO_APPROVAL`: the resume sets its own), nor a name no environment can hold
+    /// (empty, with `=` or NUL).
+    pub fn restore(&self, own: impl Fn(&str) -> Option<std::ffi::OsString>) -> Restored {
+        let usable = |k: &str| {
+            !k.is_empty()
+                && !k.contains(['=', '\0'])
+                && !k.starts_with("HEADLESS_RUN_")
+                && k != ENV_AUTO_APPROVAL
+        };
+        let mut out = Restored {
+            vars: self
+                .vars
+                .iter()
+                .filter(|(k, v)| usable(k) && !v.contains('\0'))
+                .map(|(k, v)| (k.clone(), v.into()))
+                .collect(),
+            report: ResumeEnv::default(),
+        };
+        for name in self.withheld.iter().filter(|k| usable(k)) {
+            match own(name) {
+                Some(value) => {
+                    out.report.from_worker.push(name.clone());
+                    out.vars.push((name.clone(), value));
+                }
+                None => out.report.missing.push(name.clone()),
+            }
+        }
+        out
+    }
+}
+
 /// The signal `monitor cancel` sends to a run's shim: end the tool, status `cancelled`.
 pub const CANCEL_SIGNAL: i32 = libc::SIGUSR1;
 
@@ -219,6 +347,111 @@ mod tests {
             ["MIRROR", "PATH", "REPO"]
         );
         assert_eq!(saved.withheld, ["DATABASE_URL", "GITHUB_TOKEN"]);
+    }
+
+    #[test]
+    fn ca_bundles_are_kept_and_client_keys_withheld() {
+        for name in [
+            "SSL_CERT_FILE",
+            "SSL_CERT_DIR",
+            "NIX_SSL_CERT_FILE",
+            "REQUESTS_CA_BUNDLE",
+            "CURL_CA_BUNDLE",
+            "NODE_EXTRA_CA_CERTS",
+            "GIT_SSL_CAINFO",
+            "GIT_SSL_CAPATH",
+            "AWS_CA_BUNDLE",
+            "PGSSLROOTCERT",
+            "PIP_CERT",
+            "CARGO_HTTP_CAINFO",
+            "ETCDCTL_CACERT",
+            "KUBE_CA_CERT",
+            "HEADLESS_RUN_SERVER_CA",
+        ] {
+            assert!(!looks_secret(name), "{name}");
+        }
+        // A private key's path, a client's certificate (which comes with one), a CA's own
+        // key, and a secret that also names a CA: withheld as before.
+        for name in [
+            "PGSSLKEY",
+            "PGSSLCERT",
+            "GIT_SSL_KEY",
+            "GIT_SSL_CERT",
+            "DOCKER_CERT_PATH",
+            "CA_KEY",
+            "KUBE_CA_KEY",
+            "CA_CERT_TOKEN",
+            "SSL_CERT_PASSWORD",
+        ] {
+            assert!(looks_secret(name), "{name}");
+        }
+        let saved = SavedEnvironment::capture([
+            ("SSL_CERT_FILE".into(), "/etc/ssl/certs/ca.pem".into()),
+            ("PGSSLROOTCERT".into(), "/etc/hr/root.crt".into()),
+            ("PGSSLKEY".into(), "/home/ci/.postgresql/ci.key".into()),
+        ]);
+        assert_eq!(
+            saved.vars.keys().collect::<Vec<_>>(),
+            ["PGSSLROOTCERT", "SSL_CERT_FILE"]
+        );
+        assert_eq!(saved.withheld, ["PGSSLKEY"]);
+    }
+
+    #[test]
+    fn a_resume_takes_withheld_variables_from_its_own_environment_only() {
+        let saved = SavedEnvironment {
+            vars: [
+                ("FOO", "bar"),
+                // Never captured: only a forged row holds these, and they are not taken.
+                ("HEADLESS_RUN_SERVER", "https://elsewhere"),
+                ("AUTO_APPROVAL", "yes"),
+                ("BAD=NAME", "x"),
+            ]
+            .into_iter()
+            .map(|(k, v)| (k.to_owned(), v.to_owned()))
+            .collect(),
+            withheld: ["GITHUB_TOKEN", "NPM_TOKEN", "HEADLESS_RUN_TOKEN", ""]
+                .map(String::from)
+                .to_vec(),
+        };
+        let own = |k: &str| {
+            matches!(k, "GITHUB_TOKEN" | "HEADLESS_RUN_TOKEN")
+                .then(|| std::ffi::OsString::from(format!("own-{k}")))
+        };
+        let r = saved.restore(own);
+        assert_eq!(
+            r.vars,
+            [
+                ("FOO".to_owned(), "bar".into()),
+                ("GITHUB_TOKEN".to_owned(), "own-GITHUB_TOKEN".into())
+            ]
+        );
+        assert_eq!(r.report.from_worker, ["GITHUB_TOKEN"]);
+        assert_eq!(r.report.missing, ["NPM_TOKEN"]);
+        assert_eq!(
+            r.report.missing_note().as_deref(),
+            Some(
+                "resumed without NPM_TOKEN (withheld when it asked, not in the worker's environment)"
+            )
+        );
+        assert_eq!(
+            SavedEnvironment::default().restore(own),
+            Restored::default()
+        );
+    }
+
+    #[test]
+    fn the_resume_report_is_parsed_clean_and_bounded() {
+        let r = ResumeEnv::parse(r#"{"from_worker": ["A\u001b[31m"], "missing": ["B"]}"#).unwrap();
+        assert_eq!(r.from_worker, ["A"]);
+        assert_eq!(r.missing, ["B"]);
+        let many = serde_json::json!({ "missing": vec!["X".repeat(300); 100] }).to_string();
+        let r = ResumeEnv::parse(&many).unwrap();
+        assert_eq!(r.missing.len(), 64);
+        assert!(r.missing.iter().all(|n| n.len() == 128));
+        assert!(r.from_worker.is_empty());
+        assert!(ResumeEnv::parse("GITHUB_TOKEN").is_none());
+        assert!(ResumeEnv::default().missing_note().is_none());
     }
 
     fn h(headless: Option<&str>, ci: Option<&str>) -> Option<bool> {

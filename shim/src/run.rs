@@ -244,6 +244,9 @@ fn run(inv: Invocation) -> Result<u8, Failure> {
             hr_shared::remote::ENV_TOKEN,
             hr_shared::event::ENV_RESULT_FILE,
             hr_shared::event::ENV_PIPELINE_STEP,
+            // The worker's note to this shim about the resume, recorded below; a nested run
+            // inside the tool is no resume.
+            mode::ENV_RESUME_ENV,
         ],
     };
     ctx.request_fingerprint =
@@ -470,6 +473,18 @@ fn run_row(ctx: &RunContext, interactive: bool) -> ToolRun {
                 let mut step = hr_shared::sanitize::sanitize_line(&step.to_string_lossy());
                 step.truncate(256);
                 m["pipeline"] = serde_json::Value::String(step);
+            }
+            // What the worker could not give the resume of what was withheld when it asked
+            // (and what it gave from its own environment): for the operator, on this run.
+            if let Some(note) = env(ENV_RESUMED_FROM)
+                .is_some_and(|v| id::has_shape(&v.to_string_lossy(), id::RUN_PREFIX))
+                .then(|| env(mode::ENV_RESUME_ENV))
+                .flatten()
+                .and_then(|v| mode::ResumeEnv::parse(&v.to_string_lossy()))
+                .filter(|r| !r.is_empty())
+                && let Ok(value) = serde_json::to_value(note)
+            {
+                m["resume_env"] = value;
             }
             if let Some(of) = env(ENV_RESTART_OF)
                 .map(|v| v.to_string_lossy().into_owned())

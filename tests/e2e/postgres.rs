@@ -808,6 +808,77 @@ fn the_hosts_worker_resumes_its_logins_parked_runs_and_refuses_an_operator_login
     );
 }
 
+/// Issue 25 item 7: a worker whose password is in `PGPASSWORD` only (never recorded with a
+/// parked run: it looks secret) resumes with its own login — the resume's shim used to
+/// reach no store and exit 125 on every approved run. The store's host, port, user and
+/// database come from the worker's own `PG*` variables too, while the run's own `PG*`
+/// variables (which would point the store nowhere) stay the tool's.
+#[test]
+fn a_worker_with_its_password_in_pgpassword_resumes_and_the_tools_pg_variables_stay_its_own() {
+    let env = TestEnv::new();
+    let (db, runner, operator) = initialised(&env);
+    let script = "read -p 'Proceed? [y/N] ' a; echo \"answer=$a db=$PGDATABASE host=$PGHOST\"";
+    env.shim()
+        .env(
+            "HEADLESS_RUN_DB",
+            format!(
+                "postgres://{}@{}:{}/{}",
+                runner.user, db.host, db.port, db.name
+            ),
+        )
+        .env("PGPASSWORD", &runner.password)
+        // The tool's own database (the URL names the store's).
+        .env("PGDATABASE", "app")
+        .env("PGHOST", "/nonexistent")
+        .args(["sh", "-c", script])
+        .run()
+        .expect_code(90);
+    let ap = db.value("SELECT approval_id FROM hr.approvals");
+    env.monitor()
+        .env("HEADLESS_RUN_DB", db.url_as(&operator))
+        .args(["decide", &ap, "y"])
+        .run()
+        .expect_code(0);
+    // The worker's URL leaves everything to its environment: the password is in
+    // PGPASSWORD alone.
+    let out = env
+        .monitor()
+        .env("HEADLESS_RUN_DB", "postgres://")
+        .env("PGHOST", &db.host)
+        .env("PGPORT", db.port.to_string())
+        .env("PGUSER", &runner.user)
+        .env("PGDATABASE", &db.name)
+        .env("PGPASSWORD", &runner.password)
+        .args(["worker", "--once"])
+        .run();
+    out.expect_code(0);
+    assert!(
+        out.out().contains("with PGPASSWORD from the worker's"),
+        "{}",
+        out.context()
+    );
+    assert_eq!(
+        db.value("SELECT string_agg(status || ':' || coalesce(exit_code::text, '-'), ',' ORDER BY tool_run_id) FROM hr.tool_runs"),
+        "completed:90,completed:0",
+        "{}",
+        out.context()
+    );
+    assert_eq!(
+        db.value("SELECT (consumed_by IS NOT NULL)::text FROM hr.approvals"),
+        "true"
+    );
+    assert_eq!(
+        db.value("SELECT string_agg(DISTINCT runner_login, ',') FROM hr.tool_runs"),
+        runner.user
+    );
+    let resumed = db.value("SELECT tool_run_id FROM hr.tool_runs WHERE resumed_from IS NOT NULL");
+    let output = String::from_utf8_lossy(&env.run_log(&resumed)).into_owned();
+    assert!(
+        output.contains("answer=y db=app host=/nonexistent"),
+        "{output}"
+    );
+}
+
 #[test]
 fn two_hundred_fifty_six_shims_share_a_server_of_a_hundred_connections() {
     let env = TestEnv::new();

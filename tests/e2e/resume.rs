@@ -566,8 +566,13 @@ fn kill_9_of_the_worker_mid_resume_loses_nothing_and_resumes_nothing_twice() {
 
 /// A deploy script that asks first, then does its work (writes `marker` with its version).
 fn deploy_script(env: &TestEnv, version: &str) -> std::path::PathBuf {
+    deploy_script_in(&env.work(), version)
+}
+
+/// The same in `dir` (its `marker` goes to the directory it is run in).
+fn deploy_script_in(dir: &std::path::Path, version: &str) -> std::path::PathBuf {
     use std::os::unix::fs::PermissionsExt;
-    let script = env.work().join("deploy.sh");
+    let script = dir.join("deploy.sh");
     std::fs::write(
         &script,
         format!(
@@ -684,6 +689,188 @@ fn the_worker_resumes_in_the_runs_own_environment_without_its_secrets() {
             entry.display()
         );
     }
+}
+
+/// Issue 25 item 7: secrets are never stored, so a resume lacks what was withheld when its
+/// run asked — unless the worker (the executor's own session, the same user) has it in its
+/// own environment. What it gave and what the resume lacked are said by the worker, and
+/// recorded on the resumed run for `monitor show`; a resume that fails says it ran without.
+#[test]
+fn a_resume_names_the_withheld_variables_it_lacks_and_takes_them_from_the_worker() {
+    let env = TestEnv::new();
+    let script = "read -p 'Proceed? [y/N] ' a; echo \"answer=$a TOKEN=${DEPLOY_TOKEN:-unset}\"; \
+                  [ -n \"$DEPLOY_TOKEN\" ]";
+    let park_and_decide = |env: &TestEnv| -> String {
+        env.shim()
+            .env("DEPLOY_TOKEN", "s3cret-of-the-run")
+            .args(["sh", "-c", script])
+            .run()
+            .expect_code(90);
+        let ap = env.pending_approval();
+        env.decide(s(&ap, "approval_id"), "y").expect_code(0);
+        s(&ap, "tool_run_id").to_owned()
+    };
+    // The worker's environment does not have it: the resume runs without it, and says so.
+    let first = park_and_decide(&env);
+    let out = env
+        .monitor()
+        .env_remove("DEPLOY_TOKEN")
+        .args(["worker", "--once"])
+        .run();
+    out.expect_code(0);
+    assert!(
+        out.out().contains(
+            "without DEPLOY_TOKEN (withheld when it asked, not in the worker's environment)"
+        ),
+        "{}",
+        out.context()
+    );
+    assert!(
+        out.out().contains(
+            "headless-run exited 1 (it ran without DEPLOY_TOKEN: withheld when it asked, not in the worker's environment)"
+        ),
+        "{}",
+        out.context()
+    );
+    let resumes = resumes_of(&env, &first);
+    assert_eq!(resumes.len(), 1, "{}", out.context());
+    let rid = s(&resumes[0], "tool_run_id").to_owned();
+    let output = String::from_utf8_lossy(&env.run_log(&rid)).into_owned();
+    assert!(output.contains("answer=y TOKEN=unset"), "{output}");
+    let shown = env.run_by_id(&rid);
+    assert_eq!(
+        shown["metadata"]["resume_env"],
+        serde_json::json!({"from_worker": [], "missing": ["DEPLOY_TOKEN"]}),
+        "{shown:#?}"
+    );
+    let text = env.monitor().args(["show", &rid]).run();
+    text.expect_code(0);
+    assert!(
+        text.out().contains(
+            "resumed without DEPLOY_TOKEN (withheld when it asked, not in the worker's environment)"
+        ),
+        "{}",
+        text.out()
+    );
+    // The worker has its own: the resume gets that one (never the run's, never stored).
+    let second = park_and_decide(&env);
+    let out = env
+        .monitor()
+        .env("DEPLOY_TOKEN", "the-workers-own")
+        .args(["worker", "--once"])
+        .run();
+    out.expect_code(0);
+    assert!(
+        out.out().contains("with DEPLOY_TOKEN from the worker's"),
+        "{}",
+        out.context()
+    );
+    let resumes = resumes_of(&env, &second);
+    assert_eq!(resumes.len(), 1, "{}", out.context());
+    let rid = s(&resumes[0], "tool_run_id").to_owned();
+    assert_eq!(s(&resumes[0], "status"), "completed", "{resumes:#?}");
+    let output = String::from_utf8_lossy(&env.run_log(&rid)).into_owned();
+    assert!(
+        output.contains("answer=y TOKEN=the-workers-own"),
+        "{output}"
+    );
+    assert_eq!(
+        env.run_by_id(&rid)["metadata"]["resume_env"],
+        serde_json::json!({"from_worker": ["DEPLOY_TOKEN"], "missing": []})
+    );
+    // The run's own value was never stored (the tool printed the worker's: its output is
+    // in the run log, as any output is).
+    for entry in walk_files(&env.state()) {
+        let text = String::from_utf8_lossy(&std::fs::read(&entry).unwrap_or_default()).into_owned();
+        assert!(
+            !text.contains("s3cret-of-the-run"),
+            "{} holds the run's secret",
+            entry.display()
+        );
+    }
+}
+
+/// Issue 25 item 7: a relative command (`./deploy.sh`) is looked at and run in the run's
+/// own directory, not the worker's: a worker started in another directory resumes it (it
+/// used to find no such file there and refuse every such run as changed), and the script
+/// works where it asked. Edited after the decision, it is still refused.
+#[test]
+fn a_relative_command_is_resumed_in_its_own_directory_by_a_worker_started_elsewhere() {
+    let env = TestEnv::new();
+    let (a, b) = (env.work().join("a"), env.work().join("b"));
+    std::fs::create_dir_all(&a).unwrap();
+    std::fs::create_dir_all(&b).unwrap();
+    deploy_script_in(&a, "v1");
+    let park_and_decide = |env: &TestEnv| -> String {
+        env.shim()
+            .current_dir(&a)
+            .arg("./deploy.sh")
+            .run()
+            .expect_code(90);
+        let ap = env.pending_approval();
+        env.decide(s(&ap, "approval_id"), "y").expect_code(0);
+        s(&ap, "tool_run_id").to_owned()
+    };
+    let worker_in_b = |env: &TestEnv| {
+        let out = env
+            .monitor()
+            .current_dir(&b)
+            .args(["worker", "--once"])
+            .run();
+        out.expect_code(0);
+        out
+    };
+    let first = park_and_decide(&env);
+    let out = worker_in_b(&env);
+    let resumes = resumes_of(&env, &first);
+    assert_eq!(resumes.len(), 1, "{}", out.context());
+    assert_eq!(s(&resumes[0], "status"), "completed", "{}", out.context());
+    assert_eq!(s(&resumes[0], "cwd"), a.to_string_lossy());
+    assert_eq!(
+        std::fs::read_to_string(a.join("marker")).unwrap_or_default(),
+        "v1\n",
+        "{}",
+        out.context()
+    );
+    assert!(!b.join("marker").exists());
+    // Parked again, decided, then edited: the worker in B still sees the change in A.
+    std::fs::remove_file(a.join("marker")).unwrap();
+    let second = park_and_decide(&env);
+    deploy_script_in(&a, "v2-with-something-else");
+    let out = worker_in_b(&env);
+    assert!(resumes_of(&env, &second).is_empty(), "{}", out.context());
+    let row = run_row(&env, &second);
+    assert_eq!(s(&row, "status"), "failed", "{row:#?}");
+    assert!(
+        s(&row, "reason").contains("changed since it asked"),
+        "{row:#?}"
+    );
+    assert!(!a.join("marker").exists(), "the changed script ran");
+}
+
+/// Issue 25 item 7: a resume reads the user's config file the worker reads
+/// (`HEADLESS_RUN_CONFIG`, which a run's recorded environment never holds) — not one found
+/// through the run's recorded `HOME`. Here that file's timeout ends the resumed tool.
+#[test]
+fn a_resume_reads_the_config_file_of_the_worker() {
+    let env = TestEnv::new();
+    let config = env.path().join("worker.toml");
+    std::fs::write(&config, "[defaults]\ntimeout = \"2s\"\n").unwrap();
+    env.shim()
+        .args(["sh", "-c", "read -p 'Proceed? [y/N] ' a; sleep 30"])
+        .run()
+        .expect_code(90);
+    let ap = env.pending_approval();
+    env.decide(s(&ap, "approval_id"), "y").expect_code(0);
+    let out = env
+        .monitor()
+        .env("HEADLESS_RUN_CONFIG", &config)
+        .args(["worker", "--once"])
+        .run();
+    out.expect_code(0);
+    let resumes = resumes_of(&env, s(&ap, "tool_run_id"));
+    assert_eq!(resumes.len(), 1, "{}", out.context());
+    assert_eq!(n(&resumes[0], "exit_code"), 124, "{resumes:#?}");
 }
 
 /// Every file below `dir`.

@@ -92,6 +92,27 @@ pub fn run(ctx: &Ctx, args: Args) -> CliResult {
     );
     field("host", run.host.clone());
     field("resumed_from", run.resumed_from.clone());
+    // What the resume lacked of the variables withheld when its run asked (secrets are
+    // never stored), and what the worker gave from its own environment.
+    if let Some(env) = run
+        .metadata
+        .as_ref()
+        .and_then(|m| m.get("resume_env"))
+        .and_then(|v| serde_json::from_value::<hr_shared::mode::ResumeEnv>(v.clone()).ok())
+    {
+        if let Some(note) = env.missing_note() {
+            field("note", Some(note));
+        }
+        if !env.from_worker.is_empty() {
+            field(
+                "note",
+                Some(format!(
+                    "resumed with {} from the worker's environment",
+                    env.from_worker.join(", ")
+                )),
+            );
+        }
+    }
     if !approvals.is_empty() {
         crate::outln!("\napprovals:");
         for a in &approvals {

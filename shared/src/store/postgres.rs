@@ -216,6 +216,114 @@ pub fn target(url: &str) -> StoreResult<Target> {
     Ok(Target { config, tls })
 }
 
+/// The URL for a process this one starts to reach the store as this one does — a resume's
+/// shim, started by `monitor worker` in a recorded run's environment: `url` with what this
+/// process's environment adds to it (`PGUSER`, `PGPASSWORD` or the password file, `PGHOST`,
+/// `PGPORT`, `PGDATABASE`, `PGCONNECT_TIMEOUT`, `PGSSLMODE`, `PGSSLROOTCERT`) written into
+/// it. The child's own `PG*` variables are then the tool's alone: a run's recorded
+/// environment can neither lose the executor its login (a `PGPASSWORD` is never recorded)
+/// nor point the child's store elsewhere.
+pub fn pinned_url(url: &str) -> StoreResult<String> {
+    let var = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
+    let (bare, mode, root) = split_tls(url);
+    let given = postgres::Config::from_str(&bare)
+        .map_err(|e| StoreError::Server(format!("not a usable PostgreSQL URL: {e}")))?;
+    let full = config(&bare)?;
+    let tls = [
+        (
+            "sslmode",
+            mode.is_none().then(|| var("PGSSLMODE")).flatten(),
+        ),
+        (
+            "sslrootcert",
+            root.is_none().then(|| var("PGSSLROOTCERT")).flatten(),
+        ),
+    ];
+    Ok(pin(url, &given, &full, &tls))
+}
+
+/// `url` with the settings `full` has and `given` (what `url` says) lacks, and `extra`,
+/// appended as query parameters.
+fn pin(
+    url: &str,
+    given: &postgres::Config,
+    full: &postgres::Config,
+    extra: &[(&str, Option<String>)],
+) -> String {
+    use postgres::config::Host;
+    use std::os::unix::ffi::OsStrExt;
+    let mut params: Vec<(&str, Vec<u8>)> = Vec::new();
+    if given.get_user().is_none()
+        && let Some(u) = full.get_user()
+    {
+        params.push(("user", u.as_bytes().to_vec()));
+    }
+    // A query parameter's value must be UTF-8; a password that is not stays where it was.
+    if given.get_password().is_none()
+        && let Some(p) = full
+            .get_password()
+            .filter(|p| std::str::from_utf8(p).is_ok())
+    {
+        params.push(("password", p.to_vec()));
+    }
+    if given.get_hosts().is_empty() {
+        for h in full.get_hosts() {
+            params.push((
+                "host",
+                match h {
+                    Host::Tcp(h) => h.as_bytes().to_vec(),
+                    Host::Unix(p) => p.as_os_str().as_bytes().to_vec(),
+                },
+            ));
+        }
+    }
+    if given.get_ports().is_empty() {
+        for p in full.get_ports() {
+            params.push(("port", p.to_string().into_bytes()));
+        }
+    }
+    if given.get_dbname().is_none()
+        && let Some(d) = full.get_dbname()
+    {
+        params.push(("dbname", d.as_bytes().to_vec()));
+    }
+    if given.get_connect_timeout().is_none()
+        && let Some(t) = full.get_connect_timeout()
+    {
+        params.push(("connect_timeout", t.as_secs().to_string().into_bytes()));
+    }
+    for (k, v) in extra {
+        if let Some(v) = v {
+            params.push((k, v.as_bytes().to_vec()));
+        }
+    }
+    let mut out = url.to_owned();
+    for (k, v) in params {
+        if !out.contains('?') {
+            out.push('?');
+        } else if !out.ends_with(['?', '&']) {
+            out.push('&');
+        }
+        out.push_str(k);
+        out.push('=');
+        out.push_str(&percent_encode(&v));
+    }
+    out
+}
+
+/// Every byte but the unreserved ones (`A-Z a-z 0-9 - . _ ~`) as `%XX`.
+fn percent_encode(bytes: &[u8]) -> String {
+    let mut out = String::with_capacity(bytes.len());
+    for &b in bytes {
+        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~') {
+            out.push(char::from(b));
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
 /// The settings of a URL without TLS parameters (see [`target`]).
 fn config(url: &str) -> StoreResult<postgres::Config> {
     let mut c = postgres::Config::from_str(url)
@@ -2546,6 +2654,58 @@ mod tests {
         assert!(tls_for("prefer", None).unwrap().is_none());
         assert!(tls_for("sometimes", None).is_err());
         assert!(tls_for("verify-full", Some("/nonexistent/ca.pem")).is_err());
+    }
+
+    #[test]
+    fn a_childs_url_carries_what_the_environment_added_and_nothing_the_url_says() {
+        let parse = |u: &str| postgres::Config::from_str(&split_tls(u).0).unwrap();
+        // What the environment gave this process (PGUSER, PGPASSWORD, PGHOST as a socket
+        // directory, PGPORT, PGDATABASE, the connect timeout).
+        let mut full = parse("postgres:///?connect_timeout=5");
+        full.user("ci runner")
+            .password("p@ss&w=rd/é")
+            .host_path("/var/run/postgresql")
+            .port(5433)
+            .dbname("hr");
+        let given = parse("postgres://");
+        let url = pin(
+            "postgres://",
+            &given,
+            &full,
+            &[
+                ("sslmode", Some("verify-full".into())),
+                ("sslrootcert", None),
+            ],
+        );
+        assert_eq!(
+            url,
+            "postgres://?user=ci%20runner&password=p%40ss%26w%3Drd%2F%C3%A9\
+             &host=%2Fvar%2Frun%2Fpostgresql&port=5433&dbname=hr&connect_timeout=5&sslmode=verify-full"
+        );
+        // Read back, it is the same login on the same server, whatever a child's PG* say.
+        let back = parse(&url);
+        assert_eq!(back.get_user(), Some("ci runner"));
+        assert_eq!(back.get_password(), Some("p@ss&w=rd/é".as_bytes()));
+        assert_eq!(
+            back.get_hosts(),
+            [postgres::config::Host::Unix("/var/run/postgresql".into())]
+        );
+        assert_eq!(back.get_ports(), [5433]);
+        assert_eq!(back.get_dbname(), Some("hr"));
+        assert_eq!(split_tls(&url).1.as_deref(), Some("verify-full"));
+        // What the URL says stays as it is; only its gaps are filled.
+        let said = "postgres://ci@db.internal/headless?sslmode=require";
+        let mut full = parse(said);
+        full.password("pw")
+            .connect_timeout(std::time::Duration::from_secs(5));
+        assert_eq!(
+            pin(said, &parse(said), &full, &[]),
+            "postgres://ci@db.internal/headless?sslmode=require&password=pw&connect_timeout=5"
+        );
+        assert_eq!(
+            without_password(&pin(said, &parse(said), &full, &[])),
+            "postgres://ci@db.internal/headless?sslmode=require&password=***&connect_timeout=5"
+        );
     }
 
     #[test]
