@@ -183,6 +183,7 @@ const MIGRATIONS: &[&str] = &[
     ALTER TABLE pipelines ADD COLUMN owner TEXT;
     ALTER TABLE pipelines ADD COLUMN uid INTEGER;
     ALTER TABLE pipelines ADD COLUMN definition_digest TEXT;
+    ALTER TABLE pipelines ADD COLUMN workers TEXT;
     "#,
 ];
 

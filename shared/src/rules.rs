@@ -207,6 +207,35 @@ pub fn not_ours(run: &ToolRun, me: &Executor<'_>) -> Option<String> {
     claimed_uid(run, me.uid)
 }
 
+/// Who runs a parked run's command again, for an operator to read (`monitor show`, the
+/// dashboard): a worker of the identity that started it, where it ran (or in its pool) —
+/// and, when `me` (the reader's own identity as an executor) may not, why not. Runs of a
+/// server's runner API are run again on their runner.
+pub fn resume_note(run: &ToolRun, me: Option<&Executor<'_>>) -> String {
+    use crate::sanitize::sanitize_line;
+    if let Some(token) = run.runner() {
+        return format!(
+            "on its runner (token {}), never by a worker here",
+            sanitize_line(token)
+        );
+    }
+    let who = run
+        .owner
+        .as_deref()
+        .map(sanitize_line)
+        .unwrap_or_else(|| "its own user".into());
+    let place = match (run.pool(), run.host.as_deref()) {
+        (Some(pool), _) => format!("in pool {}", sanitize_line(pool)),
+        (None, Some(host)) => format!("on {}", sanitize_line(host)),
+        (None, None) => "on its host".into(),
+    };
+    let base = format!("by a worker of {who} {place}");
+    match me.and_then(|m| not_ours(run, m).map(|why| (m, why))) {
+        Some((m, why)) => format!("{base}; not by {}'s: {why}", sanitize_line(m.identity)),
+        None => base,
+    }
+}
+
 /// Why pipeline execution `ex` is not for `identity` (uid `uid`) to drive — resume, or run
 /// its steps: another identity started it, as the store recorded it, or (the same login
 /// shared by two users) its starter said it ran as another uid. Executions from before

@@ -76,11 +76,31 @@ pub fn run(args: Args) -> CliResult {
             }
         }
         Command::Grant { user, role, url } => {
-            let pg_role = postgres::grant(&url_or_env(url)?, &user, &role)?;
+            let url = url_or_env(url)?;
+            let pg_role = postgres::grant(&url, &user, &role)?;
             crate::outln!(
                 "{} is now a member of {pg_role}",
                 hr_shared::sanitize::sanitize_line(&user)
             );
+            if role == "runner" {
+                // One login per OS user per host: a worker runs only its own login's runs,
+                // as itself, so a login two users share lets each run the other's.
+                crate::outln!(
+                    "use {} for one OS user on one host only (each user of each host gets a runner login of its own)",
+                    hr_shared::sanitize::sanitize_line(&user)
+                );
+                match postgres::shared_logins(&url) {
+                    Ok(shared) => {
+                        for s in shared.iter().filter(|s| s.login == user) {
+                            eprintln!("monitor db grant: warning: {}", s.warning());
+                        }
+                    }
+                    Err(e) => eprintln!(
+                        "monitor db grant: warning: cannot check who uses {}: {e}",
+                        hr_shared::sanitize::sanitize_line(&user)
+                    ),
+                }
+            }
         }
     }
     Ok(())

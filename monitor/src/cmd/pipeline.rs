@@ -238,10 +238,12 @@ fn start(ctx: &Ctx, a: RunArgs) -> CliResult {
         created_at: now.clone(),
         updated_at: now,
         version: 1,
+        // The store records who started it (and, on the embedded store, as which uid).
         owner: None,
-        definition_digest: None,
-        uid: None,
-        workers: Vec::new(),
+        uid: Some(proc::effective_uid()),
+        // Pinned: whoever runs a step checks the stored definition against it.
+        definition_digest: Some(def.digest()),
+        workers: a.workers.clone(),
     };
     let mut st = store(ctx)?;
     if !st.pipeline_insert(&ex)? {

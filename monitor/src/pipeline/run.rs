@@ -121,6 +121,8 @@ pub struct Driver {
     /// A label worker's: the identities whose executions' labelled steps it also runs (its
     /// host's `[worker] pipelines_from`).
     trusted: Vec<String>,
+    /// Executions whose stored definition was found to be the one pinned at their start.
+    pinned: std::collections::HashSet<String>,
 }
 
 /// The store's row, read as the engine's types.
@@ -195,7 +197,30 @@ impl Driver {
             verified: std::collections::HashSet::new(),
             identity: None,
             trusted: Vec::new(),
+            pinned: std::collections::HashSet::new(),
         }
+    }
+
+    /// Why no step of `v` may start: its stored definition is not the one pinned when it
+    /// started (its digest), or is not one `pipeline check` passes — whatever wrote the row.
+    /// Checked once per execution (a definition never changes once stored).
+    fn unpinned(&mut self, v: &View) -> Option<String> {
+        if self.pinned.contains(&v.ex.execution_id) {
+            return None;
+        }
+        let def = match Definition::from_stored(&v.ex.definition) {
+            Ok(def) => def,
+            Err(e) => return Some(format!("its stored definition is refused: {e}")),
+        };
+        if let Some(want) = &v.ex.definition_digest
+            && def.digest() != *want
+        {
+            return Some(
+                "its stored definition is not the one it started with (its digest differs)".into(),
+            );
+        }
+        self.pinned.insert(v.ex.execution_id.clone());
+        None
     }
 
     /// Who the store says this process is ([`PipelineStore::identity`]).
@@ -808,6 +833,11 @@ impl Driver {
         let (Kind::Task { run } | Kind::Gate { run, .. }) = &node.kind else {
             return Ok(());
         };
+        // Only what was checked and pinned at the start runs, whatever wrote the row since.
+        if let Some(why) = self.unpinned(v) {
+            self.say(format!("{}: not started: {why}", s.node));
+            return self.refuse(id, s, why);
+        }
         // Whatever the row says, a step a human step guards starts only once that human
         // step's approval is in the store.
         match self.unguarded(id, v, s) {

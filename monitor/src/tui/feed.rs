@@ -292,6 +292,9 @@ pub struct RunDetail {
     pub events: Vec<AuditRow>,
     /// Its output tail as a terminal would show it, one string per line.
     pub output: Vec<String>,
+    /// Parked on an approval: who runs it again, and why not this user's worker if not
+    /// (`rules::resume_note`).
+    pub resume: Option<String>,
 }
 
 /// Reads the whole-database counts.
@@ -414,11 +417,23 @@ fn load_detail(
         Some(text) => text.lines().map(str::to_owned).collect(),
         None => tails.run_output(&paths.run_log(id), OUTPUT_LINES),
     };
+    let resume = rules::is_parked(&run).then(|| {
+        let identity = store.identity().ok();
+        let host = hr_shared::proc::hostname();
+        let me = identity.as_deref().map(|identity| rules::Executor {
+            identity,
+            uid: hr_shared::proc::effective_uid(),
+            host: &host,
+            pool: None,
+        });
+        rules::resume_note(&run, me.as_ref())
+    });
     Ok(Some(RunDetail {
         output,
         run,
         approvals,
         events,
+        resume,
     }))
 }
 

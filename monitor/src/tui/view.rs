@@ -224,7 +224,11 @@ pub fn run_fields(app: &App, d: &RunDetail) -> RunFields {
                 "resumed from",
                 clean(r.resumed_from.as_deref().unwrap_or("—")),
             ),
-        ],
+            ("started by", clean(r.owner.as_deref().unwrap_or("—"))),
+        ]
+        .into_iter()
+        .chain(d.resume.as_deref().map(|n| ("resumed", clean(n))))
+        .collect(),
     }
 }
 

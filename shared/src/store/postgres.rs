@@ -811,6 +811,57 @@ GRANT EXECUTE ON FUNCTION hr.shared_logins()
     TO headless_runner, headless_operator, headless_viewer;
 "#;
 
+/// A runner login that runs of two or more OS users of one host say they ran under: each
+/// of them can have a worker with that login run the other's commands as itself.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SharedLogin {
+    pub login: String,
+    pub host: String,
+    pub uids: Vec<i64>,
+}
+
+impl SharedLogin {
+    /// The warning to give, naming the users where this host knows them.
+    pub fn warning(&self) -> String {
+        let users: Vec<String> = self
+            .uids
+            .iter()
+            .map(|u| match u32::try_from(*u) {
+                Ok(uid) => format!("{} (uid {uid})", crate::proc::user_name(uid)),
+                Err(_) => format!("uid {u}"),
+            })
+            .collect();
+        format!(
+            "runner login {} is used by {} on host {}: give each OS user of each host a runner login of its own (monitor db grant LOGIN runner), or a worker of one runs the other's commands as itself",
+            crate::sanitize::sanitize_line(&self.login),
+            users.join(" and "),
+            crate::sanitize::sanitize_line(if self.host.is_empty() {
+                "?"
+            } else {
+                &self.host
+            })
+        )
+    }
+}
+
+/// The runner logins two OS users of one host share, as far as the login of `url` may see
+/// (its own runs; an operator, a viewer or the schema's owner: every login's). From the
+/// uids runs said they ran as, in the last 30 days.
+pub fn shared_logins(url: &str) -> StoreResult<Vec<SharedLogin>> {
+    let mut client = connect(&target(url)?).map_err(server_error)?;
+    let rows = client
+        .query("SELECT login, host, uids FROM hr.shared_logins()", &[])
+        .map_err(server_error)?;
+    Ok(rows
+        .iter()
+        .map(|r| SharedLogin {
+            login: r.get(0),
+            host: r.get(1),
+            uids: r.get(2),
+        })
+        .collect())
+}
+
 /// Which of the three roles (`runner`, `operator`, `viewer`) the login of `url` has.
 pub fn roles_of(url: &str) -> StoreResult<Vec<&'static str>> {
     let mut client = connect(&target(url)?).map_err(server_error)?;

