@@ -58,6 +58,9 @@ pub const SPAWN_RETRIES: u32 = 3;
 const SPAWN_FAILURE_CODES: [i32; 3] = [125, 126, 127];
 const SPAWN_FAILURE_WINDOW: Duration = Duration::from_secs(5);
 
+/// How often a worker on the PostgreSQL store looks again whether its login is shared.
+const SHARED_LOOK: Duration = Duration::from_secs(30);
+
 /// A claim older than this whose worker is gone may be taken over.
 const STALE_CLAIM: Duration = Duration::from_secs(10);
 
@@ -110,6 +113,9 @@ pub struct Worker {
     /// Who the store says this worker is (its owner, or its login): only runs it recorded as
     /// started by this identity are resumed. Learnt on the first pass.
     identity: Option<String>,
+    /// On the PostgreSQL store: why its login is not this user's alone on this host (runs
+    /// of other uids of this host under it), and when that was last looked at.
+    shared: Option<(Instant, Option<String>)>,
     /// Runs of other hosts or users already reported (said once, then left alone).
     refused: std::collections::HashSet<String>,
     /// Pipelines this worker is resuming: a `monitor pipeline resume` child each.
@@ -141,6 +147,7 @@ impl Worker {
             uid: hr_shared::proc::effective_uid(),
             pool: None,
             identity: None,
+            shared: None,
             refused: std::collections::HashSet::new(),
             pipelines: Vec::new(),
             pipeline_failures: std::collections::HashMap::new(),
@@ -163,6 +170,8 @@ impl Worker {
         if self.labels.is_empty() {
             return Ok(());
         }
+        // New steps only while the login is this user's alone (those running finish).
+        let claim = claim && self.login_shared().is_none();
         if self.labelled.is_none() {
             let st = match hr_shared::store::pipelines::for_store(&self.paths) {
                 Ok(st) => st,
@@ -288,6 +297,37 @@ impl Worker {
         Ok(id)
     }
 
+    /// On the PostgreSQL store: why this worker runs nothing — its login is used by
+    /// another OS user of this host too (their runs say so), so a run of theirs could be
+    /// taken for this user's. Looked at again every [`SHARED_LOOK`].
+    fn login_shared(&mut self) -> Option<String> {
+        let url = self.paths.store_url.clone()?;
+        if let Some((at, why)) = &self.shared
+            && at.elapsed() < SHARED_LOOK
+        {
+            return why.clone();
+        }
+        let identity = self.identity().ok()?;
+        let why = match hr_shared::store::postgres::shared_logins(&url) {
+            Ok(found) => found
+                .into_iter()
+                .find(|s| s.login == identity && s.host == self.here)
+                .map(|s| s.warning()),
+            // Not knowing is no reason to stop; the store still checks the login.
+            Err(_) => None,
+        };
+        if let Some(w) = &why
+            && self
+                .shared
+                .as_ref()
+                .is_none_or(|(_, before)| before.is_none())
+        {
+            self.say(format!("runs nothing while {}", sanitize_line(w)));
+        }
+        self.shared = Some((Instant::now(), why.clone()));
+        why
+    }
+
     fn pass_inner(&mut self, stopping: bool) -> Result<(), StoreError> {
         self.identity()?;
         let actor = self.name.clone();
@@ -322,6 +362,9 @@ impl Worker {
     /// workers, one claims it; the other's child says so and exits).
     fn resume_pipelines(&mut self) -> Result<(), StoreError> {
         self.reap_pipelines();
+        if self.login_shared().is_some() {
+            return Ok(());
+        }
         // Pipelines are kept by the embedded store only, for now.
         let Ok(mut st) = hr_shared::store::pipelines::for_store(&self.paths) else {
             return Ok(());
@@ -451,6 +494,9 @@ impl Worker {
 
     /// Acts on every parked run with a decided approval.
     fn scan(&mut self) -> Result<(), StoreError> {
+        if self.login_shared().is_some() {
+            return Ok(());
+        }
         let parked = self.store.decided_parked()?;
         for p in parked {
             // A pipeline's human step: its runner takes the decision, there is nothing to

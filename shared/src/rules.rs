@@ -174,13 +174,13 @@ pub fn not_owned(run: &ToolRun, identity: &str, uid: u32) -> Option<String> {
 fn claimed_uid(run: &ToolRun, uid: u32) -> Option<String> {
     let claimed = run.uid()?;
     (claimed != u64::from(uid)).then(|| {
-        let name = u32::try_from(claimed)
-            .map(crate::proc::user_name)
-            .unwrap_or_else(|_| format!("uid:{claimed}"));
-        format!(
-            "it was run by {} (uid {claimed}), not by uid {uid}: only its own user may run it again",
-            crate::sanitize::sanitize_line(&name)
-        )
+        let who = match u32::try_from(claimed).map(crate::proc::user_name) {
+            Ok(name) if !name.starts_with("uid:") => {
+                format!("{} (uid {claimed})", crate::sanitize::sanitize_line(&name))
+            }
+            _ => format!("uid {claimed}"),
+        };
+        format!("it was run by {who}, not by uid {uid}: only its own user may run it again")
     })
 }
 
@@ -229,7 +229,16 @@ pub fn resume_note(run: &ToolRun, me: Option<&Executor<'_>>) -> String {
         (None, Some(host)) => format!("on {}", sanitize_line(host)),
         (None, None) => "on its host".into(),
     };
-    let base = format!("by a worker of {who} {place}");
+    // The user it says it ran as: a worker runs it only as that user.
+    let user = run
+        .uid()
+        .and_then(|u| u32::try_from(u).ok())
+        .map(|u| match crate::proc::user_name(u) {
+            name if name.starts_with("uid:") => format!(", as uid {u}"),
+            name => format!(", as {} (uid {u})", sanitize_line(&name)),
+        })
+        .unwrap_or_default();
+    let base = format!("by a worker of {who} {place}{user}");
     match me.and_then(|m| not_ours(run, m).map(|why| (m, why))) {
         Some((m, why)) => format!("{base}; not by {}'s: {why}", sanitize_line(m.identity)),
         None => base,

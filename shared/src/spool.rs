@@ -101,6 +101,17 @@ pub fn write(paths: &StatePaths, run: &ToolRun) -> io::Result<PathBuf> {
 
 fn write_in(dir: &std::path::Path, run: &ToolRun) -> io::Result<PathBuf> {
     paths::create_private_dir(dir)?;
+    // A spool in a directory another user owns (a shared state dir) would be replayed by
+    // its owner's sessions as theirs: never written there.
+    if !own_private_dir(dir) {
+        return Err(io::Error::new(
+            io::ErrorKind::PermissionDenied,
+            format!(
+                "{} is not in a private state dir of this user's",
+                dir.display()
+            ),
+        ));
+    }
     let path = dir.join(format!("{}.json", run.tool_run_id));
     let tmp = dir.join(format!(".{}.tmp", run.tool_run_id));
     let mut f = std::fs::OpenOptions::new()
@@ -123,15 +134,32 @@ pub fn discard(paths: &StatePaths, id: &str) {
     }
 }
 
-/// The spool dirs to replay: the state dir's, and the fallback when it is this user's own.
+/// The spool dirs to replay: the state dir's and the fallback, each only when it is this
+/// user's own and private (in it and the directory holding it): a row another user could
+/// have put there would be recorded as this user's run.
 fn spool_dirs(paths: &StatePaths) -> Vec<PathBuf> {
-    let mut dirs = vec![dir(paths)];
-    dirs.extend(
-        fallback_dirs(paths)
-            .into_iter()
-            .filter(|d| own_private_dir(d)),
-    );
-    dirs
+    std::iter::once(dir(paths))
+        .chain(fallback_dirs(paths))
+        .filter(|d| own_private_dir(d))
+        .collect()
+}
+
+/// A spooled file's bytes: a regular file of this user's, never through a link.
+fn read_own(path: &std::path::Path) -> Option<Vec<u8>> {
+    use std::io::Read;
+    use std::os::unix::fs::MetadataExt;
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC)
+        .open(path)
+        .ok()?;
+    let meta = f.metadata().ok()?;
+    if !meta.is_file() || meta.uid() != crate::proc::effective_uid() {
+        return None;
+    }
+    let mut bytes = Vec::new();
+    f.take(1 << 20).read_to_end(&mut bytes).ok()?;
+    Some(bytes)
 }
 
 /// The spooled runs (file, row), skipping files that do not read as one (left for a person
@@ -144,7 +172,7 @@ pub fn spooled(paths: &StatePaths) -> Vec<(PathBuf, ToolRun)> {
         .map(|e| e.path())
         .filter(|p| p.extension().is_some_and(|e| e == "json"))
         .filter_map(|p| {
-            let run = serde_json::from_slice::<ToolRun>(&std::fs::read(&p).ok()?).ok()?;
+            let run = serde_json::from_slice::<ToolRun>(&read_own(&p)?).ok()?;
             Some((p, run))
         })
         .collect()

@@ -256,6 +256,17 @@ fn run(inv: Invocation) -> Result<u8, Failure> {
         Some(h) => !h,
         None => pty::is_tty(libc::STDIN_FILENO),
     };
+    // The embedded store is its owner's alone (DESIGN §14): a state dir another user owns,
+    // or with a link in it, is not used at all — no database, no logs, no spool.
+    let refused = ctx
+        .paths
+        .as_ref()
+        .filter(|p| p.store_url.is_none() && p.server.is_none())
+        .and_then(|p| p.foreign_store())
+        .map(|why| format!("not your state store: {why}"));
+    if refused.is_some() {
+        ctx.paths = None;
+    }
     let store = StoreHandle::start(
         ctx.paths.clone(),
         Asker {
@@ -268,6 +279,7 @@ fn run(inv: Invocation) -> Result<u8, Failure> {
             tool_digest: None,
             actor: String::new(),
         },
+        refused,
     );
     let skip_dir = env("HEADLESS_RUN_SHIM_DIR")
         .filter(|d| !d.is_empty())

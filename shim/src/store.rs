@@ -97,10 +97,11 @@ pub fn warn_once(flag: &AtomicBool, msg: impl FnOnce() -> String) {
 }
 
 impl StoreHandle {
-    /// Starts the thread; `paths` is `None` when no state dir could be resolved.
+    /// Starts the thread; `paths` is `None` when there is no state store to use: none
+    /// could be resolved, or `refused` says why the one resolved is not used.
     /// `ident` names the run; its `actor` and `tool_digest` are filled in on the thread
     /// (looking them up is kept off the shim's start).
-    pub fn start(paths: Option<StatePaths>, ident: Asker) -> StoreHandle {
+    pub fn start(paths: Option<StatePaths>, ident: Asker, refused: Option<String>) -> StoreHandle {
         let (tx, rx) = mpsc::channel();
         let (done_tx, done) = mpsc::channel();
         // Never joined (see `finish`): a thread that could not start leaves `done` without a
@@ -108,7 +109,7 @@ impl StoreHandle {
         let _ = std::thread::Builder::new()
             .name("store".into())
             .spawn(move || {
-                let mut store = StoreThread::new(paths, ident);
+                let mut store = StoreThread::new(paths, ident, refused);
                 let landed = store.run(rx);
                 // Report as soon as the last write is committed: closing the connection may
                 // checkpoint the WAL (fsyncs), which the shim's exit need not wait for. A
@@ -224,8 +225,10 @@ impl SpoolGuard {
 struct StoreThread {
     paths: Option<StatePaths>,
     ident: Asker,
-    /// The store; `None` when no state dir could be resolved.
+    /// The store; `None` when no state dir could be resolved, or it is not used.
     store: Option<Box<dyn RunnerStore>>,
+    /// Why there is no store though a state dir was resolved (another user's).
+    refused: Option<String>,
     opened: bool,
     host: LocalHost,
     log: Option<CombinedLog>,
@@ -251,7 +254,7 @@ struct StoreThread {
 }
 
 impl StoreThread {
-    fn new(paths: Option<StatePaths>, ident: Asker) -> Self {
+    fn new(paths: Option<StatePaths>, ident: Asker, refused: Option<String>) -> Self {
         let actor = proc::current_user();
         let ident = Asker {
             actor: actor.clone(),
@@ -259,6 +262,7 @@ impl StoreThread {
         };
         StoreThread {
             store: paths.as_ref().map(store::runner),
+            refused,
             paths,
             ident,
             opened: false,
@@ -285,8 +289,10 @@ impl StoreThread {
         }
         self.opened = true;
         let Some(paths) = &self.paths else {
-            warn_once(&self.warned_db, || {
-                "no state dir (set HEADLESS_RUN_HOME); the run is not recorded".into()
+            let refused = self.refused.clone();
+            warn_once(&self.warned_db, || match refused {
+                Some(why) => format!("{why}: the tool runs on, unrecorded"),
+                None => "no state dir (set HEADLESS_RUN_HOME); the run is not recorded".into(),
             });
             return;
         };
@@ -469,7 +475,10 @@ impl StoreThread {
         f: impl FnOnce(&mut dyn RunnerStore) -> Result<Done<T>, StoreError>,
     ) -> Result<T, String> {
         let Some(store) = self.store.as_mut() else {
-            return Err("no state dir".to_owned());
+            return Err(self
+                .refused
+                .clone()
+                .unwrap_or_else(|| "no state dir".to_owned()));
         };
         match f(store.as_mut()) {
             Ok(done) => {

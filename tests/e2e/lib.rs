@@ -60,6 +60,39 @@ pub fn running_as_root(test: &str) -> bool {
     root
 }
 
+/// A real OS user of this machine for the tests that need several (DESIGN §14: who runs
+/// what), made with `useradd` the first time (a system user with no home and no shell):
+/// its (uid, gid). Needs root.
+pub fn os_user(name: &str) -> (u32, u32) {
+    static MADE: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _one_at_a_time = MADE.lock().unwrap_or_else(|e| e.into_inner());
+    let id = |flag: &str| -> Option<u32> {
+        let out = Command::new("id").args([flag, name]).output().ok()?;
+        if !out.status.success() {
+            return None;
+        }
+        String::from_utf8_lossy(&out.stdout).trim().parse().ok()
+    };
+    if id("-u").is_none() {
+        need("useradd", "passwd");
+        let out = Command::new("useradd")
+            .args(["--system", "--no-create-home", "--user-group"])
+            .args(["--shell", "/usr/sbin/nologin", name])
+            .output()
+            .expect("useradd");
+        // Another test process may have made it first (exit 9: it exists).
+        assert!(
+            out.status.success() || out.status.code() == Some(9),
+            "useradd {name}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    (
+        id("-u").expect("the user's uid"),
+        id("-g").expect("the user's gid"),
+    )
+}
+
 /// The path of a real tool a test drives, found on `PATH`. A missing tool fails the test,
 /// never skips it: `.ci/run` installs each from the Debian `package` named here.
 pub fn need(command: &str, package: &str) -> PathBuf {
@@ -529,6 +562,12 @@ impl Cmd {
     }
     pub fn timeout(&mut self, d: Duration) -> &mut Self {
         self.timeout = d;
+        self
+    }
+    /// Run as this OS user ([`os_user`]), with no supplementary groups.
+    pub fn as_user(&mut self, (uid, gid): (u32, u32)) -> &mut Self {
+        use std::os::unix::process::CommandExt;
+        self.cmd.uid(uid).gid(gid);
         self
     }
 

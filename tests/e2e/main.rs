@@ -16,6 +16,7 @@ mod events;
 mod faults;
 mod gc;
 mod hostile;
+mod identity;
 mod install;
 mod libraries;
 mod listing;

@@ -138,9 +138,9 @@ fn db_init_twice_and_from_two_hosts_at_once_and_grant_refuses_what_it_must() {
     a.expect_code(0);
     b.expect_code(0);
     let said = format!("{}{}", a.out(), b.out());
-    assert!(said.contains("v0 → v2"), "{said}");
+    assert!(said.contains("v0 → v3"), "{said}");
     assert!(said.contains("up to date"), "{said}");
-    assert_eq!(db.value("SELECT version FROM hr.schema_version"), "2");
+    assert_eq!(db.value("SELECT version FROM hr.schema_version"), "3");
     for role in ["headless_runner", "headless_operator", "headless_viewer"] {
         assert_eq!(
             db.value(&format!(
@@ -153,7 +153,7 @@ fn db_init_twice_and_from_two_hosts_at_once_and_grant_refuses_what_it_must() {
     // Again: nothing to do.
     let again = env.monitor().args(["db", "init", &db.admin_url()]).run();
     again.expect_code(0);
-    assert!(again.out().contains("v2 is up to date"), "{}", again.out());
+    assert!(again.out().contains("v3 is up to date"), "{}", again.out());
 
     // One login may not both run tools and decide for them.
     let both = db.member(&env, "both", "runner");
@@ -486,6 +486,8 @@ fn a_supervised_tool_holding_the_runner_login_cannot_approve_touch_another_run_o
     );
     planted.expect_code(0);
     assert_eq!(planted.out().trim(), "reject");
+    // Its TTL (1 s) counts from the server's clock, not from the year 2000 it claimed.
+    std::thread::sleep(Duration::from_millis(1500));
     db.sql_as(&runner, "SELECT count(*) FROM hr.expire_due()")
         .expect_code(0);
     assert_eq!(
@@ -518,7 +520,11 @@ fn a_supervised_tool_holding_the_runner_login_cannot_approve_touch_another_run_o
         format!("SELECT hr.claim('{ap}', 'worker:x')"),
     ] {
         let out = db.sql_as(&other, &sql);
-        assert!(out.stderr.contains("not yours"), "{sql}: {}", out.stderr);
+        assert!(
+            out.stderr.contains("not yours") || out.stderr.contains("not resumed"),
+            "{sql}: {}",
+            out.stderr
+        );
     }
     let own_live = db.sql_as(
         &runner,
@@ -1814,6 +1820,9 @@ fn a_pipeline_runs_its_labelled_step_on_another_hosts_worker_through_one_server(
     let server = Cluster::start_in("lab", 100, Some(&hosts.ns[SERVER]), &hosts.addr(SERVER));
     let (db, ci, operator) = initialised_on(&server, &env);
     let stranger = db.member(&env, "stranger", "runner");
+    // runner2's own login (one login per OS user per host): its label worker runs ci's
+    // labelled steps only as its host's config allows and ci's run names it.
+    let deployer = db.member(&env, "deployer", "runner");
     let monitor_on = |i: usize, login: &Login| {
         let mut c = hosts.on(&env, i, bin("monitor"));
         c.env("HEADLESS_RUN_DB", db.url_as(login))
@@ -1842,7 +1851,8 @@ edges:
     std::fs::write(env.work().join("hold"), "").unwrap();
     let ran = || std::fs::read_to_string(env.work().join("ran")).unwrap_or_default();
     let running = monitor_on(RUNNER1, &ci)
-        .args(["pipeline", "run", "--execution-id", "EX-hosts"])
+        .args(["pipeline", "run", "--execution-id", "EX-hosts", "--workers"])
+        .arg(&deployer.user)
         .arg(&f)
         .spawn();
     let step_b = |what: &str| {
@@ -1856,13 +1866,22 @@ edges:
         running.stderr_now()
     );
     assert_eq!(ran(), "a runner1\n");
-    // Another runner login's worker is shown nothing of this login's pipeline.
+    // The named worker's host does not trust ci yet: nothing runs there.
+    let out = monitor_on(RUNNER2, &deployer)
+        .args(["worker", "--once", "--labels", "r2"])
+        .run();
+    out.expect_code(0);
+    assert!(out.out().contains("pipelines_from"), "{}", out.context());
+    assert_eq!(step_b("status"), "ready", "{}", out.out());
+    // Its host's own config trusts ci's pipelines (never a row or a project file).
+    env.write_config(&format!("[worker]\npipelines_from = [\"{}\"]\n", ci.user));
+    // Another runner login that ci did not name is shown nothing, trusting or not.
     let out = monitor_on(RUNNER2, &stranger)
         .args(["worker", "--once", "--labels", "r2"])
         .run();
     out.expect_code(0);
     assert_eq!(step_b("status"), "ready", "{}", out.out());
-    let worker = monitor_on(RUNNER2, &ci)
+    let worker = monitor_on(RUNNER2, &deployer)
         .args(["worker", "--labels", "r2", "--interval", "200ms"])
         .spawn();
     assert!(
@@ -1915,5 +1934,266 @@ edges:
         db.value("SELECT string_agg(host || ':' || tool_name, ',' ORDER BY started_at) FROM hr.tool_runs WHERE execution_id = 'EX-hosts' AND tool_name <> 'pipeline'"),
         "runner1:sh,runner2:sh,runner1:sh"
     );
+    // Each step's run is recorded as the login of the worker that ran it.
+    assert_eq!(
+        db.value("SELECT string_agg(runner_login, ',' ORDER BY started_at) FROM hr.tool_runs WHERE execution_id = 'EX-hosts' AND tool_name <> 'pipeline'"),
+        format!("{},{},{}", ci.user, deployer.user, ci.user)
+    );
     let _ = worker.wait();
+}
+
+/// DESIGN §14 across hosts: two OS users of one host (root and `hr-test-alice`), each with
+/// a runner login of its own, an operator on another host, one server. Nothing one user's
+/// tool recorded — honestly, or forged with the user's own credentials to say it ran as
+/// root — is ever run as the other: the other's worker does not see it, its own worker
+/// refuses what claims another uid (and `monitor show` says why it waits), a worker whose
+/// login two users share runs nothing, and a pipeline is driven only by its starter. Each
+/// effect is checked by the uid that wrote the proof file.
+#[test]
+fn two_users_of_a_host_each_with_its_own_login_never_run_each_others_work() {
+    if !running_as_root("two_users_of_a_host_each_with_its_own_login") {
+        return;
+    }
+    need("setpriv", "util-linux");
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    let env = TestEnv::new();
+    let alice = os_user("hr-test-alice");
+    std::fs::set_permissions(env.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let home = env.path().join("alice");
+    std::fs::create_dir(&home).unwrap();
+    std::os::unix::fs::chown(&home, Some(alice.0), Some(alice.1)).unwrap();
+    let hosts = Hosts::new();
+    let server = Cluster::start_in("who", 100, Some(&hosts.ns[SERVER]), &hosts.addr(SERVER));
+    let (db, root_login, operator) = initialised_on(&server, &env);
+    let alice_login = db.member(&env, "alice", "runner");
+    // A program on runner1 as `user` (root: None) with `login`'s store.
+    let on_runner1 = |user: Option<(u32, u32)>, login: &Login, program: &str| {
+        let mut c = hosts.on(&env, RUNNER1, "setpriv");
+        match user {
+            Some((uid, gid)) => c
+                .arg(format!("--reuid={uid}"))
+                .arg(format!("--regid={gid}"))
+                .arg("--clear-groups")
+                .env("HEADLESS_RUN_HOME", home.join("state"))
+                .current_dir(&home),
+            None => c.arg("--reuid=0"),
+        };
+        c.arg(bin(program))
+            .env("HEADLESS_RUN_DB", db.url_as(login))
+            .timeout(Duration::from_secs(120));
+        c
+    };
+    let operator_does = |args: &[&str]| {
+        let mut c = hosts.on(&env, OPERATOR, bin("monitor"));
+        c.env("HEADLESS_RUN_DB", db.url_as(&operator)).args(args);
+        c.run()
+    };
+    let proof = |name: &str| home.join(name);
+
+    // Alice's honest run, parked on its question and approved: root's worker (root's own
+    // login) sees none of it; hers resumes it, as her.
+    on_runner1(Some(alice), &alice_login, "headless-run")
+        .env("HEADLESS", "1")
+        .args([
+            "sh",
+            "-c",
+            "printf 'Deploy? [y/N] '; read a; id -u > honest",
+        ])
+        .run()
+        .expect_code(90);
+    let ap = db.value("SELECT approval_id FROM hr.approvals WHERE status = 'pending'");
+    operator_does(&["decide", &ap, "approve"]).expect_code(0);
+    let out = on_runner1(None, &root_login, "monitor")
+        .args(["worker", "--once"])
+        .run();
+    out.expect_code(0);
+    assert!(out.out().contains("nothing to resume"), "{}", out.context());
+    assert!(!proof("honest").exists());
+    let out = on_runner1(Some(alice), &alice_login, "monitor")
+        .args(["worker", "--once"])
+        .run();
+    out.expect_code(0);
+    assert!(
+        wait_until(Duration::from_secs(30), || proof("honest").exists()),
+        "{}",
+        out.context()
+    );
+    assert_eq!(std::fs::metadata(proof("honest")).unwrap().uid(), alice.0);
+
+    // Her tool, holding her login, forges a parked run that says it ran as root.
+    let cap = "forged-capability-".repeat(3);
+    let forged_cmd = format!("id -u > {}", proof("forged").display());
+    let psql_on_runner1 = |login: &Login, sql: &str| {
+        let mut c = hosts.on(&env, RUNNER1, "psql");
+        c.env_remove("PGPASSWORD")
+            .args(["-X", "-q", "-t", "-A", &db.url_as(login)])
+            .args(["-v", "ON_ERROR_STOP=1", "-c", sql]);
+        c.run()
+    };
+    psql_on_runner1(
+        &alice_login,
+        &format!(
+            "SELECT hr.run_start('{{\"tool_run_id\": \"TR-01M8F0RGED0000000000000000\", \"tool_name\": \"sh\", \"status\": \"running\", \"started_at\": \"2026-01-01T00:00:00.000Z\", \"updated_at\": \"2026-01-01T00:00:00.000Z\", \"host\": \"runner1\", \"cwd\": \"/\", \"argv_json\": [\"sh\", \"-c\", \"{forged_cmd}\"], \"metadata\": {{\"uid\": 0}}}}', 'forged', false, '{cap}'); \
+             SELECT hr.approval_ask('TR-01M8F0RGED0000000000000000', '{cap}', '{{\"approval_id\": \"AP-01M8F0RGED0000000000000000\", \"question\": \"Run it?\", \"options_json\": [{{\"value\": \"y\", \"label\": \"Yes\"}}], \"prompt_kind\": \"choice\", \"screen_digest\": \"f\"}}', 'AP-01M8F0RGED0000000000000001'); \
+             SELECT hr.run_status('TR-01M8F0RGED0000000000000000', '{cap}', 'waiting_approval', 'parked', 90, false, NULL, NULL, 'not_final')"
+        ),
+    )
+    .expect_code(0);
+    let ap = db.value("SELECT approval_id FROM hr.approvals WHERE status = 'pending'");
+    operator_does(&["decide", &ap, "approve"]).expect_code(0);
+    // The server recorded who wrote each run, whatever the row said.
+    assert_eq!(
+        db.value("SELECT string_agg(DISTINCT runner_login, ',') FROM hr.tool_runs"),
+        alice_login.user
+    );
+    // Root's worker with root's login: nothing of it. Hers: the login now carries runs of
+    // two users of this host, so it runs nothing at all.
+    let out = on_runner1(None, &root_login, "monitor")
+        .args(["worker", "--once"])
+        .run();
+    out.expect_code(0);
+    assert!(out.out().contains("nothing to resume"), "{}", out.context());
+    let out = on_runner1(Some(alice), &alice_login, "monitor")
+        .args(["worker", "--once"])
+        .run();
+    out.expect_code(0);
+    assert!(
+        out.out().contains("runs nothing") && out.out().contains("root (uid 0)"),
+        "{}",
+        out.context()
+    );
+    assert!(!proof("forged").exists(), "the forged run ran");
+    // It waits, and says who would run it, and as whom, to an operator.
+    let shown = operator_does(&["show", "TR-01M8F0RGED0000000000000000"]);
+    shown.expect_code(0);
+    assert!(
+        shown
+            .out()
+            .lines()
+            .any(|l| l.starts_with("resumed") && l.contains("uid 0")),
+        "{}",
+        shown.out()
+    );
+    assert!(
+        shown
+            .out()
+            .lines()
+            .any(|l| l.starts_with("started_by") && l.contains(&alice_login.user)),
+        "{}",
+        shown.out()
+    );
+
+    // The mistake the README warns of: root's worker with alice's login. The login's runs
+    // say two users of this host use it: the worker runs nothing (the forged row claims
+    // root, which this worker is), and `doctor` and `db grant` say why.
+    let out = on_runner1(None, &alice_login, "monitor")
+        .args(["worker", "--once"])
+        .run();
+    out.expect_code(0);
+    assert!(
+        out.out().contains("runs nothing") && out.out().contains("hr-test-alice"),
+        "{}",
+        out.context()
+    );
+    assert!(
+        !proof("forged").exists(),
+        "root's worker ran the forged run"
+    );
+    let doctor = on_runner1(None, &alice_login, "monitor")
+        .arg("doctor")
+        .run();
+    assert!(
+        doctor
+            .out()
+            .contains(&format!("runner login {} is used by", alice_login.user)),
+        "{}",
+        doctor.context()
+    );
+    let granted = env
+        .monitor()
+        .args([
+            "db",
+            "grant",
+            &alice_login.user,
+            "runner",
+            "--url",
+            &db.admin_url(),
+        ])
+        .run();
+    granted.expect_code(0);
+    assert!(
+        granted.stderr.contains("is used by") && granted.out().contains("one OS user"),
+        "{}",
+        granted.context()
+    );
+
+    // A pipeline is its starter's: alice's, waiting on its human step, is never driven by
+    // root — not with root's login (it sees nothing), nor with hers (another uid).
+    let f = home.join("p.yaml");
+    std::fs::write(
+        &f,
+        format!(
+            "name: deploy\nnodes:\n  - {{ id: ok, kind: human, title: Ship, question: 'Ship it?' }}\n  - {{ id: ship, kind: task, command: 'id -u > {}' }}\nedges:\n  - {{ from: ok, to: ship }}\n",
+            proof("shipped").display()
+        ),
+    )
+    .unwrap();
+    std::os::unix::fs::chown(&f, Some(alice.0), Some(alice.1)).unwrap();
+    on_runner1(Some(alice), &alice_login, "monitor")
+        .args(["pipeline", "run", "--execution-id", "EX-alice", "--detach"])
+        .arg(&f)
+        .run()
+        .expect_code(90);
+    let ap = db.value("SELECT approval_id FROM hr.approvals WHERE status = 'pending'");
+    operator_does(&["decide", &ap, "approve"]).expect_code(0);
+    let out = on_runner1(None, &alice_login, "monitor")
+        .args(["pipeline", "resume", "EX-alice"])
+        .run();
+    out.expect_code(1);
+    assert!(
+        out.stderr.contains("not resumed here") && out.stderr.contains("hr-test-alice"),
+        "{}",
+        out.context()
+    );
+    on_runner1(None, &root_login, "monitor")
+        .args(["pipeline", "resume", "EX-alice"])
+        .run()
+        .expect_code(4);
+    assert!(!proof("shipped").exists(), "root drove alice's pipeline");
+    // Her own resume runs the step, as her.
+    on_runner1(Some(alice), &alice_login, "monitor")
+        .args(["pipeline", "resume", "EX-alice"])
+        .run()
+        .expect_code(0);
+    assert_eq!(std::fs::metadata(proof("shipped")).unwrap().uid(), alice.0);
+}
+
+/// DESIGN §14: on the server's store, an approval's times are the server's. A runner that
+/// says its approval was asked in 2001 and expires an hour later gets one asked now that
+/// expires in an hour.
+#[test]
+fn an_approvals_times_are_the_servers_whatever_the_runner_says() {
+    let env = TestEnv::new();
+    let (db, runner, _operator) = initialised(&env);
+    let cap = "clock-capability-".repeat(3);
+    db.sql_as(
+        &runner,
+        &format!(
+            "SELECT hr.run_start('{{\"tool_run_id\": \"TR-01M8C10CK00000000000000000\", \"tool_name\": \"sh\", \"status\": \"running\", \"started_at\": \"x\", \"updated_at\": \"x\"}}', 'fp', false, '{cap}'); \
+             SELECT hr.approval_ask('TR-01M8C10CK00000000000000000', '{cap}', '{{\"approval_id\": \"AP-01M8C10CK00000000000000000\", \"question\": \"q\", \"created_at\": \"2001-01-01T00:00:00.000Z\", \"expires_at\": \"2001-01-01T01:00:00.000Z\"}}', 'AP-01M8C10CK00000000000000001')"
+        ),
+    )
+    .expect_code(0);
+    let (asked, expires) = (
+        db.value("SELECT extract(epoch FROM now() - created_at::timestamptz)::int FROM hr.approvals"),
+        db.value("SELECT extract(epoch FROM expires_at::timestamptz - created_at::timestamptz)::int FROM hr.approvals"),
+    );
+    let asked: i64 = asked.parse().unwrap();
+    assert!((0..600).contains(&asked), "asked {asked} s ago");
+    assert_eq!(expires, "3600", "its TTL, from the server's clock");
+    assert_eq!(
+        db.value("SELECT status FROM hr.approvals"),
+        "pending",
+        "not expired on arrival"
+    );
 }

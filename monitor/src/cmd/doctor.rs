@@ -249,6 +249,21 @@ fn check_database(ctx: &Ctx, r: &mut Report) {
         r.fail(format!("cannot open {name}: {e}"));
         return;
     }
+    // One runner login per OS user per host (DESIGN §14): checked with any login, a
+    // runner's own included (it sees its own runs).
+    if let Some(url) = &ctx.paths.store_url {
+        match hr_shared::store::postgres::shared_logins(url) {
+            Ok(shared) if shared.is_empty() => {
+                r.ok("no runner login is shared by two OS users of a host (as its runs say)")
+            }
+            Ok(shared) => {
+                for s in shared {
+                    r.fail(s.warning());
+                }
+            }
+            Err(e) => r.info(format!("cannot check who shares a runner login: {e}")),
+        }
+    }
     let health = match store.health() {
         Ok(h) => h,
         Err(e) if remote => {
@@ -280,19 +295,6 @@ fn check_database(ctx: &Ctx, r: &mut Report) {
         ));
     }
     let m = health.journal;
-    if let (true, Some(url)) = (remote, &ctx.paths.store_url) {
-        match hr_shared::store::postgres::shared_logins(url) {
-            Ok(shared) if shared.is_empty() => {
-                r.ok("no runner login is shared by two OS users of a host (as its runs say)")
-            }
-            Ok(shared) => {
-                for s in shared {
-                    r.fail(s.warning());
-                }
-            }
-            Err(e) => r.info(format!("cannot check who shares a runner login: {e}")),
-        }
-    }
     if remote {
         r.ok("PostgreSQL store: decisions are recorded with the login that made them");
     } else if m.eq_ignore_ascii_case("wal") {

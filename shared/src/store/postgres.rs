@@ -790,6 +790,7 @@ GRANT EXECUTE ON FUNCTION hr.worker_runs(text, text), hr.worker_approvals(text, 
     TO headless_runner;
 GRANT EXECUTE ON FUNCTION
     hr.decide(text, text, text, text, text, text, text),
+    hr.decide(text, text, text, text, text),
     hr.cancel(text, text),
     hr.gc(text),
     hr.remember(text, text, text, jsonb, text, text, text),
@@ -846,7 +847,7 @@ impl SharedLogin {
 
 /// The runner logins two OS users of one host share, as far as the login of `url` may see
 /// (its own runs; an operator, a viewer or the schema's owner: every login's). From the
-/// uids runs said they ran as, in the last 30 days.
+/// uids the runs the store keeps said they ran as.
 pub fn shared_logins(url: &str) -> StoreResult<Vec<SharedLogin>> {
     let mut client = connect(&target(url)?).map_err(server_error)?;
     let rows = client

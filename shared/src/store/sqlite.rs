@@ -129,10 +129,19 @@ impl SqliteStore {
             };
             let mut conn = match (&self.foreign, self.mode) {
                 (Some(why), OpenMode::Create) => return Err(StoreError::Foreign(why.clone())),
-                (Some(_), _) if !self.paths.db.exists() => {
-                    return Err(StoreError::Missing(self.paths.db.clone()));
-                }
-                (Some(_), _) => db::open_read_only(&self.paths.db)?,
+                (Some(_), _) => match std::fs::symlink_metadata(&self.paths.db) {
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                        return Err(StoreError::Missing(self.paths.db.clone()));
+                    }
+                    // Not "missing": there may well be one this user may not see.
+                    Err(source) => {
+                        return Err(StoreError::Access {
+                            path: self.paths.db.clone(),
+                            source,
+                        });
+                    }
+                    Ok(_) => db::open_read_only(&self.paths.db)?,
+                },
                 (None, mode) => db::open(&self.paths.db, mode)?,
             };
             self.db_file = file_id(&self.paths.db);

@@ -235,6 +235,14 @@ BEGIN
     RETURN jsonb_build_object('outcome', 'decided', 'approval', to_jsonb(a));
 END $$;
 
+-- v2's decision, for a monitor of an earlier build: a decision by id, on the approval as
+-- it is (one never changes once asked), with every other check of the one above.
+CREATE FUNCTION hr.decide(p_approval text, p_status text, p_value text, p_comment text,
+    p_channel text) RETURNS jsonb
+LANGUAGE sql SECURITY DEFINER SET search_path = hr, pg_temp AS $$
+    SELECT hr.decide(p_approval, p_status, p_value, p_comment, p_channel, NULL, NULL)
+$$;
+
 -- Refuses unless run `p_run` was started by this very login: what only the identity that
 -- started a run may do (claim it to run its command again). An operator's login runs
 -- nothing, so it claims nothing either.
@@ -389,7 +397,8 @@ $$;
 
 -- How many OS users (the uids runs of a login say they ran as) each runner login has on
 -- each host: more than one means two users share a login, and each can have a worker run
--- the other's commands as itself. For `monitor db grant` and `monitor doctor`.
+-- the other's commands as itself. Every run the store keeps counts (a run's own times are
+-- its runner's word). For `monitor db grant`, `monitor doctor` and the worker.
 CREATE FUNCTION hr.shared_logins() RETURNS TABLE (login text, host text, uids bigint[])
 LANGUAGE sql STABLE SECURITY DEFINER SET search_path = hr, pg_temp AS $$
     SELECT r.runner_login, coalesce(r.host, ''),
@@ -399,8 +408,6 @@ LANGUAGE sql STABLE SECURITY DEFINER SET search_path = hr, pg_temp AS $$
       AND (hr.reads_all() OR r.runner_login = session_user
            OR pg_has_role(session_user, (SELECT nspowner FROM pg_namespace WHERE nspname = 'hr'),
                           'MEMBER'))
-      AND r.started_at >= to_char((now() - interval '30 days') AT TIME ZONE 'UTC',
-          'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"')
     GROUP BY r.runner_login, coalesce(r.host, '')
     HAVING count(DISTINCT r.metadata->>'uid') > 1
 $$;
