@@ -186,6 +186,54 @@ mod tests {
         }
     }
 
+    /// The quoted words of the first `( … )` list after `anchor` in `sql`.
+    fn listed_after(sql: &str, anchor: &str) -> std::collections::BTreeSet<String> {
+        let at = sql
+            .find(anchor)
+            .unwrap_or_else(|| panic!("no `{anchor}` in the SQL"));
+        let rest = &sql[at + anchor.len()..];
+        let open = rest.find('(').expect("a list");
+        let close = open + rest[open..].find(')').expect("its end");
+        rest[open + 1..close]
+            .split(',')
+            .map(|w| w.trim().trim_matches('\'').to_owned())
+            .filter(|w| !w.is_empty())
+            .collect()
+    }
+
+    fn names(set: &[RunStatus]) -> std::collections::BTreeSet<String> {
+        set.iter().map(|s| s.as_str().to_owned()).collect()
+    }
+
+    /// The status lists written out in SQL (the PostgreSQL functions, the SQLite schema's
+    /// partial indexes) are the ones `RunStatus` names: one meaning of "final", "live" and
+    /// "alerted" on every store. (The other queries build theirs from these constants.)
+    #[test]
+    fn the_sql_status_lists_are_run_status_s_own() {
+        let v1 = include_str!("store/pg/v1.sql");
+        assert_eq!(listed_after(v1, "SELECT s IN"), names(&RunStatus::FINAL));
+        assert_eq!(
+            listed_after(v1, "IF s IS NULL OR s NOT IN"),
+            names(&RunStatus::ALL)
+        );
+        assert_eq!(
+            listed_after(v1, "WHEN 'supervised' THEN r.status IN"),
+            names(&RunStatus::LIVE)
+        );
+        assert_eq!(
+            listed_after(v1, "OR r.status NOT IN"),
+            names(&RunStatus::LIVE)
+        );
+        let sqlite = include_str!("db.rs");
+        assert_eq!(
+            listed_after(
+                sqlite,
+                "CREATE INDEX tool_runs_failed ON tool_runs(status, COALESCE(completed_at, started_at))\n        WHERE status IN"
+            ),
+            names(&RunStatus::ALERTED)
+        );
+    }
+
     #[test]
     fn live_and_final_are_disjoint() {
         for st in RunStatus::ALL {
