@@ -234,6 +234,29 @@ fn a_retry_on_another_screen_asks_anew_and_the_old_approval_cannot_be_approved()
     let out = env.decide(&first_id, "approve");
     out.expect_code(3);
     assert!(out.stderr.contains(&second_id), "{}", out.stderr);
+    // The same over HTTP: 409, naming the approval to read.
+    {
+        use crate::serve::{Served, token};
+        let alice = token(&env, "alice", "operator");
+        let served = Served::start(&env);
+        let (st, v) = served.json(
+            "POST",
+            &format!("/api/v1/approvals/{first_id}/approve"),
+            &alice,
+            None,
+        );
+        assert_eq!(st, 409, "{v}");
+        assert_eq!(v["outcome"], "superseded", "{v}");
+        assert_eq!(v["superseded_by"], second_id.as_str(), "{v}");
+        let (st, v) = served.json(
+            "POST",
+            &format!("/api/v1/approvals/{second_id}/approve"),
+            &alice,
+            Some(r#"{"version": "not-the-one-shown"}"#),
+        );
+        assert_eq!(st, 409, "{v}");
+        assert_eq!(v["outcome"], "changed", "{v}");
+    }
     // A decision on another version than the one shown: refused too.
     let out = env
         .monitor()

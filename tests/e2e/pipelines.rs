@@ -1183,3 +1183,48 @@ fn a_pipeline_that_fails_while_its_human_step_waits_withdraws_the_question() {
     assert_eq!(pending.out().trim(), "[]", "{}", out.stderr);
     assert!(!env.work().join("ran").exists());
 }
+
+/// DESIGN §14: what runs is what was checked and pinned when the execution started. A
+/// definition rewritten in the row afterwards (past monitor: a task's command changed) runs
+/// no step — the step fails, not started, saying why.
+#[test]
+fn a_tampered_definition_runs_no_step() {
+    let env = TestEnv::new();
+    let f = env.work().join("pinned.yaml");
+    std::fs::write(
+        &f,
+        "nodes:\n  - { id: ok, kind: human, title: Ship, question: 'Ship it?' }\n  - { id: ship, kind: task, command: 'echo ship >> ran' }\nedges:\n  - { from: ok, to: ship }\n",
+    )
+    .unwrap();
+    env.monitor()
+        .args(["pipeline", "run", "--detach", "--execution-id", "EX-pin"])
+        .arg(&f)
+        .run()
+        .expect_code(90);
+    let changed = env
+        .raw_db()
+        .execute(
+            "UPDATE pipelines SET definition = replace(definition, 'echo ship', 'echo tampered') WHERE execution_id = 'EX-pin'",
+            [],
+        )
+        .unwrap();
+    assert_eq!(changed, 1);
+    let ap = env.pending_approval();
+    env.decide(s(&ap, "approval_id"), "approve").expect_code(0);
+    let out = env
+        .monitor()
+        .args(["pipeline", "resume", "EX-pin"])
+        .timeout(Duration::from_secs(60))
+        .run();
+    out.expect_code(1);
+    assert!(
+        ran(&env).is_empty(),
+        "a step of the tampered definition ran"
+    );
+    let st = status(&env, "EX-pin");
+    assert_eq!(st["status"], "failed", "{st}");
+    assert!(
+        st.to_string().contains("not the one it started with"),
+        "{st}"
+    );
+}

@@ -21,16 +21,26 @@ Every pass:
     by resumed_from; its output goes to its own run log. A re-run that fails to start is
     tried again 3 times, then the waiting run fails.
 
+Who: a worker runs as itself and never switches user. It resumes only what its own identity
+started, as the store recorded it — the embedded store's owner (another user's state dir is
+refused at start), or its PostgreSQL runner login — and only runs of this host (or its
+--pool) that say they ran as this user. Anything else stays parked; the worker says whose it
+is once, and `monitor show` says who would resume it. On PostgreSQL, while runs under its
+login say two users of this host use it, it runs nothing (one runner login per OS user per
+host: `monitor doctor` names them).
+
 Re-runs run in their own process group and are not waited for inside a pass. A database
 error is reported on stderr and the next pass goes on. SIGINT/SIGTERM stop the worker
 between passes: it then waits for the re-runs it started (a second signal leaves them
 running; a later worker closes their waiting runs).
 
-Pipelines: an execution whose runner is gone, or that a decision moved while no runner
-was alive, is resumed with `monitor pipeline resume`. With --labels, the worker also runs
-the ready steps whose `host:` is one of its labels (of the executions its store shows it:
-on PostgreSQL, those its own login started), beats on them while they run, and writes
-their outcomes; the execution's runner goes on from there.
+Pipelines: an execution its own identity started whose runner is gone, or that a decision
+moved while no runner was alive, is resumed with `monitor pipeline resume`. With --labels,
+the worker also runs the ready steps whose `host:` is one of its labels, of its own
+identity's executions — and of another login's that named this worker's login (`pipeline
+run --workers`) when this user's config trusts it ([worker] pipelines_from) — beats on them
+while they run, and writes their outcomes; the execution's runner goes on from there. A
+step starts only when the stored definition is the one pinned at the start.
 
 --once does one pass, waits for the re-runs it started (retrying failed starts), and exits:
 0, or 1 when the database could not be used.
@@ -60,8 +70,8 @@ pub struct Args {
     /// any host — still only as their own user (default: HEADLESS_RUN_POOL)
     #[arg(long, value_name = "NAME", value_parser = pool_arg)]
     pool: Option<String>,
-    /// Also run the pipeline steps whose `host` is one of these labels (comma-separated),
-    /// of the executions this store shows it: on PostgreSQL, those its own login started
+    /// Also run the pipeline steps whose `host` is one of these labels (comma-separated), of
+    /// its own identity's executions and those of logins its config trusts that named it
     #[arg(long, value_name = "LABEL,…", value_delimiter = ',', value_parser = label_arg)]
     labels: Vec<String>,
 }
