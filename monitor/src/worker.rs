@@ -698,7 +698,7 @@ impl Worker {
             .env("HEADLESS_RUN_HOME", &self.paths.root)
             // The worker's own store: on the PostgreSQL store, its login is the host's
             // runner login (never an operator's: the re-run's tool sees this).
-            .env("HEADLESS_RUN_DB", self.resume_store())
+            .env("HEADLESS_RUN_DB", self.paths.child_store())
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::null())
@@ -724,21 +724,6 @@ impl Worker {
             }
             _ => format!("{}: {e}", self.shim.display()),
         })
-    }
-
-    /// The store a resume records in, reached as the worker reaches it: the database file,
-    /// or the PostgreSQL URL with what the worker's own environment adds to it (`PGPASSWORD`
-    /// or `~/.pgpass`, `PGHOST`, …) written in. The resume runs in the run's recorded
-    /// environment, which holds no password and whose other `PG*` variables are the tool's:
-    /// its store login comes from the executor's session, never from the row.
-    fn resume_store(&self) -> std::ffi::OsString {
-        match &self.paths.store_url {
-            // A URL the worker could not read is one it cannot use either: passed as it is.
-            Some(url) => hr_shared::store::postgres::pinned_url(url)
-                .unwrap_or_else(|_| url.clone())
-                .into(),
-            None => self.paths.db.clone().into_os_string(),
-        }
     }
 
     /// Collects children that have exited.

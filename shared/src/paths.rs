@@ -134,6 +134,20 @@ impl StatePaths {
         cmd
     }
 
+    /// The `HEADLESS_RUN_DB` for a process this one starts to record in this store (a
+    /// worker's resume, a restart): the PostgreSQL URL with what this process's own
+    /// environment adds to it (its `PGPASSWORD`, `~/.pgpass`, `PG*`) written in — its own
+    /// session's credentials, never a run's — or the database file.
+    pub fn child_store(&self) -> std::ffi::OsString {
+        match &self.store_url {
+            // A URL this process could not read is one it cannot use either: passed as is.
+            Some(url) => crate::store::postgres::pinned_url(url)
+                .unwrap_or_else(|_| url.clone())
+                .into(),
+            None => self.db.clone().into_os_string(),
+        }
+    }
+
     /// `root/logs`.
     pub fn logs_dir(&self) -> PathBuf {
         self.root.join("logs")

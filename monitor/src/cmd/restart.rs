@@ -87,7 +87,7 @@ pub fn run(ctx: &Ctx, args: Args) -> CliResult {
         .env("HEADLESS", "1")
         .env(ENV_RESTART_OF, &id)
         .env("HEADLESS_RUN_HOME", &ctx.paths.root)
-        .env("HEADLESS_RUN_DB", &ctx.paths.db)
+        .env("HEADLESS_RUN_DB", ctx.paths.child_store())
         .env_remove(ENV_TOOL_RUN_ID)
         .env_remove(ENV_RESUMED_FROM)
         .env_remove(ENV_APPROVAL_ID)

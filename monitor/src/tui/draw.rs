@@ -578,8 +578,10 @@ fn draw_detail(app: &App, f: &mut Frame, area: Rect, id: &str) {
     } else {
         (d.approvals.len() as u16 + 2).min(6)
     };
+    // Borders, the status line, then one line per field.
+    let fields_h = view::run_fields(app, d).fields.len() as u16 + 3;
     let [fields_area, approvals_area, output_area] = area.layout(&Layout::vertical([
-        Constraint::Length(10),
+        Constraint::Length(fields_h),
         Constraint::Length(approvals_h),
         Constraint::Fill(1),
     ]));

@@ -520,6 +520,42 @@ fn run_detail_renders_output_approvals_and_history() {
     );
 }
 
+/// DESIGN §14: a parked run says who started it and who would run it again — and, when
+/// this user's worker may not (it says it ran as another uid), why not.
+#[test]
+fn a_parked_run_says_who_resumes_it_and_why_not_you() {
+    let mut w = World::new();
+    let id = "TR-7000000000000000000PARKED1";
+    let mut run = w.run(id, "deploy", RunStatus::WaitingApproval, 30);
+    run.exit_code = Some(90);
+    run.owner = Some(hr_shared::proc::user_name(hr_shared::proc::effective_uid()));
+    run.metadata = Some(serde_json::json!({ "uid": 4242 }));
+    w.insert_runs(&[run]);
+    let mut app = w.app(w.snapshot(&RunQuery::default(), Some(id)));
+    app.view = View::Run(id.into());
+    let screen = text(&render(&app, 200, 40));
+    let line = |label: &str| {
+        screen
+            .lines()
+            .find(|l| l.contains(label))
+            .unwrap_or_else(|| panic!("no `{label}` line: {screen}"))
+            .to_owned()
+    };
+    assert!(
+        line("│ started by").contains(run_owner().as_str()),
+        "{screen}"
+    );
+    let resumed = line("│ resume ");
+    assert!(
+        resumed.contains("as uid 4242") && resumed.contains("not by"),
+        "{resumed}"
+    );
+}
+
+fn run_owner() -> String {
+    hr_shared::proc::user_name(hr_shared::proc::effective_uid())
+}
+
 #[test]
 fn fits_80_by_24() {
     let mut w = World::new();

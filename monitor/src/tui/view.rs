@@ -227,7 +227,7 @@ pub fn run_fields(app: &App, d: &RunDetail) -> RunFields {
             ("started by", clean(r.owner.as_deref().unwrap_or("—"))),
         ]
         .into_iter()
-        .chain(d.resume.as_deref().map(|n| ("resumed", clean(n))))
+        .chain(d.resume.as_deref().map(|n| ("resume", clean(n))))
         .collect(),
     }
 }
