@@ -90,6 +90,24 @@ struct Retry {
     last_error: String,
 }
 
+/// For a parked run, who runs it again — a worker of the identity that started it — and,
+/// when a worker of this user (with this store session's identity, on this host) would
+/// not, why not (`monitor show`, the dashboard). `None` for a run that is not parked.
+pub fn resume_note(store: &mut dyn OperatorStore, run: &ToolRun) -> Option<String> {
+    if !rules::is_parked(run) {
+        return None;
+    }
+    let identity = store.identity().ok();
+    let host = hr_shared::proc::hostname();
+    let me = identity.as_deref().map(|identity| rules::Executor {
+        identity,
+        uid: hr_shared::proc::effective_uid(),
+        host: &host,
+        pool: None,
+    });
+    Some(rules::resume_note(run, me.as_ref()))
+}
+
 /// The worker's state across passes.
 pub struct Worker {
     paths: StatePaths,

@@ -7,7 +7,6 @@ use crate::error::{CliError, CliResult};
 use crate::output;
 use crate::parse::{self, IdKind};
 use hr_shared::approvals::ApprovalFilter;
-use hr_shared::rules;
 use hr_shared::sanitize::{sanitize_line, sanitize_text};
 use std::io::{Read, Seek, SeekFrom};
 
@@ -94,17 +93,8 @@ pub fn run(ctx: &Ctx, args: Args) -> CliResult {
     field("host", run.host.clone());
     field("resumed_from", run.resumed_from.clone());
     field("started_by", run.owner.clone());
-    // Parked: who runs it again — and why not this user's worker, if not.
-    if rules::is_parked(&run) {
-        let identity = store.identity().ok();
-        let host = hr_shared::proc::hostname();
-        let me = identity.as_deref().map(|identity| rules::Executor {
-            identity,
-            uid: hr_shared::proc::effective_uid(),
-            host: &host,
-            pool: None,
-        });
-        field("resumed", Some(rules::resume_note(&run, me.as_ref())));
+    if let Some(note) = crate::worker::resume_note(store.as_mut(), &run) {
+        field("resumed", Some(note));
     }
     // What the resume lacked of the variables withheld when its run asked (secrets are
     // never stored), and what the worker gave from its own environment.

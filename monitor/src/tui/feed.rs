@@ -417,17 +417,7 @@ fn load_detail(
         Some(text) => text.lines().map(str::to_owned).collect(),
         None => tails.run_output(&paths.run_log(id), OUTPUT_LINES),
     };
-    let resume = rules::is_parked(&run).then(|| {
-        let identity = store.identity().ok();
-        let host = hr_shared::proc::hostname();
-        let me = identity.as_deref().map(|identity| rules::Executor {
-            identity,
-            uid: hr_shared::proc::effective_uid(),
-            host: &host,
-            pool: None,
-        });
-        rules::resume_note(&run, me.as_ref())
-    });
+    let resume = crate::worker::resume_note(store, &run);
     Ok(Some(RunDetail {
         output,
         run,
