@@ -327,12 +327,16 @@ impl Worker {
         }
         let identity = self.identity().ok()?;
         let why = match hr_shared::store::postgres::shared_logins(&url) {
+            // Runs that say no host count for every host.
             Ok(found) => found
                 .into_iter()
-                .find(|s| s.login == identity && s.host == self.here)
+                .find(|s| s.login == identity && (s.host == self.here || s.host.is_empty()))
                 .map(|s| s.warning()),
-            // Not knowing is no reason to stop; the store still checks the login.
-            Err(_) => None,
+            // Not knowing is no reason to run: it may be (a server not migrated, `monitor db
+            // init` migrates it).
+            Err(e) => Some(format!(
+                "it cannot tell whether its login is this user's alone ({e})"
+            )),
         };
         if let Some(w) = &why
             && self
@@ -973,8 +977,9 @@ fn own_env(name: &str) -> Option<std::ffi::OsString> {
     std::env::var_os(name)
 }
 
-/// The worker's user config file: `HEADLESS_RUN_CONFIG`, else its XDG one when it exists.
-fn own_config_file() -> Option<PathBuf> {
+/// This process's user config file: `HEADLESS_RUN_CONFIG`, else its XDG one when it
+/// exists (what a re-run it starts reads, never one found through a run's recorded HOME).
+pub fn own_config_file() -> Option<PathBuf> {
     if let Some(explicit) = own_env("HEADLESS_RUN_CONFIG").filter(|v| !v.is_empty()) {
         return Some(PathBuf::from(explicit));
     }

@@ -109,6 +109,10 @@ pub struct Approval {
     /// `system:superseded`, and the question lives on in the new one).
     #[serde(default)]
     pub superseded_by: Option<String>,
+    /// The approval this one replaced (the other side of `superseded_by`): the same question
+    /// asked again on a changed screen.
+    #[serde(default)]
+    pub supersedes: Option<String>,
 }
 
 /// Who ends an approval that a changed screen replaced (its `decided_by` and channel).
@@ -118,7 +122,7 @@ const COLUMNS: &str = "approval_id, tool_run_id, tool_name, execution_id, questi
     options_json, default_value, allows_text, status, chosen_value, created_at, decided_at, \
     expires_at, decided_by, decision_channel, comment, request_fingerprint, prompt_fingerprint, \
     consumed_at, consumed_by, prompt_kind, prompt_line, rule_name, expire_action, claimed_by, \
-    claimed_at, resumed_run_id, screen_digest, tool_digest, superseded_by";
+    claimed_at, resumed_run_id, screen_digest, tool_digest, superseded_by, supersedes";
 
 fn from_row(r: &Row<'_>) -> rusqlite::Result<Approval> {
     let options: String = r.get(6)?;
@@ -157,6 +161,7 @@ fn from_row(r: &Row<'_>) -> rusqlite::Result<Approval> {
         screen_digest: r.get(28)?,
         tool_digest: r.get(29)?,
         superseded_by: r.get(30)?,
+        supersedes: r.get(31)?,
     })
 }
 
@@ -387,7 +392,7 @@ pub(crate) fn insert(tx: &Transaction<'_>, a: &Approval, actor: &str) -> Result<
         &format!(
             "INSERT INTO approvals ({COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, \
              ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21, ?22, ?23, ?24, ?25, ?26, ?27, ?28, \
-             ?29, ?30, ?31)"
+             ?29, ?30, ?31, ?32)"
         ),
         params![
             a.approval_id,
@@ -421,6 +426,7 @@ pub(crate) fn insert(tx: &Transaction<'_>, a: &Approval, actor: &str) -> Result<
             a.screen_digest,
             a.tool_digest,
             a.superseded_by,
+            a.supersedes,
         ],
     )?;
     audit::append(

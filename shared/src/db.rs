@@ -180,6 +180,7 @@ const MIGRATIONS: &[&str] = &[
     r#"
     ALTER TABLE tool_runs ADD COLUMN owner TEXT;
     ALTER TABLE approvals ADD COLUMN superseded_by TEXT;
+    ALTER TABLE approvals ADD COLUMN supersedes TEXT;
     ALTER TABLE pipelines ADD COLUMN owner TEXT;
     ALTER TABLE pipelines ADD COLUMN uid INTEGER;
     ALTER TABLE pipelines ADD COLUMN definition_digest TEXT;

@@ -204,18 +204,39 @@ impl StatePaths {
     /// the directory holding its database, or the database file belongs to another user or
     /// is a link. `None` when it is the caller's own (or not there yet).
     pub fn foreign_store(&self) -> Option<String> {
-        let db_dir = self.db.parent().filter(|d| !d.as_os_str().is_empty());
-        let dirs = [Some(self.root.as_path()), db_dir].into_iter().flatten();
-        for dir in dirs {
-            if let Ok(meta) = fs::symlink_metadata(dir)
-                && let Some(why) = not_own(dir, &meta, true)
-            {
+        if let Ok(meta) = fs::symlink_metadata(&self.root)
+            && let Some(why) = not_own(&self.root, &meta, true)
+        {
+            return Some(why);
+        }
+        // A database kept elsewhere (`HEADLESS_RUN_DB`): its directory must be the caller's
+        // and writable by nobody else, who could put a database or its journal there.
+        if let Some(dir) = self.db.parent().filter(|d| !d.as_os_str().is_empty())
+            && dir != self.root
+            && let Ok(meta) = fs::symlink_metadata(dir)
+        {
+            if let Some(why) = not_own(dir, &meta, true) {
                 return Some(why);
             }
+            if meta.mode() & 0o022 != 0 {
+                return Some(format!(
+                    "{} is writable by others (mode {:04o}): chmod go-w it, or keep the database in the state dir",
+                    dir.display(),
+                    meta.mode() & 0o7777
+                ));
+            }
         }
-        fs::symlink_metadata(&self.db)
-            .ok()
-            .and_then(|meta| not_own(&self.db, &meta, false))
+        // The database and the files SQLite keeps beside it.
+        ["", "-wal", "-shm", "-journal"]
+            .into_iter()
+            .find_map(|suffix| {
+                let mut path = self.db.clone().into_os_string();
+                path.push(suffix);
+                let path = PathBuf::from(path);
+                fs::symlink_metadata(&path)
+                    .ok()
+                    .and_then(|meta| not_own(&path, &meta, false))
+            })
     }
 }
 
@@ -343,10 +364,20 @@ pub fn open_private_append(path: &Path) -> io::Result<File> {
     Ok(f)
 }
 
-/// Refuses an open file that is not a regular file of the caller's own (checked on the
-/// descriptor, so nothing can be swapped in between).
+/// Refuses an open file that is not a regular file of the caller's own, or that has other
+/// hard links (another user could have linked one of the caller's files there) — checked
+/// on the descriptor, so nothing can be swapped in between.
 fn own_file(path: &Path, f: &File) -> io::Result<()> {
-    match not_own(path, &f.metadata()?, false) {
+    let meta = f.metadata()?;
+    let why = not_own(path, &meta, false).or_else(|| {
+        (meta.nlink() > 1).then(|| {
+            format!(
+                "{} has other hard links: the state dir's files are never written through one",
+                path.display()
+            )
+        })
+    });
+    match why {
         Some(why) => Err(io::Error::new(io::ErrorKind::PermissionDenied, why)),
         None => Ok(()),
     }

@@ -165,6 +165,11 @@ pub fn not_owned(run: &ToolRun, identity: &str, uid: u32) -> Option<String> {
             crate::sanitize::sanitize_line(identity),
             crate::sanitize::sanitize_line(owner),
         )),
+        // Every shim that records an owner's run says which user it ran as: one that does
+        // not (or not as a number) was not written by a shim.
+        Some(_) if run.uid().is_none() => {
+            Some("it does not say which user it ran as: not run again by anyone".into())
+        }
         Some(_) => None,
         None => claimed_uid(run, uid),
     }
@@ -506,6 +511,16 @@ mod tests {
         assert!(not_ours(&run, &me("alice", 1000, None)).is_some_and(|w| w.contains("uid 0")));
         run.metadata = Some(serde_json::json!({ "uid": 1000 }));
         assert_eq!(not_ours(&run, &me("alice", 1000, None)), None);
+        // An owner's run that says no user (or not as a number) was no shim's: nobody's.
+        for meta in [serde_json::json!({}), serde_json::json!({ "uid": "1000" })] {
+            run.metadata = Some(meta);
+            assert!(
+                not_owned(&run, "alice", 1000).is_some_and(|w| w.contains("which user")),
+                "{:?}",
+                run.metadata
+            );
+        }
+        run.metadata = Some(serde_json::json!({ "uid": 1000 }));
         // Names are drawn cleaned.
         run.owner = Some("evil\x1b[2J".into());
         assert!(

@@ -79,5 +79,6 @@ pub fn approval(id: &str, kind: PromptKind) -> Approval {
         screen_digest: None,
         tool_digest: None,
         superseded_by: None,
+        supersedes: None,
     }
 }

@@ -256,6 +256,17 @@ fn a_retry_on_another_screen_asks_anew_and_the_old_approval_cannot_be_approved()
         );
         assert_eq!(st, 409, "{v}");
         assert_eq!(v["outcome"], "changed", "{v}");
+        // "Approve the execution" (a gate's way) was meant for what was shown before.
+        let ex = s(&second, "execution_id").to_owned();
+        let (st, v) = served.json(
+            "POST",
+            &format!("/api/v1/executions/{ex}/approve"),
+            &alice,
+            None,
+        );
+        assert_eq!(st, 409, "{v}");
+        assert_eq!(v["approval_id"], second_id.as_str(), "{v}");
+        assert!(v["error"].as_str().unwrap().contains(&first_id), "{v}");
     }
     // A decision on another version than the one shown: refused too.
     let out = env

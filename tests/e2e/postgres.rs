@@ -1890,6 +1890,33 @@ edges:
         worker.stderr_now()
     );
     assert_eq!(step_b("run,host"), "runner2");
+    assert_eq!(
+        step_b("run,login"),
+        deployer.user,
+        "claimed as its own login"
+    );
+    // A named label worker moves only the labelled steps it claims: rewriting another step
+    // (a's result, which later conditions read) is refused by the server.
+    let mut psql = hosts.on(&env, RUNNER2, "psql");
+    psql.env_remove("PGPASSWORD").args([
+        "-X",
+        "-q",
+        "-t",
+        "-A",
+        &db.url_as(&deployer),
+        "-v",
+        "ON_ERROR_STOP=1",
+        "-c",
+        "SELECT hr.pipeline_swap(d || jsonb_build_object('steps', (SELECT jsonb_agg(CASE WHEN s->>'node' = 'a' THEN jsonb_set(s, '{exit_code}', '7') ELSE s END ORDER BY n) FROM jsonb_array_elements(d->'steps') WITH ORDINALITY x(s, n)))) FROM hr.pipeline_docs('EX-hosts', false, 1) d",
+    ]);
+    let forged = psql.run();
+    assert!(
+        forged
+            .stderr
+            .contains("moves only the labelled steps it claims"),
+        "{}",
+        forged.context()
+    );
     let who = step_b("run,worker");
     assert!(
         who.starts_with(&format!("runner2 {} ", worker.pid())),

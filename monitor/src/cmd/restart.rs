@@ -76,12 +76,19 @@ pub fn run(ctx: &Ctx, args: Args) -> CliResult {
     }
     let shim = locate::shim_binary().map_err(|e| CliError::error(e.to_string()))?;
     let mut cmd = Command::new(&shim);
+    // The run's recorded environment as a worker's resume takes it (never a
+    // HEADLESS_RUN_* setting from the row; withheld secrets from this caller's own), and the
+    // caller's own config file.
     if let Some(saved) = meta
         .and_then(|m| m.get("env"))
         .and_then(|e| serde_json::from_value::<SavedEnvironment>(e.clone()).ok())
     {
-        cmd.envs(&saved.vars);
+        cmd.envs(saved.restore(|k| std::env::var_os(k)).vars);
     }
+    match crate::worker::own_config_file() {
+        Some(file) => cmd.env("HEADLESS_RUN_CONFIG", file),
+        None => cmd.env_remove("HEADLESS_RUN_CONFIG"),
+    };
     cmd.arg("--")
         .args(&run.argv_json)
         .env("HEADLESS", "1")

@@ -376,6 +376,10 @@ impl Driver {
         outcome: Outcome,
         pid: Option<i32>,
     ) -> Result<(), String> {
+        // A label worker reports how its step ended; the execution's runner moves on.
+        if self.worker_mode {
+            return self.report(id, node, iteration, outcome, pid);
+        }
         self.update(id, |v| {
             let Some(t) = v
                 .steps
@@ -397,6 +401,60 @@ impl Driver {
         Ok(())
     }
 
+    /// A label worker's word on a step it claimed (`pid`: while still that headless-run's
+    /// claim): kept in the step for the execution's runner to apply ([`Driver::take_reports`]).
+    fn report(
+        &mut self,
+        id: &str,
+        node: &str,
+        iteration: u32,
+        outcome: Outcome,
+        pid: Option<i32>,
+    ) -> Result<(), String> {
+        let me = self.me.clone();
+        self.update(id, |v| {
+            let Some(t) = v
+                .steps
+                .iter_mut()
+                .find(|s| s.node == node && s.iteration == iteration)
+            else {
+                return Ok(false);
+            };
+            let Some(r) = t.run.as_mut() else {
+                return Ok(false);
+            };
+            if v.ex.is_final()
+                || t.status != StepStatus::Running
+                || r.worker.as_deref() != Some(me.as_str())
+                || r.report.is_some()
+                || pid.is_some_and(|p| r.pid != Some(p))
+            {
+                return Ok(false);
+            }
+            r.report = Some(outcome.clone());
+            Ok(true)
+        })?;
+        Ok(())
+    }
+
+    /// Labelled steps whose worker reported how they ended: their outcomes applied here
+    /// (a label worker reports; the execution's own runner moves the pipeline). True when
+    /// one was.
+    fn take_reports(&mut self, id: &str, v: &View) -> Result<bool, String> {
+        let reported: Vec<(String, u32, Outcome)> = v
+            .steps
+            .iter()
+            .filter(|s| s.status == StepStatus::Running)
+            .filter_map(|s| Some((s.node.clone(), s.iteration, s.run.as_ref()?.report.clone()?)))
+            .collect();
+        let any = !reported.is_empty();
+        for (node, iteration, outcome) in reported {
+            self.say(format!("{node}: its worker reports {}", describe(&outcome)));
+            self.apply(id, &node, iteration, outcome)?;
+        }
+        Ok(any)
+    }
+
     /// Drives the execution until it ends (or, with `detach`, only human steps are left).
     pub fn drive(&mut self, id: &str) -> Result<End, String> {
         let mut beat = Instant::now();
@@ -405,6 +463,9 @@ impl Driver {
         loop {
             self.reap()?;
             let mut v = self.load(id)?;
+            if self.take_reports(id, &v)? {
+                v = self.load(id)?;
+            }
             if self.reconcile_workers(id, &v)? {
                 v = self.load(id)?;
             }
@@ -538,6 +599,10 @@ impl Driver {
             .cloned()
             .collect();
         for s in left {
+            // A label worker's that reported its end: applied as the runner goes.
+            if s.run.as_ref().is_some_and(|r| r.report.is_some()) {
+                continue;
+            }
             // A label worker's, alive: its worker reports it.
             if s.run.as_ref().is_some_and(|r| {
                 r.worker
@@ -562,9 +627,10 @@ impl Driver {
             .filter(|s| {
                 s.status == StepStatus::Running
                     && s.run.as_ref().is_some_and(|r| {
-                        r.worker
-                            .as_deref()
-                            .is_some_and(|w| runner_gone(w, r.beat_at.as_deref()))
+                        r.report.is_none()
+                            && r.worker
+                                .as_deref()
+                                .is_some_and(|w| runner_gone(w, r.beat_at.as_deref()))
                     })
             })
             .cloned()
@@ -857,11 +923,17 @@ impl Driver {
         let here = proc::hostname();
         let started_at = time::now_rfc3339();
         let worker = self.worker_mode.then(|| self.me.clone());
+        // A label worker claims as its own identity (on PostgreSQL the server checks it).
+        let login = match self.worker_mode {
+            true => Some(self.identity()?),
+            false => None,
+        };
         let run_at = StepRun {
             host: here,
             started_at,
             worker: worker.clone(),
             beat_at: worker.as_ref().map(|_| time::now_rfc3339()),
+            login,
             ..StepRun::default()
         };
         if !self.mark_ready(id, s, StepStatus::Running, run_at)? {
@@ -1040,7 +1112,18 @@ impl Driver {
         if hr_shared::pipeline::guards(&v.def, &s.node).is_empty() {
             return Ok(None);
         }
-        let runs = self.store.execution_runs(id).map_err(|e| e.to_string())?;
+        // Only runs of the execution's own identity and of the label workers it named
+        // count: whatever another login tags with this execution is not its history.
+        let runs: Vec<ToolRun> = self
+            .store
+            .execution_runs(id)
+            .map_err(|e| e.to_string())?
+            .into_iter()
+            .filter(|r| match (r.owner.as_deref(), v.ex.owner.as_deref()) {
+                (Some(o), Some(starter)) => o == starter || v.ex.workers.iter().any(|w| w == o),
+                _ => true,
+            })
+            .collect();
         let tag = format!("{id}/{}#{}", s.node, s.iteration);
         let ran = runs
             .iter()
@@ -1078,6 +1161,8 @@ impl Driver {
             // an older approval does not answer a newer visit.
             let asked: Vec<(u32, &str)> = runs
                 .iter()
+                // A human step asks in its starter's own runs only.
+                .filter(|r| r.owner.is_none() || r.owner == v.ex.owner)
                 .filter_map(|r| {
                     let (ex, node, it) = hr_shared::pipeline::step_of(r)?;
                     (ex == id && node == h.node).then_some((it, r.tool_run_id.as_str()))
@@ -1096,6 +1181,27 @@ impl Driver {
 
     /// Fails a ready step that may not start (only while it is still ready).
     fn refuse(&mut self, id: &str, s: &Step, why: String) -> Result<(), String> {
+        // A label worker claims it and reports the refusal: the runner fails it.
+        if self.worker_mode {
+            let run = StepRun {
+                host: proc::hostname(),
+                started_at: time::now_rfc3339(),
+                worker: Some(self.me.clone()),
+                beat_at: Some(time::now_rfc3339()),
+                login: self.identity.clone(),
+                ..StepRun::default()
+            };
+            if self.mark_ready(id, s, StepStatus::Running, run)? {
+                self.report(
+                    id,
+                    &s.node,
+                    s.iteration,
+                    Outcome::Refused { reason: why },
+                    None,
+                )?;
+            }
+            return Ok(());
+        }
         self.update(id, |w| {
             if stopped(w)
                 || !w.steps.iter().any(|t| {
@@ -1544,6 +1650,16 @@ fn step_mut<'a>(steps: &'a mut [Step], s: &Step) -> Option<&'a mut Step> {
     steps
         .iter_mut()
         .find(|t| t.node == s.node && t.iteration == s.iteration)
+}
+
+/// An outcome as a worker's report reads.
+fn describe(o: &Outcome) -> String {
+    match o {
+        Outcome::Exited { code, .. } => format!("exit {code}"),
+        Outcome::Refused { reason } => format!("it was not started: {reason}"),
+        Outcome::Approved { .. } => "approved".into(),
+        Outcome::Rejected { reason } => format!("rejected: {reason}"),
+    }
 }
 
 /// Whether the execution takes no new step: it has ended (cancelled too) or a step failed.

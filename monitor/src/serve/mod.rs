@@ -1042,6 +1042,24 @@ async fn decide_execution(
         })
         .await
         .map_err(|e| e.by(&c))?;
+    // A question asked again on a changed screen is approved only by one who sends its
+    // version: "approve the execution" was meant for what was shown before.
+    if let [one] = pending.as_slice()
+        && let Some(old) = &one.supersedes
+        && fields.version.is_none()
+    {
+        return Err(ApiError::new(
+            StatusCode::CONFLICT,
+            format!(
+                "{} replaced {old} when the screen changed: read it and send its version",
+                one.approval_id
+            ),
+        )
+        .with("outcome", json!("changed"))
+        .with("approval_id", json!(one.approval_id))
+        .with("version", json!(one.version()))
+        .by(&c));
+    }
     match pending.as_slice() {
         [] => Err(ApiError::new(
             StatusCode::NOT_FOUND,

@@ -97,6 +97,15 @@ pub struct StepRun {
     pub worker: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub beat_at: Option<String>,
+    /// A labelled step's: the identity of the worker that claimed it (on PostgreSQL the
+    /// server lets only that login move it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub login: Option<String>,
+    /// A labelled step's outcome as its worker reports it (its command's end, with the
+    /// result read on the worker's host; or why it was not started): the execution's own
+    /// runner applies it — a label worker never moves the rest of the pipeline.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub report: Option<Outcome>,
 }
 
 impl Step {
@@ -117,7 +126,8 @@ impl Step {
 }
 
 /// What the runner saw of a step it ran or asked.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "outcome", rename_all = "snake_case")]
 pub enum Outcome {
     /// A task's or gate's command ended with `code` (and sent `result`).
     Exited { code: i32, result: Option<Value> },

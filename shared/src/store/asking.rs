@@ -78,6 +78,7 @@ pub fn approval_for(who: &Asker, req: &PromptRequest) -> Approval {
         screen_digest: Some(fingerprint::seen(p)),
         tool_digest: who.tool_digest.clone(),
         superseded_by: None,
+        supersedes: None,
     }
 }
 
@@ -258,6 +259,7 @@ pub fn answer_or_ask(
                     "tool (its executable or script)"
                 };
                 fresh.context = Some(changed_context(&old, &fresh, what));
+                fresh.supersedes = Some(old.approval_id.clone());
                 approvals::insert(tx, &fresh, &who.actor)?;
                 fx.events.push(fresh.needed_event());
                 if let Some(ended) = approvals::supersede(tx, &old, &fresh.approval_id, &who.actor)?

@@ -13,6 +13,7 @@
 --   execution and move its steps as the owner would, never its runner or heartbeat.
 
 ALTER TABLE hr.approvals ADD COLUMN superseded_by text;
+ALTER TABLE hr.approvals ADD COLUMN supersedes text;
 ALTER TABLE hr.pipelines ADD COLUMN uid bigint;
 ALTER TABLE hr.pipelines ADD COLUMN definition_digest text;
 ALTER TABLE hr.pipelines ADD COLUMN workers jsonb NOT NULL DEFAULT '[]'
@@ -56,7 +57,7 @@ BEGIN
     a.chosen_value := NULL; a.decided_at := NULL; a.decided_by := NULL;
     a.decision_channel := NULL; a.comment := NULL; a.consumed_at := NULL;
     a.consumed_by := NULL; a.claimed_by := NULL; a.claimed_at := NULL;
-    a.resumed_run_id := NULL; a.superseded_by := NULL;
+    a.resumed_run_id := NULL; a.superseded_by := NULL; a.supersedes := NULL;
     a.created_at := hr.now();
     IF a.expires_at IS NOT NULL THEN
         a.expires_at := hr.later(a.created_at, coalesce(p_approval->>'created_at',
@@ -79,12 +80,18 @@ BEGIN
 END $$;
 
 -- Whether pending approval `a` may be taken over by run `r` (the retry) from run `p_owner`
--- the runner judged: the same command, still that owner's, and released by it.
+-- the runner judged: the same command — by what the two rows the server keeps say (tool,
+-- command line, directory, host, user), not only by the fingerprints the runner sent —,
+-- still that owner's, and released by it.
 CREATE FUNCTION hr.may_take_over(a hr.approvals, r hr.tool_runs, p_owner text,
     p_owner_gone boolean) RETURNS boolean LANGUAGE sql STABLE AS $$
     SELECT a.request_fingerprint IS NOT DISTINCT FROM r.request_fingerprint
         AND a.tool_run_id <> r.tool_run_id AND a.tool_run_id = p_owner
         AND hr.released_by(a.tool_run_id, p_owner_gone)
+        AND EXISTS (SELECT 1 FROM hr.tool_runs o WHERE o.tool_run_id = a.tool_run_id
+                    AND o.tool_name = r.tool_name AND o.argv_json = r.argv_json
+                    AND o.cwd IS NOT DISTINCT FROM r.cwd AND o.host IS NOT DISTINCT FROM r.host
+                    AND o.metadata->'uid' IS NOT DISTINCT FROM r.metadata->'uid')
 $$;
 
 -- A retry of the same command on the same screen (and tool) waits for the pending
@@ -139,6 +146,8 @@ BEGIN
     END IF;
     fresh := hr.approval_ask(p_run, p_cap, p_fresh, p_fallback_id);
     new_id := fresh->>'approval_id';
+    UPDATE hr.approvals SET supersedes = p_approval WHERE approval_id = new_id;
+    fresh := fresh || jsonb_build_object('supersedes', p_approval);
     UPDATE hr.approvals SET status = 'expired', decided_at = hr.now(),
         decided_by = 'system:superseded', decision_channel = 'system:superseded',
         comment = format('the screen changed: asked again as %s', new_id),
@@ -249,8 +258,15 @@ $$;
 CREATE FUNCTION hr.check_executor(p_run text) RETURNS void LANGUAGE plpgsql STABLE AS $$
 DECLARE
     owner_ text;
+    token text;
 BEGIN
-    SELECT runner_login INTO owner_ FROM hr.tool_runs WHERE tool_run_id = p_run;
+    SELECT runner_login, metadata->>'runner' INTO owner_, token FROM hr.tool_runs
+    WHERE tool_run_id = p_run;
+    -- A run a server recorded for a runner token is run again on that runner only.
+    IF token IS NOT NULL THEN
+        RAISE EXCEPTION 'run %: not resumed: it was recorded by runner token %: run it again on that runner',
+            p_run, token USING ERRCODE = 'insufficient_privilege';
+    END IF;
     IF owner_ IS DISTINCT FROM session_user::text THEN
         RAISE EXCEPTION 'run %: not resumed: it was started by %, not by %: only a worker of % runs it again',
             p_run, coalesce(owner_, 'nobody known'), session_user, coalesce(owner_, 'its login')
@@ -324,21 +340,58 @@ BEGIN
     RETURN n > 0;
 END $$;
 
--- Writes an execution if it is still at `version`, as v2's; a label worker its owner named
--- moves its steps as the owner would, but never who drives it (runner, heartbeat).
+-- Whether `p_new` moves only what a label worker (this login, named by the execution's
+-- starter) may move of `cur`: the same steps, each as it was but for labelled tasks and
+-- gates it claims — ready → running as itself, or its own running step's run (pid, beat,
+-- the report of how it ended). Everything else (other steps, results, the flow) is the
+-- starter's runner's to move.
+CREATE FUNCTION hr.label_work_only(cur hr.pipelines, p_new jsonb) RETURNS boolean
+LANGUAGE plpgsql STABLE AS $$
+DECLARE
+    x jsonb;
+    o jsonb;
+BEGIN
+    IF jsonb_typeof(p_new) <> 'array'
+       OR jsonb_array_length(p_new) <> jsonb_array_length(cur.steps) THEN
+        RETURN false;
+    END IF;
+    FOR x IN SELECT v FROM jsonb_array_elements(p_new) v LOOP
+        SELECT v INTO o FROM jsonb_array_elements(cur.steps) v
+        WHERE v->>'node' = x->>'node' AND v->>'iteration' = x->>'iteration';
+        IF o IS NULL THEN
+            RETURN false;
+        END IF;
+        CONTINUE WHEN x = o;
+        IF NOT EXISTS (SELECT 1 FROM jsonb_array_elements(cur.definition->'nodes') n
+                       WHERE n->>'id' = x->>'node' AND n->>'kind' IN ('task', 'gate')
+                         AND n->>'host' IS NOT NULL)
+           OR (x - 'status' - 'run') IS DISTINCT FROM (o - 'status' - 'run')
+           OR x->>'status' IS DISTINCT FROM 'running'
+           OR x->'run'->>'login' IS DISTINCT FROM session_user::text
+           OR NOT (o->>'status' = 'ready'
+                   OR (o->>'status' = 'running' AND o->'run'->>'login' = session_user::text
+                       AND NOT (o->'run' ? 'report')))
+        THEN
+            RETURN false;
+        END IF;
+    END LOOP;
+    RETURN true;
+END $$;
+
+-- Writes an execution if it is still at `version`, as v2's. A label worker its owner named
+-- moves only its labelled steps' claims and reports (hr.label_work_only), never the rest of
+-- the row: the starter's runner applies what it reports.
 CREATE OR REPLACE FUNCTION hr.pipeline_swap(p jsonb) RETURNS boolean
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = hr, pg_temp AS $$
 DECLARE
     cur hr.pipelines;
     status_ text := p->>'status';
-    owner_ boolean;
 BEGIN
     SELECT * INTO cur FROM hr.pipelines WHERE execution_id = p->>'execution_id' FOR UPDATE;
     IF NOT FOUND OR cur.version IS DISTINCT FROM (p->>'version')::bigint THEN
         RETURN false;
     END IF;
-    owner_ := cur.owner = session_user;
-    IF hr.works_on(cur) THEN
+    IF cur.owner = session_user THEN
         IF hr.is_final(cur.status) AND (status_ IS DISTINCT FROM cur.status
                                         OR cur.steps IS DISTINCT FROM p->'steps') THEN
             RAISE EXCEPTION 'pipeline %: it has ended (%)', cur.execution_id, cur.status
@@ -347,9 +400,15 @@ BEGIN
         PERFORM hr.check_human_steps(cur.execution_id, cur.name, cur.owner, cur.definition,
             cur.steps, p->'steps');
         UPDATE hr.pipelines SET steps = p->'steps', status = status_, reason = p->>'reason',
-            runner = CASE WHEN owner_ THEN p->>'runner' ELSE cur.runner END,
-            heartbeat_at = CASE WHEN owner_ THEN p->>'heartbeat_at' ELSE cur.heartbeat_at END,
-            updated_at = hr.now(), version = version + 1
+            runner = p->>'runner', heartbeat_at = p->>'heartbeat_at', updated_at = hr.now(),
+            version = version + 1
+        WHERE execution_id = cur.execution_id;
+    ELSIF hr.works_on(cur) THEN
+        IF hr.is_final(cur.status) OR NOT hr.label_work_only(cur, p->'steps') THEN
+            RAISE EXCEPTION 'pipeline %: a label worker moves only the labelled steps it claims',
+                cur.execution_id USING ERRCODE = 'insufficient_privilege';
+        END IF;
+        UPDATE hr.pipelines SET steps = p->'steps', updated_at = hr.now(), version = version + 1
         WHERE execution_id = cur.execution_id;
     ELSIF hr.is_operator() THEN
         IF status_ IS DISTINCT FROM 'cancelled' OR hr.is_final(cur.status) THEN
@@ -376,7 +435,10 @@ CREATE FUNCTION hr.sees_run(r hr.tool_runs) RETURNS boolean LANGUAGE sql STABLE 
     SELECT r.runner_login = session_user OR hr.reads_all()
         OR EXISTS (SELECT 1 FROM hr.pipelines p
                    WHERE p.execution_id = r.execution_id AND hr.works_on(p)
-                     AND (r.runner_login = p.owner OR p.workers ? r.runner_login))
+                     AND (r.runner_login = p.owner OR p.workers ? r.runner_login)
+                     -- a step's own run of this execution, not any run its id was given to
+                     AND left(r.metadata->>'pipeline', length(p.execution_id) + 1)
+                         = p.execution_id || '/')
 $$;
 
 CREATE OR REPLACE FUNCTION hr.execution_runs(p_ex text) RETURNS SETOF jsonb
@@ -402,12 +464,13 @@ $$;
 CREATE FUNCTION hr.shared_logins() RETURNS TABLE (login text, host text, uids bigint[])
 LANGUAGE sql STABLE SECURITY DEFINER SET search_path = hr, pg_temp AS $$
     SELECT r.runner_login, coalesce(r.host, ''),
-        array_agg(DISTINCT (r.metadata->>'uid')::bigint ORDER BY (r.metadata->>'uid')::bigint)
+        array_agg(DISTINCT CASE WHEN r.metadata->>'uid' ~ '^[0-9]{1,12}$'
+                                THEN (r.metadata->>'uid')::bigint ELSE -1 END)
     FROM hr.tool_runs r
-    WHERE r.metadata->>'uid' ~ '^[0-9]{1,12}$'
-      AND (hr.reads_all() OR r.runner_login = session_user
+    WHERE (hr.reads_all() OR r.runner_login = session_user
            OR pg_has_role(session_user, (SELECT nspowner FROM pg_namespace WHERE nspname = 'hr'),
                           'MEMBER'))
     GROUP BY r.runner_login, coalesce(r.host, '')
-    HAVING count(DISTINCT r.metadata->>'uid') > 1
+    -- A run that says no uid, or not a number, counts as a user of its own (-1).
+    HAVING count(DISTINCT coalesce(r.metadata->>'uid', '?')) > 1
 $$;
