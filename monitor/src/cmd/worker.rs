@@ -39,8 +39,9 @@ moved while no runner was alive, is resumed with `monitor pipeline resume`. With
 the worker also runs the ready steps whose `host:` is one of its labels, of its own
 identity's executions — and of another login's that named this worker's login (`pipeline
 run --workers`) when this user's config trusts it ([worker] pipelines_from) — beats on them
-while they run, and writes their outcomes; the execution's runner goes on from there. A
-step starts only when the stored definition is the one pinned at the start.
+while they run, and reports how they ended; the execution's runner applies that and goes
+on from there. A step starts only when the stored definition is the one pinned at the
+start.
 
 --once does one pass, waits for the re-runs it started (retrying failed starts), and exits:
 0, or 1 when the database could not be used.
