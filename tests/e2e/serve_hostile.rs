@@ -403,7 +403,7 @@ fn plain_http_off_loopback_is_refused_unless_the_risk_is_taken() {
 }
 
 #[test]
-fn a_tls_key_others_may_read_or_a_link_is_refused_and_a_private_one_serves() {
+fn a_tls_key_others_may_read_is_refused_and_a_private_one_serves_even_through_a_link() {
     use std::os::unix::fs::PermissionsExt;
     let curl = need("curl", "curl");
     let env = TestEnv::new();
@@ -424,19 +424,20 @@ fn a_tls_key_others_may_read_or_a_link_is_refused_and_a_private_one_serves() {
         "{}",
         out.stderr
     );
-    std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o600)).unwrap();
+    // A link to it (certbot's live/…/privkey.pem) is checked at its end: still refused.
     let link = env.path().join("link.key");
     std::os::unix::fs::symlink(&key, &link).unwrap();
     let out = serve(&link);
     out.expect_code(2);
-    assert!(out.stderr.contains("symbolic link"), "{}", out.stderr);
+    assert!(out.stderr.contains("mode 644"), "{}", out.stderr);
+    std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o600)).unwrap();
     let out = serve(env.path());
     out.expect_code(2);
     assert!(out.stderr.contains("not a regular file"), "{}", out.stderr);
 
     // 0600 serves, on any address (TLS makes it safe), and a client silent in its
     // handshake is cut off.
-    let (cert, key) = (cert.display().to_string(), key.display().to_string());
+    let (cert, key) = (cert.display().to_string(), link.display().to_string());
     let served = Served::start_on(
         &env,
         "0.0.0.0",

@@ -50,27 +50,18 @@ pub fn refuse_listen(addr: SocketAddr, tls: bool, insecure_plain_http: bool) -> 
     ))
 }
 
-/// The private key's PEM: opened without following a link and checked on the open file
-/// (what is checked is what is read), a regular file of this user (or root) that nobody
-/// else may read or write.
+/// The private key's PEM, checked on the open file (what is checked is what is read): a
+/// regular file of this user (or root) that nobody else may read or write — also through a
+/// link (certbot's `live/…/privkey.pem`), since only the file's owner could put another
+/// such file at its end.
 pub fn read_private_key(file: &Path) -> Result<Vec<u8>, String> {
     use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
     // O_NONBLOCK: a FIFO put in its place would otherwise hold the open until a writer came.
     let f = std::fs::OpenOptions::new()
         .read(true)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+        .custom_flags(libc::O_NONBLOCK)
         .open(file)
-        .map_err(|e| {
-            if e.raw_os_error() == Some(libc::ELOOP) {
-                format!(
-                    "--tls-key {}: a symbolic link (whoever can change the link chooses the \
-                     key); give the file itself",
-                    file.display()
-                )
-            } else {
-                format!("--tls-key {}: {e}", file.display())
-            }
-        })?;
+        .map_err(|e| format!("--tls-key {}: {e}", file.display()))?;
     let meta = f
         .metadata()
         .map_err(|e| format!("--tls-key {}: {e}", file.display()))?;
@@ -305,7 +296,7 @@ mod tests {
     }
 
     #[test]
-    fn a_private_key_must_be_a_private_regular_file_not_a_link() {
+    fn a_private_key_must_be_a_private_regular_file_whatever_link_leads_to_it() {
         let dir = tempfile::tempdir().unwrap();
         let key = dir.path().join("server.key");
         std::fs::write(&key, "-----BEGIN PRIVATE KEY-----\n").unwrap();
@@ -322,11 +313,13 @@ mod tests {
                 "{why}"
             );
         }
-        chmod(0o600).unwrap();
+        // Through a link, the file at its end is what is checked.
         let link = dir.path().join("link.key");
         std::os::unix::fs::symlink(&key, &link).unwrap();
-        let why = read_private_key(&link).unwrap_err();
-        assert!(why.contains("symbolic link"), "{why}");
+        chmod(0o644).unwrap();
+        assert!(read_private_key(&link).unwrap_err().contains("chmod 600"));
+        chmod(0o600).unwrap();
+        assert!(read_private_key(&link).is_ok());
         let why = read_private_key(dir.path()).unwrap_err();
         assert!(why.contains("not a regular file"), "{why}");
         // A FIFO is refused at once, not waited on.
