@@ -65,11 +65,19 @@ impl SqliteStore {
     }
 
     fn new(paths: StatePaths, mode: OpenMode) -> Self {
+        let actor = crate::proc::current_user();
+        // The same user, looked up once (the usual case: no setuid in between).
+        let euid = crate::proc::effective_uid();
+        let identity = if euid == crate::proc::real_uid() {
+            actor.clone()
+        } else {
+            crate::proc::user_name(euid)
+        };
         SqliteStore {
             paths,
             mode,
-            actor: crate::proc::current_user(),
-            identity: crate::proc::user_name(crate::proc::effective_uid()),
+            actor,
+            identity,
             conn: None,
             db_file: None,
             was_replaced: false,
