@@ -316,11 +316,10 @@ pub fn not_own(path: &Path, meta: &fs::Metadata, want_dir: bool) -> Option<Strin
     let me = crate::proc::effective_uid();
     (meta.uid() != me).then(|| {
         format!(
-            "{} is owned by {} (uid {}), not by you ({}, uid {me}): a state store is its owner's alone; run as its owner, or give each user a state dir of their own (or the PostgreSQL store for several)",
+            "{} is owned by {}, not by you, {}: a state store is its owner's alone; run as its owner, or give each user a state dir of their own (or the PostgreSQL store for several)",
             path.display(),
-            crate::proc::user_name(meta.uid()),
-            meta.uid(),
-            crate::proc::user_name(me),
+            crate::proc::describe_uid(meta.uid()),
+            crate::proc::describe_uid(me),
         )
     })
 }
@@ -488,6 +487,56 @@ mod tests {
                 "{bad}"
             );
         }
+    }
+
+    /// What the embedded store refuses to write (DESIGN §14): a link where a state file
+    /// goes (the database's journal files too), a database directory others may write, and
+    /// a state file with another hard link.
+    #[test]
+    fn a_store_reached_through_links_or_open_to_others_is_not_the_callers() {
+        let tmp = tempfile::tempdir().unwrap();
+        let paths = StatePaths::at(tmp.path().join("state"));
+        paths.ensure_dirs().unwrap();
+        assert_eq!(
+            paths.foreign_store(),
+            None,
+            "a fresh state dir is its owner's"
+        );
+        touch_private(&paths.db).unwrap();
+        assert_eq!(paths.foreign_store(), None);
+        let elsewhere = tmp.path().join("elsewhere");
+        std::os::unix::fs::symlink(&elsewhere, tmp.path().join("state/state.db-wal")).unwrap();
+        assert!(
+            paths
+                .foreign_store()
+                .is_some_and(|w| w.contains("state.db-wal") && w.contains("symbolic link"))
+        );
+        fs::remove_file(tmp.path().join("state/state.db-wal")).unwrap();
+        // A database kept elsewhere, in a directory others may write.
+        let shared = tmp.path().join("shared");
+        fs::create_dir(&shared).unwrap();
+        fs::set_permissions(&shared, fs::Permissions::from_mode(0o777)).unwrap();
+        let elsewhere_db = StatePaths {
+            db: shared.join("x.db"),
+            ..paths.clone()
+        };
+        assert!(
+            elsewhere_db
+                .foreign_store()
+                .is_some_and(|w| w.contains("writable by others"))
+        );
+        fs::set_permissions(&shared, fs::Permissions::from_mode(0o755)).unwrap();
+        assert_eq!(elsewhere_db.foreign_store(), None);
+        // A log with another hard link (someone linked a file of the caller's there).
+        let log = paths.combined_log();
+        fs::hard_link(&paths.db, &log).unwrap();
+        let err = open_private_append(&log).unwrap_err();
+        assert!(err.to_string().contains("hard links"), "{err}");
+        // A log that is a link is not opened through it.
+        fs::remove_file(&log).unwrap();
+        std::os::unix::fs::symlink(&elsewhere, &log).unwrap();
+        assert!(open_private_append(&log).is_err());
+        assert!(!elsewhere.exists(), "created through a link");
     }
 
     #[test]

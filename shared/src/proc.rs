@@ -223,6 +223,15 @@ pub fn passwd_file_name(text: &str, uid: u32) -> Option<String> {
     })
 }
 
+/// A user as messages name one: `alice (uid 1000)`, or `uid 4242` when the name is unknown
+/// (cleaned: a name comes from the password database).
+pub fn describe_uid(uid: u32) -> String {
+    match user_name(uid) {
+        name if name.starts_with("uid:") => format!("uid {uid}"),
+        name => format!("{} (uid {uid})", crate::sanitize::sanitize_line(&name)),
+    }
+}
+
 /// The OS user running this process, by real uid.
 pub fn current_user() -> String {
     user_name(real_uid())

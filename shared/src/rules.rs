@@ -179,12 +179,9 @@ pub fn not_owned(run: &ToolRun, identity: &str, uid: u32) -> Option<String> {
 fn claimed_uid(run: &ToolRun, uid: u32) -> Option<String> {
     let claimed = run.uid()?;
     (claimed != u64::from(uid)).then(|| {
-        let who = match u32::try_from(claimed).map(crate::proc::user_name) {
-            Ok(name) if !name.starts_with("uid:") => {
-                format!("{} (uid {claimed})", crate::sanitize::sanitize_line(&name))
-            }
-            _ => format!("uid {claimed}"),
-        };
+        let who = u32::try_from(claimed)
+            .map(crate::proc::describe_uid)
+            .unwrap_or_else(|_| format!("uid {claimed}"));
         format!("it was run by {who}, not by uid {uid}: only its own user may run it again")
     })
 }
@@ -238,10 +235,7 @@ pub fn resume_note(run: &ToolRun, me: Option<&Executor<'_>>) -> String {
     let user = run
         .uid()
         .and_then(|u| u32::try_from(u).ok())
-        .map(|u| match crate::proc::user_name(u) {
-            name if name.starts_with("uid:") => format!(", as uid {u}"),
-            name => format!(", as {} (uid {u})", sanitize_line(&name)),
-        })
+        .map(|u| format!(", as {}", crate::proc::describe_uid(u)))
         .unwrap_or_default();
     let base = format!("by a worker of {who} {place}{user}");
     match me.and_then(|m| not_ours(run, m).map(|why| (m, why))) {
@@ -269,8 +263,8 @@ pub fn execution_not_ours(
     }
     let claimed = ex.uid.filter(|u| *u != uid)?;
     Some(format!(
-        "it was started as {} (uid {claimed}), not as uid {uid}: only its own user runs its steps",
-        crate::sanitize::sanitize_line(&crate::proc::user_name(claimed))
+        "it was started as {}, not as uid {uid}: only its own user runs its steps",
+        crate::proc::describe_uid(claimed)
     ))
 }
 

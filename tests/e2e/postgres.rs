@@ -2224,3 +2224,70 @@ fn an_approvals_times_are_the_servers_whatever_the_runner_says() {
         "not expired on arrival"
     );
 }
+
+/// DESIGN §14 (an approval never changes under the operator): a takeover is checked by
+/// the server against the two runs it keeps. A tool holding the runner login that starts a
+/// run of another command, copying the waiting run's fingerprint and screen, does not get
+/// its approval: the operator's "yes" stays bound to the command it was asked for.
+#[test]
+fn a_takeover_needs_the_same_stored_command_whatever_fingerprint_the_runner_sends() {
+    let env = TestEnv::new();
+    let (db, runner, _operator) = initialised(&env);
+    let start = |id: &str, cap: &str, argv: &str| {
+        format!(
+            "SELECT hr.run_start('{{\"tool_run_id\": \"{id}\", \"tool_name\": \"deploy\", \"status\": \"running\", \"started_at\": \"x\", \"updated_at\": \"x\", \"cwd\": \"/w\", \"host\": \"h\", \"argv_json\": {argv}, \"metadata\": {{\"uid\": 0}}}}', 'same-fingerprint', false, '{cap}');"
+        )
+    };
+    let take_over = |id: &str, cap: &str| {
+        format!(
+            "SELECT hr.approval_take_over('{id}', '{cap}', 'AP-01M8TAKE0VER0000000000000A', '{{\"screen_digest\": \"s\"}}', 'TR-01M8TAKE0VER0000000000000A', true) IS NULL"
+        )
+    };
+    let (a, b, c) = ("a".repeat(40), "b".repeat(40), "c".repeat(40));
+    db.sql_as(
+        &runner,
+        &format!(
+            "{} SELECT hr.approval_ask('TR-01M8TAKE0VER0000000000000A', '{a}', '{{\"approval_id\": \"AP-01M8TAKE0VER0000000000000A\", \"question\": \"Deploy?\", \"screen_digest\": \"s\"}}', 'AP-01M8TAKE0VER0000000000000B'); SELECT hr.run_status('TR-01M8TAKE0VER0000000000000A', '{a}', 'waiting_approval', 'parked', 90, false, NULL, NULL, 'not_final');",
+            start("TR-01M8TAKE0VER0000000000000A", &a, "[\"deploy\", \"staging\"]")
+        ),
+    )
+    .expect_code(0);
+    // Another command line with the same fingerprint and screen: refused (NULL).
+    let other = db.sql_as(
+        &runner,
+        &format!(
+            "{} {}",
+            start(
+                "TR-01M8TAKE0VER0000000000000B",
+                &b,
+                "[\"deploy\", \"prod\"]"
+            ),
+            take_over("TR-01M8TAKE0VER0000000000000B", &b)
+        ),
+    );
+    other.expect_code(0);
+    assert!(other.out().trim().ends_with('t'), "{}", other.context());
+    assert_eq!(
+        db.value("SELECT tool_run_id FROM hr.approvals WHERE approval_id = 'AP-01M8TAKE0VER0000000000000A'"),
+        "TR-01M8TAKE0VER0000000000000A"
+    );
+    // The same command (a true retry): taken over, its text as it was.
+    let retry = db.sql_as(
+        &runner,
+        &format!(
+            "{} {}",
+            start(
+                "TR-01M8TAKE0VER0000000000000C",
+                &c,
+                "[\"deploy\", \"staging\"]"
+            ),
+            take_over("TR-01M8TAKE0VER0000000000000C", &c)
+        ),
+    );
+    retry.expect_code(0);
+    assert!(retry.out().trim().ends_with('f'), "{}", retry.context());
+    assert_eq!(
+        db.value("SELECT tool_run_id || ' ' || question FROM hr.approvals WHERE approval_id = 'AP-01M8TAKE0VER0000000000000A'"),
+        "TR-01M8TAKE0VER0000000000000C Deploy?"
+    );
+}

@@ -828,7 +828,7 @@ impl SharedLogin {
             .uids
             .iter()
             .map(|u| match u32::try_from(*u) {
-                Ok(uid) => format!("{} (uid {uid})", crate::proc::user_name(uid)),
+                Ok(uid) => crate::proc::describe_uid(uid),
                 Err(_) => format!("uid {u}"),
             })
             .collect();
