@@ -17,6 +17,7 @@ use crate::approvals::PromptKind;
 use crate::config::PromptRuleConfig;
 use crate::event::ApprovalOption;
 use crate::sanitize::sanitize_line;
+use crate::widget::{self, Bracketed, line_keys, opt};
 use regex::Regex;
 use std::sync::LazyLock;
 
@@ -89,6 +90,12 @@ impl Prompt {
     /// The bytes to type for a chosen value: an option's keys, or free text where allowed.
     /// `None` for a value that does not answer (`abort`) or is not acceptable.
     pub fn keys_for(&self, value: &str, canonical: bool) -> Option<Vec<u8>> {
+        // A confirm's answers are `yes` and `no`; `y` and `n` say the same.
+        let value = match (self.kind, value) {
+            (PromptKind::Confirm, "y" | "Y") => "yes",
+            (PromptKind::Confirm, "n" | "N") => "no",
+            _ => value,
+        };
         if let Some(o) = self.options.iter().find(|o| o.value == value) {
             return o.keys.as_ref().map(|k| k.as_bytes().to_vec());
         }
@@ -96,22 +103,6 @@ impl Prompt {
             return Some(line_keys(value, canonical).into_bytes());
         }
         None
-    }
-}
-
-fn line_keys(text: &str, canonical: bool) -> String {
-    if canonical {
-        format!("{text}\r")
-    } else {
-        text.to_owned()
-    }
-}
-
-fn opt(value: &str, label: &str, keys: Option<String>) -> ApprovalOption {
-    ApprovalOption {
-        value: value.to_owned(),
-        label: label.to_owned(),
-        keys,
     }
 }
 
@@ -220,31 +211,29 @@ pub fn classify<'r>(
         return p;
     }
 
-    if let Some((options, default)) = letter_menu(&p.prompt_line, canonical) {
-        p.kind = PromptKind::Choice;
-        p.rule = "generic:letter-menu".into();
-        p.options = options;
-        p.default = default;
-        return p;
-    }
-    if let Some((options, default)) = yes_no(&p.prompt_line, canonical) {
-        p.kind = PromptKind::Choice;
-        p.rule = "generic:yes-no".into();
-        p.options = options;
-        p.default = default;
-        return p;
-    }
-    if let Some((options, default)) = slash_choices(&p.prompt_line, canonical) {
-        p.kind = PromptKind::Choice;
-        p.rule = "generic:choices".into();
-        p.options = options;
-        p.default = default;
+    // One-line widgets (DESIGN §15): a letter choice, a confirm, a number in a range,
+    // words to choose from, a word to type in full.
+    let above: Vec<&str> = nonempty[nonempty.len().saturating_sub(16)..].to_vec();
+    let shape = widget::letters(&p.prompt_line, &above, canonical)
+        .or_else(|| widget::confirm(&p.prompt_line, canonical))
+        .or_else(|| widget::number(&p.prompt_line, &above, canonical))
+        .or_else(|| widget::choices(&p.prompt_line, &above, canonical))
+        .or_else(|| {
+            let asked: Vec<&str> = p.question.lines().collect();
+            widget::typed_word(&asked, canonical)
+        });
+    if let Some(shape) = shape {
+        p.kind = shape.kind;
+        p.rule = shape.rule.into();
+        p.options = shape.options;
+        p.default = shape.default;
+        p.allows_text = shape.allows_text;
         return p;
     }
     let tall = &nonempty[nonempty.len().saturating_sub(40)..];
     if let Some((options, default)) = column_menu(tall, &p.prompt_line, canonical) {
         (p.question, p.context) = split_question(&rows, &prompt_line, MENU_QUESTION_LINES);
-        p.kind = PromptKind::Menu;
+        p.kind = PromptKind::Select;
         p.rule = "generic:column-menu".into();
         p.options = options;
         p.default = default;
@@ -258,7 +247,7 @@ pub fn classify<'r>(
         numbered_menu(tail, canonical).filter(|_| !ACKNOWLEDGE_ONLY.is_match(&p.prompt_line))
     {
         (p.question, p.context) = split_question(&rows, &prompt_line, MENU_QUESTION_LINES);
-        p.kind = PromptKind::Menu;
+        p.kind = PromptKind::Select;
         p.rule = "generic:numbered-menu".into();
         p.options = options;
         p.default = default;
@@ -271,25 +260,28 @@ pub fn classify<'r>(
         p.default = Some("continue".into());
         return p;
     }
-    if let Some(c) = TEXT_DEFAULT
-        .captures(&p.prompt_line)
-        .or_else(|| paren_default(&p.prompt_line))
-    {
-        let default = c[1].trim().to_owned();
+    if let Some(inner) = text_bracket(&p.prompt_line) {
         p.kind = PromptKind::Text;
-        p.rule = "generic:text-default".into();
         p.allows_text = true;
-        if default.is_empty() {
-            p.options = vec![opt("empty", "Empty answer (Enter)", Some("\r".into()))];
-        } else {
-            p.options = vec![opt(
-                &default,
-                &format!("The default ({default})"),
-                Some("\r".into()),
-            )];
-            p.default = Some(default);
+        match widget::bracketed(&inner) {
+            Bracketed::Default(default) => {
+                p.rule = "generic:text-default".into();
+                p.options = vec![opt(
+                    &default,
+                    &format!("The default ({default})"),
+                    Some("\r".into()),
+                )];
+                p.default = Some(default);
+                return p;
+            }
+            Bracketed::MayBeEmpty => {
+                p.rule = "generic:text-optional".into();
+                p.options = vec![opt("empty", "Empty answer (Enter)", Some("\r".into()))];
+                return p;
+            }
+            // A hint (`(m for help)`): a question with free text, no default.
+            Bracketed::Hint => {}
         }
-        return p;
     }
     p.kind = PromptKind::Unknown;
     p.allows_text = true;
@@ -421,97 +413,20 @@ static PRESS_ENTER: LazyLock<Regex> = LazyLock::new(|| {
     Regex::new(r"(?i)\bpress\s+(enter|return|any key|<enter>|\[enter\])").expect("press regex")
 });
 
-/// `package name: (probe)`, `? Project name (demo)` — a text prompt with its default in
-/// parentheses at the end (npm init, @inquirer `input`), which Enter on an empty field
-/// takes. Not a remark such as `(optional)`, and not choices (`(y/n)`, `(1-3)`).
-fn paren_default(line: &str) -> Option<regex::Captures<'_>> {
+/// The bracketed text that closes a text prompt: `Country Name (2 letter code) [AU]:`,
+/// `package name: (probe)`, `? Project name (demo)` — a default, a hint or a note that the
+/// field may stay empty ([`widget::bracketed`] tells which).
+fn text_bracket(line: &str) -> Option<String> {
+    static SQUARE: LazyLock<Regex> =
+        LazyLock::new(|| Regex::new(r"\[([^\[\]]{0,80})\]\s*:\s*$").expect("text default regex"));
     static PAREN: LazyLock<Regex> = LazyLock::new(|| {
-        Regex::new(r"(?:[:?]\s*|\s)\(([^()/|]{1,60})\)\s*:?\s*$").expect("paren default regex")
+        Regex::new(r"(?:[:?]\s*|\s)\(([^()|]{1,60})\)\s*[:?]?\s*$").expect("paren default regex")
     });
-    let c = PAREN.captures(line)?;
-    let word = c[1].trim().to_ascii_lowercase();
-    let remark = [
-        "optional",
-        "required",
-        "default",
-        "recommended",
-        "experimental",
-        "beta",
-        "y",
-        "n",
-        "yes",
-        "no",
-        "none",
-        "empty",
-        // Units: `Disk size (GB):` names what to type, not a default.
-        "b",
-        "kb",
-        "mb",
-        "gb",
-        "tb",
-        "kib",
-        "mib",
-        "gib",
-        "bytes",
-        "%",
-        "s",
-        "ms",
-        "sec",
-        "secs",
-        "seconds",
-        "min",
-        "minutes",
-        "hours",
-        "days",
-        "px",
-        "in",
-        "cm",
-    ];
-    let range = word.split_once('-').is_some_and(|(a, b)| {
-        a.trim().chars().all(|c| c.is_ascii_digit()) && b.trim().chars().all(|c| c.is_ascii_digit())
-    });
-    (!remark.contains(&word.as_str())
-        && !range
-        && !word.starts_with("e.g")
-        && !word.contains("press"))
-    .then_some(c)
+    SQUARE
+        .captures(line)
+        .or_else(|| PAREN.captures(line))
+        .map(|c| c[1].to_owned())
 }
-
-/// rich's `Pick a color [red/green/blue] (green): ` and kin: words between slashes in
-/// brackets, an optional `(default)` after them. Each word is an option typed as itself.
-fn slash_choices(line: &str, canonical: bool) -> Option<(Vec<ApprovalOption>, Option<String>)> {
-    static CHOICES: LazyLock<Regex> = LazyLock::new(|| {
-        Regex::new(r"\[([\w.-]+(?:/[\w.-]+)+)\]\s*(?:\(([\w.-]+)\))?\s*:?\s*$")
-            .expect("choices regex")
-    });
-    let c = CHOICES.captures(line)?;
-    let words: Vec<&str> = c[1].split('/').collect();
-    // A path or a format in brackets is a text prompt's default (`Branch [origin/main]:`,
-    // `Format [YYYY/MM/DD]:`): choices come with a `(default)` after them, or are three or
-    // more words none of which is all capitals.
-    let choices_shaped = c.get(2).is_some()
-        || (words.len() >= 3
-            && !words
-                .iter()
-                .any(|w| w.len() > 1 && w.chars().all(|ch| ch.is_ascii_uppercase())));
-    if words.len() > 12 || !choices_shaped {
-        return None;
-    }
-    let options = words
-        .iter()
-        .map(|w| opt(w, w, Some(line_keys(w, canonical))))
-        .collect();
-    let default = c
-        .get(2)
-        .map(|d| d.as_str())
-        .filter(|d| words.contains(d))
-        .map(str::to_owned);
-    Some((options, default))
-}
-
-/// `Country Name (2 letter code) [AU]:` — a text prompt with its default in brackets.
-static TEXT_DEFAULT: LazyLock<Regex> =
-    LazyLock::new(|| Regex::new(r"\[([^\[\]]{0,80})\]\s*:\s*$").expect("text default regex"));
 
 /// A prompt line that asks for a secret by its words (password, token, API key, unseal
 /// key, OTP or 2FA code, credentials …) — whatever the terminal's echo says, since raw-mode
@@ -521,7 +436,7 @@ static TEXT_DEFAULT: LazyLock<Regex> =
 fn is_secret_text(line: &str, canonical: bool) -> bool {
     let t = line.trim();
     let field = t.ends_with(':') || (!canonical && (t.starts_with('?') || t.ends_with('>')));
-    field && SECRET.is_match(t) && yes_no(t, true).is_none() && letter_menu(t, true).is_none()
+    field && SECRET.is_match(t) && !offers_choices(t)
 }
 
 /// A full-screen program's input box that asks for a secret, near the bottom of the screen
@@ -558,104 +473,7 @@ fn secret_field_shown(rows: &[String], below: &[String]) -> Option<String> {
 
 /// Whether a line offers generic choices (`[y/N]`, `(yes/no)`, `(Y)es/(N)o/…`).
 pub fn offers_choices(line: &str) -> bool {
-    yes_no(line, true).is_some() || letter_menu(line, true).is_some()
-}
-
-/// `[y/N]`, `(Y/n)`, `[yes/no]`, `(yes/no/[fingerprint])`, `([y]/n)`, `(y)`, `(yes)`.
-fn yes_no(line: &str, canonical: bool) -> Option<(Vec<ApprovalOption>, Option<String>)> {
-    static GROUP: LazyLock<Regex> =
-        LazyLock::new(|| Regex::new(r"[\[(]([^\[\]()]*(?:\[[^\]]*\][^\[\]()]*)*)[\])]").unwrap());
-    // The last bracketed group that reads as yes/no.
-    for c in GROUP
-        .captures_iter(line)
-        .collect::<Vec<_>>()
-        .into_iter()
-        .rev()
-    {
-        let inner = &c[1];
-        let mut yes = None;
-        let mut no = None;
-        let mut default = None;
-        let mut other = false;
-        for raw in inner.split('/') {
-            let t = raw.trim();
-            let bracketed = t.starts_with('[') && t.ends_with(']');
-            let word = t.trim_matches(|c| c == '[' || c == ']');
-            let lower = word.to_ascii_lowercase();
-            let is_default = bracketed
-                || (word.len() == 1 && word.chars().all(|c| c.is_ascii_uppercase()))
-                || (word.len() > 1
-                    && word.chars().next().is_some_and(|c| c.is_ascii_uppercase())
-                    && inner.split('/').count() > 1
-                    && !inner.split('/').all(|w| {
-                        w.trim()
-                            .trim_matches(|c| c == '[' || c == ']')
-                            .chars()
-                            .next()
-                            .is_some_and(|c| c.is_ascii_uppercase())
-                    }));
-            match lower.as_str() {
-                "y" | "yes" => {
-                    yes = Some(lower.clone());
-                    if is_default {
-                        default = Some(lower.clone());
-                    }
-                }
-                "n" | "no" => {
-                    no = Some(lower.clone());
-                    if is_default {
-                        default = Some(lower.clone());
-                    }
-                }
-                "fingerprint" if bracketed => {}
-                _ => other = true,
-            }
-        }
-        if other {
-            continue;
-        }
-        let Some(yes) = yes else { continue };
-        let single = no.is_none();
-        let no = no.unwrap_or_else(|| if yes == "y" { "n".into() } else { "no".into() });
-        if single {
-            // `(y)` / `(yes)`: the one shown is what Enter gives.
-            default = Some(yes.clone());
-        }
-        let options = vec![
-            opt(&yes, "Yes", Some(line_keys(&yes, canonical))),
-            opt(&no, "No", Some(line_keys(&no, canonical))),
-        ];
-        return Some((options, default));
-    }
-    None
-}
-
-/// `(i)gnore, (w)ipe, (b)ackup` and `(Y)es/(N)o/(A)ll/(S)kip all/(D)on't ask again [Yes]:`.
-fn letter_menu(line: &str, canonical: bool) -> Option<(Vec<ApprovalOption>, Option<String>)> {
-    static ITEM: LazyLock<Regex> =
-        LazyLock::new(|| Regex::new(r"\(([A-Za-z])\)([A-Za-z' ]*[A-Za-z'])?").unwrap());
-    static DEFAULT: LazyLock<Regex> =
-        LazyLock::new(|| Regex::new(r"\[([A-Za-z' ]+)\]\s*:?\s*$").unwrap());
-    let mut options: Vec<ApprovalOption> = Vec::new();
-    for c in ITEM.captures_iter(line) {
-        let letter = c[1].to_ascii_lowercase();
-        let label = format!("{}{}", &c[1], c.get(2).map_or("", |m| m.as_str()));
-        if options.iter().any(|o| o.value == letter) {
-            continue;
-        }
-        options.push(opt(&letter, &label, Some(line_keys(&letter, canonical))));
-    }
-    if options.len() < 2 {
-        return None;
-    }
-    let default = DEFAULT.captures(line).and_then(|c| {
-        let word = c[1].trim().to_ascii_lowercase();
-        options
-            .iter()
-            .find(|o| o.label.to_ascii_lowercase() == word || o.value == word)
-            .map(|o| o.value.clone())
-    });
-    Some((options, default))
+    widget::confirm(line, true).is_some() || widget::letters(line, &[], true).is_some()
 }
 
 /// Lines such as `1) Proceed`, `2. Yes`, `❯ 1. Yes`, `[3] Cancel`, numbered from 1.
@@ -1003,9 +821,10 @@ fn select_prompt(p: &mut Prompt, rows: &[String], below: &[String], cursor_hidde
         p.question = format!("{}\n{}", p.question, explained.join("\n"));
     }
     p.prompt_line = title;
-    p.kind = PromptKind::Menu;
+    p.kind = PromptKind::Select;
     p.allows_text = false;
     if menu.checkbox {
+        p.kind = PromptKind::MultiSelect;
         let chosen: Vec<&str> = menu
             .items
             .iter()
@@ -1062,19 +881,21 @@ fn builtin(tool: &str, p: &mut Prompt, canonical: bool) -> bool {
     });
     let line = p.prompt_line.clone();
     if let Some(c) = COREUTILS.captures(&line) {
-        p.kind = PromptKind::Choice;
+        // Anything but `y` is no: a confirm whose default is no.
+        p.kind = PromptKind::Confirm;
         p.rule = format!("builtin:{}", &c[1]);
         p.options = vec![
-            opt("y", "Yes", Some(line_keys("y", canonical))),
-            opt("n", "No", Some(line_keys("n", canonical))),
+            opt("yes", "Yes", Some(line_keys("y", canonical))),
+            opt("no", "No", Some(line_keys("n", canonical))),
         ];
-        p.default = Some("n".into());
+        p.default = Some("no".into());
         return true;
     }
     if line.trim_end().ends_with("Enter a value:")
         && (p.question.contains("Only 'yes' will be accepted") || tool == "terraform")
     {
-        p.kind = PromptKind::Choice;
+        // A word typed in full: anything but `yes` cancels.
+        p.kind = PromptKind::Word;
         p.rule = "builtin:terraform".into();
         p.options = vec![
             opt(
@@ -1091,7 +912,7 @@ fn builtin(tool: &str, p: &mut Prompt, canonical: bool) -> bool {
         && p.question
             .contains("Would you like to run the following command?")
     {
-        p.kind = PromptKind::Menu;
+        p.kind = PromptKind::Select;
         p.rule = "builtin:codex".into();
         p.options = vec![
             opt("1", "Yes, proceed", Some("y".into())),
@@ -1187,16 +1008,20 @@ mod tests {
     #[test]
     fn yes_no_shapes_and_their_defaults() {
         for (text, vals, default) in [
-            ("Do you want to continue? [Y/n] ", ["y", "n"], Some("y")),
+            (
+                "Do you want to continue? [Y/n] ",
+                ["yes", "no"],
+                Some("yes"),
+            ),
             (
                 "Are you sure you want to continue? [y/N] ",
-                ["y", "n"],
-                Some("n"),
+                ["yes", "no"],
+                Some("no"),
             ),
-            ("Proceed (Y/n)? ", ["y", "n"], Some("y")),
-            ("Overwrite (y/n)? ", ["y", "n"], None),
-            ("Proceed ([y]/n)? ", ["y", "n"], Some("y")),
-            ("Ok to proceed? (y) ", ["y", "n"], Some("y")),
+            ("Proceed (Y/n)? ", ["yes", "no"], Some("yes")),
+            ("Overwrite (y/n)? ", ["yes", "no"], None),
+            ("Proceed ([y]/n)? ", ["yes", "no"], Some("yes")),
+            ("Ok to proceed? (y) ", ["yes", "no"], Some("yes")),
             ("Is this OK? (yes) ", ["yes", "no"], Some("yes")),
             (
                 "Are you sure you want to continue connecting (yes/no/[fingerprint])? ",
@@ -1211,10 +1036,9 @@ mod tests {
             assert_eq!(values(&p), vals, "{text}");
             assert_eq!(p.default.as_deref(), default, "{text}");
             assert!(!p.secret);
-            assert_eq!(
-                p.keys_for(vals[0], true),
-                Some(format!("{}\r", vals[0]).into_bytes())
-            );
+            // Typed as the tool spells it: `y` for `[y/N]`, `yes` for `(yes/no)`.
+            let keys = String::from_utf8(p.keys_for("yes", true).unwrap()).unwrap();
+            assert!(keys == "y\r" || keys == "yes\r", "{text}: {keys:?}");
         }
     }
 
@@ -1232,7 +1056,9 @@ mod tests {
     fn builtin_coreutils_and_terraform() {
         let p = line("rm", "rm: remove regular file 'a.txt'? ");
         assert_eq!(p.rule, "builtin:rm");
-        assert_eq!(p.default.as_deref(), Some("n"));
+        assert_eq!(p.kind, PromptKind::Confirm);
+        assert_eq!(p.default.as_deref(), Some("no"));
+        assert_eq!(p.keys_for("yes", true), Some(b"y\r".to_vec()));
         let p = line("cp", "cp: overwrite 'b'? ");
         assert_eq!(p.rule, "builtin:cp");
         let p = line(
@@ -1276,7 +1102,7 @@ mod tests {
             false,
             false,
         );
-        assert_eq!(p.kind, PromptKind::Menu);
+        assert_eq!(p.kind, PromptKind::Select);
         assert_eq!(values(&p), ["1", "2", "3"]);
         assert_eq!(p.default.as_deref(), Some("1"));
         assert_eq!(p.rule, "generic:select");
@@ -1586,14 +1412,14 @@ alternative = "use VAULT_TOKEN"
                 "Do you want to continue? [Y/n] ",
                 true,
                 true,
-                Some((&["y", "n"], Some("y"))),
+                Some((&["yes", "no"], Some("yes"))),
             ),
             (
                 "pip",
                 "Proceed (Y/n)? ",
                 true,
                 true,
-                Some((&["y", "n"], Some("y"))),
+                Some((&["yes", "no"], Some("yes"))),
             ),
             (
                 "pip",
@@ -1607,14 +1433,14 @@ alternative = "use VAULT_TOKEN"
                 "Proceed ([y]/n)? ",
                 true,
                 true,
-                Some((&["y", "n"], Some("y"))),
+                Some((&["yes", "no"], Some("yes"))),
             ),
             (
                 "npx",
                 "Need to install the following packages:\n  cowsay@1.6.0\nOk to proceed? (y) ",
                 true,
                 true,
-                Some((&["y", "n"], Some("y"))),
+                Some((&["yes", "no"], Some("yes"))),
             ),
             (
                 "npm",
@@ -1628,28 +1454,28 @@ alternative = "use VAULT_TOKEN"
                 "rm: remove regular empty file 'x'? ",
                 true,
                 true,
-                Some((&["y", "n"], Some("n"))),
+                Some((&["yes", "no"], Some("no"))),
             ),
             (
                 "rm",
                 "rm: remove write-protected regular file 'x'? ",
                 true,
                 true,
-                Some((&["y", "n"], Some("n"))),
+                Some((&["yes", "no"], Some("no"))),
             ),
             (
                 "cp",
                 "cp: overwrite 'b'? ",
                 true,
                 true,
-                Some((&["y", "n"], Some("n"))),
+                Some((&["yes", "no"], Some("no"))),
             ),
             (
                 "mv",
                 "mv: overwrite 'b'? ",
                 true,
                 true,
-                Some((&["y", "n"], Some("n"))),
+                Some((&["yes", "no"], Some("no"))),
             ),
             (
                 "ssh",
@@ -1671,7 +1497,7 @@ alternative = "use VAULT_TOKEN"
                 "/tmp/k already exists.\nOverwrite (y/n)? ",
                 true,
                 true,
-                Some((&["y", "n"], None)),
+                Some((&["yes", "no"], None)),
             ),
             (
                 "ssh-keygen",
@@ -1703,7 +1529,7 @@ alternative = "use VAULT_TOKEN"
                 "Are you sure you want to continue? [y/N] ",
                 true,
                 true,
-                Some((&["y", "n"], Some("n"))),
+                Some((&["yes", "no"], Some("no"))),
             ),
             (
                 "terraform",
@@ -1717,7 +1543,7 @@ alternative = "use VAULT_TOKEN"
                 "Do you want to continue (Y/n)? ",
                 true,
                 true,
-                Some((&["y", "n"], Some("y"))),
+                Some((&["yes", "no"], Some("yes"))),
             ),
             (
                 "rustup-init",
@@ -1745,7 +1571,7 @@ alternative = "use VAULT_TOKEN"
                 "Create new file? (Y)es/(N)o [Yes]: ",
                 true,
                 true,
-                Some((&["y", "n"], Some("y"))),
+                Some((&["yes", "no"], Some("yes"))),
             ),
             (
                 "aider",
