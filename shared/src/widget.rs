@@ -302,7 +302,14 @@ pub fn choices(line: &str, labels: &[&str], canonical: bool) -> Option<Shape> {
             (c.get(1)?.as_str().split('/').collect(), d, d.is_some())
         } else if let Some(c) = CLICK.captures(line) {
             let d = c.get(2).map(|m| m.as_str());
-            (c.get(1)?.as_str().split(", ").collect(), d, true)
+            let words: Vec<&str> = c.get(1)?.as_str().split(", ").collect();
+            // `(eg, company)`: an example, not choices.
+            let example = ["eg", "e.g", "e.g.", "ie", "i.e", "i.e.", "ex", "example"]
+                .contains(&words[0].to_ascii_lowercase().as_str());
+            if example {
+                return None;
+            }
+            (words, d, true)
         } else {
             return None;
         };
@@ -657,6 +664,15 @@ mod tests {
         assert_eq!(s.options[1].label, "2: Open one", "labels kept");
         assert_eq!(s.default.as_deref(), Some("1"));
         assert!(choices("Branch [origin/main]:", &[], true).is_none());
+        assert!(choices("Organization Name (eg, company) []:", &[], true).is_none());
+        assert!(
+            choices(
+                "Organization Name (eg, company) [Internet Widgits Pty Ltd]:",
+                &[],
+                true
+            )
+            .is_none()
+        );
         assert!(choices("Continue? [y/n] (n)", &[], true).is_none());
     }
 

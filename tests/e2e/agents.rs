@@ -334,13 +334,13 @@ fn aider_git_question_answered_through_the_worker_creates_the_repository() {
     ];
     let out = agent(&env, "aider", &args).run();
     let a = parked(&env, &out);
-    assert_eq!(s(&a, "rule_name"), "generic:letter-menu");
+    assert_eq!(s(&a, "rule_name"), "generic:yes-no");
     assert!(
         s(&a, "prompt_line").starts_with("No git repo found, create one"),
         "{a:#?}"
     );
-    assert_eq!(option_values(&a), ["y", "n"]);
-    assert_eq!(s(&a, "default_value"), "y");
+    assert_eq!(option_values(&a), ["yes", "no"]);
+    assert_eq!(s(&a, "default_value"), "yes");
     assert!(!env.work().join(".git").exists());
     env.decide(s(&a, "approval_id"), "approve").expect_code(0);
     // The worker resumes it in its own environment (the key is never stored).

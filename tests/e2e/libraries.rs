@@ -50,7 +50,7 @@ fn inquirer_select_is_a_menu_approval_answered_by_moving_the_highlight() {
     let out = node(&env, "select").run();
     let a = parked(&env, &out);
     assert_eq!(s(&a, "rule_name"), "generic:select");
-    assert_eq!(s(&a, "prompt_kind"), "menu");
+    assert_eq!(s(&a, "prompt_kind"), "select");
     assert_eq!(s(&a, "prompt_line"), "? Pick a color");
     assert_eq!(option_values(&a), ["red", "green", "blue"]);
     assert_eq!(s(&a, "default_value"), "green", "the highlighted item");
@@ -264,11 +264,11 @@ fn rich_choices_offer_each_word_with_the_default() {
 fn click_takes_yes_for_y_and_its_bracketed_default() {
     let env = TestEnv::new();
     let a = parked(&env, &python(&env, "click-confirm").run());
-    assert_eq!(option_values(&a), ["y", "n"]);
+    assert_eq!(option_values(&a), ["yes", "no"]);
     // `yes` where the options are `y`/`n`.
     let decided = env.decide(s(&a, "approval_id"), "yes");
     decided.expect_code(0);
-    assert!(decided.out().contains("with `y`"), "{}", decided.out());
+    assert!(decided.out().contains("with `yes`"), "{}", decided.out());
     let out = python(&env, "click-confirm").run();
     assert!(out.out().contains("CONFIRMED True"), "{}", out.context());
     let b = parked(&env, &out);

@@ -517,7 +517,7 @@ fn apt_notices_go_to_the_context_not_the_question() {
             "Do you want to continue? [Y/n]",
             "{a:#?}"
         );
-        assert_eq!(s(&a, "default_value"), "y");
+        assert_eq!(s(&a, "default_value"), "yes");
         let context = s(&a, "context");
         assert!(
             context.contains("N: Ignoring file 'mirror.list.disabled-by-ci'")

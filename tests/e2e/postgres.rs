@@ -291,7 +291,7 @@ fn a_runner_asks_an_operator_decides_with_their_own_login_and_the_rerun_is_answe
         "{}",
         listed.out()
     );
-    let decided = op(&["decide", &ap, "approve"]);
+    let decided = op(&["decide", &ap, "yes"]);
     decided.expect_code(0);
     assert!(
         decided.out().contains(&format!("by {}", operator.user)),
@@ -570,7 +570,7 @@ fn a_supervised_tool_holding_the_runner_login_cannot_approve_touch_another_run_o
     let as_viewer = env
         .monitor()
         .env("HEADLESS_RUN_DB", db.url_as(&viewer))
-        .args(["decide", &ap, "approve"])
+        .args(["decide", &ap, "yes"])
         .run();
     assert_ne!(as_viewer.code(), 0, "{}", as_viewer.out());
     assert!(
@@ -780,7 +780,7 @@ fn the_hosts_worker_resumes_its_logins_parked_runs_and_refuses_an_operator_login
     );
     env.monitor()
         .env("HEADLESS_RUN_DB", db.url_as(&operator))
-        .args(["decide", &ap, "approve"])
+        .args(["decide", &ap, "yes"])
         .run()
         .expect_code(0);
     // Another host's runner login sees none of these runs.
@@ -1107,7 +1107,7 @@ fn runners_on_two_hosts_an_operator_on_a_third_and_a_cut_link_through_one_server
     assert_eq!(seen, ["runner1", "runner2"]);
     for ap in &pending {
         monitor_on(OPERATOR, &operator)
-            .args(["decide", ap["approval_id"].as_str().unwrap(), "approve"])
+            .args(["decide", ap["approval_id"].as_str().unwrap(), "yes"])
             .run()
             .expect_code(0);
     }
@@ -1559,7 +1559,7 @@ fn a_pipeline_on_the_server_store_is_moved_by_its_runner_login_and_decided_by_it
     );
 
     // An operator the step does not name is refused by the server; the named one decides.
-    let refused = as_login(&other_operator, &["decide", &ap, "approve"]).run();
+    let refused = as_login(&other_operator, &["decide", &ap, "yes"]).run();
     assert_ne!(refused.code, Some(0));
     assert!(
         refused
@@ -1591,12 +1591,9 @@ fn a_pipeline_on_the_server_store_is_moved_by_its_runner_login_and_decided_by_it
         "{}",
         doubled.stderr
     );
-    as_login(
-        &operator,
-        &["decide", &ap, "approve", "--comment", "go ahead"],
-    )
-    .run()
-    .expect_code(0);
+    as_login(&operator, &["decide", &ap, "yes", "--comment", "go ahead"])
+        .run()
+        .expect_code(0);
     let out = running.wait();
     out.expect_code(0);
     assert_eq!(
@@ -1625,12 +1622,9 @@ fn a_pipeline_on_the_server_store_is_moved_by_its_runner_login_and_decided_by_it
     let ap3 = db.value(
         "SELECT approval_id FROM hr.approvals WHERE status = 'pending' AND execution_id = 'EX-pg3'",
     );
-    as_login(
-        &operator,
-        &["decide", &ap3, "approve", "--comment", "later"],
-    )
-    .run()
-    .expect_code(0);
+    as_login(&operator, &["decide", &ap3, "yes", "--comment", "later"])
+        .run()
+        .expect_code(0);
     assert_eq!(
         db.value("SELECT status || ' ' || (SELECT string_agg(s->>'node' || ':' || (s->>'status'), ',') FROM jsonb_array_elements(steps) s) FROM hr.pipelines WHERE execution_id = 'EX-pg3'"),
         "running build:completed,ok:completed,ship:ready"
@@ -1720,7 +1714,7 @@ fn a_pipeline_on_the_server_store_is_moved_by_its_runner_login_and_decided_by_it
     let ap5 = db.value(
         "SELECT approval_id FROM hr.approvals WHERE status = 'pending' AND execution_id = 'EX-pg5'",
     );
-    as_login(&operator, &["decide", &ap5, "approve"])
+    as_login(&operator, &["decide", &ap5, "yes"])
         .run()
         .expect_code(0);
     as_login(&runner, &["pipeline", "resume", "EX-pg5", "--detach"])
@@ -1952,7 +1946,7 @@ edges:
         running.stderr_now()
     );
     monitor_on(OPERATOR, &operator)
-        .args(["decide", &ap, "approve", "--comment", "ship"])
+        .args(["decide", &ap, "yes", "--comment", "ship"])
         .run()
         .expect_code(0);
     running.wait().expect_code(0);
@@ -2029,7 +2023,7 @@ fn two_users_of_a_host_each_with_its_own_login_never_run_each_others_work() {
         .run()
         .expect_code(90);
     let ap = db.value("SELECT approval_id FROM hr.approvals WHERE status = 'pending'");
-    operator_does(&["decide", &ap, "approve"]).expect_code(0);
+    operator_does(&["decide", &ap, "yes"]).expect_code(0);
     let out = on_runner1(None, &root_login, "monitor")
         .args(["worker", "--once"])
         .run();
@@ -2067,7 +2061,7 @@ fn two_users_of_a_host_each_with_its_own_login_never_run_each_others_work() {
     )
     .expect_code(0);
     let ap = db.value("SELECT approval_id FROM hr.approvals WHERE status = 'pending'");
-    operator_does(&["decide", &ap, "approve"]).expect_code(0);
+    operator_does(&["decide", &ap, "yes"]).expect_code(0);
     // The server recorded who wrote each run, whatever the row said.
     assert_eq!(
         db.value("SELECT string_agg(DISTINCT runner_login, ',') FROM hr.tool_runs"),
@@ -2172,7 +2166,7 @@ fn two_users_of_a_host_each_with_its_own_login_never_run_each_others_work() {
         .run()
         .expect_code(90);
     let ap = db.value("SELECT approval_id FROM hr.approvals WHERE status = 'pending'");
-    operator_does(&["decide", &ap, "approve"]).expect_code(0);
+    operator_does(&["decide", &ap, "yes"]).expect_code(0);
     let out = on_runner1(None, &alice_login, "monitor")
         .args(["pipeline", "resume", "EX-alice"])
         .run();

@@ -167,7 +167,7 @@ fn the_operator_commands_work_against_a_server_as_the_token() {
     // Who may not decide: a viewer, a runner, nobody.
     for (tok, role) in [(&viewer, "viewer"), (&runner, "runner")] {
         let out = remote(&client, &url, Some(tok.as_str()))
-            .args(["decide", &id, "approve"])
+            .args(["decide", &id, "yes"])
             .run();
         out.expect_code(1);
         assert!(
@@ -178,7 +178,7 @@ fn the_operator_commands_work_against_a_server_as_the_token() {
         );
     }
     let out = remote(&client, &url, None)
-        .args(["decide", &id, "approve"])
+        .args(["decide", &id, "yes"])
         .run();
     out.expect_code(1);
     assert!(
@@ -200,7 +200,7 @@ fn the_operator_commands_work_against_a_server_as_the_token() {
     assert_eq!(s(&env.approval_by_id(&id), "status"), "pending");
     // --remember is refused before anything is decided.
     let out = remote(&client, &url, Some(&op))
-        .args(["decide", &id, "approve", "--remember"])
+        .args(["decide", &id, "yes", "--remember"])
         .run();
     out.expect_code(2);
     assert!(out.stderr.contains("--remember"), "{}", out.stderr);
@@ -208,12 +208,12 @@ fn the_operator_commands_work_against_a_server_as_the_token() {
 
     // The operator decides: recorded in the server's store as the token's name over http.
     let out = remote(&client, &url, Some(&op))
-        .args(["decide", &short, "approve", "--comment", "ship it"])
+        .args(["decide", &short, "yes", "--comment", "ship it"])
         .run();
     out.expect_code(0);
     assert!(
         out.out()
-            .contains(&format!("approved {id} with `y` (by alice via http)")),
+            .contains(&format!("approved {id} with `yes` (by alice via http)")),
         "{}",
         out.out()
     );
