@@ -1046,13 +1046,20 @@ impl Supervisor<'_> {
         } else {
             "VALUE"
         };
+        // `approve` takes the tool's own default (DESIGN §15): say which answer that is.
+        let means = match (a.prompt_kind, a.approve_value()) {
+            (Some(k), Some(v)) if k.approve_is_default() => {
+                format!("; approve = `{}`, the tool's default", sanitize_line(v))
+            }
+            _ => String::new(),
+        };
         // After a prompt without a newline on the same terminal, the line starts afresh.
         if self.line_open && stdout_is_stderr() {
             eprintln!();
         }
         let monitor = self.monitor_command();
         eprintln!(
-            "headless-run: {} asks {asked:?}: approval {} is {}; decide with: {monitor} decide {} {first}  (or: {}){}",
+            "headless-run: {} asks {asked:?}: approval {} is {}; decide with: {monitor} decide {} {first}  (or: {}){means}{}",
             self.ctx.tool_label,
             a.approval_id,
             if taken_over {

@@ -1365,7 +1365,8 @@ fn the_dashboard_on_the_server_shows_a_runners_prompt_and_approves_it_as_the_ope
         s.contains("Pending approvals (1)") && s.contains("remove regular file 'victim'")
     });
     assert!(!screen.contains(&operator.password), "{screen}");
-    tmux.keys(&["a"]);
+    // Its first option, yes (`a` would take rm's own default, no).
+    tmux.keys(&["1"]);
     shim.wait().expect_code(0);
     assert!(!env.work().join("victim").exists());
     assert_eq!(
@@ -1403,9 +1404,9 @@ fn the_http_api_on_the_server_store_records_the_servers_login_and_the_token() {
     }));
     let (st, v) = served.json(
         "POST",
-        &format!("/api/v1/approvals/{id}/approve"),
+        &format!("/api/v1/approvals/{id}/decide"),
         &alice,
-        None,
+        Some(r#"{"value":"yes"}"#),
     );
     assert_eq!(st, 200, "{v}");
     tool.wait().expect_code(0);
@@ -1457,9 +1458,9 @@ fn the_runner_api_on_the_server_store_writes_with_the_runner_login_it_was_given(
     );
     let (st, _) = served.json(
         "POST",
-        &format!("/api/v1/approvals/{id}/approve"),
+        &format!("/api/v1/approvals/{id}/decide"),
         &alice,
-        None,
+        Some(r#"{"value":"yes"}"#),
     );
     assert_eq!(st, 200);
     shim(&host).run().expect_code(0);
@@ -1559,7 +1560,7 @@ fn a_pipeline_on_the_server_store_is_moved_by_its_runner_login_and_decided_by_it
     );
 
     // An operator the step does not name is refused by the server; the named one decides.
-    let refused = as_login(&other_operator, &["decide", &ap, "yes"]).run();
+    let refused = as_login(&other_operator, &["decide", &ap, "approve"]).run();
     assert_ne!(refused.code, Some(0));
     assert!(
         refused
@@ -1591,9 +1592,12 @@ fn a_pipeline_on_the_server_store_is_moved_by_its_runner_login_and_decided_by_it
         "{}",
         doubled.stderr
     );
-    as_login(&operator, &["decide", &ap, "yes", "--comment", "go ahead"])
-        .run()
-        .expect_code(0);
+    as_login(
+        &operator,
+        &["decide", &ap, "approve", "--comment", "go ahead"],
+    )
+    .run()
+    .expect_code(0);
     let out = running.wait();
     out.expect_code(0);
     assert_eq!(
@@ -1622,9 +1626,12 @@ fn a_pipeline_on_the_server_store_is_moved_by_its_runner_login_and_decided_by_it
     let ap3 = db.value(
         "SELECT approval_id FROM hr.approvals WHERE status = 'pending' AND execution_id = 'EX-pg3'",
     );
-    as_login(&operator, &["decide", &ap3, "yes", "--comment", "later"])
-        .run()
-        .expect_code(0);
+    as_login(
+        &operator,
+        &["decide", &ap3, "approve", "--comment", "later"],
+    )
+    .run()
+    .expect_code(0);
     assert_eq!(
         db.value("SELECT status || ' ' || (SELECT string_agg(s->>'node' || ':' || (s->>'status'), ',') FROM jsonb_array_elements(steps) s) FROM hr.pipelines WHERE execution_id = 'EX-pg3'"),
         "running build:completed,ok:completed,ship:ready"
@@ -1714,7 +1721,7 @@ fn a_pipeline_on_the_server_store_is_moved_by_its_runner_login_and_decided_by_it
     let ap5 = db.value(
         "SELECT approval_id FROM hr.approvals WHERE status = 'pending' AND execution_id = 'EX-pg5'",
     );
-    as_login(&operator, &["decide", &ap5, "yes"])
+    as_login(&operator, &["decide", &ap5, "approve"])
         .run()
         .expect_code(0);
     as_login(&runner, &["pipeline", "resume", "EX-pg5", "--detach"])
@@ -1946,7 +1953,7 @@ edges:
         running.stderr_now()
     );
     monitor_on(OPERATOR, &operator)
-        .args(["decide", &ap, "yes", "--comment", "ship"])
+        .args(["decide", &ap, "approve", "--comment", "ship"])
         .run()
         .expect_code(0);
     running.wait().expect_code(0);
@@ -2166,7 +2173,7 @@ fn two_users_of_a_host_each_with_its_own_login_never_run_each_others_work() {
         .run()
         .expect_code(90);
     let ap = db.value("SELECT approval_id FROM hr.approvals WHERE status = 'pending'");
-    operator_does(&["decide", &ap, "yes"]).expect_code(0);
+    operator_does(&["decide", &ap, "approve"]).expect_code(0);
     let out = on_runner1(None, &alice_login, "monitor")
         .args(["pipeline", "resume", "EX-alice"])
         .run();

@@ -226,7 +226,7 @@ fn the_operator_commands_work_against_a_server_as_the_token() {
             s(&row, "decision_channel"),
             s(&row, "comment"),
         ),
-        ("approved", "y", "alice", "http", "ship it")
+        ("approved", "yes", "alice", "http", "ship it")
     );
     tool.wait().expect_code(0);
     assert!(!env.work().join("victim").exists());
@@ -235,7 +235,7 @@ fn the_operator_commands_work_against_a_server_as_the_token() {
     assert!(
         waited
             .out()
-            .contains(&format!("{id} approved: y by alice at ")),
+            .contains(&format!("{id} approved: yes by alice at ")),
         "{}",
         waited.out()
     );
@@ -247,7 +247,9 @@ fn the_operator_commands_work_against_a_server_as_the_token() {
         .run();
     again.expect_code(0);
     assert!(
-        again.out().starts_with("already approved: y by alice at "),
+        again
+            .out()
+            .starts_with("already approved: yes by alice at "),
         "{}",
         again.out()
     );
@@ -524,14 +526,15 @@ fn the_dashboard_against_a_server_approves_a_prompt_by_key() {
         "the header names the server:\n{screen}"
     );
 
-    // `a` on the selected run approves its approval, through the server.
-    tmux.keys(&["a"]);
+    // `1` on the selected run answers its approval with its first option, yes, through the
+    // server (`a` would take rm's own default, no).
+    tmux.keys(&["1"]);
     tool.wait().expect_code(0);
     assert!(!env.work().join("FILE").exists());
     let screen = tmux.wait_for(&env, "the decision", Duration::from_secs(20), |s| {
         s.contains("Pending approvals (0)") && s.contains("completed")
     });
-    assert!(screen.contains("approved `y`"), "{screen}");
+    assert!(screen.contains("approved `yes`"), "{screen}");
     let row = env.approval_by_id(&id);
     assert_eq!(
         (
