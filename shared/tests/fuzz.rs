@@ -701,7 +701,11 @@ fn check_classify(
     terminal_safe("prompt_line", &p.prompt_line, false)?;
     // A numbered menu's question keeps its title and items (up to MENU_QUESTION_LINES);
     // any other question at most QUESTION_LINES.
-    let limit = if p.kind == hr_shared::approvals::PromptKind::Menu {
+    use hr_shared::approvals::PromptKind;
+    let limit = if matches!(
+        p.kind,
+        PromptKind::Menu | PromptKind::Select | PromptKind::MultiSelect
+    ) {
         MENU_QUESTION_LINES
     } else {
         QUESTION_LINES
