@@ -45,6 +45,9 @@ pub struct ScreenFacts<'a> {
     /// The cursor is hidden (a full-screen program draws): where it stands says nothing, so
     /// a menu is looked for anywhere on the screen.
     pub cursor_hidden: bool,
+    /// How each character of `rows` and then `below` is drawn (the shim's
+    /// `screen::emphasis`: higher stands out more, negative is dim); empty where unknown.
+    pub emphasis: &'a [Vec<i8>],
 }
 
 /// A recognised prompt.
@@ -203,6 +206,9 @@ pub fn classify<'r>(
         return p;
     }
     if !canonical && select_prompt(&mut p, &rows, facts.below, facts.cursor_hidden) {
+        return p;
+    }
+    if !canonical && toggle_prompt(&mut p, facts) {
         return p;
     }
     if is_secret_text(&p.prompt_line, canonical) {
@@ -600,6 +606,9 @@ pub struct SelectMenu {
     pub title_row: usize,
     /// The first item's row: rows between the title and it explain the question.
     pub first_row: usize,
+    /// The items stand side by side (a toggle's `No / Yes`): moved with left and right.
+    #[serde(default)]
+    pub horizontal: bool,
 }
 
 const POINTERS: &[char] = &['❯', '›', '»', '>', '▶', '►', '➤', '→', '➜', '▸'];
@@ -755,6 +764,7 @@ pub fn select_menu(rows: &[String], cursor_row: Option<usize>) -> Option<SelectM
         checkbox,
         title_row,
         first_row: first,
+        horizontal: false,
     })
 }
 
@@ -871,6 +881,120 @@ fn select_prompt(p: &mut Prompt, rows: &[String], below: &[String], cursor_hidde
     }
     p.select = Some(menu);
     true
+}
+
+/// A toggle: two words side by side at the end of a row, `off / on`, `● Yes / ○ No`, the
+/// current one marked by a dot or drawn standing out from the other (underlined, reverse,
+/// coloured where the other is grey). Its question is the row's text before the words, or
+/// the nearest question above. Answered by moving with left and right, checked on the
+/// screen, then Enter. Two words with nothing to tell which is current are no toggle.
+fn toggle_prompt(p: &mut Prompt, facts: &ScreenFacts<'_>) -> bool {
+    static PAIR: LazyLock<Regex> = LazyLock::new(|| {
+        Regex::new(r"(?:^|[\s›>»:?·│])\s*([●○◉◯]\s*)?([A-Za-z][\w-]{0,15})\s+/\s+([●○◉◯]\s*)?([A-Za-z][\w-]{0,15})\s*$")
+            .expect("toggle regex")
+    });
+    let all: Vec<&String> = facts.rows.iter().chain(facts.below.iter()).collect();
+    let last = all.iter().rposition(|r| !r.trim().is_empty());
+    let Some(last) = last else { return false };
+    let first = last.saturating_sub(6);
+    for at in (first..=last).rev() {
+        let raw = all[at].as_str();
+        let Some(c) = PAIR.captures(raw) else {
+            continue;
+        };
+        let (Some(a), Some(b)) = (c.get(2), c.get(4)) else {
+            continue;
+        };
+        let dot = |m: Option<regex::Match<'_>>| {
+            m.map(|m| m.as_str().trim()).map(|d| matches!(d, "●" | "◉"))
+        };
+        let current = match (dot(c.get(1)), dot(c.get(3))) {
+            (Some(true), Some(false)) => Some(0),
+            (Some(false), Some(true)) => Some(1),
+            (None, None) => facts.emphasis.get(at).and_then(|e| {
+                let score = |m: regex::Match<'_>| {
+                    let from = raw[..m.start()].chars().count();
+                    let n = m.as_str().chars().count();
+                    e.get(from..from + n).and_then(|s| s.iter().max().copied())
+                };
+                match (score(a), score(b)) {
+                    (Some(x), Some(y)) if x > y => Some(0),
+                    (Some(x), Some(y)) if y > x => Some(1),
+                    _ => None,
+                }
+            }),
+            _ => None,
+        };
+        let Some(current) = current else {
+            continue;
+        };
+        let head = sanitize_line(&raw[..c.get(0).map_or(0, |m| m.start())]);
+        let head = head
+            .trim()
+            .trim_end_matches(['›', '>', '»', '·', '│', ':'])
+            .trim();
+        // The question: the row's own text before the words, or the nearest row above
+        // shaped like a question.
+        let (title, title_row) = if head.chars().any(char::is_alphanumeric) {
+            (head.to_owned(), at)
+        } else {
+            let Some(above) = (at.saturating_sub(4)..at).rev().find(|&i| {
+                let t = sanitize_line(all[i]);
+                let t = t.trim();
+                t.ends_with('?') || t.ends_with(':')
+            }) else {
+                continue;
+            };
+            (
+                sanitize_line(all[above])
+                    .trim()
+                    .trim_start_matches(['◆', '◇', '│', '?', ' '])
+                    .to_owned(),
+                above,
+            )
+        };
+        let words = [a.as_str(), b.as_str()];
+        let flag = |w: &str| match w.to_ascii_lowercase().as_str() {
+            "yes" | "y" | "on" | "true" | "enable" | "enabled" => Some(true),
+            "no" | "n" | "off" | "false" | "disable" | "disabled" => Some(false),
+            _ => None,
+        };
+        let boolean = matches!(
+            (flag(words[0]), flag(words[1])),
+            (Some(x), Some(y)) if x != y
+        );
+        p.options = words
+            .iter()
+            .map(|w| {
+                let value = match flag(w) {
+                    Some(true) if boolean => "yes".to_owned(),
+                    Some(false) if boolean => "no".to_owned(),
+                    _ => w.to_string(),
+                };
+                opt(&value, &sanitize_line(w), None)
+            })
+            .collect();
+        p.default = Some(p.options[current].value.clone());
+        p.kind = PromptKind::Toggle;
+        p.rule = "generic:toggle".into();
+        p.allows_text = false;
+        let rows: Vec<String> = all.iter().map(|r| sanitize_line(r)).collect();
+        (p.question, p.context) = split_question(&rows[..=title_row], &title, QUESTION_LINES);
+        if title_row == at {
+            p.question = title.clone();
+        }
+        p.prompt_line = title;
+        p.select = Some(SelectMenu {
+            items: words.iter().map(|w| sanitize_line(w)).collect(),
+            highlighted: current,
+            checkbox: false,
+            title_row,
+            first_row: at,
+            horizontal: true,
+        });
+        return true;
+    }
+    false
 }
 
 /// Tools whose prompts have no generic shape, or whose answers are special.
@@ -992,6 +1116,7 @@ mod tests {
                 canonical,
                 below: &[],
                 cursor_hidden: false,
+                emphasis: &[],
             },
             &[],
         )
@@ -1351,6 +1476,7 @@ alternative = "use VAULT_TOKEN"
                 canonical: true,
                 below: &[],
                 cursor_hidden: false,
+                emphasis: &[],
             },
             &cfg.prompt_rules,
         );
@@ -1368,6 +1494,7 @@ alternative = "use VAULT_TOKEN"
                 canonical: true,
                 below: &[],
                 cursor_hidden: false,
+                emphasis: &[],
             },
             &cfg.prompt_rules,
         );
@@ -1382,6 +1509,7 @@ alternative = "use VAULT_TOKEN"
                 canonical: true,
                 below: &[],
                 cursor_hidden: false,
+                emphasis: &[],
             },
             &cfg.prompt_rules,
         );
@@ -1644,6 +1772,7 @@ alternative = "use VAULT_TOKEN"
                 canonical: false,
                 below,
                 cursor_hidden: false,
+                emphasis: &[],
             },
             &[],
         )
@@ -1662,6 +1791,7 @@ alternative = "use VAULT_TOKEN"
                 canonical: false,
                 below,
                 cursor_hidden: true,
+                emphasis: &[],
             },
             &[],
         )
@@ -1820,6 +1950,58 @@ alternative = "use VAULT_TOKEN"
         assert_eq!(p.select_index("3"), Some(2));
     }
 
+    fn toggle_screen(rows: &[&str], emphasis: &[Vec<i8>]) -> Prompt {
+        let rows: Vec<String> = rows.iter().map(|r| r.to_string()).collect();
+        classify(
+            &ScreenFacts {
+                tool: "node",
+                rows: &rows,
+                prompt_line: "",
+                echo: false,
+                canonical: false,
+                below: &[],
+                cursor_hidden: true,
+                emphasis,
+            },
+            &[],
+        )
+    }
+
+    #[test]
+    fn a_toggle_is_its_two_words_the_current_one_its_default() {
+        // @clack/prompts' confirm: radio dots mark the current word.
+        let p = toggle_screen(
+            &["┌  deploy", "│", "◆  Deploy now?", "│  ● Yes / ○ No", "└"],
+            &[],
+        );
+        assert_eq!(p.kind, PromptKind::Toggle);
+        assert_eq!(p.rule, "generic:toggle");
+        assert_eq!(p.prompt_line, "Deploy now?");
+        assert_eq!(values(&p), ["yes", "no"]);
+        assert_eq!(p.default.as_deref(), Some("yes"));
+        let menu = p.select.as_ref().unwrap();
+        assert!(menu.horizontal);
+        assert_eq!(p.select_index("no"), Some(1));
+        // prompts' toggle: only how the words are drawn says which is current.
+        let row = "? Enable cache? › off / on";
+        let mut e = vec![0i8; row.chars().count()];
+        let n = e.len();
+        e[n - 2] = 3;
+        e[n - 1] = 3;
+        e[n - 8..n - 5].fill(-1);
+        let p = toggle_screen(&[row], &[e]);
+        assert_eq!(p.kind, PromptKind::Toggle);
+        assert_eq!(p.prompt_line, "? Enable cache?");
+        assert_eq!(values(&p), ["no", "yes"]);
+        assert_eq!(p.options[0].label, "off");
+        assert_eq!(p.default.as_deref(), Some("yes"));
+        // The same words with nothing to tell which is current: no toggle, no guess.
+        let p = toggle_screen(&[row], &[vec![0i8; row.chars().count()]]);
+        assert_ne!(p.kind, PromptKind::Toggle);
+        let p = toggle_screen(&[row], &[]);
+        assert_ne!(p.kind, PromptKind::Toggle);
+    }
+
     #[test]
     fn a_checkbox_menu_is_decided_as_a_whole() {
         let p = raw_screen(
@@ -1851,6 +2033,7 @@ alternative = "use VAULT_TOKEN"
                 canonical: true,
                 below: &[],
                 cursor_hidden: false,
+                emphasis: &[],
             },
             &[],
         );

@@ -694,6 +694,7 @@ fn check_classify(
         canonical,
         below: &[],
         cursor_hidden: false,
+        emphasis: &[],
     };
     let p = prompt::classify(&facts, std::iter::empty());
     terminal_safe("question", &p.question, true)?;
@@ -766,7 +767,7 @@ proptest! {
         (tool, rows, prompt_line, _echo, canonical) in screen(6),
         answer in hostile_text(6),
     ) {
-        let facts = ScreenFacts { tool: &tool, rows: &rows, prompt_line: &prompt_line, echo: true, canonical, below: &[], cursor_hidden: false };
+        let facts = ScreenFacts { tool: &tool, rows: &rows, prompt_line: &prompt_line, echo: true, canonical, below: &[], cursor_hidden: false , emphasis: &[]};
         let p = prompt::classify(&facts, std::iter::empty());
         let is_option = p.options.iter().any(|o| o.value == answer);
         if let (Some(keys), false) = (p.keys_for(&answer, canonical), is_option) {

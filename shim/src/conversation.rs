@@ -154,14 +154,16 @@ enum Goal {
     Text(String),
 }
 
-/// Arrow keys, as the terminal's cursor-key mode says they are sent.
-fn arrow(down: bool, application: bool) -> Vec<u8> {
-    match (application, down) {
-        (false, true) => b"\x1b[B".to_vec(),
-        (false, false) => b"\x1b[A".to_vec(),
-        (true, true) => b"\x1bOB".to_vec(),
-        (true, false) => b"\x1bOA".to_vec(),
-    }
+/// Arrow keys, as the terminal's cursor-key mode says they are sent: down or up, or for
+/// items side by side (a toggle), right or left.
+fn arrow(forward: bool, application: bool, horizontal: bool) -> Vec<u8> {
+    let key = match (horizontal, forward) {
+        (false, true) => b'B',
+        (false, false) => b'A',
+        (true, true) => b'C',
+        (true, false) => b'D',
+    };
+    vec![0x1b, if application { b'O' } else { b'[' }, key]
 }
 
 /// Ctrl-E (end of line) then Ctrl-U (erase to the line's start): empties a line editor's
@@ -707,6 +709,7 @@ impl<'a> Conversation<'a> {
                 rows: &shown.rows[..end],
                 below: &shown.rows[end..],
                 cursor_hidden: shown.cursor_hidden,
+                emphasis: &shown.emphasis,
                 prompt_line: &shown.prompt_line,
                 echo: modes.echo,
                 canonical: modes.canonical,
@@ -870,7 +873,7 @@ impl<'a> Conversation<'a> {
                 st.steps += 1;
                 st.sent_seq = self.output_seq;
                 st.sent_at = now;
-                let keys = arrow(target > menu.highlighted, shown.app_cursor);
+                let keys = arrow(target > menu.highlighted, shown.app_cursor, menu.horizontal);
                 self.state = State::Steering(st);
                 vec![Action::Write(keys)]
             }
