@@ -144,6 +144,9 @@ struct Steer {
     sent_seq: u64,
     sent_at: Instant,
     steps: usize,
+    /// The screen's rows when the text was typed (a field may stand on a row of its own,
+    /// under its question, away from the cursor).
+    before: Vec<String>,
 }
 
 #[derive(Debug)]
@@ -166,9 +169,60 @@ fn arrow(forward: bool, application: bool, horizontal: bool) -> Vec<u8> {
     vec![0x1b, if application { b'O' } else { b'[' }, key]
 }
 
-/// Ctrl-E (end of line) then Ctrl-U (erase to the line's start): empties a line editor's
-/// field — readline, prompt_toolkit, Node's readline — whatever it was pre-filled with.
-const CLEAR_FIELD: &[u8] = b"\x05\x15";
+/// Backspace (DEL) `n` times: empties a field of `n` characters with the cursor at its end.
+/// Every line editor takes it (readline, prompt_toolkit, Node's readline and the libraries
+/// on it, Go's, Ruby's, Rust's); Ctrl-U is not universal (`prompts` inserts it as text), and
+/// a backspace more than the field holds does nothing.
+fn erase(n: usize) -> Vec<u8> {
+    vec![0x7f; n.min(MAX_ERASE)]
+}
+
+/// The most backspaces sent to empty a field.
+const MAX_ERASE: usize = 200;
+
+/// How many characters a text field may hold when an answer is typed into it: on the
+/// cursor's line, what follows the prompt's own text (`Project name: demo`, `? Name › demo`
+/// — after the last `: `, `› `, `> `, `» `, `? `); on a line with no such mark, the whole
+/// line; with the cursor hidden (the field drawn on a row of its own, its cursor faked),
+/// the longest of the screen's last rows.
+fn field_room(prompt_line: &str, rows: &[String], cursor_hidden: bool) -> usize {
+    if cursor_hidden {
+        return rows
+            .iter()
+            .rev()
+            .filter(|r| !r.trim().is_empty())
+            .take(4)
+            .map(|r| r.trim().chars().count())
+            .max()
+            .unwrap_or(0);
+    }
+    let line = sanitize_line(prompt_line);
+    let line = line.trim_end();
+    if line.ends_with([':', '›', '>', '»', '?', '❯', ')', ']']) {
+        // The prompt's mark, or its default in brackets, ends the line: the field is empty.
+        return 0;
+    }
+    [": ", "› ", "> ", "» ", "? ", "❯ "]
+        .iter()
+        .filter_map(|mark| line.rfind(mark).map(|at| at + mark.len()))
+        .max()
+        .map_or_else(|| line.chars().count(), |at| line[at..].chars().count())
+}
+
+/// Whether a row of the screen, away from the cursor, shows exactly `text` in place of a
+/// field's content: a row that changed since `before` and reads as [`field_shows`] says,
+/// once a faked cursor (a block at its end) is left off.
+fn field_row_shows(before: &[String], now: &[String], text: &str) -> bool {
+    now.iter().enumerate().any(|(i, row)| {
+        let old = before.get(i).map_or("", String::as_str);
+        let row = sanitize_line(row);
+        let row = row
+            .trim_end()
+            .trim_end_matches(['█', '▌', '▋', '▍', '▎', '▏'])
+            .trim_end();
+        row != old.trim_end() && field_shows(old, row, text)
+    })
+}
 
 /// Whether the prompt line `shown` shows exactly `text` typed into the field of `asked`
 /// (the prompt line when it was asked): the line ends with the text, and what comes before
@@ -260,6 +314,9 @@ pub struct Conversation<'a> {
     /// Keys that answered were just written (`Some(None)`), at the tick time given
     /// (`Some(Some(t))`): nothing more is typed until [`ANSWER_GAP`] has passed.
     answered_at: Option<Option<Instant>>,
+    /// The screen last classified for a prompt (its rows, cleaned, and whether the cursor
+    /// was hidden): where a field's text is looked for once an answer is typed into it.
+    classified: std::cell::RefCell<(Vec<String>, bool)>,
 }
 
 /// The least time between an answer and the next keys typed. A tool that took an answer
@@ -280,6 +337,7 @@ impl<'a> Conversation<'a> {
             pending_enter: None,
             answered_line: None,
             answered_at: None,
+            classified: Default::default(),
         }
     }
 
@@ -702,6 +760,10 @@ impl<'a> Conversation<'a> {
 
     /// The prompt on `shown`, as the detector reads it.
     fn classify(&self, shown: &ScreenText, modes: Modes) -> Prompt {
+        *self.classified.borrow_mut() = (
+            shown.rows.iter().map(|r| sanitize_line(r)).collect(),
+            shown.cursor_hidden,
+        );
         let end = (shown.cursor_row + 1).min(shown.rows.len());
         prompt::classify(
             &ScreenFacts {
@@ -748,10 +810,15 @@ impl<'a> Conversation<'a> {
             _ => None,
         };
         if let Some(goal) = goal {
+            let (before, hidden) = self.classified.borrow().clone();
             let first = match &goal {
                 // The first look at the menu sends the first arrow (or Enter).
                 Goal::Select(_) => Vec::new(),
-                Goal::Text(text) => [CLEAR_FIELD, text.as_bytes()].concat(),
+                Goal::Text(text) => [
+                    erase(field_room(&p.prompt_line, &before, hidden)),
+                    text.as_bytes().to_vec(),
+                ]
+                .concat(),
             };
             let steps = usize::from(!first.is_empty());
             self.state = State::Steering(Box::new(Steer {
@@ -762,6 +829,7 @@ impl<'a> Conversation<'a> {
                 sent_seq: self.output_seq,
                 sent_at: now,
                 steps,
+                before,
             }));
             self.prev = None;
             return if first.is_empty() {
@@ -878,7 +946,9 @@ impl<'a> Conversation<'a> {
                 vec![Action::Write(keys)]
             }
             Goal::Text(ref text) => {
-                if field_shows(&st.prompt.prompt_line, &shown.prompt_line, text) {
+                if field_shows(&st.prompt.prompt_line, &shown.prompt_line, text)
+                    || field_row_shows(&st.before, &shown.rows, text)
+                {
                     return self.submit(*st);
                 }
                 if patient {
@@ -886,7 +956,7 @@ impl<'a> Conversation<'a> {
                     return Vec::new();
                 }
                 let line = sanitize_line(&shown.prompt_line);
-                let mut actions = vec![Action::Write(CLEAR_FIELD.to_vec())];
+                let mut actions = vec![Action::Write(erase(text.chars().count()))];
                 if masks(&line, text) {
                     // The field hides what is typed: it asks for a secret, which is never
                     // answered from the store.
@@ -924,7 +994,10 @@ impl<'a> Conversation<'a> {
     fn steer_lost(&mut self, st: &Steer, why: String) -> Vec<Action> {
         self.prev = None;
         // Typed text is taken back out of the field it was typed into.
-        let clear = matches!(st.goal, Goal::Text(_)).then(|| Action::Write(CLEAR_FIELD.to_vec()));
+        let clear = match &st.goal {
+            Goal::Text(text) => Some(Action::Write(erase(text.chars().count()))),
+            Goal::Select(_) => None,
+        };
         clear
             .into_iter()
             .chain([
@@ -1980,7 +2053,11 @@ mod tests {
             approval: decided("AP-1", ApprovalStatus::Approved, Some("myproj")),
             value: "myproj".into(),
         });
-        assert_eq!(writes(&first), [b"\x05\x15myproj".to_vec()]);
+        assert_eq!(
+            writes(&first),
+            [b"\x7f\x7f\x7f\x7fmyproj".to_vec()],
+            "demo erased"
+        );
         run.show(b"Project name: myproj");
         let done = settle(&mut run);
         assert_eq!(writes(&done), [b"\r".to_vec()]);
@@ -1995,7 +2072,7 @@ mod tests {
         });
         run.show(b"Project name: xmyproj");
         let bad = settle(&mut run);
-        assert_eq!(writes(&bad), [CLEAR_FIELD.to_vec()]);
+        assert_eq!(writes(&bad), [erase(6)], "what was typed is erased");
         assert!(
             matches!(ended(&bad), Some(RunOutcome::Rejected { why, .. }) if why.contains("xmyproj"))
         );
@@ -2010,10 +2087,54 @@ mod tests {
         });
         run.show(b"? Enter the value *******");
         let masked = settle(&mut run);
-        assert_eq!(writes(&masked), [CLEAR_FIELD.to_vec()]);
+        assert_eq!(writes(&masked), [erase(7)]);
         assert!(
             matches!(ended(&masked), Some(RunOutcome::SecretRefused { .. })),
             "{masked:?}"
+        );
+    }
+
+    #[test]
+    fn a_fields_room_is_what_follows_the_prompts_mark() {
+        let none: &[String] = &[];
+        assert_eq!(field_room("Project name: demo", none, false), 4);
+        assert_eq!(field_room("? Project name › demo", none, false), 4);
+        assert_eq!(field_room("Name: ", none, false), 0);
+        assert_eq!(field_room("? Project name (demo) ", none, false), 0);
+        // questionary's pre-filled field has no mark between question and value: enough
+        // backspaces for both (the question itself is not part of the field).
+        assert_eq!(field_room("? Project name demo", none, false), 17);
+        assert_eq!(
+            field_room("Project name demo", none, false),
+            17,
+            "no mark: the line"
+        );
+        // A field on a row of its own under a hidden cursor: the longest last row.
+        let rows: Vec<String> = ["◆  Project name", "│  demo", "└"]
+            .map(String::from)
+            .to_vec();
+        assert_eq!(field_room("◆  Project name", &rows, true), 15);
+    }
+
+    #[test]
+    fn a_field_on_a_row_of_its_own_shows_the_answer_there() {
+        let before: Vec<String> = ["◆  Project name", "│  demo", "└"]
+            .map(String::from)
+            .to_vec();
+        let now: Vec<String> = ["◆  Project name", "│  myproj█", "└"]
+            .map(String::from)
+            .to_vec();
+        assert!(field_row_shows(&before, &now, "myproj"));
+        let kept: Vec<String> = ["◆  Project name", "│  demomyproj", "└"]
+            .map(String::from)
+            .to_vec();
+        assert!(
+            !field_row_shows(&before, &kept, "myproj"),
+            "run on from what the field kept"
+        );
+        assert!(
+            !field_row_shows(&before, &before, "demo"),
+            "an unchanged row shows nothing typed"
         );
     }
 
@@ -2070,7 +2191,11 @@ mod tests {
             approval: decided("AP-2", ApprovalStatus::Approved, Some("bob")),
             value: "bob".into(),
         });
-        assert_eq!(writes(&answer), [b"\x05\x15bob".to_vec()]);
+        assert_eq!(
+            writes(&answer),
+            [b"bob".to_vec()],
+            "an empty field: nothing to erase"
+        );
         again.show(b"Name: bob");
         assert_eq!(writes(&settle(&mut again)), [b"\r".to_vec()]);
         again.show(b"Name: bob");
