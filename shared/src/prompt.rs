@@ -289,10 +289,42 @@ pub fn classify<'r>(
             Bracketed::Hint => {}
         }
     }
+    // A raw-mode field pre-filled with a value (`Project name: demo`, readline's
+    // `read -e -i`, `prompts`' `initial`): the cursor stands right after the value, behind
+    // the prompt's mark. Enter submits the value as it stands.
+    if let Some(initial) = (!canonical && !facts.cursor_hidden)
+        .then(|| prefilled(&p.prompt_line))
+        .flatten()
+    {
+        p.kind = PromptKind::Text;
+        p.rule = "generic:text-prefilled".into();
+        p.allows_text = true;
+        p.options = vec![opt(
+            &initial,
+            &format!("As pre-filled ({initial})"),
+            Some("\r".into()),
+        )];
+        p.default = Some(initial);
+        return p;
+    }
     p.kind = PromptKind::Unknown;
     p.allows_text = true;
     p.options = vec![abort_option()];
     p
+}
+
+/// The value a raw-mode field was pre-filled with: the text after the prompt's mark
+/// (`:`, `?`, `›`, `»`, `>`, `❯` and a space) up to the cursor, on a line that reads as a
+/// label and its value (`Project name: demo`). Not a bracketed hint (`(demo)`), and not a
+/// shell's or REPL's prompt.
+fn prefilled(line: &str) -> Option<String> {
+    static FIELD: LazyLock<Regex> = LazyLock::new(|| {
+        Regex::new(r"^\s*[?!◆◇]?\s*([A-Za-z][^:?›»>❯]{0,80}[:?›»>❯])\s+([^\s\[\](){}<>][^\[\](){}]{0,200}?)\s*$")
+            .expect("prefilled regex")
+    });
+    let c = FIELD.captures(line)?;
+    let value = c[2].trim();
+    (!value.is_empty() && !is_repl_prompt(line)).then(|| value.to_owned())
 }
 
 /// The question (at most `limit` lines, see [`question_of`]) and the context: up to
@@ -2000,6 +2032,27 @@ alternative = "use VAULT_TOKEN"
         assert_ne!(p.kind, PromptKind::Toggle);
         let p = toggle_screen(&[row], &[]);
         assert_ne!(p.kind, PromptKind::Toggle);
+    }
+
+    #[test]
+    fn a_prefilled_raw_field_offers_its_value_as_it_stands() {
+        let p = screen("bash", "Project name: demo", true, false);
+        assert_eq!(p.kind, PromptKind::Text);
+        assert_eq!(p.rule, "generic:text-prefilled");
+        assert_eq!(values(&p), ["demo"]);
+        assert_eq!(p.default.as_deref(), Some("demo"));
+        assert_eq!(p.keys_for("demo", false), Some(b"\r".to_vec()));
+        assert!(p.allows_text);
+        let p = screen("node", "? Project name › demo", true, false);
+        assert_eq!(p.default.as_deref(), Some("demo"));
+        // In line mode nothing is pre-filled: the text was printed, not put in the field.
+        let p = screen("bash", "Project name: demo", true, true);
+        assert_ne!(p.rule, "generic:text-prefilled");
+        // An empty field, a bracketed default, a shell prompt: no value.
+        for line in ["Project name: ", "? Project name (demo)", "user@host:~$ ls"] {
+            let p = screen("x", line, true, false);
+            assert_ne!(p.rule, "generic:text-prefilled", "{line}");
+        }
     }
 
     #[test]
