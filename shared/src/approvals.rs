@@ -382,6 +382,23 @@ pub fn value_decision(
         }
         return Ok(approved(&o.value));
     }
+    // A multi-select: the set of items to submit (`cheese,olives`, `none`), in item order;
+    // `submit` is the set shown.
+    if a.prompt_kind == Some(PromptKind::MultiSelect) && !is_abort_word(input) {
+        let names: Vec<String> = a.options_json.iter().map(|o| o.value.clone()).collect();
+        let wanted =
+            if input.eq_ignore_ascii_case("approve") || input.eq_ignore_ascii_case("submit") {
+                a.default_value.as_deref().unwrap_or("none")
+            } else {
+                input
+            };
+        return crate::prompt::multi_set(&names, wanted)
+            .map(|set| approved(&crate::prompt::multi_value(&names, &set)))
+            .ok_or_else(|| InvalidValue {
+                note: " (a set of items, comma-separated, or `none`)".into(),
+                ..invalid()
+            });
+    }
     if input.eq_ignore_ascii_case("approve") {
         return a.approve_value().map(approved).ok_or_else(|| InvalidValue {
             note: " (`approve` takes the tool's own default, and this prompt shows none: name the answer)"
@@ -402,6 +419,28 @@ pub fn value_decision(
         .filter(|o| o.value.eq_ignore_ascii_case(input))
         .collect();
     if let [one] = folded.as_slice() {
+        return Ok(approved(&one.value));
+    }
+    // An item by its label (`blue` for the item `3` labelled `blue` or `3. blue`), where
+    // only one label reads so.
+    let unnumbered = |label: &str| {
+        let t = label.trim();
+        let rest = t.trim_start_matches(|c: char| c.is_ascii_digit());
+        match rest.strip_prefix(". ").or_else(|| rest.strip_prefix(") ")) {
+            Some(r) if rest.len() < t.len() => r.trim().to_owned(),
+            _ => t.to_owned(),
+        }
+    };
+    let by_label: Vec<&ApprovalOption> = a
+        .options_json
+        .iter()
+        .filter(|o| !is_abort_word(&o.value))
+        .filter(|o| {
+            o.label.trim().eq_ignore_ascii_case(input)
+                || unnumbered(&o.label).eq_ignore_ascii_case(input)
+        })
+        .collect();
+    if let [one] = by_label.as_slice() {
         return Ok(approved(&one.value));
     }
     // `yes` / `no` where the options are `y` / `n`, and the other way round.
@@ -1088,6 +1127,63 @@ mod tests {
                 .as_deref(),
             Some("n")
         );
+    }
+
+    #[test]
+    fn a_multi_select_is_decided_as_a_set_of_its_items() {
+        let mut m = sample("AP-1", PromptKind::MultiSelect);
+        m.options_json = ["cheese", "ham", "olives"]
+            .iter()
+            .map(|v| ApprovalOption {
+                value: (*v).to_owned(),
+                label: (*v).to_owned(),
+                keys: None,
+            })
+            .collect();
+        m.default_value = Some("ham".into());
+        let chosen = |v: &str| value_decision(&m, v).unwrap().chosen_value.unwrap();
+        assert_eq!(
+            chosen("olives, Cheese"),
+            "cheese,olives",
+            "item order, as named"
+        );
+        assert_eq!(chosen("approve"), "ham", "the set shown");
+        assert_eq!(chosen("submit"), "ham");
+        assert_eq!(chosen("none"), "none");
+        assert!(value_decision(&m, "cheese,bacon").is_err());
+        assert_eq!(
+            value_decision(&m, "reject").unwrap().status,
+            ApprovalStatus::Rejected
+        );
+    }
+
+    #[test]
+    fn an_item_is_chosen_by_its_label_too() {
+        let mut menu = sample("AP-1", PromptKind::Select);
+        menu.options_json = ["1. red", "2. green", "3. blue"]
+            .iter()
+            .enumerate()
+            .map(|(i, l)| ApprovalOption {
+                value: (i + 1).to_string(),
+                label: (*l).to_owned(),
+                keys: None,
+            })
+            .collect();
+        assert_eq!(
+            value_decision(&menu, "blue")
+                .unwrap()
+                .chosen_value
+                .as_deref(),
+            Some("3")
+        );
+        assert_eq!(
+            value_decision(&menu, "2. Green")
+                .unwrap()
+                .chosen_value
+                .as_deref(),
+            Some("2")
+        );
+        assert!(value_decision(&menu, "purple").is_err());
     }
 
     #[test]

@@ -79,7 +79,15 @@ impl Prompt {
     /// Whether `value` answers this prompt: an arrow-key menu's item (chosen by steering
     /// the highlight to it), or a value with keys.
     pub fn takes(&self, value: &str) -> bool {
-        self.select_index(value).is_some() || self.keys_for(value, true).is_some()
+        self.select_index(value).is_some()
+            || self.check_set(value).is_some()
+            || self.keys_for(value, true).is_some()
+    }
+
+    /// Which items of a check-box menu `value` leaves checked (`cheese,olives`, `none`).
+    pub fn check_set(&self, value: &str) -> Option<Vec<bool>> {
+        let menu = self.select.as_ref().filter(|m| m.checkbox)?;
+        multi_set(&menu.names(), value)
     }
 
     /// Which item of an arrow-key menu `value` chooses.
@@ -517,12 +525,17 @@ pub fn offers_choices(line: &str) -> bool {
 /// Lines such as `1) Proceed`, `2. Yes`, `❯ 1. Yes`, `[3] Cancel`, numbered from 1.
 fn numbered_menu(lines: &[&str], canonical: bool) -> Option<(Vec<ApprovalOption>, Option<String>)> {
     static ITEM: LazyLock<Regex> = LazyLock::new(|| {
-        Regex::new(r"^\s*([❯>›▶→*]\s*)?(?:\[(\d{1,2})\]|\((\d{1,2})\)|(\d{1,2})[.)])\s+(\S.*?)\s*$")
-            .unwrap()
+        Regex::new(
+            r"^\s*([❯>›▶→*]\s*)?(?:\[\s*(\d{1,2})\]|\((\d{1,2})\)|(\d{1,2})[.)])\s+(\S.*?)\s*$",
+        )
+        .unwrap()
     });
+    static TITLE_DEFAULT: LazyLock<Regex> =
+        LazyLock::new(|| Regex::new(r"[\[(]([^\[\]()]{1,40})[\])]\s*[:?]?\s*$").unwrap());
     let mut options: Vec<ApprovalOption> = Vec::new();
     let mut default = None;
     let mut last_item = 0;
+    let mut first_item = 0;
     for (at, line) in lines.iter().enumerate() {
         let Some(c) = ITEM.captures(line) else {
             continue;
@@ -535,11 +548,13 @@ fn numbered_menu(lines: &[&str], canonical: bool) -> Option<(Vec<ApprovalOption>
         let label = c[5].to_owned();
         let num = n.parse::<usize>().unwrap_or(0);
         let last = options.last().and_then(|o| o.value.parse::<usize>().ok());
-        // Numbered from 1, each number above the one before (gpg skips some: 1 2 3 4 9 10
-        // 14); a restart at 1 starts a new menu; anything else is not a menu item.
-        if num == 1 {
+        // Numbered from 1 (or 0: cleo's `[ 0] red`), each number above the one before (gpg
+        // skips some: 1 2 3 4 9 10 14); a restart starts a new menu; anything else is not a
+        // menu item.
+        if num == 0 || (num == 1 && last != Some(0)) {
             options.clear();
             default = None;
+            first_item = at;
         } else if last.is_none_or(|l| num <= l) || options.is_empty() {
             continue;
         }
@@ -553,6 +568,20 @@ fn numbered_menu(lines: &[&str], canonical: bool) -> Option<(Vec<ApprovalOption>
         }
         options.push(opt(n, &label, Some(line_keys(n, canonical))));
         last_item = at;
+    }
+    // No item marked: the question names the default item in brackets (cleo's
+    // `Pick a color [green]:` over `[ 0] red`, `[ 1] green`).
+    if default.is_none()
+        && let Some(c) = lines[..first_item]
+            .iter()
+            .rev()
+            .find_map(|l| TITLE_DEFAULT.captures(l))
+    {
+        let named = c[1].trim();
+        default = options
+            .iter()
+            .find(|o| o.label == named || o.value == named)
+            .map(|o| o.value.clone());
     }
     // The menu ends right above the prompt (a line or two between at most): an earlier
     // menu further up is not what is asked now.
@@ -641,6 +670,68 @@ pub struct SelectMenu {
     /// The items stand side by side (a toggle's `No / Yes`): moved with left and right.
     #[serde(default)]
     pub horizontal: bool,
+}
+
+impl SelectMenu {
+    /// The items without their check boxes (`◉ cheese` → `cheese`).
+    pub fn names(&self) -> Vec<String> {
+        self.items
+            .iter()
+            .map(|i| {
+                if self.checkbox {
+                    i.strip_prefix("[x]")
+                        .or_else(|| i.strip_prefix("[ ]"))
+                        .unwrap_or(i)
+                        .trim_start_matches(|c: char| BOXES.contains(&c))
+                        .trim()
+                        .to_owned()
+                } else {
+                    i.clone()
+                }
+            })
+            .collect()
+    }
+
+    /// Which items are checked (all unchecked for a menu without boxes).
+    pub fn checked(&self) -> Vec<bool> {
+        self.items
+            .iter()
+            .map(|i| self.checkbox && (i.starts_with(CHECKED) || i.starts_with("[x]")))
+            .collect()
+    }
+}
+
+/// A multi-select decision's value for the items `names` with `checked` ones chosen:
+/// their names in item order, comma-joined; `none` for none.
+pub fn multi_value(names: &[String], checked: &[bool]) -> String {
+    let chosen: Vec<&str> = names
+        .iter()
+        .zip(checked)
+        .filter(|(_, c)| **c)
+        .map(|(n, _)| n.as_str())
+        .collect();
+    if chosen.is_empty() {
+        "none".into()
+    } else {
+        chosen.join(",")
+    }
+}
+
+/// The items a multi-select decision `value` names (`cheese,olives`, `none`), matched to
+/// `names` case-insensitively, as a checked-or-not list; `None` when a name is no item.
+pub fn multi_set(names: &[String], value: &str) -> Option<Vec<bool>> {
+    let mut set = vec![false; names.len()];
+    if value.trim().eq_ignore_ascii_case("none") && !names.iter().any(|n| n == "none") {
+        return Some(set);
+    }
+    for part in value.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        let at = names
+            .iter()
+            .position(|n| n == part)
+            .or_else(|| names.iter().position(|n| n.eq_ignore_ascii_case(part)))?;
+        set[at] = true;
+    }
+    set.contains(&true).then_some(set)
 }
 
 const POINTERS: &[char] = &['❯', '›', '»', '>', '▶', '►', '➤', '→', '➜', '▸'];
@@ -866,28 +957,13 @@ fn select_prompt(p: &mut Prompt, rows: &[String], below: &[String], cursor_hidde
     p.kind = PromptKind::Select;
     p.allows_text = false;
     if menu.checkbox {
+        // Any items, each with its box: the options are the items; a decision names the
+        // set to submit (`cheese,olives`, `none`); the default is the set shown checked.
         p.kind = PromptKind::MultiSelect;
-        let chosen: Vec<&str> = menu
-            .items
-            .iter()
-            .filter(|i| i.starts_with(CHECKED) || i.starts_with("[x]"))
-            .map(|i| i.trim_start_matches(|c: char| BOXES.contains(&c) || "[x] ".contains(c)))
-            .collect();
-        let shown = if chosen.is_empty() {
-            "nothing selected".to_owned()
-        } else {
-            chosen.join(", ")
-        };
         p.rule = "generic:checkbox".into();
-        p.options = vec![
-            opt(
-                "submit",
-                &format!("Submit the selection shown ({shown})"),
-                Some("\r".into()),
-            ),
-            abort_option(),
-        ];
-        p.default = Some("submit".into());
+        let names = menu.names();
+        p.options = names.iter().map(|n| opt(n, n, None)).collect();
+        p.default = Some(multi_value(&names, &menu.checked()));
     } else {
         p.rule = "generic:select".into();
         // Numbered items (`1. Yes`) are chosen by their number, others by their text.
@@ -2035,6 +2111,20 @@ alternative = "use VAULT_TOKEN"
     }
 
     #[test]
+    fn a_menu_numbered_from_zero_takes_its_default_from_the_question() {
+        // cleo's choice.
+        let p = line(
+            "python",
+            "Pick a color [green]:\n  [ 0] red\n  [ 1] green\n  [ 2] blue\n > ",
+        );
+        assert_eq!(p.rule, "generic:numbered-menu");
+        assert_eq!(values(&p), ["0", "1", "2"]);
+        assert_eq!(p.options[2].label, "blue");
+        assert_eq!(p.default.as_deref(), Some("1"));
+        assert_eq!(p.keys_for("2", true), Some(b"2\r".to_vec()));
+    }
+
+    #[test]
     fn a_prefilled_raw_field_offers_its_value_as_it_stands() {
         let p = screen("bash", "Project name: demo", true, false);
         assert_eq!(p.kind, PromptKind::Text);
@@ -2056,21 +2146,25 @@ alternative = "use VAULT_TOKEN"
     }
 
     #[test]
-    fn a_checkbox_menu_is_decided_as_a_whole() {
+    fn a_checkbox_menu_is_decided_as_the_set_to_submit() {
         let p = raw_screen(
             "? Pick some\n\u{276f}\u{25c9} red\n \u{25ef} green\n \u{25c9} blue\n\n\u{2191}\u{2193} navigate",
             5,
         );
         assert_eq!(p.rule, "generic:checkbox");
-        assert_eq!(values(&p), ["submit", "abort"]);
-        assert_eq!(p.default.as_deref(), Some("submit"));
-        assert!(
-            p.options[0].label.contains("red, blue"),
-            "{:?}",
-            p.options[0]
+        assert_eq!(p.kind, PromptKind::MultiSelect);
+        assert_eq!(values(&p), ["red", "green", "blue"]);
+        assert_eq!(
+            p.default.as_deref(),
+            Some("red,blue"),
+            "the set shown checked"
         );
-        assert_eq!(p.keys_for("submit", false), Some(b"\r".to_vec()));
-        assert!(!p.takes("red"));
+        assert_eq!(p.check_set("green"), Some(vec![false, true, false]));
+        assert_eq!(p.check_set("Blue, red"), Some(vec![true, false, true]));
+        assert_eq!(p.check_set("none"), Some(vec![false, false, false]));
+        assert_eq!(p.check_set("purple"), None);
+        assert!(p.takes("red,green") && !p.takes("red,purple"));
+        assert_eq!(p.keys_for("red", false), None, "steered, never typed");
     }
 
     #[test]

@@ -748,8 +748,9 @@ fn check_classify(
         }
     }
     if let Some(d) = &p.default {
+        // A multi-select's default is a set of its items; any other's, one of its options.
         prop_assert!(
-            p.options.iter().any(|o| &o.value == d),
+            p.options.iter().any(|o| &o.value == d) || p.check_set(d).is_some(),
             "default {d:?} in {p:?}"
         );
     }

@@ -153,6 +153,9 @@ struct Steer {
 enum Goal {
     /// Move a menu's highlight to this item, then press Enter.
     Select(usize),
+    /// Check exactly these items of a check-box menu (space on each that differs, moving
+    /// the highlight to it), then press Enter.
+    Check(Vec<bool>),
     /// The field shows exactly this text (it was cleared first), then press Enter.
     Text(String),
 }
@@ -803,6 +806,7 @@ impl<'a> Conversation<'a> {
         let is_option = p.options.iter().any(|o| o.value == value);
         let goal = match &p.select {
             Some(menu) if !menu.checkbox => p.select_index(value).map(Goal::Select),
+            Some(_) => p.check_set(value).map(Goal::Check),
             _ if !canonical && !is_option && p.allows_text => {
                 hr_shared::approvals::is_acceptable_text(value)
                     .then(|| Goal::Text(value.to_owned()))
@@ -813,7 +817,7 @@ impl<'a> Conversation<'a> {
             let (before, hidden) = self.classified.borrow().clone();
             let first = match &goal {
                 // The first look at the menu sends the first arrow (or Enter).
-                Goal::Select(_) => Vec::new(),
+                Goal::Select(_) | Goal::Check(_) => Vec::new(),
                 Goal::Text(text) => [
                     erase(field_room(&p.prompt_line, &before, hidden)),
                     text.as_bytes().to_vec(),
@@ -945,6 +949,57 @@ impl<'a> Conversation<'a> {
                 self.state = State::Steering(st);
                 vec![Action::Write(keys)]
             }
+            Goal::Check(ref target) => {
+                let now_shown = self.classify(&shown, modes);
+                // The same menu: its title and its items (boxes aside) as the operator saw.
+                let same_title = now_shown.prompt_line == st.prompt.prompt_line;
+                let Some(menu) = now_shown.select.filter(|m| {
+                    same_title
+                        && m.checkbox
+                        && st
+                            .prompt
+                            .select
+                            .as_ref()
+                            .is_some_and(|was| was.names() == m.names())
+                }) else {
+                    if patient {
+                        self.state = State::Steering(st);
+                        return Vec::new();
+                    }
+                    return self.steer_lost(&st, "the menu changed".into());
+                };
+                let checked = menu.checked();
+                if &checked == target {
+                    return self.submit(*st);
+                }
+                // The nearest item whose box differs: move there, then space.
+                let at = menu.highlighted;
+                let differs = |i: &usize| checked[*i] != target[*i];
+                let next = (0..checked.len())
+                    .filter(differs)
+                    .min_by_key(|i| i.abs_diff(at))
+                    .unwrap_or(at);
+                if st.steps > 4 * menu.items.len() + 4 || (st.steps > 0 && !drew) {
+                    return failed(
+                        &st,
+                        format!(
+                            "the boxes did not come to {:?} (they show {:?})",
+                            hr_shared::prompt::multi_value(&menu.names(), target),
+                            hr_shared::prompt::multi_value(&menu.names(), &checked)
+                        ),
+                    );
+                }
+                st.steps += 1;
+                st.sent_seq = self.output_seq;
+                st.sent_at = now;
+                let keys = if next == at {
+                    b" ".to_vec()
+                } else {
+                    arrow(next > at, shown.app_cursor, menu.horizontal)
+                };
+                self.state = State::Steering(st);
+                vec![Action::Write(keys)]
+            }
             Goal::Text(ref text) => {
                 if field_shows(&st.prompt.prompt_line, &shown.prompt_line, text)
                     || field_row_shows(&st.before, &shown.rows, text)
@@ -996,7 +1051,7 @@ impl<'a> Conversation<'a> {
         // Typed text is taken back out of the field it was typed into.
         let clear = match &st.goal {
             Goal::Text(text) => Some(Action::Write(erase(text.chars().count()))),
-            Goal::Select(_) => None,
+            Goal::Select(_) | Goal::Check(_) => None,
         };
         clear
             .into_iter()
@@ -2001,6 +2056,67 @@ mod tests {
         answered_select(&mut run, "red");
         run.tty.screen.app_cursor = true;
         assert_eq!(writes(&settle(&mut run)), [b"\x1bOA".to_vec()]);
+    }
+
+    /// A check-box menu: `at` highlighted, `checked` ticked.
+    fn checkbox_screen(at: usize, checked: [bool; 3]) -> Vec<u8> {
+        let mut s = "\x1b[H\x1b[2J? Pick toppings\r\n".to_owned();
+        for (i, item) in ["cheese", "ham", "olives"].iter().enumerate() {
+            let pointer = if i == at { "\u{276f}" } else { " " };
+            let tick = if checked[i] { "\u{25c9}" } else { "\u{25ef}" };
+            s.push_str(&format!("{pointer}{tick} {item}\r\n"));
+        }
+        s.into_bytes()
+    }
+
+    #[test]
+    fn a_checkbox_menu_is_steered_to_the_decided_set_then_submitted() {
+        let mut run = Run::new(OnPrompt::Exit);
+        run.tty.modes = Some(RAW_MODE);
+        run.show(&checkbox_screen(0, [false, true, false]));
+        let request = run.ask();
+        assert_eq!(request.prompt.rule, "generic:checkbox");
+        assert_eq!(request.prompt.default.as_deref(), Some("ham"));
+        let first = run.reply(PromptResolution::Answer {
+            approval: decided("AP-1", ApprovalStatus::Approved, Some("cheese,olives")),
+            value: "cheese,olives".into(),
+        });
+        assert!(first.is_empty(), "looked at before any key: {first:?}");
+        // cheese (highlighted) is off: space.
+        assert_eq!(writes(&settle(&mut run)), [b" ".to_vec()]);
+        run.show(&checkbox_screen(0, [true, true, false]));
+        // ham is on and must be off: down, then space.
+        assert_eq!(writes(&settle(&mut run)), [b"\x1b[B".to_vec()]);
+        run.show(&checkbox_screen(1, [true, true, false]));
+        assert_eq!(writes(&settle(&mut run)), [b" ".to_vec()]);
+        run.show(&checkbox_screen(1, [true, false, false]));
+        assert_eq!(writes(&settle(&mut run)), [b"\x1b[B".to_vec()]);
+        run.show(&checkbox_screen(2, [true, false, false]));
+        assert_eq!(writes(&settle(&mut run)), [b" ".to_vec()]);
+        run.show(&checkbox_screen(2, [true, false, true]));
+        // The boxes show what was decided: Enter.
+        assert_eq!(writes(&settle(&mut run)), [b"\r".to_vec()]);
+        // A box that does not take the key: nothing submitted.
+        let mut run = Run::new(OnPrompt::Exit);
+        run.tty.modes = Some(RAW_MODE);
+        run.show(&checkbox_screen(0, [false, true, false]));
+        run.ask();
+        run.reply(PromptResolution::Answer {
+            approval: decided("AP-1", ApprovalStatus::Approved, Some("cheese,ham")),
+            value: "cheese,ham".into(),
+        });
+        assert_eq!(writes(&settle(&mut run)), [b" ".to_vec()]);
+        let mut gave_up = Vec::new();
+        for _ in 0..40 {
+            gave_up = run.tick_after(ms(100));
+            if !gave_up.is_empty() {
+                break;
+            }
+        }
+        assert!(
+            matches!(ended(&gave_up), Some(RunOutcome::Rejected { why, .. }) if why.contains("boxes")),
+            "{gave_up:?}"
+        );
     }
 
     #[test]
