@@ -99,6 +99,20 @@ pub fn run(
         }
     };
     let fd_number = events.as_ref().map(|p| p.target.to_string());
+    // A pager run directly (`less FILE`) writes its text to a pipe, as it does without a
+    // terminal: paged through a screen at a time instead, a line wider than the screen
+    // that crossed a page's end was drawn in two parts around the pager's prompt.
+    let pager_pipe = if runs_a_pager(ctx) {
+        match StdoutPipe::open(events.as_ref().map(|p| p.target)) {
+            Ok(p) => Some(p),
+            Err(e) => {
+                eprintln!("headless-run: warning: the pager writes to the terminal: {e}");
+                None
+            }
+        }
+    } else {
+        None
+    };
     let mut env = ctx.tool_env(true);
     let mut remove = ctx.env_remove.clone();
     match &token {
@@ -118,12 +132,14 @@ pub fn run(
         tty: pty.slave_path(),
         pass_stdin,
         event_fd: events.as_ref().map(|p| (p.write.as_raw_fd(), p.target)),
+        stdout: pager_pipe.as_ref().map(|p| p.write.as_raw_fd()),
     };
     group::become_subreaper();
     let pid = pty.spawn(&spec).map_err(|e| run::spawn_failure(ctx, e))?;
     // The tool has its copy; the shim keeps only the read end, so the pipe ends when the
     // tool and whatever it passed the descriptor to have closed it.
     let events = events.map(|p| p.read);
+    let stdout_pipe = pager_pipe.map(|p| p.read);
     start.send(Some(pid));
     let recorder = Recorder::start(RecorderSetup {
         paths: ctx.paths.clone(),
@@ -144,6 +160,7 @@ pub fn run(
         signals,
         recorder,
         events,
+        stdout_pipe,
         size_fd: own_size.map(|(_, _, fd)| fd),
         stdout_open: true,
         line_open: false,
@@ -239,6 +256,51 @@ fn stdin_carries_data() -> bool {
     }
 }
 
+/// Whether the tool run is itself a pager (`less FILE`, Debian's `pager`), by the name it
+/// was called by or its file's name.
+fn runs_a_pager(ctx: &RunContext) -> bool {
+    let named = |n: Option<&OsStr>| {
+        n.and_then(OsStr::to_str)
+            .is_some_and(|n| blocked::PAGERS.contains(&n))
+    };
+    named(std::path::Path::new(&ctx.argv0).file_name()) || named(ctx.tool_path.file_name())
+}
+
+/// The pipe a pager run directly gets as its stdout: its write end close-on-exec and moved
+/// above the numbers the spawn's other actions write (0–2 and the event descriptor's), its
+/// read end non-blocking.
+struct StdoutPipe {
+    read: OwnedFd,
+    write: OwnedFd,
+}
+
+impl StdoutPipe {
+    fn open(event_target: Option<RawFd>) -> io::Result<StdoutPipe> {
+        use std::os::fd::FromRawFd;
+        let mut fds = [0; 2];
+        // SAFETY: fds has room for the two descriptors pipe2 writes.
+        if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC | libc::O_NONBLOCK) } != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: pipe2 just returned these two descriptors, owned by nobody else.
+        let (read, write) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+        // The tool's end blocks, as a pipe to a pager's stdout does.
+        // SAFETY: F_SETFL on a descriptor we own.
+        if unsafe { libc::fcntl(write.as_raw_fd(), libc::F_SETFL, 0) } < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        let above = event_target.map_or(3, |t| t.max(2) + 1);
+        // SAFETY: F_DUPFD_CLOEXEC returns a new descriptor we then own.
+        let moved = unsafe { libc::fcntl(write.as_raw_fd(), libc::F_DUPFD_CLOEXEC, above) };
+        if moved < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: `moved` is ours alone.
+        let write = unsafe { OwnedFd::from_raw_fd(moved) };
+        Ok(StdoutPipe { read, write })
+    }
+}
+
 /// Ending the tool: TERM now, KILL at `kill_at`.
 struct Ending {
     outcome: RunOutcome,
@@ -260,6 +322,8 @@ struct Supervisor<'a> {
     recorder: Recorder,
     /// The event descriptor's read end, until every writer has closed it.
     events: Option<OwnedFd>,
+    /// The read end of the pipe a pager run directly writes to, until it is at its end.
+    stdout_pipe: Option<OwnedFd>,
     size_fd: Option<RawFd>,
     stdout_open: bool,
     /// The tool's output so far does not end with a newline (a prompt waits on its line).
@@ -388,7 +452,9 @@ impl Supervisor<'_> {
     fn finished(&mut self, now: Instant) -> Option<RunOutcome> {
         let (status, at) = self.exited?;
         let quiet_since = self.last_output.max(at);
-        let drained = self.master_eof || now >= at + DRAIN_MAX || now >= quiet_since + DRAIN_QUIET;
+        let drained = (self.stdout_pipe.is_none()
+            && (self.master_eof || now >= quiet_since + DRAIN_QUIET))
+            || now >= at + DRAIN_MAX;
         if !drained {
             return None;
         }
@@ -670,6 +736,14 @@ impl Supervisor<'_> {
                 events: libc::POLLIN,
                 revents: 0,
             },
+            libc::pollfd {
+                fd: match &self.stdout_pipe {
+                    Some(p) if !self.output_paused() => p.as_raw_fd(),
+                    _ => -1,
+                },
+                events: libc::POLLIN,
+                revents: 0,
+            },
         ];
         let ms = timeout.as_millis().min(i32::MAX as u128) as i32;
         // SAFETY: fds holds fds.len() valid pollfd entries.
@@ -684,6 +758,9 @@ impl Supervisor<'_> {
         }
         if fds[1].revents != 0 {
             self.read_output(buf);
+        }
+        if fds[4].revents != 0 {
+            self.read_stdout_pipe(buf);
         }
         if fds[2].revents != 0 {
             self.read_events(buf);
@@ -769,25 +846,7 @@ impl Supervisor<'_> {
         // SAFETY: buf is writable for its length.
         let n = unsafe { libc::read(self.pty.fd(), buf.as_mut_ptr().cast(), buf.len()) };
         if n > 0 {
-            let data = &buf[..n as usize];
-            if self.stdout_open && write_stdout(data).is_err() {
-                // Nobody reads our stdout any more; keep draining the tool so it never blocks.
-                self.stdout_open = false;
-            }
-            self.line_open = data.last() != Some(&b'\n');
-            if let Some(scanner) = self.queries.as_mut() {
-                // Bounded: a tool that floods queries and never reads its replies must not
-                // make the shim block writing them.
-                let room = MAX_UNANSWERED.saturating_sub(self.unanswered.len());
-                self.unanswered
-                    .extend(scanner.scan(data).into_iter().take(room));
-                if !self.unanswered.is_empty() && self.queried_at.is_none() {
-                    self.queried_at = Some(Instant::now());
-                }
-            }
-            self.recorder.push(data);
-            self.unseen_bytes = self.unseen_bytes.saturating_add(data.len());
-            self.on_output();
+            self.took_output(&buf[..n as usize], true);
             return;
         }
         let err = io::Error::last_os_error();
@@ -801,6 +860,54 @@ impl Supervisor<'_> {
         }
         // EIO: every slave descriptor is closed.
         self.master_eof = true;
+    }
+
+    /// One read of the pipe a pager run directly writes to; its end (every writer gone) or
+    /// an error stops reading it.
+    fn read_stdout_pipe(&mut self, buf: &mut [u8]) {
+        let Some(fd) = &self.stdout_pipe else {
+            return;
+        };
+        // SAFETY: buf is writable for its length.
+        let n = unsafe { libc::read(fd.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len()) };
+        if n > 0 {
+            self.took_output(&buf[..n as usize], false);
+            return;
+        }
+        let err = io::Error::last_os_error();
+        if n < 0
+            && matches!(
+                err.kind(),
+                io::ErrorKind::Interrupted | io::ErrorKind::WouldBlock
+            )
+        {
+            return;
+        }
+        self.stdout_pipe = None;
+    }
+
+    /// Output of the tool: to stdout, the screen model and the run log. Only what it drew
+    /// on its terminal (`drawn`) may hold questions to the terminal: a pipe's text is
+    /// written, never drawn.
+    fn took_output(&mut self, data: &[u8], drawn: bool) {
+        if self.stdout_open && write_stdout(data).is_err() {
+            // Nobody reads our stdout any more; keep draining the tool so it never blocks.
+            self.stdout_open = false;
+        }
+        self.line_open = data.last() != Some(&b'\n');
+        if let Some(scanner) = self.queries.as_mut().filter(|_| drawn) {
+            // Bounded: a tool that floods queries and never reads its replies must not
+            // make the shim block writing them.
+            let room = MAX_UNANSWERED.saturating_sub(self.unanswered.len());
+            self.unanswered
+                .extend(scanner.scan(data).into_iter().take(room));
+            if !self.unanswered.is_empty() && self.queried_at.is_none() {
+                self.queried_at = Some(Instant::now());
+            }
+        }
+        self.recorder.push(data);
+        self.unseen_bytes = self.unseen_bytes.saturating_add(data.len());
+        self.on_output();
     }
 
     fn on_output(&mut self) {
@@ -1220,7 +1327,6 @@ impl Observe for Look<'_> {
     }
 }
 
-/// Writes all of `data` to stdout; EAGAIN (a non-blocking stdout) waits for room.
 /// Whether stdout and stderr are the same file (one terminal, or one log).
 fn stdout_is_stderr() -> bool {
     let id = |fd| {
@@ -1232,6 +1338,7 @@ fn stdout_is_stderr() -> bool {
     out.is_some() && out == id(libc::STDERR_FILENO)
 }
 
+/// Writes all of `data` to stdout; EAGAIN (a non-blocking stdout) waits for room.
 fn write_stdout(mut data: &[u8]) -> io::Result<()> {
     while !data.is_empty() {
         // SAFETY: data is readable for its length.

@@ -1,7 +1,8 @@
 //! What is not a prompt, and what a prompt's question is, through the real shim and real
 //! tools. Pagers print everything and end as they do in CI without the shim (`git log`,
-//! `man`: the pager variables in the tool's environment; `less` run directly, or chosen by
-//! the caller: paged through to its end). REPLs at their bare prompt (`python3`, `sqlite3`,
+//! `man`: the pager variables in the tool's environment, `man`'s bold as plain text; `less`
+//! and `more` run directly: writing to a pipe; chosen by the caller: paged through to its
+//! end). REPLs at their bare prompt (`python3`, `sqlite3`,
 //! `sh`, `bash -i`) and raw-mode reads with nothing asked (`bash -c 'read -e'`, `bc -q`) get
 //! EOF at once. gpg's pinentry dialog is a refused secret (93) and no pinentry is left
 //! behind. None of these leaves an approval row. An approval's question is the prompt's own
@@ -164,6 +165,7 @@ fn man_page_longer_than_the_screen_is_printed_whole_not_paged() {
 
 #[test]
 fn pager_variables_are_set_in_headless_mode_unless_the_caller_set_them() {
+    need("col", "bsdextrautils");
     let env = TestEnv::new();
     let names = [
         "PAGER",
@@ -185,7 +187,7 @@ fn pager_variables_are_set_in_headless_mode_unless_the_caller_set_them() {
     out.expect_code(0);
     assert_eq!(
         out.out(),
-        "PAGER=more\nGIT_PAGER=\nMANPAGER=cat\nSYSTEMD_PAGER=cat\nGH_PAGER=cat\nAWS_PAGER=cat\nPSQL_PAGER=cat\nLESS=<unset>\n"
+        "PAGER=more\nGIT_PAGER=\nMANPAGER=col -b -p -x\nSYSTEMD_PAGER=cat\nGH_PAGER=cat\nAWS_PAGER=cat\nPSQL_PAGER=cat\nLESS=<unset>\n"
     );
     // Interactive mode: the tool has the caller's terminal, and its pager with it.
     let mut cmd = env.command(bin("headless-run"));
@@ -226,7 +228,7 @@ fn assert_every_line_shown(out: &Outcome, count: usize) {
 }
 
 #[test]
-fn less_run_directly_is_paged_through_to_its_end_not_asked() {
+fn less_run_directly_shows_every_line_not_asked() {
     need("less", "less");
     let env = TestEnv::new();
     numbered_file(&env, 300);
@@ -639,4 +641,72 @@ fn real_apt_get_notices_go_to_the_context_not_the_question() {
         "{context}"
     );
     assert!(context.contains("hr-demo-a hr-demo-b"), "{context}");
+}
+
+/// `shim` with a terminal type the full-screen programs know.
+fn shim_term(env: &TestEnv) -> Cmd {
+    let mut c = shim(env);
+    c.env("TERM", "xterm");
+    c
+}
+
+/// Issue 26 item 6: `man` through the shim (its pager `cat`, stdout a pipe) wrote groff's
+/// overstrike bold (`N\bNA\bA…`) into CI logs. What reaches the pipe is plain text, as
+/// `man ls | cat` gives without the shim; `git help` (man underneath) too.
+#[test]
+fn a_man_page_reaches_a_pipe_as_plain_text_not_overstrike() {
+    need("man", "man-db");
+    need("git", "git");
+    for argv in [&["man", "ls"][..], &["git", "help", "log"]] {
+        let env = TestEnv::new();
+        let out = shim_term(&env).args(argv).run();
+        expect_nothing_asked(&env, &out, 0);
+        assert!(
+            !out.stdout.contains(&b'\x08'),
+            "backspaces in {argv:?}: {:?}",
+            &out.out()[..out.out().len().min(400)]
+        );
+        let lines = lines_of(&out.out());
+        for heading in ["NAME", "SYNOPSIS", "DESCRIPTION"] {
+            assert!(
+                lines.iter().any(|l| l == heading),
+                "{heading} in {argv:?}: {}",
+                out.out()
+            );
+        }
+    }
+}
+
+/// A file of `count` numbered lines, every seventh one wider than the 200-column screen
+/// (up to three screen rows), with a tab in each.
+fn wide_lines_file(env: &TestEnv, count: usize) -> PathBuf {
+    let path = env.work().join("wide.txt");
+    let text: String = (1..=count)
+        .map(|i| format!("line {i}\t{}.\n", "x".repeat((i % 7) * 90)))
+        .collect();
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+/// Issue 26 item 6: `less FILE` through the shim was paged a screen at a time, and a line
+/// wider than the screen that crossed a page's end was drawn in two parts around the
+/// pager's prompt (`…x \b:\e[K\r\e[Kxxx…`): in a CI log the carriage return wiped its
+/// first part. Run directly, a pager writes to a pipe, as without a terminal: the file,
+/// byte for byte, every line once.
+#[test]
+fn a_pager_run_directly_passes_every_line_once_even_lines_wider_than_the_screen() {
+    for (pager, package) in [("less", "less"), ("more", "util-linux")] {
+        need(pager, package);
+        let env = TestEnv::new();
+        let file = wide_lines_file(&env, 400);
+        let out = shim_term(&env).args([pager, "wide.txt"]).run();
+        expect_nothing_asked(&env, &out, 0);
+        let text = std::fs::read_to_string(&file).unwrap();
+        let shown = lines_of(&out.out());
+        for want in text.lines() {
+            let times = shown.iter().filter(|l| *l == want).count();
+            assert_eq!(times, 1, "{pager}: {want:?} shown {times} times");
+        }
+        assert!(out.stdout == text.as_bytes(), "{pager}: {}", out.context());
+    }
 }
