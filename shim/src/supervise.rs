@@ -176,6 +176,7 @@ pub fn run(
         exited: None,
         master_eof: false,
         ending: None,
+        unasked: None,
         stalled: false,
         conv: Conversation::new(Setup {
             tool: &ctx.tool_name,
@@ -310,6 +311,18 @@ struct Ending {
     strays: Vec<(i32, u64)>,
 }
 
+/// What waited for keys with nothing asked, ended by the shim (TERM, then KILL at
+/// `kill_at`): the tool goes on, as it would once its editor failed, and its run says why.
+struct EndedUnasked {
+    /// What was ended and why, for the run's reason.
+    what: String,
+    readers: Vec<(i32, u64)>,
+    kill_at: Instant,
+    killed: bool,
+    /// The tool's own process was among them: its exit is the end of the run.
+    the_tool: bool,
+}
+
 /// How often to look for the store's answer while one is expected.
 const ASK_TICK: Duration = Duration::from_millis(5);
 
@@ -348,6 +361,8 @@ struct Supervisor<'a> {
     exited: Option<(i32, Instant)>,
     master_eof: bool,
     ending: Option<Ending>,
+    /// What waited for keys with nothing asked and was ended, last.
+    unasked: Option<EndedUnasked>,
     stalled: bool,
     conv: Conversation<'a>,
     /// The store's reply to the prompt the conversation asks about.
@@ -491,7 +506,10 @@ impl Supervisor<'_> {
                 {
                     RunOutcome::ApprovalPending { approval_id }
                 }
-                (outcome, _) => outcome,
+                (outcome, _) => match &self.unasked {
+                    Some(ended) => not_a_prompt(ended, &self.ctx.tool_label, &outcome),
+                    None => outcome,
+                },
             },
         )
     }
@@ -540,6 +558,13 @@ impl Supervisor<'_> {
     }
 
     fn enforce_limits(&mut self, now: Instant) {
+        if let Some(u) = &mut self.unasked
+            && !u.killed
+            && now >= u.kill_at
+        {
+            u.killed = true;
+            group::signal_strays(&u.readers, libc::SIGKILL);
+        }
         if let Some(ending) = &mut self.ending {
             if !ending.killed && now >= ending.kill_at {
                 group::signal_session(self.pid, libc::SIGKILL);
@@ -679,6 +704,11 @@ impl Supervisor<'_> {
             && !e.killed
         {
             deadlines.push(e.kill_at);
+        }
+        if let Some(u) = &self.unasked
+            && !u.killed
+        {
+            deadlines.push(u.kill_at);
         }
         if self.touch_pending {
             deadlines.push(self.last_touch.map_or(now, |t| t + TOUCH_EVERY));
@@ -1021,12 +1051,15 @@ impl Supervisor<'_> {
         }
         let idle_for = now.saturating_duration_since(self.last_change);
         let animating = self.animating(now);
+        let quiet =
+            now.saturating_duration_since(self.last_output) >= self.ctx.settings.prompt_idle;
         let mut look = Look {
             pty: &self.pty,
             pid: self.pid,
             recorder: &self.recorder,
             outside: &mut self.outside,
             animating,
+            quiet,
         };
         let actions = self.conv.tick(now, idle_for, &mut look);
         self.carry_out(actions);
@@ -1063,6 +1096,7 @@ impl Supervisor<'_> {
             recorder: &self.recorder,
             outside: &mut self.outside,
             animating,
+            quiet: false,
         };
         let actions = self.conv.watched(Instant::now(), got, &mut look);
         if !self.conv.waiting() {
@@ -1113,9 +1147,48 @@ impl Supervisor<'_> {
                     taken_over,
                 } => self.announce(&approval, waiting, taken_over),
                 Action::End(outcome) => self.end_tool(outcome),
+                Action::EndUnasked { waited, kind } => self.end_unasked(waited, kind),
                 Action::Say(line) => eprintln!("{line}"),
             }
         }
+    }
+
+    /// Ends what reads the terminal with nothing asked (TERM now, KILL after the grace
+    /// period), as it would end without a terminal: an editor fails, a monitor stops. Only
+    /// the readers: the tool that started them goes on (`git commit` reports that its
+    /// editor failed), as it would.
+    fn end_unasked(&mut self, waited: Duration, kind: &str) {
+        let Some(pgrp) = self.pty.foreground_pgrp() else {
+            return;
+        };
+        let readers = blocked::sample(self.pid, pgrp, self.pty.slave_rdev()).readers;
+        if readers.is_empty() {
+            return;
+        }
+        let names = readers
+            .iter()
+            .map(|p| sanitize_line(&p.comm))
+            .collect::<Vec<_>>()
+            .join(", ");
+        let what = format!(
+            "nothing asked: {names} waited {} for keys ({kind}) and was ended, as it would end without a terminal",
+            time::short_duration(waited)
+        );
+        eprintln!(
+            "headless-run: {}: {what} (TERM; not_prompt_timeout = \"none\" lets it wait)",
+            self.ctx.tool_label,
+        );
+        let pids: Vec<(i32, u64)> = readers.iter().map(|p| (p.pid, p.start_time)).collect();
+        group::signal_strays(&pids, libc::SIGTERM);
+        // A stopped process cannot act on TERM until it is continued.
+        group::signal_strays(&pids, libc::SIGCONT);
+        self.unasked = Some(EndedUnasked {
+            what,
+            the_tool: pids.iter().any(|&(pid, _)| pid == self.pid),
+            readers: pids,
+            kill_at: Instant::now() + self.ctx.settings.kill_grace,
+            killed: false,
+        });
     }
 
     fn watcher_for(&self, a: &Approval) -> Option<Watcher> {
@@ -1276,6 +1349,8 @@ struct Look<'s> {
     outside: &'s mut Outside,
     /// Output came since the screen last changed: it only animates.
     animating: bool,
+    /// No output at all for the idle window.
+    quiet: bool,
 }
 
 impl Observe for Look<'_> {
@@ -1285,6 +1360,10 @@ impl Observe for Look<'_> {
 
     fn animating(&self) -> bool {
         self.animating
+    }
+
+    fn quiet(&self) -> bool {
+        self.quiet
     }
 
     fn blocked(&mut self) -> Option<Blocked> {
@@ -1324,6 +1403,32 @@ impl Observe for Look<'_> {
     fn screen(&mut self) -> Option<ScreenText> {
         let guard = self.recorder.shared.screen.lock().ok()?;
         Some(guard.as_ref().map(ScreenText::read).unwrap_or_default())
+    }
+}
+
+/// How the run ended after the shim ended what waited for keys with nothing asked: the
+/// tool's own exit, with the reason saying what was ended. A tool that was itself what
+/// waited and exits 0 when told to end (`top`, `htop`) did not succeed: it reports 143,
+/// as a terminated tool does.
+fn not_a_prompt(ended: &EndedUnasked, tool: &str, outcome: &RunOutcome) -> RunOutcome {
+    let (code, how) = match *outcome {
+        RunOutcome::Exited(0) if ended.the_tool => (
+            128 + libc::SIGTERM,
+            format!("{tool} exited 0 when ended: 143, as terminated"),
+        ),
+        RunOutcome::Exited(code) => (code, format!("{tool} exited with code {code}")),
+        RunOutcome::Signaled(sig) => (
+            128 + sig,
+            format!(
+                "{tool} died of signal {sig} ({})",
+                hr_shared::exit::signal_name(sig)
+            ),
+        ),
+        ref other => return other.clone(),
+    };
+    RunOutcome::NotAPrompt {
+        what: format!("{}; {how}", ended.what),
+        code,
     }
 }
 

@@ -2,11 +2,13 @@
 //! tools. Pagers print everything and end as they do in CI without the shim (`git log`,
 //! `man`: the pager variables in the tool's environment, `man`'s bold as plain text; `less`
 //! and `more` run directly: writing to a pipe; chosen by the caller: paged through to its
-//! end). REPLs at their bare prompt (`python3`, `sqlite3`,
-//! `sh`, `bash -i`) and raw-mode reads with nothing asked (`bash -c 'read -e'`, `bc -q`) get
-//! EOF at once. gpg's pinentry dialog is a refused secret (93) and no pinentry is left
-//! behind. None of these leaves an approval row. An approval's question is the prompt's own
-//! lines: apt's `N:` notices go to its context, terraform's question block stays whole.
+//! end). REPLs at their bare prompt (`python3`, `sqlite3`, `sh`, `bash -i`) and raw-mode
+//! reads with nothing asked (`bash -c 'read -e'`, `bc -q`) get EOF at once. Programs that wait for keys with nothing asked
+//! (vim, nano, `git commit`'s editor, `top`, `htop`) are ended within seconds, as without a
+//! terminal, the run saying why; `watch`, which reads nothing, runs until `--timeout`.
+//! gpg's pinentry dialog is a refused secret (93) and no pinentry is left behind. None of
+//! these leaves an approval row. An approval's question is the prompt's own lines: apt's
+//! `N:` notices go to its context, terraform's question block stays whole.
 
 use headless_run_e2e::*;
 use serde_json::{Map, Value};
@@ -643,11 +645,160 @@ fn real_apt_get_notices_go_to_the_context_not_the_question() {
     assert!(context.contains("hr-demo-a hr-demo-b"), "{context}");
 }
 
+/// A program that waited for keys with nothing asked (an editor, a full-screen program) was
+/// ended as without a terminal: the run ended with `code`, `failed`, its reason naming
+/// `program` and that nothing was asked; no approval; one stderr line saying so.
+#[track_caller]
+fn expect_ended_unasked(env: &TestEnv, out: &Outcome, code: i32, program: &str) {
+    out.expect_code(code);
+    let approvals = env.approvals();
+    assert!(approvals.is_empty(), "{approvals:#?}\n{}", out.context());
+    let run = env.only_run();
+    assert_eq!(s(&run, "status"), "failed", "{run:#?}");
+    assert_eq!(n(&run, "exit_code"), i64::from(code), "{run:#?}");
+    let reason = s(&run, "reason");
+    assert!(
+        reason.contains("nothing asked") && reason.contains(program),
+        "{reason}"
+    );
+    assert!(
+        out.stderr.contains("nothing asked") && out.stderr.contains(program),
+        "{}",
+        out.context()
+    );
+}
+
 /// `shim` with a terminal type the full-screen programs know.
 fn shim_term(env: &TestEnv) -> Cmd {
     let mut c = shim(env);
     c.env("TERM", "xterm");
     c
+}
+
+/// Issue 26 item 5: an editor run in CI asks nothing and waits for keys nobody types. Without
+/// a terminal vim gives up within 2 s (exit 1) and nano refuses to start (exit 1); through
+/// the shim both waited for the stall timeout. Now what waits is ended (TERM) within
+/// seconds: vim dies of it (143), nano exits 1; the file is not written.
+#[test]
+fn an_editor_waiting_for_keys_is_ended_not_left_for_the_stall_timeout() {
+    for (editor, package, code) in [("vim", "vim", 143), ("nano", "nano", 1)] {
+        need(editor, package);
+        let env = TestEnv::new();
+        let bare = Command::new(editor)
+            .arg("notes.txt")
+            .current_dir(env.work())
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .expect("the editor without the shim");
+        assert_eq!(bare.code(), Some(1), "{editor} without a terminal");
+        let out = shim_term(&env).args([editor, "notes.txt"]).run();
+        expect_ended_unasked(&env, &out, code, editor);
+        assert!(!env.work().join("notes.txt").exists());
+    }
+}
+
+/// Issue 26 item 5: `git commit` with an editor and no terminal fails as git says (its
+/// editor could not run: exit 1, nothing committed); through the shim it waited for the
+/// stall timeout in vim. Now vim is ended, and git fails as it does without a terminal.
+#[test]
+fn git_commit_with_an_editor_fails_as_it_does_without_a_terminal() {
+    need("git", "git");
+    need("vim", "vim");
+    let env = TestEnv::new();
+    let git = |args: &[&str]| {
+        let mut c = Command::new("git");
+        c.args(args)
+            .current_dir(env.work())
+            .env("GIT_CONFIG_GLOBAL", "/dev/null")
+            .env("GIT_CONFIG_NOSYSTEM", "1")
+            .env("EDITOR", "vim")
+            .env_remove("GIT_EDITOR")
+            .env_remove("VISUAL");
+        for who in ["AUTHOR", "COMMITTER"] {
+            c.env(format!("GIT_{who}_NAME"), "T")
+                .env(format!("GIT_{who}_EMAIL"), "t@example.com");
+        }
+        c
+    };
+    assert!(git(&["init", "-q"]).status().unwrap().success());
+    std::fs::write(env.work().join("a.txt"), "a\n").unwrap();
+    assert!(git(&["add", "a.txt"]).status().unwrap().success());
+    let bare = git(&["commit"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .unwrap();
+    assert_eq!(bare.code(), Some(1), "git commit without a terminal");
+
+    let mut cmd = shim_term(&env);
+    cmd.env("EDITOR", "vim")
+        .env_remove("GIT_EDITOR")
+        .env_remove("VISUAL");
+    for who in ["AUTHOR", "COMMITTER"] {
+        cmd.env(format!("GIT_{who}_NAME"), "T")
+            .env(format!("GIT_{who}_EMAIL"), "t@example.com");
+    }
+    let out = cmd.args(["git", "commit"]).run();
+    expect_ended_unasked(&env, &out, 1, "vim");
+    assert!(
+        out.out().contains("problem with the editor 'vim'"),
+        "{}",
+        out.context()
+    );
+    let head = git(&["rev-parse", "--verify", "-q", "HEAD"])
+        .output()
+        .unwrap();
+    assert!(!head.status.success(), "nothing was committed");
+}
+
+/// Issue 26 item 5: a full-screen program that redraws every second and waits for keys,
+/// asking nothing, never went quiet long enough for the stall timeout: it ran until the
+/// hard timeout. Without a terminal both end at once (`top` fails, `htop` quits at EOF).
+/// Both are ended (TERM) within seconds: `top` draws with its cursor hidden, `htop` on the
+/// alternate screen; each exits 0 when told to end, and reports 143, as a terminated tool
+/// does.
+#[test]
+fn a_full_screen_program_redrawing_every_second_is_ended_not_run_for_ever() {
+    for (argv, package) in [
+        (&["top", "-d", "1"][..], "procps"),
+        (&["htop", "-d", "10"][..], "htop"),
+    ] {
+        need(argv[0], package);
+        let env = TestEnv::new();
+        let bare = Command::new(argv[0])
+            .args(&argv[1..])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .expect("without the shim");
+        assert!(
+            bare.code().is_some(),
+            "{argv:?} ends by itself without a terminal"
+        );
+        let out = shim_term(&env)
+            .args(["--timeout", "45s", "--"])
+            .args(argv)
+            .run();
+        expect_ended_unasked(&env, &out, 143, argv[0]);
+    }
+}
+
+/// `watch` sleeps between runs of its command and never reads its terminal: it waits for
+/// nothing, and without a terminal it runs for ever too. It is left to `--timeout`.
+#[test]
+fn watch_waits_for_no_keys_and_runs_until_the_timeout_as_without_a_terminal() {
+    need("watch", "procps");
+    let env = TestEnv::new();
+    let out = shim_term(&env)
+        .args(["--timeout", "8s", "watch", "-n", "1", "date"])
+        .run();
+    out.expect_code(124);
+    assert!(env.approvals().is_empty());
+    assert_eq!(s(&env.only_run(), "status"), "failed_timeout");
 }
 
 /// Issue 26 item 6: `man` through the shim (its pager `cat`, stdout a pipe) wrote groff's
