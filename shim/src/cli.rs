@@ -17,7 +17,8 @@ Modes:
 Nothing asked:
   A program that waits for keys with nothing asked (an editor, top, watch, a full-screen
   REPL) is ended (TERM) after --not-prompt-timeout, as it would end without a terminal; a
-  pager run directly writes to a pipe, as without a terminal.
+  REPL asking to confirm its exit after EOF gets EOF again; a pager run directly writes to
+  a pipe, as without a terminal.
 
 Symlink mode:
   A link to headless-run named after a tool (see `monitor install`) runs that tool: all

@@ -262,6 +262,10 @@ pub struct Conversation<'a> {
     prev: Option<Blocked>,
     /// When keys that answer no question (EOF, a pager's space) were last written.
     last_nudge: Option<Instant>,
+    /// Who was given EOF with nothing asked: the same reader asking right after is asking
+    /// about that EOF (IPython's `Do you really want to exit ([y]/n)?`), and gets EOF again,
+    /// as `/dev/null` would give it.
+    eof_reader: Option<u64>,
     /// Since when the tool has been seen waiting for keys with nothing asked on a screen
     /// EOF means nothing to (an editor, `top`), and when it was last seen so.
     unasked: Option<Unasked>,
@@ -298,6 +302,7 @@ impl<'a> Conversation<'a> {
             output_seq: 0,
             prev: None,
             last_nudge: None,
+            eof_reader: None,
             unasked: None,
             typed_at: None,
             pending_enter: None,
@@ -418,7 +423,13 @@ impl<'a> Conversation<'a> {
             if shown.cursor_hidden && !modes.canonical {
                 return self.unasked(now, &shown, obs, "a screen with its cursor hidden");
             }
-            return self.eof(now, modes).into_iter().collect();
+            return self.eof(now, modes, obs).into_iter().collect();
+        }
+        // The reader just given EOF asks something now: it is asking about that EOF (a
+        // REPL's `really exit?`). Its input is at its end, as `/dev/null` would be: EOF
+        // again, never a guessed answer.
+        if self.eof_reader.is_some() && obs.reader() == self.eof_reader {
+            return self.eof(now, modes, obs).into_iter().collect();
         }
         if let Some(pe) = self.pending_enter.take() {
             let line = sanitize_line(&shown.prompt_line);
@@ -501,11 +512,16 @@ impl<'a> Conversation<'a> {
     /// A read with nothing asked (nothing on screen, a REPL's bare prompt, a raw-mode read
     /// with nothing question-like shown): answer EOF, the terminal's VEOF character, as
     /// /dev/null would without the shim. Line discipline and readline alike take it on an
-    /// empty line as the end of input.
-    fn eof(&mut self, now: Instant, modes: Modes) -> Option<Action> {
+    /// empty line as the end of input. Who was given it is remembered: its next question
+    /// is about that EOF.
+    fn eof(&mut self, now: Instant, modes: Modes, obs: &mut impl Observe) -> Option<Action> {
         let eof = if modes.eof == 0 { 4 } else { modes.eof };
         self.unasked = None;
-        self.nudge(now, vec![eof])
+        let nudged = self.nudge(now, vec![eof]);
+        if nudged.is_some() {
+            self.eof_reader = obs.reader();
+        }
+        nudged
     }
 
     /// The tool waits for keys with nothing asked, on a screen where EOF means nothing
@@ -988,6 +1004,7 @@ impl<'a> Conversation<'a> {
 
     /// The screen shows what was decided: press Enter.
     fn submit(&mut self, st: Steer) -> Vec<Action> {
+        self.eof_reader = None;
         self.typed_at = Some(self.output_seq);
         self.prev = None;
         self.answered_at = Some(None);
@@ -1022,6 +1039,7 @@ impl<'a> Conversation<'a> {
                 self.setup.label
             ))];
         }
+        self.eof_reader = None;
         self.typed_at = Some(self.output_seq);
         self.prev = None;
         self.answered_at = Some(None);
@@ -1629,6 +1647,34 @@ mod tests {
         }
         let at = tick_until_ended(&mut run, ms(100), Duration::from_secs(30)).expect("ended");
         assert!(at >= NOT_PROMPT_TIMEOUT, "counted afresh: {at:?}");
+    }
+
+    #[test]
+    fn a_question_from_the_reader_just_given_eof_gets_eof_again() {
+        // IPython: EOF at its bare prompt, then `Do you really want to exit ([y]/n)?` from
+        // the same process.
+        let mut run = Run::new(OnPrompt::Exit);
+        run.tty.modes = Some(RAW_MODE);
+        run.show(b"IPython 9.18.1 -- An enhanced Interactive Python.\n\nIn [1]: ");
+        assert!(matches!(run.idle().as_slice(), [Action::Write(b)] if b == &[4]));
+        run.tty.modes = Some(LINE_MODE);
+        run.show(b"\nDo you really want to exit ([y]/n)? ");
+        let actions = run.idle();
+        assert!(
+            matches!(actions.as_slice(), [Action::Write(b)] if b == &[4]),
+            "EOF again, never an approval: {actions:?}"
+        );
+        // Another process asking after that EOF asks for itself.
+        run.show(b"\nDeploy to production? [y/N] ");
+        run.tty.reader = Some(99);
+        assert!(matches!(run.idle().as_slice(), [Action::Ask(_)]));
+        // Where /proc will not say who reads, a question is asked.
+        let mut run = Run::new(OnPrompt::Exit);
+        run.tty.reader = None;
+        run.show(b">>> ");
+        assert!(matches!(run.idle().as_slice(), [Action::Write(_)]));
+        run.show(b"\nDo you really want to exit ([y]/n)? ");
+        assert!(matches!(run.idle().as_slice(), [Action::Ask(_)]));
     }
 
     #[test]

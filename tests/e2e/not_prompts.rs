@@ -3,7 +3,8 @@
 //! `man`: the pager variables in the tool's environment, `man`'s bold as plain text; `less`
 //! and `more` run directly: writing to a pipe; chosen by the caller: paged through to its
 //! end). REPLs at their bare prompt (`python3`, `sqlite3`, `sh`, `bash -i`) and raw-mode
-//! reads with nothing asked (`bash -c 'read -e'`, `bc -q`) get EOF at once. Programs that wait for keys with nothing asked
+//! reads with nothing asked (`bash -c 'read -e'`, `bc -q`) get EOF at once; IPython's
+//! "really exit?" after it gets EOF again. Programs that wait for keys with nothing asked
 //! (vim, nano, `git commit`'s editor, `top`, `htop`) are ended within seconds, as without a
 //! terminal, the run saying why; `watch`, which reads nothing, runs until `--timeout`.
 //! gpg's pinentry dialog is a refused secret (93) and no pinentry is left behind. None of
@@ -799,6 +800,40 @@ fn watch_waits_for_no_keys_and_runs_until_the_timeout_as_without_a_terminal() {
     out.expect_code(124);
     assert!(env.approvals().is_empty());
     assert_eq!(s(&env.only_run(), "status"), "failed_timeout");
+}
+
+/// Issue 26 item 5: IPython at EOF asks `Do you really want to exit ([y]/n)?`; without a
+/// terminal it reads EOF again and exits 0. Through the shim that question became an
+/// approval (exit 90). It is the same process asking right after the EOF it was given: it
+/// gets EOF again, and exits 0.
+#[test]
+fn ipython_asking_to_exit_after_eof_gets_eof_again_not_an_approval() {
+    let python = ipython_bin().join("python");
+    let env = TestEnv::new();
+    let home = env.path().join("ipython");
+    let bare = Command::new(&python)
+        .args(["-m", "IPython"])
+        .env("IPYTHONDIR", &home)
+        .stdin(Stdio::null())
+        .output()
+        .expect("IPython without the shim");
+    assert_eq!(bare.status.code(), Some(0));
+    assert!(
+        String::from_utf8_lossy(&bare.stdout).contains("Do you really want to exit"),
+        "{}",
+        String::from_utf8_lossy(&bare.stdout)
+    );
+    let out = shim_term(&env)
+        .env("IPYTHONDIR", &home)
+        .arg(&python)
+        .args(["-m", "IPython"])
+        .run();
+    expect_nothing_asked(&env, &out, 0);
+    assert!(
+        out.out().contains("Do you really want to exit"),
+        "{}",
+        out.context()
+    );
 }
 
 /// Issue 26 item 6: `man` through the shim (its pager `cat`, stdout a pipe) wrote groff's
