@@ -15,7 +15,7 @@ Modes:
   the latter.
 
 Nothing asked:
-  A program that waits for keys with nothing asked (an editor, top, watch, a full-screen
+  A program that waits for keys with nothing asked (an editor, top, htop, a full-screen
   REPL) is ended (TERM) after --not-prompt-timeout, as it would end without a terminal; a
   REPL asking to confirm its exit after EOF gets EOF again; a pager run directly writes to
   a pipe, as without a terminal.
@@ -35,8 +35,7 @@ Environment:
   HEADLESS_RUN_HOME, HEADLESS_RUN_DB, HEADLESS_RUN_TIMEOUT, HEADLESS_RUN_STALL_TIMEOUT,
   HEADLESS_RUN_ON_STALL, HEADLESS_RUN_ON_PROMPT, HEADLESS_RUN_PROMPT_IDLE,
   HEADLESS_RUN_NOT_PROMPT_TIMEOUT, HEADLESS_RUN_KILL_GRACE, HEADLESS_RUN_EXECUTION_ID,
-  HEADLESS_RUN_STDIN=pass|pty,
-  HEADLESS_RUN_SHIM_DIR, HEADLESS_RUN_CONFIG, HEADLESS_RUN_POOL
+  HEADLESS_RUN_STDIN=pass|pty, HEADLESS_RUN_SHIM_DIR, HEADLESS_RUN_CONFIG, HEADLESS_RUN_POOL
   (HEADLESS_RUN_DB=postgres://… records on a PostgreSQL server)
 
 Examples:
