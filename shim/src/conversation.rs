@@ -86,6 +86,11 @@ pub trait Observe {
     fn animating(&self) -> bool {
         false
     }
+    /// Whether no output at all, animation included, has come for the idle window: a
+    /// program that draws a spinner or a timer is at work, not waiting for keys.
+    fn quiet(&self) -> bool {
+        true
+    }
 }
 
 /// What the supervisor is to do, in order.
@@ -116,6 +121,13 @@ pub enum Action {
     },
     /// End the tool with this outcome.
     End(RunOutcome),
+    /// Nothing is asked, and what reads the terminal has waited for keys for `waited` on a
+    /// screen where EOF means nothing (`kind`): end it (TERM), as it would end without a
+    /// terminal. The tool itself goes on, as it would once its editor failed.
+    EndUnasked {
+        waited: Duration,
+        kind: &'static str,
+    },
     /// One line for stderr.
     Say(String),
 }
@@ -307,6 +319,13 @@ pub struct Conversation<'a> {
     prev: Option<Blocked>,
     /// When keys that answer no question (EOF, a pager's space) were last written.
     last_nudge: Option<Instant>,
+    /// Who was given EOF with nothing asked: the same reader asking right after is asking
+    /// about that EOF (IPython's `Do you really want to exit ([y]/n)?`), and gets EOF again,
+    /// as `/dev/null` would give it.
+    eof_reader: Option<u64>,
+    /// Since when the tool has been seen waiting for keys with nothing asked on a screen
+    /// EOF means nothing to (an editor, `top`), and when it was last seen so.
+    unasked: Option<Unasked>,
     /// The output count when the shim last typed: no new prompt until the tool reacts.
     typed_at: Option<u64>,
     pending_enter: Option<PendingEnter>,
@@ -320,6 +339,13 @@ pub struct Conversation<'a> {
     /// The screen last classified for a prompt (its rows, cleaned, and whether the cursor
     /// was hidden): where a field's text is looked for once an answer is typed into it.
     classified: std::cell::RefCell<(Vec<String>, bool)>,
+}
+
+/// A stretch of looks that each saw the tool waiting for keys with nothing asked.
+#[derive(Debug, Clone, Copy)]
+struct Unasked {
+    since: Instant,
+    seen: Instant,
 }
 
 /// The least time between an answer and the next keys typed. A tool that took an answer
@@ -336,6 +362,8 @@ impl<'a> Conversation<'a> {
             output_seq: 0,
             prev: None,
             last_nudge: None,
+            eof_reader: None,
+            unasked: None,
             typed_at: None,
             pending_enter: None,
             answered_line: None,
@@ -446,12 +474,23 @@ impl<'a> Conversation<'a> {
             return self.page(now, &shown).into_iter().collect();
         }
         if !shown.asks(modes.canonical) {
-            // A full-screen program that asks nothing yet (Codex CLI clears the alternate
-            // screen, then draws its menu seconds later) is left alone: ^D would quit it.
+            // A full-screen program (the alternate screen, or a raw-mode one that hides its
+            // cursor and draws where it likes: `top`) is not sent EOF: its keys are
+            // commands, ^D would quit Codex CLI. One that asks nothing for long (an editor,
+            // a monitor) is ended as without a terminal.
             if shown.full_screen {
-                return Vec::new();
+                return self.unasked(now, &shown, obs, "a full-screen program");
             }
-            return self.eof(now, modes).into_iter().collect();
+            if shown.cursor_hidden && !modes.canonical {
+                return self.unasked(now, &shown, obs, "a screen with its cursor hidden");
+            }
+            return self.eof(now, modes, obs).into_iter().collect();
+        }
+        // The reader just given EOF asks something now: it is asking about that EOF (a
+        // REPL's `really exit?`). Its input is at its end, as `/dev/null` would be: EOF
+        // again, never a guessed answer.
+        if self.eof_reader.is_some() && obs.reader() == self.eof_reader {
+            return self.eof(now, modes, obs).into_iter().collect();
         }
         if let Some(pe) = self.pending_enter.take() {
             let line = sanitize_line(&shown.prompt_line);
@@ -492,7 +531,14 @@ impl<'a> Conversation<'a> {
         {
             match shown.question_row().filter(|_| !shown.full_screen) {
                 Some(row) => prompt.prompt_line = sanitize_line(row).trim().to_owned(),
-                None => return Vec::new(),
+                None => {
+                    let kind = if shown.full_screen {
+                        "a full-screen program"
+                    } else {
+                        "a screen with its cursor hidden"
+                    };
+                    return self.unasked(now, &shown, obs, kind);
+                }
             }
         }
         if prompt.secret {
@@ -513,6 +559,7 @@ impl<'a> Conversation<'a> {
             on_expire: settings.on_expire,
             prompt: prompt.clone(),
         };
+        self.unasked = None;
         self.state = State::Asking {
             prompt,
             reader: obs.reader(),
@@ -526,16 +573,61 @@ impl<'a> Conversation<'a> {
     /// A read with nothing asked (nothing on screen, a REPL's bare prompt, a raw-mode read
     /// with nothing question-like shown): answer EOF, the terminal's VEOF character, as
     /// /dev/null would without the shim. Line discipline and readline alike take it on an
-    /// empty line as the end of input.
-    fn eof(&mut self, now: Instant, modes: Modes) -> Option<Action> {
+    /// empty line as the end of input. Who was given it is remembered: its next question
+    /// is about that EOF.
+    fn eof(&mut self, now: Instant, modes: Modes, obs: &mut impl Observe) -> Option<Action> {
         let eof = if modes.eof == 0 { 4 } else { modes.eof };
-        self.nudge(now, vec![eof])
+        self.unasked = None;
+        let nudged = self.nudge(now, vec![eof]);
+        if nudged.is_some() {
+            self.eof_reader = obs.reader();
+        }
+        nudged
+    }
+
+    /// The tool waits for keys with nothing asked, on a screen where EOF means nothing
+    /// (`kind`). Left alone for a while — a program may draw its question seconds later —
+    /// but once every look for [`Resolved::not_prompt_timeout`] has found it so (each look
+    /// within that time of the last one; redraws between them are fine: `top`), what waits
+    /// is ended, as it would end without a terminal. A blank screen is a program still
+    /// starting (Codex CLI draws its menu seconds later), and one still drawing — a spinner,
+    /// a timer — is at work: neither counts.
+    ///
+    /// [`Resolved::not_prompt_timeout`]: hr_shared::config::Resolved
+    fn unasked(
+        &mut self,
+        now: Instant,
+        shown: &ScreenText,
+        obs: &mut impl Observe,
+        kind: &'static str,
+    ) -> Vec<Action> {
+        let Some(limit) = self.setup.settings.not_prompt_timeout else {
+            return Vec::new();
+        };
+        if shown.rows.iter().all(|r| r.trim().is_empty()) || !obs.quiet() {
+            return Vec::new();
+        }
+        let since = match self.unasked {
+            Some(u) if now <= u.seen + limit => u.since,
+            _ => now,
+        };
+        if now < since + limit {
+            self.unasked = Some(Unasked { since, seen: now });
+            return Vec::new();
+        }
+        self.unasked = None;
+        self.prev = None;
+        vec![Action::EndUnasked {
+            waited: now - since,
+            kind,
+        }]
     }
 
     /// A pager waits at its prompt: without the shim (stdout not a terminal) it would have
     /// copied the whole file, so page through it — a screen at a time, so everything passes
     /// through the output — and quit at its end (`(END)`).
     fn page(&mut self, now: Instant, shown: &ScreenText) -> Option<Action> {
+        self.unasked = None;
         let at_end = shown
             .last_lines(1)
             .first()
@@ -1037,6 +1129,7 @@ impl<'a> Conversation<'a> {
 
     /// The screen shows what was decided: press Enter.
     fn submit(&mut self, st: Steer) -> Vec<Action> {
+        self.eof_reader = None;
         self.typed_at = Some(self.output_seq);
         self.prev = None;
         self.answered_at = Some(None);
@@ -1074,6 +1167,7 @@ impl<'a> Conversation<'a> {
                 self.setup.label
             ))];
         }
+        self.eof_reader = None;
         self.typed_at = Some(self.output_seq);
         self.prev = None;
         self.answered_at = Some(None);
@@ -1101,6 +1195,7 @@ impl<'a> Conversation<'a> {
 mod tests {
     use super::*;
     use hr_shared::approvals::PromptKind;
+    use hr_shared::config::NOT_PROMPT_TIMEOUT;
     use hr_shared::status::ApprovalStatus;
     use hr_shared::testing;
 
@@ -1119,6 +1214,10 @@ mod tests {
         modes: Option<Modes>,
         screen: ScreenText,
         samples: usize,
+        /// Who reads the terminal.
+        reader: Option<u64>,
+        /// No output at all for the idle window (no spinner drawing).
+        quiet: bool,
     }
 
     impl Observe for Tty {
@@ -1134,6 +1233,12 @@ mod tests {
         }
         fn screen(&mut self) -> Option<ScreenText> {
             Some(self.screen.clone())
+        }
+        fn reader(&mut self) -> Option<u64> {
+            self.reader
+        }
+        fn quiet(&self) -> bool {
+            self.quiet
         }
     }
 
@@ -1187,6 +1292,8 @@ mod tests {
                     modes: Some(LINE_MODE),
                     screen: ScreenText::default(),
                     samples: 0,
+                    reader: Some(41),
+                    quiet: true,
                 },
                 now,
                 last_output: now,
@@ -1547,6 +1654,155 @@ mod tests {
         run.show(b"Really quit? [y/N]\nlines.txt (END)");
         assert!(matches!(run.idle().as_slice(), [Action::Write(b)] if b == b"q"));
         assert!(!run.conv.asking());
+    }
+
+    /// The time waited, when `actions` end what waits with nothing asked.
+    fn unasked_end(actions: &[Action]) -> Option<Duration> {
+        actions.iter().find_map(|a| match a {
+            Action::EndUnasked { waited, .. } => Some(*waited),
+            _ => None,
+        })
+    }
+
+    /// Ticks every `every` for `total`, the tool drawing nothing, checking that nothing is
+    /// typed or asked: when (after the first tick) what waits is ended, if it is.
+    fn tick_until_ended(run: &mut Run, every: Duration, total: Duration) -> Option<Duration> {
+        let start = run.now;
+        while run.now < start + total {
+            let actions = run.tick_after(every);
+            assert!(!typed_anything(&actions), "{actions:?}");
+            assert!(
+                !actions.iter().any(|a| matches!(a, Action::Ask(_))),
+                "{actions:?}"
+            );
+            if let Some(waited) = unasked_end(&actions) {
+                assert!(waited >= NOT_PROMPT_TIMEOUT, "{waited:?}");
+                return Some(run.now - start);
+            }
+        }
+        None
+    }
+
+    /// vim's screen: the alternate screen, a column of `~`, the file name at the bottom.
+    const VIM: &[u8] = b"\x1b[?1049h\x1b[H\x1b[2J\n~\n~\n~\n\"notes.txt\" [New]\x1b[1;1H";
+
+    #[test]
+    fn an_editor_waiting_with_nothing_asked_is_ended_after_the_not_prompt_timeout() {
+        let mut run = Run::new(OnPrompt::Exit);
+        run.show(VIM);
+        run.tty.modes = Some(RAW_MODE);
+        let at =
+            tick_until_ended(&mut run, ms(100), Duration::from_secs(30)).expect("vim is ended");
+        // Never sent EOF or anything else; ended once the timeout has passed since the first
+        // look that found it waiting (the idle window after it drew).
+        assert!(at >= NOT_PROMPT_TIMEOUT, "{at:?}");
+        assert!(at <= NOT_PROMPT_TIMEOUT + IDLE * 2, "{at:?}");
+        assert!(!run.conv.asking());
+        // What comes next is counted afresh.
+        assert_eq!(tick_until_ended(&mut run, ms(100), ms(4000)), None);
+    }
+
+    #[test]
+    fn a_program_redrawing_every_second_between_looks_is_still_ended() {
+        // `top`: raw mode, the cursor hidden, the whole screen drawn anew every second.
+        let mut run = Run::new(OnPrompt::Exit);
+        run.tty.modes = Some(RAW_MODE);
+        let mut ended = None;
+        for second in 0..30u64 {
+            run.show(
+                format!(
+                    "\x1b[?25l\x1b[Htop - up {second} s\nTasks: {} total\n",
+                    90 + second
+                )
+                .as_bytes(),
+            );
+            for _ in 0..10 {
+                let actions = run.tick_after(ms(100));
+                assert!(!typed_anything(&actions), "no EOF, no keys: {actions:?}");
+                if unasked_end(&actions).is_some() {
+                    ended.get_or_insert(second);
+                }
+            }
+        }
+        let second = ended.expect("top is ended");
+        assert!((5..=7).contains(&second), "{second}");
+    }
+
+    #[test]
+    fn a_program_still_drawing_or_not_drawn_yet_or_told_to_wait_is_left_alone() {
+        // A spinner keeps drawing: at work, not waiting.
+        let mut run = Run::new(OnPrompt::Exit);
+        run.show(b"\x1b[?25l\xe2\x9c\xbb Thinking\xe2\x80\xa6");
+        run.tty.modes = Some(RAW_MODE);
+        run.tty.quiet = false;
+        assert_eq!(
+            tick_until_ended(&mut run, ms(100), Duration::from_secs(30)),
+            None
+        );
+        // A blank alternate screen: still starting (Codex draws its menu seconds later).
+        let mut run = Run::new(OnPrompt::Exit);
+        run.show(b"\x1b[?1049h\x1b[H\x1b[2J");
+        run.tty.modes = Some(RAW_MODE);
+        assert_eq!(
+            tick_until_ended(&mut run, ms(100), Duration::from_secs(30)),
+            None
+        );
+        // not_prompt_timeout = "none": it waits (for the stall timeout).
+        let mut run = Run::new(OnPrompt::Exit);
+        let settings = Box::leak(Box::new(Resolved {
+            not_prompt_timeout: None,
+            ..run.conv.setup.settings.clone()
+        }));
+        run.conv.setup.settings = settings;
+        run.show(VIM);
+        run.tty.modes = Some(RAW_MODE);
+        assert_eq!(
+            tick_until_ended(&mut run, ms(100), Duration::from_secs(30)),
+            None
+        );
+    }
+
+    #[test]
+    fn a_stretch_of_output_longer_than_the_timeout_counts_again_from_the_next_look() {
+        let mut run = Run::new(OnPrompt::Exit);
+        run.tty.modes = Some(RAW_MODE);
+        run.show(VIM);
+        assert_eq!(tick_until_ended(&mut run, ms(100), ms(3000)), None);
+        // Six seconds of output with no look in between (a tool at work).
+        for i in 0..60 {
+            run.show(format!("\x1b[?1049h\x1b[5;1H~ working {i}\x1b[1;1H").as_bytes());
+            assert!(run.tick_after(ms(100)).is_empty());
+        }
+        let at = tick_until_ended(&mut run, ms(100), Duration::from_secs(30)).expect("ended");
+        assert!(at >= NOT_PROMPT_TIMEOUT, "counted afresh: {at:?}");
+    }
+
+    #[test]
+    fn a_question_from_the_reader_just_given_eof_gets_eof_again() {
+        // IPython: EOF at its bare prompt, then `Do you really want to exit ([y]/n)?` from
+        // the same process.
+        let mut run = Run::new(OnPrompt::Exit);
+        run.tty.modes = Some(RAW_MODE);
+        run.show(b"IPython 9.18.1 -- An enhanced Interactive Python.\n\nIn [1]: ");
+        assert!(matches!(run.idle().as_slice(), [Action::Write(b)] if b == &[4]));
+        run.tty.modes = Some(LINE_MODE);
+        run.show(b"\nDo you really want to exit ([y]/n)? ");
+        let actions = run.idle();
+        assert!(
+            matches!(actions.as_slice(), [Action::Write(b)] if b == &[4]),
+            "EOF again, never an approval: {actions:?}"
+        );
+        // Another process asking after that EOF asks for itself.
+        run.show(b"\nDeploy to production? [y/N] ");
+        run.tty.reader = Some(99);
+        assert!(matches!(run.idle().as_slice(), [Action::Ask(_)]));
+        // Where /proc will not say who reads, a question is asked.
+        let mut run = Run::new(OnPrompt::Exit);
+        run.tty.reader = None;
+        run.show(b">>> ");
+        assert!(matches!(run.idle().as_slice(), [Action::Write(_)]));
+        run.show(b"\nDo you really want to exit ([y]/n)? ");
+        assert!(matches!(run.idle().as_slice(), [Action::Ask(_)]));
     }
 
     #[test]
