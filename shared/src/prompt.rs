@@ -133,7 +133,15 @@ pub fn classify<'r>(
         .map(|r| r.trim_end())
         .filter(|r| !r.trim().is_empty())
         .collect();
-    let cursor_line = sanitize_line(facts.prompt_line).trim_end().to_owned();
+    // With the cursor hidden, where it was left in its row says nothing (enquirer parks it
+    // inside the question, before `(y/N) ‣ false`): the whole row is the prompt line.
+    let cursor_line = if facts.cursor_hidden && !facts.prompt_line.trim().is_empty() {
+        rows.last()
+            .map(|r| r.trim_end().to_owned())
+            .unwrap_or_default()
+    } else {
+        sanitize_line(facts.prompt_line).trim_end().to_owned()
+    };
     let prompt_line = if cursor_line.trim().is_empty() {
         nonempty.last().map(|s| s.to_string()).unwrap_or_default()
     } else {
@@ -213,7 +221,7 @@ pub fn classify<'r>(
         p.prompt_line = field;
         return p;
     }
-    if !canonical && select_prompt(&mut p, &rows, facts.below, facts.cursor_hidden) {
+    if !canonical && select_prompt(&mut p, &rows, facts) {
         return p;
     }
     if !canonical && toggle_prompt(&mut p, facts) {
@@ -517,6 +525,12 @@ fn secret_field_shown(rows: &[String], below: &[String]) -> Option<String> {
         .map(|t| (*t).to_owned())
 }
 
+/// Whether a question asks by its words for a password, token, key or code (and offers no
+/// choices): a library's masked field, whatever its shape.
+pub fn is_secret_question(line: &str) -> bool {
+    SECRET.is_match(line) && !offers_choices(line)
+}
+
 /// Whether a line offers generic choices (`[y/N]`, `(yes/no)`, `(Y)es/(N)o/…`).
 pub fn offers_choices(line: &str) -> bool {
     widget::confirm(line, true).is_some() || widget::letters(line, &[], true).is_some()
@@ -735,8 +749,10 @@ pub fn multi_set(names: &[String], value: &str) -> Option<Vec<bool>> {
 }
 
 const POINTERS: &[char] = &['❯', '›', '»', '>', '▶', '►', '➤', '→', '➜', '▸'];
-const BOXES: &[char] = &['◯', '◉', '○', '●', '◎', '☐', '☑', '☒', '□', '■', '⬡', '⬢'];
-const CHECKED: &[char] = &['◉', '●', '◎', '☑', '☒', '■', '⬢'];
+const BOXES: &[char] = &[
+    '◯', '◉', '○', '●', '◎', '☐', '☑', '☒', '□', '■', '⬡', '⬢', '◻', '◼',
+];
+const CHECKED: &[char] = &['◉', '●', '◎', '☑', '☒', '■', '⬢', '◼'];
 
 /// A check mark some menus put after the pointer on the item already in effect (Claude
 /// Code's `❯ ✔ Auto`): not part of the item.
@@ -891,6 +907,116 @@ pub fn select_menu(rows: &[String], cursor_row: Option<usize>) -> Option<SelectM
     })
 }
 
+/// A list whose current item has no pointer (@clack/prompts, `prompts`' multiselect): item
+/// rows, one under the other at one indent (a `│` frame at their left aside), each starting
+/// with a radio dot or a check box. Radio dots (`○ red`, `● green`): the filled one is the
+/// current item. Check boxes (`◻ cheese`, `◼ ham`, `◯`/`◉`): the current item is the one
+/// drawn standing out from all the others (its emphasis, as the shim's screen model scores
+/// it); with none that does, it is no menu. Its title is the row right above the items.
+fn marked_menu(facts: &ScreenFacts<'_>) -> Option<SelectMenu> {
+    const RADIO: &[char] = &['○', '●'];
+    let all: Vec<&String> = facts.rows.iter().chain(facts.below.iter()).collect();
+    // (row, glyph column in chars, glyph, label start in chars, label)
+    let item = |at: usize| -> Option<(usize, char, usize, String)> {
+        let raw = all[at].as_str();
+        let chars: Vec<char> = raw.chars().collect();
+        let mut i = 0;
+        while i < chars.len() && (chars[i] == ' ' || chars[i] == '│' || chars[i] == '┃') {
+            i += 1;
+        }
+        let glyph = *chars.get(i)?;
+        if !BOXES.contains(&glyph) || chars.get(i + 1) != Some(&' ') {
+            return None;
+        }
+        let mut j = i + 1;
+        while j < chars.len() && chars[j] == ' ' {
+            j += 1;
+        }
+        let label: String = chars[j..].iter().collect::<String>().trim_end().to_owned();
+        (!label.is_empty()).then_some((i, glyph, j, label))
+    };
+    let last = (0..all.len()).rev().find(|&i| item(i).is_some())?;
+    let mut first = last;
+    let column = item(last)?.0;
+    while first > 0 && item(first - 1).is_some_and(|it| it.0 == column) {
+        first -= 1;
+    }
+    if last - first < 1 || first == 0 {
+        return None;
+    }
+    let items: Vec<(usize, char, usize, String)> = (first..=last).filter_map(item).collect();
+    let labels: Vec<String> = items.iter().map(|it| sanitize_line(&it.3)).collect();
+    let mut distinct = labels.clone();
+    distinct.sort();
+    distinct.dedup();
+    if distinct.len() != labels.len() {
+        return None;
+    }
+    let radio = items.iter().all(|it| RADIO.contains(&it.1));
+    let (highlighted, checkbox) = if radio {
+        let filled: Vec<usize> = (0..items.len()).filter(|&k| items[k].1 == '●').collect();
+        match filled.as_slice() {
+            [one] => (*one, false),
+            _ => return None,
+        }
+    } else {
+        // How each item's label is drawn; the current one stands out from every other.
+        let scores: Vec<i8> = items
+            .iter()
+            .enumerate()
+            .map(|(k, it)| {
+                facts
+                    .emphasis
+                    .get(first + k)
+                    .and_then(|e| e.get(it.2..it.2 + it.3.chars().count()))
+                    .and_then(|s| s.iter().max().copied())
+            })
+            .collect::<Option<Vec<i8>>>()?;
+        let top = *scores.iter().max()?;
+        let at: Vec<usize> = (0..scores.len()).filter(|&k| scores[k] == top).collect();
+        match at.as_slice() {
+            [one] => (*one, true),
+            _ => return None,
+        }
+    };
+    // The title: within a few rows above, a library's question (`? …`, `◆ …`), else a row
+    // ending as a question does, else the nearest non-empty row — read without a frame
+    // (`prompts` puts its key instructions between question and items).
+    let body = |i: usize| {
+        all[i]
+            .trim()
+            .trim_start_matches(['│', '┃'])
+            .trim()
+            .to_owned()
+    };
+    let near = first.saturating_sub(8)..first;
+    let title_row = near
+        .clone()
+        .rev()
+        .find(|&i| {
+            let b = body(i);
+            b.starts_with("? ") || b.starts_with('◆')
+        })
+        .or_else(|| near.clone().rev().find(|&i| body(i).ends_with('?')))
+        .or_else(|| (0..first).rev().find(|&i| !body(i).is_empty()))?;
+    Some(SelectMenu {
+        items: if checkbox {
+            items
+                .iter()
+                .zip(&labels)
+                .map(|(it, l)| format!("{} {l}", it.1))
+                .collect()
+        } else {
+            labels
+        },
+        highlighted,
+        checkbox,
+        title_row,
+        first_row: first,
+        horizontal: false,
+    })
+}
+
 /// The row of a menu's question, among the rows above its items: the nearest non-empty
 /// row when the cursor is shown (the menu is around it) or when that row reads as a
 /// question (`? Pick a color`, `Select:`); else (a full-screen program's hidden cursor)
@@ -931,7 +1057,8 @@ fn menu_title(above: &[String], cursor_hidden: bool) -> Option<usize> {
 /// options the items (the highlighted one the default), chosen by moving the highlight
 /// (the shim steers it, checking the screen at each step). A check-box menu is decided as
 /// a whole: submit the selection shown, or abort.
-fn select_prompt(p: &mut Prompt, rows: &[String], below: &[String], cursor_hidden: bool) -> bool {
+fn select_prompt(p: &mut Prompt, rows: &[String], facts: &ScreenFacts<'_>) -> bool {
+    let (below, cursor_hidden) = (facts.below, facts.cursor_hidden);
     let cursor_row = (!cursor_hidden).then(|| rows.len().saturating_sub(1));
     let all: Vec<String> = rows
         .iter()
@@ -939,10 +1066,13 @@ fn select_prompt(p: &mut Prompt, rows: &[String], below: &[String], cursor_hidde
         .chain(below.iter().map(|r| sanitize_line(r)))
         .map(|r| unbox(&r))
         .collect();
-    let Some(menu) = select_menu(&all, cursor_row) else {
+    let Some(menu) = select_menu(&all, cursor_row).or_else(|| marked_menu(facts)) else {
         return false;
     };
-    let title = all[menu.title_row].trim().to_owned();
+    let title = all[menu.title_row]
+        .trim()
+        .trim_start_matches(['│', '┃', '◆', '◇', ' '])
+        .to_owned();
     (p.question, p.context) = split_question(&all[..=menu.title_row], &title, QUESTION_LINES);
     // What stands between the title and the items explains the question.
     let explained: Vec<&str> = all[menu.title_row + 1..menu.first_row]
@@ -2108,6 +2238,86 @@ alternative = "use VAULT_TOKEN"
         assert_ne!(p.kind, PromptKind::Toggle);
         let p = toggle_screen(&[row], &[]);
         assert_ne!(p.kind, PromptKind::Toggle);
+    }
+
+    fn framed(rows: &[&str], emphasis: &[Vec<i8>]) -> Prompt {
+        let rows: Vec<String> = rows.iter().map(|r| r.to_string()).collect();
+        classify(
+            &ScreenFacts {
+                tool: "node",
+                rows: &rows,
+                prompt_line: "",
+                echo: false,
+                canonical: false,
+                below: &[],
+                cursor_hidden: true,
+                emphasis,
+            },
+            &[],
+        )
+    }
+
+    #[test]
+    fn lists_marked_by_a_radio_dot_or_by_emphasis_are_menus() {
+        // @clack/prompts' select: the filled dot is the current item.
+        let p = framed(
+            &[
+                "│",
+                "◆  Pick a color",
+                "│  ○ red",
+                "│  ● green",
+                "│  ○ blue",
+                "│  ↑/↓ to navigate • Enter: confirm",
+                "└",
+            ],
+            &[],
+        );
+        assert_eq!(p.kind, PromptKind::Select, "{p:?}");
+        assert_eq!(p.prompt_line, "Pick a color");
+        assert_eq!(values(&p), ["red", "green", "blue"]);
+        assert_eq!(p.default.as_deref(), Some("green"));
+        // Its multiselect: boxes; the current item only drawn brighter than the others.
+        let rows = [
+            "│",
+            "◆  Pick toppings",
+            "│  ◻ cheese",
+            "│  ◼ ham",
+            "│  ◻ olives",
+            "└",
+        ];
+        let mut e: Vec<Vec<i8>> = rows.iter().map(|r| vec![0; r.chars().count()]).collect();
+        for k in [3, 4] {
+            let n = e[k].len();
+            e[k][5..n].fill(-1);
+        }
+        let p = framed(&rows, &e);
+        assert_eq!(p.kind, PromptKind::MultiSelect, "{p:?}");
+        assert_eq!(values(&p), ["cheese", "ham", "olives"]);
+        assert_eq!(p.default.as_deref(), Some("ham"));
+        assert_eq!(p.select.as_ref().unwrap().highlighted, 0);
+        // Nothing tells which is current: no menu.
+        let p = framed(&rows, &[]);
+        assert_ne!(p.kind, PromptKind::MultiSelect);
+    }
+
+    #[test]
+    fn enquirers_confirm_shows_its_value_after_the_choice() {
+        let rows = vec!["? Deploy now? (y/N) ‣ false".to_owned()];
+        let p = classify(
+            &ScreenFacts {
+                tool: "node",
+                rows: &rows,
+                prompt_line: "? Deploy now?",
+                echo: false,
+                canonical: false,
+                below: &[],
+                cursor_hidden: true,
+                emphasis: &[],
+            },
+            &[],
+        );
+        assert_eq!(p.kind, PromptKind::Confirm, "{p:?}");
+        assert_eq!(p.default.as_deref(), Some("no"));
     }
 
     #[test]

@@ -586,6 +586,13 @@ mod tests {
     }
 
     #[test]
+    fn a_confirm_with_its_current_value_after_it() {
+        // enquirer: `? Deploy now? (y/N) ‣ false`.
+        let s = confirm("? Deploy now? (y/N) ‣ false", false).unwrap();
+        assert_eq!(s.default.as_deref(), Some("no"));
+    }
+
+    #[test]
     fn other_groups_are_not_confirms() {
         for line in [
             "Pick a color [red/green/blue]:",

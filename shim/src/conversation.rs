@@ -159,6 +159,9 @@ struct Steer {
     /// The screen's rows when the text was typed (a field may stand on a row of its own,
     /// under its question, away from the cursor).
     before: Vec<String>,
+    /// A menu's highlighted item and boxes when the last key was sent: a menu that marks its
+    /// current item only by how it is drawn redraws no text when the highlight moves.
+    seen: Option<(usize, Vec<bool>)>,
 }
 
 #[derive(Debug)]
@@ -263,6 +266,23 @@ pub fn field_shows(asked: &str, shown: &str, text: &str) -> bool {
             rest.starts_with(char::is_whitespace)
         }
     }
+}
+
+/// Whether a menu's title is the one it was asked with: the same, or the same with a hint
+/// after it dropped or added once a key was pressed (inquirer's `? Pick a color (Use arrow
+/// keys)` becomes `? Pick a color`).
+fn same_title(now: &str, asked: &str) -> bool {
+    let (short, long) = if now.len() <= asked.len() {
+        (now, asked)
+    } else {
+        (asked, now)
+    };
+    now == asked
+        || (short.chars().filter(|c| c.is_alphanumeric()).count() >= 3
+            && long.starts_with(short)
+            && ["(", "-", "›", "…", "["]
+                .iter()
+                .any(|m| long[short.len()..].trim_start().starts_with(m)))
 }
 
 /// Whether the prompt line `shown` ends with `text` masked (`******`, `••••`): a field
@@ -529,8 +549,30 @@ impl<'a> Conversation<'a> {
             && prompt.kind == PromptKind::Unknown
             && !prompt.secret
         {
-            match shown.question_row().filter(|_| !shown.full_screen) {
-                Some(row) => prompt.prompt_line = sanitize_line(row).trim().to_owned(),
+            match shown.question_row_index().filter(|_| !shown.full_screen) {
+                Some(at) => {
+                    let row = &shown.rows[at];
+                    prompt.prompt_line = sanitize_line(row)
+                        .trim()
+                        .trim_start_matches(['◆', ' '])
+                        .to_owned();
+                    if prompt::is_secret_question(&prompt.prompt_line) {
+                        // A library's masked field (`◆  API token` over `│  ▪▪▪`).
+                        prompt.secret = true;
+                        prompt.rule = "secret:text".into();
+                    } else if let Some((value, false)) = shown.field_under(at) {
+                        // The field under it holds a value (not a dim placeholder): Enter
+                        // submits it as it stands.
+                        prompt.kind = PromptKind::Text;
+                        prompt.rule = "generic:text-prefilled".into();
+                        prompt.options = vec![hr_shared::event::ApprovalOption {
+                            label: format!("As pre-filled ({value})"),
+                            value: value.clone(),
+                            keys: Some("\r".into()),
+                        }];
+                        prompt.default = Some(value);
+                    }
+                }
                 None => {
                     let kind = if shown.full_screen {
                         "a full-screen program"
@@ -926,6 +968,7 @@ impl<'a> Conversation<'a> {
                 sent_at: now,
                 steps,
                 before,
+                seen: None,
             }));
             self.prev = None;
             return if first.is_empty() {
@@ -1007,7 +1050,7 @@ impl<'a> Conversation<'a> {
             Goal::Select(target) => {
                 let now_shown = self.classify(&shown, modes);
                 // The same menu: its title and its items as the operator saw them.
-                let same_title = now_shown.prompt_line == st.prompt.prompt_line;
+                let same_title = same_title(&now_shown.prompt_line, &st.prompt.prompt_line);
                 let Some(menu) = now_shown.select.filter(|m| {
                     same_title
                         && st
@@ -1025,7 +1068,8 @@ impl<'a> Conversation<'a> {
                 if menu.highlighted == target {
                     return self.submit(*st);
                 }
-                if st.steps > 2 * menu.items.len() + 2 || (st.steps > 0 && !drew) {
+                let moved = st.seen.as_ref() != Some(&(menu.highlighted, menu.checked()));
+                if st.steps > 2 * menu.items.len() + 2 || (st.steps > 0 && !drew && !moved) {
                     return failed(
                         &st,
                         format!(
@@ -1037,6 +1081,7 @@ impl<'a> Conversation<'a> {
                 st.steps += 1;
                 st.sent_seq = self.output_seq;
                 st.sent_at = now;
+                st.seen = Some((menu.highlighted, menu.checked()));
                 let keys = arrow(target > menu.highlighted, shown.app_cursor, menu.horizontal);
                 self.state = State::Steering(st);
                 vec![Action::Write(keys)]
@@ -1044,7 +1089,7 @@ impl<'a> Conversation<'a> {
             Goal::Check(ref target) => {
                 let now_shown = self.classify(&shown, modes);
                 // The same menu: its title and its items (boxes aside) as the operator saw.
-                let same_title = now_shown.prompt_line == st.prompt.prompt_line;
+                let same_title = same_title(&now_shown.prompt_line, &st.prompt.prompt_line);
                 let Some(menu) = now_shown.select.filter(|m| {
                     same_title
                         && m.checkbox
@@ -1071,7 +1116,8 @@ impl<'a> Conversation<'a> {
                     .filter(differs)
                     .min_by_key(|i| i.abs_diff(at))
                     .unwrap_or(at);
-                if st.steps > 4 * menu.items.len() + 4 || (st.steps > 0 && !drew) {
+                let moved = st.seen.as_ref() != Some(&(at, checked.clone()));
+                if st.steps > 4 * menu.items.len() + 4 || (st.steps > 0 && !drew && !moved) {
                     return failed(
                         &st,
                         format!(
@@ -1084,6 +1130,7 @@ impl<'a> Conversation<'a> {
                 st.steps += 1;
                 st.sent_seq = self.output_seq;
                 st.sent_at = now;
+                st.seen = Some((at, checked.clone()));
                 let keys = if next == at {
                     b" ".to_vec()
                 } else {
@@ -1563,15 +1610,24 @@ mod tests {
         // question row is what is asked, not the field the cursor was left in.
         let mut run = Run::new(OnPrompt::Exit);
         run.show(
-            "\x1b[?25l\u{25c6}  What is your project name?\r\n\u{2502}  my-app\r\n\u{2514}"
+            "\x1b[?25l\u{25c6}  What is your project name?\r\n\u{2502}  \x1b[2mmy-app\x1b[0m\r\n\u{2514}"
                 .as_bytes(),
         );
         run.tty.modes = Some(RAW_MODE);
         let request = run.ask();
-        assert_eq!(
-            request.prompt.prompt_line,
-            "\u{25c6}  What is your project name?"
+        assert_eq!(request.prompt.prompt_line, "What is your project name?");
+        // Its field shows a dim placeholder: no default, only a typed answer.
+        assert_eq!(request.prompt.default, None);
+        // A field drawn plain holds a value: Enter submits it as it stands.
+        let mut run = Run::new(OnPrompt::Exit);
+        run.show(
+            "\x1b[?25l\u{25c6}  What is your project name?\r\n\u{2502}  my-app\u{2588}\r\n\u{2514}"
+                .as_bytes(),
         );
+        run.tty.modes = Some(RAW_MODE);
+        let request = run.ask();
+        assert_eq!(request.prompt.rule, "generic:text-prefilled");
+        assert_eq!(request.prompt.default.as_deref(), Some("my-app"));
         // The same row with the cursor shown is asked about.
         let mut run = Run::new(OnPrompt::Exit);
         run.show(b"   Welcome\r\n     \xe2\xa0\x89\xe2\xa0\x9b\xe2\xa0\xbb");
@@ -2464,6 +2520,20 @@ mod tests {
             matches!(ended(&masked), Some(RunOutcome::SecretRefused { .. })),
             "{masked:?}"
         );
+    }
+
+    #[test]
+    fn a_menus_title_may_drop_its_hint() {
+        assert!(same_title(
+            "? Pick a color",
+            "? Pick a color (Use arrow keys)"
+        ));
+        assert!(same_title(
+            "? Pick a color (Use arrow keys)",
+            "? Pick a color"
+        ));
+        assert!(!same_title("? Pick a colour", "? Pick a color"));
+        assert!(!same_title("? Pick a color scheme", "? Pick a color"));
     }
 
     #[test]

@@ -167,13 +167,51 @@ impl ScreenText {
         out
     }
 
-    /// The newest of the screen's last rows shaped like a question (`What is your project
-    /// name?`), wherever the cursor is.
-    pub fn question_row(&self) -> Option<&str> {
-        self.last_rows(prompt::QUESTION_LINES)
-            .into_iter()
-            .rev()
-            .find(|l| looks_like_question(l))
+    /// Where the newest of the screen's last rows shaped like a question (`What is your
+    /// project name?`) is, wherever the cursor is.
+    pub fn question_row_index(&self) -> Option<usize> {
+        let mut seen = 0;
+        for (i, row) in self.rows.iter().enumerate().rev() {
+            if row.trim().is_empty() {
+                continue;
+            }
+            if looks_like_question(row) {
+                return Some(i);
+            }
+            seen += 1;
+            if seen >= prompt::QUESTION_LINES {
+                break;
+            }
+        }
+        None
+    }
+
+    /// A field drawn on the row under a question (@clack/prompts: `│  demo`): its text,
+    /// a left frame aside, and whether it is drawn dim — a placeholder, not a value.
+    pub fn field_under(&self, question: usize) -> Option<(String, bool)> {
+        let row = self.rows.get(question + 1)?;
+        let chars: Vec<char> = row.chars().collect();
+        let start = chars
+            .iter()
+            .position(|c| *c != ' ' && *c != '│' && *c != '┃')?;
+        if !chars[..start].iter().any(|c| *c == '│' || *c == '┃') {
+            return None;
+        }
+        // A faked cursor (a block after the text) is not part of it.
+        let text: String = chars[start..]
+            .iter()
+            .collect::<String>()
+            .trim_end()
+            .trim_end_matches(['█', '▌', '▋', '▍', '▎', '▏'])
+            .trim_end()
+            .to_owned();
+        let n = text.chars().count();
+        let dim = self
+            .emphasis
+            .get(question + 1)
+            .and_then(|e| e.get(start..start + n))
+            .is_some_and(|e| e.contains(&-1));
+        (!text.is_empty()).then_some((text, dim))
     }
 
     /// The last `n` non-empty rows of the whole screen, the cursor's or not, oldest first.
@@ -251,6 +289,14 @@ const MENU_LINES: usize = 12;
 pub fn looks_like_question(line: &str) -> bool {
     let t = line.trim_end();
     if t.ends_with('?') || t.ends_with(':') || t.ends_with('>') || prompt::offers_choices(t) {
+        return true;
+    }
+    // The question marks of prompt libraries: inquirer's, enquirer's and prompts' `? `,
+    // @clack/prompts' `◆ ` on the question it asks now.
+    let lead = t.trim_start();
+    if (lead.starts_with("? ") || lead.starts_with("◆ "))
+        && lead.chars().skip(2).any(char::is_alphanumeric)
+    {
         return true;
     }
     let open = match t.chars().last() {
