@@ -147,6 +147,12 @@ pub fn classify<'r>(
     } else {
         cursor_line
     };
+    // A cursor some libraries draw themselves (promptui's `█`) is not part of the line.
+    let prompt_line = prompt_line
+        .trim_end()
+        .trim_end_matches(['█', '▌', '▋', '▍', '▎', '▏'])
+        .trim_end()
+        .to_owned();
     let (question, context) = split_question(&rows, &prompt_line, QUESTION_LINES);
     let mut p = Prompt {
         kind: PromptKind::Unknown,
@@ -474,7 +480,8 @@ fn text_bracket(line: &str) -> Option<String> {
     static SQUARE: LazyLock<Regex> =
         LazyLock::new(|| Regex::new(r"\[([^\[\]]{0,80})\]\s*:\s*$").expect("text default regex"));
     static PAREN: LazyLock<Regex> = LazyLock::new(|| {
-        Regex::new(r"(?:[:?]\s*|\s)\(([^()|]{1,60})\)\s*[:?]?\s*$").expect("paren default regex")
+        Regex::new(r"(?:[:?]\s*|\s)\(([^()|]{1,60})\)\s*[:?›»❯>]?\s*$")
+            .expect("paren default regex")
     });
     SQUARE
         .captures(line)
@@ -489,7 +496,15 @@ fn text_bracket(line: &str) -> Option<String> {
 /// token`); a line that offers choices (`Delete the token? [y/N]`) is a choice.
 fn is_secret_text(line: &str, canonical: bool) -> bool {
     let t = line.trim();
-    let field = t.ends_with(':') || (!canonical && (t.starts_with('?') || t.ends_with('>')));
+    // In raw mode a library draws its field as it likes (tty-prompt's `API token •••`): a
+    // label of a few words, or a line ending in mask characters, is one too.
+    let masked = t.ends_with(['•', '*', '●', '▪', '∙']);
+    let field = t.ends_with(':')
+        || (!canonical
+            && (t.starts_with('?')
+                || t.ends_with('>')
+                || masked
+                || t.split_whitespace().count() <= 3));
     field && SECRET.is_match(t) && !offers_choices(t)
 }
 
@@ -748,7 +763,7 @@ pub fn multi_set(names: &[String], value: &str) -> Option<Vec<bool>> {
     set.contains(&true).then_some(set)
 }
 
-const POINTERS: &[char] = &['❯', '›', '»', '>', '▶', '►', '➤', '→', '➜', '▸'];
+const POINTERS: &[char] = &['❯', '›', '»', '>', '▶', '►', '➤', '→', '➜', '▸', '‣'];
 const BOXES: &[char] = &[
     '◯', '◉', '○', '●', '◎', '☐', '☑', '☒', '□', '■', '⬡', '⬢', '◻', '◼',
 ];
@@ -924,7 +939,12 @@ fn marked_menu(facts: &ScreenFacts<'_>) -> Option<SelectMenu> {
         while i < chars.len() && (chars[i] == ' ' || chars[i] == '│' || chars[i] == '┃') {
             i += 1;
         }
-        let glyph = *chars.get(i)?;
+        // dialoguer draws its boxes as `⬚` (unchecked) and `✔` (checked).
+        let glyph = match *chars.get(i)? {
+            '⬚' => '◻',
+            '✔' => '◼',
+            g => g,
+        };
         if !BOXES.contains(&glyph) || chars.get(i + 1) != Some(&' ') {
             return None;
         }
@@ -2298,6 +2318,28 @@ alternative = "use VAULT_TOKEN"
         // Nothing tells which is current: no menu.
         let p = framed(&rows, &[]);
         assert_ne!(p.kind, PromptKind::MultiSelect);
+        // dialoguer's: `⬚` and `✔`, the current item in colour.
+        let rows = ["? Pick toppings ›", "⬚ cheese", "✔ ham", "⬚ olives"];
+        let mut e: Vec<Vec<i8>> = rows.iter().map(|r| vec![0; r.chars().count()]).collect();
+        let n = e[1].len();
+        e[1][2..n].fill(1);
+        let p = framed(&rows, &e);
+        assert_eq!(p.kind, PromptKind::MultiSelect, "{p:?}");
+        assert_eq!(p.default.as_deref(), Some("ham"));
+        assert_eq!(p.prompt_line, "? Pick toppings ›");
+    }
+
+    #[test]
+    fn library_fields_in_raw_mode() {
+        // tty-prompt's masked field: a secret by its words.
+        assert!(screen("ruby", "API token •••", false, false).secret);
+        assert!(!screen("ruby", "Delete the API token? (y/N)", false, false).secret);
+        // dialoguer's default before its mark.
+        let p = screen("x", "? Project name (demo) ›", false, false);
+        assert_eq!(p.default.as_deref(), Some("demo"));
+        // promptui's drawn cursor is no part of the line.
+        let p = screen("x", "? Deploy now? [y/N] █", false, false);
+        assert_eq!(p.prompt_line, "? Deploy now? [y/N]");
     }
 
     #[test]
