@@ -16,6 +16,8 @@
 ALTER TABLE hr.approvals ADD COLUMN kept_for text;
 ALTER TABLE hr.approvals ADD COLUMN consumed_reason text;
 CREATE INDEX approvals_kept ON hr.approvals(kept_for) WHERE kept_for IS NOT NULL;
+CREATE INDEX approvals_fresh ON hr.approvals(request_fingerprint)
+    WHERE consumed_at IS NULL AND status <> 'pending';
 CREATE INDEX tool_runs_resumed ON hr.tool_runs(resumed_from) WHERE resumed_from IS NOT NULL;
 
 -- Whether decision `a` can still answer: decided, not closed with its run, and unused or
