@@ -832,22 +832,16 @@ impl Worker {
         let (status, reason) = match &resumed {
             Some(r) => {
                 // A resume that never met the prompt did not do what was approved, whatever
-                // its exit code: reported as such, not as a success.
-                let outcome = if rules::is_parked(r) {
-                    "stopped at another prompt (exit 90)".to_owned()
-                } else if code == 0 {
-                    "exited 0 without the prompt appearing again: the decision answered nothing"
-                        .to_owned()
+                // its exit code: reported as such, not as a success. (The store says the
+                // same when the resume's own end reaches it first: `hr_shared::chain`.)
+                let end = if rules::is_parked(r) {
+                    rules::ResumeEnd::Parked
                 } else {
-                    format!("exited {code} before reaching the prompt")
+                    rules::ResumeEnd::Exited(code)
                 };
-                let status = RunStatus::Failed;
                 (
-                    status,
-                    format!(
-                        "approval {ap} approved; resumed as {}, which {outcome}",
-                        r.tool_run_id
-                    ),
+                    RunStatus::Failed,
+                    rules::unused_resume_reason(ap, job.approval.status, &r.tool_run_id, end),
                 )
             }
             None => (

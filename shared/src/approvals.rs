@@ -1,7 +1,7 @@
 //! The `approvals` table: a question a tool asked, the answers it allows, and the one
 //! decision it gets. Deciding is first-writer-wins (`UPDATE … WHERE status = 'pending'`),
-//! answering a prompt from a decision is single use (`consumed_at`), and every change leaves
-//! an audit row.
+//! a decision answers only the run it is offered to (`crate::chain`: once per run, kept for
+//! its chain's next resume, then spent with a reason), and every change leaves an audit row.
 //!
 //! What a decider may pass as the value: `approve` (the tool's own default, DESIGN §15;
 //! the first option for user rules and cooperative requests), `reject` (or `abort`: end the tool), one of the option
@@ -152,6 +152,16 @@ pub struct Approval {
     /// asked again on a changed screen.
     #[serde(default)]
     pub supersedes: Option<String>,
+    /// While the decision is used by a chain that is still live: the run that used it last,
+    /// whose resume (and no other run) may use it again — the run that parked at a later
+    /// prompt after answering this one (`crate::chain`). `None` once it is spent.
+    #[serde(default)]
+    pub kept_for: Option<String>,
+    /// Why the decision is spent, once it is (`consumed_at` set, `kept_for` gone): the run
+    /// of its chain that ended, or the resume that did not use it. `None` while it is
+    /// unused or kept, and for decisions used before reasons were kept.
+    #[serde(default)]
+    pub consumed_reason: Option<String>,
 }
 
 /// Who ends an approval that a changed screen replaced (its `decided_by` and channel).
@@ -161,7 +171,8 @@ const COLUMNS: &str = "approval_id, tool_run_id, tool_name, execution_id, questi
     options_json, default_value, allows_text, status, chosen_value, created_at, decided_at, \
     expires_at, decided_by, decision_channel, comment, request_fingerprint, prompt_fingerprint, \
     consumed_at, consumed_by, prompt_kind, prompt_line, rule_name, expire_action, claimed_by, \
-    claimed_at, resumed_run_id, screen_digest, tool_digest, superseded_by, supersedes";
+    claimed_at, resumed_run_id, screen_digest, tool_digest, superseded_by, supersedes, kept_for, \
+    consumed_reason";
 
 fn from_row(r: &Row<'_>) -> rusqlite::Result<Approval> {
     let options: String = r.get(6)?;
@@ -201,6 +212,8 @@ fn from_row(r: &Row<'_>) -> rusqlite::Result<Approval> {
         tool_digest: r.get(29)?,
         superseded_by: r.get(30)?,
         supersedes: r.get(31)?,
+        kept_for: r.get(32)?,
+        consumed_reason: r.get(33)?,
     })
 }
 
@@ -258,7 +271,7 @@ impl Approval {
 
     /// Whether the chosen value is free text (none of the options): such an answer is the
     /// tool's business only — it is logged and audited as a digest, and dropped from the
-    /// row once used.
+    /// row once its chain ends (it is kept while a resume may type it again).
     pub fn chose_free_text(&self) -> bool {
         self.chosen_value
             .as_deref()
@@ -480,7 +493,7 @@ pub(crate) fn insert(tx: &Transaction<'_>, a: &Approval, actor: &str) -> Result<
         &format!(
             "INSERT INTO approvals ({COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, \
              ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21, ?22, ?23, ?24, ?25, ?26, ?27, ?28, \
-             ?29, ?30, ?31, ?32)"
+             ?29, ?30, ?31, ?32, ?33, ?34)"
         ),
         params![
             a.approval_id,
@@ -515,6 +528,8 @@ pub(crate) fn insert(tx: &Transaction<'_>, a: &Approval, actor: &str) -> Result<
             a.tool_digest,
             a.superseded_by,
             a.supersedes,
+            a.kept_for,
+            a.consumed_reason,
         ],
     )?;
     audit::append(
@@ -783,13 +798,23 @@ fn expire_one(tx: &Transaction<'_>, a: &Approval, now: &str) -> Result<bool> {
 
 /// Expires every pending approval past its `expires_at`; returns them as they are now.
 pub(crate) fn expire_due(tx: &Transaction<'_>) -> Result<Vec<Approval>> {
+    expire_due_of(tx, None)
+}
+
+/// Expires the pending approvals past their `expires_at` — all of them, or only those of
+/// the command with this request fingerprint; returns them as they are now.
+pub(crate) fn expire_due_of(
+    tx: &Transaction<'_>,
+    request_fingerprint: Option<&str>,
+) -> Result<Vec<Approval>> {
     let now = time::now_rfc3339();
     let due: Vec<Approval> = {
         let mut stmt = tx.prepare(&format!(
             "SELECT {COLUMNS} FROM approvals
-             WHERE status = 'pending' AND expires_at IS NOT NULL AND expires_at <= ?1"
+             WHERE status = 'pending' AND expires_at IS NOT NULL AND expires_at <= ?1
+               AND (?2 IS NULL OR request_fingerprint = ?2)"
         ))?;
-        stmt.query_map([&now], from_row)?
+        stmt.query_map(params![&now, request_fingerprint], from_row)?
             .collect::<rusqlite::Result<Vec<_>>>()?
     };
     let mut out = Vec::new();
@@ -874,26 +899,60 @@ pub(crate) fn abandon_pending(
     Ok(out)
 }
 
-/// A decided, unconsumed approval that answers this prompt of this command, if any (the
-/// newest). Run inside the write transaction that will consume it.
-pub(crate) fn find_answer(
+/// The live decisions of this command for this prompt (`rules::live`), in the order they
+/// were asked: whom each is offered to is `rules::offered`'s to say.
+pub(crate) fn live_answers(
     conn: &Connection,
     request_fingerprint: &str,
     prompt_fingerprint: &str,
-) -> Result<Option<Approval>> {
-    Ok(conn
-        .query_row(
-            &format!(
-                "SELECT {COLUMNS} FROM approvals
-                 WHERE request_fingerprint = ?1 AND prompt_fingerprint = ?2
-                   AND status != 'pending' AND consumed_at IS NULL
-                   AND decision_channel IS NOT 'system:run-ended'
-                 ORDER BY decided_at DESC, approval_id DESC LIMIT 1"
-            ),
-            params![request_fingerprint, prompt_fingerprint],
-            from_row,
-        )
-        .optional()?)
+) -> Result<Vec<Approval>> {
+    let mut stmt = conn.prepare(&format!(
+        "SELECT {COLUMNS} FROM approvals
+         WHERE request_fingerprint = ?1 AND prompt_fingerprint = ?2 AND {LIVE}
+         ORDER BY approval_id LIMIT 200"
+    ))?;
+    let rows = stmt
+        .query_map(params![request_fingerprint, prompt_fingerprint], from_row)?
+        .collect::<rusqlite::Result<Vec<_>>>()?;
+    Ok(rows)
+}
+
+/// SQL for `rules::live`: a decision that can still answer.
+const LIVE: &str = "status != 'pending' AND decision_channel IS NOT 'system:run-ended'
+    AND (consumed_at IS NULL OR kept_for IS NOT NULL)";
+
+/// The decided, unused approvals of this command, newest decision first: what parked runs
+/// of it wait to be resumed with (`crate::chain::bind_at_start`).
+pub(crate) fn fresh_decisions_of_command(
+    conn: &Connection,
+    request_fingerprint: &str,
+) -> Result<Vec<Approval>> {
+    let mut stmt = conn.prepare(&format!(
+        "SELECT {COLUMNS} FROM approvals
+         WHERE request_fingerprint = ?1 AND status != 'pending' AND consumed_at IS NULL
+           AND decision_channel IS NOT 'system:run-ended'
+         ORDER BY decided_at DESC, approval_id DESC LIMIT 50"
+    ))?;
+    let rows = stmt
+        .query_map([request_fingerprint], from_row)?
+        .collect::<rusqlite::Result<Vec<_>>>()?;
+    Ok(rows)
+}
+
+/// The live decisions held for run `run`'s resume: those it used and keeps (`kept_for`),
+/// and its own decided ones nobody used yet.
+pub(crate) fn held_for(conn: &Connection, run: &str) -> Result<Vec<Approval>> {
+    let mut stmt = conn.prepare(&format!(
+        "SELECT {COLUMNS} FROM approvals
+         WHERE kept_for = ?1
+            OR (tool_run_id = ?1 AND status != 'pending' AND consumed_at IS NULL
+                AND decision_channel IS NOT 'system:run-ended')
+         ORDER BY approval_id"
+    ))?;
+    let rows = stmt
+        .query_map([run], from_row)?
+        .collect::<rusqlite::Result<Vec<_>>>()?;
+    Ok(rows)
 }
 
 /// The approval of this command for this prompt that run `run` consumed, if any (a
@@ -936,8 +995,10 @@ pub(crate) fn find_pending(
         .optional()?)
 }
 
-/// Marks a decided approval used by run `by_run` (single use); false when it was already
-/// consumed or is not decided.
+/// The first use of a decided approval, by run `by_run`: consumed by it, and kept for its
+/// resume while its chain is live (`kept_for`). False when it was used before or is not
+/// decided. A free-text answer stays on the row until the chain ends ([`spend`]): the
+/// chain's next resume types it again.
 pub(crate) fn consume(
     tx: &Transaction<'_>,
     approval_id: &str,
@@ -945,75 +1006,139 @@ pub(crate) fn consume(
     actor: &str,
 ) -> Result<bool> {
     let changed = tx.execute(
-        "UPDATE approvals SET consumed_at = ?2, consumed_by = ?3
+        "UPDATE approvals SET consumed_at = ?2, consumed_by = ?3, kept_for = ?3
          WHERE approval_id = ?1 AND consumed_at IS NULL AND status != 'pending'",
         params![approval_id, time::now_rfc3339(), by_run],
     )?;
-    // A free-text answer is kept only until the tool has it: gone once used.
-    if changed > 0 && get(tx, approval_id)?.is_some_and(|a| a.chose_free_text()) {
-        tx.execute(
-            "UPDATE approvals SET chosen_value = NULL WHERE approval_id = ?1",
-            [approval_id],
-        )?;
-    }
     if changed > 0 {
-        audit::append(
-            tx,
-            &AuditEntry {
-                event: "approval_consumed",
-                tool_run_id: Some(by_run),
-                approval_id: Some(approval_id),
-                actor,
-                data: serde_json::json!({ "consumed_by": by_run }),
-            },
-        )?;
+        audit_consumed(tx, approval_id, by_run, actor)?;
     }
     Ok(changed > 0)
 }
 
-/// Gives back the approvals run `by_run` consumed (all of them, or only `only`): it stopped
-/// at a later prompt (exit 90), and its re-run must be able to answer the earlier prompts
-/// again; or the prompt went away before the answer could be typed.
-pub(crate) fn release_consumed(
+/// A decision kept for run `by_run`'s chain used again, by `by_run` (the resume it was
+/// kept for): now kept for `by_run`'s own resume. False when it is not kept (spent), or
+/// kept for `by_run` already (it used it).
+pub(crate) fn take_kept(
     tx: &Transaction<'_>,
+    approval_id: &str,
     by_run: &str,
-    only: Option<&str>,
-    why: &str,
     actor: &str,
-) -> Result<usize> {
-    let ids: Vec<String> = {
-        let mut stmt = tx.prepare(
-            "SELECT approval_id FROM approvals
-             WHERE consumed_by = ?1 AND (?2 IS NULL OR approval_id = ?2)",
-        )?;
-        stmt.query_map(params![by_run, only], |r| r.get(0))?
-            .collect::<rusqlite::Result<Vec<_>>>()?
-    };
-    for id in &ids {
-        tx.execute(
-            "UPDATE approvals SET consumed_at = NULL, consumed_by = NULL WHERE approval_id = ?1",
-            [id],
-        )?;
-        audit::append(
-            tx,
-            &AuditEntry {
-                event: "approval_released",
-                tool_run_id: Some(by_run),
-                approval_id: Some(id),
-                actor,
-                data: serde_json::json!({ "released_by": by_run, "why": why }),
-            },
-        )?;
+) -> Result<bool> {
+    let changed = tx.execute(
+        "UPDATE approvals SET kept_for = ?2
+         WHERE approval_id = ?1 AND kept_for IS NOT NULL AND kept_for != ?2",
+        params![approval_id, by_run],
+    )?;
+    if changed > 0 {
+        audit_consumed(tx, approval_id, by_run, actor)?;
     }
-    Ok(ids.len())
+    Ok(changed > 0)
 }
 
-/// Claims an approved approval for a resume by `worker`; false when another worker has it.
+fn audit_consumed(
+    tx: &Transaction<'_>,
+    approval_id: &str,
+    by_run: &str,
+    actor: &str,
+) -> Result<()> {
+    audit::append(
+        tx,
+        &AuditEntry {
+            event: "approval_consumed",
+            tool_run_id: Some(by_run),
+            approval_id: Some(approval_id),
+            actor,
+            data: serde_json::json!({ "consumed_by": by_run }),
+        },
+    )?;
+    Ok(())
+}
+
+/// Spends a decision for good (`why` recorded as `consumed_reason`): it answers nothing any
+/// more, and a free-text answer is dropped from the row. False when it was not live.
+pub(crate) fn spend(
+    tx: &Transaction<'_>,
+    approval_id: &str,
+    why: &str,
+    actor: &str,
+) -> Result<bool> {
+    let Some(a) = get(tx, approval_id)? else {
+        return Ok(false);
+    };
+    if !crate::rules::live(&a) {
+        return Ok(false);
+    }
+    let keep_value = !a.chose_free_text();
+    tx.execute(
+        "UPDATE approvals SET consumed_at = COALESCE(consumed_at, ?2), kept_for = NULL,
+            consumed_reason = ?3, chosen_value = CASE WHEN ?4 THEN chosen_value END
+         WHERE approval_id = ?1",
+        params![approval_id, time::now_rfc3339(), why, keep_value],
+    )?;
+    audit::append(
+        tx,
+        &AuditEntry {
+            event: "approval_spent",
+            tool_run_id: a.kept_for.as_deref().or(Some(&a.tool_run_id)),
+            approval_id: Some(approval_id),
+            actor,
+            data: serde_json::json!({ "reason": why }),
+        },
+    )?;
+    Ok(true)
+}
+
+/// Gives back decision `approval_id` that run `by_run` took but could not type (the prompt
+/// went away first), to `by_run` again: unused, if `by_run` was its first user; else kept
+/// for the run `by_run` resumes (`resumed`), as before `by_run` took it — offered to
+/// `by_run` either way when the prompt comes back. False when `by_run` did not hold it.
+pub(crate) fn give_back(
+    tx: &Transaction<'_>,
+    approval_id: &str,
+    by_run: &str,
+    resumed: Option<&str>,
+    why: &str,
+    actor: &str,
+) -> Result<bool> {
+    let Some(a) = get(tx, approval_id)? else {
+        return Ok(false);
+    };
+    if a.kept_for.as_deref() != Some(by_run) {
+        return Ok(false);
+    }
+    match (a.consumed_by.as_deref() == Some(by_run), resumed) {
+        (true, _) => tx.execute(
+            "UPDATE approvals SET consumed_at = NULL, consumed_by = NULL, kept_for = NULL
+             WHERE approval_id = ?1",
+            [approval_id],
+        )?,
+        (false, Some(from)) => tx.execute(
+            "UPDATE approvals SET kept_for = ?2 WHERE approval_id = ?1",
+            params![approval_id, from],
+        )?,
+        (false, None) => return Ok(false),
+    };
+    audit::append(
+        tx,
+        &AuditEntry {
+            event: "approval_released",
+            tool_run_id: Some(by_run),
+            approval_id: Some(approval_id),
+            actor,
+            data: serde_json::json!({ "released_by": by_run, "why": why }),
+        },
+    )?;
+    Ok(true)
+}
+
+/// Claims an approved approval for a resume by `worker`; false when another worker has it,
+/// or a run already resumes its run (a re-run by hand started first: `crate::chain`).
 pub(crate) fn claim(tx: &Transaction<'_>, approval_id: &str, worker: &str) -> Result<bool> {
     let changed = tx.execute(
         "UPDATE approvals SET claimed_by = ?2, claimed_at = ?3
          WHERE approval_id = ?1 AND claimed_at IS NULL AND consumed_at IS NULL
-           AND status != 'pending'",
+           AND status != 'pending' AND resumed_run_id IS NULL",
         params![approval_id, worker, time::now_rfc3339()],
     )?;
     Ok(changed > 0)
@@ -1305,27 +1430,55 @@ mod tests {
     }
 
     #[test]
-    fn answers_are_single_use_until_released() {
-        let (_tmp, mut conn) = setup(&sample("AP-1", PromptKind::Choice));
+    fn a_decision_is_used_once_kept_for_its_chain_and_spent_with_a_reason() {
+        let mut a = sample("AP-1", PromptKind::Unknown);
+        a.allows_text = true;
+        let (_tmp, mut conn) = setup(&a);
         assert!(
-            find_answer(&conn, "req", "prm").unwrap().is_none(),
+            live_answers(&conn, "req", "prm").unwrap().is_empty(),
             "pending is not an answer"
         );
         assert!(find_pending(&conn, "req", "prm").unwrap().is_some());
-        db::write(&mut conn, |tx| decide(tx, "AP-1", "y", &who("a"))).unwrap();
-        let found = find_answer(&conn, "req", "prm").unwrap().unwrap();
-        assert_eq!(found.chosen_value.as_deref(), Some("y"));
+        db::write(&mut conn, |tx| decide(tx, "AP-1", "free text", &who("a"))).unwrap();
+        assert_eq!(live_answers(&conn, "req", "prm").unwrap().len(), 1);
+        // The first use consumes it, kept for the resume of the run that used it.
         assert!(db::write(&mut conn, |tx| consume(tx, "AP-1", "TR-2", "shim")).unwrap());
         assert!(!db::write(&mut conn, |tx| consume(tx, "AP-1", "TR-3", "shim")).unwrap());
-        assert!(find_answer(&conn, "req", "prm").unwrap().is_none());
+        let used = get(&conn, "AP-1").unwrap().unwrap();
+        assert_eq!(used.kept_for.as_deref(), Some("TR-2"));
         assert_eq!(
-            db::write(&mut conn, |tx| release_consumed(
-                tx, "TR-2", None, "test", "shim"
-            ))
-            .unwrap(),
-            1
+            used.chosen_value.as_deref(),
+            Some("free text"),
+            "kept for the chain"
         );
-        assert!(find_answer(&conn, "req", "prm").unwrap().is_some());
+        // TR-3 resumed TR-2: it takes the kept decision on; not twice.
+        assert!(db::write(&mut conn, |tx| take_kept(tx, "AP-1", "TR-3", "shim")).unwrap());
+        assert!(!db::write(&mut conn, |tx| take_kept(tx, "AP-1", "TR-3", "shim")).unwrap());
+        // Given back (not typed after all): kept for TR-2's resume again.
+        assert!(
+            db::write(&mut conn, |tx| give_back(
+                tx,
+                "AP-1",
+                "TR-3",
+                Some("TR-2"),
+                "test",
+                "shim"
+            ))
+            .unwrap()
+        );
+        assert_eq!(
+            get(&conn, "AP-1").unwrap().unwrap().kept_for.as_deref(),
+            Some("TR-2")
+        );
+        assert_eq!(live_answers(&conn, "req", "prm").unwrap().len(), 1);
+        // Spent: no longer live, the text gone, the reason kept.
+        assert!(db::write(&mut conn, |tx| spend(tx, "AP-1", "the chain ended", "shim")).unwrap());
+        assert!(!db::write(&mut conn, |tx| spend(tx, "AP-1", "again", "shim")).unwrap());
+        let spent = get(&conn, "AP-1").unwrap().unwrap();
+        assert_eq!(spent.kept_for, None);
+        assert_eq!(spent.chosen_value, None);
+        assert_eq!(spent.consumed_reason.as_deref(), Some("the chain ended"));
+        assert!(live_answers(&conn, "req", "prm").unwrap().is_empty());
         assert!(audit::verify(&conn).unwrap().intact());
     }
 

@@ -186,6 +186,20 @@ const MIGRATIONS: &[&str] = &[
     ALTER TABLE pipelines ADD COLUMN definition_digest TEXT;
     ALTER TABLE pipelines ADD COLUMN workers TEXT;
     "#,
+    // v9: a decision stays with its run (issue 26, `crate::chain`): the run of its chain
+    // whose resume may use it again (`kept_for`, while the chain is live), and why it is
+    // spent once it is (`consumed_reason`). Decisions used before stay spent (no reason).
+    // The unused decisions of a command (what a starting run looks at to learn whether it
+    // is a parked run's resume), and runs by the run they resume, for the chain's look at
+    // a run's running resume.
+    r#"
+    ALTER TABLE approvals ADD COLUMN kept_for TEXT;
+    ALTER TABLE approvals ADD COLUMN consumed_reason TEXT;
+    CREATE INDEX approvals_kept ON approvals(kept_for) WHERE kept_for IS NOT NULL;
+    CREATE INDEX approvals_fresh ON approvals(request_fingerprint)
+        WHERE consumed_at IS NULL AND status != 'pending';
+    CREATE INDEX tool_runs_resumed ON tool_runs(resumed_from) WHERE resumed_from IS NOT NULL;
+    "#,
 ];
 
 /// The schema version this build writes.

@@ -8,12 +8,16 @@
 //!   and the same prompt in tomorrow's temp dir match.
 //! * The **screen digest** names what the operator saw: the prompt's context, normalised
 //!   only for what cannot matter (spacing, blank lines, clock times and dates, spinner
-//!   glyphs) — digits are kept, so `Plan: 2 to add` and `Plan: 3 to add` differ. A
-//!   decision is typed or re-used only while the screen has the digest it was made on.
+//!   glyphs) and for what each run of a command prints anew (uuids, hex ids, long mixed
+//!   letter-and-digit tokens, epoch and ISO timestamps: [`volatile`]) — small numbers are
+//!   kept, so `Plan: 2 to add` and `Plan: 3 to add` differ. A decision is typed or re-used
+//!   only while the screen has the digest it was made on.
 
 use crate::audit::hex;
 use crate::sanitize::{sanitize_line, sanitize_text};
+use regex::Regex;
 use sha2::{Digest, Sha256};
+use std::sync::LazyLock;
 
 /// SHA-256 over length-prefixed fields, as lower-case hex (`kind` names what is hashed, so
 /// that two kinds of thing never share a digest).
@@ -109,12 +113,15 @@ pub fn screen(context: &str) -> String {
 /// The context with only what cannot matter removed: spacing runs, blank lines, clock
 /// times (`12:34:56`, `12:34:56.789`), dates (`2026-11-23`, with a `T…Z` time), spinner
 /// glyphs (braille cells, [`SPINNERS`], and a lone `| / \` before the text — not `-`, which also marks
-/// what a plan destroys). Digits stay.
+/// what a plan destroys), and per-run random text ([`volatile`]: a word that is nothing
+/// else is dropped, as a clock time is). Small numbers stay.
 pub fn normalize_screen(context: &str) -> String {
     let mut lines = Vec::new();
     for line in sanitize_text(context).lines() {
+        let line = volatile(line);
         let words: Vec<String> = line
             .split_whitespace()
+            .filter(|w| !is_placeholder(w))
             .filter_map(|w| {
                 let w: String = w
                     .chars()
@@ -132,6 +139,78 @@ pub fn normalize_screen(context: &str) -> String {
         }
     }
     lines.join("\n")
+}
+
+/// What stands for per-run random text in a normalised screen.
+const ID: &str = "\u{1}id";
+const TIME: &str = "\u{1}time";
+
+/// Whether `word` is only a placeholder of [`volatile`] (with brackets or punctuation).
+fn is_placeholder(word: &str) -> bool {
+    let w = word.trim_matches(|c: char| "[](),;:.='\"".contains(c));
+    w == ID || w == TIME
+}
+
+/// Timestamps: ISO 8601 (a date, `T` or a space, a clock time with optional fraction and
+/// zone) and epoch seconds (or milli-, micro-, nanoseconds) from 2014 to 2039.
+static TIMESTAMP: LazyLock<Regex> = LazyLock::new(|| {
+    Regex::new(
+        r"(?x)
+        \b\d{4}-\d{2}-\d{2}[T\x20]\d{2}:\d{2}(?::\d{2}(?:[.,]\d+)?)?(?:Z|[+-]\d{2}:?\d{2})?
+        | \b(?:1[4-9]|2[0-1])\d{8}(?:\d{3}|\d{6}|\d{9})?(?:\.\d+)?\b",
+    )
+    .expect("the timestamp pattern")
+});
+
+/// Ids: uuids, and runs of letters and digits that look random ([`random_token`]).
+static UUID: LazyLock<Regex> = LazyLock::new(|| {
+    Regex::new(r"(?i)\b[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\b")
+        .expect("the uuid pattern")
+});
+static ALNUM: LazyLock<Regex> =
+    LazyLock::new(|| Regex::new(r"[A-Za-z0-9]{8,}").expect("the token pattern"));
+
+/// Whether a run of letters and digits looks like a per-run random id rather than a word,
+/// a version or a count: 12 or more digits; or hex of 12 or more with letters and digits
+/// (a hash, a container id); or 8 or more characters with at least two letters and two
+/// digits that change between letter and digit three times or more (`a8Kd92Lx`,
+/// `req7f3k2`) — `ubuntu2204`, `sha256sum` and `x86` stay words.
+fn random_token(t: &str) -> bool {
+    let digits = t.bytes().filter(u8::is_ascii_digit).count();
+    let letters = t.len() - digits;
+    if letters == 0 {
+        return t.len() >= 12;
+    }
+    if digits == 0 {
+        return false;
+    }
+    if t.len() >= 12 && t.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return true;
+    }
+    let changes = t
+        .as_bytes()
+        .windows(2)
+        .filter(|w| w[0].is_ascii_digit() != w[1].is_ascii_digit())
+        .count();
+    digits >= 2 && letters >= 2 && changes >= 3
+}
+
+/// `line` with what each run of a command prints anew replaced by placeholders: ISO and
+/// epoch timestamps, uuids, and random-looking ids ([`random_token`]). Numbers of up to
+/// eleven digits that are no timestamp stay as they are: `Plan: 2 to add` is not
+/// `Plan: 3 to add`.
+pub fn volatile(line: &str) -> String {
+    let line = TIMESTAMP.replace_all(line, TIME);
+    let line = UUID.replace_all(&line, ID);
+    ALNUM
+        .replace_all(&line, |c: &regex::Captures<'_>| {
+            if random_token(&c[0]) {
+                ID.to_owned()
+            } else {
+                c[0].to_owned()
+            }
+        })
+        .into_owned()
 }
 
 /// Glyphs spinners cycle through, besides the braille cells: quarter circles and squares,
@@ -253,6 +332,73 @@ mod tests {
             screen("aws_instance.db\nApply?")
         );
         assert_ne!(screen("rm 'a.txt'?"), screen("rm 'b.txt'?"));
+    }
+
+    /// Issue 26 item 4: what each run prints anew does not make its prompt a new one…
+    #[test]
+    fn screens_with_per_run_ids_and_timestamps_are_the_same_screen() {
+        let run = |session: &str, id: &str, token: &str, epoch: &str, iso: &str| {
+            format!(
+                "session {session}\nrequest id {id} (trace {token})\nstarted at {epoch}, {iso}\n\
+                 Plan: 2 to add, 0 to change.\nDeploy? [y/N]"
+            )
+        };
+        let a = run(
+            "550e8400-e29b-41d4-a716-446655440000",
+            "9f86d081884c7d65",
+            "a8k2m9p4x7q3",
+            "1764182733",
+            "2026-11-26T18:45:33.360123+00:00",
+        );
+        let b = run(
+            "6BA7B810-9DAD-11D1-80B4-00C04FD430C8",
+            "3c9e1b2a7f4d8e60",
+            "z3y7w2v9u4t8",
+            "1764182799",
+            "2026-11-26T18:46:39.901234+00:00",
+        );
+        assert_eq!(screen(&a), screen(&b));
+        // Inside words and paths too, and epoch milliseconds.
+        assert_eq!(
+            screen("wrote /tmp/run-7f3a9c2e1b4d5e6f/out.json at 1764182733123\nKeep? [y/N]"),
+            screen("wrote /tmp/run-0a1b2c3d4e5f6a7b/out.json at 1764182799456\nKeep? [y/N]")
+        );
+        // A screen from before, with a timestamp as a word of its own, keeps its digest.
+        assert_eq!(
+            normalize_screen("2026-11-23T12:30:01.123Z start\nDeploy?"),
+            "start\nDeploy?"
+        );
+    }
+
+    /// …while small numbers, words with digits and versions stay what they say.
+    #[test]
+    fn small_numbers_versions_and_words_with_digits_stay_significant() {
+        assert_ne!(
+            screen("Plan: 2 to add, 0 to change.\nApply?"),
+            screen("Plan: 3 to add, 0 to change.\nApply?")
+        );
+        assert_ne!(
+            screen("Delete 1073741824 bytes?"),
+            screen("Delete 1073741825 bytes?"),
+            "a size is no epoch"
+        );
+        assert_ne!(screen("Install ubuntu2204?"), screen("Install ubuntu2404?"));
+        assert_ne!(screen("Upgrade to v1.2.3?"), screen("Upgrade to v1.2.4?"));
+        assert_ne!(screen("Use python3.11?"), screen("Use python3.12?"));
+        assert_ne!(screen("Remove 12 files?"), screen("Remove 120 files?"));
+        for word in [
+            "ubuntu2204",
+            "sha256sum",
+            "x86_64",
+            "node18",
+            "abc12",
+            "deadbeef",
+        ] {
+            assert_eq!(volatile(word), word, "{word}");
+        }
+        for id in ["a8Kd92Lx", "9f86d081884c", "123456789012", "req7f3k2m9"] {
+            assert_ne!(volatile(id), id, "{id}");
+        }
     }
 
     #[test]

@@ -15,12 +15,15 @@ pub struct GcReport {
     pub approvals: usize,
 }
 
-/// Finished runs that ended before `cutoff` (RFC 3339), oldest first.
+/// Finished runs that ended before `cutoff` (RFC 3339), oldest first — but not one whose
+/// decisions a live chain still keeps (`crate::chain`: a later run's resume types them).
 pub(crate) fn finished_before(conn: &Connection, cutoff: &str) -> Result<Vec<String>> {
     // The statuses a run never leaves: only these are collected.
     let mut stmt = conn.prepare(&format!(
-        "SELECT tool_run_id FROM tool_runs
+        "SELECT tool_run_id FROM tool_runs r
          WHERE status IN ({}) AND COALESCE(completed_at, updated_at) < ?1
+           AND NOT EXISTS (SELECT 1 FROM approvals k
+                           WHERE k.tool_run_id = r.tool_run_id AND k.kept_for IS NOT NULL)
          ORDER BY tool_run_id",
         crate::status::sql_list(&crate::status::RunStatus::FINAL)
     ))?;

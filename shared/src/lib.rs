@@ -7,6 +7,7 @@
 pub mod alerts;
 pub mod approvals;
 pub mod audit;
+pub(crate) mod chain;
 pub mod config;
 pub mod control;
 pub mod db;

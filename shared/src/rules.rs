@@ -353,6 +353,119 @@ pub fn may_take_over(owner: Option<&ToolRun>, host: &dyn HostFacts) -> bool {
     owner.is_none_or(|run| is_parked(run) || shim_gone(run, host).is_some())
 }
 
+/// Whether decision `a` can still answer a prompt (issue 26: a decision stays with its
+/// run): decided, not closed with the run that asked it (`system:run-ended`), and either
+/// unused yet or kept for a chain that is still live (`kept_for`). Once spent it answers
+/// nothing, ever.
+pub fn live(a: &Approval) -> bool {
+    a.status != crate::status::ApprovalStatus::Pending
+        && a.decision_channel.as_deref() != Some("system:run-ended")
+        && (a.consumed_at.is_none() || a.kept_for.is_some())
+}
+
+/// The run whose resume a live decision is offered to: the run that asked it while nobody
+/// has used it, then the run of its chain that used it last.
+pub fn holder(a: &Approval) -> Option<&str> {
+    match &a.consumed_at {
+        None => Some(a.tool_run_id.as_str()),
+        Some(_) => a.kept_for.as_deref(),
+    }
+}
+
+/// Whether live decision `a` is offered to run `run`, which is bound to resume run
+/// `resumes` (if any, [`crate::chain`]): its own decision while unused (wait mode: its own
+/// shim types it; or the prompt came back), or one its chain holds for it. Nothing else:
+/// never a decision of a run it does not resume, and never one it used itself already.
+pub fn offered(a: &Approval, run: &str, resumes: Option<&str>) -> bool {
+    if !live(a) {
+        return false;
+    }
+    match holder(a) {
+        Some(h) if h == run => a.consumed_at.is_none(),
+        Some(h) => Some(h) == resumes,
+        None => false,
+    }
+}
+
+/// Whether a run's first row can be the resume of a parked run at all: a supervised run
+/// (not an interactive one, whose prompts nobody answers), starting now, not a pipeline's
+/// human step.
+pub fn binds_at_start(row: &ToolRun) -> bool {
+    let mode = row
+        .metadata
+        .as_ref()
+        .and_then(|m| m.get("mode"))
+        .and_then(|m| m.as_str());
+    row.status == RunStatus::Running && mode != Some("interactive") && row.pipeline_step().is_none()
+}
+
+/// Whether new run `new` (its first row, as the store stamped it) is the resume of parked
+/// run `h`, whose own decision `o` is made and unused: the same command (tool, command
+/// line, directory, the same runner token) of the same identity and user (where both rows
+/// say which), and either the run a worker started to resume `h` (`resumed_from`), or — by
+/// hand, a CI retry — a run that names no other run, while no worker has claimed the
+/// decision and it is a prompt's (a cooperative tool's is handed over by the worker only). The store checks besides that nobody resumes `h` yet (the first run to start
+/// after the decision is its resume) and binds them in the same transaction.
+pub fn may_bind(new: &ToolRun, h: &ToolRun, o: &Approval) -> bool {
+    let same_command = h.tool_run_id != new.tool_run_id
+        && h.tool_name == new.tool_name
+        && h.argv_json == new.argv_json
+        && h.cwd == new.cwd
+        && h.runner() == new.runner()
+        && h.owner
+            .as_ref()
+            .is_none_or(|owner| Some(owner) == new.owner.as_ref())
+        && h.uid().is_none_or(|uid| Some(uid) == new.uid());
+    let decided = o.tool_run_id == h.tool_run_id
+        && o.status != crate::status::ApprovalStatus::Pending
+        && o.consumed_at.is_none()
+        && o.decision_channel.as_deref() != Some("system:run-ended");
+    let resumes = match new.resumed_from.as_deref() {
+        Some(from) => from == h.tool_run_id,
+        // A cooperative tool's decision reaches it only as the worker's `AUTO_APPROVAL`:
+        // a run by hand could never use it.
+        None => {
+            o.claimed_by.is_none()
+                && o.prompt_kind != Some(crate::approvals::PromptKind::Cooperative)
+        }
+    };
+    same_command && decided && resumes && is_parked(h)
+}
+
+/// How a resume that did not use the decision it was given ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ResumeEnd {
+    /// It parked at another prompt (exit 90).
+    Parked,
+    /// It exited with this code before the prompt appeared (0: the prompt never did).
+    Exited(i32),
+    /// It ended with this status and no exit code of its own (cancelled, or its shim gone).
+    Ended(RunStatus),
+}
+
+/// Why the run that asked approval `approval_id` (decided `status`) failed when its
+/// resume `resume` ended without using the decision: the reason it records.
+pub fn unused_resume_reason(
+    approval_id: &str,
+    status: crate::status::ApprovalStatus,
+    resume: &str,
+    end: ResumeEnd,
+) -> String {
+    let how = match end {
+        ResumeEnd::Parked => "stopped at another prompt (exit 90)".to_owned(),
+        ResumeEnd::Exited(0) => {
+            "exited 0 without the prompt appearing again: the decision answered nothing".to_owned()
+        }
+        ResumeEnd::Exited(code) => format!("exited {code} before reaching the prompt"),
+        ResumeEnd::Ended(status) => format!("ended ({status}) before reaching the prompt"),
+    };
+    format!("approval {approval_id} {status}; resumed as {resume}, which {how}")
+}
+
+/// Exit codes of a resume that failed to start (the shim itself, or the tool not
+/// executable / not found): it used nothing, and the decision stays for the next attempt.
+pub const FAILED_START: [i32; 3] = [125, 126, 127];
+
 /// Whether a decided approval answers (or ends) `prompt`: a rejection always does; an
 /// approval only when its value has keys for this prompt.
 pub fn decision_fits(a: &Approval, prompt: &Prompt) -> bool {

@@ -228,13 +228,28 @@ pub enum Guard<'a> {
 }
 
 /// Changes a run's status (with an audit row) if the guard allows; returns the previous
-/// status, or `None` when the run does not exist or the guard refused.
+/// status, or `None` when the run does not exist or the guard refused. A run that ends
+/// here ends its chain of decisions ([`crate::chain::ended`]); the status events of other
+/// runs that closes are dropped (see [`change_status_with`]).
 pub(crate) fn change_status(
     tx: &Transaction<'_>,
     tool_run_id: &str,
     change: &StatusChange,
     actor: &str,
     guard: Guard<'_>,
+) -> Result<Option<RunStatus>> {
+    change_status_with(tx, tool_run_id, change, actor, guard, &mut Vec::new())
+}
+
+/// [`change_status`], with the status events of the other runs the end of this one closed
+/// (the run it resumed, when it never used that run's decision) added to `events`.
+pub(crate) fn change_status_with(
+    tx: &Transaction<'_>,
+    tool_run_id: &str,
+    change: &StatusChange,
+    actor: &str,
+    guard: Guard<'_>,
+    events: &mut Vec<crate::event::LogEvent>,
 ) -> Result<Option<RunStatus>> {
     let current: Option<String> = tx
         .query_row(
@@ -289,6 +304,9 @@ pub(crate) fn change_status(
                 }),
             },
         )?;
+    }
+    if !current.is_final() && change.status.is_final() {
+        crate::chain::ended(tx, tool_run_id, actor, events)?;
     }
     Ok(Some(current))
 }

@@ -80,5 +80,7 @@ pub fn approval(id: &str, kind: PromptKind) -> Approval {
         tool_digest: None,
         superseded_by: None,
         supersedes: None,
+        kept_for: None,
+        consumed_reason: None,
     }
 }

@@ -51,13 +51,20 @@ fn exit_mode_approve_then_the_same_command_again_answers_and_completes() {
         .iter()
         .map(|r| s(r, "event").to_owned())
         .collect();
+    // Used by the re-run, then spent when the re-run completed (issue 26).
     assert_eq!(
         audit,
         [
             "approval_needed",
             "approval_status_change",
-            "approval_consumed"
+            "approval_consumed",
+            "approval_spent"
         ]
+    );
+    assert!(
+        s(&env.approval_by_id(&id), "consumed_reason").contains("completed"),
+        "{:#?}",
+        env.approval_by_id(&id)
     );
 }
 
@@ -908,8 +915,14 @@ fn a_rerun_on_a_changed_screen_is_asked_again_showing_what_changed() {
     assert!(context.contains("The screen changed since"), "{context}");
     assert!(context.contains("+ Plan: 3 to add"), "{context}");
     assert!(context.contains("- Plan: 2 to add"), "{context}");
-    // The old decision is still unused; the new one, once given, applies the 3.
-    assert!(env.approval_by_id(s(&first, "approval_id"))["consumed_at"].is_null());
+    // The old decision is spent (issue 26): the re-run was the resume it was offered to,
+    // and did not use it. The new one, once given, applies the 3.
+    let old = env.approval_by_id(s(&first, "approval_id"));
+    assert!(old["consumed_at"].is_string(), "{old:#?}");
+    assert!(
+        s(&old, "consumed_reason").contains("without using it"),
+        "{old:#?}"
+    );
     env.decide(s(&second, "approval_id"), "yes").expect_code(0);
     let out = plan(&env).run();
     out.expect_code(0);

@@ -5,6 +5,7 @@
 mod agents;
 mod approval_flow;
 mod cancel;
+mod chains;
 mod ci_guide;
 mod config;
 mod conventions;

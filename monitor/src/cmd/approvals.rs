@@ -316,6 +316,14 @@ pub fn show(ctx: &Ctx, id: &str, json: bool) -> CliResult {
     field("comment", a.comment.as_deref());
     field("consumed_at", a.consumed_at.as_deref());
     field("consumed_by", a.consumed_by.as_deref());
+    field(
+        "kept_for",
+        a.kept_for
+            .as_deref()
+            .map(|r| format!("{r} (its resume, and no other run, may use it again)"))
+            .as_deref(),
+    );
+    field("consumed_reason", a.consumed_reason.as_deref());
     field("claimed_by", a.claimed_by.as_deref());
     field("resumed_run_id", a.resumed_run_id.as_deref());
     field("request_fingerprint", a.request_fingerprint.as_deref());

@@ -17,9 +17,11 @@ Every pass:
     never resume the same run) and re-run: its stored command, in its stored directory,
     through headless-run (the one beside monitor, else on PATH) with HEADLESS=1,
     AUTO_APPROVAL=<value>, HEADLESS_RUN_APPROVAL_ID=<AP-…> and
-    HEADLESS_RUN_RESUMED_FROM=<TR-…>. The re-run answers the prompt itself and is linked
-    by resumed_from; its output goes to its own run log. A re-run that fails to start is
-    tried again 3 times, then the waiting run fails.
+    HEADLESS_RUN_RESUMED_FROM=<TR-…>. The re-run is that run's resume (a decision answers
+    no other run): it answers the prompt itself — and every earlier prompt of the chain
+    from the decisions made for them — and is linked by resumed_from; its output goes to
+    its own run log. A decision a re-run by hand already took up is not claimed. A re-run
+    that fails to start is tried again 3 times, then the waiting run fails.
 
 Who: a worker runs as itself and never switches user. It resumes only what its own identity
 started, as the store recorded it — the embedded store's owner (another user's state dir is

@@ -1,8 +1,9 @@
 //! From a recognised prompt to an answer or an approval, each in one SQLite write
 //! transaction:
 //!
-//! 1. a decided, unconsumed approval of this command for this prompt (an earlier run asked;
-//!    someone decided) is consumed and answers it — or, rejected, ends the run (exit 91);
+//! 1. a decision offered to this run (`crate::chain`: its own, or one the parked run it
+//!    resumes holds for it) for this prompt and screen is used and answers it — or,
+//!    rejected, ends the run (exit 91);
 //! 2. a config policy or a remembered decision answers it, recorded as an approval decided
 //!    by `policy:NAME`;
 //! 3. a pending approval for the same prompt of the same command (a retry asking again) is
@@ -23,7 +24,7 @@ use crate::rules::{self, HostFacts};
 use crate::runs::{self, Guard, StatusChange};
 use crate::sanitize::{sanitize_line, sanitize_text};
 use crate::status::{ApprovalStatus, RunStatus};
-use crate::{fingerprint, id, time};
+use crate::{chain, fingerprint, id, time};
 use rusqlite::{Connection, Transaction};
 use std::time::{Duration, SystemTime};
 
@@ -79,6 +80,8 @@ pub fn approval_for(who: &Asker, req: &PromptRequest) -> Approval {
         tool_digest: who.tool_digest.clone(),
         superseded_by: None,
         supersedes: None,
+        kept_for: None,
+        consumed_reason: None,
     }
 }
 
@@ -128,39 +131,42 @@ pub fn answer_or_ask(
         for a in approvals::expire_due(tx)? {
             fx.events.push(a.status_event());
         }
-        // 1. A decision for an earlier run of this command — not one a run still
-        //    supervised waits for (wait mode: its own shim types it), which stays with it.
-        //    And a yes only for the screen it was given on: the same prompt around another
+        // 1. A decision offered to this run (`crate::chain`): its own, or one the run it
+        //    resumes holds for it — never one of a separate run of the command. And a yes
+        //    only for the screen (and tool) it was given on: the same prompt around another
         //    screen (`Plan: 3 to add` where `2 to add` was approved) is a new question.
         let screen = fingerprint::seen(&req.prompt);
-        let answer = approvals::find_answer(tx, &who.request_fingerprint, &req.prompt_fingerprint)?;
+        let resumes = chain::resumes(tx, &who.tool_run_id)?;
+        let offered = chain::offered(
+            tx,
+            &who.tool_run_id,
+            resumes.as_deref(),
+            &who.request_fingerprint,
+            &req.prompt_fingerprint,
+        )?;
         let mut changed_since: Option<(Approval, &str)> = None;
-        let answer = match answer {
-            Some(a) if a.tool_run_id != who.tool_run_id => {
-                let owner = runs::get(tx, &a.tool_run_id)?;
-                rules::may_take_over(owner.as_ref(), host).then_some(a)
+        let mut answer = None;
+        for a in offered {
+            if !rules::tool_fits(&a, who.tool_digest.as_deref()) {
+                changed_since.get_or_insert((a, "tool (its executable or script)"));
+            } else if !rules::screen_fits(&a, &screen) {
+                changed_since.get_or_insert((a, "screen"));
+            } else if rules::decision_fits(&a, &req.prompt) {
+                answer = Some(a);
+                break;
             }
-            other => other,
-        };
-        let answer = match answer {
-            Some(a) if !rules::tool_fits(&a, who.tool_digest.as_deref()) => {
-                changed_since = Some((a, "tool (its executable or script)"));
-                None
-            }
-            Some(a) if !rules::screen_fits(&a, &screen) => {
-                changed_since = Some((a, "screen"));
-                None
-            }
-            other => other,
-        };
+        }
         if let Some(a) = answer
-            && rules::decision_fits(&a, &req.prompt)
+            && chain::take(tx, &a, &who.tool_run_id, &who.actor)?
         {
-            // Taken before it is used up: a free-text answer leaves the row as it is used.
+            // The value as decided (the row keeps free text only while the chain is live).
             let value = a.chosen_value.clone().unwrap_or_default();
-            approvals::consume(tx, &a.approval_id, &who.tool_run_id, &who.actor)?;
-            approvals::set_resumed_run(tx, &a.approval_id, &who.tool_run_id)?;
-            close_waiting_run(tx, who, &a, &mut fx)?;
+            // The first answer from the chain it resumes: that run's part is done.
+            if let Some(h) = &resumes
+                && rules::holder(&a) == Some(h.as_str())
+            {
+                close_resumed(tx, who, h, &mut fx)?;
+            }
             let a = approvals::get(tx, &a.approval_id)?.unwrap_or(a);
             return Ok(if a.answers() {
                 (
@@ -362,7 +368,16 @@ fn wait_for(tx: &Transaction<'_>, who: &Asker, a: &Approval, fx: &mut Effects) -
     Ok(())
 }
 
-/// The run that asked first (and exited 90) is done once a re-run takes up its decision.
+/// The run the asking run resumes (`h`, parked) is done once the resume takes up its
+/// chain: closed by the decision it was resumed on.
+fn close_resumed(tx: &Transaction<'_>, who: &Asker, h: &str, fx: &mut Effects) -> db::Result<()> {
+    match chain::resumed_on(tx, h, &who.tool_run_id)? {
+        Some(o) => close_waiting_run(tx, who, &o, fx),
+        None => Ok(()),
+    }
+}
+
+/// The run that asked `a` (and exited 90) is done once a re-run takes up its decision.
 fn close_waiting_run(
     tx: &Transaction<'_>,
     who: &Asker,
@@ -399,12 +414,13 @@ fn close_other_run(
     actor: &str,
     fx: &mut Effects,
 ) -> db::Result<()> {
-    if let Some(prev) = runs::change_status(
+    if let Some(prev) = runs::change_status_with(
         tx,
         &a.tool_run_id,
         change,
         actor,
         Guard::From(&[RunStatus::WaitingApproval]),
+        &mut fx.events,
     )? {
         fx.events.push(LogEvent::about_run(
             EventBody::status_change(Some(prev), change),
@@ -551,10 +567,13 @@ pub fn validate_auto_approval(
         let Some(a) = found else {
             return Ok((Err(format!("no approval {approval_id}")), fx));
         };
-        if !approvals::consume(tx, approval_id, &who.tool_run_id, &who.actor)? {
+        // Only for the run it is offered to: the resume `monitor worker` started for it.
+        let resumes = chain::resumes(tx, &who.tool_run_id)?;
+        if !rules::offered(&a, &who.tool_run_id, resumes.as_deref())
+            || !chain::take(tx, &a, &who.tool_run_id, &who.actor)?
+        {
             return Ok((Err(format!("approval {approval_id} was already used")), fx));
         }
-        approvals::set_resumed_run(tx, approval_id, &who.tool_run_id)?;
         close_waiting_run(tx, who, &a, &mut fx)?;
         Ok((Ok(a), fx))
     })

@@ -176,10 +176,13 @@ pub enum RunWrite {
         exit_code: i32,
         at: String,
     },
-    /// A decision seen in wait mode has been typed: it is used up.
+    /// A decision seen in wait mode has been typed: used by this run (kept for its resume
+    /// while its chain is live, `crate::chain`). Only a decision offered to this run counts.
     Consume(String),
-    /// Give back answers this run used: all of them (`None`: it stops at a prompt, exit 90,
-    /// and its re-run needs them again), or one that could not be typed after all.
+    /// `None`: the run stops at a prompt (exit 90): what it used stays kept for its resume;
+    /// what the run it resumes held for it and it did not use is spent (and that run, still
+    /// waiting, fails naming it). `Some(id)`: the prompt went away before `id` could be
+    /// typed: it is given back to this run, for the prompt's return.
     Release(Option<String>),
     /// The run ended without a decision on its pending approvals: close them.
     Abandon(String),

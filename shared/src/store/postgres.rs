@@ -40,13 +40,14 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 /// The schema version this build writes and understands.
-pub const SCHEMA_VERSION: i64 = 3;
+pub const SCHEMA_VERSION: i64 = 4;
 
 /// The schema, as an append-only list: entry N brings a database from version N to N+1.
 const MIGRATIONS: &[&str] = &[
     include_str!("pg/v1.sql"),
     include_str!("pg/v2.sql"),
     include_str!("pg/v3.sql"),
+    include_str!("pg/v4.sql"),
 ];
 
 /// The three roles, and what `monitor db grant` calls them.
@@ -1095,6 +1096,10 @@ struct Touched {
     /// The run that asked it (runner reads), for the takeover rules.
     #[serde(rename = "_owner", default)]
     owner: Option<ToolRun>,
+    /// Whether it is offered to the reading run (`hr.offered`: its own unused decision, or
+    /// one the run it resumes holds for it).
+    #[serde(rename = "_offered", default)]
+    offered: bool,
 }
 
 /// The server's guard for a status change by the shim.
@@ -1339,33 +1344,26 @@ impl RunnerStore for PgRunner {
                     .as_ref()
                     .is_none_or(|o| rules::may_take_over(Some(o), host))
         };
-        // 1. A decision for an earlier run of this command — not one a run still
-        //    supervised waits for — and a yes only for the screen and tool it was given on.
+        // 1. A decision offered to this run (`crate::chain`, `hr.offered`: its own, or one
+        //    the parked run it resumes holds for it), in the order they were asked; a yes
+        //    only for the screen and tool it was given on. The server checks it again.
         let screen = fingerprint::seen(&req.prompt);
         let mut changed_since: Option<(Approval, &str)> = None;
-        let answer = seen
+        let mut offered: Vec<&Touched> = seen
             .iter()
-            .filter(|t| {
-                let a = &t.approval;
-                a.status != ApprovalStatus::Pending
-                    && a.consumed_at.is_none()
-                    && a.decision_channel.as_deref() != Some("system:run-ended")
-            })
-            .max_by(|x, y| {
-                (&x.approval.decided_at, &x.approval.approval_id)
-                    .cmp(&(&y.approval.decided_at, &y.approval.approval_id))
-            })
-            .filter(|t| t.approval.tool_run_id == run || owner_gone(t));
-        if let Some(t) = answer {
+            .filter(|t| t.offered && rules::live(&t.approval))
+            .collect();
+        offered.sort_by(|x, y| x.approval.approval_id.cmp(&y.approval.approval_id));
+        for t in offered {
             let a = &t.approval;
             if !rules::tool_fits(a, who.tool_digest.as_deref()) {
-                changed_since = Some((a.clone(), "tool (its executable or script)"));
+                changed_since.get_or_insert((a.clone(), "tool (its executable or script)"));
             } else if !rules::screen_fits(a, &screen) {
-                changed_since = Some((a.clone(), "screen"));
+                changed_since.get_or_insert((a.clone(), "screen"));
             } else if rules::decision_fits(a, &req.prompt)
                 && let Some(used) = self.pg.doc::<Touched>(
-                    "SELECT hr.approval_consume($1, $2, $3, $4, $5)::text",
-                    &[&run, &cap, &a.approval_id, &a.tool_run_id, &owner_gone(t)],
+                    "SELECT hr.approval_consume($1, $2, $3, NULL, false)::text",
+                    &[&run, &cap, &a.approval_id],
                 )?
             {
                 fx.events.extend(used.closed.as_ref().map(Moved::event));
@@ -2241,8 +2239,10 @@ impl OperatorStore for PgOperator {
     fn gc_preview(&mut self, cutoff: &str) -> StoreResult<GcReport> {
         let rows = self.pg.tx(|tx| {
             let runs = tx.query(
-                "SELECT tool_run_id FROM hr.tool_runs
+                "SELECT tool_run_id FROM hr.tool_runs r
                  WHERE hr.is_final(status) AND coalesce(completed_at, updated_at) < $1
+                   AND NOT EXISTS (SELECT 1 FROM hr.approvals k
+                                   WHERE k.tool_run_id = r.tool_run_id AND k.kept_for IS NOT NULL)
                  ORDER BY tool_run_id",
                 &[&cutoff],
             )?;

@@ -10,6 +10,7 @@ use super::{
 };
 use crate::approvals::{self, Approval, ApprovalFilter, DecideOutcome, Decider};
 use crate::audit::{self, AuditRow, ChainReport};
+use crate::chain;
 use crate::config::OnExpire;
 use crate::control::{CancelOutcome, ReconcileReport};
 use crate::db::{self, OpenMode};
@@ -236,8 +237,11 @@ impl RunnerStore for SqliteStore {
     ) -> StoreResult<Done<Recorded>> {
         let mut abandoned = Vec::new();
         let mut recorded = Recorded::default();
+        let mut closed = Vec::new();
         let identity = self.identity.clone();
         self.write(|tx| {
+            abandoned.clear();
+            closed.clear();
             for w in writes {
                 match w {
                     RunWrite::Start(run) => {
@@ -245,7 +249,17 @@ impl RunnerStore for SqliteStore {
                         // before this write.
                         if !row_may_exist || runs::get(tx, run_id)?.is_none() {
                             let uid = crate::proc::effective_uid();
-                            runs::insert(tx, &run.stamped(&identity, Some(uid)), actor)?;
+                            let mut row = run.stamped(&identity, Some(uid));
+                            // The resume of a parked run, if it is one (`crate::chain`); an
+                            // approval of its command past its time is expired first, for
+                            // the resume to meet the expiry.
+                            if rules::binds_at_start(&row) {
+                                let fp = chain::request_of(&row);
+                                let expired = approvals::expire_due_of(tx, Some(&fp))?;
+                                closed.extend(expired.iter().map(Approval::status_event));
+                                chain::bind_at_start(tx, &mut row)?;
+                            }
+                            runs::insert(tx, &row, actor)?;
                         }
                         recorded.inserted = true;
                     }
@@ -256,31 +270,43 @@ impl RunnerStore for SqliteStore {
                             Replace::Live => Guard::NotFinal,
                             Replace::AnyButCancelled => Guard::Not(RunStatus::Cancelled),
                         };
-                        runs::change_status(tx, run_id, change, actor, guard)?;
+                        runs::change_status_with(tx, run_id, change, actor, guard, &mut closed)?;
                     }
                     RunWrite::Cancelled { exit_code, at } => {
                         let current = runs::get(tx, run_id)?.map(|r| r.status);
                         if current == Some(RunStatus::Cancelled) {
                             runs::record_exit(tx, run_id, *exit_code, at)?;
                         } else {
-                            runs::change_status(
+                            runs::change_status_with(
                                 tx,
                                 run_id,
                                 &cancelled_by_signal(*exit_code, at),
                                 actor,
                                 Guard::NotFinal,
+                                &mut closed,
                             )?;
                         }
                     }
                     RunWrite::Consume(approval_id) => {
-                        approvals::consume(tx, approval_id, run_id, actor)?;
+                        // Only a decision offered to this run (its own, in wait mode).
+                        let resumes = chain::resumes(tx, run_id)?;
+                        if let Some(a) = approvals::get(tx, approval_id)?
+                            && rules::offered(&a, run_id, resumes.as_deref())
+                        {
+                            chain::take(tx, &a, run_id, actor)?;
+                        }
                     }
-                    RunWrite::Release(one) => {
-                        let why = match one {
-                            None => "the run stopped at a later prompt",
-                            Some(_) => "the prompt went away before the answer was typed",
-                        };
-                        approvals::release_consumed(tx, run_id, one.as_deref(), why, actor)?;
+                    RunWrite::Release(None) => {
+                        closed.extend(chain::parked(tx, run_id, actor)?);
+                    }
+                    RunWrite::Release(Some(approval_id)) => {
+                        chain::give_back(
+                            tx,
+                            run_id,
+                            approval_id,
+                            "the prompt went away before the answer was typed",
+                            actor,
+                        )?;
                     }
                     RunWrite::Abandon(why) => {
                         abandoned = approvals::abandon_pending(tx, run_id, why)?;
@@ -290,7 +316,8 @@ impl RunnerStore for SqliteStore {
             }
             Ok(())
         })?;
-        let events: Vec<LogEvent> = abandoned.iter().map(Approval::status_event).collect();
+        let mut events: Vec<LogEvent> = abandoned.iter().map(Approval::status_event).collect();
+        events.extend(closed);
         Ok(Done::with_events(recorded, events))
     }
 
@@ -491,9 +518,17 @@ impl OperatorStore for SqliteStore {
                 return Ok(None);
             };
             if run.status.is_final() {
-                return Ok(Some((run, None, Vec::new())));
+                return Ok(Some((run, None, Vec::new(), Vec::new())));
             }
-            let previous = runs::change_status(tx, tool_run_id, &change, who.by, Guard::NotFinal)?;
+            let mut closed = Vec::new();
+            let previous = runs::change_status_with(
+                tx,
+                tool_run_id,
+                &change,
+                who.by,
+                Guard::NotFinal,
+                &mut closed,
+            )?;
             let pending = approvals::pending_of(tx, tool_run_id)?;
             let comment = Decider {
                 comment: Some("the run was cancelled"),
@@ -513,17 +548,20 @@ impl OperatorStore for SqliteStore {
                 }
                 // The outcome stays with the cancelled run: a later run of the same
                 // command is asked again rather than answered by this cancellation.
-                approvals::consume(tx, &a.approval_id, tool_run_id, who.by)?;
+                approvals::spend(tx, &a.approval_id, "the run was cancelled", who.by)?;
             }
             let after = runs::get(tx, tool_run_id)?.unwrap_or(run);
-            Ok(Some((after, previous, rejected)))
+            Ok(Some((after, previous, rejected, closed)))
         })?;
         Ok(match out {
             None => Done::quiet(CancelOutcome::NotFound),
-            Some((run, None, _)) => Done::quiet(CancelOutcome::AlreadyFinal { run: Box::new(run) }),
-            Some((run, Some(previous), rejected)) => {
+            Some((run, None, _, _)) => {
+                Done::quiet(CancelOutcome::AlreadyFinal { run: Box::new(run) })
+            }
+            Some((run, Some(previous), rejected, closed)) => {
                 let mut events = vec![run.status_event(Some(previous), &change)];
                 events.extend(rejected.iter().map(Approval::status_event));
+                events.extend(closed);
                 Done::with_events(CancelOutcome::Marked { run: Box::new(run) }, events)
             }
         })
@@ -545,11 +583,12 @@ impl OperatorStore for SqliteStore {
                 error: Some(why.clone()),
                 ..StatusChange::to(RunStatus::Failed, Some(why.clone()))
             };
-            let (previous, abandoned) =
+            let (previous, abandoned, closed) =
                 self.write(|tx| fail_vanished(tx, &run, &change, &why, actor))?;
             if let Some(previous) = previous {
                 events.push(run.status_event(Some(previous), &change));
                 events.extend(abandoned.iter().map(Approval::status_event));
+                events.extend(closed);
                 report.vanished.push((run.tool_run_id.clone(), why));
             }
         }
@@ -598,14 +637,23 @@ impl OperatorStore for SqliteStore {
         actor: &str,
         from: &[RunStatus],
     ) -> StoreResult<Done<Option<RunStatus>>> {
-        let (run, previous) = self.write(|tx| {
-            let previous = runs::change_status(tx, tool_run_id, change, actor, Guard::From(from))?;
-            Ok((runs::get(tx, tool_run_id)?, previous))
+        let (run, previous, closed) = self.write(|tx| {
+            let mut closed = Vec::new();
+            let previous = runs::change_status_with(
+                tx,
+                tool_run_id,
+                change,
+                actor,
+                Guard::From(from),
+                &mut closed,
+            )?;
+            Ok((runs::get(tx, tool_run_id)?, previous, closed))
         })?;
-        let events = match (run, previous) {
+        let mut events = match (run, previous) {
             (Some(run), Some(prev)) => vec![run.status_event(Some(prev), change)],
             _ => Vec::new(),
         };
+        events.extend(closed);
         Ok(Done::with_events(previous, events))
     }
 
@@ -727,13 +775,21 @@ fn fail_vanished(
     change: &StatusChange,
     why: &str,
     actor: &str,
-) -> StoreResult<(Option<RunStatus>, Vec<Approval>)> {
+) -> StoreResult<(Option<RunStatus>, Vec<Approval>, Vec<LogEvent>)> {
     match runs::get(tx, &seen.tool_run_id)? {
         Some(now) if now.status == seen.status && !rules::ended_on_purpose(&now) => {}
-        _ => return Ok((None, Vec::new())),
+        _ => return Ok((None, Vec::new(), Vec::new())),
     }
     let guard = [seen.status];
-    let previous = runs::change_status(tx, &seen.tool_run_id, change, actor, Guard::From(&guard))?;
+    let mut closed = Vec::new();
+    let previous = runs::change_status_with(
+        tx,
+        &seen.tool_run_id,
+        change,
+        actor,
+        Guard::From(&guard),
+        &mut closed,
+    )?;
     // Nobody is left to type a decision into this run.
     let abandoned = match previous {
         Some(_) => approvals::abandon_pending(
@@ -743,7 +799,7 @@ fn fail_vanished(
         )?,
         None => Vec::new(),
     };
-    Ok((previous, abandoned))
+    Ok((previous, abandoned, closed))
 }
 
 /// Opens the first store of `paths` for tests: a fresh database.
@@ -881,7 +937,7 @@ mod tests {
         conn.write(|tx| runs::change_status(tx, "TR-PARKING", &park, "shim", Guard::NotFinal))
             .unwrap();
         let change = StatusChange::to(RunStatus::Failed, Some(why.clone()));
-        let (previous, _) = conn
+        let (previous, _, _) = conn
             .write(|tx| fail_vanished(tx, &seen, &change, &why, "w"))
             .unwrap();
         assert_eq!(previous, None);
@@ -892,7 +948,7 @@ mod tests {
         lost.shim_pid = run.shim_pid;
         insert_runs(&mut conn, &[&lost]);
         let seen = get(&mut conn, "TR-LOST");
-        let (previous, _) = conn
+        let (previous, _, _) = conn
             .write(|tx| fail_vanished(tx, &seen, &change, &why, "w"))
             .unwrap();
         assert_eq!(previous, Some(RunStatus::WaitingApproval));

@@ -24,6 +24,7 @@ use hr_shared::time;
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::{Duration, SystemTime};
 
+pub mod chains;
 pub mod identity;
 pub mod operator;
 pub mod regressions;
@@ -213,6 +214,18 @@ macro_rules! contract_tests {
                 a_decision_on_another_version_decides_nothing,
                 a_run_started_by_another_identity_is_never_claimed,
             );
+            contract_cases!($store, chains:
+                a_decision_goes_to_its_resume_not_to_a_separate_run,
+                a_chain_resume_gets_every_earlier_answer,
+                a_resume_that_stops_elsewhere_spends_the_decision,
+                a_resume_that_ends_without_the_prompt_spends_the_decision,
+                a_resume_that_fails_to_start_leaves_the_decision,
+                a_run_started_before_the_decision_is_not_its_resume,
+                a_claimed_decision_goes_only_to_the_workers_resume,
+                cancelling_a_parked_chain_spends_its_decisions,
+                a_released_answer_stays_with_its_run,
+                gc_keeps_what_a_live_chain_needs,
+            );
             contract_cases!($store, regressions:
                 returned_approval_is_the_stored_one,
                 a_supervised_twins_decision_is_not_taken,
@@ -346,6 +359,14 @@ impl Shim {
     /// A new running run of `cmd`, its row recorded.
     pub fn start<S: StoreUnderTest>(s: &S, cmd: &Cmd) -> Shim {
         Shim::start_row(s, cmd, cmd.row(RunStatus::Running))
+    }
+
+    /// The run `monitor worker` starts to resume parked run `parked` (a run of `cmd`): its
+    /// row names the run it resumes (`resumed_from`).
+    pub fn resume_of<S: StoreUnderTest>(s: &S, cmd: &Cmd, parked: &str) -> Shim {
+        let mut row = cmd.row(RunStatus::Running);
+        row.resumed_from = Some(parked.to_owned());
+        Shim::start_row(s, cmd, row)
     }
 
     /// `row` (a run of `cmd`) recorded as it is.

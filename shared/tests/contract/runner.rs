@@ -291,7 +291,9 @@ pub fn cancelled_write_records_the_exit_code<S: StoreUnderTest>(s: &S) {
 }
 
 /// Wait mode: the shim that typed a decision consumes it; a re-run then gets no answer.
-/// Released (one, or all of a run's), it answers the next re-run.
+/// Given back (`Release(Some)`: the prompt went away before it was typed), it answers the
+/// run that took it when its prompt comes back — still no other run. A run that parks at a
+/// later prompt (`Release(None)`) keeps what it used for its resume, which is answered.
 pub fn consume_and_release_answers<S: StoreUnderTest>(s: &S) {
     let cmd = Cmd::new("rm", &["-i", "a.txt"]);
     let req = yes_no("rm");
@@ -309,6 +311,7 @@ pub fn consume_and_release_answers<S: StoreUnderTest>(s: &S) {
     let used = approval_now(op.as_mut(), &ap.approval_id);
     assert_eq!(used.consumed_by.as_deref(), Some(a.id()));
     assert!(used.consumed_at.is_some());
+    assert_eq!(used.kept_for.as_deref(), Some(a.id()));
 
     let mut b = Shim::start(s, &cmd);
     let b_ap = b.ask_pending(&req);
@@ -321,10 +324,20 @@ pub fn consume_and_release_answers<S: StoreUnderTest>(s: &S) {
     let back = approval_now(op.as_mut(), &ap.approval_id);
     assert_eq!(back.consumed_at, None);
     assert_eq!(back.consumed_by, None);
+    assert_eq!(back.kept_for, None);
 
+    // Given back to A, not to anyone: another run of the command is asked anew…
     let mut c = Shim::start(s, &cmd);
-    let PromptResolution::Answer { approval, value } = c.ask(&req).value else {
-        panic!("a released decision answers the next run")
+    match c.ask(&req).value {
+        // (It takes B's pending approval over: B's shim is gone.)
+        PromptResolution::Pending { approval, .. } => {
+            assert_ne!(approval.approval_id, ap.approval_id)
+        }
+        other => panic!("expected to be asked, got {other:?}"),
+    }
+    // …and A, asked the prompt again, is answered.
+    let PromptResolution::Answer { approval, value } = a.ask(&req).value else {
+        panic!("a given-back decision answers its run's prompt")
     };
     assert_eq!(value, "y");
     assert_eq!(approval.approval_id, ap.approval_id);
@@ -332,14 +345,20 @@ pub fn consume_and_release_answers<S: StoreUnderTest>(s: &S) {
         approval_now(op.as_mut(), &ap.approval_id)
             .consumed_by
             .as_deref(),
-        Some(c.id())
+        Some(a.id())
     );
-    // C stops at a later prompt (exit 90): everything it used is given back.
-    c.write(vec![RunWrite::Release(None)]);
-    assert_eq!(approval_now(op.as_mut(), &ap.approval_id).consumed_at, None);
+    // A stops at a later prompt (exit 90): what it used is kept for its resume.
+    let later = a.ask_pending(&PromptRequest {
+        prompt_fingerprint: fingerprint::prompt("rm", "rm: remove regular file 'b.txt'?"),
+        ..yes_no("rm")
+    });
+    a.park();
+    let kept = approval_now(op.as_mut(), &ap.approval_id);
+    assert_eq!(kept.kept_for.as_deref(), Some(a.id()));
+    decide(op.as_mut(), &later.approval_id, "y", "alice");
     let mut d = Shim::start(s, &cmd);
     let PromptResolution::Answer { value, .. } = d.ask(&req).value else {
-        panic!("released again, answers again")
+        panic!("A's resume is answered")
     };
     assert_eq!(value, "y");
 
@@ -942,7 +961,7 @@ pub fn cooperative_pending_then_already_decided<S: StoreUnderTest>(s: &S) {
         // Nobody here runs it again: its runner's own retry asks anew.
         return;
     }
-    let mut b = Shim::start(s, &cmd);
+    let mut b = Shim::resume_of(s, &cmd, a.id());
     let checked = b
         .store
         .check_auto_approval(&b.who, &ap.approval_id, "yes", Some(a.id()))
@@ -1072,15 +1091,20 @@ pub fn check_auto_approval_cases<S: StoreUnderTest>(s: &S) {
     assert!(err.contains("claimed"), "{err}");
     let err = check_from(&mut b, &ap.approval_id, "yes", Some("TR-OTHER")).unwrap_err();
     assert!(err.contains("claimed"), "{err}");
-    // The real thing: used up by B.
-    let ok = check(&mut b, &ap.approval_id, "yes").expect("a real decision");
+    // Claimed, and this run says it resumes A, but it is not the run the worker started
+    // for it (B started before the decision): refused.
+    let err = check(&mut b, &ap.approval_id, "yes").unwrap_err();
+    assert!(err.contains("used"), "{err}");
+    // The real thing: used up by the worker's resume of A.
+    let mut r = Shim::resume_of(s, &cmd, &asker);
+    let ok = check(&mut r, &ap.approval_id, "yes").expect("a real decision");
     assert_eq!(ok.approval_id, ap.approval_id);
     assert_eq!(ok.chosen_value.as_deref(), Some("yes"));
     assert_eq!(
         approval_now(op.as_mut(), &ap.approval_id)
             .consumed_by
             .as_deref(),
-        Some(b.id())
+        Some(r.id())
     );
     // Already used.
     let mut c = Shim::start(s, &cmd);
@@ -1094,7 +1118,7 @@ pub fn check_auto_approval_cases<S: StoreUnderTest>(s: &S) {
     p.park();
     decide(op.as_mut(), &pap.approval_id, "y", "alice");
     assert!(worker_claim(s, &pap.approval_id, "worker:h:1:1"));
-    let mut q = Shim::start(s, &rm);
+    let mut q = Shim::resume_of(s, &rm, p.id());
     let err = check_from(&mut q, &pap.approval_id, "y", Some(p.id())).unwrap_err();
     assert!(err.contains("prompt"), "{err}");
     assert_eq!(
@@ -1352,10 +1376,26 @@ pub fn free_text_decision_answers_a_text_prompt<S: StoreUnderTest>(s: &S) {
         panic!("the text answers")
     };
     assert_eq!(value, "v2 (spring)");
-    // Free text is the tool's business: gone from the row once used, and audited only as
-    // its digest.
+    // Free text is the tool's business: kept while its chain is live (a resume of B would
+    // type it again), gone from the row once the chain ends, and audited only as its
+    // digest.
+    let used = approval_now(op.as_mut(), &ap.approval_id);
+    assert_eq!(
+        used.chosen_value.as_deref(),
+        Some("v2 (spring)"),
+        "{used:?}"
+    );
+    assert_eq!(used.kept_for.as_deref(), Some(b.id()));
+    b.end(RunStatus::Completed, 0);
     let used = approval_now(op.as_mut(), &ap.approval_id);
     assert_eq!(used.chosen_value, None, "{used:?}");
+    assert_eq!(used.kept_for, None);
+    assert!(
+        used.consumed_reason
+            .as_deref()
+            .is_some_and(|r| r.contains("completed")),
+        "{used:?}"
+    );
     let audited = op.audit_of_approval(&ap.approval_id).unwrap();
     assert!(
         audited.iter().all(|e| !e.data.contains("spring")),
