@@ -3,8 +3,8 @@
 //! answering a prompt from a decision is single use (`consumed_at`), and every change leaves
 //! an audit row.
 //!
-//! What a decider may pass as the value: `approve` (the approving option: the first one, or
-//! the default of a text prompt), `reject` (or `abort`: end the tool), one of the option
+//! What a decider may pass as the value: `approve` (the tool's own default, DESIGN §15;
+//! the first option for user rules and cooperative requests), `reject` (or `abort`: end the tool), one of the option
 //! values, or free text where the approval allows it.
 
 use crate::audit::{self, AuditEntry};
@@ -18,15 +18,30 @@ use serde::{Deserialize, Serialize};
 /// The longest free-text answer accepted.
 pub const MAX_TEXT_ANSWER: usize = 1024;
 
-/// How a prompt is answered.
+/// How a prompt is answered: its widget (DESIGN §15), one of a closed set. `Choice` and
+/// `Menu` are what rows from before widgets say, and what user rules with options are.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum PromptKind {
-    /// A choice between options (yes/no, a letter menu).
+    /// Yes or no (`[y/N]`, `(y,N)`, `(Y)es/(N)o [Yes]`).
+    Confirm,
+    /// A two-state switch drawn as its two words (`› No / Yes`), the current one marked.
+    Toggle,
+    /// One letter of several (`[y,n,q,a,d,?]?`, `(Y/I/N/O/D/Z) [default=N]`).
+    Letter,
+    /// A word that must be typed in full (`Type 'yes' to continue`): never the default.
+    Word,
+    /// A number in a range (`(1-4, default 1)`).
+    Number,
+    /// One item of a list: numbered, or chosen by moving a highlight.
+    Select,
+    /// Any items of a list, each with a check box.
+    MultiSelect,
+    /// A choice between options a user rule or built-in rule lists.
     Choice,
-    /// A numbered or full-screen menu.
+    /// A numbered or full-screen menu (rows from before widgets).
     Menu,
-    /// A line of text (with an optional default).
+    /// A line of text (with an optional default or pre-filled value).
     Text,
     /// Press Enter / any key.
     Acknowledge,
@@ -37,8 +52,31 @@ pub enum PromptKind {
 }
 
 impl PromptKind {
+    const ALL: [PromptKind; 13] = [
+        PromptKind::Confirm,
+        PromptKind::Toggle,
+        PromptKind::Letter,
+        PromptKind::Word,
+        PromptKind::Number,
+        PromptKind::Select,
+        PromptKind::MultiSelect,
+        PromptKind::Choice,
+        PromptKind::Menu,
+        PromptKind::Text,
+        PromptKind::Acknowledge,
+        PromptKind::Unknown,
+        PromptKind::Cooperative,
+    ];
+
     pub fn as_str(self) -> &'static str {
         match self {
+            PromptKind::Confirm => "confirm",
+            PromptKind::Toggle => "toggle",
+            PromptKind::Letter => "letter",
+            PromptKind::Word => "word",
+            PromptKind::Number => "number",
+            PromptKind::Select => "select",
+            PromptKind::MultiSelect => "multi_select",
             PromptKind::Choice => "choice",
             PromptKind::Menu => "menu",
             PromptKind::Text => "text",
@@ -49,16 +87,17 @@ impl PromptKind {
     }
 
     fn parse(s: &str) -> Option<Self> {
-        [
-            PromptKind::Choice,
-            PromptKind::Menu,
-            PromptKind::Text,
-            PromptKind::Acknowledge,
-            PromptKind::Unknown,
-            PromptKind::Cooperative,
-        ]
-        .into_iter()
-        .find(|k| k.as_str() == s)
+        Self::ALL.into_iter().find(|k| k.as_str() == s)
+    }
+
+    /// Whether `approve` stands for the tool's own default (DESIGN §15): refused where the
+    /// widget has none, and always for a word that must be typed. The kinds from before
+    /// widgets, user rules and cooperative tools keep the first option.
+    pub fn approve_is_default(self) -> bool {
+        !matches!(
+            self,
+            PromptKind::Choice | PromptKind::Menu | PromptKind::Cooperative
+        )
     }
 }
 
@@ -173,10 +212,13 @@ impl Approval {
         self.screen_digest.as_deref()
     }
 
-    /// The value `approve` stands for: the first option, or a text prompt's default.
+    /// The value `approve` stands for: the tool's own default where the widget has one
+    /// (none for a word that must be typed, nor for a confirm without a default); for rows
+    /// from before widgets, user rules' choices and cooperative requests, the first option.
     pub fn approve_value(&self) -> Option<&str> {
         match self.prompt_kind {
-            Some(PromptKind::Text) | Some(PromptKind::Unknown) => self.default_value.as_deref(),
+            Some(PromptKind::Word) => None,
+            Some(k) if k.approve_is_default() => self.default_value.as_deref(),
             _ => self
                 .options_json
                 .iter()
@@ -308,10 +350,12 @@ pub struct ValueDecision {
 
 /// A value that is not a valid decision for this approval.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("`{value}` is not a valid answer; valid: {}", valid.join(", "))]
+#[error("`{value}` is not a valid answer; valid: {}{note}", valid.join(", "))]
 pub struct InvalidValue {
     pub value: String,
     pub valid: Vec<String>,
+    /// Why, where the list alone does not say (`approve` on a prompt without a default).
+    pub note: String,
 }
 
 /// Resolves a decider's value against the approval's options.
@@ -322,6 +366,7 @@ pub fn value_decision(
     let invalid = || InvalidValue {
         value: input.to_owned(),
         valid: a.valid_values(),
+        note: String::new(),
     };
     let approved = |v: &str| ValueDecision {
         status: ApprovalStatus::Approved,
@@ -337,8 +382,29 @@ pub fn value_decision(
         }
         return Ok(approved(&o.value));
     }
+    // A multi-select: the set of items to submit (`cheese,olives`, `none`), in item order;
+    // `submit` is the set shown.
+    if a.prompt_kind == Some(PromptKind::MultiSelect) && !is_abort_word(input) {
+        let names: Vec<String> = a.options_json.iter().map(|o| o.value.clone()).collect();
+        let wanted =
+            if input.eq_ignore_ascii_case("approve") || input.eq_ignore_ascii_case("submit") {
+                a.default_value.as_deref().unwrap_or("none")
+            } else {
+                input
+            };
+        return crate::prompt::multi_set(&names, wanted)
+            .map(|set| approved(&crate::prompt::multi_value(&names, &set)))
+            .ok_or_else(|| InvalidValue {
+                note: " (a set of items, comma-separated, or `none`)".into(),
+                ..invalid()
+            });
+    }
     if input.eq_ignore_ascii_case("approve") {
-        return a.approve_value().map(approved).ok_or_else(invalid);
+        return a.approve_value().map(approved).ok_or_else(|| InvalidValue {
+            note: " (`approve` takes the tool's own default, and this prompt shows none: name the answer)"
+                .into(),
+            ..invalid()
+        });
     }
     if is_abort_word(input) {
         return Ok(ValueDecision {
@@ -353,6 +419,28 @@ pub fn value_decision(
         .filter(|o| o.value.eq_ignore_ascii_case(input))
         .collect();
     if let [one] = folded.as_slice() {
+        return Ok(approved(&one.value));
+    }
+    // An item by its label (`blue` for the item `3` labelled `blue` or `3. blue`), where
+    // only one label reads so.
+    let unnumbered = |label: &str| {
+        let t = label.trim();
+        let rest = t.trim_start_matches(|c: char| c.is_ascii_digit());
+        match rest.strip_prefix(". ").or_else(|| rest.strip_prefix(") ")) {
+            Some(r) if rest.len() < t.len() => r.trim().to_owned(),
+            _ => t.to_owned(),
+        }
+    };
+    let by_label: Vec<&ApprovalOption> = a
+        .options_json
+        .iter()
+        .filter(|o| !is_abort_word(&o.value))
+        .filter(|o| {
+            o.label.trim().eq_ignore_ascii_case(input)
+                || unnumbered(&o.label).eq_ignore_ascii_case(input)
+        })
+        .collect();
+    if let [one] = by_label.as_slice() {
         return Ok(approved(&one.value));
     }
     // `yes` / `no` where the options are `y` / `n`, and the other way round.
@@ -981,6 +1069,121 @@ mod tests {
         let mut conn = db::open(&tmp.path().join("s.db"), OpenMode::Create).unwrap();
         db::write(&mut conn, |tx| insert(tx, a, "shim")).unwrap();
         (tmp, conn)
+    }
+
+    #[test]
+    fn approve_is_the_widgets_own_default_and_refused_without_one() {
+        let yes_no = || {
+            vec![
+                ApprovalOption {
+                    value: "yes".into(),
+                    label: "Yes".into(),
+                    keys: None,
+                },
+                ApprovalOption {
+                    value: "no".into(),
+                    label: "No".into(),
+                    keys: None,
+                },
+            ]
+        };
+        let mut confirm = sample("AP-1", PromptKind::Confirm);
+        confirm.options_json = yes_no();
+        confirm.default_value = Some("no".into());
+        // `[y/N]`: approving takes the tool's default, and the record says which.
+        let d = value_decision(&confirm, "approve").unwrap();
+        assert_eq!(d.chosen_value.as_deref(), Some("no"));
+        assert_eq!(
+            value_decision(&confirm, "y")
+                .unwrap()
+                .chosen_value
+                .as_deref(),
+            Some("yes")
+        );
+        // `(y/n)` with no default: `approve` means nothing; the operator names it.
+        confirm.default_value = None;
+        let err = value_decision(&confirm, "approve").unwrap_err();
+        assert_eq!(err.valid, ["reject", "yes", "no"]);
+        assert!(err.to_string().contains("shows none"), "{err}");
+        // A word to type in full is never approved by default.
+        let mut word = sample("AP-2", PromptKind::Word);
+        word.options_json = yes_no();
+        word.default_value = Some("yes".into());
+        assert!(value_decision(&word, "approve").is_err());
+        assert_eq!(
+            value_decision(&word, "yes")
+                .unwrap()
+                .chosen_value
+                .as_deref(),
+            Some("yes")
+        );
+        // A select: the highlighted item.
+        let mut select = sample("AP-3", PromptKind::Select);
+        select.default_value = Some("n".into());
+        assert_eq!(
+            value_decision(&select, "approve")
+                .unwrap()
+                .chosen_value
+                .as_deref(),
+            Some("n")
+        );
+    }
+
+    #[test]
+    fn a_multi_select_is_decided_as_a_set_of_its_items() {
+        let mut m = sample("AP-1", PromptKind::MultiSelect);
+        m.options_json = ["cheese", "ham", "olives"]
+            .iter()
+            .map(|v| ApprovalOption {
+                value: (*v).to_owned(),
+                label: (*v).to_owned(),
+                keys: None,
+            })
+            .collect();
+        m.default_value = Some("ham".into());
+        let chosen = |v: &str| value_decision(&m, v).unwrap().chosen_value.unwrap();
+        assert_eq!(
+            chosen("olives, Cheese"),
+            "cheese,olives",
+            "item order, as named"
+        );
+        assert_eq!(chosen("approve"), "ham", "the set shown");
+        assert_eq!(chosen("submit"), "ham");
+        assert_eq!(chosen("none"), "none");
+        assert!(value_decision(&m, "cheese,bacon").is_err());
+        assert_eq!(
+            value_decision(&m, "reject").unwrap().status,
+            ApprovalStatus::Rejected
+        );
+    }
+
+    #[test]
+    fn an_item_is_chosen_by_its_label_too() {
+        let mut menu = sample("AP-1", PromptKind::Select);
+        menu.options_json = ["1. red", "2. green", "3. blue"]
+            .iter()
+            .enumerate()
+            .map(|(i, l)| ApprovalOption {
+                value: (i + 1).to_string(),
+                label: (*l).to_owned(),
+                keys: None,
+            })
+            .collect();
+        assert_eq!(
+            value_decision(&menu, "blue")
+                .unwrap()
+                .chosen_value
+                .as_deref(),
+            Some("3")
+        );
+        assert_eq!(
+            value_decision(&menu, "2. Green")
+                .unwrap()
+                .chosen_value
+                .as_deref(),
+            Some("2")
+        );
+        assert!(value_decision(&menu, "purple").is_err());
     }
 
     #[test]

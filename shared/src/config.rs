@@ -9,6 +9,7 @@
 //! on_stall = "kill"        # or "mark"
 //! on_prompt = "exit"       # or "wait"
 //! prompt_idle = "300ms"
+//! not_prompt_timeout = "5s" # nothing asked (an editor, top): end what waits ("none": wait)
 //! kill_grace = "3s"
 //! approval_ttl = "24h"
 //! on_expire = "reject"     # or "default"
@@ -167,6 +168,7 @@ pub struct Settings {
     pub on_stall: Option<OnStall>,
     pub on_prompt: Option<OnPrompt>,
     pub prompt_idle: Option<Limit>,
+    pub not_prompt_timeout: Option<Limit>,
     pub kill_grace: Option<Limit>,
     pub approval_ttl: Option<Limit>,
     pub on_expire: Option<OnExpire>,
@@ -197,6 +199,7 @@ impl Settings {
             on_stall,
             on_prompt,
             prompt_idle,
+            not_prompt_timeout,
             kill_grace,
             approval_ttl,
             on_expire
@@ -214,6 +217,9 @@ impl Settings {
             prompt_idle: self
                 .prompt_idle
                 .map_or(d.prompt_idle, |l| l.0.unwrap_or(Duration::from_millis(50))),
+            not_prompt_timeout: self
+                .not_prompt_timeout
+                .map_or(d.not_prompt_timeout, |l| l.0),
             kill_grace: self
                 .kill_grace
                 .map_or(d.kill_grace, |l| l.0.unwrap_or(Duration::ZERO)),
@@ -234,6 +240,10 @@ pub struct Resolved {
     pub on_prompt: OnPrompt,
     /// Output idle this long before the prompt detector looks.
     pub prompt_idle: Duration,
+    /// A tool blocked reading its terminal with nothing asked (an editor, a full-screen
+    /// program) this long has what waits ended, as without a terminal (`None`: it waits,
+    /// for the stall timeout).
+    pub not_prompt_timeout: Option<Duration>,
     /// Between TERM and KILL when ending a tool.
     pub kill_grace: Duration,
     /// How long an approval stays pending (`None`: forever).
@@ -252,6 +262,7 @@ impl Resolved {
             ("stall_timeout", self.stall_timeout),
             ("approval_ttl", self.approval_ttl),
             ("prompt_idle", Some(self.prompt_idle)),
+            ("not_prompt_timeout", self.not_prompt_timeout),
         ] {
             if value.is_some_and(|d| d.is_zero()) {
                 return Err(format!(
@@ -272,6 +283,10 @@ impl Resolved {
     }
 }
 
+/// How long a tool may wait with nothing asked before what waits is ended (the default of
+/// `not_prompt_timeout`): a few seconds, about what vim takes to give up without a terminal.
+pub const NOT_PROMPT_TIMEOUT: Duration = Duration::from_secs(5);
+
 impl Default for Resolved {
     fn default() -> Self {
         Resolved {
@@ -280,6 +295,7 @@ impl Default for Resolved {
             on_stall: OnStall::Kill,
             on_prompt: OnPrompt::Exit,
             prompt_idle: Duration::from_millis(300),
+            not_prompt_timeout: Some(NOT_PROMPT_TIMEOUT),
             kill_grace: Duration::from_secs(3),
             approval_ttl: Some(Duration::from_secs(24 * 3600)),
             on_expire: OnExpire::Reject,
@@ -858,6 +874,11 @@ impl Config {
                 from: from(&|s| s.prompt_idle.is_some()),
             },
             Explained {
+                key: "not_prompt_timeout",
+                value: limit(r.not_prompt_timeout),
+                from: from(&|s| s.not_prompt_timeout.is_some()),
+            },
+            Explained {
                 key: "kill_grace",
                 value: limit(Some(r.kill_grace)),
                 from: from(&|s| s.kill_grace.is_some()),
@@ -971,6 +992,7 @@ pub fn env_settings(env: EnvLookup<'_>) -> Result<Settings, ConfigError> {
         on_stall: get(env, "HEADLESS_RUN_ON_STALL", str::parse)?,
         on_prompt: get(env, "HEADLESS_RUN_ON_PROMPT", str::parse)?,
         prompt_idle: get(env, "HEADLESS_RUN_PROMPT_IDLE", Limit::parse)?,
+        not_prompt_timeout: get(env, "HEADLESS_RUN_NOT_PROMPT_TIMEOUT", Limit::parse)?,
         kill_grace: get(env, "HEADLESS_RUN_KILL_GRACE", Limit::parse)?,
         approval_ttl: get(env, "HEADLESS_RUN_APPROVAL_TTL", Limit::parse)?,
         on_expire: get(env, "HEADLESS_RUN_ON_EXPIRE", str::parse)?,
@@ -1237,5 +1259,35 @@ command = ["/bin/true"]
         assert!(err.contains("shorter than prompt_idle"), "{err}");
         assert_eq!(Settings::default().resolve().check(), Ok(()));
         assert_eq!(Limit::parse("2s"), Ok(Limit(Some(Duration::from_secs(2)))));
+    }
+
+    #[test]
+    fn not_prompt_timeout_defaults_to_a_few_seconds_and_can_wait() {
+        assert_eq!(
+            Settings::default().resolve().not_prompt_timeout,
+            Some(NOT_PROMPT_TIMEOUT)
+        );
+        let cfg = parse("[defaults]\nnot_prompt_timeout = \"20s\"\n[tools.vim]\nnot_prompt_timeout = \"none\"\n").unwrap();
+        assert_eq!(
+            cfg.defaults.resolve().not_prompt_timeout,
+            Some(Duration::from_secs(20))
+        );
+        assert_eq!(cfg.tools["vim"].resolve().not_prompt_timeout, None);
+        let env =
+            |v: &str| (v == "HEADLESS_RUN_NOT_PROMPT_TIMEOUT").then(|| OsString::from("none"));
+        assert_eq!(
+            env_settings(&env).unwrap().not_prompt_timeout,
+            Some(Limit(None))
+        );
+        let zero = Settings {
+            not_prompt_timeout: Some(Limit::parse("0").unwrap()),
+            ..Settings::default()
+        };
+        assert!(
+            zero.resolve()
+                .check()
+                .unwrap_err()
+                .contains("not_prompt_timeout is 0")
+        );
     }
 }

@@ -58,6 +58,10 @@ pub enum RunOutcome {
     Cancelled { reason: String, code: u8 },
     /// It blocked on a prompt in headless mode and the state store could not record it.
     Unrecorded { prompt: String, why: String },
+    /// Nothing was asked: what waited on the terminal for keys (an editor, a full-screen
+    /// program) was ended as it would end without one. `code` is the tool's exit code then
+    /// (128+N for a signal), `what` the stored reason: what waited, and how it all ended.
+    NotAPrompt { what: String, code: i32 },
 }
 
 impl RunOutcome {
@@ -91,6 +95,7 @@ impl RunOutcome {
             RunOutcome::SecretRefused { .. } => shim::SECRET_REFUSED,
             RunOutcome::Cancelled { code, .. } => *code,
             RunOutcome::Unrecorded { .. } => shim::SHIM_FAILED,
+            RunOutcome::NotAPrompt { code, .. } => (*code & 0xff) as u8,
         }
     }
 
@@ -106,6 +111,8 @@ impl RunOutcome {
             | RunOutcome::SecretRefused { .. }
             | RunOutcome::Unrecorded { .. } => RunStatus::Failed,
             RunOutcome::Cancelled { .. } => RunStatus::Cancelled,
+            RunOutcome::NotAPrompt { code: 0, .. } => RunStatus::Completed,
+            RunOutcome::NotAPrompt { .. } => RunStatus::Failed,
         }
     }
 
@@ -135,6 +142,7 @@ impl RunOutcome {
             RunOutcome::Unrecorded { prompt, why } => Some(format!(
                 "a prompt could not be recorded as an approval ({why}): {prompt:?}"
             )),
+            RunOutcome::NotAPrompt { what, .. } => Some(what.clone()),
         }
     }
 
@@ -143,6 +151,7 @@ impl RunOutcome {
         match self {
             RunOutcome::Exited(code) => Some(*code),
             RunOutcome::Signaled(sig) => Some(128 + sig),
+            RunOutcome::NotAPrompt { code, .. } => Some(*code),
             _ => Some(i32::from(self.exit_code())),
         }
     }
@@ -211,6 +220,19 @@ mod tests {
         assert_eq!(
             RunOutcome::Signaled(15).reason().as_deref(),
             Some("killed by signal 15 (SIGTERM)")
+        );
+        let ended = |code| RunOutcome::NotAPrompt {
+            what: "nothing asked: vim was ended".into(),
+            code,
+        };
+        assert_eq!(ended(1).status(), RunStatus::Failed);
+        assert_eq!(ended(1).exit_code(), 1);
+        assert_eq!(ended(143).tool_exit_code(), Some(143));
+        assert_eq!(ended(0).status(), RunStatus::Completed);
+        assert_eq!(
+            ended(0).reason().as_deref(),
+            Some("nothing asked: vim was ended"),
+            "a script that goes on after its editor ends still says why"
         );
     }
 }

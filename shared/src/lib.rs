@@ -36,3 +36,4 @@ pub mod store;
 pub mod testing;
 pub mod time;
 pub mod tool_path;
+pub mod widget;

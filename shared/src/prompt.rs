@@ -17,6 +17,7 @@ use crate::approvals::PromptKind;
 use crate::config::PromptRuleConfig;
 use crate::event::ApprovalOption;
 use crate::sanitize::sanitize_line;
+use crate::widget::{self, Bracketed, line_keys, opt};
 use regex::Regex;
 use std::sync::LazyLock;
 
@@ -44,6 +45,9 @@ pub struct ScreenFacts<'a> {
     /// The cursor is hidden (a full-screen program draws): where it stands says nothing, so
     /// a menu is looked for anywhere on the screen.
     pub cursor_hidden: bool,
+    /// How each character of `rows` and then `below` is drawn (the shim's
+    /// `screen::emphasis`: higher stands out more, negative is dim); empty where unknown.
+    pub emphasis: &'a [Vec<i8>],
 }
 
 /// A recognised prompt.
@@ -75,7 +79,15 @@ impl Prompt {
     /// Whether `value` answers this prompt: an arrow-key menu's item (chosen by steering
     /// the highlight to it), or a value with keys.
     pub fn takes(&self, value: &str) -> bool {
-        self.select_index(value).is_some() || self.keys_for(value, true).is_some()
+        self.select_index(value).is_some()
+            || self.check_set(value).is_some()
+            || self.keys_for(value, true).is_some()
+    }
+
+    /// Which items of a check-box menu `value` leaves checked (`cheese,olives`, `none`).
+    pub fn check_set(&self, value: &str) -> Option<Vec<bool>> {
+        let menu = self.select.as_ref().filter(|m| m.checkbox)?;
+        multi_set(&menu.names(), value)
     }
 
     /// Which item of an arrow-key menu `value` chooses.
@@ -89,6 +101,12 @@ impl Prompt {
     /// The bytes to type for a chosen value: an option's keys, or free text where allowed.
     /// `None` for a value that does not answer (`abort`) or is not acceptable.
     pub fn keys_for(&self, value: &str, canonical: bool) -> Option<Vec<u8>> {
+        // A confirm's answers are `yes` and `no`; `y` and `n` say the same.
+        let value = match (self.kind, value) {
+            (PromptKind::Confirm, "y" | "Y") => "yes",
+            (PromptKind::Confirm, "n" | "N") => "no",
+            _ => value,
+        };
         if let Some(o) = self.options.iter().find(|o| o.value == value) {
             return o.keys.as_ref().map(|k| k.as_bytes().to_vec());
         }
@@ -96,22 +114,6 @@ impl Prompt {
             return Some(line_keys(value, canonical).into_bytes());
         }
         None
-    }
-}
-
-fn line_keys(text: &str, canonical: bool) -> String {
-    if canonical {
-        format!("{text}\r")
-    } else {
-        text.to_owned()
-    }
-}
-
-fn opt(value: &str, label: &str, keys: Option<String>) -> ApprovalOption {
-    ApprovalOption {
-        value: value.to_owned(),
-        label: label.to_owned(),
-        keys,
     }
 }
 
@@ -214,37 +216,38 @@ pub fn classify<'r>(
     if !canonical && select_prompt(&mut p, &rows, facts.below, facts.cursor_hidden) {
         return p;
     }
+    if !canonical && toggle_prompt(&mut p, facts) {
+        return p;
+    }
     if is_secret_text(&p.prompt_line, canonical) {
         p.secret = true;
         p.rule = "secret:text".into();
         return p;
     }
 
-    if let Some((options, default)) = letter_menu(&p.prompt_line, canonical) {
-        p.kind = PromptKind::Choice;
-        p.rule = "generic:letter-menu".into();
-        p.options = options;
-        p.default = default;
-        return p;
-    }
-    if let Some((options, default)) = yes_no(&p.prompt_line, canonical) {
-        p.kind = PromptKind::Choice;
-        p.rule = "generic:yes-no".into();
-        p.options = options;
-        p.default = default;
-        return p;
-    }
-    if let Some((options, default)) = slash_choices(&p.prompt_line, canonical) {
-        p.kind = PromptKind::Choice;
-        p.rule = "generic:choices".into();
-        p.options = options;
-        p.default = default;
+    // One-line widgets (DESIGN §15): a letter choice, a confirm, a number in a range,
+    // words to choose from, a word to type in full.
+    let above: Vec<&str> = nonempty[nonempty.len().saturating_sub(16)..].to_vec();
+    let shape = widget::letters(&p.prompt_line, &above, canonical)
+        .or_else(|| widget::confirm(&p.prompt_line, canonical))
+        .or_else(|| widget::number(&p.prompt_line, &above, canonical))
+        .or_else(|| widget::choices(&p.prompt_line, &above, canonical))
+        .or_else(|| {
+            let asked: Vec<&str> = p.question.lines().collect();
+            widget::typed_word(&asked, canonical)
+        });
+    if let Some(shape) = shape {
+        p.kind = shape.kind;
+        p.rule = shape.rule.into();
+        p.options = shape.options;
+        p.default = shape.default;
+        p.allows_text = shape.allows_text;
         return p;
     }
     let tall = &nonempty[nonempty.len().saturating_sub(40)..];
     if let Some((options, default)) = column_menu(tall, &p.prompt_line, canonical) {
         (p.question, p.context) = split_question(&rows, &prompt_line, MENU_QUESTION_LINES);
-        p.kind = PromptKind::Menu;
+        p.kind = PromptKind::Select;
         p.rule = "generic:column-menu".into();
         p.options = options;
         p.default = default;
@@ -258,7 +261,7 @@ pub fn classify<'r>(
         numbered_menu(tail, canonical).filter(|_| !ACKNOWLEDGE_ONLY.is_match(&p.prompt_line))
     {
         (p.question, p.context) = split_question(&rows, &prompt_line, MENU_QUESTION_LINES);
-        p.kind = PromptKind::Menu;
+        p.kind = PromptKind::Select;
         p.rule = "generic:numbered-menu".into();
         p.options = options;
         p.default = default;
@@ -271,30 +274,65 @@ pub fn classify<'r>(
         p.default = Some("continue".into());
         return p;
     }
-    if let Some(c) = TEXT_DEFAULT
-        .captures(&p.prompt_line)
-        .or_else(|| paren_default(&p.prompt_line))
-    {
-        let default = c[1].trim().to_owned();
+    if let Some(inner) = text_bracket(&p.prompt_line) {
         p.kind = PromptKind::Text;
-        p.rule = "generic:text-default".into();
         p.allows_text = true;
-        if default.is_empty() {
-            p.options = vec![opt("empty", "Empty answer (Enter)", Some("\r".into()))];
-        } else {
-            p.options = vec![opt(
-                &default,
-                &format!("The default ({default})"),
-                Some("\r".into()),
-            )];
-            p.default = Some(default);
+        match widget::bracketed(&inner) {
+            Bracketed::Default(default) => {
+                p.rule = "generic:text-default".into();
+                p.options = vec![opt(
+                    &default,
+                    &format!("The default ({default})"),
+                    Some("\r".into()),
+                )];
+                p.default = Some(default);
+                return p;
+            }
+            Bracketed::MayBeEmpty => {
+                p.rule = "generic:text-optional".into();
+                p.options = vec![opt("empty", "Empty answer (Enter)", Some("\r".into()))];
+                return p;
+            }
+            // A hint (`(m for help)`): a question with free text, no default.
+            Bracketed::Hint => {}
         }
+    }
+    // A raw-mode field pre-filled with a value (`Project name: demo`, readline's
+    // `read -e -i`, `prompts`' `initial`): the cursor stands right after the value, behind
+    // the prompt's mark. Enter submits the value as it stands.
+    if let Some(initial) = (!canonical && !facts.cursor_hidden)
+        .then(|| prefilled(&p.prompt_line))
+        .flatten()
+    {
+        p.kind = PromptKind::Text;
+        p.rule = "generic:text-prefilled".into();
+        p.allows_text = true;
+        p.options = vec![opt(
+            &initial,
+            &format!("As pre-filled ({initial})"),
+            Some("\r".into()),
+        )];
+        p.default = Some(initial);
         return p;
     }
     p.kind = PromptKind::Unknown;
     p.allows_text = true;
     p.options = vec![abort_option()];
     p
+}
+
+/// The value a raw-mode field was pre-filled with: the text after the prompt's mark
+/// (`:`, `?`, `›`, `»`, `>`, `❯` and a space) up to the cursor, on a line that reads as a
+/// label and its value (`Project name: demo`). Not a bracketed hint (`(demo)`), and not a
+/// shell's or REPL's prompt.
+fn prefilled(line: &str) -> Option<String> {
+    static FIELD: LazyLock<Regex> = LazyLock::new(|| {
+        Regex::new(r"^\s*[?!◆◇]?\s*([A-Za-z][^:?›»>❯]{0,80}[:?›»>❯])\s+([^\s\[\](){}<>][^\[\](){}]{0,200}?)\s*$")
+            .expect("prefilled regex")
+    });
+    let c = FIELD.captures(line)?;
+    let value = c[2].trim();
+    (!value.is_empty() && !is_repl_prompt(line)).then(|| value.to_owned())
 }
 
 /// The question (at most `limit` lines, see [`question_of`]) and the context: up to
@@ -421,97 +459,20 @@ static PRESS_ENTER: LazyLock<Regex> = LazyLock::new(|| {
     Regex::new(r"(?i)\bpress\s+(enter|return|any key|<enter>|\[enter\])").expect("press regex")
 });
 
-/// `package name: (probe)`, `? Project name (demo)` — a text prompt with its default in
-/// parentheses at the end (npm init, @inquirer `input`), which Enter on an empty field
-/// takes. Not a remark such as `(optional)`, and not choices (`(y/n)`, `(1-3)`).
-fn paren_default(line: &str) -> Option<regex::Captures<'_>> {
+/// The bracketed text that closes a text prompt: `Country Name (2 letter code) [AU]:`,
+/// `package name: (probe)`, `? Project name (demo)` — a default, a hint or a note that the
+/// field may stay empty ([`widget::bracketed`] tells which).
+fn text_bracket(line: &str) -> Option<String> {
+    static SQUARE: LazyLock<Regex> =
+        LazyLock::new(|| Regex::new(r"\[([^\[\]]{0,80})\]\s*:\s*$").expect("text default regex"));
     static PAREN: LazyLock<Regex> = LazyLock::new(|| {
-        Regex::new(r"(?:[:?]\s*|\s)\(([^()/|]{1,60})\)\s*:?\s*$").expect("paren default regex")
+        Regex::new(r"(?:[:?]\s*|\s)\(([^()|]{1,60})\)\s*[:?]?\s*$").expect("paren default regex")
     });
-    let c = PAREN.captures(line)?;
-    let word = c[1].trim().to_ascii_lowercase();
-    let remark = [
-        "optional",
-        "required",
-        "default",
-        "recommended",
-        "experimental",
-        "beta",
-        "y",
-        "n",
-        "yes",
-        "no",
-        "none",
-        "empty",
-        // Units: `Disk size (GB):` names what to type, not a default.
-        "b",
-        "kb",
-        "mb",
-        "gb",
-        "tb",
-        "kib",
-        "mib",
-        "gib",
-        "bytes",
-        "%",
-        "s",
-        "ms",
-        "sec",
-        "secs",
-        "seconds",
-        "min",
-        "minutes",
-        "hours",
-        "days",
-        "px",
-        "in",
-        "cm",
-    ];
-    let range = word.split_once('-').is_some_and(|(a, b)| {
-        a.trim().chars().all(|c| c.is_ascii_digit()) && b.trim().chars().all(|c| c.is_ascii_digit())
-    });
-    (!remark.contains(&word.as_str())
-        && !range
-        && !word.starts_with("e.g")
-        && !word.contains("press"))
-    .then_some(c)
+    SQUARE
+        .captures(line)
+        .or_else(|| PAREN.captures(line))
+        .map(|c| c[1].to_owned())
 }
-
-/// rich's `Pick a color [red/green/blue] (green): ` and kin: words between slashes in
-/// brackets, an optional `(default)` after them. Each word is an option typed as itself.
-fn slash_choices(line: &str, canonical: bool) -> Option<(Vec<ApprovalOption>, Option<String>)> {
-    static CHOICES: LazyLock<Regex> = LazyLock::new(|| {
-        Regex::new(r"\[([\w.-]+(?:/[\w.-]+)+)\]\s*(?:\(([\w.-]+)\))?\s*:?\s*$")
-            .expect("choices regex")
-    });
-    let c = CHOICES.captures(line)?;
-    let words: Vec<&str> = c[1].split('/').collect();
-    // A path or a format in brackets is a text prompt's default (`Branch [origin/main]:`,
-    // `Format [YYYY/MM/DD]:`): choices come with a `(default)` after them, or are three or
-    // more words none of which is all capitals.
-    let choices_shaped = c.get(2).is_some()
-        || (words.len() >= 3
-            && !words
-                .iter()
-                .any(|w| w.len() > 1 && w.chars().all(|ch| ch.is_ascii_uppercase())));
-    if words.len() > 12 || !choices_shaped {
-        return None;
-    }
-    let options = words
-        .iter()
-        .map(|w| opt(w, w, Some(line_keys(w, canonical))))
-        .collect();
-    let default = c
-        .get(2)
-        .map(|d| d.as_str())
-        .filter(|d| words.contains(d))
-        .map(str::to_owned);
-    Some((options, default))
-}
-
-/// `Country Name (2 letter code) [AU]:` — a text prompt with its default in brackets.
-static TEXT_DEFAULT: LazyLock<Regex> =
-    LazyLock::new(|| Regex::new(r"\[([^\[\]]{0,80})\]\s*:\s*$").expect("text default regex"));
 
 /// A prompt line that asks for a secret by its words (password, token, API key, unseal
 /// key, OTP or 2FA code, credentials …) — whatever the terminal's echo says, since raw-mode
@@ -521,7 +482,7 @@ static TEXT_DEFAULT: LazyLock<Regex> =
 fn is_secret_text(line: &str, canonical: bool) -> bool {
     let t = line.trim();
     let field = t.ends_with(':') || (!canonical && (t.starts_with('?') || t.ends_with('>')));
-    field && SECRET.is_match(t) && yes_no(t, true).is_none() && letter_menu(t, true).is_none()
+    field && SECRET.is_match(t) && !offers_choices(t)
 }
 
 /// A full-screen program's input box that asks for a secret, near the bottom of the screen
@@ -558,115 +519,23 @@ fn secret_field_shown(rows: &[String], below: &[String]) -> Option<String> {
 
 /// Whether a line offers generic choices (`[y/N]`, `(yes/no)`, `(Y)es/(N)o/…`).
 pub fn offers_choices(line: &str) -> bool {
-    yes_no(line, true).is_some() || letter_menu(line, true).is_some()
-}
-
-/// `[y/N]`, `(Y/n)`, `[yes/no]`, `(yes/no/[fingerprint])`, `([y]/n)`, `(y)`, `(yes)`.
-fn yes_no(line: &str, canonical: bool) -> Option<(Vec<ApprovalOption>, Option<String>)> {
-    static GROUP: LazyLock<Regex> =
-        LazyLock::new(|| Regex::new(r"[\[(]([^\[\]()]*(?:\[[^\]]*\][^\[\]()]*)*)[\])]").unwrap());
-    // The last bracketed group that reads as yes/no.
-    for c in GROUP
-        .captures_iter(line)
-        .collect::<Vec<_>>()
-        .into_iter()
-        .rev()
-    {
-        let inner = &c[1];
-        let mut yes = None;
-        let mut no = None;
-        let mut default = None;
-        let mut other = false;
-        for raw in inner.split('/') {
-            let t = raw.trim();
-            let bracketed = t.starts_with('[') && t.ends_with(']');
-            let word = t.trim_matches(|c| c == '[' || c == ']');
-            let lower = word.to_ascii_lowercase();
-            let is_default = bracketed
-                || (word.len() == 1 && word.chars().all(|c| c.is_ascii_uppercase()))
-                || (word.len() > 1
-                    && word.chars().next().is_some_and(|c| c.is_ascii_uppercase())
-                    && inner.split('/').count() > 1
-                    && !inner.split('/').all(|w| {
-                        w.trim()
-                            .trim_matches(|c| c == '[' || c == ']')
-                            .chars()
-                            .next()
-                            .is_some_and(|c| c.is_ascii_uppercase())
-                    }));
-            match lower.as_str() {
-                "y" | "yes" => {
-                    yes = Some(lower.clone());
-                    if is_default {
-                        default = Some(lower.clone());
-                    }
-                }
-                "n" | "no" => {
-                    no = Some(lower.clone());
-                    if is_default {
-                        default = Some(lower.clone());
-                    }
-                }
-                "fingerprint" if bracketed => {}
-                _ => other = true,
-            }
-        }
-        if other {
-            continue;
-        }
-        let Some(yes) = yes else { continue };
-        let single = no.is_none();
-        let no = no.unwrap_or_else(|| if yes == "y" { "n".into() } else { "no".into() });
-        if single {
-            // `(y)` / `(yes)`: the one shown is what Enter gives.
-            default = Some(yes.clone());
-        }
-        let options = vec![
-            opt(&yes, "Yes", Some(line_keys(&yes, canonical))),
-            opt(&no, "No", Some(line_keys(&no, canonical))),
-        ];
-        return Some((options, default));
-    }
-    None
-}
-
-/// `(i)gnore, (w)ipe, (b)ackup` and `(Y)es/(N)o/(A)ll/(S)kip all/(D)on't ask again [Yes]:`.
-fn letter_menu(line: &str, canonical: bool) -> Option<(Vec<ApprovalOption>, Option<String>)> {
-    static ITEM: LazyLock<Regex> =
-        LazyLock::new(|| Regex::new(r"\(([A-Za-z])\)([A-Za-z' ]*[A-Za-z'])?").unwrap());
-    static DEFAULT: LazyLock<Regex> =
-        LazyLock::new(|| Regex::new(r"\[([A-Za-z' ]+)\]\s*:?\s*$").unwrap());
-    let mut options: Vec<ApprovalOption> = Vec::new();
-    for c in ITEM.captures_iter(line) {
-        let letter = c[1].to_ascii_lowercase();
-        let label = format!("{}{}", &c[1], c.get(2).map_or("", |m| m.as_str()));
-        if options.iter().any(|o| o.value == letter) {
-            continue;
-        }
-        options.push(opt(&letter, &label, Some(line_keys(&letter, canonical))));
-    }
-    if options.len() < 2 {
-        return None;
-    }
-    let default = DEFAULT.captures(line).and_then(|c| {
-        let word = c[1].trim().to_ascii_lowercase();
-        options
-            .iter()
-            .find(|o| o.label.to_ascii_lowercase() == word || o.value == word)
-            .map(|o| o.value.clone())
-    });
-    Some((options, default))
+    widget::confirm(line, true).is_some() || widget::letters(line, &[], true).is_some()
 }
 
 /// Lines such as `1) Proceed`, `2. Yes`, `❯ 1. Yes`, `[3] Cancel`, numbered from 1.
 fn numbered_menu(lines: &[&str], canonical: bool) -> Option<(Vec<ApprovalOption>, Option<String>)> {
     static ITEM: LazyLock<Regex> = LazyLock::new(|| {
-        Regex::new(r"^\s*([❯>›▶→*]\s*)?(?:\[(\d{1,2})\]|\((\d{1,2})\)|(\d{1,2})[.)])\s+(\S.*?)\s*$")
-            .unwrap()
+        Regex::new(
+            r"^\s*([❯>›▶→*]\s*)?(?:\[\s*(\d{1,2})\]|\((\d{1,2})\)|(\d{1,2})[.)])\s+(\S.*?)\s*$",
+        )
+        .unwrap()
     });
+    static TITLE_DEFAULT: LazyLock<Regex> =
+        LazyLock::new(|| Regex::new(r"[\[(]([^\[\]()]{1,40})[\])]\s*[:?]?\s*$").unwrap());
     let mut options: Vec<ApprovalOption> = Vec::new();
     let mut default = None;
     let mut last_item = 0;
+    let mut first_item = 0;
     for (at, line) in lines.iter().enumerate() {
         let Some(c) = ITEM.captures(line) else {
             continue;
@@ -679,11 +548,13 @@ fn numbered_menu(lines: &[&str], canonical: bool) -> Option<(Vec<ApprovalOption>
         let label = c[5].to_owned();
         let num = n.parse::<usize>().unwrap_or(0);
         let last = options.last().and_then(|o| o.value.parse::<usize>().ok());
-        // Numbered from 1, each number above the one before (gpg skips some: 1 2 3 4 9 10
-        // 14); a restart at 1 starts a new menu; anything else is not a menu item.
-        if num == 1 {
+        // Numbered from 1 (or 0: cleo's `[ 0] red`), each number above the one before (gpg
+        // skips some: 1 2 3 4 9 10 14); a restart starts a new menu; anything else is not a
+        // menu item.
+        if num == 0 || (num == 1 && last != Some(0)) {
             options.clear();
             default = None;
+            first_item = at;
         } else if last.is_none_or(|l| num <= l) || options.is_empty() {
             continue;
         }
@@ -697,6 +568,20 @@ fn numbered_menu(lines: &[&str], canonical: bool) -> Option<(Vec<ApprovalOption>
         }
         options.push(opt(n, &label, Some(line_keys(n, canonical))));
         last_item = at;
+    }
+    // No item marked: the question names the default item in brackets (cleo's
+    // `Pick a color [green]:` over `[ 0] red`, `[ 1] green`).
+    if default.is_none()
+        && let Some(c) = lines[..first_item]
+            .iter()
+            .rev()
+            .find_map(|l| TITLE_DEFAULT.captures(l))
+    {
+        let named = c[1].trim();
+        default = options
+            .iter()
+            .find(|o| o.label == named || o.value == named)
+            .map(|o| o.value.clone());
     }
     // The menu ends right above the prompt (a line or two between at most): an earlier
     // menu further up is not what is asked now.
@@ -782,6 +667,71 @@ pub struct SelectMenu {
     pub title_row: usize,
     /// The first item's row: rows between the title and it explain the question.
     pub first_row: usize,
+    /// The items stand side by side (a toggle's `No / Yes`): moved with left and right.
+    #[serde(default)]
+    pub horizontal: bool,
+}
+
+impl SelectMenu {
+    /// The items without their check boxes (`◉ cheese` → `cheese`).
+    pub fn names(&self) -> Vec<String> {
+        self.items
+            .iter()
+            .map(|i| {
+                if self.checkbox {
+                    i.strip_prefix("[x]")
+                        .or_else(|| i.strip_prefix("[ ]"))
+                        .unwrap_or(i)
+                        .trim_start_matches(|c: char| BOXES.contains(&c))
+                        .trim()
+                        .to_owned()
+                } else {
+                    i.clone()
+                }
+            })
+            .collect()
+    }
+
+    /// Which items are checked (all unchecked for a menu without boxes).
+    pub fn checked(&self) -> Vec<bool> {
+        self.items
+            .iter()
+            .map(|i| self.checkbox && (i.starts_with(CHECKED) || i.starts_with("[x]")))
+            .collect()
+    }
+}
+
+/// A multi-select decision's value for the items `names` with `checked` ones chosen:
+/// their names in item order, comma-joined; `none` for none.
+pub fn multi_value(names: &[String], checked: &[bool]) -> String {
+    let chosen: Vec<&str> = names
+        .iter()
+        .zip(checked)
+        .filter(|(_, c)| **c)
+        .map(|(n, _)| n.as_str())
+        .collect();
+    if chosen.is_empty() {
+        "none".into()
+    } else {
+        chosen.join(",")
+    }
+}
+
+/// The items a multi-select decision `value` names (`cheese,olives`, `none`), matched to
+/// `names` case-insensitively, as a checked-or-not list; `None` when a name is no item.
+pub fn multi_set(names: &[String], value: &str) -> Option<Vec<bool>> {
+    let mut set = vec![false; names.len()];
+    if value.trim().eq_ignore_ascii_case("none") && !names.iter().any(|n| n == "none") {
+        return Some(set);
+    }
+    for part in value.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        let at = names
+            .iter()
+            .position(|n| n == part)
+            .or_else(|| names.iter().position(|n| n.eq_ignore_ascii_case(part)))?;
+        set[at] = true;
+    }
+    set.contains(&true).then_some(set)
 }
 
 const POINTERS: &[char] = &['❯', '›', '»', '>', '▶', '►', '➤', '→', '➜', '▸'];
@@ -937,6 +887,7 @@ pub fn select_menu(rows: &[String], cursor_row: Option<usize>) -> Option<SelectM
         checkbox,
         title_row,
         first_row: first,
+        horizontal: false,
     })
 }
 
@@ -1003,30 +954,16 @@ fn select_prompt(p: &mut Prompt, rows: &[String], below: &[String], cursor_hidde
         p.question = format!("{}\n{}", p.question, explained.join("\n"));
     }
     p.prompt_line = title;
-    p.kind = PromptKind::Menu;
+    p.kind = PromptKind::Select;
     p.allows_text = false;
     if menu.checkbox {
-        let chosen: Vec<&str> = menu
-            .items
-            .iter()
-            .filter(|i| i.starts_with(CHECKED) || i.starts_with("[x]"))
-            .map(|i| i.trim_start_matches(|c: char| BOXES.contains(&c) || "[x] ".contains(c)))
-            .collect();
-        let shown = if chosen.is_empty() {
-            "nothing selected".to_owned()
-        } else {
-            chosen.join(", ")
-        };
+        // Any items, each with its box: the options are the items; a decision names the
+        // set to submit (`cheese,olives`, `none`); the default is the set shown checked.
+        p.kind = PromptKind::MultiSelect;
         p.rule = "generic:checkbox".into();
-        p.options = vec![
-            opt(
-                "submit",
-                &format!("Submit the selection shown ({shown})"),
-                Some("\r".into()),
-            ),
-            abort_option(),
-        ];
-        p.default = Some("submit".into());
+        let names = menu.names();
+        p.options = names.iter().map(|n| opt(n, n, None)).collect();
+        p.default = Some(multi_value(&names, &menu.checked()));
     } else {
         p.rule = "generic:select".into();
         // Numbered items (`1. Yes`) are chosen by their number, others by their text.
@@ -1054,6 +991,120 @@ fn select_prompt(p: &mut Prompt, rows: &[String], below: &[String], cursor_hidde
     true
 }
 
+/// A toggle: two words side by side at the end of a row, `off / on`, `● Yes / ○ No`, the
+/// current one marked by a dot or drawn standing out from the other (underlined, reverse,
+/// coloured where the other is grey). Its question is the row's text before the words, or
+/// the nearest question above. Answered by moving with left and right, checked on the
+/// screen, then Enter. Two words with nothing to tell which is current are no toggle.
+fn toggle_prompt(p: &mut Prompt, facts: &ScreenFacts<'_>) -> bool {
+    static PAIR: LazyLock<Regex> = LazyLock::new(|| {
+        Regex::new(r"(?:^|[\s›>»:?·│])\s*([●○◉◯]\s*)?([A-Za-z][\w-]{0,15})\s+/\s+([●○◉◯]\s*)?([A-Za-z][\w-]{0,15})\s*$")
+            .expect("toggle regex")
+    });
+    let all: Vec<&String> = facts.rows.iter().chain(facts.below.iter()).collect();
+    let last = all.iter().rposition(|r| !r.trim().is_empty());
+    let Some(last) = last else { return false };
+    let first = last.saturating_sub(6);
+    for at in (first..=last).rev() {
+        let raw = all[at].as_str();
+        let Some(c) = PAIR.captures(raw) else {
+            continue;
+        };
+        let (Some(a), Some(b)) = (c.get(2), c.get(4)) else {
+            continue;
+        };
+        let dot = |m: Option<regex::Match<'_>>| {
+            m.map(|m| m.as_str().trim()).map(|d| matches!(d, "●" | "◉"))
+        };
+        let current = match (dot(c.get(1)), dot(c.get(3))) {
+            (Some(true), Some(false)) => Some(0),
+            (Some(false), Some(true)) => Some(1),
+            (None, None) => facts.emphasis.get(at).and_then(|e| {
+                let score = |m: regex::Match<'_>| {
+                    let from = raw[..m.start()].chars().count();
+                    let n = m.as_str().chars().count();
+                    e.get(from..from + n).and_then(|s| s.iter().max().copied())
+                };
+                match (score(a), score(b)) {
+                    (Some(x), Some(y)) if x > y => Some(0),
+                    (Some(x), Some(y)) if y > x => Some(1),
+                    _ => None,
+                }
+            }),
+            _ => None,
+        };
+        let Some(current) = current else {
+            continue;
+        };
+        let head = sanitize_line(&raw[..c.get(0).map_or(0, |m| m.start())]);
+        let head = head
+            .trim()
+            .trim_end_matches(['›', '>', '»', '·', '│', ':'])
+            .trim();
+        // The question: the row's own text before the words, or the nearest row above
+        // shaped like a question.
+        let (title, title_row) = if head.chars().any(char::is_alphanumeric) {
+            (head.to_owned(), at)
+        } else {
+            let Some(above) = (at.saturating_sub(4)..at).rev().find(|&i| {
+                let t = sanitize_line(all[i]);
+                let t = t.trim();
+                t.ends_with('?') || t.ends_with(':')
+            }) else {
+                continue;
+            };
+            (
+                sanitize_line(all[above])
+                    .trim()
+                    .trim_start_matches(['◆', '◇', '│', '?', ' '])
+                    .to_owned(),
+                above,
+            )
+        };
+        let words = [a.as_str(), b.as_str()];
+        let flag = |w: &str| match w.to_ascii_lowercase().as_str() {
+            "yes" | "y" | "on" | "true" | "enable" | "enabled" => Some(true),
+            "no" | "n" | "off" | "false" | "disable" | "disabled" => Some(false),
+            _ => None,
+        };
+        let boolean = matches!(
+            (flag(words[0]), flag(words[1])),
+            (Some(x), Some(y)) if x != y
+        );
+        p.options = words
+            .iter()
+            .map(|w| {
+                let value = match flag(w) {
+                    Some(true) if boolean => "yes".to_owned(),
+                    Some(false) if boolean => "no".to_owned(),
+                    _ => w.to_string(),
+                };
+                opt(&value, &sanitize_line(w), None)
+            })
+            .collect();
+        p.default = Some(p.options[current].value.clone());
+        p.kind = PromptKind::Toggle;
+        p.rule = "generic:toggle".into();
+        p.allows_text = false;
+        let rows: Vec<String> = all.iter().map(|r| sanitize_line(r)).collect();
+        (p.question, p.context) = split_question(&rows[..=title_row], &title, QUESTION_LINES);
+        if title_row == at {
+            p.question = title.clone();
+        }
+        p.prompt_line = title;
+        p.select = Some(SelectMenu {
+            items: words.iter().map(|w| sanitize_line(w)).collect(),
+            highlighted: current,
+            checkbox: false,
+            title_row,
+            first_row: at,
+            horizontal: true,
+        });
+        return true;
+    }
+    false
+}
+
 /// Tools whose prompts have no generic shape, or whose answers are special.
 fn builtin(tool: &str, p: &mut Prompt, canonical: bool) -> bool {
     static COREUTILS: LazyLock<Regex> = LazyLock::new(|| {
@@ -1062,19 +1113,21 @@ fn builtin(tool: &str, p: &mut Prompt, canonical: bool) -> bool {
     });
     let line = p.prompt_line.clone();
     if let Some(c) = COREUTILS.captures(&line) {
-        p.kind = PromptKind::Choice;
+        // Anything but `y` is no: a confirm whose default is no.
+        p.kind = PromptKind::Confirm;
         p.rule = format!("builtin:{}", &c[1]);
         p.options = vec![
-            opt("y", "Yes", Some(line_keys("y", canonical))),
-            opt("n", "No", Some(line_keys("n", canonical))),
+            opt("yes", "Yes", Some(line_keys("y", canonical))),
+            opt("no", "No", Some(line_keys("n", canonical))),
         ];
-        p.default = Some("n".into());
+        p.default = Some("no".into());
         return true;
     }
     if line.trim_end().ends_with("Enter a value:")
         && (p.question.contains("Only 'yes' will be accepted") || tool == "terraform")
     {
-        p.kind = PromptKind::Choice;
+        // A word typed in full: anything but `yes` cancels.
+        p.kind = PromptKind::Word;
         p.rule = "builtin:terraform".into();
         p.options = vec![
             opt(
@@ -1091,7 +1144,7 @@ fn builtin(tool: &str, p: &mut Prompt, canonical: bool) -> bool {
         && p.question
             .contains("Would you like to run the following command?")
     {
-        p.kind = PromptKind::Menu;
+        p.kind = PromptKind::Select;
         p.rule = "builtin:codex".into();
         p.options = vec![
             opt("1", "Yes, proceed", Some("y".into())),
@@ -1171,6 +1224,7 @@ mod tests {
                 canonical,
                 below: &[],
                 cursor_hidden: false,
+                emphasis: &[],
             },
             &[],
         )
@@ -1187,16 +1241,20 @@ mod tests {
     #[test]
     fn yes_no_shapes_and_their_defaults() {
         for (text, vals, default) in [
-            ("Do you want to continue? [Y/n] ", ["y", "n"], Some("y")),
+            (
+                "Do you want to continue? [Y/n] ",
+                ["yes", "no"],
+                Some("yes"),
+            ),
             (
                 "Are you sure you want to continue? [y/N] ",
-                ["y", "n"],
-                Some("n"),
+                ["yes", "no"],
+                Some("no"),
             ),
-            ("Proceed (Y/n)? ", ["y", "n"], Some("y")),
-            ("Overwrite (y/n)? ", ["y", "n"], None),
-            ("Proceed ([y]/n)? ", ["y", "n"], Some("y")),
-            ("Ok to proceed? (y) ", ["y", "n"], Some("y")),
+            ("Proceed (Y/n)? ", ["yes", "no"], Some("yes")),
+            ("Overwrite (y/n)? ", ["yes", "no"], None),
+            ("Proceed ([y]/n)? ", ["yes", "no"], Some("yes")),
+            ("Ok to proceed? (y) ", ["yes", "no"], Some("yes")),
             ("Is this OK? (yes) ", ["yes", "no"], Some("yes")),
             (
                 "Are you sure you want to continue connecting (yes/no/[fingerprint])? ",
@@ -1211,10 +1269,9 @@ mod tests {
             assert_eq!(values(&p), vals, "{text}");
             assert_eq!(p.default.as_deref(), default, "{text}");
             assert!(!p.secret);
-            assert_eq!(
-                p.keys_for(vals[0], true),
-                Some(format!("{}\r", vals[0]).into_bytes())
-            );
+            // Typed as the tool spells it: `y` for `[y/N]`, `yes` for `(yes/no)`.
+            let keys = String::from_utf8(p.keys_for("yes", true).unwrap()).unwrap();
+            assert!(keys == "y\r" || keys == "yes\r", "{text}: {keys:?}");
         }
     }
 
@@ -1232,7 +1289,9 @@ mod tests {
     fn builtin_coreutils_and_terraform() {
         let p = line("rm", "rm: remove regular file 'a.txt'? ");
         assert_eq!(p.rule, "builtin:rm");
-        assert_eq!(p.default.as_deref(), Some("n"));
+        assert_eq!(p.kind, PromptKind::Confirm);
+        assert_eq!(p.default.as_deref(), Some("no"));
+        assert_eq!(p.keys_for("yes", true), Some(b"y\r".to_vec()));
         let p = line("cp", "cp: overwrite 'b'? ");
         assert_eq!(p.rule, "builtin:cp");
         let p = line(
@@ -1276,7 +1335,7 @@ mod tests {
             false,
             false,
         );
-        assert_eq!(p.kind, PromptKind::Menu);
+        assert_eq!(p.kind, PromptKind::Select);
         assert_eq!(values(&p), ["1", "2", "3"]);
         assert_eq!(p.default.as_deref(), Some("1"));
         assert_eq!(p.rule, "generic:select");
@@ -1525,6 +1584,7 @@ alternative = "use VAULT_TOKEN"
                 canonical: true,
                 below: &[],
                 cursor_hidden: false,
+                emphasis: &[],
             },
             &cfg.prompt_rules,
         );
@@ -1542,6 +1602,7 @@ alternative = "use VAULT_TOKEN"
                 canonical: true,
                 below: &[],
                 cursor_hidden: false,
+                emphasis: &[],
             },
             &cfg.prompt_rules,
         );
@@ -1556,6 +1617,7 @@ alternative = "use VAULT_TOKEN"
                 canonical: true,
                 below: &[],
                 cursor_hidden: false,
+                emphasis: &[],
             },
             &cfg.prompt_rules,
         );
@@ -1586,14 +1648,14 @@ alternative = "use VAULT_TOKEN"
                 "Do you want to continue? [Y/n] ",
                 true,
                 true,
-                Some((&["y", "n"], Some("y"))),
+                Some((&["yes", "no"], Some("yes"))),
             ),
             (
                 "pip",
                 "Proceed (Y/n)? ",
                 true,
                 true,
-                Some((&["y", "n"], Some("y"))),
+                Some((&["yes", "no"], Some("yes"))),
             ),
             (
                 "pip",
@@ -1607,14 +1669,14 @@ alternative = "use VAULT_TOKEN"
                 "Proceed ([y]/n)? ",
                 true,
                 true,
-                Some((&["y", "n"], Some("y"))),
+                Some((&["yes", "no"], Some("yes"))),
             ),
             (
                 "npx",
                 "Need to install the following packages:\n  cowsay@1.6.0\nOk to proceed? (y) ",
                 true,
                 true,
-                Some((&["y", "n"], Some("y"))),
+                Some((&["yes", "no"], Some("yes"))),
             ),
             (
                 "npm",
@@ -1628,28 +1690,28 @@ alternative = "use VAULT_TOKEN"
                 "rm: remove regular empty file 'x'? ",
                 true,
                 true,
-                Some((&["y", "n"], Some("n"))),
+                Some((&["yes", "no"], Some("no"))),
             ),
             (
                 "rm",
                 "rm: remove write-protected regular file 'x'? ",
                 true,
                 true,
-                Some((&["y", "n"], Some("n"))),
+                Some((&["yes", "no"], Some("no"))),
             ),
             (
                 "cp",
                 "cp: overwrite 'b'? ",
                 true,
                 true,
-                Some((&["y", "n"], Some("n"))),
+                Some((&["yes", "no"], Some("no"))),
             ),
             (
                 "mv",
                 "mv: overwrite 'b'? ",
                 true,
                 true,
-                Some((&["y", "n"], Some("n"))),
+                Some((&["yes", "no"], Some("no"))),
             ),
             (
                 "ssh",
@@ -1671,7 +1733,7 @@ alternative = "use VAULT_TOKEN"
                 "/tmp/k already exists.\nOverwrite (y/n)? ",
                 true,
                 true,
-                Some((&["y", "n"], None)),
+                Some((&["yes", "no"], None)),
             ),
             (
                 "ssh-keygen",
@@ -1703,7 +1765,7 @@ alternative = "use VAULT_TOKEN"
                 "Are you sure you want to continue? [y/N] ",
                 true,
                 true,
-                Some((&["y", "n"], Some("n"))),
+                Some((&["yes", "no"], Some("no"))),
             ),
             (
                 "terraform",
@@ -1717,7 +1779,7 @@ alternative = "use VAULT_TOKEN"
                 "Do you want to continue (Y/n)? ",
                 true,
                 true,
-                Some((&["y", "n"], Some("y"))),
+                Some((&["yes", "no"], Some("yes"))),
             ),
             (
                 "rustup-init",
@@ -1745,7 +1807,7 @@ alternative = "use VAULT_TOKEN"
                 "Create new file? (Y)es/(N)o [Yes]: ",
                 true,
                 true,
-                Some((&["y", "n"], Some("y"))),
+                Some((&["yes", "no"], Some("yes"))),
             ),
             (
                 "aider",
@@ -1818,6 +1880,7 @@ alternative = "use VAULT_TOKEN"
                 canonical: false,
                 below,
                 cursor_hidden: false,
+                emphasis: &[],
             },
             &[],
         )
@@ -1836,6 +1899,7 @@ alternative = "use VAULT_TOKEN"
                 canonical: false,
                 below,
                 cursor_hidden: true,
+                emphasis: &[],
             },
             &[],
         )
@@ -1994,22 +2058,113 @@ alternative = "use VAULT_TOKEN"
         assert_eq!(p.select_index("3"), Some(2));
     }
 
+    fn toggle_screen(rows: &[&str], emphasis: &[Vec<i8>]) -> Prompt {
+        let rows: Vec<String> = rows.iter().map(|r| r.to_string()).collect();
+        classify(
+            &ScreenFacts {
+                tool: "node",
+                rows: &rows,
+                prompt_line: "",
+                echo: false,
+                canonical: false,
+                below: &[],
+                cursor_hidden: true,
+                emphasis,
+            },
+            &[],
+        )
+    }
+
     #[test]
-    fn a_checkbox_menu_is_decided_as_a_whole() {
+    fn a_toggle_is_its_two_words_the_current_one_its_default() {
+        // @clack/prompts' confirm: radio dots mark the current word.
+        let p = toggle_screen(
+            &["┌  deploy", "│", "◆  Deploy now?", "│  ● Yes / ○ No", "└"],
+            &[],
+        );
+        assert_eq!(p.kind, PromptKind::Toggle);
+        assert_eq!(p.rule, "generic:toggle");
+        assert_eq!(p.prompt_line, "Deploy now?");
+        assert_eq!(values(&p), ["yes", "no"]);
+        assert_eq!(p.default.as_deref(), Some("yes"));
+        let menu = p.select.as_ref().unwrap();
+        assert!(menu.horizontal);
+        assert_eq!(p.select_index("no"), Some(1));
+        // prompts' toggle: only how the words are drawn says which is current.
+        let row = "? Enable cache? › off / on";
+        let mut e = vec![0i8; row.chars().count()];
+        let n = e.len();
+        e[n - 2] = 3;
+        e[n - 1] = 3;
+        e[n - 8..n - 5].fill(-1);
+        let p = toggle_screen(&[row], &[e]);
+        assert_eq!(p.kind, PromptKind::Toggle);
+        assert_eq!(p.prompt_line, "? Enable cache?");
+        assert_eq!(values(&p), ["no", "yes"]);
+        assert_eq!(p.options[0].label, "off");
+        assert_eq!(p.default.as_deref(), Some("yes"));
+        // The same words with nothing to tell which is current: no toggle, no guess.
+        let p = toggle_screen(&[row], &[vec![0i8; row.chars().count()]]);
+        assert_ne!(p.kind, PromptKind::Toggle);
+        let p = toggle_screen(&[row], &[]);
+        assert_ne!(p.kind, PromptKind::Toggle);
+    }
+
+    #[test]
+    fn a_menu_numbered_from_zero_takes_its_default_from_the_question() {
+        // cleo's choice.
+        let p = line(
+            "python",
+            "Pick a color [green]:\n  [ 0] red\n  [ 1] green\n  [ 2] blue\n > ",
+        );
+        assert_eq!(p.rule, "generic:numbered-menu");
+        assert_eq!(values(&p), ["0", "1", "2"]);
+        assert_eq!(p.options[2].label, "blue");
+        assert_eq!(p.default.as_deref(), Some("1"));
+        assert_eq!(p.keys_for("2", true), Some(b"2\r".to_vec()));
+    }
+
+    #[test]
+    fn a_prefilled_raw_field_offers_its_value_as_it_stands() {
+        let p = screen("bash", "Project name: demo", true, false);
+        assert_eq!(p.kind, PromptKind::Text);
+        assert_eq!(p.rule, "generic:text-prefilled");
+        assert_eq!(values(&p), ["demo"]);
+        assert_eq!(p.default.as_deref(), Some("demo"));
+        assert_eq!(p.keys_for("demo", false), Some(b"\r".to_vec()));
+        assert!(p.allows_text);
+        let p = screen("node", "? Project name › demo", true, false);
+        assert_eq!(p.default.as_deref(), Some("demo"));
+        // In line mode nothing is pre-filled: the text was printed, not put in the field.
+        let p = screen("bash", "Project name: demo", true, true);
+        assert_ne!(p.rule, "generic:text-prefilled");
+        // An empty field, a bracketed default, a shell prompt: no value.
+        for line in ["Project name: ", "? Project name (demo)", "user@host:~$ ls"] {
+            let p = screen("x", line, true, false);
+            assert_ne!(p.rule, "generic:text-prefilled", "{line}");
+        }
+    }
+
+    #[test]
+    fn a_checkbox_menu_is_decided_as_the_set_to_submit() {
         let p = raw_screen(
             "? Pick some\n\u{276f}\u{25c9} red\n \u{25ef} green\n \u{25c9} blue\n\n\u{2191}\u{2193} navigate",
             5,
         );
         assert_eq!(p.rule, "generic:checkbox");
-        assert_eq!(values(&p), ["submit", "abort"]);
-        assert_eq!(p.default.as_deref(), Some("submit"));
-        assert!(
-            p.options[0].label.contains("red, blue"),
-            "{:?}",
-            p.options[0]
+        assert_eq!(p.kind, PromptKind::MultiSelect);
+        assert_eq!(values(&p), ["red", "green", "blue"]);
+        assert_eq!(
+            p.default.as_deref(),
+            Some("red,blue"),
+            "the set shown checked"
         );
-        assert_eq!(p.keys_for("submit", false), Some(b"\r".to_vec()));
-        assert!(!p.takes("red"));
+        assert_eq!(p.check_set("green"), Some(vec![false, true, false]));
+        assert_eq!(p.check_set("Blue, red"), Some(vec![true, false, true]));
+        assert_eq!(p.check_set("none"), Some(vec![false, false, false]));
+        assert_eq!(p.check_set("purple"), None);
+        assert!(p.takes("red,green") && !p.takes("red,purple"));
+        assert_eq!(p.keys_for("red", false), None, "steered, never typed");
     }
 
     #[test]
@@ -2025,6 +2180,7 @@ alternative = "use VAULT_TOKEN"
                 canonical: true,
                 below: &[],
                 cursor_hidden: false,
+                emphasis: &[],
             },
             &[],
         );

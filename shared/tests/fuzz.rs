@@ -694,6 +694,7 @@ fn check_classify(
         canonical,
         below: &[],
         cursor_hidden: false,
+        emphasis: &[],
     };
     let p = prompt::classify(&facts, std::iter::empty());
     terminal_safe("question", &p.question, true)?;
@@ -701,7 +702,11 @@ fn check_classify(
     terminal_safe("prompt_line", &p.prompt_line, false)?;
     // A numbered menu's question keeps its title and items (up to MENU_QUESTION_LINES);
     // any other question at most QUESTION_LINES.
-    let limit = if p.kind == hr_shared::approvals::PromptKind::Menu {
+    use hr_shared::approvals::PromptKind;
+    let limit = if matches!(
+        p.kind,
+        PromptKind::Menu | PromptKind::Select | PromptKind::MultiSelect
+    ) {
         MENU_QUESTION_LINES
     } else {
         QUESTION_LINES
@@ -743,8 +748,9 @@ fn check_classify(
         }
     }
     if let Some(d) = &p.default {
+        // A multi-select's default is a set of its items; any other's, one of its options.
         prop_assert!(
-            p.options.iter().any(|o| &o.value == d),
+            p.options.iter().any(|o| &o.value == d) || p.check_set(d).is_some(),
             "default {d:?} in {p:?}"
         );
     }
@@ -762,7 +768,7 @@ proptest! {
         (tool, rows, prompt_line, _echo, canonical) in screen(6),
         answer in hostile_text(6),
     ) {
-        let facts = ScreenFacts { tool: &tool, rows: &rows, prompt_line: &prompt_line, echo: true, canonical, below: &[], cursor_hidden: false };
+        let facts = ScreenFacts { tool: &tool, rows: &rows, prompt_line: &prompt_line, echo: true, canonical, below: &[], cursor_hidden: false , emphasis: &[]};
         let p = prompt::classify(&facts, std::iter::empty());
         let is_option = p.options.iter().any(|o| o.value == answer);
         if let (Some(keys), false) = (p.keys_for(&answer, canonical), is_option) {

@@ -431,10 +431,17 @@ fn old_decisions_are_found_again(store: &mut SqliteStore, exp: &Expected) {
         let line = a.prompt_line.as_deref().expect("a prompt line");
         let prompt = fingerprint::prompt(&a.tool_name, line);
         assert_eq!(a.prompt_fingerprint.as_ref(), Some(&prompt), "{role}");
-        // The screen the old shim saw is recognised the same way by this build's shim.
+        // The screen the old shim saw is recognised the same way by this build's shim — as
+        // the confirm widget it is, whose `yes`/`no` take the old `y`/`n` decisions.
         let req = prompt_of(a);
         assert_eq!(req.prompt.prompt_line, line, "{role}");
-        assert_eq!(req.prompt.kind, PromptKind::Choice, "{role}");
+        assert_eq!(req.prompt.kind, PromptKind::Confirm, "{role}");
+        if let Some(v) = a.chosen_value.as_deref() {
+            assert!(
+                req.prompt.takes(v),
+                "{role}: the old decision `{v}` still answers"
+            );
+        }
     }
     // The remembered decision is stored as the old build stored it (no trait method reads
     // policies: this looks at the file).
@@ -580,6 +587,7 @@ fn prompt_on_screen(tool: &str, line: &str) -> PromptRequest {
             canonical: true,
             below: &[],
             cursor_hidden: false,
+            emphasis: &[],
         },
         std::iter::empty::<&PromptRuleConfig>(),
     );
@@ -832,8 +840,8 @@ fn takes_approvals_on_a_v1_database(store: &mut SqliteStore) {
         ),
         (
             ApprovalStatus::Pending,
-            Some(PromptKind::Choice),
-            Some("n"),
+            Some(PromptKind::Confirm),
+            Some("no"),
             "default"
         )
     );
@@ -842,7 +850,7 @@ fn takes_approvals_on_a_v1_database(store: &mut SqliteStore) {
             .iter()
             .map(|o| o.value.as_str())
             .collect::<Vec<_>>(),
-        ["y", "n"]
+        ["yes", "no"]
     );
     assert_eq!(
         (
@@ -865,7 +873,7 @@ fn takes_approvals_on_a_v1_database(store: &mut SqliteStore) {
     };
     assert_eq!(
         (decided.status, decided.chosen_value.as_deref()),
-        (ApprovalStatus::Approved, Some("y"))
+        (ApprovalStatus::Approved, Some("yes"))
     );
     // Widened on purpose to any command line and directory, as before scopes existed.
     let remembered = store
@@ -886,13 +894,13 @@ fn takes_approvals_on_a_v1_database(store: &mut SqliteStore) {
     let (used, value) = answer(ask(store, &again, &req));
     assert_eq!(
         (used.approval_id.as_str(), value.as_str()),
-        (a.approval_id.as_str(), "y")
+        (a.approval_id.as_str(), "yes")
     );
     assert_eq!(used.consumed_by.as_ref(), Some(&again.tool_run_id));
     // …and the same prompt of another command by the remembered decision.
     let other = start_command(store, &["./deploy.sh".into(), "--dry-run".into()], cwd);
     let (by_policy, value) = answer(ask(store, &other, &req));
-    assert_eq!(value, "y");
+    assert_eq!(value, "yes", "the policy's `y`, the confirm's yes");
     assert_eq!(
         by_policy.decision_channel,
         Some(format!("policy:{}", remembered.name))
@@ -1003,7 +1011,8 @@ fn old_decisions_answer_reruns(store: &mut SqliteStore, exp: &Expected) {
         approved.request_fingerprint.as_ref()
     );
     let (by_policy, value) = answer(ask(store, &other, &prompt_of(approved)));
-    assert_eq!(value, "y");
+    // The old policy's `y` is the confirm's `yes` (typed as `y`).
+    assert_eq!(value, "yes");
     assert_ne!(by_policy.approval_id, approved.approval_id);
     assert_eq!(
         (
@@ -1051,7 +1060,7 @@ fn old_decisions_answer_reruns(store: &mut SqliteStore, exp: &Expected) {
     // Once: the next re-run is not answered by it (the remembered decision answers).
     let next = rerun_of(store, approved_run);
     let (by_policy, value) = answer(ask(store, &next, &prompt_of(approved)));
-    assert_eq!(value, "y");
+    assert_eq!(value, "yes", "the old policy's `y`, the confirm's yes");
     assert_ne!(by_policy.approval_id, approved.approval_id);
     assert_eq!(by_policy.decision_channel, Some(policy_channel(remembered)));
     assert!(
@@ -1160,7 +1169,7 @@ fn takes_decisions(store: &mut SqliteStore, exp: &Expected) {
     let cwd = exp.run("approved").cwd.clone().unwrap_or_default();
     let who = start_command(store, &["./migrate.sh".into(), "redo".into()], &cwd);
     let (by_policy, value) = answer(ask(store, &who, &prompt));
-    assert_eq!(value, "n");
+    assert_eq!(value, "no", "the policy's `n`, the confirm's no");
     assert_eq!(
         by_policy.decision_channel,
         Some(format!("policy:{}", now.name))

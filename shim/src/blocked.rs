@@ -202,7 +202,7 @@ impl GroupSample {
 /// Programs that show text a screen at a time and wait for a key to go on: a pager's
 /// prompt (`:`, `(END)`, `--More--`) asks nothing. `pager` is Debian's alternative that
 /// `man` and others run.
-const PAGERS: [&str; 6] = ["less", "more", "most", "pg", "pager", "moar"];
+pub const PAGERS: [&str; 6] = ["less", "more", "most", "pg", "pager", "moar"];
 
 /// What a sample says about waiting for input.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

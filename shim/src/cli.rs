@@ -14,6 +14,12 @@ Modes:
   the tool runs with the terminal as usual and the run is only recorded. HEADLESS=0 forces
   the latter.
 
+Nothing asked:
+  A program that waits for keys with nothing asked (an editor, top, htop, a full-screen
+  REPL) is ended (TERM) after --not-prompt-timeout, as it would end without a terminal; a
+  REPL asking to confirm its exit after EOF gets EOF again; a pager run directly writes to
+  a pipe, as without a terminal.
+
 Symlink mode:
   A link to headless-run named after a tool (see `monitor install`) runs that tool: all
   arguments go to the tool, options come from the environment and the config file.
@@ -28,8 +34,8 @@ Exit codes:
 Environment:
   HEADLESS_RUN_HOME, HEADLESS_RUN_DB, HEADLESS_RUN_TIMEOUT, HEADLESS_RUN_STALL_TIMEOUT,
   HEADLESS_RUN_ON_STALL, HEADLESS_RUN_ON_PROMPT, HEADLESS_RUN_PROMPT_IDLE,
-  HEADLESS_RUN_KILL_GRACE, HEADLESS_RUN_EXECUTION_ID, HEADLESS_RUN_STDIN=pass|pty,
-  HEADLESS_RUN_SHIM_DIR, HEADLESS_RUN_CONFIG, HEADLESS_RUN_POOL
+  HEADLESS_RUN_NOT_PROMPT_TIMEOUT, HEADLESS_RUN_KILL_GRACE, HEADLESS_RUN_EXECUTION_ID,
+  HEADLESS_RUN_STDIN=pass|pty, HEADLESS_RUN_SHIM_DIR, HEADLESS_RUN_CONFIG, HEADLESS_RUN_POOL
   (HEADLESS_RUN_DB=postgres://… records on a PostgreSQL server)
 
 Examples:
@@ -63,6 +69,10 @@ pub struct Flags {
     /// How long output must be idle before the prompt detector looks (default 300ms)
     #[arg(long, value_name = "DUR", value_parser = Limit::parse)]
     pub prompt_idle: Option<Limit>,
+    /// A program waiting for keys with nothing asked (an editor, top) is ended, as without a
+    /// terminal, after this long; none: it waits (env HEADLESS_RUN_NOT_PROMPT_TIMEOUT; default 5s)
+    #[arg(long, value_name = "DUR", value_parser = Limit::parse)]
+    pub not_prompt_timeout: Option<Limit>,
     /// Groups runs (env HEADLESS_RUN_EXECUTION_ID)
     #[arg(long, value_name = "ID")]
     pub execution_id: Option<String>,
@@ -85,6 +95,7 @@ impl Flags {
             on_stall: self.on_stall,
             on_prompt: self.on_prompt,
             prompt_idle: self.prompt_idle,
+            not_prompt_timeout: self.not_prompt_timeout,
             ..Settings::default()
         }
     }

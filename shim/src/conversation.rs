@@ -86,6 +86,11 @@ pub trait Observe {
     fn animating(&self) -> bool {
         false
     }
+    /// Whether no output at all, animation included, has come for the idle window: a
+    /// program that draws a spinner or a timer is at work, not waiting for keys.
+    fn quiet(&self) -> bool {
+        true
+    }
 }
 
 /// What the supervisor is to do, in order.
@@ -116,6 +121,13 @@ pub enum Action {
     },
     /// End the tool with this outcome.
     End(RunOutcome),
+    /// Nothing is asked, and what reads the terminal has waited for keys for `waited` on a
+    /// screen where EOF means nothing (`kind`): end it (TERM), as it would end without a
+    /// terminal. The tool itself goes on, as it would once its editor failed.
+    EndUnasked {
+        waited: Duration,
+        kind: &'static str,
+    },
     /// One line for stderr.
     Say(String),
 }
@@ -144,29 +156,88 @@ struct Steer {
     sent_seq: u64,
     sent_at: Instant,
     steps: usize,
+    /// The screen's rows when the text was typed (a field may stand on a row of its own,
+    /// under its question, away from the cursor).
+    before: Vec<String>,
 }
 
 #[derive(Debug)]
 enum Goal {
     /// Move a menu's highlight to this item, then press Enter.
     Select(usize),
+    /// Check exactly these items of a check-box menu (space on each that differs, moving
+    /// the highlight to it), then press Enter.
+    Check(Vec<bool>),
     /// The field shows exactly this text (it was cleared first), then press Enter.
     Text(String),
 }
 
-/// Arrow keys, as the terminal's cursor-key mode says they are sent.
-fn arrow(down: bool, application: bool) -> Vec<u8> {
-    match (application, down) {
-        (false, true) => b"\x1b[B".to_vec(),
-        (false, false) => b"\x1b[A".to_vec(),
-        (true, true) => b"\x1bOB".to_vec(),
-        (true, false) => b"\x1bOA".to_vec(),
-    }
+/// Arrow keys, as the terminal's cursor-key mode says they are sent: down or up, or for
+/// items side by side (a toggle), right or left.
+fn arrow(forward: bool, application: bool, horizontal: bool) -> Vec<u8> {
+    let key = match (horizontal, forward) {
+        (false, true) => b'B',
+        (false, false) => b'A',
+        (true, true) => b'C',
+        (true, false) => b'D',
+    };
+    vec![0x1b, if application { b'O' } else { b'[' }, key]
 }
 
-/// Ctrl-E (end of line) then Ctrl-U (erase to the line's start): empties a line editor's
-/// field — readline, prompt_toolkit, Node's readline — whatever it was pre-filled with.
-const CLEAR_FIELD: &[u8] = b"\x05\x15";
+/// Backspace (DEL) `n` times: empties a field of `n` characters with the cursor at its end.
+/// Every line editor takes it (readline, prompt_toolkit, Node's readline and the libraries
+/// on it, Go's, Ruby's, Rust's); Ctrl-U is not universal (`prompts` inserts it as text), and
+/// a backspace more than the field holds does nothing.
+fn erase(n: usize) -> Vec<u8> {
+    vec![0x7f; n.min(MAX_ERASE)]
+}
+
+/// The most backspaces sent to empty a field.
+const MAX_ERASE: usize = 200;
+
+/// How many characters a text field may hold when an answer is typed into it: on the
+/// cursor's line, what follows the prompt's own text (`Project name: demo`, `? Name › demo`
+/// — after the last `: `, `› `, `> `, `» `, `? `); on a line with no such mark, the whole
+/// line; with the cursor hidden (the field drawn on a row of its own, its cursor faked),
+/// the longest of the screen's last rows.
+fn field_room(prompt_line: &str, rows: &[String], cursor_hidden: bool) -> usize {
+    if cursor_hidden {
+        return rows
+            .iter()
+            .rev()
+            .filter(|r| !r.trim().is_empty())
+            .take(4)
+            .map(|r| r.trim().chars().count())
+            .max()
+            .unwrap_or(0);
+    }
+    let line = sanitize_line(prompt_line);
+    let line = line.trim_end();
+    if line.ends_with([':', '›', '>', '»', '?', '❯', ')', ']']) {
+        // The prompt's mark, or its default in brackets, ends the line: the field is empty.
+        return 0;
+    }
+    [": ", "› ", "> ", "» ", "? ", "❯ "]
+        .iter()
+        .filter_map(|mark| line.rfind(mark).map(|at| at + mark.len()))
+        .max()
+        .map_or_else(|| line.chars().count(), |at| line[at..].chars().count())
+}
+
+/// Whether a row of the screen, away from the cursor, shows exactly `text` in place of a
+/// field's content: a row that changed since `before` and reads as [`field_shows`] says,
+/// once a faked cursor (a block at its end) is left off.
+fn field_row_shows(before: &[String], now: &[String], text: &str) -> bool {
+    now.iter().enumerate().any(|(i, row)| {
+        let old = before.get(i).map_or("", String::as_str);
+        let row = sanitize_line(row);
+        let row = row
+            .trim_end()
+            .trim_end_matches(['█', '▌', '▋', '▍', '▎', '▏'])
+            .trim_end();
+        row != old.trim_end() && field_shows(old, row, text)
+    })
+}
 
 /// Whether the prompt line `shown` shows exactly `text` typed into the field of `asked`
 /// (the prompt line when it was asked): the line ends with the text, and what comes before
@@ -248,6 +319,13 @@ pub struct Conversation<'a> {
     prev: Option<Blocked>,
     /// When keys that answer no question (EOF, a pager's space) were last written.
     last_nudge: Option<Instant>,
+    /// Who was given EOF with nothing asked: the same reader asking right after is asking
+    /// about that EOF (IPython's `Do you really want to exit ([y]/n)?`), and gets EOF again,
+    /// as `/dev/null` would give it.
+    eof_reader: Option<u64>,
+    /// Since when the tool has been seen waiting for keys with nothing asked on a screen
+    /// EOF means nothing to (an editor, `top`), and when it was last seen so.
+    unasked: Option<Unasked>,
     /// The output count when the shim last typed: no new prompt until the tool reacts.
     typed_at: Option<u64>,
     pending_enter: Option<PendingEnter>,
@@ -258,6 +336,16 @@ pub struct Conversation<'a> {
     /// Keys that answered were just written (`Some(None)`), at the tick time given
     /// (`Some(Some(t))`): nothing more is typed until [`ANSWER_GAP`] has passed.
     answered_at: Option<Option<Instant>>,
+    /// The screen last classified for a prompt (its rows, cleaned, and whether the cursor
+    /// was hidden): where a field's text is looked for once an answer is typed into it.
+    classified: std::cell::RefCell<(Vec<String>, bool)>,
+}
+
+/// A stretch of looks that each saw the tool waiting for keys with nothing asked.
+#[derive(Debug, Clone, Copy)]
+struct Unasked {
+    since: Instant,
+    seen: Instant,
 }
 
 /// The least time between an answer and the next keys typed. A tool that took an answer
@@ -274,10 +362,13 @@ impl<'a> Conversation<'a> {
             output_seq: 0,
             prev: None,
             last_nudge: None,
+            eof_reader: None,
+            unasked: None,
             typed_at: None,
             pending_enter: None,
             answered_line: None,
             answered_at: None,
+            classified: Default::default(),
         }
     }
 
@@ -383,12 +474,23 @@ impl<'a> Conversation<'a> {
             return self.page(now, &shown).into_iter().collect();
         }
         if !shown.asks(modes.canonical) {
-            // A full-screen program that asks nothing yet (Codex CLI clears the alternate
-            // screen, then draws its menu seconds later) is left alone: ^D would quit it.
+            // A full-screen program (the alternate screen, or a raw-mode one that hides its
+            // cursor and draws where it likes: `top`) is not sent EOF: its keys are
+            // commands, ^D would quit Codex CLI. One that asks nothing for long (an editor,
+            // a monitor) is ended as without a terminal.
             if shown.full_screen {
-                return Vec::new();
+                return self.unasked(now, &shown, obs, "a full-screen program");
             }
-            return self.eof(now, modes).into_iter().collect();
+            if shown.cursor_hidden && !modes.canonical {
+                return self.unasked(now, &shown, obs, "a screen with its cursor hidden");
+            }
+            return self.eof(now, modes, obs).into_iter().collect();
+        }
+        // The reader just given EOF asks something now: it is asking about that EOF (a
+        // REPL's `really exit?`). Its input is at its end, as `/dev/null` would be: EOF
+        // again, never a guessed answer.
+        if self.eof_reader.is_some() && obs.reader() == self.eof_reader {
+            return self.eof(now, modes, obs).into_iter().collect();
         }
         if let Some(pe) = self.pending_enter.take() {
             let line = sanitize_line(&shown.prompt_line);
@@ -429,7 +531,14 @@ impl<'a> Conversation<'a> {
         {
             match shown.question_row().filter(|_| !shown.full_screen) {
                 Some(row) => prompt.prompt_line = sanitize_line(row).trim().to_owned(),
-                None => return Vec::new(),
+                None => {
+                    let kind = if shown.full_screen {
+                        "a full-screen program"
+                    } else {
+                        "a screen with its cursor hidden"
+                    };
+                    return self.unasked(now, &shown, obs, kind);
+                }
             }
         }
         if prompt.secret {
@@ -450,6 +559,7 @@ impl<'a> Conversation<'a> {
             on_expire: settings.on_expire,
             prompt: prompt.clone(),
         };
+        self.unasked = None;
         self.state = State::Asking {
             prompt,
             reader: obs.reader(),
@@ -463,16 +573,61 @@ impl<'a> Conversation<'a> {
     /// A read with nothing asked (nothing on screen, a REPL's bare prompt, a raw-mode read
     /// with nothing question-like shown): answer EOF, the terminal's VEOF character, as
     /// /dev/null would without the shim. Line discipline and readline alike take it on an
-    /// empty line as the end of input.
-    fn eof(&mut self, now: Instant, modes: Modes) -> Option<Action> {
+    /// empty line as the end of input. Who was given it is remembered: its next question
+    /// is about that EOF.
+    fn eof(&mut self, now: Instant, modes: Modes, obs: &mut impl Observe) -> Option<Action> {
         let eof = if modes.eof == 0 { 4 } else { modes.eof };
-        self.nudge(now, vec![eof])
+        self.unasked = None;
+        let nudged = self.nudge(now, vec![eof]);
+        if nudged.is_some() {
+            self.eof_reader = obs.reader();
+        }
+        nudged
+    }
+
+    /// The tool waits for keys with nothing asked, on a screen where EOF means nothing
+    /// (`kind`). Left alone for a while — a program may draw its question seconds later —
+    /// but once every look for [`Resolved::not_prompt_timeout`] has found it so (each look
+    /// within that time of the last one; redraws between them are fine: `top`), what waits
+    /// is ended, as it would end without a terminal. A blank screen is a program still
+    /// starting (Codex CLI draws its menu seconds later), and one still drawing — a spinner,
+    /// a timer — is at work: neither counts.
+    ///
+    /// [`Resolved::not_prompt_timeout`]: hr_shared::config::Resolved
+    fn unasked(
+        &mut self,
+        now: Instant,
+        shown: &ScreenText,
+        obs: &mut impl Observe,
+        kind: &'static str,
+    ) -> Vec<Action> {
+        let Some(limit) = self.setup.settings.not_prompt_timeout else {
+            return Vec::new();
+        };
+        if shown.rows.iter().all(|r| r.trim().is_empty()) || !obs.quiet() {
+            return Vec::new();
+        }
+        let since = match self.unasked {
+            Some(u) if now <= u.seen + limit => u.since,
+            _ => now,
+        };
+        if now < since + limit {
+            self.unasked = Some(Unasked { since, seen: now });
+            return Vec::new();
+        }
+        self.unasked = None;
+        self.prev = None;
+        vec![Action::EndUnasked {
+            waited: now - since,
+            kind,
+        }]
     }
 
     /// A pager waits at its prompt: without the shim (stdout not a terminal) it would have
     /// copied the whole file, so page through it — a screen at a time, so everything passes
     /// through the output — and quit at its end (`(END)`).
     fn page(&mut self, now: Instant, shown: &ScreenText) -> Option<Action> {
+        self.unasked = None;
         let at_end = shown
             .last_lines(1)
             .first()
@@ -700,6 +855,10 @@ impl<'a> Conversation<'a> {
 
     /// The prompt on `shown`, as the detector reads it.
     fn classify(&self, shown: &ScreenText, modes: Modes) -> Prompt {
+        *self.classified.borrow_mut() = (
+            shown.rows.iter().map(|r| sanitize_line(r)).collect(),
+            shown.cursor_hidden,
+        );
         let end = (shown.cursor_row + 1).min(shown.rows.len());
         prompt::classify(
             &ScreenFacts {
@@ -707,6 +866,7 @@ impl<'a> Conversation<'a> {
                 rows: &shown.rows[..end],
                 below: &shown.rows[end..],
                 cursor_hidden: shown.cursor_hidden,
+                emphasis: &shown.emphasis,
                 prompt_line: &shown.prompt_line,
                 echo: modes.echo,
                 canonical: modes.canonical,
@@ -738,6 +898,7 @@ impl<'a> Conversation<'a> {
         let is_option = p.options.iter().any(|o| o.value == value);
         let goal = match &p.select {
             Some(menu) if !menu.checkbox => p.select_index(value).map(Goal::Select),
+            Some(_) => p.check_set(value).map(Goal::Check),
             _ if !canonical && !is_option && p.allows_text => {
                 hr_shared::approvals::is_acceptable_text(value)
                     .then(|| Goal::Text(value.to_owned()))
@@ -745,10 +906,15 @@ impl<'a> Conversation<'a> {
             _ => None,
         };
         if let Some(goal) = goal {
+            let (before, hidden) = self.classified.borrow().clone();
             let first = match &goal {
                 // The first look at the menu sends the first arrow (or Enter).
-                Goal::Select(_) => Vec::new(),
-                Goal::Text(text) => [CLEAR_FIELD, text.as_bytes()].concat(),
+                Goal::Select(_) | Goal::Check(_) => Vec::new(),
+                Goal::Text(text) => [
+                    erase(field_room(&p.prompt_line, &before, hidden)),
+                    text.as_bytes().to_vec(),
+                ]
+                .concat(),
             };
             let steps = usize::from(!first.is_empty());
             self.state = State::Steering(Box::new(Steer {
@@ -759,6 +925,7 @@ impl<'a> Conversation<'a> {
                 sent_seq: self.output_seq,
                 sent_at: now,
                 steps,
+                before,
             }));
             self.prev = None;
             return if first.is_empty() {
@@ -870,12 +1037,65 @@ impl<'a> Conversation<'a> {
                 st.steps += 1;
                 st.sent_seq = self.output_seq;
                 st.sent_at = now;
-                let keys = arrow(target > menu.highlighted, shown.app_cursor);
+                let keys = arrow(target > menu.highlighted, shown.app_cursor, menu.horizontal);
+                self.state = State::Steering(st);
+                vec![Action::Write(keys)]
+            }
+            Goal::Check(ref target) => {
+                let now_shown = self.classify(&shown, modes);
+                // The same menu: its title and its items (boxes aside) as the operator saw.
+                let same_title = now_shown.prompt_line == st.prompt.prompt_line;
+                let Some(menu) = now_shown.select.filter(|m| {
+                    same_title
+                        && m.checkbox
+                        && st
+                            .prompt
+                            .select
+                            .as_ref()
+                            .is_some_and(|was| was.names() == m.names())
+                }) else {
+                    if patient {
+                        self.state = State::Steering(st);
+                        return Vec::new();
+                    }
+                    return self.steer_lost(&st, "the menu changed".into());
+                };
+                let checked = menu.checked();
+                if &checked == target {
+                    return self.submit(*st);
+                }
+                // The nearest item whose box differs: move there, then space.
+                let at = menu.highlighted;
+                let differs = |i: &usize| checked[*i] != target[*i];
+                let next = (0..checked.len())
+                    .filter(differs)
+                    .min_by_key(|i| i.abs_diff(at))
+                    .unwrap_or(at);
+                if st.steps > 4 * menu.items.len() + 4 || (st.steps > 0 && !drew) {
+                    return failed(
+                        &st,
+                        format!(
+                            "the boxes did not come to {:?} (they show {:?})",
+                            hr_shared::prompt::multi_value(&menu.names(), target),
+                            hr_shared::prompt::multi_value(&menu.names(), &checked)
+                        ),
+                    );
+                }
+                st.steps += 1;
+                st.sent_seq = self.output_seq;
+                st.sent_at = now;
+                let keys = if next == at {
+                    b" ".to_vec()
+                } else {
+                    arrow(next > at, shown.app_cursor, menu.horizontal)
+                };
                 self.state = State::Steering(st);
                 vec![Action::Write(keys)]
             }
             Goal::Text(ref text) => {
-                if field_shows(&st.prompt.prompt_line, &shown.prompt_line, text) {
+                if field_shows(&st.prompt.prompt_line, &shown.prompt_line, text)
+                    || field_row_shows(&st.before, &shown.rows, text)
+                {
                     return self.submit(*st);
                 }
                 if patient {
@@ -883,7 +1103,7 @@ impl<'a> Conversation<'a> {
                     return Vec::new();
                 }
                 let line = sanitize_line(&shown.prompt_line);
-                let mut actions = vec![Action::Write(CLEAR_FIELD.to_vec())];
+                let mut actions = vec![Action::Write(erase(text.chars().count()))];
                 if masks(&line, text) {
                     // The field hides what is typed: it asks for a secret, which is never
                     // answered from the store.
@@ -909,6 +1129,7 @@ impl<'a> Conversation<'a> {
 
     /// The screen shows what was decided: press Enter.
     fn submit(&mut self, st: Steer) -> Vec<Action> {
+        self.eof_reader = None;
         self.typed_at = Some(self.output_seq);
         self.prev = None;
         self.answered_at = Some(None);
@@ -921,7 +1142,10 @@ impl<'a> Conversation<'a> {
     fn steer_lost(&mut self, st: &Steer, why: String) -> Vec<Action> {
         self.prev = None;
         // Typed text is taken back out of the field it was typed into.
-        let clear = matches!(st.goal, Goal::Text(_)).then(|| Action::Write(CLEAR_FIELD.to_vec()));
+        let clear = match &st.goal {
+            Goal::Text(text) => Some(Action::Write(erase(text.chars().count()))),
+            Goal::Select(_) | Goal::Check(_) => None,
+        };
         clear
             .into_iter()
             .chain([
@@ -943,6 +1167,7 @@ impl<'a> Conversation<'a> {
                 self.setup.label
             ))];
         }
+        self.eof_reader = None;
         self.typed_at = Some(self.output_seq);
         self.prev = None;
         self.answered_at = Some(None);
@@ -970,6 +1195,7 @@ impl<'a> Conversation<'a> {
 mod tests {
     use super::*;
     use hr_shared::approvals::PromptKind;
+    use hr_shared::config::NOT_PROMPT_TIMEOUT;
     use hr_shared::status::ApprovalStatus;
     use hr_shared::testing;
 
@@ -988,6 +1214,10 @@ mod tests {
         modes: Option<Modes>,
         screen: ScreenText,
         samples: usize,
+        /// Who reads the terminal.
+        reader: Option<u64>,
+        /// No output at all for the idle window (no spinner drawing).
+        quiet: bool,
     }
 
     impl Observe for Tty {
@@ -1003,6 +1233,12 @@ mod tests {
         }
         fn screen(&mut self) -> Option<ScreenText> {
             Some(self.screen.clone())
+        }
+        fn reader(&mut self) -> Option<u64> {
+            self.reader
+        }
+        fn quiet(&self) -> bool {
+            self.quiet
         }
     }
 
@@ -1056,6 +1292,8 @@ mod tests {
                     modes: Some(LINE_MODE),
                     screen: ScreenText::default(),
                     samples: 0,
+                    reader: Some(41),
+                    quiet: true,
                 },
                 now,
                 last_output: now,
@@ -1416,6 +1654,155 @@ mod tests {
         run.show(b"Really quit? [y/N]\nlines.txt (END)");
         assert!(matches!(run.idle().as_slice(), [Action::Write(b)] if b == b"q"));
         assert!(!run.conv.asking());
+    }
+
+    /// The time waited, when `actions` end what waits with nothing asked.
+    fn unasked_end(actions: &[Action]) -> Option<Duration> {
+        actions.iter().find_map(|a| match a {
+            Action::EndUnasked { waited, .. } => Some(*waited),
+            _ => None,
+        })
+    }
+
+    /// Ticks every `every` for `total`, the tool drawing nothing, checking that nothing is
+    /// typed or asked: when (after the first tick) what waits is ended, if it is.
+    fn tick_until_ended(run: &mut Run, every: Duration, total: Duration) -> Option<Duration> {
+        let start = run.now;
+        while run.now < start + total {
+            let actions = run.tick_after(every);
+            assert!(!typed_anything(&actions), "{actions:?}");
+            assert!(
+                !actions.iter().any(|a| matches!(a, Action::Ask(_))),
+                "{actions:?}"
+            );
+            if let Some(waited) = unasked_end(&actions) {
+                assert!(waited >= NOT_PROMPT_TIMEOUT, "{waited:?}");
+                return Some(run.now - start);
+            }
+        }
+        None
+    }
+
+    /// vim's screen: the alternate screen, a column of `~`, the file name at the bottom.
+    const VIM: &[u8] = b"\x1b[?1049h\x1b[H\x1b[2J\n~\n~\n~\n\"notes.txt\" [New]\x1b[1;1H";
+
+    #[test]
+    fn an_editor_waiting_with_nothing_asked_is_ended_after_the_not_prompt_timeout() {
+        let mut run = Run::new(OnPrompt::Exit);
+        run.show(VIM);
+        run.tty.modes = Some(RAW_MODE);
+        let at =
+            tick_until_ended(&mut run, ms(100), Duration::from_secs(30)).expect("vim is ended");
+        // Never sent EOF or anything else; ended once the timeout has passed since the first
+        // look that found it waiting (the idle window after it drew).
+        assert!(at >= NOT_PROMPT_TIMEOUT, "{at:?}");
+        assert!(at <= NOT_PROMPT_TIMEOUT + IDLE * 2, "{at:?}");
+        assert!(!run.conv.asking());
+        // What comes next is counted afresh.
+        assert_eq!(tick_until_ended(&mut run, ms(100), ms(4000)), None);
+    }
+
+    #[test]
+    fn a_program_redrawing_every_second_between_looks_is_still_ended() {
+        // `top`: raw mode, the cursor hidden, the whole screen drawn anew every second.
+        let mut run = Run::new(OnPrompt::Exit);
+        run.tty.modes = Some(RAW_MODE);
+        let mut ended = None;
+        for second in 0..30u64 {
+            run.show(
+                format!(
+                    "\x1b[?25l\x1b[Htop - up {second} s\nTasks: {} total\n",
+                    90 + second
+                )
+                .as_bytes(),
+            );
+            for _ in 0..10 {
+                let actions = run.tick_after(ms(100));
+                assert!(!typed_anything(&actions), "no EOF, no keys: {actions:?}");
+                if unasked_end(&actions).is_some() {
+                    ended.get_or_insert(second);
+                }
+            }
+        }
+        let second = ended.expect("top is ended");
+        assert!((5..=7).contains(&second), "{second}");
+    }
+
+    #[test]
+    fn a_program_still_drawing_or_not_drawn_yet_or_told_to_wait_is_left_alone() {
+        // A spinner keeps drawing: at work, not waiting.
+        let mut run = Run::new(OnPrompt::Exit);
+        run.show(b"\x1b[?25l\xe2\x9c\xbb Thinking\xe2\x80\xa6");
+        run.tty.modes = Some(RAW_MODE);
+        run.tty.quiet = false;
+        assert_eq!(
+            tick_until_ended(&mut run, ms(100), Duration::from_secs(30)),
+            None
+        );
+        // A blank alternate screen: still starting (Codex draws its menu seconds later).
+        let mut run = Run::new(OnPrompt::Exit);
+        run.show(b"\x1b[?1049h\x1b[H\x1b[2J");
+        run.tty.modes = Some(RAW_MODE);
+        assert_eq!(
+            tick_until_ended(&mut run, ms(100), Duration::from_secs(30)),
+            None
+        );
+        // not_prompt_timeout = "none": it waits (for the stall timeout).
+        let mut run = Run::new(OnPrompt::Exit);
+        let settings = Box::leak(Box::new(Resolved {
+            not_prompt_timeout: None,
+            ..run.conv.setup.settings.clone()
+        }));
+        run.conv.setup.settings = settings;
+        run.show(VIM);
+        run.tty.modes = Some(RAW_MODE);
+        assert_eq!(
+            tick_until_ended(&mut run, ms(100), Duration::from_secs(30)),
+            None
+        );
+    }
+
+    #[test]
+    fn a_stretch_of_output_longer_than_the_timeout_counts_again_from_the_next_look() {
+        let mut run = Run::new(OnPrompt::Exit);
+        run.tty.modes = Some(RAW_MODE);
+        run.show(VIM);
+        assert_eq!(tick_until_ended(&mut run, ms(100), ms(3000)), None);
+        // Six seconds of output with no look in between (a tool at work).
+        for i in 0..60 {
+            run.show(format!("\x1b[?1049h\x1b[5;1H~ working {i}\x1b[1;1H").as_bytes());
+            assert!(run.tick_after(ms(100)).is_empty());
+        }
+        let at = tick_until_ended(&mut run, ms(100), Duration::from_secs(30)).expect("ended");
+        assert!(at >= NOT_PROMPT_TIMEOUT, "counted afresh: {at:?}");
+    }
+
+    #[test]
+    fn a_question_from_the_reader_just_given_eof_gets_eof_again() {
+        // IPython: EOF at its bare prompt, then `Do you really want to exit ([y]/n)?` from
+        // the same process.
+        let mut run = Run::new(OnPrompt::Exit);
+        run.tty.modes = Some(RAW_MODE);
+        run.show(b"IPython 9.18.1 -- An enhanced Interactive Python.\n\nIn [1]: ");
+        assert!(matches!(run.idle().as_slice(), [Action::Write(b)] if b == &[4]));
+        run.tty.modes = Some(LINE_MODE);
+        run.show(b"\nDo you really want to exit ([y]/n)? ");
+        let actions = run.idle();
+        assert!(
+            matches!(actions.as_slice(), [Action::Write(b)] if b == &[4]),
+            "EOF again, never an approval: {actions:?}"
+        );
+        // Another process asking after that EOF asks for itself.
+        run.show(b"\nDeploy to production? [y/N] ");
+        run.tty.reader = Some(99);
+        assert!(matches!(run.idle().as_slice(), [Action::Ask(_)]));
+        // Where /proc will not say who reads, a question is asked.
+        let mut run = Run::new(OnPrompt::Exit);
+        run.tty.reader = None;
+        run.show(b">>> ");
+        assert!(matches!(run.idle().as_slice(), [Action::Write(_)]));
+        run.show(b"\nDo you really want to exit ([y]/n)? ");
+        assert!(matches!(run.idle().as_slice(), [Action::Ask(_)]));
     }
 
     #[test]
@@ -1927,6 +2314,67 @@ mod tests {
         assert_eq!(writes(&settle(&mut run)), [b"\x1bOA".to_vec()]);
     }
 
+    /// A check-box menu: `at` highlighted, `checked` ticked.
+    fn checkbox_screen(at: usize, checked: [bool; 3]) -> Vec<u8> {
+        let mut s = "\x1b[H\x1b[2J? Pick toppings\r\n".to_owned();
+        for (i, item) in ["cheese", "ham", "olives"].iter().enumerate() {
+            let pointer = if i == at { "\u{276f}" } else { " " };
+            let tick = if checked[i] { "\u{25c9}" } else { "\u{25ef}" };
+            s.push_str(&format!("{pointer}{tick} {item}\r\n"));
+        }
+        s.into_bytes()
+    }
+
+    #[test]
+    fn a_checkbox_menu_is_steered_to_the_decided_set_then_submitted() {
+        let mut run = Run::new(OnPrompt::Exit);
+        run.tty.modes = Some(RAW_MODE);
+        run.show(&checkbox_screen(0, [false, true, false]));
+        let request = run.ask();
+        assert_eq!(request.prompt.rule, "generic:checkbox");
+        assert_eq!(request.prompt.default.as_deref(), Some("ham"));
+        let first = run.reply(PromptResolution::Answer {
+            approval: decided("AP-1", ApprovalStatus::Approved, Some("cheese,olives")),
+            value: "cheese,olives".into(),
+        });
+        assert!(first.is_empty(), "looked at before any key: {first:?}");
+        // cheese (highlighted) is off: space.
+        assert_eq!(writes(&settle(&mut run)), [b" ".to_vec()]);
+        run.show(&checkbox_screen(0, [true, true, false]));
+        // ham is on and must be off: down, then space.
+        assert_eq!(writes(&settle(&mut run)), [b"\x1b[B".to_vec()]);
+        run.show(&checkbox_screen(1, [true, true, false]));
+        assert_eq!(writes(&settle(&mut run)), [b" ".to_vec()]);
+        run.show(&checkbox_screen(1, [true, false, false]));
+        assert_eq!(writes(&settle(&mut run)), [b"\x1b[B".to_vec()]);
+        run.show(&checkbox_screen(2, [true, false, false]));
+        assert_eq!(writes(&settle(&mut run)), [b" ".to_vec()]);
+        run.show(&checkbox_screen(2, [true, false, true]));
+        // The boxes show what was decided: Enter.
+        assert_eq!(writes(&settle(&mut run)), [b"\r".to_vec()]);
+        // A box that does not take the key: nothing submitted.
+        let mut run = Run::new(OnPrompt::Exit);
+        run.tty.modes = Some(RAW_MODE);
+        run.show(&checkbox_screen(0, [false, true, false]));
+        run.ask();
+        run.reply(PromptResolution::Answer {
+            approval: decided("AP-1", ApprovalStatus::Approved, Some("cheese,ham")),
+            value: "cheese,ham".into(),
+        });
+        assert_eq!(writes(&settle(&mut run)), [b" ".to_vec()]);
+        let mut gave_up = Vec::new();
+        for _ in 0..40 {
+            gave_up = run.tick_after(ms(100));
+            if !gave_up.is_empty() {
+                break;
+            }
+        }
+        assert!(
+            matches!(ended(&gave_up), Some(RunOutcome::Rejected { why, .. }) if why.contains("boxes")),
+            "{gave_up:?}"
+        );
+    }
+
     #[test]
     fn a_select_menu_that_changes_or_does_not_move_is_not_submitted() {
         // Other items than the operator saw: the decision is given back, nothing submitted.
@@ -1977,7 +2425,11 @@ mod tests {
             approval: decided("AP-1", ApprovalStatus::Approved, Some("myproj")),
             value: "myproj".into(),
         });
-        assert_eq!(writes(&first), [b"\x05\x15myproj".to_vec()]);
+        assert_eq!(
+            writes(&first),
+            [b"\x7f\x7f\x7f\x7fmyproj".to_vec()],
+            "demo erased"
+        );
         run.show(b"Project name: myproj");
         let done = settle(&mut run);
         assert_eq!(writes(&done), [b"\r".to_vec()]);
@@ -1992,7 +2444,7 @@ mod tests {
         });
         run.show(b"Project name: xmyproj");
         let bad = settle(&mut run);
-        assert_eq!(writes(&bad), [CLEAR_FIELD.to_vec()]);
+        assert_eq!(writes(&bad), [erase(6)], "what was typed is erased");
         assert!(
             matches!(ended(&bad), Some(RunOutcome::Rejected { why, .. }) if why.contains("xmyproj"))
         );
@@ -2007,10 +2459,54 @@ mod tests {
         });
         run.show(b"? Enter the value *******");
         let masked = settle(&mut run);
-        assert_eq!(writes(&masked), [CLEAR_FIELD.to_vec()]);
+        assert_eq!(writes(&masked), [erase(7)]);
         assert!(
             matches!(ended(&masked), Some(RunOutcome::SecretRefused { .. })),
             "{masked:?}"
+        );
+    }
+
+    #[test]
+    fn a_fields_room_is_what_follows_the_prompts_mark() {
+        let none: &[String] = &[];
+        assert_eq!(field_room("Project name: demo", none, false), 4);
+        assert_eq!(field_room("? Project name › demo", none, false), 4);
+        assert_eq!(field_room("Name: ", none, false), 0);
+        assert_eq!(field_room("? Project name (demo) ", none, false), 0);
+        // questionary's pre-filled field has no mark between question and value: enough
+        // backspaces for both (the question itself is not part of the field).
+        assert_eq!(field_room("? Project name demo", none, false), 17);
+        assert_eq!(
+            field_room("Project name demo", none, false),
+            17,
+            "no mark: the line"
+        );
+        // A field on a row of its own under a hidden cursor: the longest last row.
+        let rows: Vec<String> = ["◆  Project name", "│  demo", "└"]
+            .map(String::from)
+            .to_vec();
+        assert_eq!(field_room("◆  Project name", &rows, true), 15);
+    }
+
+    #[test]
+    fn a_field_on_a_row_of_its_own_shows_the_answer_there() {
+        let before: Vec<String> = ["◆  Project name", "│  demo", "└"]
+            .map(String::from)
+            .to_vec();
+        let now: Vec<String> = ["◆  Project name", "│  myproj█", "└"]
+            .map(String::from)
+            .to_vec();
+        assert!(field_row_shows(&before, &now, "myproj"));
+        let kept: Vec<String> = ["◆  Project name", "│  demomyproj", "└"]
+            .map(String::from)
+            .to_vec();
+        assert!(
+            !field_row_shows(&before, &kept, "myproj"),
+            "run on from what the field kept"
+        );
+        assert!(
+            !field_row_shows(&before, &before, "demo"),
+            "an unchanged row shows nothing typed"
         );
     }
 
@@ -2067,7 +2563,11 @@ mod tests {
             approval: decided("AP-2", ApprovalStatus::Approved, Some("bob")),
             value: "bob".into(),
         });
-        assert_eq!(writes(&answer), [b"\x05\x15bob".to_vec()]);
+        assert_eq!(
+            writes(&answer),
+            [b"bob".to_vec()],
+            "an empty field: nothing to erase"
+        );
         again.show(b"Name: bob");
         assert_eq!(writes(&settle(&mut again)), [b"\r".to_vec()]);
         again.show(b"Name: bob");

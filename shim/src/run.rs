@@ -52,7 +52,8 @@ pub struct RunContext {
 /// The pager variables a tool gets in headless (pty) mode, each unless the caller set it
 /// (to anything, empty included): with a terminal as its stdout a tool would start a pager
 /// and wait at its prompt, where in CI without the shim (stdout a pipe) it prints
-/// everything. `cat` is the value every one of these tools takes as "no pager".
+/// everything. `cat` is the value every one of these tools takes as "no pager" — but for
+/// `man`, see [`MAN_PAGER`].
 pub const PAGER_VARS: [&str; 7] = [
     "PAGER",
     "GIT_PAGER",
@@ -63,13 +64,32 @@ pub const PAGER_VARS: [&str; 7] = [
     "PSQL_PAGER",
 ];
 
-/// The pager variables to set, given which ones the caller has.
-fn pager_env(caller_has: impl Fn(&str) -> bool) -> Vec<(&'static str, &'static OsStr)> {
+/// `man`'s pager: what man-db itself puts after the formatter when its output is not a
+/// terminal. Formatting for a terminal (the pty), groff draws bold and underline by
+/// overstriking (`N\bN`, `_\bx`), which `cat` would pass into a CI log; `col -b` leaves the
+/// plain text `man ls | cat` gives. (`cat` where there is no `col`.)
+pub const MAN_PAGER: &str = "col -b -p -x";
+
+/// The pager variables to set, given which ones the caller has and whether `col` is there
+/// (asked only when `MANPAGER` is to be set).
+fn pager_env(
+    caller_has: impl Fn(&str) -> bool,
+    has_col: impl FnOnce() -> bool,
+) -> Vec<(&'static str, &'static OsStr)> {
+    let mut has_col = Some(has_col);
     PAGER_VARS
         .into_iter()
         .filter(|v| !caller_has(v))
-        .map(|v| (v, OsStr::new("cat")))
+        .map(|v| {
+            let man = v == "MANPAGER" && has_col.take().is_some_and(|f| f());
+            (v, OsStr::new(if man { MAN_PAGER } else { "cat" }))
+        })
         .collect()
+}
+
+/// Whether `col` is on `PATH`.
+fn col_on_path() -> bool {
+    hr_shared::tool_path::find_tool(OsStr::new("col"), env("PATH").as_deref(), None, None).is_ok()
 }
 
 impl RunContext {
@@ -82,7 +102,7 @@ impl RunContext {
         ];
         if headless {
             vars.push(("HEADLESS", OsStr::new("1")));
-            vars.extend(pager_env(|v| env(v).is_some()));
+            vars.extend(pager_env(|v| env(v).is_some(), col_on_path));
         }
         vars
     }
@@ -575,7 +595,7 @@ mod tests {
 
     #[test]
     fn pager_variables_the_caller_set_are_left_alone() {
-        let set = pager_env(|v| v == "PAGER" || v == "GIT_PAGER");
+        let set = pager_env(|v| v == "PAGER" || v == "GIT_PAGER", || false);
         let names: Vec<&str> = set.iter().map(|(k, _)| *k).collect();
         assert_eq!(
             names,
@@ -588,7 +608,26 @@ mod tests {
             ]
         );
         assert!(set.iter().all(|(_, v)| *v == "cat"));
-        assert_eq!(pager_env(|_| false).len(), PAGER_VARS.len());
-        assert!(pager_env(|_| true).is_empty());
+        assert_eq!(pager_env(|_| false, || true).len(), PAGER_VARS.len());
+        assert!(pager_env(|_| true, || panic!("col is looked for only for MANPAGER")).is_empty());
+    }
+
+    #[test]
+    fn man_gets_col_to_strip_overstrike_where_there_is_one() {
+        let man = |has_col| {
+            pager_env(|_| false, move || has_col)
+                .into_iter()
+                .find(|(k, _)| *k == "MANPAGER")
+                .map(|(_, v)| v.to_owned())
+        };
+        assert_eq!(man(true).as_deref(), Some(OsStr::new(MAN_PAGER)));
+        assert_eq!(man(false).as_deref(), Some(OsStr::new("cat")));
+        // The other pagers stay `cat`: `col` would hold back and rewrite their output.
+        assert!(
+            pager_env(|_| false, || true)
+                .iter()
+                .filter(|(k, _)| *k != "MANPAGER")
+                .all(|(_, v)| *v == "cat")
+        );
     }
 }

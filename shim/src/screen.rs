@@ -20,6 +20,72 @@ pub struct ScreenText {
     pub full_screen: bool,
     /// The cursor is hidden (DECTCEM off): where it stands is not where the tool asks.
     pub cursor_hidden: bool,
+    /// How each character of each row is drawn, as [`emphasis`] scores it (`rows[i]`'s
+    /// chars, one for one; an empty row where the two cannot be lined up): which word of a
+    /// toggle is the current one, which text is a placeholder.
+    pub emphasis: Vec<Vec<i8>>,
+}
+
+/// How a cell stands out: reverse video or a background colour 4, underlined 3, bold 2, a
+/// foreground colour 1, plain 0, dim or grey -1. A toggle's current word and a selected
+/// button stand out from the other; a placeholder is dimmer than typed text.
+pub fn emphasis(cell: &vt100::Cell) -> i8 {
+    use vt100::Color;
+    let grey = |c: Color| match c {
+        Color::Idx(n) => n == 8 || (232..=250).contains(&n),
+        Color::Rgb(r, g, b) => r.max(g).max(b) - r.min(g).min(b) < 16,
+        Color::Default => false,
+    };
+    if cell.inverse() || cell.bgcolor() != Color::Default {
+        4
+    } else if cell.underline() {
+        3
+    } else if cell.bold() {
+        2
+    } else if cell.dim() || grey(cell.fgcolor()) {
+        -1
+    } else if cell.fgcolor() != Color::Default {
+        1
+    } else {
+        0
+    }
+}
+
+/// The emphasis of each character of `row` as `Screen::rows` writes it (a gap of empty
+/// cells as spaces, a wide character once); empty when it does not come out as `text`.
+fn row_emphasis(screen: &vt100::Screen, row: u16, cols: u16, text: &str) -> Vec<i8> {
+    let mut out = Vec::new();
+    let mut built = String::new();
+    let mut prev_col = 0u16;
+    let mut skip = false;
+    for col in 0..cols {
+        let Some(cell) = screen.cell(row, col) else {
+            break;
+        };
+        if skip {
+            skip = false;
+            continue;
+        }
+        skip = cell.is_wide();
+        if !cell.has_contents() {
+            continue;
+        }
+        for gap in prev_col..col {
+            built.push(' ');
+            out.push(screen.cell(row, gap).map_or(0, emphasis));
+        }
+        let e = emphasis(cell);
+        for ch in cell.contents().chars() {
+            built.push(ch);
+            out.push(e);
+        }
+        prev_col = col + if cell.is_wide() { 2 } else { 1 };
+    }
+    if built.trim_end() != text {
+        return Vec::new();
+    }
+    out.truncate(text.chars().count());
+    out
 }
 
 /// Feeds tool output to the emulator as a terminal with `ONLCR` would show it: the pty has
@@ -44,6 +110,11 @@ impl ScreenText {
             .rows(0, cols.get())
             .map(|r| r.trim_end().to_owned())
             .collect();
+        let emphasis = rows
+            .iter()
+            .enumerate()
+            .map(|(i, text)| row_emphasis(screen, i as u16, cols.get(), text))
+            .collect();
         let (crow, ccol) = screen.cursor_position();
         let prompt_line = rows
             .get(crow as usize)
@@ -57,6 +128,7 @@ impl ScreenText {
             cursor_hidden: screen.hide_cursor(),
             full_screen: screen.alternate_screen()
                 || screen.mouse_protocol_mode() != vt100::MouseProtocolMode::None,
+            emphasis,
         }
     }
 
@@ -210,6 +282,29 @@ mod tests {
 
     fn screen(bytes: &[u8]) -> ScreenText {
         ScreenText::rendered(5, 40, bytes)
+    }
+
+    #[test]
+    fn emphasis_follows_the_cells_drawing_character_for_character() {
+        // prompts' toggle: the current word underlined in colour, the other grey.
+        let s = screen("? Enable cache? › \x1b[90moff\x1b[0m / \x1b[4;36mon\x1b[0m".as_bytes());
+        let row = &s.rows[0];
+        let e = &s.emphasis[0];
+        assert_eq!(e.len(), row.chars().count(), "one score per character");
+        let at = |word: &str| {
+            row.chars().count()
+                - row.rsplit(word).next().unwrap().chars().count()
+                - word.chars().count()
+        };
+        assert_eq!(e[at("off")], -1);
+        assert_eq!(e[at("on")], 3);
+        assert_eq!(e[0], 0, "`?` plain");
+        // Reverse video and a background colour stand out most; a wide character counts once.
+        let s = screen("漢字 \x1b[7m OK \x1b[0m \x1b[44mNo\x1b[0m".as_bytes());
+        assert_eq!(s.emphasis[0].len(), s.rows[0].chars().count());
+        assert_eq!(s.emphasis[0][0], 0);
+        assert_eq!(*s.emphasis[0].last().unwrap(), 4);
+        assert!(s.emphasis[0].contains(&4));
     }
 
     #[test]

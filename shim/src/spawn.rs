@@ -27,6 +27,10 @@ pub struct SpawnSpec<'a> {
     /// The event pipe's write end and the number the tool gets it at (the write end is
     /// close-on-exec and never at that number, so the tool has it there only).
     pub event_fd: Option<(RawFd, RawFd)>,
+    /// A pipe's write end the tool gets as its stdout instead of the pty (a pager run
+    /// directly, which writes its text as without a terminal): close-on-exec, above 2 and
+    /// never at the event descriptor's number, so the stdio actions leave it alone.
+    pub stdout: Option<RawFd>,
 }
 
 fn cstr(b: &[u8]) -> io::Result<CString> {
@@ -136,6 +140,14 @@ fn spawn_raw(
                     &mut actions,
                     libc::STDOUT_FILENO,
                     libc::STDIN_FILENO,
+                ))?;
+            }
+            // Last: the terminal is the controlling one by now, stderr and stdin keep it.
+            if let Some(out) = spec.stdout {
+                check(libc::posix_spawn_file_actions_adddup2(
+                    &mut actions,
+                    out,
+                    libc::STDOUT_FILENO,
                 ))?;
             }
             let mut pid: libc::pid_t = 0;

@@ -99,6 +99,20 @@ pub fn run(
         }
     };
     let fd_number = events.as_ref().map(|p| p.target.to_string());
+    // A pager run directly (`less FILE`) writes its text to a pipe, as it does without a
+    // terminal: paged through a screen at a time instead, a line wider than the screen
+    // that crossed a page's end was drawn in two parts around the pager's prompt.
+    let pager_pipe = if runs_a_pager(ctx) {
+        match StdoutPipe::open(events.as_ref().map(|p| p.target)) {
+            Ok(p) => Some(p),
+            Err(e) => {
+                eprintln!("headless-run: warning: the pager writes to the terminal: {e}");
+                None
+            }
+        }
+    } else {
+        None
+    };
     let mut env = ctx.tool_env(true);
     let mut remove = ctx.env_remove.clone();
     match &token {
@@ -118,12 +132,14 @@ pub fn run(
         tty: pty.slave_path(),
         pass_stdin,
         event_fd: events.as_ref().map(|p| (p.write.as_raw_fd(), p.target)),
+        stdout: pager_pipe.as_ref().map(|p| p.write.as_raw_fd()),
     };
     group::become_subreaper();
     let pid = pty.spawn(&spec).map_err(|e| run::spawn_failure(ctx, e))?;
     // The tool has its copy; the shim keeps only the read end, so the pipe ends when the
     // tool and whatever it passed the descriptor to have closed it.
     let events = events.map(|p| p.read);
+    let stdout_pipe = pager_pipe.map(|p| p.read);
     start.send(Some(pid));
     let recorder = Recorder::start(RecorderSetup {
         paths: ctx.paths.clone(),
@@ -144,6 +160,7 @@ pub fn run(
         signals,
         recorder,
         events,
+        stdout_pipe,
         size_fd: own_size.map(|(_, _, fd)| fd),
         stdout_open: true,
         line_open: false,
@@ -159,6 +176,7 @@ pub fn run(
         exited: None,
         master_eof: false,
         ending: None,
+        unasked: None,
         stalled: false,
         conv: Conversation::new(Setup {
             tool: &ctx.tool_name,
@@ -239,6 +257,51 @@ fn stdin_carries_data() -> bool {
     }
 }
 
+/// Whether the tool run is itself a pager (`less FILE`, Debian's `pager`), by the name it
+/// was called by or its file's name.
+fn runs_a_pager(ctx: &RunContext) -> bool {
+    let named = |n: Option<&OsStr>| {
+        n.and_then(OsStr::to_str)
+            .is_some_and(|n| blocked::PAGERS.contains(&n))
+    };
+    named(std::path::Path::new(&ctx.argv0).file_name()) || named(ctx.tool_path.file_name())
+}
+
+/// The pipe a pager run directly gets as its stdout: its write end close-on-exec and moved
+/// above the numbers the spawn's other actions write (0–2 and the event descriptor's), its
+/// read end non-blocking.
+struct StdoutPipe {
+    read: OwnedFd,
+    write: OwnedFd,
+}
+
+impl StdoutPipe {
+    fn open(event_target: Option<RawFd>) -> io::Result<StdoutPipe> {
+        use std::os::fd::FromRawFd;
+        let mut fds = [0; 2];
+        // SAFETY: fds has room for the two descriptors pipe2 writes.
+        if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC | libc::O_NONBLOCK) } != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: pipe2 just returned these two descriptors, owned by nobody else.
+        let (read, write) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+        // The tool's end blocks, as a pipe to a pager's stdout does.
+        // SAFETY: F_SETFL on a descriptor we own.
+        if unsafe { libc::fcntl(write.as_raw_fd(), libc::F_SETFL, 0) } < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        let above = event_target.map_or(3, |t| t.max(2) + 1);
+        // SAFETY: F_DUPFD_CLOEXEC returns a new descriptor we then own.
+        let moved = unsafe { libc::fcntl(write.as_raw_fd(), libc::F_DUPFD_CLOEXEC, above) };
+        if moved < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: `moved` is ours alone.
+        let write = unsafe { OwnedFd::from_raw_fd(moved) };
+        Ok(StdoutPipe { read, write })
+    }
+}
+
 /// Ending the tool: TERM now, KILL at `kill_at`.
 struct Ending {
     outcome: RunOutcome,
@@ -246,6 +309,18 @@ struct Ending {
     killed: bool,
     /// Processes the tool started outside its session (daemons), ended with it.
     strays: Vec<(i32, u64)>,
+}
+
+/// What waited for keys with nothing asked, ended by the shim (TERM, then KILL at
+/// `kill_at`): the tool goes on, as it would once its editor failed, and its run says why.
+struct EndedUnasked {
+    /// What was ended and why, for the run's reason.
+    what: String,
+    readers: Vec<(i32, u64)>,
+    kill_at: Instant,
+    killed: bool,
+    /// The tool's own process was among them: its exit is the end of the run.
+    the_tool: bool,
 }
 
 /// How often to look for the store's answer while one is expected.
@@ -260,6 +335,8 @@ struct Supervisor<'a> {
     recorder: Recorder,
     /// The event descriptor's read end, until every writer has closed it.
     events: Option<OwnedFd>,
+    /// The read end of the pipe a pager run directly writes to, until it is at its end.
+    stdout_pipe: Option<OwnedFd>,
     size_fd: Option<RawFd>,
     stdout_open: bool,
     /// The tool's output so far does not end with a newline (a prompt waits on its line).
@@ -284,6 +361,8 @@ struct Supervisor<'a> {
     exited: Option<(i32, Instant)>,
     master_eof: bool,
     ending: Option<Ending>,
+    /// What waited for keys with nothing asked and was ended, last.
+    unasked: Option<EndedUnasked>,
     stalled: bool,
     conv: Conversation<'a>,
     /// The store's reply to the prompt the conversation asks about.
@@ -388,7 +467,9 @@ impl Supervisor<'_> {
     fn finished(&mut self, now: Instant) -> Option<RunOutcome> {
         let (status, at) = self.exited?;
         let quiet_since = self.last_output.max(at);
-        let drained = self.master_eof || now >= at + DRAIN_MAX || now >= quiet_since + DRAIN_QUIET;
+        let drained = (self.stdout_pipe.is_none()
+            && (self.master_eof || now >= quiet_since + DRAIN_QUIET))
+            || now >= at + DRAIN_MAX;
         if !drained {
             return None;
         }
@@ -425,7 +506,10 @@ impl Supervisor<'_> {
                 {
                     RunOutcome::ApprovalPending { approval_id }
                 }
-                (outcome, _) => outcome,
+                (outcome, _) => match &self.unasked {
+                    Some(ended) => not_a_prompt(ended, &self.ctx.tool_label, &outcome),
+                    None => outcome,
+                },
             },
         )
     }
@@ -474,6 +558,13 @@ impl Supervisor<'_> {
     }
 
     fn enforce_limits(&mut self, now: Instant) {
+        if let Some(u) = &mut self.unasked
+            && !u.killed
+            && now >= u.kill_at
+        {
+            u.killed = true;
+            group::signal_strays(&u.readers, libc::SIGKILL);
+        }
         if let Some(ending) = &mut self.ending {
             if !ending.killed && now >= ending.kill_at {
                 group::signal_session(self.pid, libc::SIGKILL);
@@ -614,6 +705,11 @@ impl Supervisor<'_> {
         {
             deadlines.push(e.kill_at);
         }
+        if let Some(u) = &self.unasked
+            && !u.killed
+        {
+            deadlines.push(u.kill_at);
+        }
         if self.touch_pending {
             deadlines.push(self.last_touch.map_or(now, |t| t + TOUCH_EVERY));
         }
@@ -670,6 +766,14 @@ impl Supervisor<'_> {
                 events: libc::POLLIN,
                 revents: 0,
             },
+            libc::pollfd {
+                fd: match &self.stdout_pipe {
+                    Some(p) if !self.output_paused() => p.as_raw_fd(),
+                    _ => -1,
+                },
+                events: libc::POLLIN,
+                revents: 0,
+            },
         ];
         let ms = timeout.as_millis().min(i32::MAX as u128) as i32;
         // SAFETY: fds holds fds.len() valid pollfd entries.
@@ -684,6 +788,9 @@ impl Supervisor<'_> {
         }
         if fds[1].revents != 0 {
             self.read_output(buf);
+        }
+        if fds[4].revents != 0 {
+            self.read_stdout_pipe(buf);
         }
         if fds[2].revents != 0 {
             self.read_events(buf);
@@ -769,25 +876,7 @@ impl Supervisor<'_> {
         // SAFETY: buf is writable for its length.
         let n = unsafe { libc::read(self.pty.fd(), buf.as_mut_ptr().cast(), buf.len()) };
         if n > 0 {
-            let data = &buf[..n as usize];
-            if self.stdout_open && write_stdout(data).is_err() {
-                // Nobody reads our stdout any more; keep draining the tool so it never blocks.
-                self.stdout_open = false;
-            }
-            self.line_open = data.last() != Some(&b'\n');
-            if let Some(scanner) = self.queries.as_mut() {
-                // Bounded: a tool that floods queries and never reads its replies must not
-                // make the shim block writing them.
-                let room = MAX_UNANSWERED.saturating_sub(self.unanswered.len());
-                self.unanswered
-                    .extend(scanner.scan(data).into_iter().take(room));
-                if !self.unanswered.is_empty() && self.queried_at.is_none() {
-                    self.queried_at = Some(Instant::now());
-                }
-            }
-            self.recorder.push(data);
-            self.unseen_bytes = self.unseen_bytes.saturating_add(data.len());
-            self.on_output();
+            self.took_output(&buf[..n as usize], true);
             return;
         }
         let err = io::Error::last_os_error();
@@ -801,6 +890,54 @@ impl Supervisor<'_> {
         }
         // EIO: every slave descriptor is closed.
         self.master_eof = true;
+    }
+
+    /// One read of the pipe a pager run directly writes to; its end (every writer gone) or
+    /// an error stops reading it.
+    fn read_stdout_pipe(&mut self, buf: &mut [u8]) {
+        let Some(fd) = &self.stdout_pipe else {
+            return;
+        };
+        // SAFETY: buf is writable for its length.
+        let n = unsafe { libc::read(fd.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len()) };
+        if n > 0 {
+            self.took_output(&buf[..n as usize], false);
+            return;
+        }
+        let err = io::Error::last_os_error();
+        if n < 0
+            && matches!(
+                err.kind(),
+                io::ErrorKind::Interrupted | io::ErrorKind::WouldBlock
+            )
+        {
+            return;
+        }
+        self.stdout_pipe = None;
+    }
+
+    /// Output of the tool: to stdout, the screen model and the run log. Only what it drew
+    /// on its terminal (`drawn`) may hold questions to the terminal: a pipe's text is
+    /// written, never drawn.
+    fn took_output(&mut self, data: &[u8], drawn: bool) {
+        if self.stdout_open && write_stdout(data).is_err() {
+            // Nobody reads our stdout any more; keep draining the tool so it never blocks.
+            self.stdout_open = false;
+        }
+        self.line_open = data.last() != Some(&b'\n');
+        if let Some(scanner) = self.queries.as_mut().filter(|_| drawn) {
+            // Bounded: a tool that floods queries and never reads its replies must not
+            // make the shim block writing them.
+            let room = MAX_UNANSWERED.saturating_sub(self.unanswered.len());
+            self.unanswered
+                .extend(scanner.scan(data).into_iter().take(room));
+            if !self.unanswered.is_empty() && self.queried_at.is_none() {
+                self.queried_at = Some(Instant::now());
+            }
+        }
+        self.recorder.push(data);
+        self.unseen_bytes = self.unseen_bytes.saturating_add(data.len());
+        self.on_output();
     }
 
     fn on_output(&mut self) {
@@ -914,12 +1051,15 @@ impl Supervisor<'_> {
         }
         let idle_for = now.saturating_duration_since(self.last_change);
         let animating = self.animating(now);
+        let quiet =
+            now.saturating_duration_since(self.last_output) >= self.ctx.settings.prompt_idle;
         let mut look = Look {
             pty: &self.pty,
             pid: self.pid,
             recorder: &self.recorder,
             outside: &mut self.outside,
             animating,
+            quiet,
         };
         let actions = self.conv.tick(now, idle_for, &mut look);
         self.carry_out(actions);
@@ -956,6 +1096,7 @@ impl Supervisor<'_> {
             recorder: &self.recorder,
             outside: &mut self.outside,
             animating,
+            quiet: false,
         };
         let actions = self.conv.watched(Instant::now(), got, &mut look);
         if !self.conv.waiting() {
@@ -1006,9 +1147,48 @@ impl Supervisor<'_> {
                     taken_over,
                 } => self.announce(&approval, waiting, taken_over),
                 Action::End(outcome) => self.end_tool(outcome),
+                Action::EndUnasked { waited, kind } => self.end_unasked(waited, kind),
                 Action::Say(line) => eprintln!("{line}"),
             }
         }
+    }
+
+    /// Ends what reads the terminal with nothing asked (TERM now, KILL after the grace
+    /// period), as it would end without a terminal: an editor fails, a monitor stops. Only
+    /// the readers: the tool that started them goes on (`git commit` reports that its
+    /// editor failed), as it would.
+    fn end_unasked(&mut self, waited: Duration, kind: &str) {
+        let Some(pgrp) = self.pty.foreground_pgrp() else {
+            return;
+        };
+        let readers = blocked::sample(self.pid, pgrp, self.pty.slave_rdev()).readers;
+        if readers.is_empty() {
+            return;
+        }
+        let names = readers
+            .iter()
+            .map(|p| sanitize_line(&p.comm))
+            .collect::<Vec<_>>()
+            .join(", ");
+        let what = format!(
+            "nothing asked: {names} waited {} for keys ({kind}) and was ended, as it would end without a terminal",
+            time::short_duration(waited)
+        );
+        eprintln!(
+            "headless-run: {}: {what} (TERM; not_prompt_timeout = \"none\" lets it wait)",
+            self.ctx.tool_label,
+        );
+        let pids: Vec<(i32, u64)> = readers.iter().map(|p| (p.pid, p.start_time)).collect();
+        group::signal_strays(&pids, libc::SIGTERM);
+        // A stopped process cannot act on TERM until it is continued.
+        group::signal_strays(&pids, libc::SIGCONT);
+        self.unasked = Some(EndedUnasked {
+            what,
+            the_tool: pids.iter().any(|&(pid, _)| pid == self.pid),
+            readers: pids,
+            kill_at: Instant::now() + self.ctx.settings.kill_grace,
+            killed: false,
+        });
     }
 
     fn watcher_for(&self, a: &Approval) -> Option<Watcher> {
@@ -1046,13 +1226,20 @@ impl Supervisor<'_> {
         } else {
             "VALUE"
         };
+        // `approve` takes the tool's own default (DESIGN §15): say which answer that is.
+        let means = match (a.prompt_kind, a.approve_value()) {
+            (Some(k), Some(v)) if k.approve_is_default() => {
+                format!("; approve = `{}`, the tool's default", sanitize_line(v))
+            }
+            _ => String::new(),
+        };
         // After a prompt without a newline on the same terminal, the line starts afresh.
         if self.line_open && stdout_is_stderr() {
             eprintln!();
         }
         let monitor = self.monitor_command();
         eprintln!(
-            "headless-run: {} asks {asked:?}: approval {} is {}; decide with: {monitor} decide {} {first}  (or: {}){}",
+            "headless-run: {} asks {asked:?}: approval {} is {}; decide with: {monitor} decide {} {first}  (or: {}){means}{}",
             self.ctx.tool_label,
             a.approval_id,
             if taken_over {
@@ -1162,6 +1349,8 @@ struct Look<'s> {
     outside: &'s mut Outside,
     /// Output came since the screen last changed: it only animates.
     animating: bool,
+    /// No output at all for the idle window.
+    quiet: bool,
 }
 
 impl Observe for Look<'_> {
@@ -1171,6 +1360,10 @@ impl Observe for Look<'_> {
 
     fn animating(&self) -> bool {
         self.animating
+    }
+
+    fn quiet(&self) -> bool {
+        self.quiet
     }
 
     fn blocked(&mut self) -> Option<Blocked> {
@@ -1213,7 +1406,32 @@ impl Observe for Look<'_> {
     }
 }
 
-/// Writes all of `data` to stdout; EAGAIN (a non-blocking stdout) waits for room.
+/// How the run ended after the shim ended what waited for keys with nothing asked: the
+/// tool's own exit, with the reason saying what was ended. A tool that was itself what
+/// waited and exits 0 when told to end (`top`, `htop`) did not succeed: it reports 143,
+/// as a terminated tool does.
+fn not_a_prompt(ended: &EndedUnasked, tool: &str, outcome: &RunOutcome) -> RunOutcome {
+    let (code, how) = match *outcome {
+        RunOutcome::Exited(0) if ended.the_tool => (
+            128 + libc::SIGTERM,
+            format!("{tool} exited 0 when ended: 143, as terminated"),
+        ),
+        RunOutcome::Exited(code) => (code, format!("{tool} exited with code {code}")),
+        RunOutcome::Signaled(sig) => (
+            128 + sig,
+            format!(
+                "{tool} died of signal {sig} ({})",
+                hr_shared::exit::signal_name(sig)
+            ),
+        ),
+        ref other => return other.clone(),
+    };
+    RunOutcome::NotAPrompt {
+        what: format!("{}; {how}", ended.what),
+        code,
+    }
+}
+
 /// Whether stdout and stderr are the same file (one terminal, or one log).
 fn stdout_is_stderr() -> bool {
     let id = |fd| {
@@ -1225,6 +1443,7 @@ fn stdout_is_stderr() -> bool {
     out.is_some() && out == id(libc::STDERR_FILENO)
 }
 
+/// Writes all of `data` to stdout; EAGAIN (a non-blocking stdout) waits for room.
 fn write_stdout(mut data: &[u8]) -> io::Result<()> {
     while !data.is_empty() {
         // SAFETY: data is readable for its length.

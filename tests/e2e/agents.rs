@@ -169,8 +169,8 @@ fn codex_in_wait_mode_reaches_each_next_screen() {
 }
 
 /// Claude Code's first screens, decided one run at a time: the theme menu, the security
-/// notes (Enter), the trust-folder menu; then its main input, where it sits until the hard
-/// timeout.
+/// notes (Enter), the trust-folder menu; then its main input, which asks nothing: ended
+/// after `not_prompt_timeout`, as without a terminal (issue 26 item 5).
 #[test]
 fn claude_code_theme_notes_and_trust_screens_lead_to_its_main_input() {
     let _turn = one_agent_at_a_time();
@@ -213,18 +213,28 @@ fn claude_code_theme_notes_and_trust_screens_lead_to_its_main_input() {
     env.decide(s(&c, "approval_id"), "Yes, I trust this folder")
         .expect_code(0);
 
-    // Its main input asks nothing the shim can answer: it waits, and the timeout ends it
-    // and all it started.
+    // Its main input asks nothing: a REPL waiting for keys. Before, the hard timeout ended
+    // it (124); now it is ended within seconds as not a prompt, and the run says so.
     let out = {
         let mut c = env.shim();
         agent_env(&env, &mut c, &npm_agents_bin());
         c.env("CLAUDE_CODE_USE_BEDROCK", "1")
             .env("AWS_REGION", "us-east-1")
-            .args(["--timeout", "20s", "--"])
+            .args(["--timeout", "60s", "--"])
             .arg(npm_agents_bin().join("claude"))
             .run()
     };
-    out.expect_code(124);
+    out.expect_code(143);
+    let run = env
+        .runs()
+        .into_iter()
+        .max_by(|a, b| s(a, "started_at").cmp(s(b, "started_at")))
+        .unwrap();
+    assert_eq!(s(&run, "status"), "failed", "{run:#?}");
+    assert!(
+        s(&run, "reason").contains("nothing asked: claude waited"),
+        "{run:#?}"
+    );
     assert!(
         out.stderr
             .contains("answered \"Quick safety check: Is this a project"),
@@ -334,13 +344,13 @@ fn aider_git_question_answered_through_the_worker_creates_the_repository() {
     ];
     let out = agent(&env, "aider", &args).run();
     let a = parked(&env, &out);
-    assert_eq!(s(&a, "rule_name"), "generic:letter-menu");
+    assert_eq!(s(&a, "rule_name"), "generic:yes-no");
     assert!(
         s(&a, "prompt_line").starts_with("No git repo found, create one"),
         "{a:#?}"
     );
-    assert_eq!(option_values(&a), ["y", "n"]);
-    assert_eq!(s(&a, "default_value"), "y");
+    assert_eq!(option_values(&a), ["yes", "no"]);
+    assert_eq!(s(&a, "default_value"), "yes");
     assert!(!env.work().join(".git").exists());
     env.decide(s(&a, "approval_id"), "approve").expect_code(0);
     // The worker resumes it in its own environment (the key is never stored).

@@ -20,13 +20,13 @@ fn exit_mode_approve_then_the_same_command_again_answers_and_completes() {
     rm_i(&env, "a.txt").run().expect_code(90);
     let ap = env.pending_approval();
     let id = s(&ap, "approval_id").to_owned();
-    env.decide(&id, "approve").expect_code(0);
+    env.decide(&id, "yes").expect_code(0);
     // A CI retry: the same command, in the same directory.
     let out = rm_i(&env, "a.txt").run();
     out.expect_code(0);
     assert!(!file.exists(), "the file really is removed");
     assert!(
-        out.stderr.contains(&format!("with `y` ({id}")),
+        out.stderr.contains(&format!("with `yes` ({id}")),
         "{}",
         out.stderr
     );
@@ -40,7 +40,7 @@ fn exit_mode_approve_then_the_same_command_again_answers_and_completes() {
     assert_eq!(s(&runs[1], "status"), "completed");
     let ap = &env.approvals()[0];
     assert_eq!(s(ap, "status"), "approved");
-    assert_eq!(s(ap, "chosen_value"), "y");
+    assert_eq!(s(ap, "chosen_value"), "yes");
     assert_eq!(s(ap, "consumed_by"), s(&runs[1], "tool_run_id"));
     // Single use: a third run asks again.
     std::fs::write(&file, "x").unwrap();
@@ -514,13 +514,13 @@ when = [{ field = "prompt", op = "glob", value = "*.tmp'?" }]
     assert_eq!(s(ap, "status"), "approved");
     assert_eq!(s(ap, "decided_by"), "policy:tmp-files");
     assert_eq!(s(ap, "decision_channel"), "policy:tmp-files");
-    assert_eq!(s(ap, "chosen_value"), "y");
+    assert_eq!(s(ap, "chosen_value"), "yes");
     assert!(ap["consumed_at"].is_string());
     let id = s(ap, "approval_id").to_owned();
     let decided = env.events_about("approval_status_change", &id);
     assert_eq!(decided.len(), 1, "{decided:#?}");
     assert_eq!(decided[0]["status"], "approved");
-    assert_eq!(decided[0]["chosen_value"], "y");
+    assert_eq!(decided[0]["chosen_value"], "yes");
     assert_eq!(env.events_about("approval_needed", &id).len(), 1);
     let audit = env.audit_of(&id);
     assert_eq!(s(&audit[0], "event"), "approval_needed");
@@ -633,7 +633,7 @@ fn an_expired_approval_ends_a_waiting_tool_or_takes_the_default() {
     assert!(out.out().ends_with("got y\n"), "{:?}", out.out());
     let ap = &env.approvals()[0];
     assert_eq!(s(ap, "status"), "expired");
-    assert_eq!(s(ap, "chosen_value"), "y");
+    assert_eq!(s(ap, "chosen_value"), "yes");
 }
 
 #[test]
@@ -679,7 +679,7 @@ fn an_approval_that_expired_unseen_ends_a_hand_rerun_with_91_or_its_default() {
     let out = ask(&env).run();
     out.expect_code(0);
     assert!(out.out().ends_with("got y\n"), "{:?}", out.out());
-    assert_eq!(s(&env.approvals()[0], "chosen_value"), "y");
+    assert_eq!(s(&env.approvals()[0], "chosen_value"), "yes");
 }
 
 #[test]
@@ -701,7 +701,7 @@ command = ["sh", "-c", "{{ echo \"id=$HEADLESS_RUN_APPROVAL_ID tool=$HEADLESS_RU
     }));
     let text = std::fs::read_to_string(&seen).unwrap();
     assert!(
-        text.contains(&format!("id={id} tool=rm opts=y,n")),
+        text.contains(&format!("id={id} tool=rm opts=yes,no")),
         "{text}"
     );
     assert!(
@@ -804,7 +804,7 @@ fn a_remembered_decision_answers_the_same_prompt_later() {
         .filter(|a| a["decided_by"] == format!("policy:remembered:{id}"))
         .collect();
     assert_eq!(auto.len(), 1, "{approvals:#?}");
-    assert_eq!(s(auto[0], "chosen_value"), "y");
+    assert_eq!(s(auto[0], "chosen_value"), "yes");
     // Widened on purpose: any arguments, any directory.
     let pending = env.pending_approval();
     let out = env

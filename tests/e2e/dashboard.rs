@@ -163,9 +163,9 @@ fn approve_a_waiting_prompt_from_the_dashboard() {
             && row_of(s, &run_id).is_some_and(|r| r.contains("waiting_approval"))
     });
     assert!(screen.contains("ALERTS"), "{screen}");
-
-    // `a` on the selected (newest) run approves its pending approval.
-    tmux.keys(&["a"]);
+    // `1` on the selected (newest) run answers its pending approval with its first option,
+    // yes (`a` would take rm's own default, no).
+    tmux.keys(&["1"]);
     let out = shim.wait();
     out.expect_code(0);
     assert!(!file.exists(), "rm did not remove the file");
@@ -174,10 +174,10 @@ fn approve_a_waiting_prompt_from_the_dashboard() {
         row_of(s, &run_id).is_some_and(|r| r.contains("completed"))
             && s.contains("Pending approvals (0)")
     });
-    assert!(screen.contains("approved `y`"), "{screen}");
+    assert!(screen.contains("approved `yes`"), "{screen}");
     let ap = env.approvals().remove(0);
     assert_eq!(s(&ap, "status"), "approved");
-    assert_eq!(s(&ap, "chosen_value"), "y");
+    assert_eq!(s(&ap, "chosen_value"), "yes");
     assert_eq!(s(&ap, "decision_channel"), "tui");
     assert_eq!(s(&ap, "decided_by"), current_user());
 

@@ -31,7 +31,7 @@ fn a_decision_is_recorded_once_and_a_repeat_is_a_no_op() {
     assert_eq!(s(&row, "decision_channel"), "cli");
     assert_eq!(s(&row, "comment"), "looks fine");
     // The same decision again (by keyword this time) changes nothing and says so.
-    let again = env.monitor().args(["decide", &ap.id, "approve"]).run();
+    let again = env.monitor().args(["decide", &ap.id, "yes"]).run();
     again.expect_code(0);
     assert!(
         again.out().contains("already approved: yes by"),
@@ -180,7 +180,7 @@ fn remember_stores_a_policy_for_the_prompt() {
     let (_run, ap) = pending(&env, "Deploy?");
     let out = env
         .monitor()
-        .args(["decide", &ap.id, "approve", "--remember"])
+        .args(["decide", &ap.id, "yes", "--remember"])
         .run();
     out.expect_code(0);
     assert!(out.out().contains("remembered"), "{}", out.out());

@@ -231,7 +231,7 @@ fn a_retry_on_another_screen_asks_anew_and_the_old_approval_cannot_be_approved()
         "what was read stays"
     );
     // Approving the old id: refused (3), naming the new one; nothing is typed.
-    let out = env.decide(&first_id, "approve");
+    let out = env.decide(&first_id, "yes");
     out.expect_code(3);
     assert!(out.stderr.contains(&second_id), "{}", out.stderr);
     // The same over HTTP: 409, naming the approval to read.

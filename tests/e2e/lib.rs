@@ -1230,6 +1230,17 @@ pub fn aider_bin() -> PathBuf {
     dir.join("bin")
 }
 
+/// IPython (PyPI), pinned: a REPL that asks `Do you really want to exit ([y]/n)?` at EOF.
+const IPYTHON: &str = "ipython==9.18.1";
+
+/// The `bin` of a venv holding IPython (PyPI).
+pub fn ipython_bin() -> PathBuf {
+    static LOCK: Mutex<()> = Mutex::new(());
+    let _one = LOCK.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = installed_in_place("ipython-1", |dir| venv_install(dir, &[IPYTHON]));
+    dir.join("bin")
+}
+
 /// The browser driver of the web page's test (npm), pinned.
 const PLAYWRIGHT: &str = "playwright-core@1.65.1";
 

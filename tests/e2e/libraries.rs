@@ -50,7 +50,7 @@ fn inquirer_select_is_a_menu_approval_answered_by_moving_the_highlight() {
     let out = node(&env, "select").run();
     let a = parked(&env, &out);
     assert_eq!(s(&a, "rule_name"), "generic:select");
-    assert_eq!(s(&a, "prompt_kind"), "menu");
+    assert_eq!(s(&a, "prompt_kind"), "select");
     assert_eq!(s(&a, "prompt_line"), "? Pick a color");
     assert_eq!(option_values(&a), ["red", "green", "blue"]);
     assert_eq!(s(&a, "default_value"), "green", "the highlighted item");
@@ -125,17 +125,19 @@ fn inquirer_select_in_wait_mode_and_rejected() {
 }
 
 #[test]
-fn inquirer_checkbox_is_decided_as_a_whole() {
+fn inquirer_checkbox_is_decided_as_the_set_to_submit() {
     let env = TestEnv::new();
     let out = node(&env, "checkbox").run();
     let a = parked(&env, &out);
     assert_eq!(s(&a, "rule_name"), "generic:checkbox");
-    assert_eq!(option_values(&a), ["submit", "abort"]);
-    let label = arr(&a, "options_json")[0]["label"]
-        .as_str()
-        .unwrap()
-        .to_owned();
-    assert!(label.contains("red, blue"), "the selection shown: {label}");
+    assert_eq!(s(&a, "prompt_kind"), "multi_select");
+    assert_eq!(option_values(&a), ["red", "green", "blue"]);
+    assert_eq!(
+        s(&a, "default_value"),
+        "red,blue",
+        "the boxes shown checked"
+    );
+    // Approved: the set shown is submitted as it stands.
     env.decide(s(&a, "approval_id"), "approve").expect_code(0);
     let out = node(&env, "checkbox").run();
     out.expect_code(0);
@@ -144,6 +146,15 @@ fn inquirer_checkbox_is_decided_as_a_whole() {
         "{}",
         out.context()
     );
+    // Another set: each box that differs is toggled, checked on the screen, then Enter.
+    let out = node(&env, "checkbox").run();
+    let b = parked(&env, &out);
+    let bad = env.decide(s(&b, "approval_id"), "green,purple");
+    assert_ne!(bad.code(), 0, "{}", bad.context());
+    env.decide(s(&b, "approval_id"), "green").expect_code(0);
+    let out = node(&env, "checkbox").run();
+    out.expect_code(0);
+    assert!(out.out().contains(r#"GOT ["green"]"#), "{}", out.context());
 }
 
 #[test]
@@ -264,11 +275,11 @@ fn rich_choices_offer_each_word_with_the_default() {
 fn click_takes_yes_for_y_and_its_bracketed_default() {
     let env = TestEnv::new();
     let a = parked(&env, &python(&env, "click-confirm").run());
-    assert_eq!(option_values(&a), ["y", "n"]);
+    assert_eq!(option_values(&a), ["yes", "no"]);
     // `yes` where the options are `y`/`n`.
     let decided = env.decide(s(&a, "approval_id"), "yes");
     decided.expect_code(0);
-    assert!(decided.out().contains("with `y`"), "{}", decided.out());
+    assert!(decided.out().contains("with `yes`"), "{}", decided.out());
     let out = python(&env, "click-confirm").run();
     assert!(out.out().contains("CONFIRMED True"), "{}", out.context());
     let b = parked(&env, &out);

@@ -1,11 +1,15 @@
 //! What is not a prompt, and what a prompt's question is, through the real shim and real
 //! tools. Pagers print everything and end as they do in CI without the shim (`git log`,
-//! `man`: the pager variables in the tool's environment; `less` run directly, or chosen by
-//! the caller: paged through to its end). REPLs at their bare prompt (`python3`, `sqlite3`,
-//! `sh`, `bash -i`) and raw-mode reads with nothing asked (`bash -c 'read -e'`, `bc -q`) get
-//! EOF at once. gpg's pinentry dialog is a refused secret (93) and no pinentry is left
-//! behind. None of these leaves an approval row. An approval's question is the prompt's own
-//! lines: apt's `N:` notices go to its context, terraform's question block stays whole.
+//! `man`: the pager variables in the tool's environment, `man`'s bold as plain text; `less`
+//! and `more` run directly: writing to a pipe; chosen by the caller: paged through to its
+//! end). REPLs at their bare prompt (`python3`, `sqlite3`, `sh`, `bash -i`) and raw-mode
+//! reads with nothing asked (`bash -c 'read -e'`, `bc -q`) get EOF at once; IPython's
+//! "really exit?" after it gets EOF again. Programs that wait for keys with nothing asked
+//! (vim, nano, `git commit`'s editor, `top`, `htop`) are ended within seconds, as without a
+//! terminal, the run saying why; `watch`, which reads nothing, runs until `--timeout`.
+//! gpg's pinentry dialog is a refused secret (93) and no pinentry is left behind. None of
+//! these leaves an approval row. An approval's question is the prompt's own lines: apt's
+//! `N:` notices go to its context, terraform's question block stays whole.
 
 use headless_run_e2e::*;
 use serde_json::{Map, Value};
@@ -164,6 +168,7 @@ fn man_page_longer_than_the_screen_is_printed_whole_not_paged() {
 
 #[test]
 fn pager_variables_are_set_in_headless_mode_unless_the_caller_set_them() {
+    need("col", "bsdextrautils");
     let env = TestEnv::new();
     let names = [
         "PAGER",
@@ -185,7 +190,7 @@ fn pager_variables_are_set_in_headless_mode_unless_the_caller_set_them() {
     out.expect_code(0);
     assert_eq!(
         out.out(),
-        "PAGER=more\nGIT_PAGER=\nMANPAGER=cat\nSYSTEMD_PAGER=cat\nGH_PAGER=cat\nAWS_PAGER=cat\nPSQL_PAGER=cat\nLESS=<unset>\n"
+        "PAGER=more\nGIT_PAGER=\nMANPAGER=col -b -p -x\nSYSTEMD_PAGER=cat\nGH_PAGER=cat\nAWS_PAGER=cat\nPSQL_PAGER=cat\nLESS=<unset>\n"
     );
     // Interactive mode: the tool has the caller's terminal, and its pager with it.
     let mut cmd = env.command(bin("headless-run"));
@@ -226,7 +231,7 @@ fn assert_every_line_shown(out: &Outcome, count: usize) {
 }
 
 #[test]
-fn less_run_directly_is_paged_through_to_its_end_not_asked() {
+fn less_run_directly_shows_every_line_not_asked() {
     need("less", "less");
     let env = TestEnv::new();
     numbered_file(&env, 300);
@@ -517,7 +522,7 @@ fn apt_notices_go_to_the_context_not_the_question() {
             "Do you want to continue? [Y/n]",
             "{a:#?}"
         );
-        assert_eq!(s(&a, "default_value"), "y");
+        assert_eq!(s(&a, "default_value"), "yes");
         let context = s(&a, "context");
         assert!(
             context.contains("N: Ignoring file 'mirror.list.disabled-by-ci'")
@@ -639,4 +644,255 @@ fn real_apt_get_notices_go_to_the_context_not_the_question() {
         "{context}"
     );
     assert!(context.contains("hr-demo-a hr-demo-b"), "{context}");
+}
+
+/// A program that waited for keys with nothing asked (an editor, a full-screen program) was
+/// ended as without a terminal: the run ended with `code`, `failed`, its reason naming
+/// `program` and that nothing was asked; no approval; one stderr line saying so.
+#[track_caller]
+fn expect_ended_unasked(env: &TestEnv, out: &Outcome, code: i32, program: &str) {
+    out.expect_code(code);
+    let approvals = env.approvals();
+    assert!(approvals.is_empty(), "{approvals:#?}\n{}", out.context());
+    let run = env.only_run();
+    assert_eq!(s(&run, "status"), "failed", "{run:#?}");
+    assert_eq!(n(&run, "exit_code"), i64::from(code), "{run:#?}");
+    let reason = s(&run, "reason");
+    assert!(
+        reason.contains("nothing asked") && reason.contains(program),
+        "{reason}"
+    );
+    assert!(
+        out.stderr.contains("nothing asked") && out.stderr.contains(program),
+        "{}",
+        out.context()
+    );
+}
+
+/// `shim` with a terminal type the full-screen programs know.
+fn shim_term(env: &TestEnv) -> Cmd {
+    let mut c = shim(env);
+    c.env("TERM", "xterm");
+    c
+}
+
+/// Issue 26 item 5: an editor run in CI asks nothing and waits for keys nobody types. Without
+/// a terminal vim gives up within 2 s (exit 1) and nano refuses to start (exit 1); through
+/// the shim both waited for the stall timeout. Now what waits is ended (TERM) within
+/// seconds: vim dies of it (143), nano exits 1; the file is not written.
+#[test]
+fn an_editor_waiting_for_keys_is_ended_not_left_for_the_stall_timeout() {
+    for (editor, package, code) in [("vim", "vim", 143), ("nano", "nano", 1)] {
+        need(editor, package);
+        let env = TestEnv::new();
+        let bare = Command::new(editor)
+            .arg("notes.txt")
+            .current_dir(env.work())
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .expect("the editor without the shim");
+        assert_eq!(bare.code(), Some(1), "{editor} without a terminal");
+        let out = shim_term(&env).args([editor, "notes.txt"]).run();
+        expect_ended_unasked(&env, &out, code, editor);
+        assert!(!env.work().join("notes.txt").exists());
+    }
+}
+
+/// Issue 26 item 5: `git commit` with an editor and no terminal fails as git says (its
+/// editor could not run: exit 1, nothing committed); through the shim it waited for the
+/// stall timeout in vim. Now vim is ended, and git fails as it does without a terminal.
+#[test]
+fn git_commit_with_an_editor_fails_as_it_does_without_a_terminal() {
+    need("git", "git");
+    need("vim", "vim");
+    let env = TestEnv::new();
+    let git = |args: &[&str]| {
+        let mut c = Command::new("git");
+        c.args(args)
+            .current_dir(env.work())
+            .env("GIT_CONFIG_GLOBAL", "/dev/null")
+            .env("GIT_CONFIG_NOSYSTEM", "1")
+            .env("EDITOR", "vim")
+            .env_remove("GIT_EDITOR")
+            .env_remove("VISUAL");
+        for who in ["AUTHOR", "COMMITTER"] {
+            c.env(format!("GIT_{who}_NAME"), "T")
+                .env(format!("GIT_{who}_EMAIL"), "t@example.com");
+        }
+        c
+    };
+    assert!(git(&["init", "-q"]).status().unwrap().success());
+    std::fs::write(env.work().join("a.txt"), "a\n").unwrap();
+    assert!(git(&["add", "a.txt"]).status().unwrap().success());
+    let bare = git(&["commit"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .unwrap();
+    assert_eq!(bare.code(), Some(1), "git commit without a terminal");
+
+    let mut cmd = shim_term(&env);
+    cmd.env("EDITOR", "vim")
+        .env_remove("GIT_EDITOR")
+        .env_remove("VISUAL");
+    for who in ["AUTHOR", "COMMITTER"] {
+        cmd.env(format!("GIT_{who}_NAME"), "T")
+            .env(format!("GIT_{who}_EMAIL"), "t@example.com");
+    }
+    let out = cmd.args(["git", "commit"]).run();
+    expect_ended_unasked(&env, &out, 1, "vim");
+    assert!(
+        out.out().contains("problem with the editor 'vim'"),
+        "{}",
+        out.context()
+    );
+    let head = git(&["rev-parse", "--verify", "-q", "HEAD"])
+        .output()
+        .unwrap();
+    assert!(!head.status.success(), "nothing was committed");
+}
+
+/// Issue 26 item 5: a full-screen program that redraws every second and waits for keys,
+/// asking nothing, never went quiet long enough for the stall timeout: it ran until the
+/// hard timeout. Without a terminal both end at once (`top` fails, `htop` quits at EOF).
+/// Both are ended (TERM) within seconds: `top` draws with its cursor hidden, `htop` on the
+/// alternate screen; each exits 0 when told to end, and reports 143, as a terminated tool
+/// does.
+#[test]
+fn a_full_screen_program_redrawing_every_second_is_ended_not_run_for_ever() {
+    for (argv, package) in [
+        (&["top", "-d", "1"][..], "procps"),
+        (&["htop", "-d", "10"][..], "htop"),
+    ] {
+        need(argv[0], package);
+        let env = TestEnv::new();
+        let bare = Command::new(argv[0])
+            .args(&argv[1..])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .expect("without the shim");
+        assert!(
+            bare.code().is_some(),
+            "{argv:?} ends by itself without a terminal"
+        );
+        let out = shim_term(&env)
+            .args(["--timeout", "45s", "--"])
+            .args(argv)
+            .run();
+        expect_ended_unasked(&env, &out, 143, argv[0]);
+    }
+}
+
+/// `watch` sleeps between runs of its command and never reads its terminal: it waits for
+/// nothing, and without a terminal it runs for ever too. It is left to `--timeout`.
+#[test]
+fn watch_waits_for_no_keys_and_runs_until_the_timeout_as_without_a_terminal() {
+    need("watch", "procps");
+    let env = TestEnv::new();
+    let out = shim_term(&env)
+        .args(["--timeout", "8s", "watch", "-n", "1", "date"])
+        .run();
+    out.expect_code(124);
+    assert!(env.approvals().is_empty());
+    assert_eq!(s(&env.only_run(), "status"), "failed_timeout");
+}
+
+/// Issue 26 item 5: IPython at EOF asks `Do you really want to exit ([y]/n)?`; without a
+/// terminal it reads EOF again and exits 0. Through the shim that question became an
+/// approval (exit 90). It is the same process asking right after the EOF it was given: it
+/// gets EOF again, and exits 0.
+#[test]
+fn ipython_asking_to_exit_after_eof_gets_eof_again_not_an_approval() {
+    let python = ipython_bin().join("python");
+    let env = TestEnv::new();
+    let home = env.path().join("ipython");
+    let bare = Command::new(&python)
+        .args(["-m", "IPython"])
+        .env("IPYTHONDIR", &home)
+        .stdin(Stdio::null())
+        .output()
+        .expect("IPython without the shim");
+    assert_eq!(bare.status.code(), Some(0));
+    assert!(
+        String::from_utf8_lossy(&bare.stdout).contains("Do you really want to exit"),
+        "{}",
+        String::from_utf8_lossy(&bare.stdout)
+    );
+    let out = shim_term(&env)
+        .env("IPYTHONDIR", &home)
+        .arg(&python)
+        .args(["-m", "IPython"])
+        .run();
+    expect_nothing_asked(&env, &out, 0);
+    assert!(
+        out.out().contains("Do you really want to exit"),
+        "{}",
+        out.context()
+    );
+}
+
+/// Issue 26 item 6: `man` through the shim (its pager `cat`, stdout a pipe) wrote groff's
+/// overstrike bold (`N\bNA\bA…`) into CI logs. What reaches the pipe is plain text, as
+/// `man ls | cat` gives without the shim; `git help` (man underneath) too.
+#[test]
+fn a_man_page_reaches_a_pipe_as_plain_text_not_overstrike() {
+    need("man", "man-db");
+    need("git", "git");
+    for argv in [&["man", "ls"][..], &["git", "help", "log"]] {
+        let env = TestEnv::new();
+        let out = shim_term(&env).args(argv).run();
+        expect_nothing_asked(&env, &out, 0);
+        assert!(
+            !out.stdout.contains(&b'\x08'),
+            "backspaces in {argv:?}: {:?}",
+            &out.out()[..out.out().len().min(400)]
+        );
+        let lines = lines_of(&out.out());
+        for heading in ["NAME", "SYNOPSIS", "DESCRIPTION"] {
+            assert!(
+                lines.iter().any(|l| l == heading),
+                "{heading} in {argv:?}: {}",
+                out.out()
+            );
+        }
+    }
+}
+
+/// A file of `count` numbered lines, every seventh one wider than the 200-column screen
+/// (up to three screen rows), with a tab in each.
+fn wide_lines_file(env: &TestEnv, count: usize) -> PathBuf {
+    let path = env.work().join("wide.txt");
+    let text: String = (1..=count)
+        .map(|i| format!("line {i}\t{}.\n", "x".repeat((i % 7) * 90)))
+        .collect();
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+/// Issue 26 item 6: `less FILE` through the shim was paged a screen at a time, and a line
+/// wider than the screen that crossed a page's end was drawn in two parts around the
+/// pager's prompt (`…x \b:\e[K\r\e[Kxxx…`): in a CI log the carriage return wiped its
+/// first part. Run directly, a pager writes to a pipe, as without a terminal: the file,
+/// byte for byte, every line once.
+#[test]
+fn a_pager_run_directly_passes_every_line_once_even_lines_wider_than_the_screen() {
+    for (pager, package) in [("less", "less"), ("more", "util-linux")] {
+        need(pager, package);
+        let env = TestEnv::new();
+        let file = wide_lines_file(&env, 400);
+        let out = shim_term(&env).args([pager, "wide.txt"]).run();
+        expect_nothing_asked(&env, &out, 0);
+        let text = std::fs::read_to_string(&file).unwrap();
+        let shown = lines_of(&out.out());
+        for want in text.lines() {
+            let times = shown.iter().filter(|l| *l == want).count();
+            assert_eq!(times, 1, "{pager}: {want:?} shown {times} times");
+        }
+        assert!(out.stdout == text.as_bytes(), "{pager}: {}", out.context());
+    }
 }

@@ -400,7 +400,7 @@ fn a_step_whose_tool_prompts_asks_as_the_steps_approval() {
     assert!(ap["question"].as_str().unwrap().contains("victim"), "{ap}");
     assert_eq!(ap["tool_name"], "rm");
     env.monitor()
-        .args(["decide", ap["approval_id"].as_str().unwrap(), "approve"])
+        .args(["decide", ap["approval_id"].as_str().unwrap(), "yes"])
         .run()
         .expect_code(0);
     runner.wait().expect_code(0);

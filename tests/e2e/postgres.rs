@@ -291,7 +291,7 @@ fn a_runner_asks_an_operator_decides_with_their_own_login_and_the_rerun_is_answe
         "{}",
         listed.out()
     );
-    let decided = op(&["decide", &ap, "approve"]);
+    let decided = op(&["decide", &ap, "yes"]);
     decided.expect_code(0);
     assert!(
         decided.out().contains(&format!("by {}", operator.user)),
@@ -570,7 +570,7 @@ fn a_supervised_tool_holding_the_runner_login_cannot_approve_touch_another_run_o
     let as_viewer = env
         .monitor()
         .env("HEADLESS_RUN_DB", db.url_as(&viewer))
-        .args(["decide", &ap, "approve"])
+        .args(["decide", &ap, "yes"])
         .run();
     assert_ne!(as_viewer.code(), 0, "{}", as_viewer.out());
     assert!(
@@ -780,7 +780,7 @@ fn the_hosts_worker_resumes_its_logins_parked_runs_and_refuses_an_operator_login
     );
     env.monitor()
         .env("HEADLESS_RUN_DB", db.url_as(&operator))
-        .args(["decide", &ap, "approve"])
+        .args(["decide", &ap, "yes"])
         .run()
         .expect_code(0);
     // Another host's runner login sees none of these runs.
@@ -1107,7 +1107,7 @@ fn runners_on_two_hosts_an_operator_on_a_third_and_a_cut_link_through_one_server
     assert_eq!(seen, ["runner1", "runner2"]);
     for ap in &pending {
         monitor_on(OPERATOR, &operator)
-            .args(["decide", ap["approval_id"].as_str().unwrap(), "approve"])
+            .args(["decide", ap["approval_id"].as_str().unwrap(), "yes"])
             .run()
             .expect_code(0);
     }
@@ -1365,7 +1365,8 @@ fn the_dashboard_on_the_server_shows_a_runners_prompt_and_approves_it_as_the_ope
         s.contains("Pending approvals (1)") && s.contains("remove regular file 'victim'")
     });
     assert!(!screen.contains(&operator.password), "{screen}");
-    tmux.keys(&["a"]);
+    // Its first option, yes (`a` would take rm's own default, no).
+    tmux.keys(&["1"]);
     shim.wait().expect_code(0);
     assert!(!env.work().join("victim").exists());
     assert_eq!(
@@ -1403,9 +1404,9 @@ fn the_http_api_on_the_server_store_records_the_servers_login_and_the_token() {
     }));
     let (st, v) = served.json(
         "POST",
-        &format!("/api/v1/approvals/{id}/approve"),
+        &format!("/api/v1/approvals/{id}/decide"),
         &alice,
-        None,
+        Some(r#"{"value":"yes"}"#),
     );
     assert_eq!(st, 200, "{v}");
     tool.wait().expect_code(0);
@@ -1457,9 +1458,9 @@ fn the_runner_api_on_the_server_store_writes_with_the_runner_login_it_was_given(
     );
     let (st, _) = served.json(
         "POST",
-        &format!("/api/v1/approvals/{id}/approve"),
+        &format!("/api/v1/approvals/{id}/decide"),
         &alice,
-        None,
+        Some(r#"{"value":"yes"}"#),
     );
     assert_eq!(st, 200);
     shim(&host).run().expect_code(0);
@@ -2029,7 +2030,7 @@ fn two_users_of_a_host_each_with_its_own_login_never_run_each_others_work() {
         .run()
         .expect_code(90);
     let ap = db.value("SELECT approval_id FROM hr.approvals WHERE status = 'pending'");
-    operator_does(&["decide", &ap, "approve"]).expect_code(0);
+    operator_does(&["decide", &ap, "yes"]).expect_code(0);
     let out = on_runner1(None, &root_login, "monitor")
         .args(["worker", "--once"])
         .run();
@@ -2067,7 +2068,7 @@ fn two_users_of_a_host_each_with_its_own_login_never_run_each_others_work() {
     )
     .expect_code(0);
     let ap = db.value("SELECT approval_id FROM hr.approvals WHERE status = 'pending'");
-    operator_does(&["decide", &ap, "approve"]).expect_code(0);
+    operator_does(&["decide", &ap, "yes"]).expect_code(0);
     // The server recorded who wrote each run, whatever the row said.
     assert_eq!(
         db.value("SELECT string_agg(DISTINCT runner_login, ',') FROM hr.tool_runs"),

@@ -77,8 +77,13 @@ fn rm_i_is_an_approval_with_no_as_default() {
     let env = TestEnv::new();
     std::fs::write(env.work().join("a.txt"), "data").unwrap();
     let out = env.shim().args(["rm", "-i", "a.txt"]).run();
-    let a = expect_approval(&env, &out, "rm: remove regular file 'a.txt'?", &["y", "n"]);
-    assert_eq!(s(&a, "default_value"), "n");
+    let a = expect_approval(
+        &env,
+        &out,
+        "rm: remove regular file 'a.txt'?",
+        &["yes", "no"],
+    );
+    assert_eq!(s(&a, "default_value"), "no");
     assert_eq!(s(&a, "rule_name"), "builtin:rm");
     assert!(env.work().join("a.txt").exists(), "nothing was answered");
     // The tool's own output went through to stdout unchanged.
@@ -91,7 +96,7 @@ fn cp_i_is_an_approval() {
     std::fs::write(env.work().join("src"), "new").unwrap();
     std::fs::write(env.work().join("dst"), "old").unwrap();
     let out = env.shim().args(["cp", "-i", "src", "dst"]).run();
-    expect_approval(&env, &out, "cp: overwrite 'dst'?", &["y", "n"]);
+    expect_approval(&env, &out, "cp: overwrite 'dst'?", &["yes", "no"]);
     assert_eq!(std::fs::read(env.work().join("dst")).unwrap(), b"old");
 }
 
@@ -108,7 +113,7 @@ fn ssh_keygen_overwrite_is_an_approval() {
         .shim()
         .args(["ssh-keygen", "-t", "ed25519", "-f", "key"])
         .run();
-    let a = expect_approval(&env, &out, "Overwrite (y/n)?", &["y", "n"]);
+    let a = expect_approval(&env, &out, "Overwrite (y/n)?", &["yes", "no"]);
     assert!(
         s(&a, "question").contains("key already exists."),
         "the question keeps the line above the prompt: {a:#?}"
@@ -181,8 +186,8 @@ fn pip_uninstall_in_a_venv_is_an_approval() {
     let venv = env.work().join("venv");
     let pip = make_venv_with_fake_package(&venv);
     let out = env.shim().arg(&pip).args(["uninstall", "hrfixture"]).run();
-    let a = expect_approval(&env, &out, "Proceed (Y/n)?", &["y", "n"]);
-    assert_eq!(s(&a, "default_value"), "y");
+    let a = expect_approval(&env, &out, "Proceed (Y/n)?", &["yes", "no"]);
+    assert_eq!(s(&a, "default_value"), "yes");
     assert!(installed(&venv));
     // Approved, the same command again: pip is answered and really uninstalls.
     env.decide(s(&a, "approval_id"), "approve").expect_code(0);
@@ -256,7 +261,7 @@ fn bash_read_p_is_an_approval() {
             "read -p 'Continue? [y/N] ' a; echo \"got $a\"",
         ])
         .run();
-    let a = expect_approval(&env, &out, "Continue? [y/N]", &["y", "n"]);
+    let a = expect_approval(&env, &out, "Continue? [y/N]", &["yes", "no"]);
     assert_eq!(s(&a, "rule_name"), "generic:yes-no");
 }
 
@@ -280,7 +285,7 @@ fn node_readline_is_an_approval() {
             "const rl=require('readline').createInterface({input:process.stdin,output:process.stdout});rl.question('Deploy now? [y/N] ',a=>{console.log('got '+a);rl.close()})",
         ])
         .run();
-    expect_approval(&env, &out, "Deploy now? [y/N]", &["y", "n"]);
+    expect_approval(&env, &out, "Deploy now? [y/N]", &["yes", "no"]);
 }
 
 #[test]
@@ -294,8 +299,8 @@ fn a_prompt_in_colour_is_read_as_plain_text() {
             r#"printf '\033[1;33mProceed?\033[0m \033[32m[Y/n]\033[0m '; read a"#,
         ])
         .run();
-    let a = expect_approval(&env, &out, "Proceed? [Y/n]", &["y", "n"]);
-    assert_eq!(s(&a, "default_value"), "y");
+    let a = expect_approval(&env, &out, "Proceed? [Y/n]", &["yes", "no"]);
+    assert_eq!(s(&a, "default_value"), "yes");
     assert!(!s(&a, "question").contains('\x1b'));
     assert!(!s(&a, "context").contains('\x1b'));
     // Stdout still has the colours: passthrough is byte for byte.
@@ -310,7 +315,7 @@ fn a_reader_thread_behind_a_waiting_main_thread_is_detected() {
         .arg(tool())
         .args(["reader-thread", "Continue? [y/N] "])
         .run();
-    expect_approval(&env, &out, "Continue? [y/N]", &["y", "n"]);
+    expect_approval(&env, &out, "Continue? [y/N]", &["yes", "no"]);
 }
 
 /// Not prompts: the tool finishes by itself, nothing is asked and nothing is typed.
@@ -468,7 +473,7 @@ fn exit_mode_ends_the_tools_whole_group() {
             ),
         ])
         .run();
-    expect_approval(&env, &out, "Go on? [y/N]", &["y", "n"]);
+    expect_approval(&env, &out, "Go on? [y/N]", &["yes", "no"]);
     let bg: i32 = std::fs::read_to_string(&pidfile)
         .unwrap()
         .trim()
@@ -496,7 +501,7 @@ fn a_question_beside_a_spinner_is_asked_and_answered() {
     out.expect_code(90);
     let a = env.pending_approval();
     assert_eq!(s(&a, "prompt_line"), "Proceed with the deploy? [y/N]");
-    assert_eq!(s(&a, "default_value"), "n");
+    assert_eq!(s(&a, "default_value"), "no");
     // Wait mode: the decision reaches the tool while it keeps animating.
     let env = TestEnv::new();
     let running = env

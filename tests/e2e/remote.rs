@@ -167,7 +167,7 @@ fn the_operator_commands_work_against_a_server_as_the_token() {
     // Who may not decide: a viewer, a runner, nobody.
     for (tok, role) in [(&viewer, "viewer"), (&runner, "runner")] {
         let out = remote(&client, &url, Some(tok.as_str()))
-            .args(["decide", &id, "approve"])
+            .args(["decide", &id, "yes"])
             .run();
         out.expect_code(1);
         assert!(
@@ -178,7 +178,7 @@ fn the_operator_commands_work_against_a_server_as_the_token() {
         );
     }
     let out = remote(&client, &url, None)
-        .args(["decide", &id, "approve"])
+        .args(["decide", &id, "yes"])
         .run();
     out.expect_code(1);
     assert!(
@@ -200,7 +200,7 @@ fn the_operator_commands_work_against_a_server_as_the_token() {
     assert_eq!(s(&env.approval_by_id(&id), "status"), "pending");
     // --remember is refused before anything is decided.
     let out = remote(&client, &url, Some(&op))
-        .args(["decide", &id, "approve", "--remember"])
+        .args(["decide", &id, "yes", "--remember"])
         .run();
     out.expect_code(2);
     assert!(out.stderr.contains("--remember"), "{}", out.stderr);
@@ -208,12 +208,12 @@ fn the_operator_commands_work_against_a_server_as_the_token() {
 
     // The operator decides: recorded in the server's store as the token's name over http.
     let out = remote(&client, &url, Some(&op))
-        .args(["decide", &short, "approve", "--comment", "ship it"])
+        .args(["decide", &short, "yes", "--comment", "ship it"])
         .run();
     out.expect_code(0);
     assert!(
         out.out()
-            .contains(&format!("approved {id} with `y` (by alice via http)")),
+            .contains(&format!("approved {id} with `yes` (by alice via http)")),
         "{}",
         out.out()
     );
@@ -226,7 +226,7 @@ fn the_operator_commands_work_against_a_server_as_the_token() {
             s(&row, "decision_channel"),
             s(&row, "comment"),
         ),
-        ("approved", "y", "alice", "http", "ship it")
+        ("approved", "yes", "alice", "http", "ship it")
     );
     tool.wait().expect_code(0);
     assert!(!env.work().join("victim").exists());
@@ -235,7 +235,7 @@ fn the_operator_commands_work_against_a_server_as_the_token() {
     assert!(
         waited
             .out()
-            .contains(&format!("{id} approved: y by alice at ")),
+            .contains(&format!("{id} approved: yes by alice at ")),
         "{}",
         waited.out()
     );
@@ -247,7 +247,9 @@ fn the_operator_commands_work_against_a_server_as_the_token() {
         .run();
     again.expect_code(0);
     assert!(
-        again.out().starts_with("already approved: y by alice at "),
+        again
+            .out()
+            .starts_with("already approved: yes by alice at "),
         "{}",
         again.out()
     );
@@ -524,14 +526,15 @@ fn the_dashboard_against_a_server_approves_a_prompt_by_key() {
         "the header names the server:\n{screen}"
     );
 
-    // `a` on the selected run approves its approval, through the server.
-    tmux.keys(&["a"]);
+    // `1` on the selected run answers its approval with its first option, yes, through the
+    // server (`a` would take rm's own default, no).
+    tmux.keys(&["1"]);
     tool.wait().expect_code(0);
     assert!(!env.work().join("FILE").exists());
     let screen = tmux.wait_for(&env, "the decision", Duration::from_secs(20), |s| {
         s.contains("Pending approvals (0)") && s.contains("completed")
     });
-    assert!(screen.contains("approved `y`"), "{screen}");
+    assert!(screen.contains("approved `yes`"), "{screen}");
     let row = env.approval_by_id(&id);
     assert_eq!(
         (

@@ -432,7 +432,7 @@ fn approve_then_worker_resumes_rm_and_the_file_is_removed() {
     let (run, ap) = rm_prompt(&env, &file);
     assert!(file.exists(), "nothing is removed before the decision");
     env.monitor()
-        .args(["decide", &ap, "approve"])
+        .args(["decide", &ap, "yes"])
         .run()
         .expect_code(0);
     let out = env.monitor().args(["worker", "--once"]).run();

@@ -84,9 +84,9 @@ fn a_wait_mode_runner_is_decided_over_http_and_its_token_cannot_decide() {
     // The operator approves; the waiting tool gets its keys at once and finishes.
     let (st, v) = served.json(
         "POST",
-        &format!("/api/v1/approvals/{id}/approve"),
+        &format!("/api/v1/approvals/{id}/decide"),
         &op,
-        Some(r#"{"comment":"go"}"#),
+        Some(r#"{"value":"yes","comment":"go"}"#),
     );
     assert_eq!(st, 200, "{v}");
     tool.wait().expect_code(0);
@@ -189,9 +189,9 @@ fn exit_mode_parks_the_run_on_the_server_and_a_runner_writes_only_its_own_runs()
     // Approved on the server: the re-run is answered from there.
     let (st, _) = served.json(
         "POST",
-        &format!("/api/v1/approvals/{ap_id}/approve"),
+        &format!("/api/v1/approvals/{ap_id}/decide"),
         &op,
-        None,
+        Some(r#"{"value":"yes"}"#),
     );
     assert_eq!(st, 200);
     // Another token's run cannot use the decision up (a run of its own, made by a shim).
@@ -368,9 +368,9 @@ fn a_runner_gets_no_answer_from_its_own_policy_another_tokens_decision_or_a_work
     assert!(run["metadata"].get("uid").is_none(), "{run}");
     let (st, _) = served.json(
         "POST",
-        &format!("/api/v1/approvals/{ap_id}/approve"),
+        &format!("/api/v1/approvals/{ap_id}/decide"),
         &op,
-        None,
+        Some(r#"{"value":"yes"}"#),
     );
     assert_eq!(st, 200);
     // Another token's run of the same command in the same directory is not answered by it:

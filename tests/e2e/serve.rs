@@ -220,7 +220,7 @@ fn the_operator_api_decides_lists_cancels_and_answers_every_error_as_json() {
     );
     assert_eq!(st, 422, "{v}");
     assert!(
-        v["valid"].as_array().unwrap().iter().any(|x| x == "y"),
+        v["valid"].as_array().unwrap().iter().any(|x| x == "yes"),
         "{v}"
     );
     assert_eq!(
@@ -253,8 +253,14 @@ fn the_operator_api_decides_lists_cancels_and_answers_every_error_as_json() {
     let big = format!("{{\"comment\": \"{}\"}}", "x".repeat(70_000));
     assert_eq!(served.call("POST", &approve, Some(&op), Some(&big)).0, 413);
 
-    // The operator approves: recorded as the token's name over http; the tool goes on.
-    let (st, v) = served.json("POST", &approve, &op, Some("{\"comment\": \"ship it\"}"));
+    // The operator answers yes: recorded as the token's name over http; the tool goes on.
+    // (`approve` would take rm's own default, no.)
+    let (st, v) = served.json(
+        "POST",
+        &format!("/api/v1/approvals/{id}/decide"),
+        &op,
+        Some("{\"value\": \"yes\", \"comment\": \"ship it\"}"),
+    );
     assert_eq!(st, 200, "{v}");
     assert_eq!(
         (v["decided_by"].as_str(), v["decision_channel"].as_str()),

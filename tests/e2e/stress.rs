@@ -333,7 +333,7 @@ fn concurrent_shims_with_a_dashboard_a_decider_and_a_worker_lose_nothing() {
         match b {
             PromptExit | PromptWait => match aps[..] {
                 [a] if a["status"] == "approved"
-                    && a["chosen_value"] == "y"
+                    && a["chosen_value"] == "yes"
                     && !a["consumed_at"].is_null()
                     && decided.contains(s(a, "approval_id")) => {}
                 _ => problems.push(format!("{what}: approvals {aps:#?}")),

@@ -942,11 +942,13 @@ async fn decide_as(
                 DecideOutcome::Invalid(e) => Err(ApiError::new(
                     StatusCode::UNPROCESSABLE_ENTITY,
                     format!(
-                        "`{}` is not a valid value",
-                        hr_shared::sanitize::sanitize_line(&e.value)
+                        "`{}` is not a valid value{}",
+                        hr_shared::sanitize::sanitize_line(&e.value),
+                        e.note
                     ),
                 )
-                .with("valid", json!(e.valid))),
+                .with("valid", json!(e.valid))
+                .with("note", json!(e.note))),
                 DecideOutcome::AlreadySame(a) => Err(already_decided(st, &a, "unchanged")?),
                 DecideOutcome::Conflict(a) if a.superseded_by.is_some() => {
                     Err(not_this_version(st, &why, &a, "superseded")?)

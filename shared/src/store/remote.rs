@@ -387,9 +387,15 @@ impl OperatorStore for HttpOperator {
                     .get("valid")
                     .and_then(|v| serde_json::from_value::<Vec<String>>(v.clone()).ok())
                     .unwrap_or_default();
+                let note = body
+                    .get("note")
+                    .and_then(|n| n.as_str())
+                    .map(crate::sanitize::sanitize_line)
+                    .unwrap_or_default();
                 DecideOutcome::Invalid(InvalidValue {
                     value: value.to_owned(),
                     valid,
+                    note,
                 })
             }
             Err(CallError::Status { status: 409, body }) => {

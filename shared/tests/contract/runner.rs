@@ -1341,6 +1341,7 @@ pub fn free_text_decision_answers_a_text_prompt<S: StoreUnderTest>(s: &S) {
         DecideOutcome::Invalid(hr_shared::approvals::InvalidValue {
             value: "two\nlines".into(),
             valid: vec!["approve".into(), "reject".into(), "any text".into()],
+            note: String::new(),
         })
     );
     let d = decide(op.as_mut(), &ap.approval_id, "v2 (spring)", "alice");

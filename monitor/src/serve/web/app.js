@@ -66,7 +66,7 @@ function approvalCard(a) {
   for (const o of values) {
     const isDefault = a.default_value === o.value;
     const b = el("button", { class: isDefault ? "default" : "", type: "button",
-      text: o.label + (o.label === o.value ? "" : " (" + o.value + ")") + (isDefault ? " — default" : "") });
+      text: o.label + (o.label.toLowerCase() === o.value.toLowerCase() ? "" : " (" + o.value + ")") + (isDefault ? " — default" : "") });
     b.addEventListener("click", () => decide(a, o.value, comment.value, outcome, card));
     options.append(b);
   }
