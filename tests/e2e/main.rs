@@ -21,6 +21,7 @@ mod install;
 mod libraries;
 mod listing;
 mod logs;
+mod matrix;
 mod not_prompts;
 mod operator;
 mod passthrough;
