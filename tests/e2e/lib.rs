@@ -1082,7 +1082,13 @@ pub fn matrix_rust_fixture(bin: &str) -> PathBuf {
         let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
         run_install(
             Command::new(cargo)
-                .args(["build", "--release", "--locked", "--quiet", "--manifest-path"])
+                .args([
+                    "build",
+                    "--release",
+                    "--locked",
+                    "--quiet",
+                    "--manifest-path",
+                ])
                 .arg(fixture("matrix/rust/Cargo.toml"))
                 .arg("--target-dir")
                 .arg(&target)
