@@ -990,6 +990,198 @@ pub fn prompt_libs_python() -> PathBuf {
     dir.join("bin/python")
 }
 
+/// The prompt-library conformance matrix (issue 26; `tests/e2e/matrix.rs`, fixtures in
+/// `tests/fixtures/matrix`): pinned versions of every library its fixtures use.
+pub mod matrix_deps {
+    /// npm package sets, one install directory each, by fixture script
+    /// (`tests/fixtures/matrix/js/…`).
+    pub const NODE: &[(&str, &[&str])] = &[
+        ("inquirer-prompts.mjs", &["@inquirer/prompts@8.8.0"]),
+        ("inquirer-legacy.mjs", &["inquirer@9.3.8"]),
+        ("enquirer.cjs", &["enquirer@2.4.1"]),
+        ("prompts.cjs", &["prompts@2.4.2"]),
+        ("clack.mjs", &["@clack/prompts@1.9.0"]),
+        (
+            "ink-select.mjs",
+            &["ink@6.8.0", "ink-select-input@6.2.0", "react@19.2.0"],
+        ),
+    ];
+    /// PyPI, one venv for every Python fixture (`tests/fixtures/matrix/py/…`).
+    pub const PYTHON: &[&str] = &[
+        "questionary==2.1.1",
+        "InquirerPy==0.3.4",
+        "prompt_toolkit==3.0.53",
+        "click==8.3.1",
+        "rich==14.2.0",
+        "typer==0.29.2",
+        "cleo==2.1.0",
+    ];
+    /// Debian's Go sources (GOPATH mode, offline): the package each library comes from.
+    pub const GO: &[(&str, &str, &str)] = &[
+        (
+            "survey",
+            "github.com/AlecAivazis/survey",
+            "golang-github-alecaivazis-survey-dev",
+        ),
+        (
+            "promptui",
+            "github.com/manifoldco/promptui",
+            "golang-github-manifoldco-promptui-dev",
+        ),
+    ];
+    /// Debian's gem for the Ruby fixture: (require name, package).
+    pub const RUBY: (&str, &str) = ("tty-prompt", "ruby-tty-prompt");
+}
+
+/// A matrix fixture script copied into an install directory of its npm packages
+/// (`installed_once`, named after the pinned set, so a new pin is a new directory), ready
+/// for `node`: ES modules and `require` both resolve packages from the script's directory.
+pub fn matrix_node_fixture(script: &str) -> PathBuf {
+    need("npm", "npm");
+    let packages = matrix_deps::NODE
+        .iter()
+        .find(|(s, _)| *s == script)
+        .map(|(_, p)| *p)
+        .unwrap_or_else(|| panic!("no npm packages pinned for {script}"));
+    static LOCK: Mutex<()> = Mutex::new(());
+    let _one = LOCK.lock().unwrap_or_else(|e| e.into_inner());
+    let name = format!("matrix-js-{}", packages.join("+").replace(['/', '@'], "_"));
+    let dir = installed_once(&name, |dir| npm_install(dir, packages));
+    copy_if_changed(&fixture(&format!("matrix/js/{script}")), &dir.join(script));
+    dir.join(script)
+}
+
+/// Copies `from` to `to` only when the text differs (a decision binds to the script it was
+/// asked by: an unchanged copy keeps its identity between runs).
+fn copy_if_changed(from: &Path, to: &Path) {
+    let text = std::fs::read(from).unwrap_or_else(|e| panic!("read {}: {e}", from.display()));
+    if std::fs::read(to).ok().as_ref() != Some(&text) {
+        let part = to.with_extension(format!("part-{}", std::process::id()));
+        std::fs::write(&part, &text).unwrap_or_else(|e| panic!("copy {}: {e}", from.display()));
+        std::fs::rename(&part, to).unwrap_or_else(|e| panic!("copy {}: {e}", from.display()));
+    }
+}
+
+/// The python of a venv holding every Python library of the matrix (PyPI, pinned).
+pub fn matrix_python() -> PathBuf {
+    static LOCK: Mutex<()> = Mutex::new(());
+    let _one = LOCK.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = installed_once("py-matrix-1", |dir| venv_install(dir, matrix_deps::PYTHON));
+    dir.join("bin/python")
+}
+
+/// `dialoguer-fixture` or `inquire-fixture`: the standalone cargo project
+/// `tests/fixtures/matrix/rust` (its own workspace and `Cargo.lock`), built once per test
+/// run with `--release --locked` into `target/e2e-deps/matrix-rust` (cargo's own lock
+/// keeps two test processes from building it at once).
+pub fn matrix_rust_fixture(bin: &str) -> PathBuf {
+    static BUILT: Mutex<bool> = Mutex::new(false);
+    let mut built = BUILT.lock().unwrap_or_else(|e| e.into_inner());
+    let target = target_dir().join("e2e-deps").join("matrix-rust");
+    if !*built {
+        let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+        run_install(
+            Command::new(cargo)
+                .args([
+                    "build",
+                    "--release",
+                    "--locked",
+                    "--quiet",
+                    "--manifest-path",
+                ])
+                .arg(fixture("matrix/rust/Cargo.toml"))
+                .arg("--target-dir")
+                .arg(&target)
+                // The outer build's settings are not this project's.
+                .env_remove("CARGO_TARGET_DIR")
+                .env_remove("CARGO_BUILD_TARGET")
+                .env_remove("RUSTFLAGS")
+                .env_remove("CARGO_ENCODED_RUSTFLAGS"),
+            "cargo build --release --locked --manifest-path tests/fixtures/matrix/rust/Cargo.toml",
+        );
+        *built = true;
+    }
+    let path = target.join("release").join(bin);
+    assert!(path.exists(), "{} was not built", path.display());
+    path
+}
+
+/// A Go fixture (`tests/fixtures/matrix/go/NAME/*.go`) built once per test run with
+/// Debian's `golang-go` from Debian's packaged library sources, offline: GOPATH mode, the
+/// files copied into a scratch GOPATH tree with a go.mod, so that Go's minimal module
+/// compatibility resolves `…/survey/v2` to Debian's unversioned directory.
+pub fn matrix_go_fixture(name: &str) -> PathBuf {
+    let go = need("go", "golang-go");
+    let (_, source, package) = matrix_deps::GO
+        .iter()
+        .find(|(n, _, _)| *n == name)
+        .unwrap_or_else(|| panic!("no Go library named {name}"));
+    let gocode = Path::new("/usr/share/gocode");
+    assert!(
+        gocode.join("src").join(source).is_dir(),
+        "{source} is not installed under {}: apt-get install {package} (as .ci/run does)",
+        gocode.display()
+    );
+    static BUILT: Mutex<Vec<String>> = Mutex::new(Vec::new());
+    let mut built = BUILT.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = target_dir().join("e2e-deps").join("matrix-go");
+    let out = dir.join(name);
+    if !built.iter().any(|b| b == name) {
+        let scratch = dir.join(format!("gopath-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&scratch);
+        let pkg = scratch.join("src/matrix").join(name);
+        std::fs::create_dir_all(&pkg).expect("scratch GOPATH");
+        let from = fixture(&format!("matrix/go/{name}"));
+        let entries = std::fs::read_dir(&from)
+            .unwrap_or_else(|e| panic!("the Go fixture {}: {e}", from.display()));
+        for entry in entries.flatten() {
+            let file = entry.path();
+            if file.extension().is_some_and(|e| e == "go") {
+                std::fs::copy(&file, pkg.join(entry.file_name())).expect("copy a Go file");
+            }
+        }
+        std::fs::write(pkg.join("go.mod"), format!("module matrix/{name}\n")).unwrap();
+        let part = dir.join(format!("{name}.part-{}", std::process::id()));
+        let mut gopath = scratch.clone().into_os_string();
+        gopath.push(":");
+        gopath.push(gocode);
+        run_install(
+            Command::new(go)
+                .args(["build", "-o"])
+                .arg(&part)
+                .arg(".")
+                .current_dir(&pkg)
+                .env("GOPATH", gopath)
+                .env("GO111MODULE", "off")
+                .env("GOFLAGS", "")
+                .env("GOPROXY", "off")
+                .env("GOTOOLCHAIN", "local")
+                .env("GOCACHE", dir.join("cache")),
+            &format!("go build tests/fixtures/matrix/go/{name}"),
+        );
+        std::fs::rename(&part, &out).expect("move the Go fixture into place");
+        let _ = std::fs::remove_dir_all(&scratch);
+        built.push(name.to_owned());
+    }
+    out
+}
+
+/// `ruby`, with Debian's tty-prompt gem loadable.
+pub fn matrix_ruby() -> PathBuf {
+    let ruby = need("ruby", "ruby");
+    let (gem, package) = matrix_deps::RUBY;
+    let loads = Command::new(&ruby)
+        .args(["-e", &format!("require '{gem}'")])
+        .stdin(Stdio::null())
+        .output()
+        .is_ok_and(|o| o.status.success());
+    assert!(
+        loads,
+        "ruby cannot load {gem}: apt-get install {package} (as .ci/run does)"
+    );
+    ruby
+}
+
 /// The pending approval other than `id` that shows up within 20 s (the next prompt of a
 /// tool kept running in wait mode).
 pub fn wait_for_pending_other_than(env: &TestEnv, id: &str) -> Map<String, Value> {

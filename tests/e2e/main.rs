@@ -22,6 +22,7 @@ mod install;
 mod libraries;
 mod listing;
 mod logs;
+mod matrix;
 mod not_prompts;
 mod operator;
 mod passthrough;
