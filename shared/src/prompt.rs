@@ -314,8 +314,13 @@ pub fn classify<'r>(
     // A raw-mode field pre-filled with a value (`Project name: demo`, readline's
     // `read -e -i`, `prompts`' `initial`): the cursor stands right after the value, behind
     // the prompt's mark. Enter submits the value as it stands.
-    if let Some(initial) = (!canonical && !facts.cursor_hidden)
-        .then(|| prefilled(&p.prompt_line))
+    if let Some(initial) = (!canonical)
+        .then(|| {
+            (!facts.cursor_hidden)
+                .then(|| prefilled(&p.prompt_line))
+                .flatten()
+                .or_else(|| prefilled_by_emphasis(facts))
+        })
         .flatten()
     {
         p.kind = PromptKind::Text;
@@ -329,10 +334,54 @@ pub fn classify<'r>(
         p.default = Some(initial);
         return p;
     }
+    // A dialog program's password box (whiptail, dialog: `│ API token │` over an empty
+    // field, the cursor in it): a box whose lines ask for a password, token or key, and a
+    // field in it (`____`, or the cursor on a row of nothing but the box's sides).
+    let boxed = p.question.contains(['│', '┌', '└']) || p.question.contains("lqq");
+    let field = p.question.contains("____")
+        || p.prompt_line
+            .chars()
+            .all(|c| c == '│' || c == 'x' || c == ' ' || c == '_');
+    if !canonical && boxed && field && is_secret_question(&p.question) {
+        p.secret = true;
+        p.rule = "secret:text".into();
+        return p;
+    }
     p.kind = PromptKind::Unknown;
     p.allows_text = true;
     p.options = vec![abort_option()];
     p
+}
+
+/// The value a raw-mode field was pre-filled with where no mark stands between question and
+/// value (@inquirer's `prefill`, questionary's and inquire's `default`: `? Project name
+/// demo`): the text at the end of the cursor's row drawn otherwise than the question's last
+/// word right before it (the question bold or coloured, the value plain). A dim value is a
+/// placeholder, not a value; with nothing to tell them apart, there is none.
+fn prefilled_by_emphasis(facts: &ScreenFacts<'_>) -> Option<String> {
+    let at = facts.rows.len().checked_sub(1)?;
+    let row: Vec<char> = facts.rows[at].trim_end().chars().collect();
+    let e = facts.emphasis.get(at)?;
+    if e.len() < row.len() || row.is_empty() {
+        return None;
+    }
+    let value_style = e[row.len() - 1];
+    let mut start = row.len();
+    while start > 0 && (row[start - 1] == ' ' || e[start - 1] == value_style) {
+        start -= 1;
+    }
+    while start < row.len() && row[start] == ' ' {
+        start += 1;
+    }
+    // The question's last character, right before the space before the value.
+    let gap = start.checked_sub(1).filter(|&g| row[g] == ' ')?;
+    let q = (0..gap).rev().find(|&i| row[i] != ' ')?;
+    let value: String = row[start..].iter().collect();
+    let question: String = row[..=q].iter().collect();
+    let asks = question.chars().filter(|c| c.is_alphanumeric()).count() >= 3;
+    (value_style >= 0 && e[q] != value_style && asks && !value.trim().is_empty())
+        .then(|| sanitize_line(value.trim()))
+        .filter(|v| !v.is_empty())
 }
 
 /// The value a raw-mode field was pre-filled with: the text after the prompt's mark
@@ -2327,6 +2376,53 @@ alternative = "use VAULT_TOKEN"
         assert_eq!(p.kind, PromptKind::MultiSelect, "{p:?}");
         assert_eq!(p.default.as_deref(), Some("ham"));
         assert_eq!(p.prompt_line, "? Pick toppings ›");
+    }
+
+    #[test]
+    fn a_value_drawn_apart_from_its_question_is_pre_filled() {
+        let row = "? Project name demo";
+        let n = row.chars().count();
+        let mut e = vec![1i8; n];
+        e[2..14].fill(2); // the question in bold
+        e[14] = 0;
+        e[15..].fill(0); // the value plain
+        let rows = vec![row.to_owned()];
+        let facts = |e: Vec<i8>| {
+            let emphasis = vec![e];
+            classify(
+                &ScreenFacts {
+                    tool: "node",
+                    rows: &rows,
+                    prompt_line: row,
+                    echo: false,
+                    canonical: false,
+                    below: &[],
+                    cursor_hidden: false,
+                    emphasis: &emphasis,
+                },
+                &[],
+            )
+        };
+        let p = facts(e.clone());
+        assert_eq!(p.rule, "generic:text-prefilled");
+        assert_eq!(p.default.as_deref(), Some("demo"));
+        // Drawn dim, it is a placeholder: no value.
+        let mut dim = e.clone();
+        dim[15..].fill(-1);
+        assert_ne!(facts(dim).rule, "generic:text-prefilled");
+        // Drawn like the question: nothing tells the value apart.
+        assert_ne!(facts(vec![0; n]).rule, "generic:text-prefilled");
+    }
+
+    #[test]
+    fn a_dialog_boxs_password_field_is_a_secret() {
+        let p = screen(
+            "whiptail",
+            "┌──────────────┐\n│ API token    │\n│ ____________ │\n│ <Ok>         │",
+            false,
+            false,
+        );
+        assert!(p.secret, "{p:?}");
     }
 
     #[test]

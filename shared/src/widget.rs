@@ -141,6 +141,20 @@ pub fn confirm(line: &str, canonical: bool) -> Option<Shape> {
                 .iter()
                 .find_map(|later| yes_or_no(named_default(later.inner).unwrap_or(later.inner)));
         }
+        if default.is_none() && at + 1 == all.len() {
+            // The value the field holds now, after a mark: dialoguer's `(y/n) › no`,
+            // enquirer's `(y/N) ‣ false`.
+            let after = line[g.end..].trim();
+            let word = after
+                .strip_prefix(['›', '‣', '»', '❯', '>', ':'])
+                .map(str::trim)
+                .unwrap_or("");
+            default = match word.to_ascii_lowercase().as_str() {
+                "true" => Some(true),
+                "false" => Some(false),
+                w => yes_or_no(w),
+            };
+        }
         let letters = yes_word.len() == 1;
         let no_word = no
             .map(str::to_owned)
@@ -590,6 +604,11 @@ mod tests {
         // enquirer: `? Deploy now? (y/N) ‣ false`.
         let s = confirm("? Deploy now? (y/N) ‣ false", false).unwrap();
         assert_eq!(s.default.as_deref(), Some("no"));
+        // dialoguer: no capital, the current value after the mark.
+        let s = confirm("? Deploy now? (y/n) › no", false).unwrap();
+        assert_eq!(s.default.as_deref(), Some("no"));
+        let s = confirm("? Deploy now? (y/n) › yes", false).unwrap();
+        assert_eq!(s.default.as_deref(), Some("yes"));
     }
 
     #[test]

@@ -1,6 +1,7 @@
 //! The prompt-library conformance matrix (issue 26): every library × widget cell of
 //! `tests/fixtures/matrix` (its README is the fixture contract) through the real shim, in
-//! exit mode + resume, wait mode (`approve` → the default) and rejected in wait mode; a
+//! exit mode + resume, wait mode (`approve` → the default; where the approval shows none,
+//! `approve` refused and the default named) and rejected in wait mode; a
 //! password in exit mode (93, failed, no approval). One test per library, so libraries run
 //! in parallel and a failure names its library. Every cell is run even after one failed;
 //! a test fails only when a cell that [`EXPECTED`] calls right went wrong. Each test writes
@@ -60,6 +61,18 @@ impl Widget {
             Select => Some(("blue", "GOT blue", "GOT green")),
             Multiselect => Some(("cheese,olives", "GOT [cheese,olives]", "GOT [ham]")),
             Password => None,
+        }
+    }
+
+    /// The tool's default named as an answer (for an approval that shows no default, where
+    /// `approve` must be refused and the operator names it).
+    fn default_answer(self) -> &'static str {
+        match self {
+            Confirm | Toggle => "no",
+            Text | Initial => "demo",
+            Select => "green",
+            Multiselect => "ham",
+            Password => "",
         }
     }
 }
@@ -226,28 +239,46 @@ const LIBRARIES: &[Library] = &[
 const EXPECTED: &[(&str, &[Widget])] = &[
     (
         "inquirer-prompts",
+        &[Confirm, Text, Initial, Password, Select, Multiselect],
+    ),
+    (
+        "inquirer-legacy",
         &[Confirm, Text, Password, Select, Multiselect],
     ),
-    ("inquirer-legacy", &[Confirm, Text, Password, Multiselect]),
-    ("enquirer", &[Toggle, Password, Select]),
-    ("prompts", &[Confirm, Toggle, Text, Password, Select]),
-    ("clack", &[Confirm]),
+    ("enquirer", &[Confirm, Toggle, Text, Password, Select]),
+    (
+        "prompts",
+        &[Confirm, Toggle, Text, Password, Select, Multiselect],
+    ),
+    ("clack", &[Confirm, Initial, Password, Select, Multiselect]),
     ("ink", &[Select]),
-    ("questionary", &[Confirm, Password, Select, Multiselect]),
-    ("inquirerpy", &[Confirm, Password, Select, Multiselect]),
-    ("prompt_toolkit", &[Initial, Password, Select]),
+    (
+        "questionary",
+        &[Confirm, Initial, Password, Select, Multiselect],
+    ),
+    (
+        "inquirerpy",
+        &[Confirm, Initial, Password, Select, Multiselect],
+    ),
+    ("prompt_toolkit", &[Confirm, Initial, Password, Select]),
     ("click", &[Confirm, Text, Password, Select]),
     ("rich", &[Confirm, Text, Password, Select]),
     ("typer", &[Confirm, Text, Password, Select]),
     ("cleo", &[Confirm, Text, Password, Select]),
-    ("dialoguer", &[Initial, Password, Select]),
-    ("inquire", &[Confirm, Text, Select, Multiselect]),
+    (
+        "dialoguer",
+        &[Confirm, Text, Initial, Password, Select, Multiselect],
+    ),
+    (
+        "inquire",
+        &[Confirm, Text, Initial, Password, Select, Multiselect],
+    ),
     ("survey", &[Confirm, Text, Password, Select, Multiselect]),
     ("promptui", &[Select]),
-    ("tty-prompt", &[Confirm, Text]),
-    ("bash-read", &[Confirm, Text, Initial, Password]),
-    ("whiptail", &[]),
-    ("dialog", &[]),
+    ("tty-prompt", &[Confirm, Text, Initial, Password, Select]),
+    ("bash-read", &[Confirm, Text, Initial, Password, Select]),
+    ("whiptail", &[Password]),
+    ("dialog", &[Confirm, Password]),
 ];
 
 /// A hung cell is a wrong cell, not a stuck suite.
@@ -555,6 +586,27 @@ fn wait_mode(
         }
     };
     let id = s(&a, "approval_id").to_owned();
+    // `approve` takes the tool's own default (DESIGN §15). Where the approval shows none (a
+    // confirm without a capital, a placeholder that may or may not be a default, a bash
+    // `select`), it must be refused — nothing guessed — and the default, named, must reach
+    // the tool.
+    let value = if value == "approve" && a.get("default_value").is_none_or(Value::is_null) {
+        let refused = env.decide(&id, "approve");
+        if refused.code == Some(0) || !refused.stderr.contains("shows none") {
+            return Err(wrong(
+                "`approve` without a default was not refused",
+                format!(
+                    "approval: {}
+decide: {}",
+                    approval_brief(&a),
+                    refused.context()
+                ),
+            ));
+        }
+        widget.default_answer()
+    } else {
+        value
+    };
     let decided = env.decide(&id, value);
     if decided.code != Some(0) {
         return Err(wrong(

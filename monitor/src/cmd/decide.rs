@@ -165,13 +165,14 @@ pub fn run(ctx: &Ctx, args: Args) -> CliResult {
         DecideOutcome::Refused(why) => return Err(CliError::error(sanitize_line(&why))),
         DecideOutcome::Invalid(e) => {
             return Err(CliError::usage(format!(
-                "`{}` is not a valid answer for {id}; valid values: {}",
+                "`{}` is not a valid answer for {id}; valid values: {}{}",
                 sanitize_line(&e.value),
                 e.valid
                     .iter()
                     .map(|v| sanitize_line(v))
                     .collect::<Vec<_>>()
-                    .join(", ")
+                    .join(", "),
+                sanitize_line(&e.note)
             )));
         }
     };
