@@ -248,13 +248,14 @@ fn field_row_shows(before: &[String], now: &[String], text: &str) -> bool {
 /// its end that the field's content replaces (`(demo)`, `[demo]`) or the pre-filled
 /// value it was cleared of.
 pub fn field_shows(asked: &str, shown: &str, text: &str) -> bool {
+    // Both lines as the prompt records them: trimmed (a dialog's box stands indented).
     let shown = sanitize_line(shown);
-    let shown = shown.trim_end();
+    let shown = shown.trim();
     let Some(before) = shown.strip_suffix(text.trim_end()) else {
         return false;
     };
     let head = before.trim_end();
-    let asked = asked.trim_end();
+    let asked = asked.trim();
     !head.is_empty() && asked.starts_with(head) && {
         // What the field replaced: a bracketed hint or the pre-filled text — or nothing,
         // when the answer stands apart from the prompt (`Name: myproj`, `Name:myproj`), not
@@ -2587,6 +2588,8 @@ mod tests {
             ("? Project name (demo)", "? Project name myproj"),
             ("? Project name", "? Project name myproj"),
             ("Name:", "Name:myproj"),
+            // whiptail's input box: the row indented, the prompt recorded trimmed.
+            ("│ demo", "                    │ myproj"),
         ] {
             assert!(field_shows(asked, shown, "myproj"), "{asked} / {shown}");
         }

@@ -277,7 +277,7 @@ const EXPECTED: &[(&str, &[Widget])] = &[
     ("promptui", &[Select]),
     ("tty-prompt", &[Confirm, Text, Initial, Password, Select]),
     ("bash-read", &[Confirm, Text, Initial, Password, Select]),
-    ("whiptail", &[Password]),
+    ("whiptail", &[Initial, Password]),
     ("dialog", &[Confirm, Password]),
 ];
 
