@@ -2257,7 +2257,8 @@ alternative = "use VAULT_TOKEN"
         assert_eq!(p.select_index("3"), Some(2));
     }
 
-    fn toggle_screen(rows: &[&str], emphasis: &[Vec<i8>]) -> Prompt {
+    /// A raw-mode screen with its cursor hidden, each row drawn as `emphasis` says.
+    fn framed(rows: &[&str], emphasis: &[Vec<i8>]) -> Prompt {
         let rows: Vec<String> = rows.iter().map(|r| r.to_string()).collect();
         classify(
             &ScreenFacts {
@@ -2277,7 +2278,7 @@ alternative = "use VAULT_TOKEN"
     #[test]
     fn a_toggle_is_its_two_words_the_current_one_its_default() {
         // @clack/prompts' confirm: radio dots mark the current word.
-        let p = toggle_screen(
+        let p = framed(
             &["┌  deploy", "│", "◆  Deploy now?", "│  ● Yes / ○ No", "└"],
             &[],
         );
@@ -2296,34 +2297,17 @@ alternative = "use VAULT_TOKEN"
         e[n - 2] = 3;
         e[n - 1] = 3;
         e[n - 8..n - 5].fill(-1);
-        let p = toggle_screen(&[row], &[e]);
+        let p = framed(&[row], &[e]);
         assert_eq!(p.kind, PromptKind::Toggle);
         assert_eq!(p.prompt_line, "? Enable cache?");
         assert_eq!(values(&p), ["no", "yes"]);
         assert_eq!(p.options[0].label, "off");
         assert_eq!(p.default.as_deref(), Some("yes"));
         // The same words with nothing to tell which is current: no toggle, no guess.
-        let p = toggle_screen(&[row], &[vec![0i8; row.chars().count()]]);
+        let p = framed(&[row], &[vec![0i8; row.chars().count()]]);
         assert_ne!(p.kind, PromptKind::Toggle);
-        let p = toggle_screen(&[row], &[]);
+        let p = framed(&[row], &[]);
         assert_ne!(p.kind, PromptKind::Toggle);
-    }
-
-    fn framed(rows: &[&str], emphasis: &[Vec<i8>]) -> Prompt {
-        let rows: Vec<String> = rows.iter().map(|r| r.to_string()).collect();
-        classify(
-            &ScreenFacts {
-                tool: "node",
-                rows: &rows,
-                prompt_line: "",
-                echo: false,
-                canonical: false,
-                below: &[],
-                cursor_hidden: true,
-                emphasis,
-            },
-            &[],
-        )
     }
 
     #[test]
