@@ -21,6 +21,10 @@ use crate::widget::{self, Bracketed, line_keys, opt};
 use regex::Regex;
 use std::sync::LazyLock;
 
+/// Cursors some libraries draw themselves at a field's end (promptui's `█`, @clack's): no
+/// part of what the field holds.
+pub const DRAWN_CURSORS: &[char] = &['█', '▌', '▋', '▍', '▎', '▏'];
+
 /// The most screen lines kept as an approval's context.
 pub const CONTEXT_LINES: usize = 20;
 /// The most lines taken as the question.
@@ -150,7 +154,7 @@ pub fn classify<'r>(
     // A cursor some libraries draw themselves (promptui's `█`) is not part of the line.
     let prompt_line = prompt_line
         .trim_end()
-        .trim_end_matches(['█', '▌', '▋', '▍', '▎', '▏'])
+        .trim_end_matches(DRAWN_CURSORS)
         .trim_end()
         .to_owned();
     let (question, context) = split_question(&rows, &prompt_line, QUESTION_LINES);

@@ -236,7 +236,7 @@ fn field_row_shows(before: &[String], now: &[String], text: &str) -> bool {
         let row = sanitize_line(row);
         let row = row
             .trim_end()
-            .trim_end_matches(['█', '▌', '▋', '▍', '▎', '▏'])
+            .trim_end_matches(prompt::DRAWN_CURSORS)
             .trim_end();
         row != old.trim_end() && field_shows(old, row, text)
     })

@@ -102,18 +102,28 @@ pub fn feed(parser: &mut vt100::Parser, bytes: &[u8]) {
 }
 
 impl ScreenText {
-    /// Reads the emulator's screen.
+    /// Reads the emulator's screen, with how each character is drawn.
     pub fn read(parser: &vt100::Parser) -> ScreenText {
+        let mut text = Self::read_text(parser);
+        let screen = parser.screen();
+        let (_, cols) = screen.size();
+        text.emphasis = text
+            .rows
+            .iter()
+            .enumerate()
+            .map(|(i, row)| row_emphasis(screen, i as u16, cols.get(), row))
+            .collect();
+        text
+    }
+
+    /// Reads the emulator's screen as text only (no [`Self::emphasis`]): enough for the
+    /// digest taken at every tick while output comes.
+    pub fn read_text(parser: &vt100::Parser) -> ScreenText {
         let screen = parser.screen();
         let (_, cols) = screen.size();
         let rows: Vec<String> = screen
             .rows(0, cols.get())
             .map(|r| r.trim_end().to_owned())
-            .collect();
-        let emphasis = rows
-            .iter()
-            .enumerate()
-            .map(|(i, text)| row_emphasis(screen, i as u16, cols.get(), text))
             .collect();
         let (crow, ccol) = screen.cursor_position();
         let prompt_line = rows
@@ -128,7 +138,7 @@ impl ScreenText {
             cursor_hidden: screen.hide_cursor(),
             full_screen: screen.alternate_screen()
                 || screen.mouse_protocol_mode() != vt100::MouseProtocolMode::None,
-            emphasis,
+            emphasis: Vec::new(),
         }
     }
 
@@ -202,7 +212,7 @@ impl ScreenText {
             .iter()
             .collect::<String>()
             .trim_end()
-            .trim_end_matches(['█', '▌', '▋', '▍', '▎', '▏'])
+            .trim_end_matches(prompt::DRAWN_CURSORS)
             .trim_end()
             .to_owned();
         let n = text.chars().count();

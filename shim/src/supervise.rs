@@ -989,7 +989,7 @@ impl Supervisor<'_> {
     /// The screen's text with animation removed, as a digest; `None` when unreadable.
     fn screen_digest(&self) -> Option<u64> {
         let guard = self.recorder.shared.screen.lock().ok()?;
-        Some(ScreenText::read(guard.as_ref()?).still_digest())
+        Some(ScreenText::read_text(guard.as_ref()?).still_digest())
     }
 
     /// Answers the tool's questions to its terminal from the screen model, once it has taken
