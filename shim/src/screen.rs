@@ -130,7 +130,7 @@ impl ScreenText {
             .get(crow as usize)
             .map(|r| r.chars().take(ccol as usize).collect::<String>())
             .unwrap_or_default();
-        ScreenText {
+        let mut text = ScreenText {
             rows,
             prompt_line,
             cursor_row: crow as usize,
@@ -139,7 +139,37 @@ impl ScreenText {
             full_screen: screen.alternate_screen()
                 || screen.mouse_protocol_mode() != vt100::MouseProtocolMode::None,
             emphasis: Vec::new(),
+        };
+        if text.cursor_hidden
+            && !text.full_screen
+            && let Some((row, col)) = text.drawn_cursor()
+        {
+            text.cursor_row = row;
+            text.prompt_line = text.rows[row].chars().take(col).collect();
+            text.cursor_hidden = false;
         }
+        text
+    }
+
+    /// Where a library that hides the terminal's cursor draws its own (promptui's
+    /// `? Deploy now? [y/N] █`, `✔ Project name: demo█`, a block over the first letter of
+    /// a default it clears on the first key): one block on the screen's last row, after a
+    /// question or a label's mark. The field is there, as if the cursor stood on it.
+    fn drawn_cursor(&self) -> Option<(usize, usize)> {
+        let row = self.rows.iter().rposition(|r| !r.trim().is_empty())?;
+        let chars: Vec<char> = self.rows[row].chars().collect();
+        let mut blocks = chars
+            .iter()
+            .enumerate()
+            .filter(|(_, c)| prompt::DRAWN_CURSORS.contains(c));
+        let (col, _) = blocks.next()?;
+        if blocks.next().is_some() {
+            return None;
+        }
+        let head: String = chars[..col].iter().collect();
+        let head = head.trim_end();
+        let labelled = [": ", "? ", "› "].iter().any(|m| head.contains(m));
+        (labelled || looks_like_question(head)).then_some((row, col))
     }
 
     /// The screen of a `rows`×`cols` terminal after it has shown `bytes` (for tests that
@@ -369,6 +399,36 @@ mod tests {
         assert_eq!(s.prompt_line, "Continue? [y/N]");
         assert_eq!(s.last_lines(2), vec!["working...", "Continue? [y/N]"]);
         assert!(s.asks(true));
+    }
+
+    #[test]
+    fn a_drawn_cursor_after_a_label_stands_for_the_hidden_one() {
+        // promptui hides the terminal's cursor and draws a block where its field is.
+        let s = ScreenText::rendered(6, 60, b"\x1b[?25l? Deploy now? [y/N] \xe2\x96\x88\r");
+        assert!(!s.cursor_hidden);
+        assert_eq!(s.prompt_line, "? Deploy now? [y/N] ");
+        let s = ScreenText::rendered(6, 60, "\x1b[?25l✔ Project name: demo█".as_bytes());
+        assert_eq!(
+            (s.cursor_row, s.prompt_line.as_str()),
+            (0, "✔ Project name: demo")
+        );
+        // Over the first letter of a default it clears on the first key.
+        let s = ScreenText::rendered(6, 60, "\x1b[?25lhello\r\n✔ Project name: █emo".as_bytes());
+        assert_eq!(
+            (s.cursor_row, s.prompt_line.as_str()),
+            (1, "✔ Project name: ")
+        );
+        // A progress bar, a block with nothing question-like before it, two blocks, or a
+        // full-screen program: the cursor stays hidden.
+        for shown in [
+            "\x1b[?25lDownloading [██    ] 40%",
+            "\x1b[?25lbuilding █",
+            "\x1b[?25lName: █ █",
+            "\x1b[?1049h\x1b[?25lName: █",
+        ] {
+            let s = ScreenText::rendered(6, 60, shown.as_bytes());
+            assert!(s.cursor_hidden, "{shown:?}");
+        }
     }
 
     #[test]
