@@ -1017,7 +1017,21 @@ fn marked_menu(facts: &ScreenFacts<'_>) -> Option<SelectMenu> {
     if last - first < 1 || first == 0 {
         return None;
     }
-    let items: Vec<(usize, char, usize, String)> = (first..=last).filter_map(item).collect();
+    let mut items: Vec<(usize, char, usize, String)> = (first..=last).filter_map(item).collect();
+    // One glyph for every box (enquirer's `✔`): whether each is checked is told by how it
+    // is drawn — in colour checked, dim or grey not.
+    if items.iter().all(|it| it.1 == items[0].1) && !RADIO.contains(&items[0].1) {
+        for (k, it) in items.iter_mut().enumerate() {
+            let drawn = facts
+                .emphasis
+                .get(first + k)
+                .and_then(|e| e.get(it.0))
+                .copied();
+            if drawn == Some(-1) {
+                it.1 = '◻';
+            }
+        }
+    }
     let labels: Vec<String> = items.iter().map(|it| sanitize_line(&it.3)).collect();
     let mut distinct = labels.clone();
     distinct.sort();
@@ -2364,6 +2378,21 @@ alternative = "use VAULT_TOKEN"
         assert_eq!(p.kind, PromptKind::MultiSelect, "{p:?}");
         assert_eq!(p.default.as_deref(), Some("ham"));
         assert_eq!(p.prompt_line, "? Pick toppings ›");
+        // enquirer's: one `✔` for every box, green when checked, dim when not; the
+        // current item's name underlined.
+        let rows = ["? Pick toppings …", "✔ cheese", "✔ ham", "✔ olives"];
+        let mut e: Vec<Vec<i8>> = rows.iter().map(|r| vec![0; r.chars().count()]).collect();
+        e[1][0] = -1;
+        e[2][0] = 1;
+        e[3][0] = -1;
+        e[1][2..].fill(3);
+        let p = framed(&rows, &e);
+        assert_eq!(p.kind, PromptKind::MultiSelect, "{p:?}");
+        assert_eq!(p.default.as_deref(), Some("ham"));
+        assert_eq!(p.select.as_ref().unwrap().highlighted, 0);
+        // Every box dim: none checked.
+        e[2][0] = -1;
+        assert_eq!(framed(&rows, &e).default.as_deref(), Some("none"));
     }
 
     #[test]
