@@ -229,16 +229,16 @@ fn field_room(prompt_line: &str, rows: &[String], cursor_hidden: bool) -> usize 
 
 /// Whether a row of the screen, away from the cursor, shows exactly `text` in place of a
 /// field's content: a row that changed since `before` and reads as [`field_shows`] says,
-/// once a faked cursor (a block at its end) is left off.
+/// once a faked cursor (a block at its end) is left off. The block counts as a change: a
+/// placeholder (`│  demo`, its first letter under the cursor) typed over with the same
+/// word reads `│  demo█`.
 fn field_row_shows(before: &[String], now: &[String], text: &str) -> bool {
     now.iter().enumerate().any(|(i, row)| {
         let old = before.get(i).map_or("", String::as_str);
         let row = sanitize_line(row);
-        let row = row
-            .trim_end()
-            .trim_end_matches(prompt::DRAWN_CURSORS)
-            .trim_end();
-        row != old.trim_end() && field_shows(old, row, text)
+        let row = row.trim_end();
+        let content = row.trim_end_matches(prompt::DRAWN_CURSORS).trim_end();
+        row != old.trim_end() && field_shows(old, content, text)
     })
 }
 
@@ -284,6 +284,30 @@ fn same_title(now: &str, asked: &str) -> bool {
             && ["(", "-", "›", "…", "["]
                 .iter()
                 .any(|m| long[short.len()..].trim_start().starts_with(m)))
+}
+
+/// A check-box menu's title without the list of checked items it may show after the
+/// question (`Pick toppings ham, olives (Press …)` → `Pick toppings (Press …)`).
+fn without_selection(title: &str, menu: &hr_shared::prompt::SelectMenu) -> String {
+    let names = menu.names();
+    let chosen: Vec<&str> = names
+        .iter()
+        .zip(menu.checked())
+        .filter(|(_, c)| *c)
+        .map(|(n, _)| n.as_str())
+        .collect();
+    if chosen.is_empty() {
+        return title.to_owned();
+    }
+    let listed = format!(" {}", chosen.join(", "));
+    let (head, hint) = match title.find(" (") {
+        Some(at) => title.split_at(at),
+        None => (title, ""),
+    };
+    match head.trim_end().strip_suffix(&listed) {
+        Some(question) if !question.trim().is_empty() => format!("{question}{hint}"),
+        _ => title.to_owned(),
+    }
 }
 
 /// Whether the prompt line `shown` ends with `text` masked (`******`, `••••`): a field
@@ -540,50 +564,10 @@ impl<'a> Conversation<'a> {
         if self.too_soon(now) {
             return Vec::new();
         }
-        let mut prompt = self.classify(&shown, modes);
-        // A program that hides its cursor: with no menu or question recognised, the line the
-        // cursor was left on (a logo's last row) is not what it asks. A full-screen program
-        // (Codex's login under its logo) is left to draw its question; on other screens a
-        // row shaped like a question (@clack's `What is your project name?`) is it.
-        if shown.cursor_hidden
-            && !modes.canonical
-            && prompt.kind == PromptKind::Unknown
-            && !prompt.secret
-        {
-            match shown.question_row_index().filter(|_| !shown.full_screen) {
-                Some(at) => {
-                    let row = &shown.rows[at];
-                    prompt.prompt_line = sanitize_line(row)
-                        .trim()
-                        .trim_start_matches(['◆', ' '])
-                        .to_owned();
-                    if prompt::is_secret_question(&prompt.prompt_line) {
-                        // A library's masked field (`◆  API token` over `│  ▪▪▪`).
-                        prompt.secret = true;
-                        prompt.rule = "secret:text".into();
-                    } else if let Some((value, false)) = shown.field_under(at) {
-                        // The field under it holds a value (not a dim placeholder): Enter
-                        // submits it as it stands.
-                        prompt.kind = PromptKind::Text;
-                        prompt.rule = "generic:text-prefilled".into();
-                        prompt.options = vec![hr_shared::event::ApprovalOption {
-                            label: format!("As pre-filled ({value})"),
-                            value: value.clone(),
-                            keys: Some("\r".into()),
-                        }];
-                        prompt.default = Some(value);
-                    }
-                }
-                None => {
-                    let kind = if shown.full_screen {
-                        "a full-screen program"
-                    } else {
-                        "a screen with its cursor hidden"
-                    };
-                    return self.unasked(now, &shown, obs, kind);
-                }
-            }
-        }
+        let prompt = match self.read_prompt(&shown, modes) {
+            Ok(prompt) => prompt,
+            Err(kind) => return self.unasked(now, &shown, obs, kind),
+        };
         if prompt.secret {
             let alternative = prompt
                 .alternative
@@ -879,7 +863,9 @@ impl<'a> Conversation<'a> {
         let (Some(modes), Some(shown)) = (obs.modes(), obs.screen()) else {
             return Some("its screen cannot be read".into());
         };
-        let now = self.classify(&shown, modes);
+        let Ok(now) = self.read_prompt(&shown, modes) else {
+            return Some("it no longer asks anything".into());
+        };
         if fingerprint::prompt(self.setup.tool, &now.prompt_line)
             != fingerprint::prompt(self.setup.tool, &asked.prompt_line)
         {
@@ -894,6 +880,52 @@ impl<'a> Conversation<'a> {
             return Some("it wrote something since it asked".into());
         }
         None
+    }
+
+    /// The prompt on `shown` as the conversation reads it: [`Self::classify`], and on a
+    /// screen whose cursor is hidden with nothing recognised, the row shaped like a
+    /// question (or, with none, why nothing is asked). The same reading decides whether a
+    /// decision still fits the screen.
+    fn read_prompt(&self, shown: &ScreenText, modes: Modes) -> Result<Prompt, &'static str> {
+        let mut prompt = self.classify(shown, modes);
+        // A program that hides its cursor: with no menu or question recognised, the line the
+        // cursor was left on (a logo's last row) is not what it asks. A full-screen program
+        // (Codex's login under its logo) is left to draw its question; on other screens a
+        // row shaped like a question (@clack's `What is your project name?`) is it.
+        if shown.cursor_hidden
+            && !modes.canonical
+            && prompt.kind == PromptKind::Unknown
+            && !prompt.secret
+        {
+            match shown.question_row_index().filter(|_| !shown.full_screen) {
+                Some(at) => {
+                    let row = &shown.rows[at];
+                    prompt.prompt_line = sanitize_line(row)
+                        .trim()
+                        .trim_start_matches(['◆', ' '])
+                        .to_owned();
+                    if prompt::is_secret_question(&prompt.prompt_line) {
+                        // A library's masked field (`◆  API token` over `│  ▪▪▪`).
+                        prompt.secret = true;
+                        prompt.rule = "secret:text".into();
+                    } else if let Some((value, false)) = shown.field_under(at) {
+                        // The field under it holds a value (not a dim placeholder): Enter
+                        // submits it as it stands.
+                        prompt.kind = PromptKind::Text;
+                        prompt.rule = "generic:text-prefilled".into();
+                        prompt.options = vec![hr_shared::event::ApprovalOption {
+                            label: format!("As pre-filled ({value})"),
+                            value: value.clone(),
+                            keys: Some("\r".into()),
+                        }];
+                        prompt.default = Some(value);
+                    }
+                }
+                None if shown.full_screen => return Err("a full-screen program"),
+                None => return Err("a screen with its cursor hidden"),
+            }
+        }
+        Ok(prompt)
     }
 
     /// The prompt on `shown`, as the detector reads it.
@@ -1089,8 +1121,14 @@ impl<'a> Conversation<'a> {
             }
             Goal::Check(ref target) => {
                 let now_shown = self.classify(&shown, modes);
-                // The same menu: its title and its items (boxes aside) as the operator saw.
-                let same_title = same_title(&now_shown.prompt_line, &st.prompt.prompt_line);
+                // The same menu: its title and its items (boxes aside) as the operator saw,
+                // the title less the selection it may list (tty-prompt's `Pick toppings
+                // ham`), which changes with every box.
+                let title = |p: &Prompt| match &p.select {
+                    Some(m) => without_selection(&p.prompt_line, m),
+                    None => p.prompt_line.clone(),
+                };
+                let same_title = same_title(&title(&now_shown), &title(&st.prompt));
                 let Some(menu) = now_shown.select.filter(|m| {
                     same_title
                         && m.checkbox
@@ -2560,6 +2598,34 @@ mod tests {
     }
 
     #[test]
+    fn a_check_box_title_is_compared_without_the_selection_it_lists() {
+        let menu = |items: [&str; 3]| hr_shared::prompt::SelectMenu {
+            items: items.map(String::from).to_vec(),
+            highlighted: 1,
+            checkbox: true,
+            title_row: 0,
+            first_row: 1,
+            horizontal: false,
+        };
+        let ham = menu(["⬡ cheese", "⬢ ham", "⬡ olives"]);
+        let two = menu(["⬢ cheese", "⬡ ham", "⬢ olives"]);
+        let none = menu(["⬡ cheese", "⬡ ham", "⬡ olives"]);
+        let asked = without_selection("Pick toppings ham (Press ↑/↓ arrow to move)", &ham);
+        assert_eq!(asked, "Pick toppings (Press ↑/↓ arrow to move)");
+        let now = without_selection("Pick toppings cheese, olives", &two);
+        assert_eq!(now, "Pick toppings");
+        assert!(same_title(&now, &asked));
+        assert_eq!(without_selection("Pick toppings", &none), "Pick toppings");
+        // A title that only ends like an item is not cut to nothing, nor one that lists
+        // something else.
+        assert_eq!(without_selection("ham", &ham), "ham");
+        assert_eq!(
+            without_selection("Pick ham or olives", &two),
+            "Pick ham or olives"
+        );
+    }
+
+    #[test]
     fn a_field_on_a_row_of_its_own_shows_the_answer_there() {
         let before: Vec<String> = ["◆  Project name", "│  demo", "└"]
             .map(String::from)
@@ -2579,6 +2645,11 @@ mod tests {
             !field_row_shows(&before, &before, "demo"),
             "an unchanged row shows nothing typed"
         );
+        // The placeholder's own word typed: the drawn cursor after it is the change.
+        let typed: Vec<String> = ["◆  Project name", "│  demo█", "└"]
+            .map(String::from)
+            .to_vec();
+        assert!(field_row_shows(&before, &typed, "demo"));
     }
 
     #[test]
