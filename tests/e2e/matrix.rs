@@ -245,12 +245,18 @@ const EXPECTED: &[(&str, &[Widget])] = &[
         "inquirer-legacy",
         &[Confirm, Text, Password, Select, Multiselect],
     ),
-    ("enquirer", &[Confirm, Toggle, Text, Password, Select]),
+    (
+        "enquirer",
+        &[Confirm, Toggle, Text, Password, Select, Multiselect],
+    ),
     (
         "prompts",
         &[Confirm, Toggle, Text, Password, Select, Multiselect],
     ),
-    ("clack", &[Confirm, Initial, Password, Select, Multiselect]),
+    (
+        "clack",
+        &[Confirm, Text, Initial, Password, Select, Multiselect],
+    ),
     ("ink", &[Select]),
     (
         "questionary",
@@ -274,8 +280,11 @@ const EXPECTED: &[(&str, &[Widget])] = &[
         &[Confirm, Text, Initial, Password, Select, Multiselect],
     ),
     ("survey", &[Confirm, Text, Password, Select, Multiselect]),
-    ("promptui", &[Select]),
-    ("tty-prompt", &[Confirm, Text, Initial, Password, Select]),
+    ("promptui", &[Confirm, Text, Initial, Password, Select]),
+    (
+        "tty-prompt",
+        &[Confirm, Text, Initial, Password, Select, Multiselect],
+    ),
     ("bash-read", &[Confirm, Text, Initial, Password, Select]),
     ("whiptail", &[Initial, Password]),
     ("dialog", &[Confirm, Password]),
