@@ -102,16 +102,21 @@ impl Prompt {
             .and_then(|_| self.options.iter().position(|o| o.value == value))
     }
 
-    /// The bytes to type for a chosen value: an option's keys, or free text where allowed.
-    /// `None` for a value that does not answer (`abort`) or is not acceptable.
-    pub fn keys_for(&self, value: &str, canonical: bool) -> Option<Vec<u8>> {
-        // A confirm's answers are `yes` and `no`; `y` and `n` say the same.
+    /// The option `value` names: its value, or for a confirm `y`/`n` (its answers are `yes`
+    /// and `no`; `y` and `n` say the same).
+    pub fn option_for(&self, value: &str) -> Option<&ApprovalOption> {
         let value = match (self.kind, value) {
             (PromptKind::Confirm, "y" | "Y") => "yes",
             (PromptKind::Confirm, "n" | "N") => "no",
             _ => value,
         };
-        if let Some(o) = self.options.iter().find(|o| o.value == value) {
+        self.options.iter().find(|o| o.value == value)
+    }
+
+    /// The bytes to type for a chosen value: an option's keys, or free text where allowed.
+    /// `None` for a value that does not answer (`abort`) or is not acceptable.
+    pub fn keys_for(&self, value: &str, canonical: bool) -> Option<Vec<u8>> {
+        if let Some(o) = self.option_for(value) {
             return o.keys.as_ref().map(|k| k.as_bytes().to_vec());
         }
         if self.allows_text && crate::approvals::is_acceptable_text(value) {

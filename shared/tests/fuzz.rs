@@ -422,7 +422,10 @@ fn check_event(line: &[u8], signal: &ToolSignal) -> Checked {
         ToolSignal::Result(data) => {
             prop_assert!(data.is_object(), "a result that is not an object: {data}");
         }
-        ToolSignal::ApprovalNeeded(req) => {
+        ToolSignal::ApprovalNeeded(req)
+        | ToolSignal::PermissionRequest(hr_shared::event::PermissionRequest {
+            request: req, ..
+        }) => {
             prop_assert!(!req.question.trim().is_empty(), "blank question");
             prop_assert!(
                 req.question.len() <= 2048,
@@ -550,7 +553,9 @@ proptest! {
         }
         let kind = match got {
             Some(ToolSignal::Heartbeat { .. }) => Expect::Heartbeat,
-            Some(ToolSignal::ApprovalNeeded(_)) => Expect::Approval,
+            Some(ToolSignal::ApprovalNeeded(_) | ToolSignal::PermissionRequest(_)) => {
+                Expect::Approval
+            }
             Some(ToolSignal::Result(_)) => Expect::Result,
             None => Expect::NotAnEvent,
         };
@@ -770,7 +775,7 @@ proptest! {
     ) {
         let facts = ScreenFacts { tool: &tool, rows: &rows, prompt_line: &prompt_line, echo: true, canonical, below: &[], cursor_hidden: false , emphasis: &[]};
         let p = prompt::classify(&facts, std::iter::empty());
-        let is_option = p.options.iter().any(|o| o.value == answer);
+        let is_option = p.option_for(&answer).is_some();
         if let (Some(keys), false) = (p.keys_for(&answer, canonical), is_option) {
             // Free text is typed as it is (and Enter in line mode), only where allowed,
             // and only when it is one line without control characters.
