@@ -272,6 +272,32 @@ pub enum ToolSignal {
     /// `{"event":"result","data":{…}}`: what the tool found, for the steps after it in a
     /// pipeline (an object; the last one sent counts).
     Result(serde_json::Value),
+    /// `{"event":"permission_request","reply":PATH, …}` (the event descriptor only): an
+    /// agent's own permission hook (`headless-run --hook`, `--mcp`) asks whether a tool call
+    /// may go ahead, and waits for the answer on the named pipe.
+    PermissionRequest(PermissionRequest),
+}
+
+/// A permission request from an agent's hook: a question like a cooperative tool's, asked
+/// and answered as a prompt is (policies, remembered decisions), whose answer goes back on
+/// the hook's own pipe rather than to the terminal.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PermissionRequest {
+    pub request: CooperativeRequest,
+    /// The FIFO the hook reads the answer from (one JSON line, [`PermissionReply`]).
+    pub reply: std::path::PathBuf,
+}
+
+/// What the shim writes back to a hook: how the approval ended and the value chosen.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PermissionReply {
+    pub approval_id: String,
+    /// `approved`, `rejected` or `expired`.
+    pub status: String,
+    /// The option chosen (`allow`, `deny`); none unless approved.
+    pub value: Option<String>,
+    /// Who decided (`root via cli`, `policy:read-only`).
+    pub decided_by: String,
 }
 
 /// Where a shim run as a pipeline's step keeps the step's result (set by the pipeline
@@ -325,6 +351,8 @@ struct RawSignal {
     message: Option<String>,
     #[serde(default)]
     data: Option<serde_json::Value>,
+    #[serde(default)]
+    reply: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -384,66 +412,90 @@ pub fn parse_tool_line(
                 .message
                 .map(|m| sanitize_line(&clean_text(m, MAX_OPTION_FIELD))),
         }),
-        "approval_needed" => {
-            let question = clean_text(raw.question?, MAX_QUESTION);
-            if question.trim().is_empty() {
+        "permission_request" => {
+            // It names a file the shim writes to: only the descriptor's events may.
+            if channel != Channel::EventFd {
                 return None;
             }
-            let mut options: Vec<ApprovalOption> = raw
-                .options
-                .unwrap_or_default()
-                .into_iter()
-                .filter_map(|o| {
-                    let (value, label) = match o {
-                        RawOption::Plain(v) => (v.clone(), v),
-                        RawOption::Full { value, label } => {
-                            let label = label.unwrap_or_else(|| value.clone());
-                            (value, label)
-                        }
-                    };
-                    let value = clean_value(&value, token)?;
-                    let label = sanitize_line(&clean_text(label, MAX_OPTION_FIELD));
-                    Some(ApprovalOption {
-                        value,
-                        label,
-                        keys: None,
-                    })
-                })
-                .collect();
-            // Each value once (the first label wins), so a decision names one option.
-            let mut seen = std::collections::HashSet::new();
-            options.retain(|o| seen.insert(o.value.clone()));
-            options.truncate(MAX_OPTIONS);
-            if options.is_empty() {
-                options = vec![
-                    ApprovalOption {
-                        value: "approve".into(),
-                        label: "Approve".into(),
-                        keys: None,
-                    },
-                    ApprovalOption {
-                        value: "reject".into(),
-                        label: "Reject".into(),
-                        keys: None,
-                    },
-                ];
+            let reply = std::path::PathBuf::from(raw.reply.clone()?);
+            if !reply.is_absolute() {
+                return None;
             }
-            let default = raw
-                .default
-                .and_then(|d| clean_value(&d, token))
-                .filter(|d| options.iter().any(|o| &o.value == d));
-            Some(ToolSignal::ApprovalNeeded(CooperativeRequest {
-                approval_id: raw.approval_id.filter(|id| is_safe_id(id)),
-                tool_run_id: raw.tool_run_id.filter(|id| is_safe_id(id)),
-                question,
-                options,
-                default,
-                allows_text: raw.allows_text.unwrap_or(false),
-                context: raw.context.map(|c| clean_text(c, MAX_CONTEXT)),
+            let request = cooperative_request(raw, &clean_text, token)?;
+            Some(ToolSignal::PermissionRequest(PermissionRequest {
+                request,
+                reply,
             }))
+        }
+        "approval_needed" => {
+            cooperative_request(raw, &clean_text, token).map(ToolSignal::ApprovalNeeded)
         }
         _ => None,
     }
+}
+
+/// The approval request an `approval_needed` or `permission_request` line carries.
+fn cooperative_request(
+    raw: RawSignal,
+    clean_text: &dyn Fn(String, usize) -> String,
+    token: Option<&EventToken>,
+) -> Option<CooperativeRequest> {
+    let question = clean_text(raw.question?, MAX_QUESTION);
+    if question.trim().is_empty() {
+        return None;
+    }
+    let mut options: Vec<ApprovalOption> = raw
+        .options
+        .unwrap_or_default()
+        .into_iter()
+        .filter_map(|o| {
+            let (value, label) = match o {
+                RawOption::Plain(v) => (v.clone(), v),
+                RawOption::Full { value, label } => {
+                    let label = label.unwrap_or_else(|| value.clone());
+                    (value, label)
+                }
+            };
+            let value = clean_value(&value, token)?;
+            let label = sanitize_line(&clean_text(label, MAX_OPTION_FIELD));
+            Some(ApprovalOption {
+                value,
+                label,
+                keys: None,
+            })
+        })
+        .collect();
+    // Each value once (the first label wins), so a decision names one option.
+    let mut seen = std::collections::HashSet::new();
+    options.retain(|o| seen.insert(o.value.clone()));
+    options.truncate(MAX_OPTIONS);
+    if options.is_empty() {
+        options = vec![
+            ApprovalOption {
+                value: "approve".into(),
+                label: "Approve".into(),
+                keys: None,
+            },
+            ApprovalOption {
+                value: "reject".into(),
+                label: "Reject".into(),
+                keys: None,
+            },
+        ];
+    }
+    let default = raw
+        .default
+        .and_then(|d| clean_value(&d, token))
+        .filter(|d| options.iter().any(|o| &o.value == d));
+    Some(CooperativeRequest {
+        approval_id: raw.approval_id.filter(|id| is_safe_id(id)),
+        tool_run_id: raw.tool_run_id.filter(|id| is_safe_id(id)),
+        question,
+        options,
+        default,
+        allows_text: raw.allows_text.unwrap_or(false),
+        context: raw.context.map(|c| clean_text(c, MAX_CONTEXT)),
+    })
 }
 
 /// An option value must be one short line a person can type on the command line: a value
@@ -522,6 +574,36 @@ mod tests {
             tool: "rm".into(),
             tool_run_id: "TR-1".into(),
             execution_id: Some("EX-1".into()),
+        }
+    }
+
+    #[test]
+    fn a_permission_request_comes_only_on_the_descriptor_with_an_absolute_reply_pipe() {
+        let line = br#"{"event":"permission_request","reply":"/tmp/hr-ask-1/reply","question":"Bash: ls\nList","options":[{"value":"allow","label":"Yes"},{"value":"deny","label":"No"}],"default":"allow","context":"ls"}"#;
+        let Some(ToolSignal::PermissionRequest(p)) = on_fd(line) else {
+            panic!("not a permission request: {:?}", on_fd(line));
+        };
+        assert_eq!(p.reply, std::path::Path::new("/tmp/hr-ask-1/reply"));
+        assert_eq!(p.request.question, "Bash: ls\nList");
+        assert_eq!(p.request.default.as_deref(), Some("allow"));
+        assert_eq!(p.request.options.len(), 2);
+        // Printed on the terminal, even with the token: it names a file the shim writes.
+        let t = token();
+        let printed = String::from_utf8_lossy(line).replace(
+            "\"event\":\"permission_request\"",
+            &format!("\"event\":\"permission_request\",\"token\":\"{TOKEN}\""),
+        );
+        assert_eq!(
+            parse_tool_line(printed.as_bytes(), Channel::Terminal, Some(&t)),
+            None
+        );
+        // No reply pipe, or a relative one: nothing.
+        for bad in [
+            &br#"{"event":"permission_request","question":"Bash: ls"}"#[..],
+            br#"{"event":"permission_request","reply":"reply","question":"Bash: ls"}"#,
+            br#"{"event":"permission_request","reply":"/tmp/r","question":" "}"#,
+        ] {
+            assert_eq!(on_fd(bad), None, "{}", String::from_utf8_lossy(bad));
         }
     }
 

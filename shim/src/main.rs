@@ -2,6 +2,7 @@
 //! unchanged, records the run, enforces hard and stall timeouts, and (in headless mode)
 //! turns a prompt nobody can see into an approval. See `headless-run --help`.
 
+mod agent_hook;
 mod blocked;
 mod cli;
 mod conversation;
@@ -9,6 +10,7 @@ mod event_fd;
 mod group;
 mod interactive;
 mod notify;
+mod permission;
 mod pty;
 mod queries;
 mod recorder;
@@ -38,6 +40,14 @@ fn main() -> ExitCode {
         std::path::Path::new(a0).file_name() == Some(notify::WATCHDOG_NAME.as_ref())
     }) {
         return ExitCode::from(notify::watchdog(&args[1..]));
+    }
+    // `headless-run --hook AGENT` / `--mcp`: an agent's permission hook, not a run.
+    if args.len() > 1
+        && (args[1] == "--hook" || args[1] == "--mcp")
+        && std::path::Path::new(&args[0]).file_name()
+            == Some(hr_shared::tool_path::SHIM_NAME.as_ref())
+    {
+        return ExitCode::from(agent_hook::main(&args[1..]));
     }
     ExitCode::from(run::main_with(args))
 }

@@ -70,6 +70,8 @@ pub struct RecorderShared {
 pub enum RecorderEvent {
     /// A cooperative tool sent an `approval_needed` line.
     Approval(event::CooperativeRequest),
+    /// An agent's permission hook asks (on the event descriptor).
+    Permission(event::PermissionRequest),
 }
 
 /// The supervisor's side of the recorder.
@@ -519,6 +521,9 @@ impl Worker {
     fn signal(&mut self, signal: ToolSignal) {
         match signal {
             ToolSignal::Heartbeat { message } => self.heartbeat(message),
+            ToolSignal::PermissionRequest(req) => {
+                let _ = self.events.send(RecorderEvent::Permission(req));
+            }
             ToolSignal::ApprovalNeeded(req) => {
                 let _ = self.events.send(RecorderEvent::Approval(req));
             }

@@ -16,7 +16,7 @@ use crate::screen::ScreenText;
 use crate::signals::SignalPipe;
 use crate::spawn::{self, SpawnSpec};
 use crate::store::{StoreHandle, StoreMsg};
-use crate::{group, notify};
+use crate::{group, notify, permission};
 use hr_shared::approvals::Approval;
 use hr_shared::config::OnStall;
 use hr_shared::event::{ENV_EVENT_FD, ENV_EVENT_TOKEN, EventToken, truncate_utf8};
@@ -191,6 +191,7 @@ pub fn run(
         coop_asks: Vec::new(),
         coops: Vec::new(),
         coop_pending: None,
+        perms: Vec::new(),
         paused_since: None,
         outside: Outside::default(),
         // A real terminal on stdout answers the tool's queries itself.
@@ -374,6 +375,8 @@ struct Supervisor<'a> {
     coops: Vec<Watcher>,
     /// The last cooperative approval still pending: a tool exiting 90 waits on it.
     coop_pending: Option<String>,
+    /// Permission requests of the agent's own hooks still open (`permission`).
+    perms: Vec<permission::Open>,
     /// Since when timeouts are paused (an approval is pending).
     paused_since: Option<Instant>,
     /// Readers of the tool's terminal outside its session (pinentry).
@@ -453,7 +456,8 @@ impl Supervisor<'_> {
             self.answer_queries(now);
             self.track_pause(now);
             self.enforce_limits(now);
-            if self.exited.is_none() && self.ending.is_none() {
+            // While its hook asks, the agent's screen shows the same question: not read.
+            if self.exited.is_none() && self.ending.is_none() && self.perms.is_empty() {
                 self.detect(now);
             }
             self.flush_touch(now);
@@ -541,7 +545,7 @@ impl Supervisor<'_> {
 
     /// An approval is pending: neither timeout counts.
     fn paused(&self) -> bool {
-        self.conv.waiting() || !self.coops.is_empty()
+        self.conv.waiting() || !self.coops.is_empty() || !self.perms.is_empty()
     }
 
     fn track_pause(&mut self, now: Instant) {
@@ -697,7 +701,7 @@ impl Supervisor<'_> {
         if let Some(at) = self.conv.steering_at(self.last_change) {
             deadlines.push(at.max(now + Duration::from_millis(5)));
         }
-        if self.conv.waiting() || !self.coops.is_empty() {
+        if self.conv.waiting() || !self.coops.is_empty() || !self.perms.is_empty() {
             deadlines.push(now + watch::WATCH_EVERY);
         }
         if let Some(e) = &self.ending
@@ -1275,7 +1279,14 @@ impl Supervisor<'_> {
     /// Cooperative tools: `approval_needed` lines become approvals at once; a decision on
     /// one puts the run back to `running` (the tool learns it by its own means).
     fn poll_cooperative(&mut self) {
-        while let Ok(RecorderEvent::Approval(req)) = self.recorder.events.try_recv() {
+        while let Ok(event) = self.recorder.events.try_recv() {
+            let req = match event {
+                RecorderEvent::Approval(req) => req,
+                RecorderEvent::Permission(p) => {
+                    self.ask_permission(p);
+                    continue;
+                }
+            };
             let settings = &self.ctx.settings;
             let (ttl, on_expire) = (settings.approval_ttl, settings.on_expire);
             let rx = self.store.request(|reply| StoreMsg::Cooperative {
@@ -1335,6 +1346,141 @@ impl Supervisor<'_> {
             if self.coops.is_empty() && !self.conv.waiting() && self.exited.is_none() {
                 self.store.write(run::live_status(RunStatus::Running, None));
             }
+        }
+        self.poll_permissions();
+    }
+
+    /// An agent's hook asks: as a prompt is asked (policies, remembered decisions, else an
+    /// approval), in wait mode whatever the run's mode — a conversation cannot be re-run.
+    fn ask_permission(&mut self, p: hr_shared::event::PermissionRequest) {
+        let argv = self.ctx.argv();
+        let cwd = self.ctx.cwd.to_string_lossy().into_owned();
+        let req = permission::prompt_request(
+            &p,
+            &permission::Facts {
+                tool: &self.ctx.tool_name,
+                argv: &argv,
+                cwd: &cwd,
+                settings: &self.ctx.settings,
+                config: &self.ctx.config,
+            },
+        );
+        let rx = self
+            .store
+            .request(|reply| StoreMsg::Prompt(Box::new(req), reply));
+        self.perms.push(permission::Open {
+            reply: p.reply,
+            state: permission::State::Resolving(rx),
+        });
+    }
+
+    /// Resolutions and decisions of open permission requests, answered on their pipes.
+    fn poll_permissions(&mut self) {
+        enum Step {
+            Keep,
+            Wait(Box<Approval>, bool),
+            Done(Box<Approval>),
+            Unrecorded(String),
+        }
+        let mut i = 0;
+        while i < self.perms.len() {
+            let step = match &self.perms[i].state {
+                permission::State::Resolving(rx) => match rx.try_recv() {
+                    Ok(Ok(PromptResolution::Answer { approval, .. }))
+                    | Ok(Ok(PromptResolution::Rejected { approval })) => Step::Done(approval),
+                    Ok(Ok(PromptResolution::Pending {
+                        approval,
+                        taken_over,
+                    })) => Step::Wait(approval, taken_over),
+                    Ok(Err(why)) => Step::Unrecorded(why),
+                    Err(TryRecvError::Empty) => Step::Keep,
+                    Err(TryRecvError::Disconnected) => Step::Unrecorded("the store stopped".into()),
+                },
+                permission::State::Waiting(w) => match w.rx.try_recv() {
+                    Ok(Watched::Decided(a)) => Step::Done(a),
+                    Err(TryRecvError::Empty) => Step::Keep,
+                    Err(TryRecvError::Disconnected) => {
+                        Step::Unrecorded("its watcher stopped".into())
+                    }
+                },
+            };
+            match step {
+                Step::Keep => i += 1,
+                Step::Wait(a, taken_over) => {
+                    self.announce(&a, true, taken_over);
+                    match self.watcher_for(&a) {
+                        Some(w) => {
+                            self.perms[i].state = permission::State::Waiting(w);
+                            i += 1;
+                        }
+                        None => {
+                            let open = self.perms.remove(i);
+                            self.unanswered_permission(&open.reply, "no store to watch");
+                        }
+                    }
+                }
+                Step::Unrecorded(why) => {
+                    let open = self.perms.remove(i);
+                    self.unanswered_permission(&open.reply, &why);
+                }
+                Step::Done(a) => {
+                    let open = self.perms.remove(i);
+                    self.answer_permission(&open.reply, &a);
+                }
+            }
+        }
+    }
+
+    /// A request that could not be asked: its hook is told so and leaves the decision to
+    /// the agent (which then shows its own dialog, read from the screen as ever).
+    fn unanswered_permission(&mut self, reply: &std::path::Path, why: &str) {
+        eprintln!(
+            "headless-run: warning: {}'s permission request was not recorded: {why}",
+            self.ctx.tool_label
+        );
+        let _ = permission::send(
+            reply,
+            &hr_shared::event::PermissionReply {
+                approval_id: String::new(),
+                status: "unrecorded".into(),
+                value: None,
+                decided_by: String::new(),
+            },
+        );
+    }
+
+    /// A decided request: its hook is told; a rejection ends the agent as at any prompt.
+    fn answer_permission(&mut self, reply: &std::path::Path, a: &Approval) {
+        let sent = permission::send(reply, &permission::reply_for(a));
+        eprintln!(
+            "headless-run: {}: {} was {} ({}) by {}{}",
+            self.ctx.tool_label,
+            a.approval_id,
+            a.status,
+            a.chosen_value.as_deref().unwrap_or("-"),
+            watch::decided_by(a),
+            if sent.is_ok() {
+                ""
+            } else {
+                "; its hook was no longer waiting"
+            }
+        );
+        if !a.answers() {
+            let why = format!("{} by {}", a.status, watch::decided_by(a));
+            eprintln!(
+                "headless-run: {}: approval {} was {why}; ending the tool (exit 91)",
+                self.ctx.tool_label, a.approval_id
+            );
+            self.end_tool(RunOutcome::Rejected {
+                approval_id: a.approval_id.clone(),
+                why,
+            });
+        } else if self.perms.is_empty()
+            && self.coops.is_empty()
+            && !self.conv.waiting()
+            && self.exited.is_none()
+        {
+            self.store.write(run::live_status(RunStatus::Running, None));
         }
     }
 }

@@ -438,3 +438,323 @@ fn aider_in_wait_mode_takes_each_answer_once() {
     assert!(env.work().join(".git").is_dir());
     nothing_left(&env);
 }
+
+// ------------------------------------------------------------ permission hooks (issue 27)
+
+/// The fake model server (`tests/fixtures/fake_model.py`) on loopback, ended when dropped.
+struct FakeModel {
+    child: std::process::Child,
+    port: u16,
+    log: PathBuf,
+}
+
+impl FakeModel {
+    /// Serves `scenario` (`shell` or `edit`) for an agent working in `work`.
+    fn start(env: &TestEnv, scenario: &str) -> FakeModel {
+        let dir = env.path().join(format!("model-{scenario}"));
+        std::fs::create_dir_all(&dir).unwrap();
+        let port_file = dir.join("port");
+        let log = dir.join("requests.jsonl");
+        let child = std::process::Command::new(need("python3", "python3"))
+            .arg(fixture("fake_model.py"))
+            .arg("--port-file")
+            .arg(&port_file)
+            .arg("--log")
+            .arg(&log)
+            .arg("--scenario")
+            .arg(scenario)
+            .arg("--workdir")
+            .arg(env.work())
+            .stdin(std::process::Stdio::null())
+            .spawn()
+            .expect("python3 starts the fake model");
+        let listening = wait_until(Duration::from_secs(10), || port_file.exists());
+        assert!(listening, "the fake model server did not start");
+        let port = std::fs::read_to_string(&port_file)
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap();
+        FakeModel { child, port, log }
+    }
+
+    /// The tool results the agent sent back, oldest first, over all requests.
+    fn results(&self) -> Vec<String> {
+        std::fs::read_to_string(&self.log)
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+            .flat_map(|v| {
+                v["results"]
+                    .as_array()
+                    .cloned()
+                    .unwrap_or_default()
+                    .into_iter()
+                    .filter_map(|r| r[0].as_str().map(str::to_owned))
+            })
+            .collect()
+    }
+}
+
+impl Drop for FakeModel {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Claude Code pointed at the fake model (settings in its throw-away home, the work dir
+/// trusted, onboarding done), started through the shim in `env.work()` with `args`.
+fn claude_at(env: &TestEnv, model: &FakeModel, args: &[&str]) -> Cmd {
+    let home = home(env);
+    std::fs::create_dir_all(home.join(".claude")).unwrap();
+    let settings = home.join(".claude/settings.json");
+    let mut s: Value = std::fs::read(&settings)
+        .ok()
+        .and_then(|b| serde_json::from_slice(&b).ok())
+        .unwrap_or_else(|| serde_json::json!({}));
+    s["env"] = serde_json::json!({
+        "ANTHROPIC_BASE_URL": format!("http://127.0.0.1:{}", model.port),
+        "ANTHROPIC_AUTH_TOKEN": "dummy-token",
+        "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
+        "DISABLE_AUTOUPDATER": "1",
+        "ANTHROPIC_MODEL": "claude-sonnet-4-5",
+    });
+    std::fs::write(&settings, s.to_string()).unwrap();
+    let work = env.work().to_string_lossy().into_owned();
+    std::fs::write(
+        home.join(".claude.json"),
+        serde_json::json!({"hasCompletedOnboarding": true, "theme": "dark",
+            "projects": {work: {"hasTrustDialogAccepted": true,
+                "hasCompletedProjectOnboarding": true}}})
+        .to_string(),
+    )
+    .unwrap();
+    std::fs::write(
+        env.work().join("foo.py"),
+        "def add(a, b):\n    return a + b\n",
+    )
+    .unwrap();
+    let bin = npm_agents_bin();
+    let mut c = env.shim();
+    agent_env(env, &mut c, &bin);
+    c.arg(bin.join("claude")).args(args);
+    c
+}
+
+/// `claude -p TASK` with headless-run's MCP server as its permission prompt tool.
+fn claude_print(env: &TestEnv, model: &FakeModel) -> Cmd {
+    let mcp = serde_json::json!({"mcpServers": {"headless-run": {
+        "command": bin("headless-run"), "args": ["--mcp"]}}})
+    .to_string();
+    claude_at(
+        env,
+        model,
+        &[
+            "-p",
+            "run the proof command",
+            "--mcp-config",
+            &mcp,
+            "--permission-prompt-tool",
+            "mcp__headless-run__permission",
+        ],
+    )
+}
+
+/// The one pending approval of the agent's hook, within 60 s.
+fn hook_approval(env: &TestEnv, running: &mut Running) -> Map<String, Value> {
+    let mut found = None;
+    let seen = wait_until(Duration::from_secs(60), || {
+        found = env
+            .approvals()
+            .into_iter()
+            .find(|a| a["status"] == "pending");
+        found.is_some()
+    });
+    assert!(
+        seen,
+        "no approval: {:#?}\nstderr: {}",
+        env.approvals(),
+        running.stderr_now()
+    );
+    found.unwrap()
+}
+
+#[test]
+fn claude_p_asks_through_the_mcp_permission_tool_and_each_decision_reaches_the_agent() {
+    let _turn = one_agent_at_a_time();
+    for decision in ["approve", "deny", "reject"] {
+        let env = TestEnv::new();
+        let model = FakeModel::start(&env, "shell");
+        // Exit mode, the default: a conversation's question is waited for all the same.
+        let mut running = claude_print(&env, &model).spawn();
+        let a = hook_approval(&env, &mut running);
+        assert_eq!(s(&a, "rule_name"), "agent-hook");
+        assert_eq!(
+            s(&a, "prompt_line"),
+            "Bash: echo ran-by-agent > proof-shell.txt"
+        );
+        assert!(s(&a, "question").contains("Write the proof file"), "{a:?}");
+        assert_eq!(option_values(&a), ["allow", "deny"]);
+        assert_eq!(s(&a, "default_value"), "allow");
+        assert_eq!(
+            env.approvals().len(),
+            1,
+            "one approval, none for the screen"
+        );
+        env.decide(s(&a, "approval_id"), decision).expect_code(0);
+        let out = running.wait();
+        let proof = env.work().join("proof-shell.txt");
+        match decision {
+            "approve" => {
+                out.expect_code(0);
+                assert!(proof.exists(), "the command ran: {}", out.context());
+                assert!(
+                    out.stderr.contains("was approved (allow)"),
+                    "{}",
+                    out.context()
+                );
+            }
+            "deny" => {
+                // Denied, the agent goes on: its model is told and answers; exit 0.
+                out.expect_code(0);
+                assert!(!proof.exists(), "the command did not run");
+                assert!(
+                    model
+                        .results()
+                        .iter()
+                        .any(|r| r.contains("operator denied")),
+                    "the model was told: {:?}",
+                    model.results()
+                );
+            }
+            _ => {
+                out.expect_code(91);
+                assert!(!proof.exists());
+                assert_eq!(s(&env.only_run(), "status"), "failed");
+            }
+        }
+        nothing_left(&env);
+    }
+}
+
+#[test]
+fn claude_interactive_permission_hook_is_the_approval_and_its_dialog_is_not_asked_again() {
+    let _turn = one_agent_at_a_time();
+    let env = TestEnv::new();
+    let model = FakeModel::start(&env, "edit");
+    let settings = home(&env).join(".claude/settings.json");
+    // Installed by the shim itself, as the README says; twice changes nothing.
+    for said in ["added a PermissionRequest hook", "already there"] {
+        let out = env
+            .command(bin("headless-run"))
+            .args(["--hook", "claude", "--install", "--settings"])
+            .arg(&settings)
+            .run();
+        out.expect_code(0);
+        assert!(out.out().contains(said), "{}", out.context());
+    }
+    let mut running = claude_at(&env, &model, &["change foo.py"])
+        .env("HEADLESS_RUN_ON_PROMPT", "wait")
+        .spawn();
+    let a = hook_approval(&env, &mut running);
+    let path = env.work().join("foo.py");
+    assert_eq!(s(&a, "prompt_line"), format!("Edit: {}", path.display()));
+    let context = s(&a, "context");
+    assert!(
+        context.contains("- return a + b\n+ return a + b  # edited-by-agent"),
+        "the diff is in the approval: {context}"
+    );
+    env.decide(s(&a, "approval_id"), "approve").expect_code(0);
+    let edited = wait_until(Duration::from_secs(30), || {
+        std::fs::read_to_string(&path).is_ok_and(|t| t.contains("# edited-by-agent"))
+    });
+    assert!(edited, "the edit was made: {}", running.stderr_now());
+    // The dialog Claude Code drew while its hook asked was never asked about.
+    assert!(
+        env.approvals()
+            .iter()
+            .all(|x| s(x, "rule_name") == "agent-hook" || x["status"] == "pending"),
+        "{:#?}",
+        env.approvals()
+    );
+    assert!(
+        !env.approvals()
+            .iter()
+            .any(|x| s(x, "prompt_line").contains("Do you want to")),
+        "{:#?}",
+        env.approvals()
+    );
+    running.signal(libc::SIGTERM);
+    running.wait();
+    nothing_left(&env);
+}
+
+#[test]
+fn a_policy_allows_a_hooks_request_without_a_person() {
+    let _turn = one_agent_at_a_time();
+    let env = TestEnv::new();
+    env.write_config(
+        "[[policies]]\nname = \"proof-echo\"\ntool = \"claude\"\nprompt = '^Bash: echo ran-by-agent > proof-shell\\.txt$'\nvalue = \"allow\"\n",
+    );
+    let model = FakeModel::start(&env, "shell");
+    let out = claude_print(&env, &model).run();
+    out.expect_code(0);
+    assert!(
+        env.work().join("proof-shell.txt").exists(),
+        "{}",
+        out.context()
+    );
+    let all = env.approvals();
+    assert_eq!(all.len(), 1, "{all:#?}");
+    assert_eq!(s(&all[0], "decided_by"), "policy:proof-echo");
+    assert_eq!(s(&all[0], "chosen_value"), "allow");
+}
+
+#[test]
+fn outside_a_run_the_hook_leaves_the_decision_to_the_agent() {
+    let env = TestEnv::new();
+    let event = serde_json::json!({"hook_event_name": "PermissionRequest",
+        "tool_name": "Bash", "tool_input": {"command": "rm -rf /"},
+        "permission_mode": "default"});
+    let out = env
+        .command(bin("headless-run"))
+        .args(["--hook", "claude"])
+        .stdin_bytes(event.to_string())
+        .run();
+    out.expect_code(0);
+    assert_eq!(out.out(), "", "no decision printed");
+    assert!(
+        out.stderr.contains("not inside a headless-run run"),
+        "{}",
+        out.context()
+    );
+    assert!(env.approvals().is_empty());
+    // The MCP tool denies what nobody could be asked about, as `claude -p` would.
+    let call = [
+        r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18"}}"#,
+        r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#,
+        r#"{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"permission","arguments":{"tool_name":"Bash","input":{"command":"rm -rf /"}}}}"#,
+    ]
+    .join("\n");
+    let out = env
+        .command(bin("headless-run"))
+        .arg("--mcp")
+        .stdin_bytes(call + "\n")
+        .run();
+    out.expect_code(0);
+    let replies: Vec<Value> = out
+        .out()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(replies.len(), 2, "{}", out.context());
+    let text = replies[1]["result"]["content"][0]["text"].as_str().unwrap();
+    let decision: Value = serde_json::from_str(text).unwrap();
+    assert_eq!(decision["behavior"], "deny");
+    // Bad arguments and agents without a hook are usage errors.
+    for bad in [&["--hook"][..], &["--hook", "codex"], &["--mcp", "x"]] {
+        let out = env.command(bin("headless-run")).args(bad).run();
+        out.expect_code(2);
+    }
+}

@@ -1,0 +1,694 @@
+//! Coding agents' own permission hooks, answered by the run that supervises the agent:
+//!
+//! * `headless-run --hook claude`: a Claude Code hook command (`PermissionRequest`, fired
+//!   where Claude Code would show its permission dialog; `PreToolUse` also understood).
+//! * `headless-run --mcp`: an MCP server over stdio with one tool, `permission`, for
+//!   `claude -p --permission-prompt-tool mcp__headless-run__permission` (the
+//!   non-interactive mode, which otherwise denies every request unseen).
+//! * `headless-run --hook claude --install [--settings FILE]`: adds the hook to Claude
+//!   Code's settings (`~/.claude/settings.json`).
+//!
+//! Each request goes to the enclosing run (the agent started as `headless-run -- claude
+//! …`) on its event descriptor as a `permission_request`, with a FIFO of the hook's own to
+//! answer on; the run asks it as any prompt (policies, remembered decisions, else an
+//! approval decided from the CLI, dashboard, web page or API) and writes the answer back.
+//! Outside a run, or when the run cannot record it, the hook says nothing and the agent
+//! decides as it would without it (its dialog, or `-p`'s denial).
+
+use hr_shared::event::{ENV_EVENT_FD, PermissionReply};
+use serde_json::{Value, json};
+use std::ffi::OsString;
+use std::io::{Read, Write};
+use std::os::fd::{AsRawFd, RawFd};
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// How long a hook may wait for a person, as Claude Code's settings are told (seconds):
+/// the default approval TTL.
+const HOOK_TIMEOUT_SECS: u64 = 86_400;
+/// The most of a request read from the agent.
+const MAX_INPUT: u64 = 4 << 20;
+/// The most context (a diff, a file's start) sent with a question.
+const MAX_CONTEXT: usize = 3000;
+/// How often a waiting hook tells the run it is alive (and finds out it is gone).
+const BEAT: Duration = Duration::from_secs(2);
+
+const USAGE: &str = "\
+usage: headless-run --hook claude [--install [--settings FILE]]
+       headless-run --mcp
+
+  --hook claude      a Claude Code hook command: reads the hook's JSON on stdin, asks the
+                     enclosing headless-run run, prints Claude Code's decision
+  --install          add it to Claude Code's settings (default ~/.claude/settings.json)
+  --mcp              an MCP server over stdio with the tool `permission`, for
+                     claude -p --permission-prompt-tool mcp__headless-run__permission
+";
+
+/// Runs a `--hook`/`--mcp` invocation (`args` after the program name); the exit code.
+pub fn main(args: &[OsString]) -> u8 {
+    let args: Vec<String> = args
+        .iter()
+        .map(|a| a.to_string_lossy().into_owned())
+        .collect();
+    let words: Vec<&str> = args.iter().map(String::as_str).collect();
+    match words.as_slice() {
+        ["--mcp"] => mcp(),
+        ["--hook", "claude"] => claude_hook(),
+        ["--hook", "claude", "--install"] => install_claude(None),
+        ["--hook", "claude", "--install", "--settings", file] => {
+            install_claude(Some(PathBuf::from(file)))
+        }
+        ["--hook", "-h" | "--help"] | ["--mcp", "-h" | "--help"] => {
+            print!("{USAGE}");
+            0
+        }
+        ["--hook", agent, ..] if *agent != "claude" => {
+            eprintln!(
+                "headless-run: no hook for {agent:?}: Claude Code (`claude`) has one; other agents' prompts are read from the terminal\n{USAGE}"
+            );
+            2
+        }
+        _ => {
+            eprint!("headless-run: bad hook arguments\n{USAGE}");
+            2
+        }
+    }
+}
+
+/// What is asked about one tool call: its first line is the prompt line policies match
+/// (`Bash: git status`), the rest says what the agent gave as its reason; the context
+/// holds the diff or the file.
+#[derive(Debug, PartialEq)]
+pub struct Described {
+    pub question: String,
+    pub context: String,
+}
+
+fn text(v: &Value, key: &str) -> String {
+    v.get(key).and_then(Value::as_str).unwrap_or("").to_owned()
+}
+
+fn clip(mut s: String, max: usize) -> String {
+    if s.len() > max {
+        let mut end = max;
+        while !s.is_char_boundary(end) {
+            end -= 1;
+        }
+        s.truncate(end);
+        s.push_str("\n…");
+    }
+    s
+}
+
+/// The question for Claude Code's tool `tool` called with `input`.
+pub fn describe(tool: &str, input: &Value) -> Described {
+    let lines =
+        |s: &str, mark: char| -> String { s.lines().map(|l| format!("{mark} {l}\n")).collect() };
+    let (first, reason, context) = match tool {
+        "Bash" => (
+            format!("Bash: {}", text(input, "command")),
+            text(input, "description"),
+            text(input, "command"),
+        ),
+        "Edit" | "MultiEdit" => {
+            let path = text(input, "file_path");
+            let mut diff = format!("--- {path}\n+++ {path}\n");
+            let edits: Vec<Value> = match input.get("edits").and_then(Value::as_array) {
+                Some(list) => list.clone(),
+                None => vec![input.clone()],
+            };
+            for e in &edits {
+                diff.push_str(&lines(&text(e, "old_string"), '-'));
+                diff.push_str(&lines(&text(e, "new_string"), '+'));
+            }
+            (format!("{tool}: {path}"), String::new(), diff)
+        }
+        "Write" => {
+            let path = text(input, "file_path");
+            (
+                format!("Write: {path}"),
+                String::new(),
+                lines(&text(input, "content"), '+'),
+            )
+        }
+        _ => {
+            let shown = serde_json::to_string_pretty(input).unwrap_or_default();
+            let one: String = serde_json::to_string(input).unwrap_or_default();
+            (format!("{tool}: {}", clip(one, 160)), String::new(), shown)
+        }
+    };
+    let first: String = first.lines().next().unwrap_or_default().to_owned();
+    let mut question = format!("Claude Code asks to use {first}");
+    question = question.replacen("use Bash: ", "run: ", 1);
+    question = question.replacen("use Edit: ", "edit ", 1);
+    question = question.replacen("use Write: ", "write ", 1);
+    // The first line is what a policy matches: the tool and its target, plain.
+    let mut q = first;
+    if !reason.is_empty() {
+        q.push('\n');
+        q.push_str(&reason);
+    }
+    q.push('\n');
+    q.push_str(&question);
+    Described {
+        question: q,
+        context: clip(context, MAX_CONTEXT),
+    }
+}
+
+/// Claude Code's hook: stdin holds the event; stdout gets the decision, or nothing (the
+/// agent decides as without the hook). Always exits 0: a hook's failure must not read as a
+/// denial Claude Code would pass to its model.
+fn claude_hook() -> u8 {
+    let mut raw = Vec::new();
+    if std::io::stdin()
+        .take(MAX_INPUT)
+        .read_to_end(&mut raw)
+        .is_err()
+    {
+        return 0;
+    }
+    let Ok(event) = serde_json::from_slice::<Value>(&raw) else {
+        eprintln!("headless-run --hook claude: the hook's input is not JSON");
+        return 0;
+    };
+    let name = text(&event, "hook_event_name");
+    if !matches!(name.as_str(), "PermissionRequest" | "PreToolUse")
+        || text(&event, "permission_mode") == "bypassPermissions"
+    {
+        return 0;
+    }
+    let tool = text(&event, "tool_name");
+    let d = describe(&tool, event.get("tool_input").unwrap_or(&Value::Null));
+    let reply = match ask(&d) {
+        Ok(r) => r,
+        Err(why) => {
+            eprintln!("headless-run --hook claude: {why}; Claude Code decides");
+            return 0;
+        }
+    };
+    let Some(allowed) = verdict(&reply) else {
+        return 0;
+    };
+    let reason = reason(&reply);
+    let out = match (name.as_str(), allowed) {
+        ("PermissionRequest", true) => json!({"hookSpecificOutput": {
+            "hookEventName": "PermissionRequest", "decision": {"behavior": "allow"}}}),
+        ("PermissionRequest", false) => json!({"hookSpecificOutput": {
+            "hookEventName": "PermissionRequest",
+            "decision": {"behavior": "deny", "message": reason}}}),
+        (_, allowed) => json!({"hookSpecificOutput": {
+            "hookEventName": "PreToolUse",
+            "permissionDecision": if allowed { "allow" } else { "deny" },
+            "permissionDecisionReason": reason}}),
+    };
+    println!("{out}");
+    0
+}
+
+/// Allowed (`Some(true)`), denied (`Some(false)`), or not decided here (`None`: the run
+/// could not record it).
+fn verdict(r: &PermissionReply) -> Option<bool> {
+    match r.status.as_str() {
+        "approved" | "expired" if r.value.is_some() => Some(r.value.as_deref() == Some("allow")),
+        "approved" | "rejected" | "expired" => Some(false),
+        _ => None,
+    }
+}
+
+fn reason(r: &PermissionReply) -> String {
+    match r.value.as_deref() {
+        Some("allow") => format!("allowed by {} ({})", r.decided_by, r.approval_id),
+        _ => format!(
+            "The operator denied this ({} by {}, {}). Do not retry it; go on without it or stop.",
+            if r.status == "approved" {
+                "deny"
+            } else {
+                &r.status
+            },
+            r.decided_by,
+            r.approval_id
+        ),
+    }
+}
+
+/// The enclosing run's event descriptor, opened for writing: this process's own, or else
+/// the nearest ancestor's (through `/proc/PID/fd/N`). Agents start their hooks and MCP
+/// servers with few variables and without the descriptors they inherited; the agent itself
+/// has both. Only a process that may look into the agent (its own user) can open it.
+fn event_pipe() -> Option<std::fs::File> {
+    let fifo = |f: std::fs::File| {
+        use std::os::unix::fs::FileTypeExt;
+        f.metadata()
+            .is_ok_and(|m| m.file_type().is_fifo())
+            .then_some(f)
+    };
+    if let Some(fd) = std::env::var(ENV_EVENT_FD)
+        .ok()
+        .and_then(|v| v.parse::<RawFd>().ok())
+        .filter(|fd| *fd > 2)
+        && let Some(f) = std::fs::OpenOptions::new()
+            .write(true)
+            .open(format!("/proc/self/fd/{fd}"))
+            .ok()
+            .and_then(fifo)
+    {
+        return Some(f);
+    }
+    let prefix = format!("{ENV_EVENT_FD}=");
+    let mut pid = std::os::unix::process::parent_id() as i32;
+    for _ in 0..8 {
+        if pid <= 1 {
+            return None;
+        }
+        let environ = std::fs::read(format!("/proc/{pid}/environ")).ok()?;
+        if let Some(fd) = environ
+            .split(|&b| b == 0)
+            .find_map(|kv| kv.strip_prefix(prefix.as_bytes()))
+            .and_then(|v| std::str::from_utf8(v).ok()?.parse::<RawFd>().ok())
+            && let Some(f) = std::fs::OpenOptions::new()
+                .write(true)
+                .open(format!("/proc/{pid}/fd/{fd}"))
+                .ok()
+                .and_then(fifo)
+        {
+            // (A shell between the agent and its hook has the variable, not the pipe.)
+            return Some(f);
+        }
+        pid = hr_shared::proc::read_stat(pid)?.ppid;
+    }
+    None
+}
+
+/// Writes one line to the run's pipe; an error means the run is gone.
+fn send_line(pipe: &mut std::fs::File, line: &[u8]) -> std::io::Result<()> {
+    pipe.write_all(line)
+}
+
+/// A private directory for the answer's FIFO, removed when dropped.
+struct AskDir(PathBuf);
+
+impl Drop for AskDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn ask_dir() -> std::io::Result<AskDir> {
+    let base = std::env::var_os("XDG_RUNTIME_DIR")
+        .map(PathBuf::from)
+        .filter(|p| p.is_dir())
+        .unwrap_or_else(std::env::temp_dir);
+    let template = base.join("hr-ask-XXXXXX");
+    let mut bytes = std::ffi::CString::new(template.as_os_str().as_encoded_bytes())
+        .map_err(std::io::Error::other)?
+        .into_bytes_with_nul();
+    // SAFETY: a writable NUL-terminated template ending in XXXXXX.
+    let p = unsafe { libc::mkdtemp(bytes.as_mut_ptr().cast()) };
+    if p.is_null() {
+        return Err(std::io::Error::last_os_error());
+    }
+    bytes.pop();
+    Ok(AskDir(PathBuf::from(OsString::from(
+        String::from_utf8_lossy(&bytes).into_owned(),
+    ))))
+}
+
+/// Asks the enclosing run and waits for its answer.
+pub fn ask(d: &Described) -> Result<PermissionReply, String> {
+    let mut pipe = event_pipe().ok_or_else(|| {
+        "not inside a headless-run run (no event descriptor): start the agent as `headless-run -- AGENT …`"
+            .to_owned()
+    })?;
+    let dir = ask_dir().map_err(|e| format!("cannot make a private directory: {e}"))?;
+    let fifo = dir.0.join("reply");
+    let c =
+        std::ffi::CString::new(fifo.as_os_str().as_encoded_bytes()).map_err(|e| e.to_string())?;
+    // SAFETY: a valid NUL-terminated path.
+    if unsafe { libc::mkfifo(c.as_ptr(), 0o600) } != 0 {
+        return Err(format!(
+            "cannot make the answer's pipe: {}",
+            std::io::Error::last_os_error()
+        ));
+    }
+    let open = |write: bool| {
+        std::fs::OpenOptions::new()
+            .read(!write)
+            .write(write)
+            .custom_flags(libc::O_NONBLOCK)
+            .open(&fifo)
+    };
+    let mut reader = open(false).map_err(|e| e.to_string())?;
+    // Held open so the pipe never reads as ended before the answer comes.
+    let _keep = open(true).map_err(|e| e.to_string())?;
+    let request = json!({
+        "event": "permission_request",
+        "reply": fifo,
+        "question": d.question,
+        "context": d.context,
+        "options": [
+            {"value": "allow", "label": "Yes, allow it"},
+            {"value": "deny", "label": "No, deny it (the agent goes on without it)"},
+        ],
+        "default": "allow",
+    });
+    let mut line = serde_json::to_vec(&request).map_err(|e| e.to_string())?;
+    line.push(b'\n');
+    send_line(&mut pipe, &line).map_err(|e| format!("the run is gone ({e})"))?;
+    let mut got = Vec::new();
+    loop {
+        let mut pfd = libc::pollfd {
+            fd: reader.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // SAFETY: one valid pollfd.
+        let n = unsafe { libc::poll(&mut pfd, 1, BEAT.as_millis() as i32) };
+        if n > 0 {
+            let mut buf = [0u8; 4096];
+            match reader.read(&mut buf) {
+                Ok(k) if k > 0 => got.extend_from_slice(&buf[..k]),
+                _ => {}
+            }
+            if let Some(end) = got.iter().position(|&b| b == b'\n') {
+                return serde_json::from_slice(&got[..end])
+                    .map_err(|e| format!("the run's answer is not understood: {e}"));
+            }
+            continue;
+        }
+        let beat = br#"{"event":"heartbeat","message":"an agent's hook waits for a decision"}"#;
+        send_line(&mut pipe, &[&beat[..], b"\n"].concat())
+            .map_err(|e| format!("the run ended before a decision ({e})"))?;
+    }
+}
+
+/// The hook's entry in Claude Code's settings.
+fn hook_entry(command: &str) -> Value {
+    json!({"matcher": "*", "hooks": [{"type": "command", "command": command,
+        "timeout": HOOK_TIMEOUT_SECS}]})
+}
+
+/// Adds the hook to `settings` (a JSON object) unless a hook with `command` is there.
+/// Whether it changed anything.
+pub fn add_hook(settings: &mut Value, command: &str) -> Result<bool, String> {
+    let obj = settings
+        .as_object_mut()
+        .ok_or("the settings are not a JSON object")?;
+    let hooks = obj.entry("hooks").or_insert_with(|| json!({}));
+    let hooks = hooks
+        .as_object_mut()
+        .ok_or("`hooks` in the settings is not an object")?;
+    let list = hooks
+        .entry("PermissionRequest")
+        .or_insert_with(|| json!([]));
+    let list = list
+        .as_array_mut()
+        .ok_or("`hooks.PermissionRequest` is not a list")?;
+    let present = list.iter().any(|m| {
+        m.get("hooks").and_then(Value::as_array).is_some_and(|hs| {
+            hs.iter()
+                .any(|h| h.get("command").and_then(Value::as_str) == Some(command))
+        })
+    });
+    if !present {
+        list.push(hook_entry(command));
+    }
+    Ok(!present)
+}
+
+fn install_claude(file: Option<PathBuf>) -> u8 {
+    let file = match file
+        .or_else(|| std::env::var_os("HOME").map(|h| Path::new(&h).join(".claude/settings.json")))
+    {
+        Some(f) => f,
+        None => {
+            eprintln!("headless-run: no HOME: name the settings file with --settings");
+            return 2;
+        }
+    };
+    let exe = std::env::current_exe()
+        .ok()
+        .and_then(|p| p.canonicalize().ok())
+        .unwrap_or_else(|| PathBuf::from("headless-run"));
+    let command = format!(
+        "{} --hook claude",
+        hr_shared::shell::quote(&exe.to_string_lossy())
+    );
+    let mut settings = match std::fs::read(&file) {
+        Ok(raw) if raw.iter().all(u8::is_ascii_whitespace) => json!({}),
+        Ok(raw) => match serde_json::from_slice::<Value>(&raw) {
+            Ok(v) => v,
+            Err(e) => {
+                eprintln!(
+                    "headless-run: {} is not JSON ({e}); left as it is",
+                    file.display()
+                );
+                return 1;
+            }
+        },
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => json!({}),
+        Err(e) => {
+            eprintln!("headless-run: cannot read {}: {e}", file.display());
+            return 1;
+        }
+    };
+    match add_hook(&mut settings, &command) {
+        Ok(false) => {
+            println!("{}: the hook is already there ({command})", file.display());
+            0
+        }
+        Ok(true) => {
+            let text = serde_json::to_string_pretty(&settings).unwrap_or_default() + "\n";
+            let written = file
+                .parent()
+                .map_or(Ok(()), std::fs::create_dir_all)
+                .and_then(|_| {
+                    let tmp = file.with_extension("json.headless-run-tmp");
+                    std::fs::write(&tmp, text)?;
+                    std::fs::rename(&tmp, &file)
+                });
+            match written {
+                Ok(()) => {
+                    println!(
+                        "{}: added a PermissionRequest hook ({command}); run Claude Code as `headless-run -- claude …`",
+                        file.display()
+                    );
+                    0
+                }
+                Err(e) => {
+                    eprintln!("headless-run: cannot write {}: {e}", file.display());
+                    1
+                }
+            }
+        }
+        Err(why) => {
+            eprintln!("headless-run: {}: {why}; left as it is", file.display());
+            1
+        }
+    }
+}
+
+/// The MCP server: JSON-RPC 2.0, one message per line on stdin and stdout.
+fn mcp() -> u8 {
+    let stdin = std::io::stdin();
+    let mut out = std::io::stdout();
+    let mut line = String::new();
+    loop {
+        line.clear();
+        match std::io::BufRead::read_line(&mut stdin.lock(), &mut line) {
+            Ok(0) | Err(_) => return 0,
+            Ok(_) => {}
+        }
+        let Ok(msg) = serde_json::from_str::<Value>(line.trim()) else {
+            continue;
+        };
+        if let Some(reply) = mcp_reply(&msg, &|d| ask(d)) {
+            let _ = writeln!(out, "{reply}");
+            let _ = out.flush();
+        }
+    }
+}
+
+/// The answer to one MCP message (`None` for a notification); `ask` asks the run.
+pub fn mcp_reply(
+    msg: &Value,
+    ask: &dyn Fn(&Described) -> Result<PermissionReply, String>,
+) -> Option<Value> {
+    let id = msg.get("id")?.clone();
+    let method = msg.get("method").and_then(Value::as_str).unwrap_or("");
+    let result = match method {
+        "initialize" => {
+            let version = msg
+                .pointer("/params/protocolVersion")
+                .and_then(Value::as_str)
+                .unwrap_or("2024-11-05");
+            json!({"protocolVersion": version, "capabilities": {"tools": {}},
+                "serverInfo": {"name": "headless-run", "version": env!("CARGO_PKG_VERSION")}})
+        }
+        "ping" => json!({}),
+        "tools/list" => json!({"tools": [{
+            "name": "permission",
+            "description": "Asks the operator of the headless-run run whether a tool call may go ahead (the run's approvals: CLI, dashboard, web page, API, policies).",
+            "inputSchema": {"type": "object", "properties": {
+                "tool_name": {"type": "string"}, "input": {"type": "object"},
+                "tool_use_id": {"type": "string"}}, "required": ["tool_name", "input"]}}]}),
+        "tools/call" => {
+            let args = msg
+                .pointer("/params/arguments")
+                .cloned()
+                .unwrap_or(json!({}));
+            if msg.pointer("/params/name").and_then(Value::as_str) != Some("permission") {
+                return Some(json!({"jsonrpc": "2.0", "id": id,
+                    "error": {"code": -32602, "message": "unknown tool"}}));
+            }
+            let input = args.get("input").cloned().unwrap_or(json!({}));
+            let d = describe(&text(&args, "tool_name"), &input);
+            let decision = match ask(&d) {
+                Ok(r) => match verdict(&r) {
+                    Some(true) => json!({"behavior": "allow", "updatedInput": input}),
+                    Some(false) => json!({"behavior": "deny", "message": reason(&r)}),
+                    None => json!({"behavior": "deny",
+                        "message": "headless-run could not record this request; denied"}),
+                },
+                // `-p` denies what nobody could be asked about; so does this.
+                Err(why) => json!({"behavior": "deny", "message": format!("headless-run: {why}")}),
+            };
+            json!({"content": [{"type": "text", "text": decision.to_string()}]})
+        }
+        _ => {
+            return Some(json!({"jsonrpc": "2.0", "id": id,
+                "error": {"code": -32601, "message": format!("method not found: {method}")}}));
+        }
+    };
+    Some(json!({"jsonrpc": "2.0", "id": id, "result": result}))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_tool_call_becomes_a_question_whose_first_line_policies_match() {
+        let d = describe(
+            "Bash",
+            &json!({"command": "rm -rf build", "description": "Clean the build"}),
+        );
+        assert_eq!(d.question.lines().next(), Some("Bash: rm -rf build"));
+        assert!(d.question.contains("Clean the build"));
+        assert!(d.question.contains("Claude Code asks to run: rm -rf build"));
+        let d = describe(
+            "Edit",
+            &json!({"file_path": "/w/foo.py", "old_string": "return a + b",
+                "new_string": "return a - b"}),
+        );
+        assert_eq!(d.question.lines().next(), Some("Edit: /w/foo.py"));
+        assert!(
+            d.context.contains("- return a + b\n+ return a - b"),
+            "{}",
+            d.context
+        );
+        let d = describe(
+            "Write",
+            &json!({"file_path": "/w/x", "content": "hi\nthere"}),
+        );
+        assert_eq!(d.context, "+ hi\n+ there\n");
+        let d = describe("WebFetch", &json!({"url": "http://x"}));
+        assert!(d.question.starts_with("WebFetch: {\"url\":\"http://x\"}"));
+        // A command of many lines asks about its first; the context holds it all, bounded.
+        let long = "echo a\n".repeat(2000);
+        let d = describe("Bash", &json!({ "command": long }));
+        assert_eq!(d.question.lines().next(), Some("Bash: echo a"));
+        assert!(d.context.len() <= MAX_CONTEXT + 4);
+    }
+
+    fn reply(status: &str, value: Option<&str>) -> PermissionReply {
+        PermissionReply {
+            approval_id: "AP-1".into(),
+            status: status.into(),
+            value: value.map(str::to_owned),
+            decided_by: "root via cli".into(),
+        }
+    }
+
+    #[test]
+    fn only_an_allow_allows() {
+        assert_eq!(verdict(&reply("approved", Some("allow"))), Some(true));
+        assert_eq!(verdict(&reply("approved", Some("deny"))), Some(false));
+        assert_eq!(verdict(&reply("rejected", None)), Some(false));
+        assert_eq!(verdict(&reply("expired", None)), Some(false));
+        assert_eq!(verdict(&reply("expired", Some("allow"))), Some(true));
+        assert_eq!(verdict(&reply("unrecorded", None)), None);
+        assert!(reason(&reply("approved", Some("deny"))).contains("denied"));
+    }
+
+    #[test]
+    fn install_adds_the_hook_once_and_keeps_what_is_there() {
+        let mut s = json!({"env": {"A": "1"}, "hooks": {"PreToolUse": []}});
+        assert_eq!(add_hook(&mut s, "/bin/hr --hook claude"), Ok(true));
+        assert_eq!(add_hook(&mut s, "/bin/hr --hook claude"), Ok(false));
+        assert_eq!(s["env"]["A"], "1");
+        assert_eq!(s["hooks"]["PermissionRequest"].as_array().unwrap().len(), 1);
+        assert_eq!(
+            s["hooks"]["PermissionRequest"][0]["hooks"][0]["timeout"],
+            HOOK_TIMEOUT_SECS
+        );
+        assert!(add_hook(&mut json!([]), "x").is_err());
+        assert!(add_hook(&mut json!({"hooks": []}), "x").is_err());
+    }
+
+    #[test]
+    fn the_mcp_server_lists_its_tool_and_answers_calls() {
+        let allow = |_: &Described| Ok(reply("approved", Some("allow")));
+        let init = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize",
+            "params": {"protocolVersion": "2025-06-18"}});
+        let r = mcp_reply(&init, &allow).unwrap();
+        assert_eq!(r["result"]["protocolVersion"], "2025-06-18");
+        assert_eq!(
+            mcp_reply(
+                &json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),
+                &allow
+            ),
+            None
+        );
+        let r = mcp_reply(
+            &json!({"jsonrpc": "2.0", "id": 2, "method": "tools/list"}),
+            &allow,
+        )
+        .unwrap();
+        assert_eq!(r["result"]["tools"][0]["name"], "permission");
+        let call = json!({"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {
+            "name": "permission", "arguments": {"tool_name": "Bash",
+            "input": {"command": "ls"}, "tool_use_id": "t1"}}});
+        let r = mcp_reply(&call, &allow).unwrap();
+        let decision: Value =
+            serde_json::from_str(r["result"]["content"][0]["text"].as_str().unwrap()).unwrap();
+        assert_eq!(
+            decision,
+            json!({"behavior": "allow", "updatedInput": {"command": "ls"}})
+        );
+        let deny = |_: &Described| Ok(reply("approved", Some("deny")));
+        let r = mcp_reply(&call, &deny).unwrap();
+        assert!(
+            r["result"]["content"][0]["text"]
+                .as_str()
+                .unwrap()
+                .contains("\"deny\"")
+        );
+        // Nobody to ask: denied, as `-p` would, saying why.
+        let none = |_: &Described| Err("not inside a headless-run run".to_owned());
+        let r = mcp_reply(&call, &none).unwrap();
+        assert!(
+            r["result"]["content"][0]["text"]
+                .as_str()
+                .unwrap()
+                .contains("not inside")
+        );
+        let r = mcp_reply(
+            &json!({"jsonrpc": "2.0", "id": 4, "method": "nope"}),
+            &allow,
+        )
+        .unwrap();
+        assert_eq!(r["error"]["code"], -32601);
+    }
+}
