@@ -640,6 +640,28 @@ impl Worker {
             }
             return;
         }
+        // A variable withheld as a secret when it asked, and not in this worker's own
+        // environment: never started without it (an agent without its key comes up "not
+        // logged in", a deploy without its token fails half-way).
+        let missing = saved_environment(&job.run)
+            .map(|saved| saved.restore(own_env).report.missing)
+            .unwrap_or_default();
+        if !missing.is_empty() {
+            let names = sanitize_line(&missing.join(", "));
+            let why = format!(
+                "it needs {names} (withheld when it asked), which this worker's environment lacks"
+            );
+            let reason = format!(
+                "approval {} approved, but {why}: not resumed — start `monitor worker` with {names} set, or run the command again",
+                job.approval.approval_id
+            );
+            self.say(format!("{}: {reason}", job.run.tool_run_id));
+            if let Err(e) = self.close_waiting(&job.run, RunStatus::Failed, reason, None, Some(why))
+            {
+                self.say(format!("{}: {e}", job.run.tool_run_id));
+            }
+            return;
+        }
         match self.spawn(&job) {
             Ok(child) => {
                 self.say(format!(
@@ -690,7 +712,12 @@ impl Worker {
         // the executor's session, the same user, given its secrets on purpose — where it
         // has it (never from the row), and the shim records which were and which the
         // resume lacks. A run that kept no environment gets the worker's.
-        match saved_environment(run).map(|saved| saved.restore(own_env)) {
+        let saved = saved_environment(run);
+        // The run's own limits and mode (exit: it was parked), before the executor's.
+        if let Some(saved) = &saved {
+            cmd.args(hr_shared::mode::checked_resume_flags(&saved.flags));
+        }
+        match saved.map(|saved| saved.restore(own_env)) {
             Some(restored) => {
                 cmd.env_clear().envs(restored.vars);
                 if restored.report.is_empty() {

@@ -109,6 +109,10 @@ pub fn value_holds_credentials(value: &str) -> bool {
 pub struct SavedEnvironment {
     pub vars: std::collections::BTreeMap<String, String>,
     pub withheld: Vec<String>,
+    /// The run's own limits and mode as `headless-run` flags (`--timeout 30m`, `--on-prompt
+    /// exit`, …): a resume keeps them ([`resume_flags`]).
+    #[serde(default)]
+    pub flags: Vec<String>,
 }
 
 impl SavedEnvironment {
@@ -413,6 +417,7 @@ mod tests {
             withheld: ["GITHUB_TOKEN", "NPM_TOKEN", "HEADLESS_RUN_TOKEN", ""]
                 .map(String::from)
                 .to_vec(),
+            flags: Vec::new(),
         };
         let own = |k: &str| {
             matches!(k, "GITHUB_TOKEN" | "HEADLESS_RUN_TOKEN")
@@ -478,5 +483,133 @@ mod tests {
         assert_eq!(StdinMode::parse("pty"), Ok(StdinMode::Pty));
         assert_eq!(StdinMode::parse(""), Ok(StdinMode::Auto));
         assert!(StdinMode::parse("tty").is_err());
+    }
+}
+
+/// Coding agents known by their program's name: a prompt inside one of their sessions
+/// cannot be answered by a re-run (a re-run is a new conversation; the model would start
+/// the task afresh), so a run of one waits for the decision unless exit mode is asked for.
+pub const CODING_AGENTS: &[&str] = &[
+    "claude",
+    "codex",
+    "gemini",
+    "aider",
+    "qwen",
+    "opencode",
+    "copilot",
+    "cursor-agent",
+    "amp",
+    "goose",
+    "crush",
+];
+
+/// Whether `tool` (a program's file name) is a known coding agent.
+pub fn is_coding_agent(tool: &str) -> bool {
+    CODING_AGENTS.contains(&tool)
+}
+
+/// The flags that give a resume the limits and mode its run was given on its command line
+/// or in its environment (`explicit`: those layers only — the executor's own config
+/// file and defaults still apply to the rest, as for any run it starts).
+pub fn resume_flags(explicit: &crate::config::Settings) -> Vec<String> {
+    use crate::config::{Limit, OnPrompt, OnStall};
+    let limit = |l: Option<Limit>| {
+        l.map(|Limit(d)| match d {
+            Some(d) => format!("{}ms", d.as_millis().max(1)),
+            None => "none".to_owned(),
+        })
+    };
+    let on_stall = explicit.on_stall.map(|o| match o {
+        OnStall::Kill => "kill".to_owned(),
+        OnStall::Mark => "mark".to_owned(),
+    });
+    let on_prompt = explicit.on_prompt.map(|o| match o {
+        OnPrompt::Exit => "exit".to_owned(),
+        OnPrompt::Wait => "wait".to_owned(),
+    });
+    [
+        ("--timeout", limit(explicit.timeout)),
+        ("--stall-timeout", limit(explicit.stall_timeout)),
+        ("--on-stall", on_stall),
+        ("--on-prompt", on_prompt),
+        ("--prompt-idle", limit(explicit.prompt_idle)),
+        ("--not-prompt-timeout", limit(explicit.not_prompt_timeout)),
+    ]
+    .into_iter()
+    .filter_map(|(flag, value)| Some([flag.to_owned(), value?]))
+    .flatten()
+    .collect()
+}
+
+/// The pairs of `flags` (as a stored run holds them) that are the limit and mode flags
+/// [`resume_flags`] writes with a value each parses: a row cannot slip another option or
+/// a word that would be taken for the command.
+pub fn checked_resume_flags(flags: &[String]) -> Vec<String> {
+    use crate::config::{Limit, OnPrompt, OnStall};
+    flags
+        .chunks(2)
+        .filter(|p| match p {
+            [flag, value] => match flag.as_str() {
+                "--timeout" | "--stall-timeout" | "--prompt-idle" | "--not-prompt-timeout" => {
+                    Limit::parse(value).is_ok()
+                }
+                "--on-stall" => value.parse::<OnStall>().is_ok(),
+                "--on-prompt" => value.parse::<OnPrompt>().is_ok(),
+                _ => false,
+            },
+            _ => false,
+        })
+        .flatten()
+        .cloned()
+        .collect()
+}
+
+#[cfg(test)]
+mod agent_tests {
+    #[test]
+    fn a_resume_keeps_the_limits_and_mode_its_run_was_given() {
+        use crate::config::{Limit, OnPrompt, Settings};
+        let s = Settings {
+            timeout: Some(Limit(Some(std::time::Duration::from_secs(90)))),
+            stall_timeout: Some(Limit(None)),
+            on_prompt: Some(OnPrompt::Exit),
+            ..Default::default()
+        };
+        let flags = super::resume_flags(&s);
+        assert_eq!(
+            flags,
+            [
+                "--timeout",
+                "90000ms",
+                "--stall-timeout",
+                "none",
+                "--on-prompt",
+                "exit"
+            ]
+        );
+        assert!(super::resume_flags(&Settings::default()).is_empty());
+        assert_eq!(super::checked_resume_flags(&flags), flags);
+        let hostile: Vec<String> = [
+            "--timeout",
+            "5m",
+            "--config",
+            "x",
+            "rm",
+            "-rf",
+            "--on-prompt",
+            "maybe",
+            "--on-stall",
+        ]
+        .map(String::from)
+        .to_vec();
+        assert_eq!(super::checked_resume_flags(&hostile), ["--timeout", "5m"]);
+    }
+
+    #[test]
+    fn coding_agents_are_known_by_their_program_name_only() {
+        assert!(super::is_coding_agent("claude"));
+        assert!(super::is_coding_agent("aider"));
+        assert!(!super::is_coding_agent("claude-wrapper"));
+        assert!(!super::is_coding_agent("terraform"));
     }
 }

@@ -38,6 +38,10 @@ pub struct RunContext {
     pub execution_id: String,
     pub cwd: PathBuf,
     pub settings: Resolved,
+    /// The settings given by the run's environment and flags (not its config file).
+    pub explicit: hr_shared::config::Settings,
+    /// Wait mode because the tool is a coding agent and nobody asked for a mode.
+    pub conversation_waits: bool,
     pub paths: Option<StatePaths>,
     pub stdin_mode: StdinMode,
     /// Prompt rules, policies and the notify hook.
@@ -219,8 +223,11 @@ fn run(inv: Invocation) -> Result<u8, Failure> {
         }
     }
     settings.overlay(&from_env);
+    // What the run was given itself (environment, flags): its resume is given the same.
+    let mut explicit = from_env.clone();
     if let Some(flags) = &inv.flags {
         settings.overlay(&flags.settings());
+        explicit.overlay(&flags.settings());
     }
     let stdin_mode = match env("HEADLESS_RUN_STDIN") {
         Some(v) => StdinMode::parse(&v.to_string_lossy())
@@ -240,6 +247,12 @@ fn run(inv: Invocation) -> Result<u8, Failure> {
         .or_else(|| env("HEADLESS_RUN_EXECUTION_ID").map(|v| v.to_string_lossy().into_owned()))
         .filter(|v| !v.is_empty())
         .unwrap_or_else(id::new_execution_id);
+    // A coding agent's conversation cannot be re-run: unless a flag, the environment or the
+    // config asks for exit mode, its run waits for decisions.
+    let conversation_waits = settings.on_prompt.is_none() && mode::is_coding_agent(&tool_name);
+    if conversation_waits {
+        settings.on_prompt = Some(hr_shared::config::OnPrompt::Wait);
+    }
     let settings = settings.resolve();
     settings
         .check()
@@ -254,6 +267,8 @@ fn run(inv: Invocation) -> Result<u8, Failure> {
         execution_id,
         cwd,
         settings,
+        explicit,
+        conversation_waits,
         paths,
         stdin_mode,
         config,
@@ -375,9 +390,10 @@ fn run(inv: Invocation) -> Result<u8, Failure> {
         Ok(RunOutcome::ApprovalPending { .. }) => {
             store.write(RunWrite::Release(None));
             // The resume re-runs the command in this environment (secrets withheld).
-            store.write(RunWrite::Environment(
-                hr_shared::mode::SavedEnvironment::capture(std::env::vars_os()),
-            ));
+            store.write(RunWrite::Environment(hr_shared::mode::SavedEnvironment {
+                flags: hr_shared::mode::resume_flags(&ctx.explicit),
+                ..hr_shared::mode::SavedEnvironment::capture(std::env::vars_os())
+            }));
             store.write(RunWrite::Status(change.clone(), Replace::AnyButCancelled));
         }
         _ => {

@@ -1253,10 +1253,12 @@ impl Supervisor<'_> {
             },
             a.approval_id,
             values.join(", "),
-            if waiting {
-                "; waiting for the decision"
-            } else {
-                ""
+            match (waiting, self.ctx.conversation_waits) {
+                (true, true) => {
+                    "; waiting for the decision (a coding agent's conversation cannot be re-run; --on-prompt exit ends it instead)"
+                }
+                (true, false) => "; waiting for the decision",
+                _ => "",
             }
         );
         if !taken_over

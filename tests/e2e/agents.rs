@@ -47,6 +47,10 @@ fn agent(env: &TestEnv, name: &str, args: &[&str]) -> Cmd {
     };
     let mut c = env.shim();
     agent_env(env, &mut c, &bin);
+    // A coding agent's run waits at its prompts unless exit mode is asked for (issue 27):
+    // these tests walk its first-run menus by re-runs, so they ask for it, as an operator
+    // would. (A test that wants the agent's own default removes it.)
+    c.env("HEADLESS_RUN_ON_PROMPT", "exit");
     if name == "claude" {
         // Bedrock: Claude Code's first-party sign-in checks api.anthropic.com before it
         // shows anything, and offline that ends it; with Bedrock the screens come.
@@ -311,8 +315,18 @@ fn gemini_trust_and_auth_menus_are_approvals_and_its_key_box_is_refused() {
 fn gemini_in_wait_mode_reaches_its_key_box() {
     let _turn = one_agent_at_a_time();
     let env = TestEnv::new();
-    let running = agent(&env, "gemini", &[]).spawn_wait_mode();
+    // No mode asked for: a coding agent's run waits by itself, and says why.
+    let running = agent(&env, "gemini", &[])
+        .env_remove("HEADLESS_RUN_ON_PROMPT")
+        .spawn();
     let a = env.pending_approval();
+    let said = running.stderr_now();
+    assert!(
+        said.contains(
+            "a coding agent's conversation cannot be re-run; --on-prompt exit ends it instead"
+        ),
+        "{said}"
+    );
     assert_eq!(
         s(&a, "prompt_line"),
         "Do you trust the files in this folder?"

@@ -668,16 +668,25 @@ fn the_worker_resumes_in_the_runs_own_environment_without_its_secrets() {
         "{parked:#?}"
     );
     env.decide(s(&ap, "approval_id"), "y").expect_code(0);
-    // The worker's environment has neither variable.
-    let out = env.monitor().args(["worker", "--once"]).run();
+    // The worker's environment has its own token, not the run's FOO.
+    let out = env
+        .monitor()
+        .env_remove("FOO")
+        .env("MY_TOKEN", "the-workers-own")
+        .args(["worker", "--once"])
+        .run();
     out.expect_code(0);
-    assert!(out.out().contains("without MY_TOKEN"), "{}", out.context());
+    assert!(
+        out.out().contains("with MY_TOKEN from the worker's"),
+        "{}",
+        out.context()
+    );
     let id = s(&parked, "tool_run_id").to_owned();
     let resumes = resumes_of(&env, &id);
     assert_eq!(resumes.len(), 1, "{resumes:#?}");
     let output = String::from_utf8_lossy(&env.run_log(s(&resumes[0], "tool_run_id"))).into_owned();
     assert!(
-        output.contains("answer=y FOO=bar-from-the-run TOKEN=unset"),
+        output.contains("answer=y FOO=bar-from-the-run TOKEN=the-workers-own"),
         "{output}"
     );
     // The secret reached no file of the state dir.
@@ -693,8 +702,8 @@ fn the_worker_resumes_in_the_runs_own_environment_without_its_secrets() {
 
 /// Issue 25 item 7: secrets are never stored, so a resume lacks what was withheld when its
 /// run asked — unless the worker (the executor's own session, the same user) has it in its
-/// own environment. What it gave and what the resume lacked are said by the worker, and
-/// recorded on the resumed run for `monitor show`; a resume that fails says it ran without.
+/// own environment. What it gave is said by the worker and recorded on the resumed run for
+/// `monitor show`; a resume that would lack one is refused, naming it (issue 27).
 #[test]
 fn a_resume_names_the_withheld_variables_it_lacks_and_takes_them_from_the_worker() {
     let env = TestEnv::new();
@@ -710,7 +719,8 @@ fn a_resume_names_the_withheld_variables_it_lacks_and_takes_them_from_the_worker
         env.decide(s(&ap, "approval_id"), "y").expect_code(0);
         s(&ap, "tool_run_id").to_owned()
     };
-    // The worker's environment does not have it: the resume runs without it, and says so.
+    // The worker's environment does not have it: the resume is refused, naming it (issue
+    // 27: never started keyless).
     let first = park_and_decide(&env);
     let out = env
         .monitor()
@@ -720,37 +730,17 @@ fn a_resume_names_the_withheld_variables_it_lacks_and_takes_them_from_the_worker
     out.expect_code(0);
     assert!(
         out.out().contains(
-            "without DEPLOY_TOKEN (withheld when it asked, not in the worker's environment)"
+            "it needs DEPLOY_TOKEN (withheld when it asked), which this worker's environment lacks"
         ),
         "{}",
         out.context()
     );
+    assert!(resumes_of(&env, &first).is_empty(), "{}", out.context());
+    let refused = env.run_by_id(&first);
+    assert_eq!(s(&refused, "status"), "failed", "{refused:#?}");
     assert!(
-        out.out().contains(
-            "headless-run exited 1 (it ran without DEPLOY_TOKEN: withheld when it asked, not in the worker's environment)"
-        ),
-        "{}",
-        out.context()
-    );
-    let resumes = resumes_of(&env, &first);
-    assert_eq!(resumes.len(), 1, "{}", out.context());
-    let rid = s(&resumes[0], "tool_run_id").to_owned();
-    let output = String::from_utf8_lossy(&env.run_log(&rid)).into_owned();
-    assert!(output.contains("answer=y TOKEN=unset"), "{output}");
-    let shown = env.run_by_id(&rid);
-    assert_eq!(
-        shown["metadata"]["resume_env"],
-        serde_json::json!({"from_worker": [], "missing": ["DEPLOY_TOKEN"]}),
-        "{shown:#?}"
-    );
-    let text = env.monitor().args(["show", &rid]).run();
-    text.expect_code(0);
-    assert!(
-        text.out().contains(
-            "resumed without DEPLOY_TOKEN (withheld when it asked, not in the worker's environment)"
-        ),
-        "{}",
-        text.out()
+        s(&refused, "reason").contains("start `monitor worker` with DEPLOY_TOKEN set"),
+        "{refused:#?}"
     );
     // The worker has its own: the resume gets that one (never the run's, never stored).
     let second = park_and_decide(&env);
@@ -1017,4 +1007,67 @@ fn a_worker_leaves_other_hosts_and_users_runs_alone() {
         "{}",
         out.context()
     );
+}
+
+/// Issue 27 item 3: a resume keeps the limits and mode its run was given on its command
+/// line (or in its environment), whatever the worker's own config says: exit mode at the
+/// next prompt although the worker's file says `wait`, and the run's `--timeout`.
+#[test]
+fn a_resume_keeps_the_limits_and_mode_its_run_was_given() {
+    let env = TestEnv::new();
+    let config = env.path().join("worker.toml");
+    std::fs::write(
+        &config,
+        "[defaults]\non_prompt = \"wait\"\ntimeout = \"none\"\n",
+    )
+    .unwrap();
+    let script = "read -p 'First? [y/N] ' a; read -p 'Second? [y/N] ' b; sleep 30";
+    env.shim()
+        .args([
+            "--timeout",
+            "3s",
+            "--on-prompt",
+            "exit",
+            "--",
+            "sh",
+            "-c",
+            script,
+        ])
+        .run()
+        .expect_code(90);
+    let first = env.pending_approval();
+    let parked = env.run_by_id(s(&first, "tool_run_id"));
+    assert_eq!(
+        parked["metadata"]["env"]["flags"],
+        serde_json::json!(["--timeout", "3000ms", "--on-prompt", "exit"]),
+        "{parked:#?}"
+    );
+    env.decide(s(&first, "approval_id"), "y").expect_code(0);
+    let worker = |env: &TestEnv| {
+        let out = env
+            .monitor()
+            .env("HEADLESS_RUN_CONFIG", &config)
+            .args(["worker", "--once"])
+            .timeout(Duration::from_secs(60))
+            .run();
+        out.expect_code(0);
+        out
+    };
+    // Exit mode kept: the second question parks the resume (the worker's `wait` would
+    // keep it waiting, and `--once` with it).
+    let out = worker(&env);
+    let resumes = resumes_of(&env, s(&first, "tool_run_id"));
+    assert_eq!(resumes.len(), 1, "{}", out.context());
+    assert_eq!(n(&resumes[0], "exit_code"), 90, "{resumes:#?}");
+    let second = env.pending_approval();
+    assert!(
+        s(&second, "prompt_line").starts_with("Second?"),
+        "{second:#?}"
+    );
+    env.decide(s(&second, "approval_id"), "y").expect_code(0);
+    // The run's own timeout (the worker's file says none) ends the sleep.
+    let out = worker(&env);
+    let again = resumes_of(&env, s(&resumes[0], "tool_run_id"));
+    assert_eq!(again.len(), 1, "{}", out.context());
+    assert_eq!(n(&again[0], "exit_code"), 124, "{again:#?}");
 }
