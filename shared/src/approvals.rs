@@ -240,11 +240,30 @@ impl Approval {
         }
     }
 
+    /// The option that means "no" (a confirm's `no`, Claude Code's `3. No`, Codex's `No,
+    /// and tell Codex what to do differently`): the one option whose label or value starts
+    /// with a word of refusal. `deny` chooses it — the tool hears no and goes on, where
+    /// `reject` ends it. `None` where no option, or more than one, says no.
+    pub fn deny_value(&self) -> Option<&str> {
+        let no: Vec<&ApprovalOption> = self
+            .options_json
+            .iter()
+            .filter(|o| !is_abort_word(&o.value) && (means_no(&o.label) || means_no(&o.value)))
+            .collect();
+        match no.as_slice() {
+            [one] => Some(one.value.as_str()),
+            _ => None,
+        }
+    }
+
     /// The values a decider may pass, for error messages and help.
     pub fn valid_values(&self) -> Vec<String> {
         let mut v = Vec::new();
         if self.approve_value().is_some() {
             v.push("approve".to_owned());
+        }
+        if self.deny_value().is_some() {
+            v.push("deny".to_owned());
         }
         v.push("reject".to_owned());
         for o in &self.options_json {
@@ -372,6 +391,23 @@ pub struct InvalidValue {
 }
 
 /// Resolves a decider's value against the approval's options.
+/// Whether an answer's label says no: its first word, after a number (`3.`, `(3)`, `[3]`)
+/// and a pointer, is `no`, `deny`, `decline` or `don't`.
+fn means_no(label: &str) -> bool {
+    let rest = label
+        .trim_start()
+        .trim_start_matches(['❯', '>', '›', '*', ' '])
+        .trim_start_matches(|c: char| c.is_ascii_digit() || "[]().".contains(c))
+        .trim_start();
+    let word: String = rest
+        .chars()
+        .take_while(|c| c.is_alphabetic() || *c == '\'' || *c == '’')
+        .collect::<String>()
+        .to_lowercase()
+        .replace('’', "'");
+    matches!(word.as_str(), "no" | "deny" | "decline" | "don't" | "dont")
+}
+
 pub fn value_decision(
     a: &Approval,
     input: &str,
@@ -411,6 +447,13 @@ pub fn value_decision(
                 note: " (a set of items, comma-separated, or `none`)".into(),
                 ..invalid()
             });
+    }
+    if input.eq_ignore_ascii_case("deny") {
+        return a.deny_value().map(approved).ok_or_else(|| InvalidValue {
+            note: " (`deny` picks the one answer that says no, and this prompt shows none, or several: name the answer, or `reject` to end the tool)"
+                .into(),
+            ..invalid()
+        });
     }
     if input.eq_ignore_ascii_case("approve") {
         return a.approve_value().map(approved).ok_or_else(|| InvalidValue {
@@ -1197,6 +1240,59 @@ mod tests {
     }
 
     #[test]
+    fn deny_picks_the_one_answer_that_says_no() {
+        let opt = |value: &str, label: &str| ApprovalOption {
+            value: value.into(),
+            label: label.into(),
+            keys: None,
+        };
+        // Claude Code's permission menu.
+        let mut menu = sample("AP-1", PromptKind::Select);
+        menu.options_json = vec![
+            opt("1", "1. Yes"),
+            opt("2", "2. Yes, and don't ask again for echo commands"),
+            opt("3", "3. No, and tell Claude what to do differently (esc)"),
+        ];
+        assert_eq!(menu.deny_value(), Some("3"));
+        let d = value_decision(&menu, "deny").unwrap();
+        assert_eq!(d.status, ApprovalStatus::Approved);
+        assert_eq!(d.chosen_value.as_deref(), Some("3"));
+        assert!(menu.valid_values().contains(&"deny".to_owned()));
+        // A confirm's `no`; a hook's own `deny` option is itself.
+        let mut confirm = sample("AP-2", PromptKind::Confirm);
+        confirm.options_json = vec![opt("yes", "Yes"), opt("no", "No")];
+        assert_eq!(
+            value_decision(&confirm, "deny")
+                .unwrap()
+                .chosen_value
+                .as_deref(),
+            Some("no")
+        );
+        let mut hook = sample("AP-3", PromptKind::Choice);
+        hook.options_json = vec![opt("allow", "Yes, allow it"), opt("deny", "No, deny it")];
+        assert_eq!(
+            value_decision(&hook, "deny")
+                .unwrap()
+                .chosen_value
+                .as_deref(),
+            Some("deny")
+        );
+        // None says no, or two do: refused, saying why; `reject` is not an item of no.
+        let mut none = sample("AP-4", PromptKind::Select);
+        none.options_json = vec![opt("red", "red"), opt("abort", "Abort: end the tool")];
+        let err = value_decision(&none, "deny").unwrap_err();
+        assert!(err.note.contains("says no"), "{err:?}");
+        assert!(!none.valid_values().contains(&"deny".to_owned()));
+        let mut two = sample("AP-5", PromptKind::Select);
+        two.options_json = vec![opt("1", "No"), opt("2", "No, never"), opt("3", "Yes")];
+        assert!(value_decision(&two, "deny").is_err());
+        // `Nope`, `Notify`, `Normal` are no refusal.
+        let mut words = sample("AP-6", PromptKind::Select);
+        words.options_json = vec![opt("1", "Notify me"), opt("2", "Normal mode")];
+        assert_eq!(words.deny_value(), None);
+    }
+
+    #[test]
     fn approve_is_the_widgets_own_default_and_refused_without_one() {
         let yes_no = || {
             vec![
@@ -1228,7 +1324,7 @@ mod tests {
         // `(y/n)` with no default: `approve` means nothing; the operator names it.
         confirm.default_value = None;
         let err = value_decision(&confirm, "approve").unwrap_err();
-        assert_eq!(err.valid, ["reject", "yes", "no"]);
+        assert_eq!(err.valid, ["deny", "reject", "yes", "no"]);
         assert!(err.to_string().contains("shows none"), "{err}");
         // A word to type in full is never approved by default.
         let mut word = sample("AP-2", PromptKind::Word);
@@ -1324,8 +1420,11 @@ mod tests {
         assert_eq!(ok("reject").status, ApprovalStatus::Rejected);
         assert_eq!(ok("abort").status, ApprovalStatus::Rejected);
         let err = value_decision(&a, "maybe").unwrap_err();
-        assert_eq!(err.valid, ["approve", "reject", "y", "n"]);
-        assert!(err.to_string().contains("valid: approve, reject, y, n"));
+        assert_eq!(err.valid, ["approve", "deny", "reject", "y", "n"]);
+        assert!(
+            err.to_string()
+                .contains("valid: approve, deny, reject, y, n")
+        );
 
         let mut text = sample("AP-2", PromptKind::Unknown);
         text.options_json = vec![ApprovalOption {

@@ -1221,6 +1221,11 @@ impl Supervisor<'_> {
         let mut asked = sanitize_line(asked);
         truncate_utf8(&mut asked, 200);
         let mut values: Vec<String> = vec!["reject".into()];
+        // `deny` answers no and lets the tool go on; name the answer it gives.
+        match a.deny_value() {
+            Some("deny") | None => {}
+            Some(no) => values.push(format!("deny = `{}`", sanitize_line(no))),
+        }
         values.extend(a.options_json.iter().map(|o| o.value.clone()));
         if a.allows_text {
             values.push("any text".into());

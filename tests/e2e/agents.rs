@@ -772,3 +772,42 @@ fn outside_a_run_the_hook_leaves_the_decision_to_the_agent() {
         out.expect_code(2);
     }
 }
+
+#[test]
+fn claude_terminal_permission_menu_deny_answers_no_and_the_agent_lives_on() {
+    let _turn = one_agent_at_a_time();
+    let env = TestEnv::new();
+    let model = FakeModel::start(&env, "shell");
+    // No hook: the dialog is read from the screen; a known agent's run waits by itself.
+    let mut running = claude_at(&env, &model, &["run the proof command"]).spawn();
+    let a = hook_approval(&env, &mut running);
+    assert!(
+        s(&a, "question").contains("echo ran-by-agent > proof-shell.txt"),
+        "the command is in the question: {a:#?}"
+    );
+    let no = option_values(&a)
+        .into_iter()
+        .zip(arr(&a, "options_json"))
+        .find(|(_, o)| {
+            let label = o["label"].as_str().unwrap_or("");
+            let label = label.split_once(". ").map_or(label, |(_, l)| l);
+            label.starts_with("No")
+        })
+        .map(|(v, _)| v)
+        .unwrap_or_else(|| panic!("no item says no: {a:#?}"));
+    let said = running.stderr_now();
+    assert!(said.contains(&format!("deny = `{no}`")), "{said}");
+    env.decide(s(&a, "approval_id"), "deny").expect_code(0);
+    let answered = wait_until(Duration::from_secs(30), || {
+        running.stderr_now().contains(&format!("with `{no}`"))
+    });
+    assert!(answered, "{}", running.stderr_now());
+    let decided = env.approval_by_id(s(&a, "approval_id"));
+    assert_eq!(s(&decided, "chosen_value"), no, "{decided:#?}");
+    // Told no, Claude Code did not run it, and waits for its next instruction: alive.
+    assert!(!env.work().join("proof-shell.txt").exists());
+    assert!(alive(running.pid()), "{}", running.stderr_now());
+    running.signal(libc::SIGTERM);
+    running.wait();
+    nothing_left(&env);
+}

@@ -110,7 +110,7 @@ fn bad_values_unknown_ids_and_wrong_ids() {
     out.expect_code(2);
     assert!(
         out.stderr
-            .contains("valid values: approve, reject, yes, no"),
+            .contains("valid values: approve, deny, reject, yes, no"),
         "{}",
         out.stderr
     );

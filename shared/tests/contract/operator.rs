@@ -377,7 +377,7 @@ pub fn decide_first_writer_wins<S: StoreUnderTest>(s: &S) {
         panic!("{:?}", done.value)
     };
     assert_eq!(e.value, "maybe");
-    assert_eq!(e.valid, ["approve", "reject", "y", "n"]);
+    assert_eq!(e.valid, ["approve", "deny", "reject", "y", "n"]);
     assert!(done.effects.events.is_empty());
     assert_eq!(
         approval_now(op.as_mut(), &ap.approval_id).status,
