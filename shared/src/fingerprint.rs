@@ -113,11 +113,18 @@ pub fn screen(context: &str) -> String {
 /// The context with only what cannot matter removed: spacing runs, blank lines, clock
 /// times (`12:34:56`, `12:34:56.789`), dates (`2026-11-23`, with a `T…Z` time), spinner
 /// glyphs (braille cells, [`SPINNERS`], and a lone `| / \` before the text — not `-`, which also marks
-/// what a plan destroys), and per-run random text ([`volatile`]: a word that is nothing
+/// what a plan destroys), what blinks (block elements of a logo, [`BLOCKS`]; a bullet at
+/// a row's very start, [`BLINKING`]), and per-run random text ([`volatile`]: a word that is nothing
 /// else is dropped, as a clock time is). Small numbers stay.
 pub fn normalize_screen(context: &str) -> String {
     let mut lines = Vec::new();
     for line in sanitize_text(context).lines() {
+        // A status bullet at the very start of a row that blinks (Claude Code's `●` before
+        // the step it waits on is drawn and erased every half second): the same screen.
+        let line = match line.strip_prefix(BLINKING) {
+            Some(rest) if rest.starts_with(' ') => rest,
+            _ => line,
+        };
         let line = volatile(line);
         let words: Vec<String> = line
             .split_whitespace()
@@ -125,7 +132,11 @@ pub fn normalize_screen(context: &str) -> String {
             .filter_map(|w| {
                 let w: String = w
                     .chars()
-                    .filter(|c| !('\u{2800}'..='\u{28ff}').contains(c) && !SPINNERS.contains(c))
+                    .filter(|c| {
+                        !('\u{2800}'..='\u{28ff}').contains(c)
+                            && !BLOCKS.contains(c)
+                            && !SPINNERS.contains(c)
+                    })
                     .collect();
                 (!w.is_empty() && !is_clock_or_date(&w)).then_some(w)
             })
@@ -140,6 +151,13 @@ pub fn normalize_screen(context: &str) -> String {
     }
     lines.join("\n")
 }
+
+/// Block elements (`▐▛███▛█`, `▝▜██▀`): the pixels of logos and mascots that animate (Claude
+/// Code's blinks its eyes while it waits) and of progress bars, whose figures say the same.
+const BLOCKS: std::ops::RangeInclusive<char> = '\u{2580}'..='\u{259f}';
+
+/// Bullets that agents blink at the start of a row while they wait.
+const BLINKING: &[char] = &['●', '⏺'];
 
 /// What stands for per-run random text in a normalised screen.
 const ID: &str = "\u{1}id";
@@ -332,6 +350,30 @@ mod tests {
             screen("aws_instance.db\nApply?")
         );
         assert_ne!(screen("rm 'a.txt'?"), screen("rm 'b.txt'?"));
+        // Claude Code blinks the bullet of the step it waits on (issue 27).
+        assert_eq!(
+            screen(
+                "● Writing the proof file
+  $ echo x > y
+Do you want to proceed?"
+            ),
+            screen(
+                "  Writing the proof file
+  $ echo x > y
+Do you want to proceed?"
+            )
+        );
+        // Its mascot blinks its eyes: block elements are a logo's pixels.
+        assert_eq!(
+            screen(" ▐▛███▛█   Claude Code v2.1.330\nProceed?"),
+            screen(" ▐▛███▂█   Claude Code v2.1.330\nProceed?")
+        );
+        assert_eq!(
+            screen("█▟         Claude Code v2.1.330\nProceed?"),
+            screen(" ▐▛███▛█   Claude Code v2.1.330\nProceed?")
+        );
+        // A radio dot inside a frame or an indented list is no blinking bullet.
+        assert_ne!(screen("│  ● Yes / ○ No"), screen("│  ○ Yes / ● No"));
     }
 
     /// Issue 26 item 4: what each run prints anew does not make its prompt a new one…

@@ -350,10 +350,18 @@ enum State {
         approval_id: String,
         reader: Option<u64>,
         seq: u64,
+        /// A decision that came while the screen did not show its prompt as asked (the
+        /// tool between two reads, a frame half drawn), and since when it is held: looked
+        /// at again each tick, for up to [`HOLD`].
+        held: Option<(Box<Approval>, Instant)>,
     },
     /// An answer is being typed and checked step by step.
     Steering(Box<Steer>),
 }
+
+/// How long a decision is held while its prompt is not shown as asked, looked at again
+/// each tick, before it is given back.
+const HOLD: Duration = Duration::from_secs(2);
 
 pub struct Conversation<'a> {
     setup: Setup<'a>,
@@ -751,6 +759,7 @@ impl<'a> Conversation<'a> {
                         approval_id,
                         reader,
                         seq,
+                        held: None,
                     };
                     vec![announce, Action::Watch(approval)]
                 } else {
@@ -786,10 +795,17 @@ impl<'a> Conversation<'a> {
         if !self.waiting() {
             return Vec::new();
         }
-        let decided = match got {
-            Ok(Watched::Decided(a)) => *a,
-            Err(TryRecvError::Empty) => return Vec::new(),
-            Err(TryRecvError::Disconnected) => {
+        let held = match &self.state {
+            State::Waiting {
+                held: Some((a, _)), ..
+            } => Some(a.as_ref().clone()),
+            _ => None,
+        };
+        let decided = match (got, held) {
+            (Ok(Watched::Decided(a)), _) => *a,
+            (Err(_), Some(a)) => a,
+            (Err(TryRecvError::Empty), None) => return Vec::new(),
+            (Err(TryRecvError::Disconnected), None) => {
                 let State::Waiting { prompt, .. } =
                     std::mem::replace(&mut self.state, State::Looking)
                 else {
@@ -803,9 +819,10 @@ impl<'a> Conversation<'a> {
         };
         let State::Waiting {
             prompt,
+            approval_id,
             reader,
             seq,
-            ..
+            held,
         } = std::mem::replace(&mut self.state, State::Looking)
         else {
             return Vec::new();
@@ -824,6 +841,21 @@ impl<'a> Conversation<'a> {
         // blocked on the same prompt, the screen as the operator saw it. Otherwise it is
         // not used (it stays decided, for that screen), and the screen is asked about anew.
         if let Some(why) = self.moved_on(&prompt, reader, seq, obs) {
+            // Between two reads, or half-way through drawing a frame (an agent redrawing
+            // its screen), it may not show the prompt for an instant: look again each tick
+            // for a while, and type only once all of it matches, rather than give the
+            // decision back at once.
+            let since = held.map_or(now, |(_, since)| since);
+            if now.saturating_duration_since(since) < HOLD {
+                self.state = State::Waiting {
+                    prompt,
+                    approval_id,
+                    reader,
+                    seq,
+                    held: Some((Box::new(decided), since)),
+                };
+                return Vec::new();
+            }
             self.prev = None;
             return vec![Action::Say(format!(
                 "headless-run: {}: {} was decided for {:?}, which is no longer what the tool asks ({why}); not typed — asking again",
@@ -2089,6 +2121,10 @@ mod tests {
             ApprovalStatus::Approved,
             Some("y"),
         ))));
+        // Held a while (a frame half drawn looks the same), never typed; then given back.
+        assert!(actions.is_empty(), "{actions:?}");
+        run.now += HOLD + ms(1);
+        let actions = run.watched(Err(TryRecvError::Disconnected));
         assert!(
             matches!(actions.as_slice(), [Action::Say(line)] if line.contains("not typed") && line.contains("DROP")),
             "{actions:?}"
@@ -2110,6 +2146,9 @@ mod tests {
             ApprovalStatus::Approved,
             Some("y"),
         ))));
+        assert!(actions.is_empty(), "{actions:?}");
+        run.now += HOLD + ms(1);
+        let actions = run.watched(Err(TryRecvError::Disconnected));
         assert!(
             matches!(actions.as_slice(), [Action::Say(line)] if line.contains("wrote something since")),
             "{actions:?}"
@@ -2135,8 +2174,57 @@ mod tests {
             ApprovalStatus::Approved,
             Some("y"),
         ))));
+        assert!(actions.is_empty(), "held a while: {actions:?}");
+        run.now += HOLD + ms(1);
+        let actions = run.watched(Err(TryRecvError::Disconnected));
         assert!(
             matches!(actions.as_slice(), [Action::Say(line)] if line.contains("screen")),
+            "{actions:?}"
+        );
+        assert!(!typed_anything(&actions));
+    }
+
+    #[test]
+    fn a_decision_that_comes_between_two_reads_is_held_then_typed() {
+        // Claude Code redraws its blinking bullet: for an instant it is not reading.
+        let mut run = waiting_run();
+        let reading = run.tty.blocked;
+        run.tty.blocked = Some(Blocked {
+            cpu_ticks: 7,
+            reading: Reading::No,
+            pager: false,
+        });
+        let yes = || {
+            Ok(Watched::Decided(decided(
+                "AP-1",
+                ApprovalStatus::Approved,
+                Some("y"),
+            )))
+        };
+        let actions = run.watched(yes());
+        assert!(actions.is_empty(), "held, not given back: {actions:?}");
+        assert!(run.conv.waiting());
+        // The watcher has ended; the held decision is looked at again on the next tick.
+        let actions = run.watched(Err(TryRecvError::Disconnected));
+        assert!(actions.is_empty(), "{actions:?}");
+        run.tty.blocked = reading;
+        let actions = run.watched(Err(TryRecvError::Disconnected));
+        assert!(
+            typed_anything(&actions),
+            "typed once it reads again: {actions:?}"
+        );
+        // Not reading for longer than the hold: given back, as before.
+        let mut run = waiting_run();
+        run.tty.blocked = Some(Blocked {
+            cpu_ticks: 7,
+            reading: Reading::No,
+            pager: false,
+        });
+        assert!(run.watched(yes()).is_empty());
+        run.now += HOLD + ms(1);
+        let actions = run.watched(Err(TryRecvError::Empty));
+        assert!(
+            matches!(actions.as_slice(), [Action::Say(line)] if line.contains("no longer waits")),
             "{actions:?}"
         );
         assert!(!typed_anything(&actions));

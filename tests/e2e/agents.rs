@@ -811,3 +811,43 @@ fn claude_terminal_permission_menu_deny_answers_no_and_the_agent_lives_on() {
     running.wait();
     nothing_left(&env);
 }
+
+/// Issue 27: Claude Code blinks the bullet of the step it waits on and its mascot's eyes; a
+/// decision made meanwhile reaches it, never thrown away as "the screen changed" (which
+/// asked the operator again) — 20 of 20.
+#[test]
+fn claude_terminal_decisions_are_never_dropped_for_a_blinking_bullet() {
+    let _turn = one_agent_at_a_time();
+    for round in 0..20 {
+        let env = TestEnv::new();
+        let model = FakeModel::start(&env, "shell");
+        let mut running = claude_at(&env, &model, &["run the proof command"]).spawn();
+        let a = hook_approval(&env, &mut running);
+        env.decide(s(&a, "approval_id"), "approve").expect_code(0);
+        let proof = env.work().join("proof-shell.txt");
+        let ran = wait_until(Duration::from_secs(30), || proof.exists());
+        let said = running.stderr_now();
+        let screens = || {
+            env.approvals()
+                .iter()
+                .map(|a| format!("{}\n{}\n---", s(a, "context"), s(a, "question")))
+                .collect::<Vec<_>>()
+                .join("\n")
+        };
+        assert!(
+            ran,
+            "round {round}: the command did not run: {said}\n{}",
+            screens()
+        );
+        // Never given back to the operator: one approval, decided once. (A frame drawn
+        // anew may hold it a moment, or have it taken up again by the same approval.)
+        assert_eq!(
+            env.approvals().len(),
+            1,
+            "round {round}: asked again: {said}\n{}",
+            screens()
+        );
+        running.signal(libc::SIGTERM);
+        running.wait();
+    }
+}
