@@ -11,6 +11,10 @@ use std::borrow::Cow;
 pub const ENV_EVENT_TOKEN: &str = "HEADLESS_RUN_EVENT_TOKEN";
 /// The variable that names a tool's event descriptor (a number, such as `3`).
 pub const ENV_EVENT_FD: &str = "HEADLESS_RUN_EVENT_FD";
+/// The variable that names the event descriptor's pipe (its inode number): an agent's hook
+/// that reaches the descriptor through an ancestor (`/proc/PID/fd/N`) writes only to that
+/// very pipe, never to another the number happens to name there.
+pub const ENV_EVENT_PIPE: &str = "HEADLESS_RUN_EVENT_PIPE";
 /// The field of an event line that carries the token.
 pub const TOKEN_FIELD: &str = "token";
 

@@ -15,7 +15,7 @@
 //! Outside a run, or when the run cannot record it, the hook says nothing and the agent
 //! decides as it would without it (its dialog, or `-p`'s denial).
 
-use hr_shared::event::{ENV_EVENT_FD, PermissionReply};
+use hr_shared::event::{ENV_EVENT_FD, ENV_EVENT_PIPE, PermissionReply};
 use serde_json::{Value, json};
 use std::ffi::OsString;
 use std::io::{Read, Write};
@@ -236,49 +236,51 @@ fn reason(r: &PermissionReply) -> String {
 /// The enclosing run's event descriptor, opened for writing: this process's own, or else
 /// the nearest ancestor's (through `/proc/PID/fd/N`). Agents start their hooks and MCP
 /// servers with few variables and without the descriptors they inherited; the agent itself
-/// has both. Only a process that may look into the agent (its own user) can open it.
+/// has both. Only a process that may look into the agent (its own user) can open it, and
+/// only the pipe the run named ([`ENV_EVENT_PIPE`]) is taken.
 fn event_pipe() -> Option<std::fs::File> {
-    let fifo = |f: std::fs::File| {
-        use std::os::unix::fs::FileTypeExt;
-        f.metadata()
-            .is_ok_and(|m| m.file_type().is_fifo())
-            .then_some(f)
-    };
-    if let Some(fd) = std::env::var(ENV_EVENT_FD)
-        .ok()
-        .and_then(|v| v.parse::<RawFd>().ok())
-        .filter(|fd| *fd > 2)
-        && let Some(f) = std::fs::OpenOptions::new()
-            .write(true)
-            .open(format!("/proc/self/fd/{fd}"))
-            .ok()
-            .and_then(fifo)
+    let open = pipe_at;
+    if let Ok(fd) = std::env::var(ENV_EVENT_FD)
+        && let Some(f) = open("self", &fd, std::env::var(ENV_EVENT_PIPE).ok().as_deref())
     {
         return Some(f);
     }
-    let prefix = format!("{ENV_EVENT_FD}=");
     let mut pid = std::os::unix::process::parent_id() as i32;
     for _ in 0..8 {
         if pid <= 1 {
             return None;
         }
         let environ = std::fs::read(format!("/proc/{pid}/environ")).ok()?;
-        if let Some(fd) = environ
-            .split(|&b| b == 0)
-            .find_map(|kv| kv.strip_prefix(prefix.as_bytes()))
-            .and_then(|v| std::str::from_utf8(v).ok()?.parse::<RawFd>().ok())
-            && let Some(f) = std::fs::OpenOptions::new()
-                .write(true)
-                .open(format!("/proc/{pid}/fd/{fd}"))
-                .ok()
-                .and_then(fifo)
+        let var = |name: &str| {
+            let prefix = format!("{name}=");
+            environ
+                .split(|&b| b == 0)
+                .find_map(|kv| kv.strip_prefix(prefix.as_bytes()))
+                .map(|v| String::from_utf8_lossy(v).into_owned())
+        };
+        // (A shell between the agent and its hook has the variables, not the pipe.)
+        if let Some(fd) = var(ENV_EVENT_FD)
+            && let Some(f) = open(&pid.to_string(), &fd, var(ENV_EVENT_PIPE).as_deref())
         {
-            // (A shell between the agent and its hook has the variable, not the pipe.)
             return Some(f);
         }
         pid = hr_shared::proc::read_stat(pid)?.ppid;
     }
     None
+}
+
+/// The descriptor `fd` of process `pid` (`self` for this one), opened for writing, when it is
+/// the run's pipe: a FIFO, and the very pipe `pipe` (its inode) names where the run says.
+fn pipe_at(pid: &str, fd: &str, pipe: Option<&str>) -> Option<std::fs::File> {
+    use std::os::unix::fs::{FileTypeExt, MetadataExt};
+    let fd: RawFd = fd.parse().ok().filter(|fd| *fd > 2)?;
+    let f = std::fs::OpenOptions::new()
+        .write(true)
+        .open(format!("/proc/{pid}/fd/{fd}"))
+        .ok()?;
+    let m = f.metadata().ok()?;
+    let same = pipe.is_none_or(|id| id.parse::<u64>().ok() == Some(m.ino()));
+    (m.file_type().is_fifo() && same).then_some(f)
 }
 
 /// Writes one line to the run's pipe; an error means the run is gone.
@@ -609,6 +611,28 @@ mod tests {
             value: value.map(str::to_owned),
             decided_by: "root via cli".into(),
         }
+    }
+
+    #[test]
+    fn only_the_runs_own_pipe_is_taken() {
+        use std::os::fd::AsRawFd;
+        use std::os::unix::fs::MetadataExt;
+        let (_read, write) = std::io::pipe().unwrap();
+        let fd = write.as_raw_fd().to_string();
+        let ino = std::fs::metadata(format!("/proc/self/fd/{fd}"))
+            .unwrap()
+            .ino();
+        assert!(pipe_at("self", &fd, Some(&ino.to_string())).is_some());
+        assert!(pipe_at("self", &fd, None).is_some());
+        // Another pipe at that number, a plain file, stdio, nothing: not taken.
+        assert!(pipe_at("self", &fd, Some(&(ino + 1).to_string())).is_none());
+        let path = std::env::temp_dir().join(format!("hr-pipe-at-{}", std::process::id()));
+        let file = std::fs::File::create(&path).unwrap();
+        assert!(pipe_at("self", &file.as_raw_fd().to_string(), None).is_none());
+        std::fs::remove_file(&path).unwrap();
+        assert!(pipe_at("self", "1", None).is_none());
+        assert!(pipe_at("self", "9999", None).is_none());
+        assert!(pipe_at("self", "x", None).is_none());
     }
 
     #[test]

@@ -5,7 +5,7 @@ use crate::cli::{self, Invocation, Parsed};
 use crate::store::{Replace, StoreHandle, StoreMsg};
 use crate::{event_fd, interactive, pty, supervise};
 use hr_shared::config::{self, Config, Resolved};
-use hr_shared::event::{ENV_EVENT_FD, ENV_EVENT_TOKEN};
+use hr_shared::event::{ENV_EVENT_FD, ENV_EVENT_PIPE, ENV_EVENT_TOKEN};
 use hr_shared::exit::{RunOutcome, shim};
 use hr_shared::mode::{self, StdinMode};
 use hr_shared::mode::{ENV_APPROVAL_ID, ENV_AUTO_APPROVAL, ENV_RESTART_OF, ENV_RESUMED_FROM};
@@ -122,7 +122,7 @@ impl RunContext {
         for var in self
             .env_remove
             .iter()
-            .chain(&[ENV_EVENT_TOKEN, ENV_EVENT_FD])
+            .chain(&[ENV_EVENT_TOKEN, ENV_EVENT_FD, ENV_EVENT_PIPE])
         {
             cmd.env_remove(var);
         }

@@ -19,7 +19,7 @@ use crate::store::{StoreHandle, StoreMsg};
 use crate::{group, notify, permission};
 use hr_shared::approvals::Approval;
 use hr_shared::config::OnStall;
-use hr_shared::event::{ENV_EVENT_FD, ENV_EVENT_TOKEN, EventToken, truncate_utf8};
+use hr_shared::event::{ENV_EVENT_FD, ENV_EVENT_PIPE, ENV_EVENT_TOKEN, EventToken, truncate_utf8};
 use hr_shared::exit::{RunOutcome, shim};
 use hr_shared::mode::{CANCEL_SIGNAL, StdinMode};
 use hr_shared::proc::{self, ProcStat};
@@ -99,6 +99,11 @@ pub fn run(
         }
     };
     let fd_number = events.as_ref().map(|p| p.target.to_string());
+    let pipe_id = events.as_ref().and_then(|p| {
+        use std::os::unix::fs::MetadataExt;
+        let f = std::fs::File::from(p.write.try_clone().ok()?);
+        f.metadata().ok().map(|m| m.ino().to_string())
+    });
     // A pager run directly (`less FILE`) writes its text to a pipe, as it does without a
     // terminal: paged through a screen at a time instead, a line wider than the screen
     // that crossed a page's end was drawn in two parts around the pager's prompt.
@@ -122,6 +127,10 @@ pub fn run(
     match &fd_number {
         Some(n) => env.push((ENV_EVENT_FD, OsStr::new(n))),
         None => remove.push(ENV_EVENT_FD),
+    }
+    match &pipe_id {
+        Some(id) => env.push((ENV_EVENT_PIPE, OsStr::new(id))),
+        None => remove.push(ENV_EVENT_PIPE),
     }
     let spec = SpawnSpec {
         program: &ctx.tool_path,
