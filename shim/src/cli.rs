@@ -20,6 +20,13 @@ Nothing asked:
   REPL asking to confirm its exit after EOF gets EOF again; a pager run directly writes to
   a pipe, as without a terminal.
 
+Coding agents:
+  A run of a known coding agent (claude, codex, gemini, aider, …) waits at its prompts
+  unless exit mode is asked for: a conversation cannot be re-run.
+  headless-run --hook claude [--install [--settings FILE]]   Claude Code's permission hook
+  headless-run --mcp     an MCP permission prompt tool for claude -p
+  Both ask the run that supervises the agent (HEADLESS=1 headless-run -- claude …).
+
 Symlink mode:
   A link to headless-run named after a tool (see `monitor install`) runs that tool: all
   arguments go to the tool, options come from the environment and the config file.
