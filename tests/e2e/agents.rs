@@ -320,13 +320,13 @@ fn gemini_in_wait_mode_reaches_its_key_box() {
         .env_remove("HEADLESS_RUN_ON_PROMPT")
         .spawn();
     let a = env.pending_approval();
-    let said = running.stderr_now();
-    assert!(
-        said.contains(
-            "a coding agent's conversation cannot be re-run; --on-prompt exit ends it instead"
-        ),
-        "{said}"
-    );
+    // The row is written before the shim's line about it: wait for the line.
+    let said = wait_until(Duration::from_secs(10), || {
+        running.stderr_now().contains(
+            "a coding agent's conversation cannot be re-run; --on-prompt exit ends it instead",
+        )
+    });
+    assert!(said, "{}", running.stderr_now());
     assert_eq!(
         s(&a, "prompt_line"),
         "Do you trust the files in this folder?"
@@ -795,8 +795,11 @@ fn claude_terminal_permission_menu_deny_answers_no_and_the_agent_lives_on() {
         })
         .map(|(v, _)| v)
         .unwrap_or_else(|| panic!("no item says no: {a:#?}"));
-    let said = running.stderr_now();
-    assert!(said.contains(&format!("deny = `{no}`")), "{said}");
+    // The row is written before the shim's line about it: wait for the line.
+    let named = wait_until(Duration::from_secs(10), || {
+        running.stderr_now().contains(&format!("deny = `{no}`"))
+    });
+    assert!(named, "{}", running.stderr_now());
     env.decide(s(&a, "approval_id"), "deny").expect_code(0);
     let answered = wait_until(Duration::from_secs(30), || {
         running.stderr_now().contains(&format!("with `{no}`"))
