@@ -21,6 +21,16 @@ pub struct PromptFacts<'a> {
     pub cwd: &'a str,
 }
 
+/// The config's policies whose conditions hold for a prompt, in config order: (name,
+/// value), as a prompt request carries them to the store.
+pub fn matching(config: &crate::config::Config, facts: &PromptFacts<'_>) -> Vec<(String, String)> {
+    config
+        .policies()
+        .filter(|p| config_matches(p, facts))
+        .map(|p| (p.name.clone(), p.value.clone()))
+        .collect()
+}
+
 /// Whether every condition of a config policy holds.
 pub fn config_matches(p: &PolicyConfig, facts: &PromptFacts<'_>) -> bool {
     if p.tool.as_deref().is_some_and(|t| t != facts.tool) {

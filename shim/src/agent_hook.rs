@@ -90,12 +90,7 @@ fn text(v: &Value, key: &str) -> String {
 }
 
 fn clip(mut s: String, max: usize) -> String {
-    if s.len() > max {
-        let mut end = max;
-        while !s.is_char_boundary(end) {
-            end -= 1;
-        }
-        s.truncate(end);
+    if hr_shared::event::truncate_utf8(&mut s, max) {
         s.push_str("\n…");
     }
     s

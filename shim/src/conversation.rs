@@ -691,12 +691,7 @@ impl<'a> Conversation<'a> {
             argv: &self.setup.argv,
             cwd: &self.setup.cwd,
         };
-        self.setup
-            .config
-            .policies()
-            .filter(|pol| policy::config_matches(pol, &facts))
-            .map(|pol| (pol.name.clone(), pol.value.clone()))
-            .collect()
+        policy::matching(self.setup.config, &facts)
     }
 
     /// What came on the store's reply channel so far (`rx.try_recv()`): nothing yet is

@@ -78,12 +78,7 @@ pub fn prompt_request(req: &PermissionRequest, facts: &Facts<'_>) -> PromptReque
         argv: facts.argv,
         cwd: facts.cwd,
     };
-    let policies = facts
-        .config
-        .policies()
-        .filter(|pol| policy::config_matches(pol, &pf))
-        .map(|pol| (pol.name.clone(), pol.value.clone()))
-        .collect();
+    let policies = policy::matching(facts.config, &pf);
     PromptRequest {
         prompt_fingerprint: fingerprint::prompt(facts.tool, &prompt_line),
         policies,

@@ -725,6 +725,38 @@ fn a_policy_allows_a_hooks_request_without_a_person() {
     assert_eq!(s(&all[0], "chosen_value"), "allow");
 }
 
+/// A request the run cannot record (its database is garbage) is never guessed: the MCP tool
+/// denies, the command does not run, and the shim says why.
+#[test]
+fn a_hooks_request_the_run_cannot_record_is_denied_not_guessed() {
+    let _turn = one_agent_at_a_time();
+    let env = TestEnv::new();
+    std::fs::create_dir_all(env.state()).unwrap();
+    std::fs::write(env.state().join("state.db"), vec![0x5a_u8; 8192]).unwrap();
+    let model = FakeModel::start(&env, "shell");
+    let out = claude_print(&env, &model).run();
+    out.expect_code(0);
+    assert!(
+        !env.work().join("proof-shell.txt").exists(),
+        "{}",
+        out.context()
+    );
+    assert!(
+        out.stderr
+            .contains("claude's permission request was not recorded"),
+        "{}",
+        out.context()
+    );
+    assert!(
+        model
+            .results()
+            .iter()
+            .any(|r| r.contains("could not record this request")),
+        "the model was told: {:?}",
+        model.results()
+    );
+}
+
 #[test]
 fn outside_a_run_the_hook_leaves_the_decision_to_the_agent() {
     let env = TestEnv::new();
@@ -766,6 +798,17 @@ fn outside_a_run_the_hook_leaves_the_decision_to_the_agent() {
     let text = replies[1]["result"]["content"][0]["text"].as_str().unwrap();
     let decision: Value = serde_json::from_str(text).unwrap();
     assert_eq!(decision["behavior"], "deny");
+    // Settings that are not JSON are left as they are, and said so.
+    let settings = env.path().join("settings.json");
+    std::fs::write(&settings, "{ not json").unwrap();
+    let out = env
+        .command(bin("headless-run"))
+        .args(["--hook", "claude", "--install", "--settings"])
+        .arg(&settings)
+        .run();
+    out.expect_code(1);
+    assert!(out.stderr.contains("is not JSON"), "{}", out.context());
+    assert_eq!(std::fs::read_to_string(&settings).unwrap(), "{ not json");
     // Bad arguments and agents without a hook are usage errors.
     for bad in [&["--hook"][..], &["--hook", "codex"], &["--mcp", "x"]] {
         let out = env.command(bin("headless-run")).args(bad).run();
