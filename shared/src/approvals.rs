@@ -405,7 +405,10 @@ fn means_no(label: &str) -> bool {
         .collect::<String>()
         .to_lowercase()
         .replace('’', "'");
-    matches!(word.as_str(), "no" | "deny" | "decline" | "don't" | "dont")
+    matches!(
+        word.as_str(),
+        "no" | "deny" | "decline" | "don't" | "dont" | "reject" | "refuse" | "disallow"
+    )
 }
 
 pub fn value_decision(
@@ -1277,6 +1280,14 @@ mod tests {
                 .as_deref(),
             Some("deny")
         );
+        // opencode's button row: `Reject` is its no.
+        let mut buttons = sample("AP-7", PromptKind::Select);
+        buttons.options_json = vec![
+            opt("1", "Allow once"),
+            opt("2", "Allow always"),
+            opt("3", "Reject"),
+        ];
+        assert_eq!(buttons.deny_value(), Some("3"));
         // None says no, or two do: refused, saying why; `reject` is not an item of no.
         let mut none = sample("AP-4", PromptKind::Select);
         none.options_json = vec![opt("red", "red"), opt("abort", "Abort: end the tool")];

@@ -156,6 +156,18 @@ pub fn classify<'r>(
     } else {
         cursor_line
     };
+    // A widget's key help drawn under its field (beaupy's `(enter to confirm)`) is not
+    // where the answer goes: the field is the nearest row above it that is not help.
+    let prompt_line = if is_key_help(&prompt_line) {
+        nonempty
+            .iter()
+            .rev()
+            .skip_while(|r| r.trim() != prompt_line.trim())
+            .find(|r| !is_key_help(r))
+            .map_or(prompt_line, |r| r.to_string())
+    } else {
+        prompt_line
+    };
     // A cursor some libraries draw themselves (promptui's `█`) is not part of the line.
     let prompt_line = prompt_line
         .trim_end()
@@ -242,7 +254,10 @@ pub fn classify<'r>(
     if !canonical && toggle_prompt(&mut p, facts) {
         return p;
     }
-    if is_secret_text(&p.prompt_line, canonical) {
+    if is_secret_text(&p.prompt_line, canonical)
+        || (!canonical
+            && label_above(&nonempty, &p.prompt_line).is_some_and(|l| is_secret_text(l, canonical)))
+    {
         p.secret = true;
         p.rule = "secret:text".into();
         return p;
@@ -471,6 +486,35 @@ fn question_of(rows: &[String], prompt_line: &str, limit: usize) -> (String, usi
 static MENU_ITEM_START: LazyLock<Regex> = LazyLock::new(|| {
     Regex::new(r"^\s*(?:\(\d{1,3}\)|\[\d{1,3}\]|\d{1,3}[.)])\s").expect("item regex")
 });
+
+/// A widget's key help on a row of its own, in brackets: `(enter to confirm)`, `(space to
+/// tick one, ctrl+a to tick/untick all, enter to confirm)`, `[↑↓ to move, enter to select]`,
+/// `(Use arrow keys)`. It tells how to answer; it is not what is asked, nor the field.
+pub fn is_key_help(line: &str) -> bool {
+    static HELP: LazyLock<Regex> = LazyLock::new(|| {
+        Regex::new(
+            r"(?i)^[(\[].*\b(?:enter|return|space|esc|escape|tab|ctrl[+-]\w|arrow keys?|arrows)\b.*\bto (?:confirm|select|submit|tick|toggle|move|navigate|cancel|accept|choose|pick)\b.*[)\]]$|^[(\[](?:use |press )?(?:the )?arrow keys[^()\[\]]*[)\]]$",
+        )
+        .unwrap()
+    });
+    HELP.is_match(line.trim())
+}
+
+/// The label on the row above a field drawn on a row of its own with nothing typed in it
+/// but a prompt mark or masks (beaupy's `API token` over `>`): the field's question.
+fn label_above<'a>(nonempty: &[&'a str], prompt_line: &str) -> Option<&'a str> {
+    let field = prompt_line
+        .trim()
+        .trim_start_matches(['>', '›', '❯', '»', ':', '?'])
+        .trim_matches(|c: char| c.is_whitespace() || matches!(c, '*' | '•' | '●' | '∙'));
+    if !field.is_empty() {
+        return None;
+    }
+    let at = nonempty
+        .iter()
+        .rposition(|r| r.trim() == prompt_line.trim())?;
+    at.checked_sub(1).map(|i| nonempty[i])
+}
 
 /// A line that reports rather than asks: apt's and dpkg's `N:`/`W:`/`E:`/`I:` notices,
 /// compiler- and git-style lowercase `warning:`/`note:`/`hint:` lines, bracketed log levels
@@ -825,6 +869,8 @@ const POINTERS: &[char] = &['❯', '›', '»', '>', '▶', '►', '➤', '→',
 const BOXES: &[char] = &[
     '◯', '◉', '○', '●', '◎', '☐', '☑', '☒', '□', '■', '⬡', '⬢', '◻', '◼',
 ];
+/// Marks a check box drawn in brackets holds when checked (`[x]`, `[✓]`, `[*]`).
+const BRACKET_TICKS: &[char] = &['x', 'X', '✓', '✔', '*', '■', '•', '●'];
 const CHECKED: &[char] = &['◉', '●', '◎', '☑', '☒', '■', '⬢', '◼'];
 
 /// A check mark some menus put after the pointer on the item already in effect (Claude
@@ -997,16 +1043,20 @@ fn marked_menu(facts: &ScreenFacts<'_>) -> Option<SelectMenu> {
         while i < chars.len() && (chars[i] == ' ' || chars[i] == '│' || chars[i] == '┃') {
             i += 1;
         }
-        // dialoguer draws its boxes as `⬚` (unchecked) and `✔` (checked).
-        let glyph = match *chars.get(i)? {
-            '⬚' => '◻',
-            '✔' => '◼',
-            g => g,
+        // dialoguer draws its boxes as `⬚` (unchecked) and `✔` (checked); beaupy as `[ ]`
+        // and `[✓]` (any mark in brackets).
+        let (glyph, width) = match (chars.get(i), chars.get(i + 1), chars.get(i + 2)) {
+            (Some('['), Some(' '), Some(']')) => ('◻', 3),
+            (Some('['), Some(m), Some(']')) if BRACKET_TICKS.contains(m) => ('◼', 3),
+            (Some('⬚'), _, _) => ('◻', 1),
+            (Some('✔'), _, _) => ('◼', 1),
+            (Some(g), _, _) => (*g, 1),
+            _ => return None,
         };
-        if !BOXES.contains(&glyph) || chars.get(i + 1) != Some(&' ') {
+        if !BOXES.contains(&glyph) || chars.get(i + width) != Some(&' ') {
             return None;
         }
-        let mut j = i + 1;
+        let mut j = i + width;
         while j < chars.len() && chars[j] == ' ' {
             j += 1;
         }
@@ -2331,6 +2381,63 @@ alternative = "use VAULT_TOKEN"
         assert_ne!(p.kind, PromptKind::Toggle);
         let p = framed(&[row], &[]);
         assert_ne!(p.kind, PromptKind::Toggle);
+    }
+
+    #[test]
+    fn a_widgets_key_help_under_its_field_is_neither_field_nor_question() {
+        for help in [
+            "(enter to confirm)",
+            "(space to tick one, ctrl+a to tick/untick all, enter to confirm)",
+            "[↑↓ to move, enter to select]",
+            "(Use arrow keys)",
+        ] {
+            assert!(is_key_help(help), "{help}");
+        }
+        for not in [
+            "(y/N)",
+            "[Y/n]",
+            "Press enter to continue",
+            "(default: enter)",
+            "Use arrow keys to pick one of the options below, then enter to confirm",
+        ] {
+            assert!(!is_key_help(not), "{not}");
+        }
+        // beaupy's pre-filled field: `> demo` over its help; its masked field is a secret.
+        let p = framed(&["Project name", "> demo", "", "(enter to confirm)"], &[]);
+        assert_eq!(p.prompt_line, "> demo");
+        assert!(p.allows_text && !p.secret, "{p:?}");
+        for field in [">", "> ***"] {
+            let p = framed(&["API token", field, "", "(enter to confirm)"], &[]);
+            assert!(p.secret, "{field}: {p:?}");
+        }
+        // A field with a value is no secret's label, nor is a label that is not one.
+        let p = framed(&["Project name", ">", "", "(enter to confirm)"], &[]);
+        assert!(!p.secret, "{p:?}");
+    }
+
+    #[test]
+    fn check_boxes_drawn_in_brackets_are_a_check_box_list() {
+        // beaupy: `[ ]` / `[✓]`, the current item's label in colour.
+        let rows = [
+            "Pick toppings",
+            "[ ] cheese",
+            "[✓] ham",
+            "[ ] olives",
+            "",
+            "(space to tick one, enter to confirm)",
+        ];
+        let mut e: Vec<Vec<i8>> = rows.iter().map(|r| vec![0; r.chars().count()]).collect();
+        e[2][4..].fill(2);
+        let p = framed(&rows, &e);
+        assert_eq!(p.kind, PromptKind::MultiSelect, "{p:?}");
+        assert_eq!(p.prompt_line, "Pick toppings");
+        let menu = p.select.as_ref().unwrap();
+        assert_eq!(menu.names(), ["cheese", "ham", "olives"]);
+        assert_eq!(menu.checked(), [false, true, false]);
+        assert_eq!(menu.highlighted, 1);
+        // With nothing to tell the current item, no menu is guessed.
+        let flat: Vec<Vec<i8>> = rows.iter().map(|r| vec![0; r.chars().count()]).collect();
+        assert_ne!(framed(&rows, &flat).kind, PromptKind::MultiSelect);
     }
 
     #[test]

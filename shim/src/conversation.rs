@@ -286,16 +286,26 @@ fn same_title(now: &str, asked: &str) -> bool {
                 .any(|m| long[short.len()..].trim_start().starts_with(m)))
 }
 
-/// A check-box menu's title without the list of checked items it may show after the
-/// question (`Pick toppings ham, olives (Press …)` → `Pick toppings (Press …)`).
+/// A menu's title without the selection it may show after the question: a check-box
+/// menu's checked items (tty-prompt's `Pick toppings ham, olives (Press …)` → `Pick
+/// toppings (Press …)`), a list's highlighted item (beaupy's `Deploy now? (Y/N) Yes` →
+/// `Deploy now? (Y/N)`).
 fn without_selection(title: &str, menu: &hr_shared::prompt::SelectMenu) -> String {
     let names = menu.names();
-    let chosen: Vec<&str> = names
-        .iter()
-        .zip(menu.checked())
-        .filter(|(_, c)| *c)
-        .map(|(n, _)| n.as_str())
-        .collect();
+    let chosen: Vec<&str> = if menu.checkbox {
+        names
+            .iter()
+            .zip(menu.checked())
+            .filter(|(_, c)| *c)
+            .map(|(n, _)| n.as_str())
+            .collect()
+    } else {
+        names
+            .get(menu.highlighted)
+            .map(String::as_str)
+            .into_iter()
+            .collect()
+    };
     if chosen.is_empty() {
         return title.to_owned();
     }
@@ -304,10 +314,15 @@ fn without_selection(title: &str, menu: &hr_shared::prompt::SelectMenu) -> Strin
         Some(at) => title.split_at(at),
         None => (title, ""),
     };
-    match head.trim_end().strip_suffix(&listed) {
-        Some(question) if !question.trim().is_empty() => format!("{question}{hint}"),
-        _ => title.to_owned(),
-    }
+    let stripped = |text: &str| {
+        text.trim_end()
+            .strip_suffix(&listed)
+            .filter(|question| !question.trim().is_empty())
+            .map(str::to_owned)
+    };
+    stripped(title)
+        .or_else(|| stripped(head).map(|question| format!("{question}{hint}")))
+        .unwrap_or_else(|| title.to_owned())
 }
 
 /// Whether the prompt line `shown` ends with `text` masked (`******`, `••••`): a field
@@ -1109,8 +1124,14 @@ impl<'a> Conversation<'a> {
         match st.goal {
             Goal::Select(target) => {
                 let now_shown = self.classify(&shown, modes);
-                // The same menu: its title and its items as the operator saw them.
-                let same_title = same_title(&now_shown.prompt_line, &st.prompt.prompt_line);
+                // The same menu: its title (less the item it may echo after the question)
+                // and its items as the operator saw them.
+                let title = |p: &Prompt| match &p.select {
+                    Some(m) => without_selection(&p.prompt_line, m),
+                    None => p.prompt_line.clone(),
+                };
+                let same_title = same_title(&now_shown.prompt_line, &st.prompt.prompt_line)
+                    || same_title(&title(&now_shown), &title(&st.prompt));
                 let Some(menu) = now_shown.select.filter(|m| {
                     same_title
                         && st
@@ -2705,6 +2726,29 @@ mod tests {
         assert_eq!(
             without_selection("Pick ham or olives", &two),
             "Pick ham or olives"
+        );
+    }
+
+    #[test]
+    fn a_list_title_is_compared_without_the_item_it_echoes() {
+        // beaupy's confirm: the question line shows the item the arrows moved to.
+        let menu = |highlighted| hr_shared::prompt::SelectMenu {
+            items: vec!["Yes".into(), "No".into()],
+            highlighted,
+            checkbox: false,
+            title_row: 0,
+            first_row: 1,
+            horizontal: false,
+        };
+        let asked = without_selection("Deploy now? (Y/N)", &menu(1));
+        assert_eq!(asked, "Deploy now? (Y/N)");
+        let now = without_selection("Deploy now? (Y/N) Yes", &menu(0));
+        assert_eq!(now, "Deploy now? (Y/N)");
+        assert!(same_title(&now, &asked));
+        // Only the highlighted item is taken off, not another one.
+        assert_eq!(
+            without_selection("Deploy now? (Y/N) No", &menu(0)),
+            "Deploy now? (Y/N) No"
         );
     }
 

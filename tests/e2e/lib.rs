@@ -1012,9 +1012,10 @@ pub mod matrix_deps {
         "InquirerPy==0.3.4",
         "prompt_toolkit==3.0.53",
         "click==8.3.1",
-        "rich==14.2.0",
+        "rich==14.3.4",
         "typer==0.29.2",
         "cleo==2.1.0",
+        "beaupy==4.0.1",
     ];
     /// Debian's Go sources (GOPATH mode, offline): the package each library comes from.
     pub const GO: &[(&str, &str, &str)] = &[
@@ -1066,7 +1067,7 @@ fn copy_if_changed(from: &Path, to: &Path) {
 pub fn matrix_python() -> PathBuf {
     static LOCK: Mutex<()> = Mutex::new(());
     let _one = LOCK.lock().unwrap_or_else(|e| e.into_inner());
-    let dir = installed_once("py-matrix-1", |dir| venv_install(dir, matrix_deps::PYTHON));
+    let dir = installed_once("py-matrix-2", |dir| venv_install(dir, matrix_deps::PYTHON));
     dir.join("bin/python")
 }
 

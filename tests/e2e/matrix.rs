@@ -167,7 +167,7 @@ const LIBRARIES: &[Library] = &[
     },
     Library {
         key: "rich",
-        title: "rich 14.2",
+        title: "rich 14.3",
         runner: Runner::Python("rich.py"),
         widgets: &[Confirm, Text, Password, Select],
     },
@@ -182,6 +182,12 @@ const LIBRARIES: &[Library] = &[
         title: "cleo 2.1",
         runner: Runner::Python("cleo.py"),
         widgets: &[Confirm, Text, Password, Select, Multiselect],
+    },
+    Library {
+        key: "beaupy",
+        title: "beaupy 4.0",
+        runner: Runner::Python("beaupy.py"),
+        widgets: &[Confirm, Initial, Password, Select, Multiselect],
     },
     Library {
         key: "dialoguer",
@@ -271,6 +277,7 @@ const EXPECTED: &[(&str, &[Widget])] = &[
     ("rich", &[Confirm, Text, Password, Select]),
     ("typer", &[Confirm, Text, Password, Select]),
     ("cleo", &[Confirm, Text, Password, Select]),
+    ("beaupy", &[Confirm, Initial, Password, Select, Multiselect]),
     (
         "dialoguer",
         &[Confirm, Text, Initial, Password, Select, Multiselect],
@@ -1040,6 +1047,7 @@ matrix_tests! {
     matrix_rich => "rich",
     matrix_typer => "typer",
     matrix_cleo => "cleo",
+    matrix_beaupy => "beaupy",
     matrix_dialoguer => "dialoguer",
     matrix_inquire => "inquire",
     matrix_survey => "survey",
