@@ -185,6 +185,7 @@ pub fn run(
         exited: None,
         master_eof: false,
         ending: None,
+        hung_up: None,
         unasked: None,
         stalled: false,
         conv: Conversation::new(Setup {
@@ -321,6 +322,15 @@ struct Ending {
     strays: Vec<(i32, u64)>,
 }
 
+/// The shim was signalled to end: the tool is told, and whatever it started — in its
+/// session or outside it (Codex CLI's app-server) — is ended once the tool has gone,
+/// TERM then KILL at `kill_at`, as when the shim ends the tool itself.
+struct HungUp {
+    kill_at: Instant,
+    termed: bool,
+    killed: bool,
+}
+
 /// What waited for keys with nothing asked, ended by the shim (TERM, then KILL at
 /// `kill_at`): the tool goes on, as it would once its editor failed, and its run says why.
 struct EndedUnasked {
@@ -371,6 +381,9 @@ struct Supervisor<'a> {
     exited: Option<(i32, Instant)>,
     master_eof: bool,
     ending: Option<Ending>,
+    /// The shim itself was told to end (TERM or HUP: a CI job cancelled, a closed
+    /// terminal): the signal went to the tool, and what it started goes with it.
+    hung_up: Option<HungUp>,
     /// What waited for keys with nothing asked and was ended, last.
     unasked: Option<EndedUnasked>,
     stalled: bool,
@@ -495,6 +508,32 @@ impl Supervisor<'_> {
         let settled = caught_up && self.coop_asks.is_empty();
         if !settled && now < at + DRAIN_MAX {
             return None;
+        }
+        if self.ending.is_none()
+            && let Some(h) = &mut self.hung_up
+            && !h.killed
+        {
+            let me = std::process::id() as i32;
+            let strays = group::strays(me, self.pid, &notify::watchdogs());
+            let left = strays.len() + group::session_members(self.pid).len();
+            if !h.termed && left > 0 {
+                h.termed = true;
+                eprintln!(
+                    "headless-run: {}: the shim was signalled; ending what the tool left running ({left} process{})",
+                    self.ctx.tool_label,
+                    if left == 1 { "" } else { "es" }
+                );
+                group::signal_session(self.pid, libc::SIGTERM);
+                group::signal_session(self.pid, libc::SIGCONT);
+                group::signal_strays(&strays, libc::SIGTERM);
+                group::signal_strays(&strays, libc::SIGCONT);
+            }
+            if left > 0 && now < h.kill_at {
+                return None;
+            }
+            group::signal_session(self.pid, libc::SIGKILL);
+            group::signal_strays(&strays, libc::SIGKILL);
+            h.killed = true;
         }
         if let Some(ending) = &mut self.ending {
             if !ending.killed {
@@ -880,6 +919,13 @@ impl Supervisor<'_> {
                 group::signal_group(self.pid, sig);
                 if let Some(fg) = self.pty.foreground_pgrp().filter(|&fg| fg != self.pid) {
                     group::signal_group(fg, sig);
+                }
+                if matches!(sig, libc::SIGTERM | libc::SIGHUP) && self.hung_up.is_none() {
+                    self.hung_up = Some(HungUp {
+                        kill_at: Instant::now() + self.ctx.settings.kill_grace,
+                        termed: false,
+                        killed: false,
+                    });
                 }
             }
         }

@@ -276,6 +276,53 @@ while not os.path.exists("kept.pid"):
     unsafe { libc::kill(kept, libc::SIGKILL) };
 }
 
+/// Issue 27: a shim that is itself told to end (TERM: a CI job cancelled) passes the
+/// signal to the tool, and once the tool has gone, ends what it left running outside its
+/// session too — a coding agent's background server — KILL for one that ignores TERM.
+#[test]
+fn a_signalled_shim_ends_the_daemons_its_tool_left() {
+    let env = TestEnv::new();
+    let script = r#"
+import os, subprocess, time
+d = subprocess.Popen(["setsid", "sleep", "300"])
+deaf = subprocess.Popen(["setsid", "sh", "-c", "trap '' TERM; exec sleep 300"])
+open("pids.tmp", "w").write(f"{d.pid} {deaf.pid}")
+os.rename("pids.tmp", "pids")
+print("serving", flush=True)
+time.sleep(300)
+"#;
+    let running = env
+        .shim()
+        .env("HEADLESS_RUN_KILL_GRACE", "1s")
+        .args(["python3", "-c", script])
+        .spawn();
+    let pids_file = env.work().join("pids");
+    assert!(
+        wait_until(Duration::from_secs(10), || pids_file.exists()),
+        "the tool started its daemons"
+    );
+    let pids: Vec<i32> = std::fs::read_to_string(&pids_file)
+        .unwrap()
+        .split_whitespace()
+        .map(|p| p.parse().unwrap())
+        .collect();
+    running.signal(libc::SIGTERM);
+    let out = running.wait();
+    assert_ne!(out.code, Some(0), "{}", out.context());
+    assert!(
+        out.stderr.contains("the shim was signalled"),
+        "it says what it ends: {}",
+        out.context()
+    );
+    for pid in pids {
+        assert!(
+            wait_until(Duration::from_secs(10), || !alive(pid)),
+            "pid {pid} outlived the signalled shim: {}",
+            out.context()
+        );
+    }
+}
+
 /// The shim is its tool's child subreaper: orphans that exit while the tool runs are
 /// reaped, not left as zombies to pile up.
 #[test]
