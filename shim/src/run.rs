@@ -511,6 +511,14 @@ fn run_row(ctx: &RunContext, interactive: bool) -> ToolRun {
                 // SAFETY: geteuid cannot fail.
                 "uid": unsafe { libc::geteuid() },
             });
+            // A coding agent's conversation waits for decisions though nobody asked for
+            // wait mode: the run says so, for the operator who wonders why it did not end 90.
+            if ctx.conversation_waits {
+                m["on_prompt"] = serde_json::json!({
+                    "mode": "wait",
+                    "why": "a coding agent's conversation cannot be re-run (--on-prompt exit ends it instead)",
+                });
+            }
             if let Some(pool) = env(hr_shared::mode::ENV_POOL)
                 .and_then(|v| hr_shared::mode::pool_name(&v.to_string_lossy()))
             {

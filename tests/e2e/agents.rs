@@ -327,6 +327,17 @@ fn gemini_in_wait_mode_reaches_its_key_box() {
         )
     });
     assert!(said, "{}", running.stderr_now());
+    // ... and so does its run, for the operator.
+    let run = env.only_run();
+    assert_eq!(run["metadata"]["on_prompt"]["mode"], "wait", "{run:#?}");
+    let shown = env.monitor().args(["show", s(&run, "tool_run_id")]).run();
+    assert!(
+        shown
+            .out()
+            .contains("wait: a coding agent's conversation cannot be re-run"),
+        "{}",
+        shown.context()
+    );
     assert_eq!(
         s(&a, "prompt_line"),
         "Do you trust the files in this folder?"

@@ -93,6 +93,15 @@ pub fn run(ctx: &Ctx, args: Args) -> CliResult {
     field("host", run.host.clone());
     field("resumed_from", run.resumed_from.clone());
     field("started_by", run.owner.clone());
+    if let Some(why) = run
+        .metadata
+        .as_ref()
+        .and_then(|m| m.get("on_prompt"))
+        .and_then(|o| o.get("why"))
+        .and_then(|w| w.as_str())
+    {
+        field("on_prompt", Some(format!("wait: {why}")));
+    }
     if let Some(note) = crate::worker::resume_note(store.as_mut(), &run) {
         field("resumed", Some(note));
     }
