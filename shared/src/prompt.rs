@@ -254,6 +254,9 @@ pub fn classify<'r>(
     if !canonical && toggle_prompt(&mut p, facts) {
         return p;
     }
+    if !canonical && button_prompt(&mut p, facts) {
+        return p;
+    }
     if is_secret_text(&p.prompt_line, canonical)
         || (!canonical
             && label_above(&nonempty, &p.prompt_line).is_some_and(|l| is_secret_text(l, canonical)))
@@ -361,7 +364,11 @@ pub fn classify<'r>(
     // A dialog program's password box (whiptail, dialog: `│ API token │` over an empty
     // field, the cursor in it): a box whose lines ask for a password, token or key, and a
     // field in it (`____`, or the cursor on a row of nothing but the box's sides).
-    let boxed = p.question.contains(['│', '┌', '└']) || p.question.contains("lqq");
+    let boxed = rows
+        .iter()
+        .rev()
+        .take(QUESTION_LINES + 2)
+        .any(|r| r.contains(['│', '┌', '└']) || r.contains("lqq"));
     let field = p.question.contains("____")
         || p.prompt_line
             .chars()
@@ -429,7 +436,7 @@ fn split_question(rows: &[String], prompt_line: &str, limit: usize) -> (String, 
     let above: Vec<&str> = rows[..first]
         .iter()
         .map(|r| r.trim_end())
-        .filter(|r| !r.trim().is_empty())
+        .filter(|r| !r.trim().is_empty() && !is_box_edge(r))
         .collect();
     let context = above[above.len().saturating_sub(CONTEXT_LINES)..].join("\n");
     (question, context)
@@ -443,12 +450,21 @@ fn split_question(rows: &[String], prompt_line: &str, limit: usize) -> (String, 
 /// takes the paragraph before it too, where the real question is. Also returns the index
 /// of the question's first row: the rows above it are the context.
 fn question_of(rows: &[String], prompt_line: &str, limit: usize) -> (String, usize) {
-    let mut lines: Vec<&str> = Vec::new();
+    let mut lines: Vec<String> = Vec::new();
     let mut first = rows.len();
     let mut paragraphs = 0;
     let mut in_paragraph = false;
     for (i, r) in rows.iter().enumerate().rev() {
-        let r = r.trim();
+        // A box's top and bottom edges say nothing; its sides are not text (Gemini CLI's
+        // command in a box inside its dialog's box).
+        if is_box_edge(r) {
+            continue;
+        }
+        let mut r = r.trim().to_owned();
+        while let Some(inner) = Some(unbox(&r).trim().to_owned()).filter(|u| *u != r) {
+            r = inner;
+        }
+        let r = r.as_str();
         if r.is_empty() {
             if in_paragraph {
                 in_paragraph = false;
@@ -469,7 +485,7 @@ fn question_of(rows: &[String], prompt_line: &str, limit: usize) -> (String, usi
             break;
         }
         in_paragraph = true;
-        lines.push(r);
+        lines.push(r.to_owned());
         first = i;
         if lines.len() == limit {
             break;
@@ -480,6 +496,16 @@ fn question_of(rows: &[String], prompt_line: &str, limit: usize) -> (String, usi
         return (prompt_line.trim().to_owned(), rows.len());
     }
     (lines.join("\n"), first)
+}
+
+/// A box's top or bottom edge: corners and a run of horizontal lines, nothing else
+/// (`╭────╮`, `└──┘`, `│ ╰───╯ │`).
+fn is_box_edge(row: &str) -> bool {
+    let t = row.trim();
+    t.chars().filter(|c| matches!(c, '─' | '━' | '═')).count() >= 3
+        && t.chars().any(|c| "╭╮╰╯┌┐└┘╔╗╚╝┏┓┗┛".contains(c))
+        && t.chars()
+            .all(|c| c == ' ' || "─━═╭╮╰╯┌┐└┘╔╗╚╝┏┓┗┛│┃║".contains(c))
 }
 
 /// The start of a numbered menu item: `1)`, `2.`, `[3]`, `(4)`.
@@ -1259,6 +1285,160 @@ fn select_prompt(p: &mut Prompt, rows: &[String], facts: &ScreenFacts<'_>) -> bo
             .collect();
         p.default = Some(p.options[menu.highlighted].value.clone());
     }
+    p.select = Some(menu);
+    true
+}
+
+/// A row of buttons near the bottom of the screen (opencode's `Allow once   Allow always
+/// Reject`): two to six short labels side by side, each starting with a capital, two to
+/// eight spaces apart, the current one drawn standing out from all the others (its own
+/// background; key hints after them on the row, `enter confirm`, are no buttons). `rows`
+/// is the whole screen, top down, `emphasis` how each of its characters is drawn. Its
+/// question is the block of rows above it. With nothing to tell the current button, no
+/// row of buttons is read.
+pub fn button_row(rows: &[String], emphasis: &[Vec<i8>]) -> Option<SelectMenu> {
+    let last = rows.iter().rposition(|r| !r.trim().is_empty())?;
+    for at in (last.saturating_sub(6)..=last).rev() {
+        let Some(e) = emphasis.get(at).filter(|e| !e.is_empty()) else {
+            continue;
+        };
+        let chars: Vec<char> = rows[at].chars().collect();
+        // (first column, text) of each run of text two or more spaces apart.
+        let mut runs: Vec<(usize, String)> = Vec::new();
+        let mut i = 0;
+        while i < chars.len() {
+            if chars[i] == ' ' || matches!(chars[i], '│' | '┃' | '║') {
+                i += 1;
+                continue;
+            }
+            let from = i;
+            while i < chars.len()
+                && !(chars[i] == ' ' && chars.get(i + 1).is_none_or(|&c| c == ' '))
+                && !matches!(chars[i], '│' | '┃' | '║')
+            {
+                i += 1;
+            }
+            runs.push((from, chars[from..i].iter().collect()));
+        }
+        let button = |t: &str| {
+            t.chars()
+                .next()
+                .is_some_and(|c| c.is_uppercase() || c.is_ascii_digit())
+                && t.chars().count() <= 24
+                && t.split_whitespace().count() <= 4
+                && t.chars()
+                    .all(|c| c.is_alphanumeric() || " ,'’-".contains(c))
+        };
+        let Some(first) = runs.iter().position(|(_, t)| button(t)) else {
+            continue;
+        };
+        let mut buttons = vec![runs[first].clone()];
+        for (col, t) in &runs[first + 1..] {
+            let (pcol, pt) = buttons.last()?;
+            let gap = col - (pcol + pt.chars().count());
+            if !button(t) || gap > 8 {
+                break;
+            }
+            buttons.push((*col, t.clone()));
+        }
+        if !(2..=6).contains(&buttons.len()) {
+            continue;
+        }
+        let scores: Vec<i8> = buttons
+            .iter()
+            .map(|(col, t)| {
+                e.get(*col..col + t.chars().count())
+                    .and_then(|s| s.iter().max().copied())
+            })
+            .collect::<Option<Vec<i8>>>()?;
+        let top = *scores.iter().max()?;
+        let current: Vec<usize> = (0..scores.len()).filter(|&k| scores[k] == top).collect();
+        let [highlighted] = current.as_slice() else {
+            continue;
+        };
+        if top < 2 {
+            continue;
+        }
+        // The question: the block above, back over at most two blank rows at a time, to
+        // ten rows up; its first row is the title.
+        let body = |i: usize| {
+            rows[i]
+                .trim()
+                .trim_matches(|c: char| matches!(c, '│' | '┃' | '║'))
+                .trim()
+                .to_owned()
+        };
+        let mut title_row = None;
+        let mut blanks = 0;
+        for i in (at.saturating_sub(10)..at).rev() {
+            if body(i).is_empty() {
+                blanks += 1;
+                if blanks > 2 && title_row.is_some() {
+                    break;
+                }
+                continue;
+            }
+            if body(i).chars().all(|c| "─━═-╌ ".contains(c)) {
+                break;
+            }
+            blanks = 0;
+            title_row = Some(i);
+        }
+        return Some(SelectMenu {
+            items: buttons.into_iter().map(|(_, t)| t).collect(),
+            highlighted: *highlighted,
+            checkbox: false,
+            title_row: title_row?,
+            first_row: at,
+            horizontal: true,
+        });
+    }
+    None
+}
+
+/// [`button_row`] as a prompt: a select whose items are the buttons, chosen by their
+/// number (a button's own word may be a decision word: `Reject`).
+fn button_prompt(p: &mut Prompt, facts: &ScreenFacts<'_>) -> bool {
+    let all: Vec<String> = facts
+        .rows
+        .iter()
+        .chain(facts.below.iter())
+        .map(|r| sanitize_line(r))
+        .collect();
+    let Some(menu) = button_row(&all, facts.emphasis) else {
+        return false;
+    };
+    let body = |r: &str| {
+        r.trim()
+            .trim_matches(|c: char| matches!(c, '│' | '┃' | '║'))
+            .trim()
+            .to_owned()
+    };
+    let lines: Vec<String> = all[menu.title_row..menu.first_row]
+        .iter()
+        .map(|r| body(r))
+        .filter(|r| !r.is_empty())
+        .collect();
+    p.prompt_line = lines[0]
+        .trim_start_matches(|c: char| !c.is_alphanumeric())
+        .to_owned();
+    p.question = lines.join("\n");
+    let above: Vec<&str> = all[..menu.title_row]
+        .iter()
+        .map(|r| r.trim_end())
+        .filter(|r| !r.trim().is_empty())
+        .collect();
+    p.context = above[above.len().saturating_sub(CONTEXT_LINES)..].join("\n");
+    p.kind = PromptKind::Select;
+    p.rule = "generic:buttons".into();
+    p.allows_text = false;
+    p.options = menu
+        .items
+        .iter()
+        .enumerate()
+        .map(|(i, item)| opt(&(i + 1).to_string(), item, None))
+        .collect();
+    p.default = Some((menu.highlighted + 1).to_string());
     p.select = Some(menu);
     true
 }
@@ -2413,6 +2593,75 @@ alternative = "use VAULT_TOKEN"
         // A field with a value is no secret's label, nor is a label that is not one.
         let p = framed(&["Project name", ">", "", "(enter to confirm)"], &[]);
         assert!(!p.secret, "{p:?}");
+    }
+
+    #[test]
+    fn a_question_in_boxes_is_read_without_their_edges_and_sides() {
+        // Gemini CLI's permission dialog: the command in a box inside the dialog's box.
+        let rows = [
+            "> Run the proof command",
+            "",
+            "╭──────────────────────────────────────╮",
+            "│ ? Shell  echo ran > proof.txt        │",
+            "│ ╭──────────────────────────────────╮ │",
+            "│ │ echo ran > proof.txt             │ │",
+            "│ ╰──────────────────────────────────╯ │",
+            "│ Allow execution of [Shell]?          │",
+            "│                                      │",
+            "│ ● 1. Allow once                      │",
+            "│   2. Allow for this session          │",
+            "│   3. No, suggest changes (esc)       │",
+            "╰──────────────────────────────────────╯",
+        ];
+        let p = framed(&rows, &[]);
+        assert_eq!(p.prompt_line, "Allow execution of [Shell]?", "{p:?}");
+        assert_eq!(
+            p.question,
+            "? Shell  echo ran > proof.txt\necho ran > proof.txt\nAllow execution of [Shell]?"
+        );
+        assert_eq!(p.context, "> Run the proof command");
+        assert_eq!(values(&p), ["1", "2", "3"]);
+        assert!(is_box_edge("│ ╰───╯ │") && !is_box_edge("│ a ─── b │") && !is_box_edge("────"));
+    }
+
+    #[test]
+    fn a_row_of_buttons_is_a_menu_moved_sideways_its_current_button_drawn_apart() {
+        // opencode: the panel painted one colour, the current button another.
+        let rows: Vec<String> = [
+            "  ┃  △ Permission required",
+            "  ┃    # Shell command",
+            "  ┃",
+            "  ┃  $ echo ran > proof.txt",
+            "  ┃",
+            "  ┃   Allow once   Allow always   Reject        ctrl+f fullscreen  ⇆ select  enter confirm",
+        ]
+        .map(String::from)
+        .to_vec();
+        let buttons = rows[5].clone();
+        let at = |word: &str| {
+            buttons
+                .find(word)
+                .map(|b| buttons[..b].chars().count())
+                .unwrap()
+        };
+        let mut e: Vec<Vec<i8>> = rows.iter().map(|r| vec![-1; r.chars().count()]).collect();
+        let start = at("Allow always");
+        e[5][start..start + "Allow always".len()].fill(4);
+        let menu = button_row(&rows, &e).expect("a row of buttons");
+        assert_eq!(menu.items, ["Allow once", "Allow always", "Reject"]);
+        assert_eq!(menu.highlighted, 1);
+        assert!(menu.horizontal);
+        let p = framed(&rows.iter().map(String::as_str).collect::<Vec<_>>(), &e);
+        assert_eq!(p.rule, "generic:buttons");
+        assert_eq!(p.prompt_line, "Permission required");
+        assert!(p.question.contains("$ echo ran > proof.txt"), "{p:?}");
+        assert_eq!(values(&p), ["1", "2", "3"]);
+        assert_eq!(p.default.as_deref(), Some("2"));
+        // Buttons drawn alike (none current), or words that are no buttons: no menu.
+        let flat: Vec<Vec<i8>> = rows.iter().map(|r| vec![-1; r.chars().count()]).collect();
+        assert!(button_row(&rows, &flat).is_none());
+        let prose = vec!["Build finished in 2s   All good".to_string()];
+        assert!(button_row(&prose, &[vec![0; prose[0].chars().count()]]).is_none());
     }
 
     #[test]

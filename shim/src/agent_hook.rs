@@ -1,19 +1,23 @@
 //! Coding agents' own permission hooks, answered by the run that supervises the agent:
 //!
-//! * `headless-run --hook claude`: a Claude Code hook command (`PermissionRequest`, fired
-//!   where Claude Code would show its permission dialog; `PreToolUse` also understood).
+//! * `headless-run --hook AGENT`: the hook command of a coding agent that can let a hook
+//!   decide its permission requests — Claude Code (`PermissionRequest`, fired where it would
+//!   show its permission dialog; `PreToolUse` also understood), qwen-code (the same events
+//!   and replies), GitHub Copilot CLI (`permissionRequest`, `preToolUse`), Codex CLI
+//!   (`PermissionRequest`; `PreToolUse`, which can only deny, for `codex exec`) and Gemini
+//!   CLI (`BeforeTool`, which can only deny: the gate with `--approval-mode yolo`).
 //! * `headless-run --mcp`: an MCP server over stdio with one tool, `permission`, for
 //!   `claude -p --permission-prompt-tool mcp__headless-run__permission` (the
 //!   non-interactive mode, which otherwise denies every request unseen).
-//! * `headless-run --hook claude --install [--settings FILE]`: adds the hook to Claude
-//!   Code's settings (`~/.claude/settings.json`).
+//! * `headless-run --hook AGENT --install [--settings FILE]`: adds the hook to the agent's
+//!   user settings.
 //!
-//! Each request goes to the enclosing run (the agent started as `headless-run -- claude
+//! Each request goes to the enclosing run (the agent started as `headless-run -- AGENT
 //! …`) on its event descriptor as a `permission_request`, with a FIFO of the hook's own to
 //! answer on; the run asks it as any prompt (policies, remembered decisions, else an
 //! approval decided from the CLI, dashboard, web page or API) and writes the answer back.
 //! Outside a run, or when the run cannot record it, the hook says nothing and the agent
-//! decides as it would without it (its dialog, or `-p`'s denial).
+//! decides as it would without it (its dialog, or its non-interactive denial).
 
 use hr_shared::event::{ENV_EVENT_FD, ENV_EVENT_PIPE, PermissionReply};
 use serde_json::{Value, json};
@@ -35,15 +39,162 @@ const MAX_CONTEXT: usize = 3000;
 const BEAT: Duration = Duration::from_secs(2);
 
 const USAGE: &str = "\
-usage: headless-run --hook claude [--install [--settings FILE]]
+usage: headless-run --hook AGENT [--install [--settings FILE]]
        headless-run --mcp
 
-  --hook claude      a Claude Code hook command: reads the hook's JSON on stdin, asks the
-                     enclosing headless-run run, prints Claude Code's decision
-  --install          add it to Claude Code's settings (default ~/.claude/settings.json)
+  --hook AGENT       a coding agent's hook command: reads the hook's JSON on stdin, asks
+                     the enclosing headless-run run, prints the agent's decision. AGENT is
+                     claude, qwen, copilot, codex or gemini
+  --install          add it to the agent's user settings (~/.claude/settings.json,
+                     ~/.qwen/settings.json, ~/.copilot/settings.json, ~/.codex/hooks.json,
+                     ~/.gemini/settings.json), or to FILE
   --mcp              an MCP server over stdio with the tool `permission`, for
                      claude -p --permission-prompt-tool mcp__headless-run__permission
 ";
+
+/// The coding agents whose hooks can decide a permission request, and how each speaks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HookAgent {
+    Claude,
+    Qwen,
+    Copilot,
+    Codex,
+    Gemini,
+}
+
+impl HookAgent {
+    pub fn from_name(name: &str) -> Option<HookAgent> {
+        Some(match name {
+            "claude" => HookAgent::Claude,
+            "qwen" => HookAgent::Qwen,
+            "copilot" => HookAgent::Copilot,
+            "codex" => HookAgent::Codex,
+            "gemini" => HookAgent::Gemini,
+            _ => return None,
+        })
+    }
+
+    fn word(self) -> &'static str {
+        match self {
+            HookAgent::Claude => "claude",
+            HookAgent::Qwen => "qwen",
+            HookAgent::Copilot => "copilot",
+            HookAgent::Codex => "codex",
+            HookAgent::Gemini => "gemini",
+        }
+    }
+
+    /// The agent's name in a question.
+    fn title(self) -> &'static str {
+        match self {
+            HookAgent::Claude => "Claude Code",
+            HookAgent::Qwen => "Qwen Code",
+            HookAgent::Copilot => "Copilot",
+            HookAgent::Codex => "Codex",
+            HookAgent::Gemini => "Gemini CLI",
+        }
+    }
+
+    /// The user settings file the hook is installed in.
+    fn settings_file(self) -> &'static str {
+        match self {
+            HookAgent::Claude => ".claude/settings.json",
+            HookAgent::Qwen => ".qwen/settings.json",
+            HookAgent::Copilot => ".copilot/settings.json",
+            HookAgent::Codex => ".codex/hooks.json",
+            HookAgent::Gemini => ".gemini/settings.json",
+        }
+    }
+}
+
+/// One permission request as the agent's hook sent it: which event, the tool and its input.
+#[derive(Debug, PartialEq)]
+pub struct HookRequest {
+    pub event: HookEvent,
+    pub tool: String,
+    pub input: Value,
+}
+
+/// Which of an agent's hook events: the permission request itself (an allow or a deny
+/// replaces its dialog), or the check before every tool call (only a deny counts for some).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HookEvent {
+    Permission,
+    BeforeTool,
+}
+
+/// The request in an agent's hook input, or `None` when it is none to decide here (another
+/// event; Claude Code's `bypassPermissions`, where its user chose not to be asked).
+pub fn hook_request(agent: HookAgent, event: &Value) -> Option<HookRequest> {
+    let input = |key: &str| event.get(key).cloned().unwrap_or(Value::Null);
+    let (kind, tool, input) = match agent {
+        HookAgent::Copilot => {
+            let kind = if text(event, "hookName") == "permissionRequest" {
+                HookEvent::Permission
+            } else if event.get("toolArgs").is_some() {
+                HookEvent::BeforeTool
+            } else {
+                return None;
+            };
+            let args = if kind == HookEvent::Permission {
+                input("toolInput")
+            } else {
+                input("toolArgs")
+            };
+            (kind, text(event, "toolName"), args)
+        }
+        _ => {
+            let kind = match text(event, "hook_event_name").as_str() {
+                "PermissionRequest" => HookEvent::Permission,
+                "PreToolUse" | "BeforeTool" => HookEvent::BeforeTool,
+                _ => return None,
+            };
+            if agent == HookAgent::Claude && text(event, "permission_mode") == "bypassPermissions" {
+                return None;
+            }
+            (kind, text(event, "tool_name"), input("tool_input"))
+        }
+    };
+    Some(HookRequest {
+        event: kind,
+        tool,
+        input,
+    })
+}
+
+/// The agent's reply to a decided request, or `None` to say nothing (the agent goes on as
+/// without the hook: an allow on an event that can only deny).
+pub fn hook_reply(
+    agent: HookAgent,
+    event: HookEvent,
+    allowed: bool,
+    reason: &str,
+) -> Option<Value> {
+    Some(match (agent, event, allowed) {
+        (HookAgent::Copilot, HookEvent::Permission, true) => json!({"behavior": "allow"}),
+        (HookAgent::Copilot, HookEvent::Permission, false) => {
+            json!({"behavior": "deny", "message": reason})
+        }
+        (HookAgent::Copilot, HookEvent::BeforeTool, allowed) => json!({
+            "permissionDecision": if allowed { "allow" } else { "deny" },
+            "permissionDecisionReason": reason}),
+        // Gemini CLI's BeforeTool can deny, not allow: an allow says nothing (its approval
+        // mode decides; with yolo it runs).
+        (HookAgent::Gemini, _, true) => return None,
+        (HookAgent::Gemini, _, false) => json!({"decision": "deny", "reason": reason}),
+        (_, HookEvent::Permission, true) => json!({"hookSpecificOutput": {
+            "hookEventName": "PermissionRequest", "decision": {"behavior": "allow"}}}),
+        (_, HookEvent::Permission, false) => json!({"hookSpecificOutput": {
+            "hookEventName": "PermissionRequest",
+            "decision": {"behavior": "deny", "message": reason}}}),
+        // Codex's PreToolUse refuses an allow (it can only deny): nothing is said.
+        (HookAgent::Codex, HookEvent::BeforeTool, true) => return None,
+        (_, HookEvent::BeforeTool, allowed) => json!({"hookSpecificOutput": {
+            "hookEventName": "PreToolUse",
+            "permissionDecision": if allowed { "allow" } else { "deny" },
+            "permissionDecisionReason": reason}}),
+    })
+}
 
 /// Runs a `--hook`/`--mcp` invocation (`args` after the program name); the exit code.
 pub fn main(args: &[OsString]) -> u8 {
@@ -52,22 +203,25 @@ pub fn main(args: &[OsString]) -> u8 {
         .map(|a| a.to_string_lossy().into_owned())
         .collect();
     let words: Vec<&str> = args.iter().map(String::as_str).collect();
+    let agent = |name: &str| {
+        let found = HookAgent::from_name(name);
+        if found.is_none() {
+            eprintln!(
+                "headless-run: no hook for {name:?}: claude, qwen, copilot, codex and gemini have one; other agents' prompts are read from the terminal\n{USAGE}"
+            );
+        }
+        found
+    };
     match words.as_slice() {
         ["--mcp"] => mcp(),
-        ["--hook", "claude"] => claude_hook(),
-        ["--hook", "claude", "--install"] => install_claude(None),
-        ["--hook", "claude", "--install", "--settings", file] => {
-            install_claude(Some(PathBuf::from(file)))
-        }
-        ["--hook", "-h" | "--help"] | ["--mcp", "-h" | "--help"] => {
+        ["--hook" | "--mcp", "-h" | "--help"] => {
             print!("{USAGE}");
             0
         }
-        ["--hook", agent, ..] if *agent != "claude" => {
-            eprintln!(
-                "headless-run: no hook for {agent:?}: Claude Code (`claude`) has one; other agents' prompts are read from the terminal\n{USAGE}"
-            );
-            2
+        ["--hook", name] => agent(name).map_or(2, agent_hook),
+        ["--hook", name, "--install"] => agent(name).map_or(2, |a| install(a, None)),
+        ["--hook", name, "--install", "--settings", file] => {
+            agent(name).map_or(2, |a| install(a, Some(PathBuf::from(file))))
         }
         _ => {
             eprint!("headless-run: bad hook arguments\n{USAGE}");
@@ -96,48 +250,86 @@ fn clip(mut s: String, max: usize) -> String {
     s
 }
 
-/// The question for Claude Code's tool `tool` called with `input`.
-pub fn describe(tool: &str, input: &Value) -> Described {
+/// The first of `keys` that `v` holds as a string (agents name one field differently:
+/// `file_path`, `filePath`, `path`).
+fn field(v: &Value, keys: &[&str]) -> String {
+    keys.iter()
+        .find_map(|k| v.get(*k).and_then(Value::as_str))
+        .unwrap_or("")
+        .to_owned()
+}
+
+const COMMAND: &[&str] = &["command", "cmd"];
+const PATH: &[&str] = &["file_path", "filePath", "path", "absolute_path"];
+const OLD: &[&str] = &["old_string", "oldString", "old_str"];
+const NEW: &[&str] = &["new_string", "newString", "new_str"];
+const CONTENT: &[&str] = &["content", "file_text"];
+
+/// The question for tool `tool` of `agent` called with `input`: a shell command, an edit
+/// (as a diff), a file written, or any other tool with its input.
+pub fn describe(agent: HookAgent, tool: &str, input: &Value) -> Described {
     let lines =
         |s: &str, mark: char| -> String { s.lines().map(|l| format!("{mark} {l}\n")).collect() };
-    let (first, reason, context) = match tool {
-        "Bash" => (
-            format!("Bash: {}", text(input, "command")),
-            text(input, "description"),
-            text(input, "command"),
-        ),
-        "Edit" | "MultiEdit" => {
-            let path = text(input, "file_path");
-            let mut diff = format!("--- {path}\n+++ {path}\n");
+    let shell = matches!(
+        tool,
+        "Bash" | "bash" | "run_shell_command" | "shell" | "exec_command"
+    ) && !field(input, COMMAND).is_empty();
+    let edit = matches!(
+        tool,
+        "Edit" | "MultiEdit" | "edit" | "replace" | "str_replace"
+    ) && !field(input, PATH).is_empty();
+    let write = matches!(tool, "Write" | "write_file" | "write" | "create")
+        && !field(input, PATH).is_empty();
+    let (first, reason, context, asks) = if shell {
+        let command = field(input, COMMAND);
+        (
+            format!("Bash: {command}"),
+            field(input, &["description", "justification"]),
+            command,
+            "run: ".to_owned(),
+        )
+    } else if edit {
+        let path = field(input, PATH);
+        // The agent's own diff where it sends one (Copilot's permission request).
+        let mut diff = field(input, &["diff"]).trim_start_matches('\n').to_owned();
+        if diff.is_empty() {
+            diff = format!("--- {path}\n+++ {path}\n");
             let edits: Vec<Value> = match input.get("edits").and_then(Value::as_array) {
                 Some(list) => list.clone(),
                 None => vec![input.clone()],
             };
             for e in &edits {
-                diff.push_str(&lines(&text(e, "old_string"), '-'));
-                diff.push_str(&lines(&text(e, "new_string"), '+'));
+                diff.push_str(&lines(&field(e, OLD), '-'));
+                diff.push_str(&lines(&field(e, NEW), '+'));
             }
-            (format!("{tool}: {path}"), String::new(), diff)
         }
-        "Write" => {
-            let path = text(input, "file_path");
-            (
-                format!("Write: {path}"),
-                String::new(),
-                lines(&text(input, "content"), '+'),
-            )
-        }
-        _ => {
-            let shown = serde_json::to_string_pretty(input).unwrap_or_default();
-            let one: String = serde_json::to_string(input).unwrap_or_default();
-            (format!("{tool}: {}", clip(one, 160)), String::new(), shown)
-        }
+        (
+            format!("Edit: {path}"),
+            String::new(),
+            diff,
+            "edit ".to_owned(),
+        )
+    } else if write {
+        let path = field(input, PATH);
+        (
+            format!("Write: {path}"),
+            String::new(),
+            lines(&field(input, CONTENT), '+'),
+            "write ".to_owned(),
+        )
+    } else {
+        let shown = serde_json::to_string_pretty(input).unwrap_or_default();
+        let one: String = serde_json::to_string(input).unwrap_or_default();
+        (
+            format!("{tool}: {}", clip(one, 160)),
+            String::new(),
+            shown,
+            format!("use {tool}: "),
+        )
     };
     let first: String = first.lines().next().unwrap_or_default().to_owned();
-    let mut question = format!("Claude Code asks to use {first}");
-    question = question.replacen("use Bash: ", "run: ", 1);
-    question = question.replacen("use Edit: ", "edit ", 1);
-    question = question.replacen("use Write: ", "write ", 1);
+    let target = first.split_once(": ").map_or("", |(_, t)| t);
+    let question = format!("{} asks to {asks}{target}", agent.title());
     // The first line is what a policy matches: the tool and its target, plain.
     let mut q = first;
     if !reason.is_empty() {
@@ -152,10 +344,11 @@ pub fn describe(tool: &str, input: &Value) -> Described {
     }
 }
 
-/// Claude Code's hook: stdin holds the event; stdout gets the decision, or nothing (the
+/// An agent's hook: stdin holds the event; stdout gets the decision, or nothing (the
 /// agent decides as without the hook). Always exits 0: a hook's failure must not read as a
-/// denial Claude Code would pass to its model.
-fn claude_hook() -> u8 {
+/// denial the agent would pass to its model.
+fn agent_hook(agent: HookAgent) -> u8 {
+    let who = format!("headless-run --hook {}", agent.word());
     let mut raw = Vec::new();
     if std::io::stdin()
         .take(MAX_INPUT)
@@ -165,40 +358,26 @@ fn claude_hook() -> u8 {
         return 0;
     }
     let Ok(event) = serde_json::from_slice::<Value>(&raw) else {
-        eprintln!("headless-run --hook claude: the hook's input is not JSON");
+        eprintln!("{who}: the hook's input is not JSON");
         return 0;
     };
-    let name = text(&event, "hook_event_name");
-    if !matches!(name.as_str(), "PermissionRequest" | "PreToolUse")
-        || text(&event, "permission_mode") == "bypassPermissions"
-    {
+    let Some(req) = hook_request(agent, &event) else {
         return 0;
-    }
-    let tool = text(&event, "tool_name");
-    let d = describe(&tool, event.get("tool_input").unwrap_or(&Value::Null));
+    };
+    let d = describe(agent, &req.tool, &req.input);
     let reply = match ask(&d) {
         Ok(r) => r,
         Err(why) => {
-            eprintln!("headless-run --hook claude: {why}; Claude Code decides");
+            eprintln!("{who}: {why}; {} decides", agent.title());
             return 0;
         }
     };
     let Some(allowed) = verdict(&reply) else {
         return 0;
     };
-    let reason = reason(&reply);
-    let out = match (name.as_str(), allowed) {
-        ("PermissionRequest", true) => json!({"hookSpecificOutput": {
-            "hookEventName": "PermissionRequest", "decision": {"behavior": "allow"}}}),
-        ("PermissionRequest", false) => json!({"hookSpecificOutput": {
-            "hookEventName": "PermissionRequest",
-            "decision": {"behavior": "deny", "message": reason}}}),
-        (_, allowed) => json!({"hookSpecificOutput": {
-            "hookEventName": "PreToolUse",
-            "permissionDecision": if allowed { "allow" } else { "deny" },
-            "permissionDecisionReason": reason}}),
-    };
-    println!("{out}");
+    if let Some(out) = hook_reply(agent, req.event, allowed, &reason(&reply)) {
+        println!("{out}");
+    }
     0
 }
 
@@ -380,15 +559,59 @@ pub fn ask(d: &Described) -> Result<PermissionReply, String> {
     }
 }
 
-/// The hook's entry in Claude Code's settings.
-fn hook_entry(command: &str) -> Value {
-    json!({"matcher": "*", "hooks": [{"type": "command", "command": command,
-        "timeout": HOOK_TIMEOUT_SECS}]})
+/// Where an agent's settings list its hooks for the event the hook answers, and the entry
+/// that runs `command` there.
+fn hook_slot(agent: HookAgent, command: &str) -> (&'static str, Value) {
+    match agent {
+        HookAgent::Claude => (
+            "PermissionRequest",
+            json!({"matcher": "*", "hooks": [{"type": "command", "command": command,
+                "timeout": HOOK_TIMEOUT_SECS}]}),
+        ),
+        HookAgent::Codex => (
+            "PermissionRequest",
+            json!({"matcher": ".*", "hooks": [{"type": "command", "command": command,
+                "timeout": HOOK_TIMEOUT_SECS}]}),
+        ),
+        // qwen-code reads a timeout of 1000 or more as milliseconds.
+        HookAgent::Qwen => (
+            "PermissionRequest",
+            json!({"matcher": "", "hooks": [{"type": "command", "command": command,
+                "timeout": HOOK_TIMEOUT_SECS * 1000}]}),
+        ),
+        HookAgent::Copilot => (
+            "permissionRequest",
+            json!({"type": "command", "bash": command, "timeoutSec": HOOK_TIMEOUT_SECS}),
+        ),
+        HookAgent::Gemini => (
+            "BeforeTool",
+            json!({"matcher": "run_shell_command|replace|write_file", "hooks": [{
+                "name": "headless-run", "type": "command", "command": command,
+                "timeout": HOOK_TIMEOUT_SECS * 1000}]}),
+        ),
+    }
 }
 
-/// Adds the hook to `settings` (a JSON object) unless a hook with `command` is there.
-/// Whether it changed anything.
-pub fn add_hook(settings: &mut Value, command: &str) -> Result<bool, String> {
+/// Whether a settings entry (Copilot's a hook itself, the others' a matcher holding hooks)
+/// runs `command`.
+fn runs(entry: &Value, command: &str) -> bool {
+    let is = |h: &Value| {
+        h.get("command")
+            .or_else(|| h.get("bash"))
+            .and_then(Value::as_str)
+            == Some(command)
+    };
+    is(entry)
+        || entry
+            .get("hooks")
+            .and_then(Value::as_array)
+            .is_some_and(|hs| hs.iter().any(is))
+}
+
+/// Adds `agent`'s hook running `command` to `settings` (a JSON object) unless one is
+/// there. Whether it changed anything.
+pub fn add_hook(agent: HookAgent, settings: &mut Value, command: &str) -> Result<bool, String> {
+    let (event, entry) = hook_slot(agent, command);
     let obj = settings
         .as_object_mut()
         .ok_or("the settings are not a JSON object")?;
@@ -396,27 +619,33 @@ pub fn add_hook(settings: &mut Value, command: &str) -> Result<bool, String> {
     let hooks = hooks
         .as_object_mut()
         .ok_or("`hooks` in the settings is not an object")?;
-    let list = hooks
-        .entry("PermissionRequest")
-        .or_insert_with(|| json!([]));
+    let list = hooks.entry(event).or_insert_with(|| json!([]));
     let list = list
         .as_array_mut()
-        .ok_or("`hooks.PermissionRequest` is not a list")?;
-    let present = list.iter().any(|m| {
-        m.get("hooks").and_then(Value::as_array).is_some_and(|hs| {
-            hs.iter()
-                .any(|h| h.get("command").and_then(Value::as_str) == Some(command))
-        })
-    });
+        .ok_or_else(|| format!("`hooks.{event}` is not a list"))?;
+    let present = list.iter().any(|m| runs(m, command));
     if !present {
-        list.push(hook_entry(command));
+        list.push(entry);
     }
     Ok(!present)
 }
 
-fn install_claude(file: Option<PathBuf>) -> u8 {
+/// What the user must still do once the hook is in an agent's settings.
+fn after_install(agent: HookAgent) -> &'static str {
+    match agent {
+        HookAgent::Codex => {
+            "; Codex runs a hook it has not been told to trust only with --dangerously-bypass-hook-trust: review it once with /hooks in codex (or pass that flag)"
+        }
+        HookAgent::Gemini => {
+            "; Gemini CLI's BeforeTool hook can deny but not allow: run gemini with --approval-mode yolo so that the hook is the gate (otherwise its own dialog asks as well)"
+        }
+        _ => "",
+    }
+}
+
+fn install(agent: HookAgent, file: Option<PathBuf>) -> u8 {
     let file = match file
-        .or_else(|| std::env::var_os("HOME").map(|h| Path::new(&h).join(".claude/settings.json")))
+        .or_else(|| std::env::var_os("HOME").map(|h| Path::new(&h).join(agent.settings_file())))
     {
         Some(f) => f,
         None => {
@@ -429,8 +658,9 @@ fn install_claude(file: Option<PathBuf>) -> u8 {
         .and_then(|p| p.canonicalize().ok())
         .unwrap_or_else(|| PathBuf::from("headless-run"));
     let command = format!(
-        "{} --hook claude",
-        hr_shared::shell::quote(&exe.to_string_lossy())
+        "{} --hook {}",
+        hr_shared::shell::quote(&exe.to_string_lossy()),
+        agent.word()
     );
     let mut settings = match std::fs::read(&file) {
         Ok(raw) if raw.iter().all(u8::is_ascii_whitespace) => json!({}),
@@ -450,7 +680,8 @@ fn install_claude(file: Option<PathBuf>) -> u8 {
             return 1;
         }
     };
-    match add_hook(&mut settings, &command) {
+    let (event, _) = hook_slot(agent, &command);
+    match add_hook(agent, &mut settings, &command) {
         Ok(false) => {
             println!("{}: the hook is already there ({command})", file.display());
             0
@@ -468,8 +699,11 @@ fn install_claude(file: Option<PathBuf>) -> u8 {
             match written {
                 Ok(()) => {
                     println!(
-                        "{}: added a PermissionRequest hook ({command}); run Claude Code as `headless-run -- claude …`",
-                        file.display()
+                        "{}: added a {event} hook ({command}); run {} as `headless-run -- {} …`{}",
+                        file.display(),
+                        agent.title(),
+                        agent.word(),
+                        after_install(agent)
                     );
                     0
                 }
@@ -540,7 +774,7 @@ pub fn mcp_reply(
                     "error": {"code": -32602, "message": "unknown tool"}}));
             }
             let input = args.get("input").cloned().unwrap_or(json!({}));
-            let d = describe(&text(&args, "tool_name"), &input);
+            let d = describe(HookAgent::Claude, &text(&args, "tool_name"), &input);
             let decision = match ask(&d) {
                 Ok(r) => match verdict(&r) {
                     Some(true) => json!({"behavior": "allow", "updatedInput": input}),
@@ -568,6 +802,7 @@ mod tests {
     #[test]
     fn a_tool_call_becomes_a_question_whose_first_line_policies_match() {
         let d = describe(
+            HookAgent::Claude,
             "Bash",
             &json!({"command": "rm -rf build", "description": "Clean the build"}),
         );
@@ -575,6 +810,7 @@ mod tests {
         assert!(d.question.contains("Clean the build"));
         assert!(d.question.contains("Claude Code asks to run: rm -rf build"));
         let d = describe(
+            HookAgent::Claude,
             "Edit",
             &json!({"file_path": "/w/foo.py", "old_string": "return a + b",
                 "new_string": "return a - b"}),
@@ -586,17 +822,85 @@ mod tests {
             d.context
         );
         let d = describe(
+            HookAgent::Claude,
             "Write",
             &json!({"file_path": "/w/x", "content": "hi\nthere"}),
         );
         assert_eq!(d.context, "+ hi\n+ there\n");
-        let d = describe("WebFetch", &json!({"url": "http://x"}));
+        let d = describe(HookAgent::Claude, "WebFetch", &json!({"url": "http://x"}));
         assert!(d.question.starts_with("WebFetch: {\"url\":\"http://x\"}"));
         // A command of many lines asks about its first; the context holds it all, bounded.
         let long = "echo a\n".repeat(2000);
-        let d = describe("Bash", &json!({ "command": long }));
+        let d = describe(HookAgent::Claude, "Bash", &json!({ "command": long }));
         assert_eq!(d.question.lines().next(), Some("Bash: echo a"));
         assert!(d.context.len() <= MAX_CONTEXT + 4);
+    }
+
+    #[test]
+    fn each_agents_request_and_reply_in_its_own_words() {
+        // qwen-code: Claude Code's shape, its own tool names.
+        let q = json!({"hook_event_name": "PermissionRequest", "tool_name": "run_shell_command",
+            "tool_input": {"command": "rm -rf build", "description": "clean"},
+            "permission_mode": "default"});
+        let r = hook_request(HookAgent::Qwen, &q).unwrap();
+        assert_eq!(r.event, HookEvent::Permission);
+        let d = describe(HookAgent::Qwen, &r.tool, &r.input);
+        assert_eq!(d.question.lines().next(), Some("Bash: rm -rf build"));
+        assert!(d.question.contains("Qwen Code asks to run: rm -rf build"));
+        assert_eq!(
+            hook_reply(HookAgent::Qwen, r.event, true, "ok").unwrap(),
+            json!({"hookSpecificOutput": {"hookEventName": "PermissionRequest",
+                "decision": {"behavior": "allow"}}})
+        );
+        // Copilot: camelCase, its permission request and its check before each tool.
+        let c = json!({"hookName": "permissionRequest", "toolName": "edit",
+            "toolInput": {"path": "/w/foo.py", "old_str": "a", "new_str": "b"}});
+        let r = hook_request(HookAgent::Copilot, &c).unwrap();
+        let d = describe(HookAgent::Copilot, &r.tool, &r.input);
+        assert_eq!(d.question.lines().next(), Some("Edit: /w/foo.py"));
+        assert!(d.context.contains("- a\n+ b"), "{}", d.context);
+        assert_eq!(
+            hook_reply(HookAgent::Copilot, r.event, false, "no").unwrap(),
+            json!({"behavior": "deny", "message": "no"})
+        );
+        let pre = json!({"toolName": "bash", "toolArgs": {"command": "ls"}});
+        let r = hook_request(HookAgent::Copilot, &pre).unwrap();
+        assert_eq!(r.event, HookEvent::BeforeTool);
+        assert_eq!(
+            hook_reply(HookAgent::Copilot, r.event, true, "ok").unwrap()["permissionDecision"],
+            "allow"
+        );
+        assert!(hook_request(HookAgent::Copilot, &json!({"sessionId": "x"})).is_none());
+        // Its edit request carries a unified diff: shown as it is.
+        let diff = "\ndiff --git a/f b/f\n--- a/f\n+++ b/f\n@@ -1 +1 @@\n-a\n+b\n";
+        let d = describe(
+            HookAgent::Copilot,
+            "edit",
+            &json!({"file_path": "/w/f", "diff": diff}),
+        );
+        assert_eq!(d.question.lines().next(), Some("Edit: /w/f"));
+        assert!(d.context.starts_with("diff --git") && d.context.contains("\n+b\n"));
+        // Gemini CLI and Codex's PreToolUse can only deny: an allow says nothing.
+        let g = json!({"hook_event_name": "BeforeTool", "tool_name": "replace",
+            "tool_input": {"file_path": "/w/f", "old_string": "a", "new_string": "b"}});
+        let r = hook_request(HookAgent::Gemini, &g).unwrap();
+        assert_eq!(hook_reply(HookAgent::Gemini, r.event, true, "ok"), None);
+        assert_eq!(
+            hook_reply(HookAgent::Gemini, r.event, false, "no").unwrap(),
+            json!({"decision": "deny", "reason": "no"})
+        );
+        assert_eq!(
+            hook_reply(HookAgent::Codex, HookEvent::BeforeTool, true, "ok"),
+            None
+        );
+        // Another event, or Claude Code told not to ask: nothing to decide.
+        let other = json!({"hook_event_name": "Stop"});
+        assert!(hook_request(HookAgent::Claude, &other).is_none());
+        let bypass = json!({"hook_event_name": "PreToolUse", "tool_name": "Bash",
+            "permission_mode": "bypassPermissions", "tool_input": {"command": "ls"}});
+        assert!(hook_request(HookAgent::Claude, &bypass).is_none());
+        assert!(hook_request(HookAgent::Codex, &bypass).is_some());
+        assert_eq!(HookAgent::from_name("aider"), None);
     }
 
     fn reply(status: &str, value: Option<&str>) -> PermissionReply {
@@ -644,16 +948,56 @@ mod tests {
     #[test]
     fn install_adds_the_hook_once_and_keeps_what_is_there() {
         let mut s = json!({"env": {"A": "1"}, "hooks": {"PreToolUse": []}});
-        assert_eq!(add_hook(&mut s, "/bin/hr --hook claude"), Ok(true));
-        assert_eq!(add_hook(&mut s, "/bin/hr --hook claude"), Ok(false));
+        assert_eq!(
+            add_hook(HookAgent::Claude, &mut s, "/bin/hr --hook claude"),
+            Ok(true)
+        );
+        assert_eq!(
+            add_hook(HookAgent::Claude, &mut s, "/bin/hr --hook claude"),
+            Ok(false)
+        );
         assert_eq!(s["env"]["A"], "1");
         assert_eq!(s["hooks"]["PermissionRequest"].as_array().unwrap().len(), 1);
         assert_eq!(
             s["hooks"]["PermissionRequest"][0]["hooks"][0]["timeout"],
             HOOK_TIMEOUT_SECS
         );
-        assert!(add_hook(&mut json!([]), "x").is_err());
-        assert!(add_hook(&mut json!({"hooks": []}), "x").is_err());
+        assert!(add_hook(HookAgent::Claude, &mut json!([]), "x").is_err());
+        assert!(add_hook(HookAgent::Claude, &mut json!({"hooks": []}), "x").is_err());
+        // Each agent's own shape: Copilot's entry is the hook itself; qwen's and Gemini's
+        // timeouts are milliseconds.
+        let mut c = json!({});
+        assert_eq!(
+            add_hook(HookAgent::Copilot, &mut c, "hr --hook copilot"),
+            Ok(true)
+        );
+        assert_eq!(
+            add_hook(HookAgent::Copilot, &mut c, "hr --hook copilot"),
+            Ok(false)
+        );
+        assert_eq!(
+            c["hooks"]["permissionRequest"][0]["bash"],
+            "hr --hook copilot"
+        );
+        assert_eq!(
+            c["hooks"]["permissionRequest"][0]["timeoutSec"],
+            HOOK_TIMEOUT_SECS
+        );
+        let mut q = json!({});
+        add_hook(HookAgent::Qwen, &mut q, "hr --hook qwen").unwrap();
+        assert_eq!(
+            q["hooks"]["PermissionRequest"][0]["hooks"][0]["timeout"],
+            HOOK_TIMEOUT_SECS * 1000
+        );
+        let mut g = json!({});
+        add_hook(HookAgent::Gemini, &mut g, "hr --hook gemini").unwrap();
+        assert_eq!(
+            g["hooks"]["BeforeTool"][0]["hooks"][0]["command"],
+            "hr --hook gemini"
+        );
+        let mut x = json!({});
+        add_hook(HookAgent::Codex, &mut x, "hr --hook codex").unwrap();
+        assert_eq!(x["hooks"]["PermissionRequest"][0]["matcher"], ".*");
     }
 
     #[test]

@@ -269,6 +269,17 @@ pub fn field_shows(asked: &str, shown: &str, text: &str) -> bool {
     }
 }
 
+/// Whether a menu item names Esc as its key, in brackets at its end: `(esc)`, `(Esc to
+/// stop)`.
+fn is_esc_item(item: &str) -> bool {
+    let item = item.trim_end();
+    item.ends_with(')')
+        && item.rfind('(').is_some_and(|at| {
+            let inside = item[at + 1..].to_ascii_lowercase();
+            inside == "esc)" || inside.starts_with("esc ")
+        })
+}
+
 /// Whether a menu's title is the one it was asked with: the same, or the same with a hint
 /// after it dropped or added once a key was pressed (inquirer's `? Pick a color (Use arrow
 /// keys)` becomes `? Pick a color`).
@@ -552,6 +563,11 @@ impl<'a> Conversation<'a> {
             if shown.cursor_hidden && !modes.canonical {
                 return self.unasked(now, &shown, obs, "a screen with its cursor hidden");
             }
+            // A coding agent's input box is its conversation: ^D there quits it (Gemini CLI
+            // types `/quit`), and nothing is asked until it shows a question.
+            if hr_shared::mode::is_coding_agent(self.setup.tool) {
+                return self.unasked(now, &shown, obs, "a coding agent's input");
+            }
             return self.eof(now, modes, obs).into_iter().collect();
         }
         // The reader just given EOF asks something now: it is asking about that EOF (a
@@ -591,6 +607,15 @@ impl<'a> Conversation<'a> {
             Ok(prompt) => prompt,
             Err(kind) => return self.unasked(now, &shown, obs, kind),
         };
+        // A coding agent asks its questions as menus and confirms; a field for free text
+        // is its conversation's input (Codex's `›` composer, on its start screen and after
+        // each turn): no question, never an approval.
+        if hr_shared::mode::is_coding_agent(self.setup.tool)
+            && !prompt.secret
+            && matches!(prompt.kind, PromptKind::Text | PromptKind::Unknown)
+        {
+            return self.unasked(now, &shown, obs, "a coding agent's input");
+        }
         if prompt.secret {
             let alternative = prompt
                 .alternative
@@ -1012,6 +1037,19 @@ impl<'a> Conversation<'a> {
             a.status,
             watch::decided_by(a)
         );
+        // An item that names Esc as its key (Copilot's `No, and tell Copilot what to do
+        // differently (Esc to stop)`, which Enter does not choose) is chosen by Esc.
+        if let Some(menu) = p.select.as_ref().filter(|m| !m.checkbox)
+            && let Some(item) = p.select_index(value).and_then(|i| menu.items.get(i))
+            && is_esc_item(item)
+        {
+            return vec![Action::Type(Typing {
+                keys: vec![0x1b],
+                pending_enter: None,
+                answered,
+                line: p.prompt_line.clone(),
+            })];
+        }
         let is_option = p.options.iter().any(|o| o.value == value);
         let goal = match &p.select {
             Some(menu) if !menu.checkbox => p.select_index(value).map(Goal::Select),
@@ -2727,6 +2765,20 @@ mod tests {
             without_selection("Pick ham or olives", &two),
             "Pick ham or olives"
         );
+    }
+
+    #[test]
+    fn an_item_that_names_esc_is_chosen_by_esc() {
+        for yes in [
+            "3. No, and tell Copilot what to do differently (Esc to stop)",
+            "3. No, suggest changes (esc)",
+            "No (esc)",
+        ] {
+            assert!(is_esc_item(yes), "{yes}");
+        }
+        for no in ["1. Yes", "Escape the loop", "No (escape hatch)", "(esc) No"] {
+            assert!(!is_esc_item(no), "{no}");
+        }
     }
 
     #[test]

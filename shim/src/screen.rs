@@ -29,14 +29,16 @@ pub struct ScreenText {
 /// How a cell stands out: reverse video or a background colour 4, underlined 3, bold 2, a
 /// foreground colour 1, plain 0, dim or grey -1. A toggle's current word and a selected
 /// button stand out from the other; a placeholder is dimmer than typed text.
-pub fn emphasis(cell: &vt100::Cell) -> i8 {
+/// On a screen whose panels are painted `ground` (opencode fills its whole screen with one
+/// background), that background is no emphasis, only another one is (its selected button).
+pub fn emphasis(cell: &vt100::Cell, ground: vt100::Color) -> i8 {
     use vt100::Color;
     let grey = |c: Color| match c {
         Color::Idx(n) => n == 8 || (232..=250).contains(&n),
         Color::Rgb(r, g, b) => r.max(g).max(b) - r.min(g).min(b) < 16,
         Color::Default => false,
     };
-    if cell.inverse() || cell.bgcolor() != Color::Default {
+    if cell.inverse() || (cell.bgcolor() != Color::Default && cell.bgcolor() != ground) {
         4
     } else if cell.underline() {
         3
@@ -53,7 +55,14 @@ pub fn emphasis(cell: &vt100::Cell) -> i8 {
 
 /// The emphasis of each character of `row` as `Screen::rows` writes it (a gap of empty
 /// cells as spaces, a wide character once); empty when it does not come out as `text`.
-fn row_emphasis(screen: &vt100::Screen, row: u16, cols: u16, text: &str) -> Vec<i8> {
+fn row_emphasis(
+    screen: &vt100::Screen,
+    row: u16,
+    cols: u16,
+    text: &str,
+    ground: vt100::Color,
+) -> Vec<i8> {
+    let emphasis = |cell: &vt100::Cell| emphasis(cell, ground);
     let mut out = Vec::new();
     let mut built = String::new();
     let mut prev_col = 0u16;
@@ -88,6 +97,39 @@ fn row_emphasis(screen: &vt100::Screen, row: u16, cols: u16, text: &str) -> Vec<
     out
 }
 
+/// The background each row's panel is painted in (opencode fills its screen and its
+/// panels with colours): the colour most of a row is painted, where that colour paints
+/// most of three rows or more — a panel, not one highlighted row (a selection bar); the
+/// default otherwise.
+fn grounds(screen: &vt100::Screen, rows: u16, cols: u16) -> Vec<vt100::Color> {
+    let dominant: Vec<Option<vt100::Color>> = (0..rows)
+        .map(|row| {
+            let mut counts: Vec<(vt100::Color, u16)> = Vec::new();
+            for col in 0..cols {
+                let Some(bg) = screen.cell(row, col).map(|c| c.bgcolor()) else {
+                    continue;
+                };
+                match counts.iter_mut().find(|(c, _)| *c == bg) {
+                    Some((_, n)) => *n += 1,
+                    None => counts.push((bg, 1)),
+                }
+            }
+            counts
+                .into_iter()
+                .max_by_key(|&(_, n)| n)
+                .filter(|&(_, n)| n * 2 > cols)
+                .map(|(c, _)| c)
+        })
+        .collect();
+    dominant
+        .iter()
+        .map(|d| match d {
+            Some(c) if dominant.iter().filter(|o| *o == d).count() >= 3 => *c,
+            _ => vt100::Color::Default,
+        })
+        .collect()
+}
+
 /// Feeds tool output to the emulator as a terminal with `ONLCR` would show it: the pty has
 /// output processing off (so stdout stays byte-identical), but the operator's terminal turns
 /// each `\n` into `\r\n`, and the screen model must match what a person would see.
@@ -106,12 +148,13 @@ impl ScreenText {
     pub fn read(parser: &vt100::Parser) -> ScreenText {
         let mut text = Self::read_text(parser);
         let screen = parser.screen();
-        let (_, cols) = screen.size();
+        let (rows, cols) = screen.size();
+        let grounds = grounds(screen, rows.get(), cols.get());
         text.emphasis = text
             .rows
             .iter()
             .enumerate()
-            .map(|(i, row)| row_emphasis(screen, i as u16, cols.get(), row))
+            .map(|(i, row)| row_emphasis(screen, i as u16, cols.get(), row, grounds[i]))
             .collect();
         text
     }
@@ -306,6 +349,7 @@ impl ScreenText {
             .any(|l| looks_like_question(l))
             || prompt::shows_menu(&tail)
             || self.shows_select_menu()
+            || prompt::button_row(&self.rows, &self.emphasis).is_some()
     }
 
     /// Whether an arrow-key menu is drawn around the cursor (its pointer line, the items

@@ -908,3 +908,437 @@ fn claude_terminal_decisions_are_never_dropped_for_a_blinking_bullet() {
         running.wait();
     }
 }
+
+// ------------------------------------------ permission prompts on the terminal (issue 27)
+
+/// The seven coding agents whose mid-task permission prompts are read from the screen,
+/// each pointed at the fake model by its own settings (`../shared/AGENTS.md` beside the
+/// repo has the recipes).
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Agent {
+    Claude,
+    Codex,
+    Gemini,
+    Aider,
+    Qwen,
+    Opencode,
+    Copilot,
+}
+
+/// What the fake model asks the agent to do.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Task {
+    /// Run `echo ran-by-agent > proof-shell.txt`.
+    Shell,
+    /// Change `return a + b` into `return a + b  # edited-by-agent` in foo.py.
+    Edit,
+}
+
+const PROOF_COMMAND: &str = "echo ran-by-agent > proof-shell.txt";
+const FOO: &str = "def add(a, b):\n    return a + b\n";
+
+impl Task {
+    fn scenario(self) -> &'static str {
+        match self {
+            Task::Shell => "shell",
+            Task::Edit => "edit",
+        }
+    }
+
+    fn words(self) -> &'static str {
+        match self {
+            Task::Shell => "Run echo ran-by-agent > proof-shell.txt",
+            Task::Edit => "Add a comment to the return line in foo.py",
+        }
+    }
+
+    /// Whether what was asked was done in `work`.
+    fn done(self, work: &std::path::Path) -> bool {
+        match self {
+            Task::Shell => work.join("proof-shell.txt").exists(),
+            Task::Edit => std::fs::read_to_string(work.join("foo.py"))
+                .is_ok_and(|f| f.contains("edited-by-agent")),
+        }
+    }
+}
+
+/// `headless-run -- AGENT …` told `task`, the agent configured in its throw-away home to
+/// use `model` and to trust the work dir (no first-run screens), `foo.py` in the work dir.
+/// No mode is set: a coding agent's run waits at its prompts by itself.
+fn agent_told(env: &TestEnv, model: &FakeModel, agent: Agent, task: Task) -> Cmd {
+    if agent == Agent::Claude {
+        return claude_at(env, model, &[task.words()]);
+    }
+    let home = home(env);
+    let work = env.work().to_string_lossy().into_owned();
+    let url = format!("http://127.0.0.1:{}", model.port);
+    std::fs::write(env.work().join("foo.py"), FOO).unwrap();
+    let write = |rel: &str, text: &str| {
+        let path = home.join(rel);
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(path, text).unwrap();
+    };
+    let bin = if agent == Agent::Aider {
+        aider_bin()
+    } else {
+        npm_agents_bin()
+    };
+    let mut c = env.shim();
+    agent_env(env, &mut c, &bin);
+    match agent {
+        Agent::Claude => unreachable!(),
+        Agent::Codex => {
+            write(
+                ".codex/config.toml",
+                &format!(
+                    "model = \"gpt-5.1-codex\"\nmodel_provider = \"fake\"\napproval_policy = \"on-request\"\nsandbox_mode = \"read-only\"\n\n[model_providers.fake]\nname = \"fake\"\nbase_url = \"{url}/v1\"\nwire_api = \"responses\"\n\n[projects.\"{work}\"]\ntrust_level = \"trusted\"\n"
+                ),
+            );
+            // Its app-server daemon would outlive the TUI (and the test): run it inside.
+            c.arg(bin.join("codex")).args(["--no-daemon", task.words()]);
+        }
+        Agent::Gemini => {
+            write(
+                ".gemini/.env",
+                &format!("GEMINI_API_KEY=dummy\nGOOGLE_GEMINI_BASE_URL={url}\n"),
+            );
+            write(
+                ".gemini/settings.json",
+                r#"{"security":{"auth":{"selectedType":"gemini-api-key"},"folderTrust":{"enabled":true}}}"#,
+            );
+            write(
+                ".gemini/trustedFolders.json",
+                &serde_json::json!({ work.clone(): "TRUST_FOLDER" }).to_string(),
+            );
+            c.arg(bin.join("gemini")).args(["-i", task.words()]);
+        }
+        Agent::Aider => {
+            write(".aider.conf.yml", "openai-api-key: dummy\n");
+            c.arg(bin.join("aider")).args([
+                "--openai-api-base",
+                &format!("{url}/v1"),
+                "--model",
+                "openai/fake-model",
+                "--edit-format",
+                "diff",
+                "--no-git",
+                "--no-auto-commits",
+                "--no-show-model-warnings",
+                "--no-check-update",
+                "--analytics-disable",
+                "--no-show-release-notes",
+                "--no-pretty",
+                "--no-stream",
+                "--message",
+                task.words(),
+            ]);
+        }
+        Agent::Qwen => {
+            write(
+                ".qwen/.env",
+                &format!(
+                    "OPENAI_API_KEY=dummy\nOPENAI_BASE_URL={url}/v1\nOPENAI_MODEL=fake-model\n"
+                ),
+            );
+            write(
+                ".qwen/settings.json",
+                r#"{"security":{"auth":{"selectedType":"openai"},"folderTrust":{"enabled":false}},"model":{"name":"fake-model"}}"#,
+            );
+            c.arg(bin.join("qwen"))
+                .args(["--approval-mode", "default", "-i", task.words()]);
+        }
+        Agent::Opencode => {
+            write(
+                ".config/opencode/opencode.json",
+                &serde_json::json!({
+                    "provider": {"fake": {"npm": "@ai-sdk/openai-compatible",
+                        "options": {"baseURL": format!("{url}/v1"), "apiKey": "dummy"},
+                        "models": {"fake-model": {"tool_call": true}}}},
+                    "model": "fake/fake-model",
+                    "small_model": "fake/fake-model",
+                    "permission": {"edit": "ask", "bash": "ask"},
+                })
+                .to_string(),
+            );
+            // Its settings are read from XDG_CONFIG_HOME (the test's own by default).
+            c.env("OPENCODE_DISABLE_MODELS_FETCH", "1")
+                .env("XDG_CONFIG_HOME", home.join(".config"))
+                .env("XDG_DATA_HOME", home.join(".local/share"));
+            c.arg(bin.join("opencode")).args(["--prompt", task.words()]);
+        }
+        Agent::Copilot => {
+            write(
+                ".copilot/config.json",
+                &serde_json::json!({ "trustedFolders": [work.clone()] }).to_string(),
+            );
+            c.env("COPILOT_OFFLINE", "true")
+                .env("COPILOT_PROVIDER_BASE_URL", format!("{url}/v1"))
+                .env("COPILOT_PROVIDER_TYPE", "openai")
+                .env("COPILOT_PROVIDER_API_KEY", "dummy")
+                .env("COPILOT_MODEL", "fake-model")
+                .env("COPILOT_AUTO_UPDATE", "false");
+            c.arg(bin.join("copilot")).args(["-i", task.words()]);
+        }
+    }
+    c
+}
+
+/// The one pending approval of a run, within 90 s (an agent starts slowly on 2 cores).
+fn permission_asked(env: &TestEnv, running: &Running) -> Map<String, Value> {
+    let mut found = None;
+    let seen = wait_until(Duration::from_secs(90), || {
+        found = env
+            .approvals()
+            .into_iter()
+            .find(|a| a["status"] == "pending");
+        found.is_some()
+    });
+    assert!(
+        seen,
+        "no approval: {:#?}\nstderr: {}",
+        env.approvals(),
+        running.stderr_now()
+    );
+    found.unwrap()
+}
+
+/// An agent's outcome for a failure message: its stderr and the end of its screen (an
+/// agent's whole output is thousands of escape sequences).
+fn trimmed(out: &Outcome) -> String {
+    let screen = out.out();
+    let tail: String = screen
+        .chars()
+        .rev()
+        .take(1500)
+        .collect::<Vec<_>>()
+        .into_iter()
+        .rev()
+        .collect();
+    format!(
+        "exit {:?}\nstderr: {}\nscreen tail: {tail:?}",
+        out.code, out.stderr
+    )
+}
+
+/// What the operator reads of an approval: its context and question.
+fn shown_to_operator(a: &Map<String, Value>) -> String {
+    format!("{}\n{}", s(a, "context"), s(a, "question"))
+}
+
+/// Issue 27, done-when 1, for one agent: a shell command and an edit the model asks for
+/// become approvals that show the command / the change; `approve` → done; `deny` → not
+/// done, the agent goes on; `reject` → the run ends 91. Nothing is asked before the agent
+/// asks (the approvals are exactly these).
+fn permission_prompts_through_the_terminal(agent: Agent) {
+    let _turn = one_agent_at_a_time();
+    for (task, decision) in [
+        (Task::Shell, "approve"),
+        (Task::Edit, "deny"),
+        (Task::Shell, "reject"),
+    ] {
+        let env = TestEnv::new();
+        let model = FakeModel::start(&env, task.scenario());
+        let running = agent_told(&env, &model, agent, task).spawn();
+        let a = permission_asked(&env, &running);
+        let what = match task {
+            Task::Shell => PROOF_COMMAND,
+            Task::Edit => "edited-by-agent",
+        };
+        assert!(
+            shown_to_operator(&a).contains(what),
+            "{agent:?} {task:?}: the approval shows {what:?}: {a:#?}"
+        );
+        let id = s(&a, "approval_id").to_owned();
+        // The row is written before the shim's line about it: wait for the line.
+        let announced = wait_until(Duration::from_secs(10), || {
+            running
+                .stderr_now()
+                .contains(&format!("approval {id} is pending"))
+        });
+        assert!(announced, "{}", running.stderr_now());
+        env.decide(&id, decision).expect_code(0);
+        match decision {
+            "approve" => {
+                let done = wait_until(Duration::from_secs(60), || task.done(&env.work()));
+                assert!(
+                    done,
+                    "{agent:?} {task:?}: approved but not done: {}",
+                    running.stderr_now()
+                );
+            }
+            "deny" => {
+                let answered = wait_until(Duration::from_secs(30), || {
+                    running.stderr_now().contains(&format!("{id} with `")) || !alive(running.pid())
+                });
+                assert!(answered, "{}", running.stderr_now());
+                // Told no, the agent did not do it and goes on to its input (where, with
+                // nothing more to do, it is ended as without a terminal) or ends by itself
+                // (aider's --message): never the 91 of a rejection.
+                let out = running.wait();
+                assert!(!task.done(&env.work()), "{agent:?}: denied but done");
+                assert_ne!(out.code, Some(91), "{}", trimmed(&out));
+                assert!(
+                    out.code == Some(0) || out.stderr.contains("nothing asked"),
+                    "{agent:?}: {}",
+                    trimmed(&out)
+                );
+                assert_eq!(env.approvals().len(), 1, "{:#?}", env.approvals());
+                nothing_left(&env);
+                continue;
+            }
+            _ => {
+                let out = running.wait();
+                assert_eq!(out.code, Some(91), "{agent:?}: {}", trimmed(&out));
+                assert!(!task.done(&env.work()), "{agent:?}: rejected but done");
+                assert_eq!(env.approvals().len(), 1, "{:#?}", env.approvals());
+                nothing_left(&env);
+                continue;
+            }
+        }
+        assert_eq!(
+            env.approvals().len(),
+            1,
+            "{agent:?} {task:?}: asked only what the agent asked: {:#?}",
+            env.approvals()
+        );
+        running.signal(libc::SIGTERM);
+        running.wait();
+        nothing_left(&env);
+    }
+}
+
+#[test]
+fn claude_permission_prompts_through_the_terminal() {
+    permission_prompts_through_the_terminal(Agent::Claude);
+}
+
+#[test]
+fn codex_permission_prompts_through_the_terminal() {
+    permission_prompts_through_the_terminal(Agent::Codex);
+}
+
+#[test]
+fn gemini_permission_prompts_through_the_terminal() {
+    permission_prompts_through_the_terminal(Agent::Gemini);
+}
+
+#[test]
+fn aider_permission_prompts_through_the_terminal() {
+    permission_prompts_through_the_terminal(Agent::Aider);
+}
+
+#[test]
+fn qwen_permission_prompts_through_the_terminal() {
+    permission_prompts_through_the_terminal(Agent::Qwen);
+}
+
+#[test]
+fn opencode_permission_prompts_through_the_terminal() {
+    permission_prompts_through_the_terminal(Agent::Opencode);
+}
+
+#[test]
+fn copilot_permission_prompts_through_the_terminal() {
+    permission_prompts_through_the_terminal(Agent::Copilot);
+}
+
+// ------------------------------------------------ other agents' own hooks (issue 27)
+
+/// `headless-run --hook AGENT --install`, run in the agent's throw-away home.
+fn install_hook(env: &TestEnv, agent: &str) {
+    let out = env
+        .command(bin("headless-run"))
+        .env("HOME", home(env))
+        .args(["--hook", agent, "--install"])
+        .run();
+    out.expect_code(0);
+    assert!(out.out().contains("added a"), "{}", out.context());
+}
+
+/// The hook's approval: its first line is the tool and its target (what policies match),
+/// and it is the only question (the agent's own dialog was not asked).
+fn hook_question(env: &TestEnv, running: &Running, first_line: &str) -> String {
+    let a = permission_asked(env, running);
+    assert_eq!(s(&a, "question").lines().next(), Some(first_line), "{a:#?}");
+    s(&a, "approval_id").to_owned()
+}
+
+/// Issue 27 item 4: qwen-code's `PermissionRequest` hook (Claude Code's protocol), installed
+/// by `--install`: its interactive session's request is the approval — exact command, no
+/// dialog read from the screen — and the decision reaches it.
+#[test]
+fn qwen_permission_hook_is_the_approval_in_its_interactive_session() {
+    let _turn = one_agent_at_a_time();
+    for (decision, done) in [("approve", true), ("deny", false)] {
+        let env = TestEnv::new();
+        let model = FakeModel::start(&env, "shell");
+        let cmd = agent_told(&env, &model, Agent::Qwen, Task::Shell);
+        install_hook(&env, "qwen");
+        let settings = std::fs::read_to_string(home(&env).join(".qwen/settings.json")).unwrap();
+        assert!(settings.contains("fake-model"), "kept: {settings}");
+        let mut cmd = cmd;
+        let running = cmd.spawn();
+        let id = hook_question(&env, &running, &format!("Bash: {PROOF_COMMAND}"));
+        env.decide(&id, decision).expect_code(0);
+        let finished = wait_until(Duration::from_secs(60), || {
+            Task::Shell.done(&env.work()) == done
+                && (done
+                    || model
+                        .results()
+                        .iter()
+                        .any(|r| r.contains("denied") || r.contains("operator")))
+        });
+        std::thread::sleep(Duration::from_secs(2));
+        assert!(
+            finished && Task::Shell.done(&env.work()) == done,
+            "{decision}: {}\nresults: {:?}",
+            running.stderr_now(),
+            model.results()
+        );
+        assert_eq!(env.approvals().len(), 1, "{:#?}", env.approvals());
+        running.signal(libc::SIGTERM);
+        running.wait();
+        nothing_left(&env);
+    }
+}
+
+/// Issue 27 item 4: Copilot CLI's `permissionRequest` hook in its non-interactive mode
+/// (`copilot -p`, which otherwise denies what nobody is there to approve): the request
+/// waits for a person; allowed, the edit is made; denied, the model is told and Copilot
+/// ends its turn (exit 0).
+#[test]
+fn copilot_p_permission_hook_waits_for_a_person() {
+    let _turn = one_agent_at_a_time();
+    for (decision, done) in [("approve", true), ("deny", false)] {
+        let env = TestEnv::new();
+        let model = FakeModel::start(&env, "edit");
+        agent_told(&env, &model, Agent::Copilot, Task::Edit);
+        install_hook(&env, "copilot");
+        let bin = npm_agents_bin();
+        let url = format!("http://127.0.0.1:{}/v1", model.port);
+        let mut c = env.shim();
+        agent_env(&env, &mut c, &bin);
+        c.env("COPILOT_OFFLINE", "true")
+            .env("COPILOT_PROVIDER_BASE_URL", url)
+            .env("COPILOT_PROVIDER_TYPE", "openai")
+            .env("COPILOT_PROVIDER_API_KEY", "dummy")
+            .env("COPILOT_MODEL", "fake-model")
+            .env("COPILOT_AUTO_UPDATE", "false")
+            .arg(bin.join("copilot"))
+            .args(["-p", Task::Edit.words()]);
+        let running = c.spawn();
+        let foo = env.work().join("foo.py");
+        let id = hook_question(&env, &running, &format!("Edit: {}", foo.display()));
+        let a = env.approval_by_id(&id);
+        assert!(
+            s(&a, "context").contains("+    return a + b  # edited-by-agent"),
+            "the diff: {a:#?}"
+        );
+        env.decide(&id, decision).expect_code(0);
+        let out = running.wait();
+        out.expect_code(0);
+        assert_eq!(Task::Edit.done(&env.work()), done, "{}", trimmed(&out));
+        assert_eq!(env.approvals().len(), 1, "{:#?}", env.approvals());
+        nothing_left(&env);
+    }
+}

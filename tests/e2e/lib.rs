@@ -1214,16 +1214,19 @@ const NPM_AGENTS: &[&str] = &[
     "@openai/codex@0.169.0",
     "@anthropic-ai/claude-code@2.1.330",
     "@google/gemini-cli@0.61.0",
+    "@qwen-code/qwen-code@0.24.4",
+    "opencode-ai@1.18.33",
+    "@github/copilot@1.0.102",
 ];
 const AIDER: &str = "aider-chat==0.86.2";
 
-/// The `node_modules/.bin` holding `codex`, `claude` and `gemini` (npm registry; install
-/// scripts are not run: each ships its program in the package).
+/// The `node_modules/.bin` holding `codex`, `claude`, `gemini`, `qwen`, `opencode` and
+/// `copilot` (npm registry).
 pub fn npm_agents_bin() -> PathBuf {
     need("npm", "npm");
     static LOCK: Mutex<()> = Mutex::new(());
     let _one = LOCK.lock().unwrap_or_else(|e| e.into_inner());
-    let dir = installed_once("agents-1", |dir| {
+    let dir = installed_once("agents-2", |dir| {
         npm_install(dir, NPM_AGENTS);
     });
     dir.join("node_modules/.bin")
