@@ -418,6 +418,9 @@ pub struct Conversation<'a> {
     /// The screen last classified for a prompt (its rows, cleaned, and whether the cursor
     /// was hidden): where a field's text is looked for once an answer is typed into it.
     classified: std::cell::RefCell<(Vec<String>, bool)>,
+    /// The tool has drawn a screen of its own (hidden the terminal's cursor, or taken the
+    /// alternate screen): its keys are commands, read while it works too.
+    draws_own_screen: bool,
 }
 
 /// A stretch of looks that each saw the tool waiting for keys with nothing asked.
@@ -448,6 +451,7 @@ impl<'a> Conversation<'a> {
             answered_line: None,
             answered_at: None,
             classified: Default::default(),
+            draws_own_screen: false,
         }
     }
 
@@ -552,6 +556,14 @@ impl<'a> Conversation<'a> {
         if sample.pager && sample.reading == Reading::Yes {
             return self.page(now, &shown).into_iter().collect();
         }
+        self.draws_own_screen |= shown.cursor_hidden || shown.full_screen;
+        // A coding agent that draws its own screen (Gemini CLI, Codex, Claude Code …) reads
+        // keys while it works: its input box is its conversation, ^D there quits it
+        // (Gemini types `/quit`), and a field for free text is that input, not a question
+        // (Codex's `›`). Its questions are menus and confirms. (aider's line prompt takes
+        // EOF as the end of its input, as without a terminal.)
+        let agent_input =
+            self.draws_own_screen && hr_shared::mode::is_coding_agent(self.setup.tool);
         if !shown.asks(modes.canonical) {
             // A full-screen program (the alternate screen, or a raw-mode one that hides its
             // cursor and draws where it likes: `top`) is not sent EOF: its keys are
@@ -563,9 +575,7 @@ impl<'a> Conversation<'a> {
             if shown.cursor_hidden && !modes.canonical {
                 return self.unasked(now, &shown, obs, "a screen with its cursor hidden");
             }
-            // A coding agent's input box is its conversation: ^D there quits it (Gemini CLI
-            // types `/quit`), and nothing is asked until it shows a question.
-            if hr_shared::mode::is_coding_agent(self.setup.tool) {
+            if agent_input {
                 return self.unasked(now, &shown, obs, "a coding agent's input");
             }
             return self.eof(now, modes, obs).into_iter().collect();
@@ -607,10 +617,7 @@ impl<'a> Conversation<'a> {
             Ok(prompt) => prompt,
             Err(kind) => return self.unasked(now, &shown, obs, kind),
         };
-        // A coding agent asks its questions as menus and confirms; a field for free text
-        // is its conversation's input (Codex's `›` composer, on its start screen and after
-        // each turn): no question, never an approval.
-        if hr_shared::mode::is_coding_agent(self.setup.tool)
+        if agent_input
             && !prompt.secret
             && matches!(prompt.kind, PromptKind::Text | PromptKind::Unknown)
         {

@@ -476,6 +476,16 @@ struct FakeModel {
 impl FakeModel {
     /// Serves `scenario` (`shell` or `edit`) for an agent working in `work`.
     fn start(env: &TestEnv, scenario: &str) -> FakeModel {
+        Self::serving(env, scenario, false)
+    }
+
+    /// The same, answering differently every time (`--vary`: each text and tool call's
+    /// description carries a counter), as a real model does.
+    fn varying(env: &TestEnv, scenario: &str) -> FakeModel {
+        Self::serving(env, scenario, true)
+    }
+
+    fn serving(env: &TestEnv, scenario: &str, vary: bool) -> FakeModel {
         let dir = env.path().join(format!("model-{scenario}"));
         std::fs::create_dir_all(&dir).unwrap();
         let port_file = dir.join("port");
@@ -490,6 +500,7 @@ impl FakeModel {
             .arg(scenario)
             .arg("--workdir")
             .arg(env.work())
+            .args(vary.then_some("--vary"))
             .stdin(std::process::Stdio::null())
             .spawn()
             .expect("python3 starts the fake model");
@@ -821,7 +832,7 @@ fn outside_a_run_the_hook_leaves_the_decision_to_the_agent() {
     assert!(out.stderr.contains("is not JSON"), "{}", out.context());
     assert_eq!(std::fs::read_to_string(&settings).unwrap(), "{ not json");
     // Bad arguments and agents without a hook are usage errors.
-    for bad in [&["--hook"][..], &["--hook", "codex"], &["--mcp", "x"]] {
+    for bad in [&["--hook"][..], &["--hook", "aider"], &["--mcp", "x"]] {
         let out = env.command(bin("headless-run")).args(bad).run();
         out.expect_code(2);
     }
@@ -1339,6 +1350,120 @@ fn copilot_p_permission_hook_waits_for_a_person() {
         out.expect_code(0);
         assert_eq!(Task::Edit.done(&env.work()), done, "{}", trimmed(&out));
         assert_eq!(env.approvals().len(), 1, "{:#?}", env.approvals());
+        nothing_left(&env);
+    }
+}
+
+/// Issue 27 item 4: Gemini CLI's `BeforeTool` hook can deny but not allow, so with
+/// `--approval-mode yolo` it is the only gate: in `gemini -p` each shell command waits for
+/// a person; allowed it runs, denied it does not (the model is told).
+#[test]
+fn gemini_p_yolo_before_tool_hook_is_the_gate() {
+    let _turn = one_agent_at_a_time();
+    for (decision, done) in [("approve", true), ("deny", false)] {
+        let env = TestEnv::new();
+        let model = FakeModel::start(&env, "shell");
+        agent_told(&env, &model, Agent::Gemini, Task::Shell);
+        install_hook(&env, "gemini");
+        let bin = npm_agents_bin();
+        let mut c = env.shim();
+        agent_env(&env, &mut c, &bin);
+        c.arg(bin.join("gemini"))
+            .args(["--approval-mode", "yolo", "-p", Task::Shell.words()]);
+        let running = c.spawn();
+        let id = hook_question(&env, &running, &format!("Bash: {PROOF_COMMAND}"));
+        env.decide(&id, decision).expect_code(0);
+        let out = running.wait();
+        assert_eq!(Task::Shell.done(&env.work()), done, "{}", trimmed(&out));
+        assert_eq!(env.approvals().len(), 1, "{:#?}", env.approvals());
+        if !done {
+            assert!(
+                model
+                    .results()
+                    .iter()
+                    .any(|r| r.contains("operator denied")),
+                "the model is told: {:?}",
+                model.results()
+            );
+        }
+        nothing_left(&env);
+    }
+}
+
+/// Issue 27 item 4: Codex CLI's `PermissionRequest` hook (trusted here by its flag; a user
+/// trusts it once with `/hooks`): the request is the approval, its own dialog is not shown,
+/// and the decision reaches it.
+#[test]
+fn codex_permission_hook_is_the_approval_in_its_interactive_session() {
+    let _turn = one_agent_at_a_time();
+    for (decision, done) in [("approve", true), ("deny", false)] {
+        let env = TestEnv::new();
+        let model = FakeModel::start(&env, "shell");
+        agent_told(&env, &model, Agent::Codex, Task::Shell);
+        install_hook(&env, "codex");
+        let bin = npm_agents_bin();
+        let mut c = env.shim();
+        agent_env(&env, &mut c, &bin);
+        c.arg(bin.join("codex")).args([
+            "--no-daemon",
+            "--dangerously-bypass-hook-trust",
+            Task::Shell.words(),
+        ]);
+        let running = c.spawn();
+        let id = hook_question(&env, &running, &format!("Bash: {PROOF_COMMAND}"));
+        env.decide(&id, decision).expect_code(0);
+        let settled = wait_until(Duration::from_secs(60), || {
+            Task::Shell.done(&env.work()) == done
+                && model.results().iter().any(|r| {
+                    if done {
+                        r.contains("exited with code 0") || r.contains("Process exited")
+                    } else {
+                        r.contains("operator denied") || r.contains("Rejected")
+                    }
+                })
+        });
+        assert!(
+            settled,
+            "{decision}: {}\nresults: {:?}",
+            running.stderr_now(),
+            model.results()
+        );
+        assert_eq!(env.approvals().len(), 1, "{:#?}", env.approvals());
+        running.signal(libc::SIGTERM);
+        running.wait();
+        nothing_left(&env);
+    }
+}
+
+/// Issue 27: Copilot CLI ticks an elapsed-seconds counter on the tool line above its
+/// question while it waits, and the fake model answers differently every time (`--vary`):
+/// a decision made meanwhile reaches it, never dropped as "the screen changed" — 20 of 20.
+#[test]
+fn copilot_terminal_decisions_are_never_dropped_for_a_ticking_counter() {
+    let _turn = one_agent_at_a_time();
+    for round in 0..20 {
+        let env = TestEnv::new();
+        let model = FakeModel::varying(&env, "shell");
+        let running = agent_told(&env, &model, Agent::Copilot, Task::Shell).spawn();
+        let a = permission_asked(&env, &running);
+        // Let the counter tick past the second the question was read at.
+        std::thread::sleep(Duration::from_millis(1500));
+        env.decide(s(&a, "approval_id"), "approve").expect_code(0);
+        let ran = wait_until(Duration::from_secs(30), || Task::Shell.done(&env.work()));
+        assert!(
+            ran,
+            "round {round}: the command did not run: {}",
+            running.stderr_now()
+        );
+        assert_eq!(
+            env.approvals().len(),
+            1,
+            "round {round}: asked again: {}\n{:#?}",
+            running.stderr_now(),
+            env.approvals()
+        );
+        running.signal(libc::SIGTERM);
+        running.wait();
         nothing_left(&env);
     }
 }
