@@ -1144,6 +1144,7 @@ fn permission_prompts_through_the_terminal(agent: Agent) {
     let _turn = one_agent_at_a_time();
     for (task, decision) in [
         (Task::Shell, "approve"),
+        (Task::Edit, "approve"),
         (Task::Edit, "deny"),
         (Task::Shell, "reject"),
     ] {
@@ -1462,6 +1463,60 @@ fn copilot_terminal_decisions_are_never_dropped_for_a_ticking_counter() {
             running.stderr_now(),
             env.approvals()
         );
+        running.signal(libc::SIGTERM);
+        running.wait();
+        nothing_left(&env);
+    }
+}
+
+/// Issue 27 item 4, the other modes: Copilot's hook in its interactive session and Gemini
+/// CLI's in its interactive one (yolo: the hook the gate). Each: allowed → done, denied →
+/// not done, one approval.
+#[test]
+fn the_other_modes_hooks_are_the_gate() {
+    let _turn = one_agent_at_a_time();
+    for (agent, decision, done) in [
+        ("copilot", "approve", true),
+        ("copilot", "deny", false),
+        ("gemini", "approve", true),
+        ("gemini", "deny", false),
+    ] {
+        let env = TestEnv::new();
+        let model = FakeModel::start(&env, "shell");
+        let which = if agent == "copilot" {
+            Agent::Copilot
+        } else {
+            Agent::Gemini
+        };
+        let mut cmd = agent_told(&env, &model, which, Task::Shell);
+        install_hook(&env, agent);
+        let bin = npm_agents_bin();
+        let running = if agent == "copilot" {
+            cmd.spawn()
+        } else {
+            let mut c = env.shim();
+            agent_env(&env, &mut c, &bin);
+            c.arg(bin.join("gemini"))
+                .args(["--approval-mode", "yolo", "-i", Task::Shell.words()]);
+            c.spawn()
+        };
+        let id = hook_question(&env, &running, &format!("Bash: {PROOF_COMMAND}"));
+        env.decide(&id, decision).expect_code(0);
+        let settled = wait_until(Duration::from_secs(60), || {
+            Task::Shell.done(&env.work()) == done
+                && model
+                    .results()
+                    .iter()
+                    .any(|r| done || r.contains("operator denied"))
+        });
+        std::thread::sleep(Duration::from_secs(1));
+        assert!(
+            settled && Task::Shell.done(&env.work()) == done,
+            "{agent} {decision}: {}\nresults: {:?}",
+            running.stderr_now(),
+            model.results()
+        );
+        assert_eq!(env.approvals().len(), 1, "{agent}: {:#?}", env.approvals());
         running.signal(libc::SIGTERM);
         running.wait();
         nothing_left(&env);
