@@ -1219,39 +1219,26 @@ fn permission_prompts_through_the_terminal(agent: Agent) {
     }
 }
 
-#[test]
-fn claude_permission_prompts_through_the_terminal() {
-    permission_prompts_through_the_terminal(Agent::Claude);
+/// One test per agent (they take turns: [`one_agent_at_a_time`]).
+macro_rules! terminal_permission_tests {
+    ($($name:ident => $agent:ident,)*) => {
+        $(
+            #[test]
+            fn $name() {
+                permission_prompts_through_the_terminal(Agent::$agent);
+            }
+        )*
+    };
 }
 
-#[test]
-fn codex_permission_prompts_through_the_terminal() {
-    permission_prompts_through_the_terminal(Agent::Codex);
-}
-
-#[test]
-fn gemini_permission_prompts_through_the_terminal() {
-    permission_prompts_through_the_terminal(Agent::Gemini);
-}
-
-#[test]
-fn aider_permission_prompts_through_the_terminal() {
-    permission_prompts_through_the_terminal(Agent::Aider);
-}
-
-#[test]
-fn qwen_permission_prompts_through_the_terminal() {
-    permission_prompts_through_the_terminal(Agent::Qwen);
-}
-
-#[test]
-fn opencode_permission_prompts_through_the_terminal() {
-    permission_prompts_through_the_terminal(Agent::Opencode);
-}
-
-#[test]
-fn copilot_permission_prompts_through_the_terminal() {
-    permission_prompts_through_the_terminal(Agent::Copilot);
+terminal_permission_tests! {
+    claude_permission_prompts_through_the_terminal => Claude,
+    codex_permission_prompts_through_the_terminal => Codex,
+    gemini_permission_prompts_through_the_terminal => Gemini,
+    aider_permission_prompts_through_the_terminal => Aider,
+    qwen_permission_prompts_through_the_terminal => Qwen,
+    opencode_permission_prompts_through_the_terminal => Opencode,
+    copilot_permission_prompts_through_the_terminal => Copilot,
 }
 
 // ------------------------------------------------ other agents' own hooks (issue 27)
