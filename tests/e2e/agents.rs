@@ -977,8 +977,20 @@ impl Task {
 /// use `model` and to trust the work dir (no first-run screens), `foo.py` in the work dir.
 /// No mode is set: a coding agent's run waits at its prompts by itself.
 fn agent_told(env: &TestEnv, model: &FakeModel, agent: Agent, task: Task) -> Cmd {
+    agent_started(env, model, agent, task, None)
+}
+
+/// [`agent_told`], with `args` instead of the agent's interactive ones when given
+/// (`-p TASK`, `exec …`).
+fn agent_started(
+    env: &TestEnv,
+    model: &FakeModel,
+    agent: Agent,
+    task: Task,
+    args: Option<&[&str]>,
+) -> Cmd {
     if agent == Agent::Claude {
-        return claude_at(env, model, &[task.words()]);
+        return claude_at(env, model, args.unwrap_or(&[task.words()]));
     }
     let home = home(env);
     let work = env.work().to_string_lossy().into_owned();
@@ -996,7 +1008,8 @@ fn agent_told(env: &TestEnv, model: &FakeModel, agent: Agent, task: Task) -> Cmd
     };
     let mut c = env.shim();
     agent_env(env, &mut c, &bin);
-    match agent {
+    let owned = |a: &[&str]| a.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+    let (program, default) = match agent {
         Agent::Claude => unreachable!(),
         Agent::Codex => {
             write(
@@ -1006,7 +1019,7 @@ fn agent_told(env: &TestEnv, model: &FakeModel, agent: Agent, task: Task) -> Cmd
                 ),
             );
             // Its app-server daemon would outlive the TUI (and the test): run it inside.
-            c.arg(bin.join("codex")).args(["--no-daemon", task.words()]);
+            ("codex", owned(&["--no-daemon", task.words()]))
         }
         Agent::Gemini => {
             write(
@@ -1021,13 +1034,14 @@ fn agent_told(env: &TestEnv, model: &FakeModel, agent: Agent, task: Task) -> Cmd
                 ".gemini/trustedFolders.json",
                 &serde_json::json!({ work.clone(): "TRUST_FOLDER" }).to_string(),
             );
-            c.arg(bin.join("gemini")).args(["-i", task.words()]);
+            ("gemini", owned(&["-i", task.words()]))
         }
         Agent::Aider => {
             write(".aider.conf.yml", "openai-api-key: dummy\n");
-            c.arg(bin.join("aider")).args([
+            let base = format!("{url}/v1");
+            let args = [
                 "--openai-api-base",
-                &format!("{url}/v1"),
+                &base,
                 "--model",
                 "openai/fake-model",
                 "--edit-format",
@@ -1042,7 +1056,8 @@ fn agent_told(env: &TestEnv, model: &FakeModel, agent: Agent, task: Task) -> Cmd
                 "--no-stream",
                 "--message",
                 task.words(),
-            ]);
+            ];
+            ("aider", owned(&args))
         }
         Agent::Qwen => {
             write(
@@ -1055,8 +1070,10 @@ fn agent_told(env: &TestEnv, model: &FakeModel, agent: Agent, task: Task) -> Cmd
                 ".qwen/settings.json",
                 r#"{"security":{"auth":{"selectedType":"openai"},"folderTrust":{"enabled":false}},"model":{"name":"fake-model"}}"#,
             );
-            c.arg(bin.join("qwen"))
-                .args(["--approval-mode", "default", "-i", task.words()]);
+            (
+                "qwen",
+                owned(&["--approval-mode", "default", "-i", task.words()]),
+            )
         }
         Agent::Opencode => {
             write(
@@ -1075,7 +1092,7 @@ fn agent_told(env: &TestEnv, model: &FakeModel, agent: Agent, task: Task) -> Cmd
             c.env("OPENCODE_DISABLE_MODELS_FETCH", "1")
                 .env("XDG_CONFIG_HOME", home.join(".config"))
                 .env("XDG_DATA_HOME", home.join(".local/share"));
-            c.arg(bin.join("opencode")).args(["--prompt", task.words()]);
+            ("opencode", owned(&["--prompt", task.words()]))
         }
         Agent::Copilot => {
             write(
@@ -1088,9 +1105,10 @@ fn agent_told(env: &TestEnv, model: &FakeModel, agent: Agent, task: Task) -> Cmd
                 .env("COPILOT_PROVIDER_API_KEY", "dummy")
                 .env("COPILOT_MODEL", "fake-model")
                 .env("COPILOT_AUTO_UPDATE", "false");
-            c.arg(bin.join("copilot")).args(["-i", task.words()]);
+            ("copilot", owned(&["-i", task.words()]))
         }
-    }
+    };
+    c.arg(bin.join(program)).args(args.map_or(default, owned));
     c
 }
 
@@ -1262,164 +1280,107 @@ fn hook_question(env: &TestEnv, running: &Running, first_line: &str) -> String {
     s(&a, "approval_id").to_owned()
 }
 
-/// Issue 27 item 4: qwen-code's `PermissionRequest` hook (Claude Code's protocol), installed
-/// by `--install`: its interactive session's request is the approval — exact command, no
-/// dialog read from the screen — and the decision reaches it.
-#[test]
-fn qwen_permission_hook_is_the_approval_in_its_interactive_session() {
-    let _turn = one_agent_at_a_time();
-    for (decision, done) in [("approve", true), ("deny", false)] {
-        let env = TestEnv::new();
-        let model = FakeModel::start(&env, "shell");
-        let cmd = agent_told(&env, &model, Agent::Qwen, Task::Shell);
-        install_hook(&env, "qwen");
-        let settings = std::fs::read_to_string(home(&env).join(".qwen/settings.json")).unwrap();
-        assert!(settings.contains("fake-model"), "kept: {settings}");
-        let mut cmd = cmd;
-        let running = cmd.spawn();
-        let id = hook_question(&env, &running, &format!("Bash: {PROOF_COMMAND}"));
-        env.decide(&id, decision).expect_code(0);
-        let finished = wait_until(Duration::from_secs(60), || {
-            Task::Shell.done(&env.work()) == done
-                && (done
-                    || model
-                        .results()
-                        .iter()
-                        .any(|r| r.contains("denied") || r.contains("operator")))
-        });
-        std::thread::sleep(Duration::from_secs(2));
-        assert!(
-            finished && Task::Shell.done(&env.work()) == done,
-            "{decision}: {}\nresults: {:?}",
-            running.stderr_now(),
-            model.results()
-        );
-        assert_eq!(env.approvals().len(), 1, "{:#?}", env.approvals());
-        running.signal(libc::SIGTERM);
-        running.wait();
-        nothing_left(&env);
-    }
-}
-
-/// Issue 27 item 4: Copilot CLI's `permissionRequest` hook in its non-interactive mode
-/// (`copilot -p`, which otherwise denies what nobody is there to approve): the request
-/// waits for a person; allowed, the edit is made; denied, the model is told and Copilot
-/// ends its turn (exit 0).
-#[test]
-fn copilot_p_permission_hook_waits_for_a_person() {
-    let _turn = one_agent_at_a_time();
-    for (decision, done) in [("approve", true), ("deny", false)] {
-        let env = TestEnv::new();
-        let model = FakeModel::start(&env, "edit");
-        agent_told(&env, &model, Agent::Copilot, Task::Edit);
-        install_hook(&env, "copilot");
-        let bin = npm_agents_bin();
-        let url = format!("http://127.0.0.1:{}/v1", model.port);
-        let mut c = env.shim();
-        agent_env(&env, &mut c, &bin);
-        c.env("COPILOT_OFFLINE", "true")
-            .env("COPILOT_PROVIDER_BASE_URL", url)
-            .env("COPILOT_PROVIDER_TYPE", "openai")
-            .env("COPILOT_PROVIDER_API_KEY", "dummy")
-            .env("COPILOT_MODEL", "fake-model")
-            .env("COPILOT_AUTO_UPDATE", "false")
-            .arg(bin.join("copilot"))
-            .args(["-p", Task::Edit.words()]);
-        let running = c.spawn();
-        let foo = env.work().join("foo.py");
-        let id = hook_question(&env, &running, &format!("Edit: {}", foo.display()));
+/// One session of `agent` through its own hook (installed by `--install`), started with
+/// `args` (or its interactive ones): what the model asks for is the only approval, its
+/// first line the command or the file, its context the change; decided `decision`, it is
+/// done (`done`) or not, and a denied agent's model is told — or the agent ends its turn
+/// by itself (`-p`). Returns how the run ended.
+fn hook_round(
+    agent: Agent,
+    task: Task,
+    args: Option<&[&str]>,
+    decision: &str,
+    done: bool,
+) -> Outcome {
+    let name = format!("{agent:?}").to_lowercase();
+    let env = TestEnv::new();
+    let model = FakeModel::start(&env, task.scenario());
+    let mut cmd = agent_started(&env, &model, agent, task, args);
+    install_hook(&env, &name);
+    let running = cmd.spawn();
+    let first_line = match task {
+        Task::Shell => format!("Bash: {PROOF_COMMAND}"),
+        Task::Edit => format!("Edit: {}", env.work().join("foo.py").display()),
+    };
+    let id = hook_question(&env, &running, &first_line);
+    if task == Task::Edit {
         let a = env.approval_by_id(&id);
         assert!(
             s(&a, "context").contains("+    return a + b  # edited-by-agent"),
-            "the diff: {a:#?}"
+            "the change: {a:#?}"
         );
-        env.decide(&id, decision).expect_code(0);
-        let out = running.wait();
-        out.expect_code(0);
-        assert_eq!(Task::Edit.done(&env.work()), done, "{}", trimmed(&out));
-        assert_eq!(env.approvals().len(), 1, "{:#?}", env.approvals());
-        nothing_left(&env);
     }
-}
-
-/// Issue 27 item 4: Gemini CLI's `BeforeTool` hook can deny but not allow, so with
-/// `--approval-mode yolo` it is the only gate: in `gemini -p` each shell command waits for
-/// a person; allowed it runs, denied it does not (the model is told).
-#[test]
-fn gemini_p_yolo_before_tool_hook_is_the_gate() {
-    let _turn = one_agent_at_a_time();
-    for (decision, done) in [("approve", true), ("deny", false)] {
-        let env = TestEnv::new();
-        let model = FakeModel::start(&env, "shell");
-        agent_told(&env, &model, Agent::Gemini, Task::Shell);
-        install_hook(&env, "gemini");
-        let bin = npm_agents_bin();
-        let mut c = env.shim();
-        agent_env(&env, &mut c, &bin);
-        c.arg(bin.join("gemini"))
-            .args(["--approval-mode", "yolo", "-p", Task::Shell.words()]);
-        let running = c.spawn();
-        let id = hook_question(&env, &running, &format!("Bash: {PROOF_COMMAND}"));
-        env.decide(&id, decision).expect_code(0);
-        let out = running.wait();
-        assert_eq!(Task::Shell.done(&env.work()), done, "{}", trimmed(&out));
-        assert_eq!(env.approvals().len(), 1, "{:#?}", env.approvals());
-        if !done {
-            assert!(
-                model
+    env.decide(&id, decision).expect_code(0);
+    let settled = wait_until(Duration::from_secs(60), || {
+        task.done(&env.work()) == done
+            && (done
+                || !alive(running.pid())
+                || model
                     .results()
                     .iter()
-                    .any(|r| r.contains("operator denied")),
-                "the model is told: {:?}",
-                model.results()
-            );
-        }
-        nothing_left(&env);
+                    .any(|r| r.contains("operator denied")))
+    });
+    // Nothing more comes of it (a second question, a late run of the command).
+    std::thread::sleep(Duration::from_secs(1));
+    assert!(
+        settled && task.done(&env.work()) == done,
+        "{name} {decision}: {}\nresults: {:?}",
+        running.stderr_now(),
+        model.results()
+    );
+    assert_eq!(env.approvals().len(), 1, "{name}: {:#?}", env.approvals());
+    if alive(running.pid()) {
+        running.signal(libc::SIGTERM);
     }
+    let out = running.wait();
+    nothing_left(&env);
+    out
 }
 
-/// Issue 27 item 4: Codex CLI's `PermissionRequest` hook (trusted here by its flag; a user
-/// trusts it once with `/hooks`): the request is the approval, its own dialog is not shown,
-/// and the decision reaches it.
+/// Issue 27 item 4: each agent's own hook in each of its modes that can ask — qwen-code's
+/// `PermissionRequest` (Claude Code's protocol) in its interactive session; Copilot CLI's
+/// `permissionRequest` interactive and in `copilot -p` (which otherwise denies what nobody
+/// is there to approve: it waits for a person, and ends its turn, 0, when denied); Codex's
+/// `PermissionRequest` (trusted here by its flag; a user trusts it once with `/hooks`);
+/// Gemini CLI's `BeforeTool`, which can deny but not allow, so with `--approval-mode yolo`
+/// the only gate, interactive and in `-p`. Allowed → the command runs; denied → it does not.
 #[test]
-fn codex_permission_hook_is_the_approval_in_its_interactive_session() {
+fn each_agents_own_hook_is_the_approval_in_each_mode() {
     let _turn = one_agent_at_a_time();
-    for (decision, done) in [("approve", true), ("deny", false)] {
-        let env = TestEnv::new();
-        let model = FakeModel::start(&env, "shell");
-        agent_told(&env, &model, Agent::Codex, Task::Shell);
-        install_hook(&env, "codex");
-        let bin = npm_agents_bin();
-        let mut c = env.shim();
-        agent_env(&env, &mut c, &bin);
-        c.arg(bin.join("codex")).args([
-            "--no-daemon",
-            "--dangerously-bypass-hook-trust",
-            Task::Shell.words(),
-        ]);
-        let running = c.spawn();
-        let id = hook_question(&env, &running, &format!("Bash: {PROOF_COMMAND}"));
-        env.decide(&id, decision).expect_code(0);
-        let settled = wait_until(Duration::from_secs(60), || {
-            Task::Shell.done(&env.work()) == done
-                && model.results().iter().any(|r| {
-                    if done {
-                        r.contains("exited with code 0") || r.contains("Process exited")
-                    } else {
-                        r.contains("operator denied") || r.contains("Rejected")
-                    }
-                })
-        });
-        assert!(
-            settled,
-            "{decision}: {}\nresults: {:?}",
-            running.stderr_now(),
-            model.results()
-        );
-        assert_eq!(env.approvals().len(), 1, "{:#?}", env.approvals());
-        running.signal(libc::SIGTERM);
-        running.wait();
-        nothing_left(&env);
+    let (shell, edit) = (Task::Shell.words(), Task::Edit.words());
+    let modes: [(Agent, Task, Option<&[&str]>); 6] = [
+        (Agent::Qwen, Task::Shell, None),
+        (Agent::Copilot, Task::Shell, None),
+        // Copilot's edit request carries its own unified diff: the approval shows it.
+        (Agent::Copilot, Task::Edit, Some(&["-p", edit])),
+        (
+            Agent::Codex,
+            Task::Shell,
+            Some(&["--no-daemon", "--dangerously-bypass-hook-trust", shell]),
+        ),
+        (
+            Agent::Gemini,
+            Task::Shell,
+            Some(&["--approval-mode", "yolo", "-i", shell]),
+        ),
+        (
+            Agent::Gemini,
+            Task::Shell,
+            Some(&["--approval-mode", "yolo", "-p", shell]),
+        ),
+    ];
+    for (agent, task, args) in modes {
+        for (decision, done) in [("approve", true), ("deny", false)] {
+            let out = hook_round(agent, task, args, decision, done);
+            if args.is_some_and(|a| a.contains(&"-p")) {
+                assert_eq!(
+                    out.code,
+                    Some(0),
+                    "{agent:?} -p {decision}: {}",
+                    trimmed(&out)
+                );
+            }
+        }
     }
 }
 
@@ -1450,60 +1411,6 @@ fn copilot_terminal_decisions_are_never_dropped_for_a_ticking_counter() {
             running.stderr_now(),
             env.approvals()
         );
-        running.signal(libc::SIGTERM);
-        running.wait();
-        nothing_left(&env);
-    }
-}
-
-/// Issue 27 item 4, the other modes: Copilot's hook in its interactive session and Gemini
-/// CLI's in its interactive one (yolo: the hook the gate). Each: allowed → done, denied →
-/// not done, one approval.
-#[test]
-fn the_other_modes_hooks_are_the_gate() {
-    let _turn = one_agent_at_a_time();
-    for (agent, decision, done) in [
-        ("copilot", "approve", true),
-        ("copilot", "deny", false),
-        ("gemini", "approve", true),
-        ("gemini", "deny", false),
-    ] {
-        let env = TestEnv::new();
-        let model = FakeModel::start(&env, "shell");
-        let which = if agent == "copilot" {
-            Agent::Copilot
-        } else {
-            Agent::Gemini
-        };
-        let mut cmd = agent_told(&env, &model, which, Task::Shell);
-        install_hook(&env, agent);
-        let bin = npm_agents_bin();
-        let running = if agent == "copilot" {
-            cmd.spawn()
-        } else {
-            let mut c = env.shim();
-            agent_env(&env, &mut c, &bin);
-            c.arg(bin.join("gemini"))
-                .args(["--approval-mode", "yolo", "-i", Task::Shell.words()]);
-            c.spawn()
-        };
-        let id = hook_question(&env, &running, &format!("Bash: {PROOF_COMMAND}"));
-        env.decide(&id, decision).expect_code(0);
-        let settled = wait_until(Duration::from_secs(60), || {
-            Task::Shell.done(&env.work()) == done
-                && model
-                    .results()
-                    .iter()
-                    .any(|r| done || r.contains("operator denied"))
-        });
-        std::thread::sleep(Duration::from_secs(1));
-        assert!(
-            settled && Task::Shell.done(&env.work()) == done,
-            "{agent} {decision}: {}\nresults: {:?}",
-            running.stderr_now(),
-            model.results()
-        );
-        assert_eq!(env.approvals().len(), 1, "{agent}: {:#?}", env.approvals());
         running.signal(libc::SIGTERM);
         running.wait();
         nothing_left(&env);
