@@ -1320,14 +1320,13 @@ pub fn button_row(rows: &[String], emphasis: &[Vec<i8>]) -> Option<SelectMenu> {
             }
             runs.push((from, chars[from..i].iter().collect()));
         }
+        // A button's label is a few plain words: no digits (htop's function-key bar,
+        // `F1Help  F2Setup …`, is no row of buttons), no symbols.
         let button = |t: &str| {
-            t.chars()
-                .next()
-                .is_some_and(|c| c.is_uppercase() || c.is_ascii_digit())
+            t.chars().next().is_some_and(char::is_uppercase)
                 && t.chars().count() <= 24
                 && t.split_whitespace().count() <= 4
-                && t.chars()
-                    .all(|c| c.is_alphanumeric() || " ,'’-".contains(c))
+                && t.chars().all(|c| c.is_alphabetic() || " ,'’-".contains(c))
         };
         let Some(first) = runs.iter().position(|(_, t)| button(t)) else {
             continue;
@@ -2660,6 +2659,11 @@ alternative = "use VAULT_TOKEN"
         // Buttons drawn alike (none current), or words that are no buttons: no menu.
         let flat: Vec<Vec<i8>> = rows.iter().map(|r| vec![-1; r.chars().count()]).collect();
         assert!(button_row(&rows, &flat).is_none());
+        // htop's function-key bar, one key drawn apart: no buttons.
+        let bar = vec!["F1Help  F2Setup  F3Search  F4Filter  F10Quit".to_string()];
+        let mut be = vec![vec![0i8; bar[0].chars().count()]];
+        be[0][17..25].fill(4);
+        assert!(button_row(&bar, &be).is_none());
         let prose = vec!["Build finished in 2s   All good".to_string()];
         assert!(button_row(&prose, &[vec![0; prose[0].chars().count()]]).is_none());
     }
