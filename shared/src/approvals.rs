@@ -945,6 +945,33 @@ pub(crate) fn abandon_pending(
     Ok(out)
 }
 
+/// Closes run `tool_run_id`'s pending approval `approval_id`, whose question nothing waits
+/// for any more (`RunWrite::Withdraw`): `expired`, decided by `system:withdrawn`, with the
+/// closing channel of [`abandon_pending`] (a closed question answers nothing, ever). None
+/// when it is not this run's or not pending (decided meanwhile: the decision stands).
+pub(crate) fn withdraw_pending(
+    tx: &Transaction<'_>,
+    tool_run_id: &str,
+    approval_id: &str,
+    why: &str,
+) -> Result<Option<Approval>> {
+    let changed = tx.execute(
+        "UPDATE approvals SET status = 'expired', decided_at = ?3,
+            decided_by = 'system:withdrawn', decision_channel = 'system:run-ended',
+            comment = ?4
+         WHERE approval_id = ?1 AND tool_run_id = ?2 AND status = 'pending'",
+        params![approval_id, tool_run_id, time::now_rfc3339(), why],
+    )?;
+    if changed == 0 {
+        return Ok(None);
+    }
+    let after = get(tx, approval_id)?;
+    if let Some(a) = &after {
+        audit_status(tx, a, "system:withdrawn")?;
+    }
+    Ok(after)
+}
+
 /// The live decisions of this command for this prompt (`rules::live`), in the order they
 /// were asked: whom each is offered to is `rules::offered`'s to say.
 pub(crate) fn live_answers(

@@ -113,6 +113,9 @@ pub enum Action {
     /// Watch this approval and feed what comes to [`Conversation::watched`] (or say
     /// [`Conversation::unwatched`] when it cannot be watched).
     Watch(Box<Approval>),
+    /// Nothing waits for this pending approval any more (its question left the screen):
+    /// close it (`RunWrite::Withdraw`), saying why; the run goes on.
+    Withdraw { approval_id: String, why: String },
     /// The stderr line and the notify hook for a pending approval.
     Announce {
         approval: Box<Approval>,
@@ -380,6 +383,9 @@ enum State {
         /// tool between two reads, a frame half drawn), and since when it is held: looked
         /// at again each tick, for up to [`HOLD`].
         held: Option<(Box<Approval>, Instant)>,
+        /// Since when the screen has shown something other than the question asked (no
+        /// question, or another one), with no decision yet: see [`WITHDRAW_AFTER`].
+        gone: Option<Instant>,
     },
     /// An answer is being typed and checked step by step.
     Steering(Box<Steer>),
@@ -388,6 +394,12 @@ enum State {
 /// How long a decision is held while its prompt is not shown as asked, looked at again
 /// each tick, before it is given back.
 const HOLD: Duration = Duration::from_secs(2);
+
+/// How long a pending approval's question must have been off the screen (the tool asks
+/// nothing, or something else: its own timeout took a default, or it was answered some
+/// other way) before the approval is withdrawn — at least this, and two idle windows. A
+/// frame half drawn, a redraw, a resize are over long before.
+const WITHDRAW_AFTER: Duration = Duration::from_secs(3);
 
 pub struct Conversation<'a> {
     setup: Setup<'a>,
@@ -802,6 +814,7 @@ impl<'a> Conversation<'a> {
                         reader,
                         seq,
                         held: None,
+                        gone: None,
                     };
                     vec![announce, Action::Watch(approval)]
                 } else {
@@ -846,7 +859,7 @@ impl<'a> Conversation<'a> {
         let decided = match (got, held) {
             (Ok(Watched::Decided(a)), _) => *a,
             (Err(_), Some(a)) => a,
-            (Err(TryRecvError::Empty), None) => return Vec::new(),
+            (Err(TryRecvError::Empty), None) => return self.still_asked(now, obs),
             (Err(TryRecvError::Disconnected), None) => {
                 let State::Waiting { prompt, .. } =
                     std::mem::replace(&mut self.state, State::Looking)
@@ -865,6 +878,7 @@ impl<'a> Conversation<'a> {
             reader,
             seq,
             held,
+            ..
         } = std::mem::replace(&mut self.state, State::Looking)
         else {
             return Vec::new();
@@ -895,6 +909,7 @@ impl<'a> Conversation<'a> {
                     reader,
                     seq,
                     held: Some((Box::new(decided), since)),
+                    gone: None,
                 };
                 return Vec::new();
             }
@@ -914,6 +929,67 @@ impl<'a> Conversation<'a> {
         let mut actions = vec![consume];
         actions.extend(self.answer(now, prompt, canonical, &value, &decided));
         actions
+    }
+
+    /// Wait mode, nothing decided yet: whether the tool still asks what it was asked for.
+    /// Once the screen has shown no question, or another one, for [`WITHDRAW_AFTER`] (and
+    /// two idle windows), nothing waits for the approval any more — the tool's own timeout
+    /// took its default, or it was answered some other way: it is withdrawn, and the screen
+    /// is looked at anew (a question that comes back is asked again). Only a screen that
+    /// changed since the question was asked is read at all.
+    fn still_asked(&mut self, now: Instant, obs: &mut impl Observe) -> Vec<Action> {
+        let State::Waiting {
+            prompt, seq, gone, ..
+        } = &mut self.state
+        else {
+            return Vec::new();
+        };
+        if self.output_seq == *seq {
+            *gone = None;
+            return Vec::new();
+        }
+        if !obs.caught_up() {
+            return Vec::new();
+        }
+        let asked = fingerprint::prompt(self.setup.tool, &prompt.prompt_line);
+        let asked_line = prompt.prompt_line.clone();
+        let (Some(modes), Some(shown)) = (obs.modes(), obs.screen()) else {
+            return Vec::new();
+        };
+        let why = match self.read_prompt(&shown, modes) {
+            Ok(p) if fingerprint::prompt(self.setup.tool, &p.prompt_line) == asked => None,
+            Ok(p) if p.kind == PromptKind::Unknown => {
+                Some(format!("its last line is {:?} now", p.prompt_line))
+            }
+            Ok(p) => Some(format!("it now asks {:?}", p.prompt_line)),
+            Err(_) => Some("it asks nothing now".to_owned()),
+        };
+        let State::Waiting {
+            gone, approval_id, ..
+        } = &mut self.state
+        else {
+            return Vec::new();
+        };
+        let Some(why) = why else {
+            *gone = None;
+            return Vec::new();
+        };
+        let since = *gone.get_or_insert(now);
+        let after = WITHDRAW_AFTER.max(self.setup.settings.prompt_idle * 2);
+        if now.saturating_duration_since(since) < after {
+            return Vec::new();
+        }
+        let approval_id = std::mem::take(approval_id);
+        self.state = State::Looking;
+        self.prev = None;
+        let why = format!("the tool no longer asks {asked_line:?}: {why}");
+        vec![
+            Action::Say(format!(
+                "headless-run: {}: approval {approval_id} withdrawn, nobody need decide it ({why})",
+                self.setup.label
+            )),
+            Action::Withdraw { approval_id, why },
+        ]
     }
 
     /// Why the terminal no longer shows `asked` to the reader that was asked, if it does
@@ -2289,6 +2365,62 @@ mod tests {
             "{actions:?}"
         );
         assert!(!typed_anything(&actions));
+    }
+
+    /// Issue 27: a question nobody has decided yet that left the screen (the tool's own
+    /// timeout took its default and it went on, or it asks something else now) is
+    /// withdrawn once it has been gone for a while, and what shows now is asked about; the
+    /// same question drawn again, or a frame without it for an instant, keeps it.
+    #[test]
+    fn a_pending_question_that_left_the_screen_is_withdrawn() {
+        let mut run = waiting_run();
+        // Drawn again (a clock above it ticked): still asked, however long.
+        run.show(b"working... 2s\nContinue? [y/N] ");
+        for _ in 0..10 {
+            run.now += WITHDRAW_AFTER;
+            assert!(run.watched(Err(TryRecvError::Empty)).is_empty());
+        }
+        assert!(run.conv.waiting());
+        // Gone for an instant, then back: kept.
+        run.show(b"working... 3s\n");
+        assert!(run.watched(Err(TryRecvError::Empty)).is_empty());
+        run.now += WITHDRAW_AFTER - ms(100);
+        assert!(run.watched(Err(TryRecvError::Empty)).is_empty());
+        run.show(b"working... 4s\nContinue? [y/N] ");
+        run.now += ms(200);
+        assert!(run.watched(Err(TryRecvError::Empty)).is_empty());
+        assert!(run.conv.waiting(), "the clock restarts once it is back");
+        // Another question for longer: withdrawn, saying what it asks now.
+        run.show(b"no answer: continuing\nDelete the cache too? [y/N] ");
+        assert!(run.watched(Err(TryRecvError::Empty)).is_empty());
+        run.now += WITHDRAW_AFTER - ms(1);
+        assert!(run.watched(Err(TryRecvError::Empty)).is_empty());
+        run.now += ms(2);
+        let actions = run.watched(Err(TryRecvError::Empty));
+        assert!(
+            matches!(actions.as_slice(), [
+                Action::Say(line),
+                Action::Withdraw { approval_id, why },
+            ] if approval_id == "AP-1" && line.contains("AP-1 withdrawn")
+                && why.contains("Continue? [y/N]") && why.contains("Delete the cache")),
+            "{actions:?}"
+        );
+        assert!(!run.conv.waiting());
+        assert!(!typed_anything(&actions));
+        // The new question is asked about as any prompt is.
+        let request = run.ask();
+        assert!(request.prompt.prompt_line.contains("Delete"), "{request:?}");
+
+        // Nothing asked any more (the tool went on working): withdrawn too.
+        let mut run = waiting_run();
+        run.show(b"no answer: continuing\ncompiling...\n");
+        assert!(run.watched(Err(TryRecvError::Empty)).is_empty());
+        run.now += WITHDRAW_AFTER;
+        let actions = run.watched(Err(TryRecvError::Empty));
+        assert!(
+            matches!(actions.as_slice(), [_, Action::Withdraw { why, .. }] if why.contains("last line is \"compiling...\"")),
+            "{actions:?}"
+        );
     }
 
     #[test]

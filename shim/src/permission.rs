@@ -28,8 +28,29 @@ pub struct Open {
 pub enum State {
     /// The store is resolving it.
     Resolving(Receiver<Result<hr_shared::store::PromptResolution, String>>),
-    /// An approval waits for a person.
-    Waiting(Watcher),
+    /// An approval waits for a person; whether its hook still waits for the answer was
+    /// last looked at `looked`.
+    Waiting {
+        watcher: Watcher,
+        approval_id: String,
+        looked: std::time::Instant,
+    },
+}
+
+/// How often a waiting hook is looked at: still there to be answered?
+pub const LOOK_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// Whether the hook that asked still waits for its answer on `path`: it holds the FIFO's
+/// read end open while it waits, so an open for writing that would not block succeeds.
+/// A hook that was killed, or gave up (its agent's own timeout), leaves no reader (or no
+/// FIFO): nothing waits for the decision any more.
+pub fn hook_waits(path: &Path) -> bool {
+    std::fs::OpenOptions::new()
+        .write(true)
+        .custom_flags(libc::O_NONBLOCK | libc::O_NOFOLLOW)
+        .open(path)
+        .and_then(|f| f.metadata())
+        .is_ok_and(|m| m.file_type().is_fifo())
 }
 
 /// What the run knows that a policy may match on.
@@ -194,16 +215,20 @@ mod tests {
         assert!(send(&dir.join("none"), &reply).is_err());
         // A FIFO with no reader (the hook gave up): an error, not a hang.
         let fifo = dir.join("fifo");
+        assert!(!hook_waits(&fifo), "no FIFO: nothing waits");
         let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
         // SAFETY: a valid C path.
         assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
         assert!(send(&fifo, &reply).is_err());
+        assert!(!hook_waits(&fifo), "a FIFO nobody reads: nothing waits");
         // With a reader: one JSON line.
         let reader = std::fs::OpenOptions::new()
             .read(true)
             .custom_flags(libc::O_NONBLOCK)
             .open(&fifo)
             .unwrap();
+        assert!(hook_waits(&fifo), "its hook reads it");
+        assert!(!hook_waits(&file) && !hook_waits(&link), "only a FIFO");
         send(&fifo, &reply).unwrap();
         let mut got = String::new();
         use std::io::Read;

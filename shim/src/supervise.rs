@@ -1184,6 +1184,10 @@ impl Supervisor<'_> {
                 Action::Release(approval_id) => {
                     self.store.write(RunWrite::Release(Some(approval_id)))
                 }
+                Action::Withdraw { approval_id, why } => {
+                    self.store.write(RunWrite::Withdraw { approval_id, why });
+                    self.running_again();
+                }
                 Action::Consume {
                     approval_id,
                     answering,
@@ -1405,9 +1409,7 @@ impl Supervisor<'_> {
                 a.chosen_value.as_deref().unwrap_or("-"),
                 watch::decided_by(&a)
             );
-            if self.coops.is_empty() && !self.conv.waiting() && self.exited.is_none() {
-                self.store.write(run::live_status(RunStatus::Running, None));
-            }
+            self.running_again();
         }
         self.poll_permissions();
     }
@@ -1443,6 +1445,7 @@ impl Supervisor<'_> {
             Wait(Box<Approval>, bool),
             Done(Box<Approval>),
             Unrecorded(String),
+            Gone(String),
         }
         let mut i = 0;
         while i < self.perms.len() {
@@ -1458,21 +1461,40 @@ impl Supervisor<'_> {
                     Err(TryRecvError::Empty) => Step::Keep,
                     Err(TryRecvError::Disconnected) => Step::Unrecorded("the store stopped".into()),
                 },
-                permission::State::Waiting(w) => match w.rx.try_recv() {
+                permission::State::Waiting {
+                    watcher,
+                    approval_id,
+                    looked,
+                } => match watcher.rx.try_recv() {
                     Ok(Watched::Decided(a)) => Step::Done(a),
+                    Err(TryRecvError::Empty)
+                        if looked.elapsed() >= permission::LOOK_EVERY
+                            && !permission::hook_waits(&self.perms[i].reply) =>
+                    {
+                        Step::Gone(approval_id.clone())
+                    }
                     Err(TryRecvError::Empty) => Step::Keep,
                     Err(TryRecvError::Disconnected) => {
                         Step::Unrecorded("its watcher stopped".into())
                     }
                 },
             };
+            if let permission::State::Waiting { looked, .. } = &mut self.perms[i].state
+                && looked.elapsed() >= permission::LOOK_EVERY
+            {
+                *looked = Instant::now();
+            }
             match step {
                 Step::Keep => i += 1,
                 Step::Wait(a, taken_over) => {
                     self.announce(&a, true, taken_over);
                     match self.watcher_for(&a) {
-                        Some(w) => {
-                            self.perms[i].state = permission::State::Waiting(w);
+                        Some(watcher) => {
+                            self.perms[i].state = permission::State::Waiting {
+                                watcher,
+                                approval_id: a.approval_id.clone(),
+                                looked: Instant::now(),
+                            };
                             i += 1;
                         }
                         None => {
@@ -1488,6 +1510,19 @@ impl Supervisor<'_> {
                 Step::Done(a) => {
                     let open = self.perms.remove(i);
                     self.answer_permission(&open.reply, &a);
+                }
+                Step::Gone(approval_id) => {
+                    self.perms.remove(i);
+                    let why = "the agent's hook that asked is gone: it stopped waiting for the answer (the agent's own timeout, or the hook was ended)";
+                    eprintln!(
+                        "headless-run: {}: approval {approval_id} withdrawn, nobody need decide it ({why})",
+                        self.ctx.tool_label
+                    );
+                    self.store.write(RunWrite::Withdraw {
+                        approval_id,
+                        why: why.to_owned(),
+                    });
+                    self.running_again();
                 }
             }
         }
@@ -1537,7 +1572,15 @@ impl Supervisor<'_> {
                 approval_id: a.approval_id.clone(),
                 why,
             });
-        } else if self.perms.is_empty()
+        } else {
+            self.running_again();
+        }
+    }
+
+    /// A question was settled: once nothing else waits for a person (no hook's, no
+    /// cooperative tool's, no prompt's approval), the run is running again.
+    fn running_again(&mut self) {
+        if self.perms.is_empty()
             && self.coops.is_empty()
             && !self.conv.waiting()
             && self.exited.is_none()

@@ -838,6 +838,66 @@ fn outside_a_run_the_hook_leaves_the_decision_to_the_agent() {
     }
 }
 
+/// Issue 27: an approval whose hook stopped waiting (the agent's own hook timeout killed
+/// it) has nobody to answer: it is withdrawn (expired by `system:withdrawn`), the run is
+/// running again, and deciding it is refused. The hook here is the real one, run by a
+/// script standing in for the agent.
+#[test]
+fn an_approval_whose_hook_stopped_waiting_is_withdrawn() {
+    let env = TestEnv::new();
+    let event = serde_json::json!({"hook_event_name": "PermissionRequest",
+        "tool_name": "Bash", "tool_input": {"command": "rm -rf build"},
+        "permission_mode": "default"});
+    std::fs::write(env.work().join("request.json"), event.to_string()).unwrap();
+    let script = format!(
+        r#"'{hook}' --hook claude < request.json > hook.out 2> hook.err & h=$!
+while [ ! -e kill-hook ]; do sleep 0.1; done
+kill $h; wait $h; echo "hook ended $?"
+while [ ! -e finish ]; do sleep 0.1; done
+echo finished"#,
+        hook = bin("headless-run").display()
+    );
+    let running = env
+        .shim()
+        .args(["--on-prompt", "wait", "bash", "-c", &script])
+        .current_dir(env.work())
+        .timeout(Duration::from_secs(60))
+        .spawn();
+    let a = env.pending_approval();
+    assert_eq!(s(&a, "prompt_line"), "Bash: rm -rf build", "{a:#?}");
+    let id = s(&a, "approval_id").to_owned();
+    // Asked, it stays pending as long as its hook waits.
+    std::thread::sleep(Duration::from_millis(2500));
+    assert_eq!(s(&env.approval_by_id(&id), "status"), "pending");
+    std::fs::write(env.work().join("kill-hook"), "").unwrap();
+    let withdrawn = wait_for_state(Duration::from_secs(20), || {
+        env.approval_by_id(&id)["status"] == "expired"
+    });
+    assert!(withdrawn, "{:#?}", env.approval_by_id(&id));
+    let gone = env.approval_by_id(&id);
+    assert_eq!(s(&gone, "decided_by"), "system:withdrawn", "{gone:#?}");
+    assert!(s(&gone, "comment").contains("hook"), "{gone:#?}");
+    assert!(
+        wait_for_state(Duration::from_secs(10), || {
+            env.only_run()["status"] == "running"
+        }),
+        "{:#?}",
+        env.only_run()
+    );
+    env.decide(&id, "allow").expect_code(3);
+    std::fs::write(env.work().join("finish"), "").unwrap();
+    let out = running.wait();
+    out.expect_code(0);
+    assert!(out.out().contains("finished"), "{}", out.context());
+    assert!(
+        out.stderr
+            .contains(&format!("approval {id} withdrawn, nobody need decide it")),
+        "{}",
+        out.context()
+    );
+    assert_eq!(env.approvals().len(), 1, "nothing else asked");
+}
+
 #[test]
 fn claude_terminal_permission_menu_deny_answers_no_and_the_agent_lives_on() {
     let _turn = one_agent_at_a_time();

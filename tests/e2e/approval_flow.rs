@@ -4,6 +4,7 @@
 //! `AUTO_APPROVAL` answers nothing.
 
 use headless_run_e2e::*;
+use serde_json::Value;
 use std::time::Duration;
 
 fn rm_i(env: &TestEnv, file: &str) -> Cmd {
@@ -995,4 +996,86 @@ fn free_text_answers_are_never_logged_in_clear_and_secrets_take_none() {
     let before = env.approvals().len();
     ask(&env, "API token: ").run().expect_code(93);
     assert_eq!(env.approvals().len(), before);
+}
+
+/// Issue 27: a question nobody decided that left the screen — bash's `read -t` gave up and
+/// the script went on to its next question — is withdrawn (expired by
+/// `system:withdrawn`, its event logged, no longer decidable), and the next question is
+/// asked and answered as ever.
+#[test]
+fn wait_mode_withdraws_a_question_the_tool_stopped_asking() {
+    let env = TestEnv::new();
+    let script = r#"if read -t 8 -p 'Proceed with the upgrade? [y/N] ' a; then echo "upgrade: $a"; else echo; echo 'no answer in 8s: skipping the upgrade'; fi
+read -p 'Delete the cache? [y/N] ' b; echo "cache: $b""#;
+    let running = env
+        .shim()
+        .args(["--on-prompt", "wait", "bash", "-c", script])
+        .timeout(Duration::from_secs(60))
+        .spawn();
+    let first = env.pending_approval();
+    assert_eq!(s(&first, "prompt_line"), "Proceed with the upgrade? [y/N]");
+    let first_id = s(&first, "approval_id").to_owned();
+    // Nobody decides in time; the tool asks its next question, which is asked in turn.
+    let second = wait_for_pending_other_than(&env, &first_id);
+    assert_eq!(s(&second, "prompt_line"), "Delete the cache? [y/N]");
+    let gone = env.approval_by_id(&first_id);
+    assert_eq!(s(&gone, "status"), "expired", "{gone:#?}");
+    assert_eq!(s(&gone, "decided_by"), "system:withdrawn");
+    assert!(gone["chosen_value"].is_null(), "{gone:#?}");
+    assert!(
+        s(&gone, "comment").contains("no longer asks \"Proceed with the upgrade? [y/N]\"")
+            && s(&gone, "comment").contains("Delete the cache"),
+        "{gone:#?}"
+    );
+    let withdrawn: Vec<Value> = env
+        .log_events()
+        .into_iter()
+        .filter(|e| {
+            e["event"] == "approval_status_change"
+                && e["approval_id"] == first_id.as_str()
+                && e["decided_by"] == "system:withdrawn"
+        })
+        .collect();
+    assert_eq!(withdrawn.len(), 1, "{:#?}", env.log_events());
+    // Too late to decide it; the live question is decided and typed.
+    let late = env.decide(&first_id, "y");
+    late.expect_code(3);
+    assert!(
+        late.stderr.contains("system:withdrawn"),
+        "{}",
+        late.context()
+    );
+    env.decide(s(&second, "approval_id"), "y").expect_code(0);
+    let out = running.wait();
+    out.expect_code(0);
+    assert!(
+        out.out().contains("skipping the upgrade") && out.out().contains("cache: y"),
+        "{}",
+        out.context()
+    );
+    assert!(
+        out.stderr.contains(&format!(
+            "approval {first_id} withdrawn, nobody need decide it"
+        )),
+        "{}",
+        out.context()
+    );
+    assert!(!out.out().contains("upgrade: y"), "nothing typed into it");
+    let statuses: Vec<String> = env
+        .log_events()
+        .into_iter()
+        .filter(|e| e["event"] == "tool_status_change")
+        .map(|e| e["status"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(
+        statuses,
+        [
+            "running",
+            "waiting_approval",
+            "running",
+            "waiting_approval",
+            "running",
+            "completed"
+        ]
+    );
 }

@@ -138,9 +138,9 @@ fn db_init_twice_and_from_two_hosts_at_once_and_grant_refuses_what_it_must() {
     a.expect_code(0);
     b.expect_code(0);
     let said = format!("{}{}", a.out(), b.out());
-    assert!(said.contains("v0 → v4"), "{said}");
+    assert!(said.contains("v0 → v5"), "{said}");
     assert!(said.contains("up to date"), "{said}");
-    assert_eq!(db.value("SELECT version FROM hr.schema_version"), "4");
+    assert_eq!(db.value("SELECT version FROM hr.schema_version"), "5");
     for role in ["headless_runner", "headless_operator", "headless_viewer"] {
         assert_eq!(
             db.value(&format!(

@@ -186,6 +186,14 @@ pub enum RunWrite {
     Release(Option<String>),
     /// The run ended without a decision on its pending approvals: close them.
     Abandon(String),
+    /// The question of this run's pending approval `approval_id` left the tool's screen
+    /// (the tool stopped asking it: its own timeout, another answer) or the agent's hook
+    /// that asked it is gone: close it as `Abandon` does (`system:withdrawn`), so nobody
+    /// decides what nothing waits for. A decision made first stands.
+    Withdraw {
+        approval_id: String,
+        why: String,
+    },
     /// The run is parked on an approval: keep its environment (secrets withheld) for the
     /// resume, in its metadata (`env`).
     Environment(crate::mode::SavedEnvironment),

@@ -40,7 +40,7 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 /// The schema version this build writes and understands.
-pub const SCHEMA_VERSION: i64 = 4;
+pub const SCHEMA_VERSION: i64 = 5;
 
 /// The schema, as an append-only list: entry N brings a database from version N to N+1.
 const MIGRATIONS: &[&str] = &[
@@ -48,6 +48,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("pg/v2.sql"),
     include_str!("pg/v3.sql"),
     include_str!("pg/v4.sql"),
+    include_str!("pg/v5.sql"),
 ];
 
 /// The three roles, and what `monitor db grant` calls them.
@@ -778,6 +779,8 @@ GRANT EXECUTE ON FUNCTION
     hr.approval_release(text, text, text, text),
     hr.approval_abandon(text, text, text)
     TO headless_runner;
+-- v5: a run withdraws a question nothing waits for any more.
+GRANT EXECUTE ON FUNCTION hr.approval_withdraw(text, text, text, text) TO headless_runner;
 -- Resuming: operators, and a host's worker for its own login's runs (checked inside).
 GRANT EXECUTE ON FUNCTION
     hr.fail_vanished(text, text, text),
@@ -1204,6 +1207,16 @@ fn write_one(
             for row in tx.query(
                 "SELECT x::text FROM hr.approval_abandon($1, $2, $3) x",
                 &[&run_id, &c, why],
+            )? {
+                if let Ok(a) = serde_json::from_str(row.get::<_, &str>(0)) {
+                    learnt.abandoned.push(a);
+                }
+            }
+        }
+        RunWrite::Withdraw { approval_id, why } => {
+            for row in tx.query(
+                "SELECT x::text FROM hr.approval_withdraw($1, $2, $3, $4) x",
+                &[&run_id, &c, approval_id, why],
             )? {
                 if let Ok(a) = serde_json::from_str(row.get::<_, &str>(0)) {
                     learnt.abandoned.push(a);

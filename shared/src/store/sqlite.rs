@@ -309,7 +309,15 @@ impl RunnerStore for SqliteStore {
                         )?;
                     }
                     RunWrite::Abandon(why) => {
-                        abandoned = approvals::abandon_pending(tx, run_id, why)?;
+                        abandoned.extend(approvals::abandon_pending(tx, run_id, why)?);
+                    }
+                    RunWrite::Withdraw { approval_id, why } => {
+                        abandoned.extend(approvals::withdraw_pending(
+                            tx,
+                            run_id,
+                            approval_id,
+                            why,
+                        )?);
                     }
                     RunWrite::Environment(env) => runs::set_environment(tx, run_id, env)?,
                 }

@@ -165,6 +165,7 @@ macro_rules! contract_tests {
                 cancelled_write_records_the_exit_code,
                 consume_and_release_answers,
                 abandon_expires_pending_approvals,
+                withdraw_closes_one_pending_question,
                 keep_for_later_lands_in_a_later_session,
                 kept_row_landed_discards_the_kept_row,
                 replaced_is_reported_once,

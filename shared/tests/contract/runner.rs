@@ -425,6 +425,96 @@ pub fn abandon_expires_pending_approvals<S: StoreUnderTest>(s: &S) {
     assert_ne!(b_ap.approval_id, ap.approval_id);
 }
 
+/// `Withdraw`: a question nothing waits for any more (it left the tool's screen, or the
+/// agent's hook that asked it is gone) is closed — that one only, and only by its own run
+/// while it is pending: `expired` by `system:withdrawn`, with its event; nobody decides it
+/// afterwards, and it answers nothing. A decision made first stands.
+pub fn withdraw_closes_one_pending_question<S: StoreUnderTest>(s: &S) {
+    let cmd = Cmd::new("rm", &["-i", "a.txt", "b.txt"]);
+    let first = yes_no("rm");
+    let mut second = yes_no("rm");
+    let b_line = "rm: remove regular file 'b.txt'?";
+    second.prompt.prompt_line = b_line.into();
+    second.prompt.question = b_line.into();
+    second.prompt_fingerprint = fingerprint::prompt("rm", b_line);
+    let mut op = s.operator();
+    let mut a = Shim::start(s, &cmd);
+    let gone = a.ask_pending(&first);
+    let stays = a.ask_pending(&second);
+
+    // Another run cannot withdraw it.
+    let mut other = Shim::start(s, &Cmd::new("make", &["all"]));
+    let foreign = other.write(vec![RunWrite::Withdraw {
+        approval_id: gone.approval_id.clone(),
+        why: "not mine".into(),
+    }]);
+    assert!(foreign.effects.events.is_empty());
+    assert_eq!(
+        approval_now(op.as_mut(), &gone.approval_id).status,
+        ApprovalStatus::Pending
+    );
+
+    let why = "the prompt left the screen: it now asks \"Next?\"";
+    let done = a.write(vec![RunWrite::Withdraw {
+        approval_id: gone.approval_id.clone(),
+        why: why.into(),
+    }]);
+    assert_eq!(
+        approval_changes(&done.effects.events),
+        [(
+            gone.approval_id.clone(),
+            ApprovalStatus::Expired,
+            Some("system:withdrawn".to_owned())
+        )]
+    );
+    let now = approval_now(op.as_mut(), &gone.approval_id);
+    assert_eq!(now.status, ApprovalStatus::Expired);
+    assert_eq!(now.decided_by.as_deref(), Some("system:withdrawn"));
+    assert_eq!(now.comment.as_deref(), Some(why));
+    assert!(now.chosen_value.is_none() && !now.answers());
+    // The other question and the run are untouched (the shim says when it runs again).
+    assert_eq!(
+        approval_now(op.as_mut(), &stays.approval_id).status,
+        ApprovalStatus::Pending
+    );
+    assert_eq!(
+        run_now(op.as_mut(), a.id()).status,
+        RunStatus::WaitingApproval
+    );
+
+    // Nobody decides it any more; withdrawing again changes nothing.
+    let late = op
+        .decide(&gone.approval_id, "y", &decider("bob"))
+        .unwrap()
+        .value;
+    let DecideOutcome::Conflict(c) = late else {
+        panic!("{late:?}")
+    };
+    assert_eq!(c.decided_by.as_deref(), Some("system:withdrawn"));
+    let again = a.write(vec![RunWrite::Withdraw {
+        approval_id: gone.approval_id.clone(),
+        why: "again".into(),
+    }]);
+    assert!(again.effects.events.is_empty());
+
+    // A decision made before the withdrawal stands.
+    decide(op.as_mut(), &stays.approval_id, "y", "alice");
+    let late = a.write(vec![RunWrite::Withdraw {
+        approval_id: stays.approval_id.clone(),
+        why: "too late".into(),
+    }]);
+    assert!(late.effects.events.is_empty());
+    let kept = approval_now(op.as_mut(), &stays.approval_id);
+    assert_eq!(
+        (kept.status, kept.chosen_value.as_deref()),
+        (ApprovalStatus::Approved, Some("y"))
+    );
+
+    // The withdrawn question answers nothing: the same prompt shown again is asked anew.
+    let back = a.ask_pending(&first);
+    assert_ne!(back.approval_id, gone.approval_id);
+}
+
 /// A row kept for later (the store could not be written) reaches the store through a
 /// session opened afterwards.
 pub fn keep_for_later_lands_in_a_later_session<S: StoreUnderTest>(s: &S) {
