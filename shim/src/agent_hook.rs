@@ -149,7 +149,14 @@ pub fn hook_request(agent: HookAgent, event: &Value) -> Option<HookRequest> {
                 "PreToolUse" | "BeforeTool" => HookEvent::BeforeTool,
                 _ => return None,
             };
-            if agent == HookAgent::Claude && text(event, "permission_mode") == "bypassPermissions" {
+            let bypass = text(event, "permission_mode") == "bypassPermissions";
+            if agent == HookAgent::Claude && bypass {
+                return None;
+            }
+            // Codex's PreToolUse comes before every tool call: it is a question only where
+            // Codex itself will not ask (`codex exec`, approval `never`: its
+            // `bypassPermissions`); elsewhere Codex's own request (PermissionRequest) asks.
+            if agent == HookAgent::Codex && kind == HookEvent::BeforeTool && !bypass {
                 return None;
             }
             (kind, text(event, "tool_name"), input("tool_input"))
@@ -559,36 +566,33 @@ pub fn ask(d: &Described) -> Result<PermissionReply, String> {
     }
 }
 
-/// Where an agent's settings list its hooks for the event the hook answers, and the entry
-/// that runs `command` there.
-fn hook_slot(agent: HookAgent, command: &str) -> (&'static str, Value) {
+/// Where an agent's settings list its hooks for each event the hook answers, and the entry
+/// that runs `command` there: one event, or for Codex two (its PermissionRequest, and the
+/// PreToolUse that `codex exec` fires instead).
+fn hook_slots(agent: HookAgent, command: &str) -> Vec<(&'static str, Value)> {
+    // Claude Code's settings format, which qwen-code and Codex share.
+    let matched = |matcher: &str, timeout: u64| {
+        json!({"matcher": matcher, "hooks": [{"type": "command", "command": command,
+            "timeout": timeout}]})
+    };
     match agent {
-        HookAgent::Claude => (
-            "PermissionRequest",
-            json!({"matcher": "*", "hooks": [{"type": "command", "command": command,
-                "timeout": HOOK_TIMEOUT_SECS}]}),
-        ),
-        HookAgent::Codex => (
-            "PermissionRequest",
-            json!({"matcher": ".*", "hooks": [{"type": "command", "command": command,
-                "timeout": HOOK_TIMEOUT_SECS}]}),
-        ),
+        HookAgent::Claude => vec![("PermissionRequest", matched("*", HOOK_TIMEOUT_SECS))],
+        HookAgent::Codex => vec![
+            ("PermissionRequest", matched(".*", HOOK_TIMEOUT_SECS)),
+            ("PreToolUse", matched(".*", HOOK_TIMEOUT_SECS)),
+        ],
         // qwen-code reads a timeout of 1000 or more as milliseconds.
-        HookAgent::Qwen => (
-            "PermissionRequest",
-            json!({"matcher": "", "hooks": [{"type": "command", "command": command,
-                "timeout": HOOK_TIMEOUT_SECS * 1000}]}),
-        ),
-        HookAgent::Copilot => (
+        HookAgent::Qwen => vec![("PermissionRequest", matched("", HOOK_TIMEOUT_SECS * 1000))],
+        HookAgent::Copilot => vec![(
             "permissionRequest",
             json!({"type": "command", "bash": command, "timeoutSec": HOOK_TIMEOUT_SECS}),
-        ),
-        HookAgent::Gemini => (
+        )],
+        HookAgent::Gemini => vec![(
             "BeforeTool",
             json!({"matcher": "run_shell_command|replace|write_file", "hooks": [{
                 "name": "headless-run", "type": "command", "command": command,
                 "timeout": HOOK_TIMEOUT_SECS * 1000}]}),
-        ),
+        )],
     }
 }
 
@@ -611,7 +615,6 @@ fn runs(entry: &Value, command: &str) -> bool {
 /// Adds `agent`'s hook running `command` to `settings` (a JSON object) unless one is
 /// there. Whether it changed anything.
 pub fn add_hook(agent: HookAgent, settings: &mut Value, command: &str) -> Result<bool, String> {
-    let (event, entry) = hook_slot(agent, command);
     let obj = settings
         .as_object_mut()
         .ok_or("the settings are not a JSON object")?;
@@ -619,22 +622,32 @@ pub fn add_hook(agent: HookAgent, settings: &mut Value, command: &str) -> Result
     let hooks = hooks
         .as_object_mut()
         .ok_or("`hooks` in the settings is not an object")?;
-    let list = hooks.entry(event).or_insert_with(|| json!([]));
-    let list = list
-        .as_array_mut()
-        .ok_or_else(|| format!("`hooks.{event}` is not a list"))?;
-    let present = list.iter().any(|m| runs(m, command));
-    if !present {
-        list.push(entry);
+    // Every list is checked before anything is added: a bad one changes nothing.
+    let slots = hook_slots(agent, command);
+    for (event, _) in &slots {
+        if hooks.get(*event).is_some_and(|l| !l.is_array()) {
+            return Err(format!("`hooks.{event}` is not a list"));
+        }
     }
-    Ok(!present)
+    let mut added = false;
+    for (event, entry) in slots {
+        let list = hooks.entry(event).or_insert_with(|| json!([]));
+        let Some(list) = list.as_array_mut() else {
+            continue;
+        };
+        if !list.iter().any(|m| runs(m, command)) {
+            list.push(entry);
+            added = true;
+        }
+    }
+    Ok(added)
 }
 
 /// What the user must still do once the hook is in an agent's settings.
 fn after_install(agent: HookAgent) -> &'static str {
     match agent {
         HookAgent::Codex => {
-            "; Codex runs a hook it has not been told to trust only with --dangerously-bypass-hook-trust: review it once with /hooks in codex (or pass that flag)"
+            "; Codex runs a hook it has not been told to trust only with --dangerously-bypass-hook-trust: review it once with /hooks in codex (or pass that flag). PreToolUse asks only where Codex itself would not (`codex exec`, approval never), and can only deny"
         }
         HookAgent::Gemini => {
             "; Gemini CLI's BeforeTool hook can deny but not allow: run gemini with --approval-mode yolo so that the hook is the gate (otherwise its own dialog asks as well)"
@@ -680,7 +693,11 @@ fn install(agent: HookAgent, file: Option<PathBuf>) -> u8 {
             return 1;
         }
     };
-    let (event, _) = hook_slot(agent, &command);
+    let event = hook_slots(agent, &command)
+        .iter()
+        .map(|(e, _)| *e)
+        .collect::<Vec<_>>()
+        .join(" and ");
     match add_hook(agent, &mut settings, &command) {
         Ok(false) => {
             println!("{}: the hook is already there ({command})", file.display());
@@ -899,7 +916,13 @@ mod tests {
         let bypass = json!({"hook_event_name": "PreToolUse", "tool_name": "Bash",
             "permission_mode": "bypassPermissions", "tool_input": {"command": "ls"}});
         assert!(hook_request(HookAgent::Claude, &bypass).is_none());
+        // Codex's PreToolUse asks only where Codex will not (`codex exec`: bypass).
         assert!(hook_request(HookAgent::Codex, &bypass).is_some());
+        let mut asks_itself = bypass.clone();
+        asks_itself["permission_mode"] = json!("default");
+        assert!(hook_request(HookAgent::Codex, &asks_itself).is_none());
+        asks_itself["hook_event_name"] = json!("PermissionRequest");
+        assert!(hook_request(HookAgent::Codex, &asks_itself).is_some());
         assert_eq!(HookAgent::from_name("aider"), None);
     }
 
@@ -996,8 +1019,23 @@ mod tests {
             "hr --hook gemini"
         );
         let mut x = json!({});
-        add_hook(HookAgent::Codex, &mut x, "hr --hook codex").unwrap();
+        assert_eq!(
+            add_hook(HookAgent::Codex, &mut x, "hr --hook codex"),
+            Ok(true)
+        );
         assert_eq!(x["hooks"]["PermissionRequest"][0]["matcher"], ".*");
+        assert_eq!(
+            x["hooks"]["PreToolUse"][0]["hooks"][0]["command"],
+            "hr --hook codex"
+        );
+        assert_eq!(
+            add_hook(HookAgent::Codex, &mut x, "hr --hook codex"),
+            Ok(false)
+        );
+        // One list that is not a list: nothing added anywhere.
+        let mut bad = json!({"hooks": {"PreToolUse": {}}});
+        assert!(add_hook(HookAgent::Codex, &mut bad, "hr --hook codex").is_err());
+        assert_eq!(bad, json!({"hooks": {"PreToolUse": {}}}));
     }
 
     #[test]

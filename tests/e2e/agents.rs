@@ -476,16 +476,17 @@ struct FakeModel {
 impl FakeModel {
     /// Serves `scenario` (`shell` or `edit`) for an agent working in `work`.
     fn start(env: &TestEnv, scenario: &str) -> FakeModel {
-        Self::serving(env, scenario, false)
+        Self::serving(env, scenario, &[])
     }
 
     /// The same, answering differently every time (`--vary`: each text and tool call's
     /// description carries a counter), as a real model does.
     fn varying(env: &TestEnv, scenario: &str) -> FakeModel {
-        Self::serving(env, scenario, true)
+        Self::serving(env, scenario, &["--vary"])
     }
 
-    fn serving(env: &TestEnv, scenario: &str, vary: bool) -> FakeModel {
+    /// With the server's other switches (`--vary`, `--in-sandbox`).
+    fn serving(env: &TestEnv, scenario: &str, switches: &[&str]) -> FakeModel {
         let dir = env.path().join(format!("model-{scenario}"));
         std::fs::create_dir_all(&dir).unwrap();
         let port_file = dir.join("port");
@@ -500,7 +501,7 @@ impl FakeModel {
             .arg(scenario)
             .arg("--workdir")
             .arg(env.work())
-            .args(vary.then_some("--vary"))
+            .args(switches)
             .stdin(std::process::Stdio::null())
             .spawn()
             .expect("python3 starts the fake model");
@@ -1354,8 +1355,21 @@ fn hook_round(
 ) -> Outcome {
     let name = format!("{agent:?}").to_lowercase();
     let env = TestEnv::new();
-    let model = FakeModel::start(&env, task.scenario());
+    let has = |word: &str| args.is_some_and(|a| a.contains(&word));
+    // `codex exec` never asks for a command outside its sandbox: the model asks inside it.
+    let switches: &[&str] = if agent == Agent::Codex && has("exec") {
+        &["--in-sandbox"]
+    } else {
+        &[]
+    };
+    let model = FakeModel::serving(&env, task.scenario(), switches);
     let mut cmd = agent_started(&env, &model, agent, task, args);
+    if has("stream-json") {
+        // The task as the one user message on stdin, which then ends.
+        let message = serde_json::json!({"type": "user",
+            "message": {"role": "user", "content": task.words()}});
+        cmd.stdin_bytes(format!("{message}\n"));
+    }
     install_hook(&env, &name);
     let running = cmd.spawn();
     let first_line = match task {
@@ -1389,6 +1403,10 @@ fn hook_round(
         model.results()
     );
     assert_eq!(env.approvals().len(), 1, "{name}: {:#?}", env.approvals());
+    // A mode without a terminal to ask on ends its turn, then the agent, by itself.
+    if ends_by_itself(args) {
+        wait_until(Duration::from_secs(60), || !alive(running.pid()));
+    }
     if alive(running.pid()) {
         running.signal(libc::SIGTERM);
     }
@@ -1397,19 +1415,41 @@ fn hook_round(
     out
 }
 
+/// Whether an agent started with `args` works without a terminal to ask on (`-p`, `codex
+/// exec`, qwen-code's stream-json input): it ends by itself once its turn is over.
+fn ends_by_itself(args: Option<&[&str]>) -> bool {
+    args.is_some_and(|a| a.iter().any(|w| ["-p", "exec", "stream-json"].contains(w)))
+}
+
 /// Issue 27 item 4: each agent's own hook in each of its modes that can ask — qwen-code's
-/// `PermissionRequest` (Claude Code's protocol) in its interactive session; Copilot CLI's
+/// `PermissionRequest` (Claude Code's protocol) in its interactive session and with its
+/// stream-json input (no terminal); Copilot CLI's
 /// `permissionRequest` interactive and in `copilot -p` (which otherwise denies what nobody
 /// is there to approve: it waits for a person, and ends its turn, 0, when denied); Codex's
-/// `PermissionRequest` (trusted here by its flag; a user trusts it once with `/hooks`);
+/// `PermissionRequest` (trusted here by its flag; a user trusts it once with `/hooks`) and
+/// in `codex exec` its `PreToolUse` (deny only: an allow lets it run);
 /// Gemini CLI's `BeforeTool`, which can deny but not allow, so with `--approval-mode yolo`
 /// the only gate, interactive and in `-p`. Allowed → the command runs; denied → it does not.
 #[test]
 fn each_agents_own_hook_is_the_approval_in_each_mode() {
     let _turn = one_agent_at_a_time();
     let (shell, edit) = (Task::Shell.words(), Task::Edit.words());
-    let modes: [(Agent, Task, Option<&[&str]>); 6] = [
+    let modes: [(Agent, Task, Option<&[&str]>); 8] = [
         (Agent::Qwen, Task::Shell, None),
+        // qwen-code without a terminal to ask on: its stream-json input asks the hook
+        // (plain `qwen -p` denies before any hook runs).
+        (
+            Agent::Qwen,
+            Task::Shell,
+            Some(&[
+                "--input-format",
+                "stream-json",
+                "--output-format",
+                "stream-json",
+                "--approval-mode",
+                "default",
+            ]),
+        ),
         (Agent::Copilot, Task::Shell, None),
         // Copilot's edit request carries its own unified diff: the approval shows it.
         (Agent::Copilot, Task::Edit, Some(&["-p", edit])),
@@ -1417,6 +1457,19 @@ fn each_agents_own_hook_is_the_approval_in_each_mode() {
             Agent::Codex,
             Task::Shell,
             Some(&["--no-daemon", "--dangerously-bypass-hook-trust", shell]),
+        ),
+        // `codex exec` asks nobody itself (approval never): its PreToolUse is the gate.
+        (
+            Agent::Codex,
+            Task::Shell,
+            Some(&[
+                "exec",
+                "--dangerously-bypass-hook-trust",
+                "--skip-git-repo-check",
+                "-s",
+                "workspace-write",
+                shell,
+            ]),
         ),
         (
             Agent::Gemini,
@@ -1432,7 +1485,8 @@ fn each_agents_own_hook_is_the_approval_in_each_mode() {
     for (agent, task, args) in modes {
         for (decision, done) in [("approve", true), ("deny", false)] {
             let out = hook_round(agent, task, args, decision, done);
-            if args.is_some_and(|a| a.contains(&"-p")) {
+            // A mode without a terminal to ask on ends its turn by itself: 0.
+            if ends_by_itself(args) {
                 assert_eq!(
                     out.code,
                     Some(0),
