@@ -928,46 +928,51 @@ pub(crate) fn abandon_pending(
 ) -> Result<Vec<Approval>> {
     let mut out = Vec::new();
     for a in pending_of(tx, tool_run_id)? {
-        let changed = tx.execute(
-            "UPDATE approvals SET status = 'expired', decided_at = ?2,
-                decided_by = 'system:run-ended', decision_channel = 'system:run-ended',
-                comment = ?3
-             WHERE approval_id = ?1 AND status = 'pending'",
-            params![a.approval_id, time::now_rfc3339(), why],
-        )?;
-        if changed > 0
-            && let Some(after) = get(tx, &a.approval_id)?
-        {
-            audit_status(tx, &after, "system:run-ended")?;
-            out.push(after);
-        }
+        out.extend(close_pending(
+            tx,
+            tool_run_id,
+            &a.approval_id,
+            "system:run-ended",
+            why,
+        )?);
     }
     Ok(out)
 }
 
 /// Closes run `tool_run_id`'s pending approval `approval_id`, whose question nothing waits
-/// for any more (`RunWrite::Withdraw`): `expired`, decided by `system:withdrawn`, with the
-/// closing channel of [`abandon_pending`] (a closed question answers nothing, ever). None
-/// when it is not this run's or not pending (decided meanwhile: the decision stands).
+/// for any more (`RunWrite::Withdraw`): as [`abandon_pending`] does, decided by
+/// `system:withdrawn`. None when it is not this run's or not pending (decided meanwhile:
+/// the decision stands).
 pub(crate) fn withdraw_pending(
     tx: &Transaction<'_>,
     tool_run_id: &str,
     approval_id: &str,
     why: &str,
 ) -> Result<Option<Approval>> {
+    close_pending(tx, tool_run_id, approval_id, "system:withdrawn", why)
+}
+
+/// Closes one pending approval of a run that nobody is to decide: `expired` by `by`, on the
+/// closing channel (`system:run-ended`: a closed question answers nothing, ever), audited.
+fn close_pending(
+    tx: &Transaction<'_>,
+    tool_run_id: &str,
+    approval_id: &str,
+    by: &str,
+    why: &str,
+) -> Result<Option<Approval>> {
     let changed = tx.execute(
-        "UPDATE approvals SET status = 'expired', decided_at = ?3,
-            decided_by = 'system:withdrawn', decision_channel = 'system:run-ended',
-            comment = ?4
+        "UPDATE approvals SET status = 'expired', decided_at = ?3, decided_by = ?4,
+            decision_channel = 'system:run-ended', comment = ?5
          WHERE approval_id = ?1 AND tool_run_id = ?2 AND status = 'pending'",
-        params![approval_id, tool_run_id, time::now_rfc3339(), why],
+        params![approval_id, tool_run_id, time::now_rfc3339(), by, why],
     )?;
     if changed == 0 {
         return Ok(None);
     }
     let after = get(tx, approval_id)?;
     if let Some(a) = &after {
-        audit_status(tx, a, "system:withdrawn")?;
+        audit_status(tx, a, by)?;
     }
     Ok(after)
 }

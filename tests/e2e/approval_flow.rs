@@ -149,12 +149,7 @@ fn wait_mode_types_a_decision_made_by_another_process() {
     assert_eq!(s(&run, "status"), "completed");
     let ap = &env.approvals()[0];
     assert_eq!(s(ap, "consumed_by"), s(&run, "tool_run_id"));
-    let statuses: Vec<String> = env
-        .log_events()
-        .into_iter()
-        .filter(|e| e["event"] == "tool_status_change")
-        .map(|e| e["status"].as_str().unwrap().to_owned())
-        .collect();
+    let statuses = env.status_events();
     assert_eq!(
         statuses,
         ["running", "waiting_approval", "running", "completed"]
@@ -1061,12 +1056,7 @@ read -p 'Delete the cache? [y/N] ' b; echo "cache: $b""#;
         out.context()
     );
     assert!(!out.out().contains("upgrade: y"), "nothing typed into it");
-    let statuses: Vec<String> = env
-        .log_events()
-        .into_iter()
-        .filter(|e| e["event"] == "tool_status_change")
-        .map(|e| e["status"].as_str().unwrap().to_owned())
-        .collect();
+    let statuses = env.status_events();
     assert_eq!(
         statuses,
         [

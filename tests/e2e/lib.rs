@@ -319,6 +319,16 @@ impl TestEnv {
             .collect()
     }
 
+    /// The statuses the runs went through, in order: the `tool_status_change` events of
+    /// the combined log.
+    pub fn status_events(&self) -> Vec<String> {
+        self.log_events()
+            .into_iter()
+            .filter(|e| e["event"] == "tool_status_change")
+            .map(|e| e["status"].as_str().unwrap_or_default().to_owned())
+            .collect()
+    }
+
     /// The approvals, oldest first (`monitor approvals --status all --limit 0 --json`: the
     /// `approvals` columns, `options_json` as an array, `allows_text` a boolean); none before
     /// the database exists.

@@ -151,12 +151,7 @@ fn stall_mark_mode_recovers_to_running() {
     let run = env.only_run();
     assert_eq!(s(&run, "status"), "completed");
     // The audit trail shows running → stalled → running → completed.
-    let statuses: Vec<String> = env
-        .log_events()
-        .into_iter()
-        .filter(|e| e["event"] == "tool_status_change")
-        .map(|e| e["status"].as_str().unwrap().to_owned())
-        .collect();
+    let statuses = env.status_events();
     assert_eq!(statuses, ["running", "stalled", "running", "completed"]);
 }
 
