@@ -153,7 +153,7 @@ fn db_init_twice_and_from_two_hosts_at_once_and_grant_refuses_what_it_must() {
     // Again: nothing to do.
     let again = env.monitor().args(["db", "init", &db.admin_url()]).run();
     again.expect_code(0);
-    assert!(again.out().contains("v4 is up to date"), "{}", again.out());
+    assert!(again.out().contains("v5 is up to date"), "{}", again.out());
 
     // One login may not both run tools and decide for them.
     let both = db.member(&env, "both", "runner");
