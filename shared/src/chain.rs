@@ -39,7 +39,7 @@ pub(crate) fn request_of(run: &ToolRun) -> String {
         run.cwd.as_deref().unwrap_or(""),
     );
     match run.runner() {
-        Some(token) => crate::store::http::runner_fingerprint(token, &plain),
+        Some(token) => crate::fingerprint::runner(token, &plain),
         None => plain,
     }
 }

@@ -322,6 +322,13 @@ fn split_leading_quote(word: &str) -> (&str, &str) {
     word.split_at(n)
 }
 
+/// The request fingerprint a runner's command is kept under (the runner API): its own per
+/// token, so that a decision made for one token's run is never taken by another token's run
+/// of the same command line in the same directory.
+pub fn runner(token: &str, client: &str) -> String {
+    request(&format!("runner:{token}"), &[client.to_owned()], "")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -24,6 +24,7 @@ pub mod pipeline;
 pub mod policy;
 pub mod proc;
 pub mod prompt;
+#[cfg(feature = "http")]
 pub mod remote;
 pub mod resume;
 pub mod rules;

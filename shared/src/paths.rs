@@ -27,6 +27,11 @@ pub enum PathError {
     NoHome,
     #[error("cannot make {0} absolute: {1}")]
     Absolute(PathBuf, io::Error),
+    /// The environment names a store this build cannot reach.
+    #[error(
+        "{0} names {1}, which this build of headless-run cannot reach (built without its `{2}` feature): build it with its default features"
+    )]
+    NotBuiltIn(&'static str, &'static str, &'static str),
 }
 
 /// Where one installation keeps its state.
@@ -74,7 +79,7 @@ impl StatePaths {
         let root = absolute(&root)?;
         let mut store_url = None;
         let db = match non_empty(env("HEADLESS_RUN_DB")) {
-            Some(url) if url.to_str().is_some_and(crate::store::postgres::is_url) => {
+            Some(url) if url.to_str().is_some_and(crate::store::url::is_url) => {
                 store_url = url.into_string().ok();
                 root.join("state.db")
             }
@@ -85,11 +90,26 @@ impl StatePaths {
                 root.join("state.db")
             }
         };
+        let server = crate::store::url::server_url(None, env);
+        if cfg!(not(feature = "postgres")) && store_url.is_some() {
+            return Err(PathError::NotBuiltIn(
+                "HEADLESS_RUN_DB (or the config's store)",
+                "a PostgreSQL store",
+                "postgres",
+            ));
+        }
+        if cfg!(not(feature = "http")) && server.is_some() {
+            return Err(PathError::NotBuiltIn(
+                "HEADLESS_RUN_SERVER",
+                "a monitor serve server",
+                "http",
+            ));
+        }
         Ok(StatePaths {
             root,
             db,
             store_url,
-            server: crate::remote::server_url(None, env),
+            server,
         })
     }
 
@@ -100,7 +120,7 @@ impl StatePaths {
             return server.trim_end_matches('/').to_owned();
         }
         match &self.store_url {
-            Some(url) => crate::store::postgres::without_password(url),
+            Some(url) => crate::store::url::without_password(url),
             None => self.db.display().to_string(),
         }
     }
@@ -141,9 +161,12 @@ impl StatePaths {
     pub fn child_store(&self) -> std::ffi::OsString {
         match &self.store_url {
             // A URL this process could not read is one it cannot use either: passed as is.
+            #[cfg(feature = "postgres")]
             Some(url) => crate::store::postgres::pinned_url(url)
                 .unwrap_or_else(|_| url.clone())
                 .into(),
+            #[cfg(not(feature = "postgres"))]
+            Some(url) => url.into(),
             None => self.db.clone().into_os_string(),
         }
     }
@@ -431,6 +454,37 @@ mod tests {
             db_elsewhere.monitor_command(&env),
             "HEADLESS_RUN_DB=/data/hr.db monitor --state-dir '/srv/ci state'"
         );
+    }
+
+    /// A store the build can reach is used; one it was built without (`--no-default-features`)
+    /// is refused by name, never replaced by the embedded one.
+    #[test]
+    fn a_remote_store_is_used_only_by_a_build_that_has_it() {
+        let env = env_of(&[
+            ("HOME", "/h"),
+            ("HEADLESS_RUN_DB", "postgres://runner@db.test/hr"),
+        ]);
+        match StatePaths::resolve_with(None, &env) {
+            Ok(p) => {
+                assert!(cfg!(feature = "postgres"));
+                assert_eq!(p.store_url.as_deref(), Some("postgres://runner@db.test/hr"));
+            }
+            Err(e) => {
+                assert!(cfg!(not(feature = "postgres")), "{e}");
+                assert!(e.to_string().contains("a PostgreSQL store"), "{e}");
+            }
+        }
+        let env = env_of(&[("HOME", "/h"), ("HEADLESS_RUN_SERVER", "https://hr.test")]);
+        match StatePaths::resolve_with(None, &env) {
+            Ok(p) => {
+                assert!(cfg!(feature = "http"));
+                assert_eq!(p.server.as_deref(), Some("https://hr.test"));
+            }
+            Err(e) => {
+                assert!(cfg!(not(feature = "http")), "{e}");
+                assert!(e.to_string().contains("HEADLESS_RUN_SERVER"), "{e}");
+            }
+        }
     }
 
     #[test]

@@ -18,43 +18,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 /// The server's base URL.
-pub const ENV_SERVER: &str = "HEADLESS_RUN_SERVER";
-/// The bearer token (never passed on to a supervised tool).
-pub const ENV_TOKEN: &str = "HEADLESS_RUN_TOKEN";
+pub use crate::store::url::{ENV_SERVER, server_url};
+pub use crate::store::url::{ENV_TOKEN, take_token};
 /// A PEM file of the CA (or the self-signed certificate) an `https://` server is verified
 /// against, instead of the system's roots.
 pub const ENV_CA: &str = "HEADLESS_RUN_SERVER_CA";
 /// Where the credentials file is, when not in the default place.
 pub const ENV_CREDENTIALS: &str = "HEADLESS_RUN_CREDENTIALS";
-
-/// The token [`take_token`] took out of the environment.
-static TAKEN: std::sync::OnceLock<String> = std::sync::OnceLock::new();
-
-/// Takes `HEADLESS_RUN_TOKEN` out of this process: kept for [`Remote::resolve`], its bytes
-/// in the environment block overwritten (so that `/proc/PID/environ`, readable by the
-/// supervised tool, no longer holds it) and the variable removed; and the process made
-/// non-dumpable, so that a tool of the same user cannot read the token from its memory
-/// either. Call first thing in `main`, before any other thread exists.
-pub fn take_token() {
-    let Some(value) = std::env::var_os(ENV_TOKEN) else {
-        return;
-    };
-    if let Some(t) = value.to_str() {
-        let _ = TAKEN.set(t.to_owned());
-    }
-    // SAFETY: single-threaded (the caller's promise); getenv's string is this process's
-    // environment block, writable, `strlen` bytes long; nothing else holds a reference to
-    // it. remove_var then drops the entry.
-    unsafe {
-        let name = c"HEADLESS_RUN_TOKEN";
-        let p = libc::getenv(name.as_ptr());
-        if !p.is_null() {
-            std::ptr::write_bytes(p, b'*', libc::strlen(p));
-        }
-        std::env::remove_var(ENV_TOKEN);
-        libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0);
-    }
-}
 
 /// A server, and how to show and check it.
 #[derive(Clone, PartialEq, Eq)]
@@ -148,14 +118,6 @@ fn read_credentials(file: &std::path::Path) -> Result<Option<Credentials>, Strin
         .map_err(|e| format!("{}: {}", file.display(), e.message().trim()))
 }
 
-/// The server to use: `flag` (`--server`), else `HEADLESS_RUN_SERVER`; `None` when neither
-/// names one.
-pub fn server_url(flag: Option<&str>, env: EnvLookup<'_>) -> Option<String> {
-    flag.map(str::to_owned)
-        .or_else(|| env(ENV_SERVER).and_then(|v| v.into_string().ok()))
-        .filter(|v| !v.is_empty())
-}
-
 impl Remote {
     /// The server at `url`, with the token and CA from the environment or the credentials
     /// file. Errors say what is missing or wrong, never the token.
@@ -172,7 +134,7 @@ impl Remote {
         };
         let given = env(ENV_TOKEN)
             .and_then(|v| v.into_string().ok())
-            .or_else(|| TAKEN.get().cloned())
+            .or_else(crate::store::url::taken_token)
             .filter(|v| !v.trim().is_empty());
         let from_env = given.is_some();
         let token = given

@@ -2,6 +2,7 @@
 //! the store contract suite and the monitor's tests: a complete, plausible row to change
 //! the few fields a test is about.
 
+#[cfg(feature = "postgres")]
 #[path = "testing_pg.rs"]
 pub mod pg;
 

@@ -34,7 +34,7 @@ fn main() -> ExitCode {
     }
     // A server's token is the shim's alone: out of the environment the tool could read
     // through /proc before any thread starts.
-    hr_shared::remote::take_token();
+    hr_shared::store::url::take_token();
     let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
     if args.first().is_some_and(|a0| {
         std::path::Path::new(a0).file_name() == Some(notify::WATCHDOG_NAME.as_ref())

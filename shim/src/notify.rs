@@ -99,7 +99,7 @@ pub fn run(cfg: &NotifyConfig, a: &Approval, by: &AskedBy) -> Option<String> {
         .env_remove("HEADLESS_RUN_TOOL_RUN_ID")
         .env_remove(hr_shared::event::ENV_EVENT_TOKEN)
         .env_remove(hr_shared::event::ENV_EVENT_FD)
-        .env_remove(hr_shared::remote::ENV_TOKEN)
+        .env_remove(hr_shared::store::url::ENV_TOKEN)
         .stdin(Stdio::piped())
         .stdout(Stdio::null())
         .stderr(Stdio::null());

@@ -276,7 +276,7 @@ fn run(inv: Invocation) -> Result<u8, Failure> {
         // The server's token is the shim's, never the tool's: a tool holding it could
         // write its own run's records (never decide: a runner token cannot).
         env_remove: vec![
-            hr_shared::remote::ENV_TOKEN,
+            hr_shared::store::url::ENV_TOKEN,
             hr_shared::event::ENV_RESULT_FILE,
             hr_shared::event::ENV_PIPELINE_STEP,
             // The worker's note to this shim about the resume, recorded below; a nested run

@@ -186,3 +186,85 @@ fn the_default_dir_is_under_xdg_data_home() {
         link.display()
     );
 }
+
+/// Issue 28: the shim built for the embedded store alone (`--no-default-features`) links no
+/// PostgreSQL or HTTP client and no async runtime, records in the embedded store as the
+/// default build does, and refuses — by name, running the tool unrecorded, as for any
+/// state it cannot reach — a store it was built without.
+#[test]
+fn the_embedded_only_shim_links_no_remote_client_and_refuses_a_remote_store() {
+    let cargo = need("cargo", "cargo");
+    let root = target_dir().join("../..");
+    let tree = std::process::Command::new(&cargo)
+        .args(["tree", "--locked", "--offline", "-p", "headless-run"])
+        .args(["--no-default-features", "-e", "normal", "--prefix", "none"])
+        .current_dir(&root)
+        .output()
+        .unwrap();
+    assert!(tree.status.success(), "{tree:?}");
+    let tree = String::from_utf8_lossy(&tree.stdout);
+    assert!(tree.contains("rusqlite"), "{tree}");
+    for absent in ["postgres", "tokio", "ureq", "rustls"] {
+        assert!(
+            !tree.lines().any(|l| l.contains(absent)),
+            "{absent} linked:\n{tree}"
+        );
+    }
+    let dir = target_dir().join("e2e-deps/embedded-only");
+    let built = std::process::Command::new(&cargo)
+        .args([
+            "build",
+            "--locked",
+            "--offline",
+            "--quiet",
+            "-p",
+            "headless-run",
+        ])
+        .arg("--no-default-features")
+        .arg("--target-dir")
+        .arg(&dir)
+        .current_dir(&root)
+        .status()
+        .unwrap();
+    assert!(built.success(), "the embedded-only shim did not build");
+    let lean = dir.join("debug/headless-run");
+    let env = TestEnv::new();
+    let out = env
+        .command(&lean)
+        .env("HEADLESS", "1")
+        .args(["--", "sh", "-c", "echo recorded"])
+        .run();
+    out.expect_code(0);
+    assert_eq!(out.out(), "recorded\n");
+    let run = env.only_run();
+    assert_eq!(s(&run, "status"), "completed");
+    for (var, value, says) in [
+        (
+            "HEADLESS_RUN_DB",
+            "postgres://runner@127.0.0.1:9/hr",
+            "a PostgreSQL store",
+        ),
+        (
+            "HEADLESS_RUN_SERVER",
+            "http://127.0.0.1:9",
+            "a monitor serve server",
+        ),
+    ] {
+        let out = env
+            .command(&lean)
+            .env("HEADLESS", "1")
+            .env(var, value)
+            .args(["--", "sh", "-c", "echo unrecorded"])
+            .run();
+        out.expect_code(0);
+        assert_eq!(out.out(), "unrecorded\n");
+        assert!(
+            out.stderr.contains(says)
+                && out.stderr.contains("built without")
+                && out.stderr.contains("not recorded"),
+            "{}",
+            out.context()
+        );
+    }
+    assert_eq!(env.runs().len(), 1, "nothing recorded elsewhere");
+}

@@ -1637,13 +1637,18 @@ impl LabelWorker {
 
 /// For the tests of crash safety: `HEADLESS_RUN_TEST_CRASH=POINT` kills the runner (-9)
 /// when it reaches that point (`after-mark`, `after-pid`, `after-exit`, `after-ask-mark`,
-/// `after-ask`, `after-close`), as a power cut or an OOM kill would.
+/// `after-ask`, `after-close`), as a power cut or an OOM kill would. Only in the debug
+/// builds the tests run: a release build has no such switch.
+#[cfg(debug_assertions)]
 fn crash_point(point: &str) {
     if std::env::var_os("HEADLESS_RUN_TEST_CRASH").is_some_and(|p| p == point) {
         // SAFETY: a signal to this process.
         unsafe { libc::kill(libc::getpid(), libc::SIGKILL) };
     }
 }
+
+#[cfg(not(debug_assertions))]
+fn crash_point(_point: &str) {}
 
 /// The visit `s` names, among `steps`.
 fn step_mut<'a>(steps: &'a mut [Step], s: &Step) -> Option<&'a mut Step> {

@@ -27,15 +27,18 @@ pub struct Doorbell {
 
 /// A doorbell for the store `paths` names.
 pub fn for_store(paths: &crate::paths::StatePaths) -> Option<Doorbell> {
+    #[cfg(feature = "http")]
     if let Some(server) = &paths.server {
         return super::http::bell(server);
     }
-    match &paths.store_url {
-        None => Doorbell::new(&paths.db),
-        Some(url) => super::postgres::listen(url),
+    #[cfg(feature = "postgres")]
+    if let Some(url) = &paths.store_url {
+        return super::postgres::listen(url);
     }
+    Doorbell::new(&paths.db)
 }
 
+#[cfg(any(feature = "http", feature = "postgres"))]
 /// A doorbell rung by a thread of its own (`name`), which runs `feed` with the pipe's write
 /// end and rings it with [`ring`] (a listener of the server's notifications, a long poll).
 pub(crate) fn fed_by(name: &str, feed: impl FnOnce(&OwnedFd) + Send + 'static) -> Option<Doorbell> {
@@ -54,6 +57,7 @@ pub(crate) fn fed_by(name: &str, feed: impl FnOnce(&OwnedFd) + Send + 'static) -
     Some(Doorbell::from_pipe(read_end))
 }
 
+#[cfg(any(feature = "http", feature = "postgres"))]
 /// One byte down a bell's pipe; false once nobody reads it any more.
 pub(crate) fn ring(bell: &OwnedFd) -> bool {
     // SAFETY: one readable byte from a valid buffer to a descriptor we own.
@@ -62,6 +66,7 @@ pub(crate) fn ring(bell: &OwnedFd) -> bool {
 }
 
 impl Doorbell {
+    #[cfg(any(feature = "http", feature = "postgres"))]
     /// A doorbell rung by bytes written to the other end of the pipe `read_end`
     /// (non-blocking).
     fn from_pipe(read_end: OwnedFd) -> Doorbell {

@@ -118,12 +118,7 @@ pub fn mark_as_runners(token: &str, row: &mut ToolRun) {
     row.metadata = Some(serde_json::Value::Object(meta));
 }
 
-/// The request fingerprint a runner's command is kept under: its own per token, so that a
-/// decision made for one token's run is never taken by another token's run of the same
-/// command line in the same directory.
-pub fn runner_fingerprint(token: &str, client: &str) -> String {
-    crate::fingerprint::request(&format!("runner:{token}"), &[client.to_owned()], "")
-}
+pub use crate::fingerprint::runner as runner_fingerprint;
 
 /// The facts of a remote host, as it sent them: its name, and the liveness of the
 /// processes it was asked about. A process it said nothing about counts as running (no

@@ -12,11 +12,15 @@
 
 mod asking;
 pub mod doorbell;
+#[cfg(feature = "http")]
 pub mod http;
 pub mod pipelines;
+#[cfg(feature = "postgres")]
 pub mod postgres;
+#[cfg(feature = "http")]
 pub mod remote;
 pub mod sqlite;
+pub mod url;
 pub mod watch;
 
 use crate::approvals::{Approval, ApprovalFilter, DecideOutcome, Decider};
@@ -444,53 +448,58 @@ pub trait OperatorStore {
 pub fn url_from_env() -> Option<String> {
     std::env::var("HEADLESS_RUN_DB")
         .ok()
-        .filter(|v| postgres::is_url(v))
+        .filter(|v| url::is_url(v))
 }
 
 /// The store a shim records its run in: the one `HEADLESS_RUN_DB` names, else the embedded
-/// SQLite database of `paths`, created when missing.
+/// SQLite database of `paths`, created when missing. (A build without a remote store never
+/// has one in `paths`: [`StatePaths::resolve`] refuses it.)
 pub fn runner(paths: &StatePaths) -> Box<dyn RunnerStore> {
-    if let Some(server) = &paths.server {
-        return Box::new(http::HttpRunner::new(server, paths));
-    }
-    match &paths.store_url {
-        None => Box::new(sqlite::SqliteStore::create(paths.clone())),
-        Some(url) => Box::new(postgres::PgRunner::new(url, paths)),
-    }
+    remote_runner(paths).unwrap_or_else(|| Box::new(sqlite::SqliteStore::create(paths.clone())))
 }
 
 /// A second session on the store a shim records in (a wait-mode watcher's), on a database
 /// that must exist by then.
 pub fn runner_watch(paths: &StatePaths) -> Box<dyn RunnerStore> {
+    remote_runner(paths).unwrap_or_else(|| Box::new(sqlite::SqliteStore::existing(paths.clone())))
+}
+
+/// The runner side of the remote store `paths` names, if it names one.
+fn remote_runner(paths: &StatePaths) -> Option<Box<dyn RunnerStore>> {
+    #[cfg(feature = "http")]
     if let Some(server) = &paths.server {
-        return Box::new(http::HttpRunner::new(server, paths));
+        return Some(Box::new(http::HttpRunner::new(server, paths)));
     }
-    match &paths.store_url {
-        None => Box::new(sqlite::SqliteStore::existing(paths.clone())),
-        Some(url) => Box::new(postgres::PgRunner::new(url, paths)),
+    #[cfg(feature = "postgres")]
+    if let Some(url) = &paths.store_url {
+        return Some(Box::new(postgres::PgRunner::new(url, paths)));
     }
+    let _ = paths;
+    None
 }
 
 /// A read-only look at the store as it is (no migration), for `monitor doctor`.
 pub fn inspector(paths: &StatePaths) -> Box<dyn OperatorStore> {
-    if let Some(server) = &paths.server {
-        return Box::new(remote::HttpOperator::new(server));
-    }
-    match &paths.store_url {
-        None => Box::new(sqlite::SqliteStore::inspect(paths.clone())),
-        Some(url) => Box::new(postgres::PgOperator::new(url)),
-    }
+    remote_operator(paths).unwrap_or_else(|| Box::new(sqlite::SqliteStore::inspect(paths.clone())))
 }
 
 /// The store `monitor` works on: a `monitor serve` server's operator API when `paths.server`
 /// names one (`monitor --server`, `HEADLESS_RUN_SERVER`), else the one `HEADLESS_RUN_DB`
 /// names, else the SQLite database of `paths`, which must exist.
 pub fn operator(paths: &StatePaths) -> Box<dyn OperatorStore> {
+    remote_operator(paths).unwrap_or_else(|| Box::new(sqlite::SqliteStore::existing(paths.clone())))
+}
+
+/// The operator side of the remote store `paths` names, if it names one.
+fn remote_operator(paths: &StatePaths) -> Option<Box<dyn OperatorStore>> {
+    #[cfg(feature = "http")]
     if let Some(server) = &paths.server {
-        return Box::new(remote::HttpOperator::new(server));
+        return Some(Box::new(remote::HttpOperator::new(server)));
     }
-    match &paths.store_url {
-        None => Box::new(sqlite::SqliteStore::existing(paths.clone())),
-        Some(url) => Box::new(postgres::PgOperator::new(url)),
+    #[cfg(feature = "postgres")]
+    if let Some(url) = &paths.store_url {
+        return Some(Box::new(postgres::PgOperator::new(url)));
     }
+    let _ = paths;
+    None
 }

@@ -153,6 +153,7 @@ pub fn for_store(paths: &StatePaths) -> StoreResult<Box<dyn PipelineStore>> {
             "pipelines through a server (run them on the server's store: the embedded one or PostgreSQL)",
         ));
     }
+    #[cfg(feature = "postgres")]
     if let Some(url) = &paths.store_url {
         return Ok(Box::new(super::postgres::PgRunner::new(url, paths)));
     }

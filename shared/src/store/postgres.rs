@@ -58,36 +58,7 @@ pub const ROLES: [(&str, &str); 3] = [
     ("viewer", "headless_viewer"),
 ];
 
-/// Whether a store URL names the PostgreSQL store.
-pub fn is_url(s: &str) -> bool {
-    s.starts_with("postgres://") || s.starts_with("postgresql://")
-}
-
-/// A URL as it may be shown: any password in it replaced by `***`.
-pub fn without_password(url: &str) -> String {
-    let mut out = url.to_owned();
-    if let Some(scheme_end) = out.find("://") {
-        let rest = scheme_end + 3;
-        let authority_end = out[rest..].find(['/', '?']).map_or(out.len(), |i| rest + i);
-        if let Some(at) = out[rest..authority_end].rfind('@').map(|i| rest + i)
-            && let Some(colon) = out[rest..at].find(':').map(|i| rest + i)
-        {
-            out.replace_range(colon + 1..at, "***");
-        }
-    }
-    if let Some(q) = out.find('?') {
-        let (base, query) = out.split_at(q + 1);
-        let query: Vec<String> = query
-            .split('&')
-            .map(|kv| match kv.split_once('=') {
-                Some((k, _)) if k.eq_ignore_ascii_case("password") => format!("{k}=***"),
-                _ => kv.to_owned(),
-            })
-            .collect();
-        out = format!("{base}{}", query.join("&"));
-    }
-    out
-}
+pub use super::url::{is_url, without_password};
 
 /// Where and how to connect: the settings, and TLS when the URL asks for it.
 #[derive(Clone)]
