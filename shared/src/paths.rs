@@ -464,26 +464,18 @@ mod tests {
             ("HOME", "/h"),
             ("HEADLESS_RUN_DB", "postgres://runner@db.test/hr"),
         ]);
-        match StatePaths::resolve_with(None, &env) {
-            Ok(p) => {
-                assert!(cfg!(feature = "postgres"));
-                assert_eq!(p.store_url.as_deref(), Some("postgres://runner@db.test/hr"));
-            }
-            Err(e) => {
-                assert!(cfg!(not(feature = "postgres")), "{e}");
-                assert!(e.to_string().contains("a PostgreSQL store"), "{e}");
-            }
+        let got = StatePaths::resolve_with(None, &env);
+        assert_eq!(got.is_ok(), cfg!(feature = "postgres"), "{got:?}");
+        match got {
+            Ok(p) => assert_eq!(p.store_url.as_deref(), Some("postgres://runner@db.test/hr")),
+            Err(e) => assert!(e.to_string().contains("a PostgreSQL store"), "{e}"),
         }
         let env = env_of(&[("HOME", "/h"), ("HEADLESS_RUN_SERVER", "https://hr.test")]);
-        match StatePaths::resolve_with(None, &env) {
-            Ok(p) => {
-                assert!(cfg!(feature = "http"));
-                assert_eq!(p.server.as_deref(), Some("https://hr.test"));
-            }
-            Err(e) => {
-                assert!(cfg!(not(feature = "http")), "{e}");
-                assert!(e.to_string().contains("HEADLESS_RUN_SERVER"), "{e}");
-            }
+        let got = StatePaths::resolve_with(None, &env);
+        assert_eq!(got.is_ok(), cfg!(feature = "http"), "{got:?}");
+        match got {
+            Ok(p) => assert_eq!(p.server.as_deref(), Some("https://hr.test")),
+            Err(e) => assert!(e.to_string().contains("HEADLESS_RUN_SERVER"), "{e}"),
         }
     }
 
