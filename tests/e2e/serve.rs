@@ -433,6 +433,14 @@ fn the_operator_api_decides_lists_cancels_and_answers_every_error_as_json() {
     );
     assert!(out.stderr.contains(" alice"), "{}", out.stderr);
     assert!(!out.stderr.contains(&op), "{}", out.stderr);
+    // A refusal names who was refused: the viewer's cancel, answered 403.
+    assert!(
+        out.stderr
+            .lines()
+            .any(|l| l.contains("/cancel 403 ") && l.ends_with(" wall-screen")),
+        "{}",
+        out.stderr
+    );
 }
 
 #[test]

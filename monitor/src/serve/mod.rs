@@ -6,6 +6,7 @@
 //! may do; decisions are recorded as decided by the token's name, channel `http`, with every
 //! rule of the CLI (first writer wins, screen binding, expiry).
 
+mod auth;
 mod limits;
 mod listen;
 mod runner;
@@ -13,8 +14,9 @@ pub mod tokens;
 
 use crate::cli::Ctx;
 use crate::error::{CliError, CliResult};
+use auth::{Operator, Reader, Watcher};
 use axum::body::Bytes;
-use axum::extract::{ConnectInfo, Path, Query, Request, State};
+use axum::extract::{Path, Query, Request, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
@@ -393,12 +395,11 @@ fn router(server: Arc<Server>) -> Router {
 async fn log_request(req: Request, next: Next) -> Response {
     let (method, path) = (req.method().clone(), req.uri().path().to_owned());
     let t0 = Instant::now();
+    let slot = auth::CallerSlot::default();
+    let mut req = req;
+    req.extensions_mut().insert(slot.clone());
     let resp = next.run(req).await;
-    let who = resp
-        .extensions()
-        .get::<Caller>()
-        .map(|c| c.name.clone())
-        .unwrap_or_else(|| "-".into());
+    let who = slot.name().unwrap_or_else(|| "-".into());
     eprintln!(
         "{} {method} {} {} {:.1}ms {}",
         hr_shared::time::now_rfc3339(),
@@ -540,22 +541,7 @@ impl Server {
                 ),
             )
             .with("limit", json!(most))
-            .by(c)
         })
-    }
-
-    /// The caller, when its role is one of `roles` (else 403).
-    fn allowed(&self, ip: IpAddr, headers: &HeaderMap, roles: &[Role]) -> Result<Caller, ApiError> {
-        let c = self.caller(ip, headers)?;
-        if roles.contains(&c.role) {
-            Ok(c)
-        } else {
-            Err(ApiError::new(
-                StatusCode::FORBIDDEN,
-                format!("a {} token may not do this", c.role.as_str()),
-            )
-            .by(&c))
-        }
     }
 
     /// Runs `f` on the store's thread; a store error is a 503.
@@ -579,7 +565,6 @@ impl Server {
 struct ApiError {
     status: StatusCode,
     body: Value,
-    caller: Option<Caller>,
 }
 
 impl ApiError {
@@ -587,17 +572,11 @@ impl ApiError {
         ApiError {
             status,
             body: json!({ "error": msg.into() }),
-            caller: None,
         }
     }
 
     fn with(mut self, key: &str, v: Value) -> Self {
         self.body[key] = v;
-        self
-    }
-
-    fn by(mut self, c: &Caller) -> Self {
-        self.caller = Some(c.clone());
         self
     }
 
@@ -635,19 +614,13 @@ impl ApiError {}
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        let mut resp = (self.status, Json(self.body)).into_response();
-        if let Some(c) = self.caller {
-            resp.extensions_mut().insert(c);
-        }
-        resp
+        (self.status, Json(self.body)).into_response()
     }
 }
 
-/// A JSON answer, with the caller for the request log.
-fn ok(caller: &Caller, status: StatusCode, body: Value) -> Response {
-    let mut resp = (status, Json(body)).into_response();
-    resp.extensions_mut().insert(caller.clone());
-    resp
+/// A JSON answer.
+fn ok(status: StatusCode, body: Value) -> Response {
+    (status, Json(body)).into_response()
 }
 
 /// Sessions of a store (`S`: the operator's or the runner's trait), on a few threads of
@@ -792,12 +765,10 @@ fn approval_json(store: &mut dyn OperatorStore, a: &Approval) -> Result<Value, A
 
 async fn list_approvals(
     State(s): State<Arc<Server>>,
-    ConnectInfo(peer): ConnectInfo<SocketAddr>,
-    headers: HeaderMap,
+    _: Reader,
     Query(q): Query<HashMap<String, String>>,
 ) -> Result<Response, ApiError> {
-    let c = s.allowed(peer.ip(), &headers, &[Role::Operator, Role::Viewer])?;
-    let f = filters(&q).map_err(|e| e.by(&c))?;
+    let f = filters(&q)?;
     let statuses = if f.statuses.is_empty() {
         vec![ApprovalStatus::Pending]
     } else {
@@ -814,8 +785,7 @@ async fn list_approvals(
                     )
                 })
             })
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(|e| e.by(&c))?
+            .collect::<Result<Vec<_>, _>>()?
             .into_iter()
             .flatten()
             .collect()
@@ -835,26 +805,22 @@ async fn list_approvals(
                 .map(|a| approval_json(st, a))
                 .collect::<Result<Vec<_>, _>>()
         })
-        .await
-        .map_err(|e| e.by(&c))?;
-    Ok(ok(&c, StatusCode::OK, json!({ "approvals": list })))
+        .await?;
+    Ok(ok(StatusCode::OK, json!({ "approvals": list })))
 }
 
 async fn one_approval(
     State(s): State<Arc<Server>>,
-    ConnectInfo(peer): ConnectInfo<SocketAddr>,
-    headers: HeaderMap,
+    _: Reader,
     Path(id): Path<String>,
 ) -> Result<Response, ApiError> {
-    let c = s.allowed(peer.ip(), &headers, &[Role::Operator, Role::Viewer])?;
     let v = s
         .with_store(move |st| match or_missing(st.approval(&id))? {
             Some(a) => approval_json(st, &a),
             None => Err(ApiError::new(StatusCode::NOT_FOUND, "no such approval")),
         })
-        .await
-        .map_err(|e| e.by(&c))?;
-    Ok(ok(&c, StatusCode::OK, v))
+        .await?;
+    Ok(ok(StatusCode::OK, v))
 }
 
 /// A decision's body: `{"comment": …, "version": …}` and, for `decide`, `{"value": …}`;
@@ -957,9 +923,8 @@ async fn decide_as(
                 DecideOutcome::Changed(a) => Err(not_this_version(st, &why, &a, "changed")?),
             }
         })
-        .await
-        .map_err(|e| e.by(c))?;
-    Ok(ok(c, status, body))
+        .await?;
+    Ok(ok(status, body))
 }
 
 /// The 409 of a decision already made: who and when, `outcome` (`unchanged`: the same
@@ -1003,36 +968,32 @@ fn not_this_version(
 
 async fn decide_approval(
     State(s): State<Arc<Server>>,
-    ConnectInfo(peer): ConnectInfo<SocketAddr>,
-    headers: HeaderMap,
+    Operator(c): Operator,
     Path((id, action)): Path<(String, String)>,
     body: Bytes,
 ) -> Result<Response, ApiError> {
-    let c = s.allowed(peer.ip(), &headers, &[Role::Operator])?;
-    let mut fields = body_fields(&body).map_err(|e| e.by(&c))?;
+    let mut fields = body_fields(&body)?;
     let value = match action.as_str() {
         "approve" | "reject" => action.clone(),
         "decide" => fields
             .value
             .take()
-            .ok_or_else(|| ApiError::new(StatusCode::BAD_REQUEST, "`value` is needed").by(&c))?,
-        _ => return Err(ApiError::new(StatusCode::NOT_FOUND, "no such endpoint").by(&c)),
+            .ok_or_else(|| ApiError::new(StatusCode::BAD_REQUEST, "`value` is needed"))?,
+        _ => return Err(ApiError::new(StatusCode::NOT_FOUND, "no such endpoint")),
     };
     decide_as(&s, &c, id, value, fields).await
 }
 
 async fn decide_execution(
     State(s): State<Arc<Server>>,
-    ConnectInfo(peer): ConnectInfo<SocketAddr>,
-    headers: HeaderMap,
+    Operator(c): Operator,
     Path((id, action)): Path<(String, String)>,
     body: Bytes,
 ) -> Result<Response, ApiError> {
-    let c = s.allowed(peer.ip(), &headers, &[Role::Operator])?;
     if action != "approve" && action != "reject" {
-        return Err(ApiError::new(StatusCode::NOT_FOUND, "no such endpoint").by(&c));
+        return Err(ApiError::new(StatusCode::NOT_FOUND, "no such endpoint"));
     }
-    let fields = body_fields(&body).map_err(|e| e.by(&c))?;
+    let fields = body_fields(&body)?;
     let execution = id.clone();
     let pending = s
         .with_store(move |st| {
@@ -1042,8 +1003,7 @@ async fn decide_execution(
                 ..Default::default()
             }))
         })
-        .await
-        .map_err(|e| e.by(&c))?;
+        .await?;
     // A question asked again on a changed screen is approved only by one who sends its
     // version: "approve the execution" was meant for what was shown before.
     if let [one] = pending.as_slice()
@@ -1059,15 +1019,13 @@ async fn decide_execution(
         )
         .with("outcome", json!("changed"))
         .with("approval_id", json!(one.approval_id))
-        .with("version", json!(one.version()))
-        .by(&c));
+        .with("version", json!(one.version())));
     }
     match pending.as_slice() {
         [] => Err(ApiError::new(
             StatusCode::NOT_FOUND,
             "no pending approval in this execution",
-        )
-        .by(&c)),
+        )),
         [one] => decide_as(&s, &c, one.approval_id.clone(), action, fields).await,
         many => Err(ApiError::new(
             StatusCode::CONFLICT,
@@ -1080,8 +1038,7 @@ async fn decide_execution(
                     .map(|a| a.approval_id.clone())
                     .collect::<Vec<_>>()
             ),
-        )
-        .by(&c)),
+        )),
     }
 }
 
@@ -1089,11 +1046,9 @@ async fn decide_execution(
 /// first, each with its steps' states.
 async fn list_executions(
     State(s): State<Arc<Server>>,
-    ConnectInfo(peer): ConnectInfo<SocketAddr>,
-    headers: HeaderMap,
+    _: Reader,
     Query(q): Query<HashMap<String, String>>,
 ) -> Result<Response, ApiError> {
-    let c = s.allowed(peer.ip(), &headers, &[Role::Operator, Role::Viewer])?;
     if let Some(k) = q.keys().find(|k| *k != "limit") {
         return Err(ApiError::new(
             StatusCode::BAD_REQUEST,
@@ -1101,8 +1056,7 @@ async fn list_executions(
                 "unknown parameter `{}`",
                 hr_shared::sanitize::sanitize_line(k)
             ),
-        )
-        .by(&c));
+        ));
     }
     let limit = match q.get("limit") {
         None => 50,
@@ -1111,7 +1065,7 @@ async fn list_executions(
             .ok()
             .filter(|n| (1..=1000).contains(n))
             .ok_or_else(|| {
-                ApiError::new(StatusCode::BAD_REQUEST, "limit is a number from 1 to 1000").by(&c)
+                ApiError::new(StatusCode::BAD_REQUEST, "limit is a number from 1 to 1000")
             })?,
     };
     let paths = s.paths.clone();
@@ -1123,8 +1077,8 @@ async fn list_executions(
         hr_shared::store::pipelines::for_store(&paths).and_then(|mut st| st.pipelines(limit))
     })
     .await
-    .map_err(|e| ApiError::new(StatusCode::SERVICE_UNAVAILABLE, e.to_string()).by(&c))?
-    .map_err(|e| ApiError::store(e).by(&c))?;
+    .map_err(|e| ApiError::new(StatusCode::SERVICE_UNAVAILABLE, e.to_string()))?
+    .map_err(ApiError::store)?;
     let executions: Vec<Value> = list
         .into_iter()
         .map(|p| {
@@ -1145,18 +1099,16 @@ async fn list_executions(
             })
         })
         .collect();
-    Ok(ok(&c, StatusCode::OK, json!({ "executions": executions })))
+    Ok(ok(StatusCode::OK, json!({ "executions": executions })))
 }
 
 /// `GET /api/v1/executions/{id}`: an execution — its runs, its approvals, and when it is a
 /// pipeline, its status and steps.
 async fn one_execution(
     State(s): State<Arc<Server>>,
-    ConnectInfo(peer): ConnectInfo<SocketAddr>,
-    headers: HeaderMap,
+    _: Reader,
     Path(id): Path<String>,
 ) -> Result<Response, ApiError> {
-    let c = s.allowed(peer.ip(), &headers, &[Role::Operator, Role::Viewer])?;
     let execution = id.clone();
     let (runs, approvals) = s
         .with_store(move |st| {
@@ -1172,8 +1124,7 @@ async fn one_execution(
             }))?;
             Ok((runs, approvals))
         })
-        .await
-        .map_err(|e| e.by(&c))?;
+        .await?;
     let paths = s.paths.clone();
     let look = id.clone();
     let pipeline = tokio::task::spawn_blocking(move || {
@@ -1184,10 +1135,10 @@ async fn one_execution(
         hr_shared::store::pipelines::for_store(&paths).and_then(|mut st| st.pipeline(&look))
     })
     .await
-    .map_err(|e| ApiError::new(StatusCode::SERVICE_UNAVAILABLE, e.to_string()).by(&c))?
-    .map_err(|e| ApiError::store(e).by(&c))?;
+    .map_err(|e| ApiError::new(StatusCode::SERVICE_UNAVAILABLE, e.to_string()))?
+    .map_err(ApiError::store)?;
     if runs.is_empty() && approvals.is_empty() && pipeline.is_none() {
-        return Err(ApiError::new(StatusCode::NOT_FOUND, "no such execution").by(&c));
+        return Err(ApiError::new(StatusCode::NOT_FOUND, "no such execution"));
     }
     let pipeline = pipeline.map(|p| {
         json!({
@@ -1204,7 +1155,6 @@ async fn one_execution(
         })
     });
     Ok(ok(
-        &c,
         StatusCode::OK,
         json!({
             "execution_id": id,
@@ -1217,21 +1167,22 @@ async fn one_execution(
 
 async fn list_runs(
     State(s): State<Arc<Server>>,
-    ConnectInfo(peer): ConnectInfo<SocketAddr>,
-    headers: HeaderMap,
+    _: Reader,
     Query(q): Query<HashMap<String, String>>,
 ) -> Result<Response, ApiError> {
-    let c = s.allowed(peer.ip(), &headers, &[Role::Operator, Role::Viewer])?;
-    let f = filters(&q).map_err(|e| e.by(&c))?;
+    let f = filters(&q)?;
     if f.run.is_some() {
-        return Err(ApiError::new(StatusCode::BAD_REQUEST, "unknown parameter `run`").by(&c));
+        return Err(ApiError::new(
+            StatusCode::BAD_REQUEST,
+            "unknown parameter `run`",
+        ));
     }
     let statuses = f
         .statuses
         .iter()
         .map(|s| s.parse::<RunStatus>())
         .collect::<Result<Vec<_>, _>>()
-        .map_err(|_| ApiError::new(StatusCode::BAD_REQUEST, "not a run status").by(&c))?;
+        .map_err(|_| ApiError::new(StatusCode::BAD_REQUEST, "not a run status"))?;
     let filter = RunFilter {
         statuses,
         tool: f.tool,
@@ -1239,23 +1190,21 @@ async fn list_runs(
         since: f.since,
         limit: Some(f.limit.unwrap_or(100)),
     };
-    let runs = s
-        .with_store(move |st| or_none(st.runs(&filter)))
-        .await
-        .map_err(|e| e.by(&c))?;
-    Ok(ok(&c, StatusCode::OK, json!({ "runs": runs })))
+    let runs = s.with_store(move |st| or_none(st.runs(&filter))).await?;
+    Ok(ok(StatusCode::OK, json!({ "runs": runs })))
 }
 
 async fn one_run(
     State(s): State<Arc<Server>>,
-    ConnectInfo(peer): ConnectInfo<SocketAddr>,
-    headers: HeaderMap,
+    _: Reader,
     Path(id): Path<String>,
     Query(q): Query<HashMap<String, String>>,
 ) -> Result<Response, ApiError> {
-    let c = s.allowed(peer.ip(), &headers, &[Role::Operator, Role::Viewer])?;
     if q.keys().any(|k| k != "tail") {
-        return Err(ApiError::new(StatusCode::BAD_REQUEST, "the only parameter is `tail`").by(&c));
+        return Err(ApiError::new(
+            StatusCode::BAD_REQUEST,
+            "the only parameter is `tail`",
+        ));
     }
     let lines = match q.get("tail") {
         Some(t) => t
@@ -1263,33 +1212,30 @@ async fn one_run(
             .ok()
             .filter(|n| *n <= 10_000)
             .ok_or_else(|| {
-                ApiError::new(StatusCode::BAD_REQUEST, "tail is a number from 0 to 10000").by(&c)
+                ApiError::new(StatusCode::BAD_REQUEST, "tail is a number from 0 to 10000")
             })?,
         None => 40,
     };
     let log = s.paths.run_log(&id);
     let run = s
         .with_store(move |st| or_missing(st.run(&id)))
-        .await
-        .map_err(|e| e.by(&c))?
-        .ok_or_else(|| ApiError::new(StatusCode::NOT_FOUND, "no such run").by(&c))?;
+        .await?
+        .ok_or_else(|| ApiError::new(StatusCode::NOT_FOUND, "no such run"))?;
     let mut v = serde_json::to_value(&run).unwrap_or(Value::Null);
     v["output_tail"] = json!(match lines {
         0 => String::new(),
         n => crate::cmd::show::output_tail(&log, n),
     });
-    Ok(ok(&c, StatusCode::OK, v))
+    Ok(ok(StatusCode::OK, v))
 }
 
 async fn cancel_run(
     State(s): State<Arc<Server>>,
-    ConnectInfo(peer): ConnectInfo<SocketAddr>,
-    headers: HeaderMap,
+    Operator(c): Operator,
     Path(id): Path<String>,
     body: Bytes,
 ) -> Result<Response, ApiError> {
-    let c = s.allowed(peer.ip(), &headers, &[Role::Operator])?;
-    let reason = body_fields(&body).map_err(|e| e.by(&c))?.comment;
+    let reason = body_fields(&body)?.comment;
     let by = c.name.clone();
     let paths = s.paths.clone();
     let (status, body) = s
@@ -1321,40 +1267,33 @@ async fn cancel_run(
                 }
             }
         })
-        .await
-        .map_err(|e| e.by(&c))?;
-    Ok(ok(&c, status, body))
+        .await?;
+    Ok(ok(status, body))
 }
 
 /// `GET /api/v1/runs/{id}/audit`: the run's audit rows, oldest first (none for an unknown
 /// run).
 async fn run_audit(
     State(s): State<Arc<Server>>,
-    ConnectInfo(peer): ConnectInfo<SocketAddr>,
-    headers: HeaderMap,
+    _: Reader,
     Path(id): Path<String>,
 ) -> Result<Response, ApiError> {
-    let c = s.allowed(peer.ip(), &headers, &[Role::Operator, Role::Viewer])?;
     let rows = s
         .with_store(move |st| or_none(st.audit_of_run(&id)))
-        .await
-        .map_err(|e| e.by(&c))?;
-    Ok(ok(&c, StatusCode::OK, json!({ "audit": rows })))
+        .await?;
+    Ok(ok(StatusCode::OK, json!({ "audit": rows })))
 }
 
 /// `GET /api/v1/approvals/{id}/audit`: the approval's audit rows, oldest first.
 async fn approval_audit(
     State(s): State<Arc<Server>>,
-    ConnectInfo(peer): ConnectInfo<SocketAddr>,
-    headers: HeaderMap,
+    _: Reader,
     Path(id): Path<String>,
 ) -> Result<Response, ApiError> {
-    let c = s.allowed(peer.ip(), &headers, &[Role::Operator, Role::Viewer])?;
     let rows = s
         .with_store(move |st| or_none(st.audit_of_approval(&id)))
-        .await
-        .map_err(|e| e.by(&c))?;
-    Ok(ok(&c, StatusCode::OK, json!({ "audit": rows })))
+        .await?;
+    Ok(ok(StatusCode::OK, json!({ "audit": rows })))
 }
 
 /// A number from `min` to `max` in query parameter `k`, else 400.
@@ -1398,12 +1337,10 @@ fn only_params(q: &HashMap<String, String>, known: &[&str]) -> Result<(), ApiErr
 /// resolves a short id with.
 async fn ids(
     State(s): State<Arc<Server>>,
-    ConnectInfo(peer): ConnectInfo<SocketAddr>,
-    headers: HeaderMap,
+    _: Reader,
     Query(q): Query<HashMap<String, String>>,
 ) -> Result<Response, ApiError> {
-    let c = s.allowed(peer.ip(), &headers, &[Role::Operator, Role::Viewer])?;
-    only_params(&q, &["prefix", "limit"]).map_err(|e| e.by(&c))?;
+    only_params(&q, &["prefix", "limit"])?;
     let prefix = q
         .get("prefix")
         .map(|p| p.trim().to_ascii_uppercase())
@@ -1415,16 +1352,12 @@ async fn ids(
                 StatusCode::BAD_REQUEST,
                 "`prefix` is the start of an id: 1 to 64 letters, digits and dashes",
             )
-            .by(&c)
         })?;
-    let limit = query_number(&q, "limit", 1, 100)
-        .map_err(|e| e.by(&c))?
-        .unwrap_or(10) as usize;
+    let limit = query_number(&q, "limit", 1, 100)?.unwrap_or(10) as usize;
     let found = s
         .with_store(move |st| or_none(st.ids_starting_with(&prefix, limit)))
-        .await
-        .map_err(|e| e.by(&c))?;
-    Ok(ok(&c, StatusCode::OK, json!({ "ids": found })))
+        .await?;
+    Ok(ok(StatusCode::OK, json!({ "ids": found })))
 }
 
 /// `GET /api/v1/counts?since=&soon=`: runs by live status, pending approvals and how many
@@ -1433,22 +1366,16 @@ async fn ids(
 /// then. The dashboard's alerts line.
 async fn counts(
     State(s): State<Arc<Server>>,
-    ConnectInfo(peer): ConnectInfo<SocketAddr>,
-    headers: HeaderMap,
+    _: Reader,
     Query(q): Query<HashMap<String, String>>,
 ) -> Result<Response, ApiError> {
-    let c = s.allowed(peer.ip(), &headers, &[Role::Operator, Role::Viewer])?;
-    only_params(&q, &["since", "soon"]).map_err(|e| e.by(&c))?;
+    only_params(&q, &["since", "soon"])?;
     let since = q
         .get("since")
         .map(|v| crate::parse::since(v))
         .transpose()
-        .map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, e).by(&c))?;
-    let soon = Duration::from_secs(
-        query_number(&q, "soon", 0, 366 * 24 * 3600)
-            .map_err(|e| e.by(&c))?
-            .unwrap_or(3600),
-    );
+        .map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, e))?;
+    let soon = Duration::from_secs(query_number(&q, "soon", 0, 366 * 24 * 3600)?.unwrap_or(3600));
     let counts = s
         .with_store(move |st| {
             let counts = match &since {
@@ -1460,11 +1387,9 @@ async fn counts(
                 other => other.map_err(ApiError::store),
             }
         })
-        .await
-        .map_err(|e| e.by(&c))?;
+        .await?;
     let body = hr_shared::store::remote::CountsBody::from(counts);
     Ok(ok(
-        &c,
         StatusCode::OK,
         serde_json::to_value(body).unwrap_or(Value::Null),
     ))
@@ -1526,15 +1451,9 @@ const MARK_WAIT_MAX: u64 = 60;
 /// `--server` clients learn of a decision at once, without polling).
 async fn mark(
     State(s): State<Arc<Server>>,
-    ConnectInfo(peer): ConnectInfo<SocketAddr>,
-    headers: HeaderMap,
+    Watcher(c): Watcher,
     Query(q): Query<HashMap<String, String>>,
 ) -> Result<Response, ApiError> {
-    let c = s.allowed(
-        peer.ip(),
-        &headers,
-        &[Role::Operator, Role::Viewer, Role::Runner],
-    )?;
     let number = |k: &str, max: u64| -> Result<Option<u64>, ApiError> {
         q.get(k)
             .map(|v| {
@@ -1543,7 +1462,6 @@ async fn mark(
                         StatusCode::BAD_REQUEST,
                         format!("`{k}` is a number from 0 to {max}"),
                     )
-                    .by(&c)
                 })
             })
             .transpose()
@@ -1555,8 +1473,7 @@ async fn mark(
                 "unknown parameter `{}`",
                 hr_shared::sanitize::sanitize_line(k)
             ),
-        )
-        .by(&c));
+        ));
     }
     let after = number("after", u64::MAX)?;
     let wait = Duration::from_secs(number("wait", MARK_WAIT_MAX)?.unwrap_or(0));
@@ -1570,8 +1487,7 @@ async fn mark(
             return Err(ApiError::new(
                 StatusCode::UNAUTHORIZED,
                 "the token was revoked or expired while this long poll waited",
-            )
-            .by(&c));
+            ));
         }
         let m = s
             .marks
@@ -1579,11 +1495,10 @@ async fn mark(
                 Err(hr_shared::db::StoreError::Missing(_)) => Ok(0),
                 other => other.map_err(ApiError::store),
             })
-            .await
-            .map_err(|e| e.by(&c))?;
+            .await?;
         let now = Instant::now();
         if after != Some(m) || now >= deadline || s.stopping.load(Ordering::Relaxed) {
-            return Ok(ok(&c, StatusCode::OK, json!({ "mark": m })));
+            return Ok(ok(StatusCode::OK, json!({ "mark": m })));
         }
         if slot.is_none() {
             slot = Some(s.stream_slot(&c)?);
@@ -1602,19 +1517,21 @@ const EVENTS_LOOK: Duration = Duration::from_millis(250);
 /// (and the connection closed: a client sees the end whatever it makes of the body).
 async fn events(
     State(s): State<Arc<Server>>,
-    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    Reader(c): Reader,
     headers: HeaderMap,
     Query(q): Query<HashMap<String, String>>,
 ) -> Result<Response, ApiError> {
     use axum::response::sse::{Event, KeepAlive, Sse};
-    let c = s.allowed(peer.ip(), &headers, &[Role::Operator, Role::Viewer])?;
     let given = headers
         .get("last-event-id")
         .and_then(|v| v.to_str().ok())
         .map(str::to_owned)
         .or_else(|| q.get("after").cloned());
     if q.keys().any(|k| k != "after") {
-        return Err(ApiError::new(StatusCode::BAD_REQUEST, "the only parameter is `after`").by(&c));
+        return Err(ApiError::new(
+            StatusCode::BAD_REQUEST,
+            "the only parameter is `after`",
+        ));
     }
     let start = match given {
         Some(v) => v
@@ -1622,16 +1539,14 @@ async fn events(
             .parse::<i64>()
             .ok()
             .filter(|n| *n >= 0)
-            .ok_or_else(|| {
-                ApiError::new(StatusCode::BAD_REQUEST, "an event id is a number").by(&c)
-            })?,
-        None => s
-            .with_store(|st| match st.audit_head_id() {
+            .ok_or_else(|| ApiError::new(StatusCode::BAD_REQUEST, "an event id is a number"))?,
+        None => {
+            s.with_store(|st| match st.audit_head_id() {
                 Err(hr_shared::db::StoreError::Missing(_)) => Ok(0),
                 other => other.map_err(ApiError::store),
             })
-            .await
-            .map_err(|e| e.by(&c))?,
+            .await?
+        }
     };
     let slot = s.stream_slot(&c)?;
     let state = Streaming {
@@ -1720,12 +1635,7 @@ struct Streaming {
     _slot: limits::Slot,
 }
 
-async fn metrics(
-    State(s): State<Arc<Server>>,
-    ConnectInfo(peer): ConnectInfo<SocketAddr>,
-    headers: HeaderMap,
-) -> Result<Response, ApiError> {
-    let c = s.allowed(peer.ip(), &headers, &[Role::Operator, Role::Viewer])?;
+async fn metrics(State(s): State<Arc<Server>>, Reader(c): Reader) -> Result<Response, ApiError> {
     let (counts, decided) = s
         .with_store(|st| {
             let counts = match st.counts(&hr_shared::time::now_rfc3339(), Duration::from_secs(3600))
@@ -1743,8 +1653,7 @@ async fn metrics(
             }))?;
             Ok((counts, decided))
         })
-        .await
-        .map_err(|e| e.by(&c))?;
+        .await?;
     let mut out = String::new();
     out.push_str("# HELP headless_run_runs Runs by status.\n# TYPE headless_run_runs gauge\n");
     for (status, n) in &counts.totals {

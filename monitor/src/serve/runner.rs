@@ -16,11 +16,11 @@
 //! Facts about processes come from the asking host ([`ReportedHost`]), for the runs of its
 //! own token it was shown; a process it said nothing about counts as running.
 
-use super::tokens::Role;
+use super::auth::Runner;
 use super::{ApiError, Caller, Server, ok};
 use axum::body::Bytes;
-use axum::extract::{ConnectInfo, Path, Query, State};
-use axum::http::{HeaderMap, StatusCode};
+use axum::extract::{Path, Query, State};
+use axum::http::StatusCode;
 use axum::response::Response;
 use hr_shared::config::OnExpire;
 use hr_shared::runs::{StatusChange, ToolRun};
@@ -32,23 +32,9 @@ use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 use std::collections::HashMap;
 use std::io::Write;
-use std::net::SocketAddr;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::PathBuf;
 use std::sync::Arc;
-
-/// The caller, when it holds a runner token (else 401/403).
-fn runner(s: &Server, peer: SocketAddr, headers: &HeaderMap) -> Result<Caller, ApiError> {
-    let c = s.allowed(peer.ip(), headers, &[Role::Runner])?;
-    if !s.runner_api {
-        return Err(ApiError::new(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "the runner API on the PostgreSQL store needs a runner login: monitor serve --runner-db URL",
-        )
-        .by(&c));
-    }
-    Ok(c)
-}
 
 /// Who the audit chain says wrote: the authenticated token, never a name the client gives.
 fn actor(c: &Caller) -> String {
@@ -73,9 +59,9 @@ fn own_events(s: &Server, c: &Caller, fx: &mut hr_shared::store::Effects) {
 }
 
 /// A JSON body of the call's shape (400 naming what is wrong).
-fn body<T: DeserializeOwned>(c: &Caller, bytes: &Bytes) -> Result<T, ApiError> {
+fn body<T: DeserializeOwned>(bytes: &Bytes) -> Result<T, ApiError> {
     serde_json::from_slice(bytes)
-        .map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, format!("not a valid call: {e}")).by(c))
+        .map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, format!("not a valid call: {e}")))
 }
 
 /// Whether `id` can name a file (the ids the shim makes, and nothing with a path in it).
@@ -106,8 +92,7 @@ fn own(s: &Server, c: &Caller, id: &str) -> Result<(), ApiError> {
         _ => Err(ApiError::new(
             StatusCode::FORBIDDEN,
             "this run was not started with this token",
-        )
-        .by(c)),
+        )),
     }
 }
 
@@ -115,7 +100,7 @@ fn own(s: &Server, c: &Caller, id: &str) -> Result<(), ApiError> {
 /// already (a spooled row's delivery, a retried first write).
 async fn claim(s: &Arc<Server>, c: &Caller, id: &str) -> Result<(), ApiError> {
     if !safe_id(id) {
-        return Err(ApiError::new(StatusCode::BAD_REQUEST, "not a run id").by(c));
+        return Err(ApiError::new(StatusCode::BAD_REQUEST, "not a run id"));
     }
     match owner(s, id) {
         Some(o) if o == c.name => return Ok(()),
@@ -125,8 +110,7 @@ async fn claim(s: &Arc<Server>, c: &Caller, id: &str) -> Result<(), ApiError> {
     let look = id.to_owned();
     let exists = s
         .with_store(move |st| super::or_missing(st.run(&look)).map(|r| r.is_some()))
-        .await
-        .map_err(|e| e.by(c))?;
+        .await?;
     if exists {
         return Err(own(s, c, id).unwrap_err());
     }
@@ -157,7 +141,6 @@ async fn claim(s: &Arc<Server>, c: &Caller, id: &str) -> Result<(), ApiError> {
                 StatusCode::SERVICE_UNAVAILABLE,
                 format!("cannot record the run's owner: {e}"),
             )
-            .by(c)
         })?;
     own(s, c, id)
 }
@@ -175,8 +158,7 @@ async fn holder_of(s: &Arc<Server>, c: &Caller, approval_id: &str) -> Result<Hol
     let look = approval_id.to_owned();
     let run = s
         .with_store(move |st| super::or_missing(st.approval(&look)))
-        .await
-        .map_err(|e| e.by(c))?
+        .await?
         .map(|a| a.tool_run_id);
     Ok(match run {
         None => Holder::None,
@@ -185,12 +167,11 @@ async fn holder_of(s: &Arc<Server>, c: &Caller, approval_id: &str) -> Result<Hol
     })
 }
 
-fn not_mine(c: &Caller) -> ApiError {
+fn not_mine() -> ApiError {
     ApiError::new(
         StatusCode::FORBIDDEN,
         "that approval is not held by a run of this token",
     )
-    .by(c)
 }
 
 /// Runs `f` on a runner session; the answer is its outcome as JSON, with only the events
@@ -205,11 +186,9 @@ async fn answer<T: serde::Serialize + Send + 'static>(
     let mut out = s
         .runners
         .call(move |st| f(st).map_err(ApiError::store))
-        .await
-        .map_err(|e| e.by(c))?;
+        .await?;
     own_events(s, c, &mut out.effects);
     Ok(ok(
-        c,
         StatusCode::OK,
         serde_json::to_value(out).unwrap_or(Value::Null),
     ))
@@ -217,12 +196,10 @@ async fn answer<T: serde::Serialize + Send + 'static>(
 
 pub(super) async fn record(
     State(s): State<Arc<Server>>,
-    ConnectInfo(peer): ConnectInfo<SocketAddr>,
-    headers: HeaderMap,
+    Runner(c): Runner,
     bytes: Bytes,
 ) -> Result<Response, ApiError> {
-    let c = runner(&s, peer, &headers)?;
-    let mut call: RecordCall = body(&c, &bytes)?;
+    let mut call: RecordCall = body(&bytes)?;
     call.actor = actor(&c);
     for w in &mut call.writes {
         if let RunWrite::Start(row) = w {
@@ -242,13 +219,14 @@ pub(super) async fn record(
     for w in &call.writes {
         match w {
             RunWrite::Start(row) if row.tool_run_id != call.run_id => {
-                return Err(
-                    ApiError::new(StatusCode::BAD_REQUEST, "the row is another run's").by(&c),
-                );
+                return Err(ApiError::new(
+                    StatusCode::BAD_REQUEST,
+                    "the row is another run's",
+                ));
             }
             // Only a decision one of its own runs holds is the token's to use up.
             RunWrite::Consume(id) if holder_of(&s, &c, id).await? != Holder::Mine => {
-                return Err(not_mine(&c));
+                return Err(not_mine());
             }
             _ => {}
         }
@@ -263,8 +241,7 @@ pub(super) async fn record(
 async fn live_runs(s: &Arc<Server>, c: &Caller, host: &str) -> Result<Vec<LiveRun>, ApiError> {
     let runs: Vec<ToolRun> = s
         .with_store(|st| super::or_none(st.supervised_runs(Some(10_000))))
-        .await
-        .map_err(|e| e.by(c))?;
+        .await?;
     Ok(runs
         .into_iter()
         .filter(|r| r.host.as_deref() == Some(host))
@@ -281,17 +258,15 @@ async fn live_runs(s: &Arc<Server>, c: &Caller, host: &str) -> Result<Vec<LiveRu
 /// run, for the host to say which of their processes are gone.
 pub(super) async fn live(
     State(s): State<Arc<Server>>,
-    ConnectInfo(peer): ConnectInfo<SocketAddr>,
-    headers: HeaderMap,
+    Runner(c): Runner,
     Query(q): Query<HashMap<String, String>>,
 ) -> Result<Response, ApiError> {
-    let c = runner(&s, peer, &headers)?;
     let host = q
         .get("host")
         .cloned()
-        .ok_or_else(|| ApiError::new(StatusCode::BAD_REQUEST, "`host` is needed").by(&c))?;
+        .ok_or_else(|| ApiError::new(StatusCode::BAD_REQUEST, "`host` is needed"))?;
     let mine = live_runs(&s, &c, &host).await?;
-    Ok(ok(&c, StatusCode::OK, json!(mine)))
+    Ok(ok(StatusCode::OK, json!(mine)))
 }
 
 /// The asking run as the server trusts it: its fingerprint kept apart per token, its actor
@@ -303,12 +278,10 @@ fn trusted(c: &Caller, who: &mut hr_shared::store::Asker) {
 
 pub(super) async fn prompt(
     State(s): State<Arc<Server>>,
-    ConnectInfo(peer): ConnectInfo<SocketAddr>,
-    headers: HeaderMap,
+    Runner(c): Runner,
     bytes: Bytes,
 ) -> Result<Response, ApiError> {
-    let c = runner(&s, peer, &headers)?;
-    let mut call: PromptCall = body(&c, &bytes)?;
+    let mut call: PromptCall = body(&bytes)?;
     own(&s, &c, &call.who.tool_run_id)?;
     trusted(&c, &mut call.who);
     call.req.on_expire = OnExpire::Reject;
@@ -336,12 +309,10 @@ pub(super) async fn prompt(
 
 pub(super) async fn cooperative(
     State(s): State<Arc<Server>>,
-    ConnectInfo(peer): ConnectInfo<SocketAddr>,
-    headers: HeaderMap,
+    Runner(c): Runner,
     bytes: Bytes,
 ) -> Result<Response, ApiError> {
-    let c = runner(&s, peer, &headers)?;
-    let mut call: CooperativeCall = body(&c, &bytes)?;
+    let mut call: CooperativeCall = body(&bytes)?;
     own(&s, &c, &call.who.tool_run_id)?;
     trusted(&c, &mut call.who);
     answer(&s, &c, move |st| {
@@ -352,18 +323,16 @@ pub(super) async fn cooperative(
 
 pub(super) async fn auto_approval(
     State(s): State<Arc<Server>>,
-    ConnectInfo(peer): ConnectInfo<SocketAddr>,
-    headers: HeaderMap,
+    Runner(c): Runner,
     bytes: Bytes,
 ) -> Result<Response, ApiError> {
-    let c = runner(&s, peer, &headers)?;
-    let mut call: AutoApprovalCall = body(&c, &bytes)?;
+    let mut call: AutoApprovalCall = body(&bytes)?;
     own(&s, &c, &call.who.tool_run_id)?;
     trusted(&c, &mut call.who);
     // Only an approval one of its own runs asked (one that does not exist is the store's
     // to say so).
     if holder_of(&s, &c, &call.approval_id).await? == Holder::Other {
-        return Err(not_mine(&c));
+        return Err(not_mine());
     }
     answer(&s, &c, move |st| {
         st.check_auto_approval(
@@ -380,37 +349,30 @@ pub(super) async fn auto_approval(
 /// it (else `null`, as for one that does not exist).
 pub(super) async fn approval(
     State(s): State<Arc<Server>>,
-    ConnectInfo(peer): ConnectInfo<SocketAddr>,
-    headers: HeaderMap,
+    Runner(c): Runner,
     Path(id): Path<String>,
 ) -> Result<Response, ApiError> {
-    let c = runner(&s, peer, &headers)?;
     let found = s
         .runners
         .call(move |st| st.approval(&id).map_err(ApiError::store))
-        .await
-        .map_err(|e| e.by(&c))?;
+        .await?;
     let mine = found.filter(|a| owner(&s, &a.tool_run_id).as_deref() == Some(c.name.as_str()));
-    Ok(ok(&c, StatusCode::OK, json!(mine)))
+    Ok(ok(StatusCode::OK, json!(mine)))
 }
 
 pub(super) async fn expire(
     State(s): State<Arc<Server>>,
-    ConnectInfo(peer): ConnectInfo<SocketAddr>,
-    headers: HeaderMap,
+    Runner(c): Runner,
 ) -> Result<Response, ApiError> {
-    let c = runner(&s, peer, &headers)?;
     let mut done = s
         .runners
         .call(|st| st.expire_due().map_err(ApiError::store))
-        .await
-        .map_err(|e| e.by(&c))?;
+        .await?;
     // What expired elsewhere is not this token's to read.
     done.value
         .retain(|a| owner(&s, &a.tool_run_id).as_deref() == Some(c.name.as_str()));
     own_events(&s, &c, &mut done.effects);
     Ok(ok(
-        &c,
         StatusCode::OK,
         serde_json::to_value(done).unwrap_or(Value::Null),
     ))
@@ -421,12 +383,10 @@ pub(super) async fn expire(
 /// landed, then its final status — never over a cancellation).
 pub(super) async fn deliver(
     State(s): State<Arc<Server>>,
-    ConnectInfo(peer): ConnectInfo<SocketAddr>,
-    headers: HeaderMap,
+    Runner(c): Runner,
     bytes: Bytes,
 ) -> Result<Response, ApiError> {
-    let c = runner(&s, peer, &headers)?;
-    let call: DeliverCall = body(&c, &bytes)?;
+    let call: DeliverCall = body(&bytes)?;
     let mut run = call.run;
     as_runners(&c, &mut run);
     if let Some(from) = &run.resumed_from
@@ -438,8 +398,7 @@ pub(super) async fn deliver(
         return Err(ApiError::new(
             StatusCode::CONFLICT,
             "its shim still runs: it delivers the row itself",
-        )
-        .by(&c));
+        ));
     }
     claim(&s, &c, &run.tool_run_id).await?;
     let mut writes = vec![RunWrite::Start(Box::new(run.clone()))];
