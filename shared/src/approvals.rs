@@ -165,7 +165,64 @@ pub struct Approval {
 }
 
 /// Who ends an approval that a changed screen replaced (its `decided_by` and channel).
-pub const SUPERSEDED: &str = "system:superseded";
+pub const SUPERSEDED: &str = Channel::SUPERSEDED;
+
+/// Who closes a pending approval whose question nothing waits for any more (its
+/// `decided_by`, on the closing channel: [`Channel::Closed`]).
+pub const WITHDRAWN: &str = "system:withdrawn";
+
+/// The closing channel as a literal, for SQL built with `concat!`: see [`Channel::Closed`].
+macro_rules! closed_channel {
+    () => {
+        "system:run-ended"
+    };
+}
+
+/// Who or what settled an approval, as its `decision_channel` says: the one place that
+/// reads that string (SQL spells the same values; `pg_sql_names_only_known_channels`
+/// checks them).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Channel<'a> {
+    /// A person, from the CLI (`cli`), the dashboard (`tui`), the web page or the API
+    /// (`http`, `http:TOKEN`).
+    Person(&'a str),
+    /// A policy (`policy:NAME`): the config's, or a remembered decision.
+    Policy(&'a str),
+    /// Its TTL ran out (`system:expiry`).
+    Expiry,
+    /// Closed with nobody to answer it (`system:run-ended`): its run ended, or its question
+    /// was withdrawn (`decided_by` says which). It answers nothing, ever.
+    Closed,
+    /// Replaced by an approval for a changed screen (`system:superseded`).
+    Superseded,
+    /// Another `system:` channel (a newer build's): not a person.
+    System(&'a str),
+}
+
+impl<'a> Channel<'a> {
+    pub const EXPIRY: &'static str = "system:expiry";
+    pub const CLOSED: &'static str = closed_channel!();
+    pub const SUPERSEDED: &'static str = "system:superseded";
+
+    /// The channel a `decision_channel` names.
+    pub fn of(channel: &'a str) -> Channel<'a> {
+        match channel {
+            Self::EXPIRY => Channel::Expiry,
+            Self::CLOSED => Channel::Closed,
+            Self::SUPERSEDED => Channel::Superseded,
+            c => match (c.strip_prefix("policy:"), c.strip_prefix("system:")) {
+                (Some(name), _) => Channel::Policy(name),
+                (_, Some(_)) => Channel::System(c),
+                _ => Channel::Person(c),
+            },
+        }
+    }
+
+    /// Whether a person decided through it.
+    pub fn is_person(self) -> bool {
+        matches!(self, Channel::Person(_))
+    }
+}
 
 const COLUMNS: &str = "approval_id, tool_run_id, tool_name, execution_id, question, context, \
     options_json, default_value, allows_text, status, chosen_value, created_at, decided_at, \
@@ -312,6 +369,21 @@ impl Approval {
     }
 
     /// Whether this decision answers the prompt (rather than ending the tool).
+    /// Who or what settled it; `None` while pending.
+    pub fn channel(&self) -> Option<Channel<'_>> {
+        self.decision_channel.as_deref().map(Channel::of)
+    }
+
+    /// Whether a person decided it (not a policy, its expiry or the system).
+    pub fn by_a_person(&self) -> bool {
+        self.decided_by.is_some() && self.channel().is_some_and(Channel::is_person)
+    }
+
+    /// Whether it was closed with nobody to answer it ([`Channel::Closed`]).
+    pub fn closed(&self) -> bool {
+        self.channel() == Some(Channel::Closed)
+    }
+
     pub fn answers(&self) -> bool {
         match self.status {
             ApprovalStatus::Approved => true,
@@ -932,7 +1004,7 @@ pub(crate) fn abandon_pending(
             tx,
             tool_run_id,
             &a.approval_id,
-            "system:run-ended",
+            Channel::CLOSED,
             why,
         )?);
     }
@@ -949,7 +1021,7 @@ pub(crate) fn withdraw_pending(
     approval_id: &str,
     why: &str,
 ) -> Result<Option<Approval>> {
-    close_pending(tx, tool_run_id, approval_id, "system:withdrawn", why)
+    close_pending(tx, tool_run_id, approval_id, WITHDRAWN, why)
 }
 
 /// Closes one pending approval of a run that nobody is to decide: `expired` by `by`, on the
@@ -962,9 +1034,13 @@ fn close_pending(
     why: &str,
 ) -> Result<Option<Approval>> {
     let changed = tx.execute(
-        "UPDATE approvals SET status = 'expired', decided_at = ?3, decided_by = ?4,
-            decision_channel = 'system:run-ended', comment = ?5
-         WHERE approval_id = ?1 AND tool_run_id = ?2 AND status = 'pending'",
+        concat!(
+            "UPDATE approvals SET status = 'expired', decided_at = ?3, decided_by = ?4,
+                decision_channel = '",
+            closed_channel!(),
+            "', comment = ?5
+             WHERE approval_id = ?1 AND tool_run_id = ?2 AND status = 'pending'"
+        ),
         params![approval_id, tool_run_id, time::now_rfc3339(), by, why],
     )?;
     if changed == 0 {
@@ -995,9 +1071,15 @@ pub(crate) fn live_answers(
     Ok(rows)
 }
 
+/// SQL: not closed with nobody to answer ([`Channel::Closed`]).
+pub(crate) const NOT_CLOSED: &str = concat!("decision_channel IS NOT '", closed_channel!(), "'");
+
 /// SQL for `rules::live`: a decision that can still answer.
-const LIVE: &str = "status != 'pending' AND decision_channel IS NOT 'system:run-ended'
-    AND (consumed_at IS NULL OR kept_for IS NOT NULL)";
+const LIVE: &str = concat!(
+    "status != 'pending' AND decision_channel IS NOT '",
+    closed_channel!(),
+    "' AND (consumed_at IS NULL OR kept_for IS NOT NULL)"
+);
 
 /// The decided, unused approvals of this command, newest decision first: what parked runs
 /// of it wait to be resumed with (`crate::chain::bind_at_start`).
@@ -1008,7 +1090,7 @@ pub(crate) fn fresh_decisions_of_command(
     let mut stmt = conn.prepare(&format!(
         "SELECT {COLUMNS} FROM approvals
          WHERE request_fingerprint = ?1 AND status != 'pending' AND consumed_at IS NULL
-           AND decision_channel IS NOT 'system:run-ended'
+           AND {NOT_CLOSED}
          ORDER BY decided_at DESC, approval_id DESC LIMIT 50"
     ))?;
     let rows = stmt
@@ -1024,7 +1106,7 @@ pub(crate) fn held_for(conn: &Connection, run: &str) -> Result<Vec<Approval>> {
         "SELECT {COLUMNS} FROM approvals
          WHERE kept_for = ?1
             OR (tool_run_id = ?1 AND status != 'pending' AND consumed_at IS NULL
-                AND decision_channel IS NOT 'system:run-ended')
+                AND {NOT_CLOSED})
          ORDER BY approval_id"
     ))?;
     let rows = stmt
@@ -1254,6 +1336,62 @@ pub(crate) fn pending_counts(conn: &Connection, soon: std::time::Duration) -> Re
 
 #[cfg(test)]
 mod tests {
+    /// Who settled an approval is read in one place: each channel the stores write means
+    /// what `Channel` says, and the SQL of both stores names no `system:` or `policy:`
+    /// channel other than these.
+    #[test]
+    fn channels_are_read_in_one_place_and_sql_names_only_known_ones() {
+        assert_eq!(Channel::of("cli"), Channel::Person("cli"));
+        assert_eq!(Channel::of("http:alice"), Channel::Person("http:alice"));
+        assert_eq!(Channel::of("policy:trusted"), Channel::Policy("trusted"));
+        assert_eq!(Channel::of("system:expiry"), Channel::Expiry);
+        assert_eq!(Channel::of("system:run-ended"), Channel::Closed);
+        assert_eq!(Channel::of(SUPERSEDED), Channel::Superseded);
+        assert_eq!(Channel::of("system:new"), Channel::System("system:new"));
+        assert!(Channel::of("tui").is_person() && !Channel::of("policy:x").is_person());
+        assert!(!Channel::Closed.is_person() && !Channel::Expiry.is_person());
+        // The channels, and who closes a question nobody answered (`decided_by`).
+        let known = [
+            Channel::EXPIRY,
+            Channel::CLOSED,
+            Channel::SUPERSEDED,
+            WITHDRAWN,
+        ];
+        let sql = [
+            include_str!("store/pg/v1.sql"),
+            include_str!("store/pg/v2.sql"),
+            include_str!("store/pg/v3.sql"),
+            include_str!("store/pg/v4.sql"),
+            include_str!("store/pg/v5.sql"),
+            include_str!("approvals.rs"),
+            include_str!("chain.rs"),
+            include_str!("store/asking.rs"),
+        ];
+        let mut seen = std::collections::BTreeSet::new();
+        for text in sql {
+            for (at, _) in text.match_indices("'system:") {
+                let word: String = text[at + 1..]
+                    .chars()
+                    .take_while(|c| c.is_ascii_alphanumeric() || matches!(c, ':' | '-'))
+                    .collect();
+                seen.insert(word);
+            }
+        }
+        assert!(seen.contains(Channel::CLOSED), "{seen:?}");
+        for w in &seen {
+            // `LIKE 'system:%'` (and `'policy:%'`): "not a person", as `is_person` says.
+            if w == "system:" {
+                assert!(!Channel::of("system:anything").is_person());
+                assert!(!Channel::of("policy:anything").is_person());
+                continue;
+            }
+            assert!(
+                known.contains(&w.as_str()),
+                "SQL names {w}, which Channel does not know"
+            );
+        }
+    }
+
     use super::*;
     use crate::db::{self, OpenMode};
     use crate::testing::approval as sample;

@@ -60,9 +60,12 @@ pub(crate) fn bind_at_start(tx: &Transaction<'_>, row: &mut ToolRun) -> Result<O
             continue;
         }
         tx.execute(
-            "UPDATE approvals SET resumed_run_id = ?2
-             WHERE tool_run_id = ?1 AND status != 'pending' AND consumed_at IS NULL
-               AND decision_channel IS NOT 'system:run-ended'",
+            &format!(
+                "UPDATE approvals SET resumed_run_id = ?2
+                 WHERE tool_run_id = ?1 AND status != 'pending' AND consumed_at IS NULL
+                   AND {}",
+                approvals::NOT_CLOSED
+            ),
             params![h.tool_run_id, row.tool_run_id],
         )?;
         row.resumed_from = Some(h.tool_run_id.clone());

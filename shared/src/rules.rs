@@ -359,7 +359,7 @@ pub fn may_take_over(owner: Option<&ToolRun>, host: &dyn HostFacts) -> bool {
 /// nothing, ever.
 pub fn live(a: &Approval) -> bool {
     a.status != crate::status::ApprovalStatus::Pending
-        && a.decision_channel.as_deref() != Some("system:run-ended")
+        && !a.closed()
         && (a.consumed_at.is_none() || a.kept_for.is_some())
 }
 
@@ -419,7 +419,7 @@ pub fn may_bind(new: &ToolRun, h: &ToolRun, o: &Approval) -> bool {
     let decided = o.tool_run_id == h.tool_run_id
         && o.status != crate::status::ApprovalStatus::Pending
         && o.consumed_at.is_none()
-        && o.decision_channel.as_deref() != Some("system:run-ended");
+        && !o.closed();
     let resumes = match new.resumed_from.as_deref() {
         Some(from) => from == h.tool_run_id,
         // A cooperative tool's decision reaches it only as the worker's `AUTO_APPROVAL`:

@@ -1150,11 +1150,7 @@ impl Driver {
             let Some(a) = store.step_approval(ap).map_err(|e| e.to_string())? else {
                 return Ok(false);
             };
-            let by_a_person = a.decided_by.is_some()
-                && a.decision_channel
-                    .as_deref()
-                    .is_some_and(|c| !c.starts_with("policy:") && !c.starts_with("system:"));
-            if a.tool_run_id != *run_id || !hr_shared::pipeline::approves(&a) || !by_a_person {
+            if a.tool_run_id != *run_id || !hr_shared::pipeline::approves(&a) || !a.by_a_person() {
                 return Ok(false);
             }
             // Its own question's run, and the newest question of that step the store has:

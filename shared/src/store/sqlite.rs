@@ -8,7 +8,7 @@ use super::{
     Asker, Cooperative, Counts, Done, OperatorStore, PromptRequest, PromptResolution, Recorded,
     RememberScope, Replace, RunWrite, RunnerStore, StoreError, StoreHealth, StoreResult,
 };
-use crate::approvals::{self, Approval, ApprovalFilter, DecideOutcome, Decider};
+use crate::approvals::{self, Approval, ApprovalFilter, Channel, DecideOutcome, Decider};
 use crate::audit::{self, AuditRow, ChainReport};
 use crate::chain;
 use crate::config::OnExpire;
@@ -503,9 +503,7 @@ impl OperatorStore for SqliteStore {
         let events = match &out {
             DecideOutcome::Decided(a) => std::iter::once(a.status_event()).chain(moved).collect(),
             // Deciding found it overdue and expired it: that is news too.
-            DecideOutcome::Conflict(a)
-                if a.decision_channel.as_deref() == Some("system:expiry") =>
-            {
+            DecideOutcome::Conflict(a) if a.channel() == Some(Channel::Expiry) => {
                 vec![a.status_event()]
             }
             _ => Vec::new(),
@@ -547,9 +545,7 @@ impl OperatorStore for SqliteStore {
                 match approvals::decide(tx, &a.approval_id, "reject", &comment)? {
                     DecideOutcome::Decided(a) => rejected.push(*a),
                     // Overdue: deciding expired it, which is news as well.
-                    DecideOutcome::Conflict(a)
-                        if a.decision_channel.as_deref() == Some("system:expiry") =>
-                    {
+                    DecideOutcome::Conflict(a) if a.channel() == Some(Channel::Expiry) => {
                         rejected.push(*a)
                     }
                     _ => continue,
