@@ -3,7 +3,7 @@
 
 use crate::paths;
 use rusqlite::{Connection, OpenFlags, Transaction, TransactionBehavior};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::Duration;
 
 /// How long a writer waits for the lock before giving up.
@@ -205,74 +205,7 @@ const MIGRATIONS: &[&str] = &[
 /// The schema version this build writes.
 pub const SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;
 
-/// What went wrong with the state store.
-#[derive(Debug, thiserror::Error)]
-pub enum StoreError {
-    #[error("no database at {0} (nothing has run with this state dir yet?)")]
-    Missing(PathBuf),
-    #[error("{path}: not a usable SQLite database ({source}); move it aside to start afresh")]
-    Corrupt {
-        path: PathBuf,
-        source: rusqlite::Error,
-    },
-    #[error(
-        "{path}: schema version {found} is newer than this build understands ({supported}); upgrade headless-run"
-    )]
-    TooNew {
-        path: PathBuf,
-        found: i64,
-        supported: i64,
-    },
-    #[error("cannot create the state dir for {path}: {source}")]
-    Dir {
-        path: PathBuf,
-        source: std::io::Error,
-    },
-    #[error("cannot open {}: {source}", path.display())]
-    Access {
-        path: PathBuf,
-        source: std::io::Error,
-    },
-    #[error("database is locked (another process held it for more than {}s)", BUSY_TIMEOUT.as_secs())]
-    Locked,
-    #[error("database is read-only: {0}")]
-    ReadOnly(String),
-    /// The embedded store belongs to another user (or is reached through a link): it is
-    /// read, never written (DESIGN §14). Says whose it is.
-    #[error("not your state store: {0}")]
-    Foreign(String),
-    #[error("database error: {0}")]
-    Sqlite(rusqlite::Error),
-    /// The database server refused or failed (its message, never the credentials).
-    #[error("database server: {0}")]
-    Server(String),
-    /// The server said this login may not do that.
-    #[error("refused by the database server: {0}")]
-    Denied(String),
-    /// The configured store does not do this yet.
-    #[error("{0} is not available on the PostgreSQL store yet")]
-    Unsupported(&'static str),
-    /// A `monitor serve` server refused or failed (its `error`, with the URL), or could not
-    /// be reached (the URL and why); never the token.
-    #[error("{0}")]
-    Remote(String),
-    /// Not something the server's operator API does (`monitor --server`).
-    #[error(
-        "{0} is not available with --server (HEADLESS_RUN_SERVER): run it on the server's host, without --server"
-    )]
-    NotRemote(&'static str),
-}
-
-impl From<rusqlite::Error> for StoreError {
-    fn from(e: rusqlite::Error) -> Self {
-        use rusqlite::ErrorCode;
-        match e.sqlite_error_code() {
-            Some(ErrorCode::DatabaseBusy) | Some(ErrorCode::DatabaseLocked) => StoreError::Locked,
-            Some(ErrorCode::ReadOnly) => StoreError::ReadOnly(e.to_string()),
-            _ => StoreError::Sqlite(e),
-        }
-    }
-}
+pub use crate::store::error::StoreError;
 
 /// Shorthand for store results.
 pub type Result<T, E = StoreError> = std::result::Result<T, E>;

@@ -113,6 +113,12 @@ impl StatePaths {
         })
     }
 
+    /// Whether the store is the embedded one (a database file on this host), not a
+    /// database server or a `monitor serve` server.
+    pub fn is_embedded(&self) -> bool {
+        self.store_url.is_none() && self.server.is_none()
+    }
+
     /// The store as messages name it: a `monitor serve` server's URL, the database file, or
     /// the database server's URL without its password.
     pub fn store_label(&self) -> String {

@@ -172,3 +172,26 @@ impl StoreUnderTest for Postgres {
 }
 
 contract_tests!(postgres, Postgres);
+
+/// The seam's error keeps PostgreSQL's SQLSTATE: another login's run started again under
+/// the same id is a unique violation (23505), told by its code, not its text.
+#[test]
+fn a_database_servers_error_keeps_its_sqlstate() {
+    contract::run_case::<Postgres>(|s| {
+        use hr_shared::status::RunStatus;
+        use hr_shared::store::RunWrite;
+        let row = contract::Cmd::new("make", &["all"]).row(RunStatus::Running);
+        let id = row.tool_run_id.clone();
+        let start = || [RunWrite::Start(Box::new(row.clone()))];
+        s.runner().record(&id, &start(), "shim", false).unwrap();
+        let e = s
+            .stranger()
+            .record(&id, &start(), "shim", false)
+            .expect_err("another login's run id");
+        assert_eq!(e.sqlstate(), Some("23505"), "{e}");
+        assert!(
+            e.to_string().contains("exists already") && e.to_string().contains("SQLSTATE 23505"),
+            "{e}"
+        );
+    });
+}

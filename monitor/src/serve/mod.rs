@@ -1071,7 +1071,7 @@ async fn list_executions(
     let paths = s.paths.clone();
     let list = tokio::task::spawn_blocking(move || {
         // The embedded store has none before its database exists (a GET creates none).
-        if paths.store_url.is_none() && !paths.db.exists() {
+        if paths.is_embedded() && !paths.db.exists() {
             return Ok(Vec::new());
         }
         hr_shared::store::pipelines::for_store(&paths).and_then(|mut st| st.pipelines(limit))
@@ -1129,7 +1129,7 @@ async fn one_execution(
     let look = id.clone();
     let pipeline = tokio::task::spawn_blocking(move || {
         // A GET creates no database.
-        if paths.store_url.is_none() && !paths.db.exists() {
+        if paths.is_embedded() && !paths.db.exists() {
             return Ok(None);
         }
         hr_shared::store::pipelines::for_store(&paths).and_then(|mut st| st.pipeline(&look))

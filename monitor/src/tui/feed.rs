@@ -121,7 +121,7 @@ fn load_pipelines(
 ) -> Vec<PipelineRow> {
     use crate::pipeline::engine::Step;
     use crate::pipeline::file::Definition;
-    if paths.server.is_some() || paths.store_url.is_some() || !paths.db.exists() {
+    if !paths.is_embedded() || !paths.db.exists() {
         return Vec::new();
     }
     if pipes.is_none() {
@@ -506,7 +506,7 @@ struct Feed {
 /// new approval, an expiry) into [`Request::Ring`] for the feed, which then looks at once
 /// rather than at its next poll. It ends when the feed is gone.
 pub fn spawn_bell(paths: &StatePaths, req: Sender<Request>) {
-    if paths.store_url.is_none() && paths.server.is_none() {
+    if paths.is_embedded() {
         return;
     }
     let Some(bell) = hr_shared::store::doorbell::for_store(paths) else {
@@ -562,7 +562,7 @@ pub fn spawn(
 impl Feed {
     fn run(&mut self, rx: &Receiver<Request>, stop: &AtomicBool) {
         let mut force = true;
-        let poll = if self.paths.store_url.is_some() || self.paths.server.is_some() {
+        let poll = if !self.paths.is_embedded() {
             SERVER_POLL
         } else {
             POLL
@@ -616,7 +616,7 @@ impl Feed {
             Ok(v) => Marks {
                 data_version: v,
                 // A server's database is no file to be removed or replaced under us.
-                db_file: if self.paths.store_url.is_some() || self.paths.server.is_some() {
+                db_file: if !self.paths.is_embedded() {
                     (1, 1)
                 } else {
                     file_id(&self.paths.db)

@@ -55,7 +55,7 @@ pub fn run(paths: &StatePaths) -> CliResult {
     feed::spawn_bell(paths, req_tx.clone());
     let mut app = App::new(
         SystemTime::now(),
-        if paths.store_url.is_some() || paths.server.is_some() {
+        if !paths.is_embedded() {
             paths.store_label()
         } else {
             paths.root.display().to_string()

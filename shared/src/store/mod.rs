@@ -12,6 +12,7 @@
 
 mod asking;
 pub mod doorbell;
+pub mod error;
 #[cfg(feature = "http")]
 pub mod http;
 pub mod pipelines;
@@ -27,7 +28,6 @@ use crate::approvals::{Approval, ApprovalFilter, DecideOutcome, Decider};
 use crate::audit::{AuditRow, ChainReport};
 use crate::config::OnExpire;
 use crate::control::{CancelOutcome, ReconcileReport};
-pub use crate::db::StoreError;
 use crate::event::{CooperativeRequest, LogEvent};
 use crate::gc::GcReport;
 use crate::paths::StatePaths;
@@ -37,6 +37,7 @@ use crate::resume::ParkedRun;
 use crate::rules::HostFacts;
 use crate::runs::{RunFilter, StatusChange, ToolRun, Touch};
 use crate::status::RunStatus;
+pub use error::StoreError;
 use std::io::Write;
 use std::time::Duration;
 

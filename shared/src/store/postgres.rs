@@ -418,7 +418,10 @@ fn server_error(e: postgres::Error) -> StoreError {
         Some(db) if *db.code() == SqlState::INSUFFICIENT_PRIVILEGE => {
             StoreError::Denied(db.message().to_owned())
         }
-        Some(db) => StoreError::Server(db.message().to_owned()),
+        Some(db) => StoreError::Database {
+            code: db.code().code().to_owned(),
+            message: db.message().to_owned(),
+        },
         None => StoreError::Server(e.to_string()),
     }
 }
