@@ -22,6 +22,29 @@ pub struct ParkedRun {
     pub pending: usize,
 }
 
+impl ParkedRun {
+    /// Parked run `run` with its approvals (`all`, in any order): the decided, unconsumed
+    /// ones oldest first, and how many are pending. Every store assembles it so.
+    pub fn of(run: ToolRun, all: Vec<Approval>) -> ParkedRun {
+        let pending = all
+            .iter()
+            .filter(|a| a.status == crate::status::ApprovalStatus::Pending)
+            .count();
+        let mut decided: Vec<Approval> = all
+            .into_iter()
+            .filter(|a| {
+                a.status != crate::status::ApprovalStatus::Pending && a.consumed_at.is_none()
+            })
+            .collect();
+        decided.sort_by(|a, b| a.approval_id.cmp(&b.approval_id));
+        ParkedRun {
+            run,
+            decided,
+            pending,
+        }
+    }
+}
+
 /// Every parked run (`waiting_approval` with exit code 90) that has at least one decided,
 /// unconsumed approval.
 pub(crate) fn decided_parked(conn: &Connection) -> Result<Vec<ParkedRun>> {
@@ -51,22 +74,7 @@ pub(crate) fn decided_parked(conn: &Connection) -> Result<Vec<ParkedRun>> {
                 ..Default::default()
             },
         )?;
-        let pending = all
-            .iter()
-            .filter(|a| a.status == crate::status::ApprovalStatus::Pending)
-            .count();
-        let mut decided: Vec<Approval> = all
-            .into_iter()
-            .filter(|a| {
-                a.status != crate::status::ApprovalStatus::Pending && a.consumed_at.is_none()
-            })
-            .collect();
-        decided.sort_by(|a, b| a.approval_id.cmp(&b.approval_id));
-        out.push(ParkedRun {
-            run,
-            decided,
-            pending,
-        });
+        out.push(ParkedRun::of(run, all));
     }
     Ok(out)
 }

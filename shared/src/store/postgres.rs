@@ -2151,20 +2151,7 @@ impl OperatorStore for PgOperator {
                 tool_run_id: Some(run.tool_run_id.clone()),
                 ..Default::default()
             })?;
-            let pending = all
-                .iter()
-                .filter(|a| a.status == ApprovalStatus::Pending)
-                .count();
-            let mut decided: Vec<Approval> = all
-                .into_iter()
-                .filter(|a| a.status != ApprovalStatus::Pending && a.consumed_at.is_none())
-                .collect();
-            decided.sort_by(|a, b| a.approval_id.cmp(&b.approval_id));
-            out.push(ParkedRun {
-                run,
-                decided,
-                pending,
-            });
+            out.push(ParkedRun::of(run, all));
         }
         Ok(out)
     }
