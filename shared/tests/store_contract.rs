@@ -76,6 +76,8 @@ contract_tests!(sqlite, Sqlite);
 /// (`hr_shared::testing::pg`), set up by `db init`, with a runner login for the shims'
 /// sessions and an operator login for the monitor's — the server's roles, as deployed.
 struct Postgres {
+    /// The database, in the shared test cluster.
+    db: String,
     operator_login: String,
     runner_login: String,
     runner: StatePaths,
@@ -115,8 +117,9 @@ impl StoreUnderTest for Postgres {
             ..StatePaths::at(dir.path().join("state"))
         };
         Postgres {
-            operator_login,
             runner_login: format!("runner_{db}"),
+            db,
+            operator_login,
             runner: at(&paths[0]),
             operator: at(&paths[1]),
             stranger: at(&paths[2]),
@@ -193,5 +196,66 @@ fn a_database_servers_error_keeps_its_sqlstate() {
             e.to_string().contains("exists already") && e.to_string().contains("SQLSTATE 23505"),
             "{e}"
         );
+    });
+}
+
+/// An upgrade, not only a fresh schema: a store at schema v4 (this build's v5 taken back off
+/// it: its one function) holding a parked run's decision and a live run's pending question
+/// is brought to v5 by `db init`, which says so; the rows read back the same, the decision
+/// still answers the parked run's resume, and v5's withdrawal works on the old question.
+#[test]
+fn db_init_upgrades_a_v4_store_and_keeps_what_it_holds() {
+    use contract::*;
+    use hr_shared::status::ApprovalStatus;
+    use hr_shared::store::{PromptResolution, RunWrite, postgres};
+    contract::run_case::<Postgres>(|s| {
+        let cluster = pg_cluster();
+        cluster.admin_sql(
+            &s.db,
+            "DROP FUNCTION hr.approval_withdraw(text, text, text, text);
+             UPDATE hr.schema_version SET version = 4;",
+        );
+        let cmd = Cmd::new("rm", &["-i", "a.txt"]);
+        let req = yes_no("rm");
+        let mut op = s.operator();
+        let mut parked = Shim::start(s, &cmd);
+        let decided = parked.ask_pending(&req);
+        parked.park();
+        decide(op.as_mut(), &decided.approval_id, "y", "alice");
+        let mut live = Shim::start(s, &Cmd::new("make", &["deploy"]));
+        let pending = live.ask_pending(&yes_no("make"));
+        let before = (
+            run_now(op.as_mut(), parked.id()),
+            approval_now(op.as_mut(), &decided.approval_id),
+            approval_now(op.as_mut(), &pending.approval_id),
+        );
+
+        let report = postgres::init(&cluster.admin_url(&s.db)).expect("db init upgrades");
+        assert_eq!((report.from_version, report.to_version), (4, 5));
+        let mut op = s.operator();
+        let after = (
+            run_now(op.as_mut(), parked.id()),
+            approval_now(op.as_mut(), &decided.approval_id),
+            approval_now(op.as_mut(), &pending.approval_id),
+        );
+        assert_eq!(after, before, "the rows read back the same");
+        let mut resume = Shim::start(s, &cmd);
+        let PromptResolution::Answer { approval, value } = resume.ask(&req).value else {
+            panic!("the decision no longer answers its resume")
+        };
+        assert_eq!(
+            (approval.approval_id, value),
+            (decided.approval_id, "y".into())
+        );
+        let gone = live.write(vec![RunWrite::Withdraw {
+            approval_id: pending.approval_id.clone(),
+            why: "after the upgrade".into(),
+        }]);
+        assert_eq!(gone.effects.events.len(), 1);
+        assert_eq!(
+            approval_now(op.as_mut(), &pending.approval_id).status,
+            ApprovalStatus::Expired
+        );
+        audit_intact(s);
     });
 }
