@@ -15,7 +15,7 @@ use contract::StoreUnderTest;
 use hr_shared::paths::StatePaths;
 use hr_shared::remote::Remote;
 use hr_shared::store::http::HttpRunner;
-use hr_shared::store::{self, OperatorStore, RunnerStore};
+use hr_shared::store::{self, AdminStore, RunnerStore};
 use std::process::{Child, Command, Stdio};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
@@ -138,12 +138,12 @@ impl StoreUnderTest for Http {
         false
     }
 
-    fn operator(&self) -> Box<dyn OperatorStore> {
-        store::operator(&self.server)
+    fn operator(&self) -> Box<dyn AdminStore> {
+        own_store(&self.server)
     }
 
-    fn absent_operator(&self) -> Box<dyn OperatorStore> {
-        store::operator(&StatePaths::at(self.dir.path().join("never-created")))
+    fn absent_operator(&self) -> Box<dyn AdminStore> {
+        own_store(&StatePaths::at(self.dir.path().join("never-created")))
     }
 
     fn replace_with_empty(&self) -> bool {
@@ -181,3 +181,11 @@ impl StoreUnderTest for Http {
 }
 
 contract_tests!(http, Http);
+
+/// The store itself (the contract's operator and worker sessions; never a server's API).
+fn own_store(paths: &StatePaths) -> Box<dyn AdminStore> {
+    match store::local(paths, "the store contract") {
+        Ok(store) => store,
+        Err(e) => panic!("{e}"),
+    }
+}

@@ -4,7 +4,7 @@ use crate::cmd;
 use crate::error::{CliError, CliResult};
 use clap::{Parser, Subcommand};
 use hr_shared::paths::StatePaths;
-use hr_shared::store::{self, Done, OperatorStore};
+use hr_shared::store::{self, AdminStore, Done, OperatorStore};
 use std::path::PathBuf;
 
 const AFTER_HELP: &str = "\
@@ -113,6 +113,25 @@ impl Ctx {
         let mut store = store::operator(&self.paths);
         store.connect()?;
         Ok(store)
+    }
+
+    /// The store itself, for what a server's operator API does not serve (resuming runs,
+    /// gc, remembered decisions, the audit chain's checks): refused with `--server`,
+    /// naming `what`.
+    pub fn open_local(&self, what: &'static str) -> CliResult<Box<dyn AdminStore>> {
+        let mut store = store::local(&self.paths, what)?;
+        store.connect()?;
+        Ok(store)
+    }
+
+    /// [`Ctx::open_local`], or `None` when nothing has run with this state dir yet.
+    pub fn open_local_if_any(&self, what: &'static str) -> CliResult<Option<Box<dyn AdminStore>>> {
+        let mut store = store::local(&self.paths, what)?;
+        match store.connect() {
+            Ok(()) => Ok(Some(store)),
+            Err(hr_shared::db::StoreError::Missing(_)) => Ok(None),
+            Err(e) => Err(e.into()),
+        }
     }
 
     /// The store, or `None` when nothing has run with this state dir yet (no database):

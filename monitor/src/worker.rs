@@ -37,7 +37,7 @@ use hr_shared::rules::{self, LocalHost, ResumeVerdict};
 use hr_shared::runs::{StatusChange, ToolRun};
 use hr_shared::sanitize::sanitize_line;
 use hr_shared::status::{ApprovalStatus, RunStatus};
-use hr_shared::store::{self, OperatorStore};
+use hr_shared::store::{self, AdminStore, OperatorStore, StoreResult};
 use hr_shared::time;
 use std::io::Write as _;
 use std::os::unix::process::CommandExt;
@@ -97,7 +97,7 @@ pub fn resume_note(store: &mut dyn OperatorStore, run: &ToolRun) -> Option<Strin
     if !rules::is_parked(run) {
         return None;
     }
-    let identity = store.identity().ok();
+    let identity = store.local().and_then(|s| s.identity().ok());
     let host = hr_shared::proc::hostname();
     let me = identity.as_deref().map(|identity| rules::Executor {
         identity,
@@ -115,7 +115,7 @@ pub struct Worker {
     name: String,
     host: LocalHost,
     /// The store: reopened after an error, and when its file is replaced.
-    store: Box<dyn OperatorStore>,
+    store: Box<dyn AdminStore>,
     children: Vec<Resume>,
     retries: Vec<Retry>,
     noted_missing_db: bool,
@@ -149,9 +149,11 @@ pub struct Worker {
 }
 
 impl Worker {
-    pub fn new(paths: StatePaths, shim: PathBuf) -> Self {
-        Worker {
-            store: store::operator(&paths),
+    /// A worker on the store `paths` names (the store itself: a server's operator API is
+    /// refused).
+    pub fn new(paths: StatePaths, shim: PathBuf) -> StoreResult<Self> {
+        Ok(Worker {
+            store: store::local(&paths, "resuming runs")?,
             paths,
             shim,
             name: resume::worker_name(),
@@ -172,7 +174,7 @@ impl Worker {
             labels: Vec::new(),
             trusted: Vec::new(),
             labelled: None,
-        }
+        })
     }
 
     /// Also runs the pipeline steps labelled with one of `labels` (their `host`), of its own

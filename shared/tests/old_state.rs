@@ -32,8 +32,8 @@ use hr_shared::runs::{RunFilter, StatusChange, ToolRun};
 use hr_shared::status::{ApprovalStatus, RunStatus};
 use hr_shared::store::sqlite::SqliteStore;
 use hr_shared::store::{
-    Asker, OperatorStore, PromptRequest, PromptResolution, RememberScope, Replace, RunWrite,
-    RunnerStore, StoreHealth,
+    AdminStore, Asker, OperatorStore, PromptRequest, PromptResolution, RememberScope, Replace,
+    RunWrite, RunnerStore, StoreHealth, WorkerStore,
 };
 use hr_shared::{fingerprint, id, proc, spool, time};
 use rusqlite::{Connection, OpenFlags};
@@ -933,7 +933,7 @@ fn expires_the_overdue_one(store: &mut SqliteStore, exp: &Expected) {
         "the clock is before the fixture's expiry ({:?})",
         overdue.expires_at
     );
-    let done = OperatorStore::expire_due(store).unwrap();
+    let done = WorkerStore::expire_due(store).unwrap();
     assert_eq!(
         done.value
             .iter()
@@ -952,7 +952,7 @@ fn expires_the_overdue_one(store: &mut SqliteStore, exp: &Expected) {
         )]
     );
     assert_eq!(done.effects.events.len(), 1);
-    assert!(OperatorStore::expire_due(store).unwrap().value.is_empty());
+    assert!(WorkerStore::expire_due(store).unwrap().value.is_empty());
 }
 
 /// Re-runs of the old commands meet the old decisions: the approved one answers its re-run

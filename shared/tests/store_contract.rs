@@ -13,7 +13,7 @@ mod contract;
 use contract::StoreUnderTest;
 use hr_shared::paths::StatePaths;
 use hr_shared::store::sqlite::SqliteStore;
-use hr_shared::store::{self, OperatorStore, RunnerStore};
+use hr_shared::store::{self, AdminStore, RunnerStore};
 
 /// The embedded SQLite store: a state dir in a temp dir, sessions made the way the shim
 /// (`store::runner`) and `monitor` (`store::operator`) make theirs.
@@ -35,8 +35,8 @@ impl StoreUnderTest for Sqlite {
         store::runner(&self.paths)
     }
 
-    fn operator(&self) -> Box<dyn OperatorStore> {
-        store::operator(&self.paths)
+    fn operator(&self) -> Box<dyn AdminStore> {
+        own_store(&self.paths)
     }
 
     /// A session writing for another identity (as a server writes for a runner token).
@@ -44,8 +44,8 @@ impl StoreUnderTest for Sqlite {
         Box::new(SqliteStore::create(self.paths.clone()).on_behalf_of("mallory"))
     }
 
-    fn absent_operator(&self) -> Box<dyn OperatorStore> {
-        store::operator(&StatePaths::at(self.dir.path().join("never-created")))
+    fn absent_operator(&self) -> Box<dyn AdminStore> {
+        own_store(&StatePaths::at(self.dir.path().join("never-created")))
     }
 
     fn runner_identity(&self) -> String {
@@ -131,22 +131,22 @@ impl StoreUnderTest for Postgres {
         store::runner(&self.runner)
     }
 
-    fn operator(&self) -> Box<dyn OperatorStore> {
-        store::operator(&self.operator)
+    fn operator(&self) -> Box<dyn AdminStore> {
+        own_store(&self.operator)
     }
 
     /// `monitor worker` with the runner's own login.
-    fn worker(&self) -> Box<dyn OperatorStore> {
-        store::operator(&self.runner)
+    fn worker(&self) -> Box<dyn AdminStore> {
+        own_store(&self.runner)
     }
 
     fn stranger(&self) -> Box<dyn RunnerStore> {
         store::runner(&self.stranger)
     }
 
-    fn absent_operator(&self) -> Box<dyn OperatorStore> {
+    fn absent_operator(&self) -> Box<dyn AdminStore> {
         let port = hr_shared::testing::pg::free_port();
-        store::operator(&StatePaths {
+        own_store(&StatePaths {
             store_url: Some(format!("postgres://nobody:pw@127.0.0.1:{port}/none")),
             ..self.operator.clone()
         })
@@ -258,4 +258,12 @@ fn db_init_upgrades_a_v4_store_and_keeps_what_it_holds() {
         );
         audit_intact(s);
     });
+}
+
+/// The store itself (the contract's operator and worker sessions; never a server's API).
+fn own_store(paths: &StatePaths) -> Box<dyn AdminStore> {
+    match store::local(paths, "the store contract") {
+        Ok(store) => store,
+        Err(e) => panic!("{e}"),
+    }
 }

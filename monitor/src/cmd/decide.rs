@@ -8,7 +8,7 @@ use hr_shared::approvals::{self, Approval, DecideOutcome, Decider, PromptKind};
 use hr_shared::proc;
 use hr_shared::sanitize::sanitize_line;
 use hr_shared::status::ApprovalStatus;
-use hr_shared::store::{OperatorStore, RememberScope};
+use hr_shared::store::RememberScope;
 
 const AFTER_HELP: &str = "\
 VALUE is `approve` (the approving option), `reject` (or `abort`: end the tool), one of
@@ -177,7 +177,7 @@ pub fn run(ctx: &Ctx, args: Args) -> CliResult {
         }
     };
     if args.remember {
-        remember(store.as_mut(), &decided, &by, &args)?;
+        remember(ctx, &decided, &by, &args)?;
     }
     Ok(())
 }
@@ -223,7 +223,8 @@ fn decision_summary(a: &Approval) -> String {
     )
 }
 
-fn remember(store: &mut dyn OperatorStore, a: &Approval, by: &str, args: &Args) -> CliResult {
+fn remember(ctx: &Ctx, a: &Approval, by: &str, args: &Args) -> CliResult {
+    let mut store = ctx.open_local("remembering a decision (--remember)")?;
     let Some(fp) = a.prompt_fingerprint.as_deref() else {
         return Ok(());
     };

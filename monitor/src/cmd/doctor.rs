@@ -244,7 +244,14 @@ fn check_database(ctx: &Ctx, r: &mut Report) {
         ));
         return;
     }
-    let mut store = store::inspector(&ctx.paths);
+    // Not through a server (above): the store itself, read as it is.
+    let mut store = match store::local_inspector(&ctx.paths, "checking the database") {
+        Ok(store) => store,
+        Err(e) => {
+            r.fail(format!("cannot open {name}: {e}"));
+            return;
+        }
+    };
     if let Err(e) = store.connect() {
         r.fail(format!("cannot open {name}: {e}"));
         return;
@@ -344,7 +351,7 @@ fn check_database(ctx: &Ctx, r: &mut Report) {
 /// database as it is); otherwise it moves on to the current head.
 fn check_known_head(
     ctx: &Ctx,
-    store: &mut dyn hr_shared::store::OperatorStore,
+    store: &mut dyn hr_shared::store::AdminStore,
     report: &hr_shared::audit::ChainReport,
     r: &mut Report,
 ) {

@@ -59,7 +59,7 @@ pub fn run(ctx: &Ctx, args: Args) -> CliResult {
     }
     let cutoff = time::to_rfc3339(time::before_now(args.older_than).map_err(CliError::usage)?);
     // No state yet: nothing to delete.
-    let Some(mut store) = ctx.open_if_any()? else {
+    let Some(mut store) = ctx.open_local_if_any("gc")? else {
         let verb = if args.dry_run {
             "would delete"
         } else {

@@ -61,7 +61,7 @@ pub fn run(ctx: &Ctx, args: Args) -> CliResult {
         return remove(ctx, &id);
     }
     let mut listed = config_policies()?;
-    if let Some(mut store) = ctx.open_if_any()? {
+    if let Some(mut store) = ctx.open_local_if_any("listing remembered decisions")? {
         listed.extend(store.remembered()?.iter().map(remembered));
     }
     if args.json {
@@ -149,7 +149,10 @@ fn remove(ctx: &Ctx, id: &str) -> CliResult {
         )));
     }
     let by = hr_shared::proc::current_user();
-    match ctx.open()?.forget(id, &by)? {
+    match ctx
+        .open_local("withdrawing a remembered decision")?
+        .forget(id, &by)?
+    {
         Some(p) => {
             crate::outln!(
                 "removed {id}: `{}` prompts are asked again ({})",

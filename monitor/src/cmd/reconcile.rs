@@ -19,7 +19,7 @@ Examples:
 pub struct Args {}
 
 pub fn run(ctx: &Ctx, _args: Args) -> CliResult {
-    let mut store = ctx.open()?;
+    let mut store = ctx.open_local("reconciling")?;
     let actor = format!("reconcile:{}", hr_shared::proc::current_user());
     let report = ctx.logged(store.reconcile(&actor, &LocalHost::new())?);
     for (run, why) in &report.vanished {

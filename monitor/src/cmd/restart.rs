@@ -40,7 +40,7 @@ pub fn run(ctx: &Ctx, args: Args) -> CliResult {
             "refusing to restart: {why}; a supervised tool cannot start runs through the operator's tools — restart from another terminal"
         )));
     }
-    let mut store = ctx.open()?;
+    let mut store = ctx.open_local("running recorded commands again")?;
     let id = ctx.full_id(store.as_mut(), &args.id)?;
     let Some(run) = store.run(&id)? else {
         return Err(CliError::not_found(format!("no run {id}")));

@@ -125,7 +125,7 @@ pub fn run(ctx: &Ctx, args: Args) -> CliResult {
             .map_err(|e| CliError::usage(hr_shared::sanitize::sanitize_line(&e.to_string())))?
             .pipelines_from()
     };
-    let mut worker = Worker::new(ctx.paths.clone(), shim)
+    let mut worker = Worker::new(ctx.paths.clone(), shim)?
         .with_pool(pool)
         .with_labels(args.labels, trusted);
     // A store this worker may not run commands from (another user's state dir) is an

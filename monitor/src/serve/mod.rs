@@ -560,6 +560,17 @@ impl Server {
     }
 }
 
+/// The server's store as the store itself (always: `monitor serve` serves its own store,
+/// never another server's API).
+fn own(st: &mut dyn OperatorStore) -> Result<&mut dyn store::AdminStore, ApiError> {
+    st.local().ok_or_else(|| {
+        ApiError::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "the server's store is not its own",
+        )
+    })
+}
+
 /// An error answer: `{"error": …}` and more fields where they help.
 #[derive(Debug)]
 struct ApiError {
@@ -1541,7 +1552,7 @@ async fn events(
             .filter(|n| *n >= 0)
             .ok_or_else(|| ApiError::new(StatusCode::BAD_REQUEST, "an event id is a number"))?,
         None => {
-            s.with_store(|st| match st.audit_head_id() {
+            s.with_store(|st| match own(st)?.audit_head_id() {
                 Err(hr_shared::db::StoreError::Missing(_)) => Ok(0),
                 other => other.map_err(ApiError::store),
             })
@@ -1590,7 +1601,7 @@ async fn events(
             }
             let after = on.last;
             let rows =
-                on.s.with_store(move |st| or_none(st.audit_after(after, 100)))
+                on.s.with_store(move |st| or_none(own(st)?.audit_after(after, 100)))
                     .await
                     .unwrap_or_default();
             match rows.last() {

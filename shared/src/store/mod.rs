@@ -312,14 +312,12 @@ pub trait OperatorStore {
     /// A cheap mark that changes whenever anything in the store may have changed.
     fn change_mark(&mut self) -> StoreResult<u64>;
 
-    /// Who this session is, as the store authenticated it (DESIGN §14): the embedded
-    /// store's owner (an OS user, who alone may write it), the PostgreSQL `session_user`.
-    /// The only identity whose recorded commands this session may run again: [`claim`]
-    /// refuses any other's run. Fails where this session may not run recorded commands at
-    /// all (another user's embedded store; a server's operator API).
-    ///
-    /// [`claim`]: OperatorStore::claim
-    fn identity(&mut self) -> StoreResult<String>;
+    /// This store as the store itself, for what only it does ([`WorkerStore`],
+    /// [`AdminStore`]): the embedded store and the database server's are; a `monitor
+    /// serve` server's operator API is not (`None`).
+    fn local(&mut self) -> Option<&mut dyn AdminStore> {
+        None
+    }
 
     /// The ids of runs (`TR-…`) or approvals (`AP-…`) that start with `prefix` (upper
     /// case), at most `limit`, in id order; an exact id alone when it exists.
@@ -362,6 +360,20 @@ pub trait OperatorStore {
         who: &Decider<'_>,
     ) -> StoreResult<Done<CancelOutcome>>;
 
+    /// The audit rows of one run.
+    fn audit_of_run(&mut self, tool_run_id: &str) -> StoreResult<Vec<AuditRow>>;
+    /// The audit rows of one approval (whichever run, or none, they are filed under).
+    fn audit_of_approval(&mut self, approval_id: &str) -> StoreResult<Vec<AuditRow>>;
+    /// Counts for the alerts line; failures since `failed_since`, approvals expiring within
+    /// `soon`.
+    fn counts(&mut self, failed_since: &str, soon: Duration) -> StoreResult<Counts>;
+    /// Only the live counts and pending approvals (cheap, on every change).
+    fn live_counts(&mut self, soon: Duration) -> StoreResult<Counts>;
+}
+
+/// What resumes runs, on the store itself (never through a server's API: a shim's
+/// worker acts as its own login): claims, closes, expiry, reconciling.
+pub trait WorkerStore: OperatorStore {
     /// One pass: live runs whose shim is gone (by `host`) fail, overdue approvals expire.
     fn reconcile(
         &mut self,
@@ -376,11 +388,20 @@ pub trait OperatorStore {
     fn decided_parked(&mut self) -> StoreResult<Vec<ParkedRun>>;
     /// Runs that resumed `waiting_run`, oldest first.
     fn resumes_of(&mut self, waiting_run: &str) -> StoreResult<Vec<ToolRun>>;
+    /// Who this session is, as the store authenticated it (DESIGN §14): the embedded
+    /// store's owner (an OS user, who alone may write it), the PostgreSQL `session_user`.
+    /// The only identity whose recorded commands this session may run again: [`claim`]
+    /// refuses any other's run. Fails where this session may not run recorded commands at
+    /// all (another user's embedded store; a server's operator API).
+    ///
+    /// [`claim`]: WorkerStore::claim
+    fn identity(&mut self) -> StoreResult<String>;
+
     /// Claims an approval for resuming: exactly one worker wins. Refused
     /// ([`StoreError::Denied`]) when another identity than this session's started its run
     /// ([`crate::rules::not_owned`]).
     fn claim(&mut self, approval_id: &str, worker: &str) -> StoreResult<bool>;
-    /// Takes over the claim of a worker that is gone (refused as [`OperatorStore::claim`]
+    /// Takes over the claim of a worker that is gone (refused as [`WorkerStore::claim`]
     /// is).
     fn take_over_claim(&mut self, approval_id: &str, from: &str, to: &str) -> StoreResult<bool>;
     /// Links an approval to the run that resumed with it.
@@ -395,7 +416,11 @@ pub trait OperatorStore {
     ) -> StoreResult<Done<Option<RunStatus>>>;
     /// Marks an approval consumed by a run (the worker closing after its re-run).
     fn consume(&mut self, approval_id: &str, by_run: &str, actor: &str) -> StoreResult<bool>;
+}
 
+/// What administers the store itself: gc, remembered decisions, the audit chain's
+/// checks, the schema's health.
+pub trait AdminStore: WorkerStore {
     /// What `gc` would remove: the runs and how many approvals.
     fn gc_preview(&mut self, cutoff: &str) -> StoreResult<GcReport>;
     /// Removes finished runs older than `cutoff` with their decided approvals.
@@ -418,10 +443,6 @@ pub trait OperatorStore {
     /// Withdraws a remembered decision (audited); `None` when none is in force by that id.
     fn forget(&mut self, policy_id: &str, by: &str) -> StoreResult<Option<RememberedPolicy>>;
 
-    /// The audit rows of one run.
-    fn audit_of_run(&mut self, tool_run_id: &str) -> StoreResult<Vec<AuditRow>>;
-    /// The audit rows of one approval (whichever run, or none, they are filed under).
-    fn audit_of_approval(&mut self, approval_id: &str) -> StoreResult<Vec<AuditRow>>;
     /// The audit rows after row `after` (an id from an earlier row; 0 for the first), oldest
     /// first, at most `limit`: what happened, as a feed a reader can resume.
     fn audit_after(&mut self, after: i64, limit: usize) -> StoreResult<Vec<AuditRow>>;
@@ -433,12 +454,6 @@ pub trait OperatorStore {
     fn audit_hash(&mut self, id: i64) -> StoreResult<Option<String>>;
     /// Decisions without an audit row: (approval id, status).
     fn unrecorded_decisions(&mut self) -> StoreResult<Vec<(String, String)>>;
-
-    /// Counts for the alerts line; failures since `failed_since`, approvals expiring within
-    /// `soon`.
-    fn counts(&mut self, failed_since: &str, soon: Duration) -> StoreResult<Counts>;
-    /// Only the live counts and pending approvals (cheap, on every change).
-    fn live_counts(&mut self, soon: Duration) -> StoreResult<Counts>;
 
     /// Schema and journal, for `doctor`.
     fn health(&mut self) -> StoreResult<StoreHealth>;
@@ -489,6 +504,34 @@ pub fn inspector(paths: &StatePaths) -> Box<dyn OperatorStore> {
 /// names, else the SQLite database of `paths`, which must exist.
 pub fn operator(paths: &StatePaths) -> Box<dyn OperatorStore> {
     remote_operator(paths).unwrap_or_else(|| Box::new(sqlite::SqliteStore::existing(paths.clone())))
+}
+
+/// The store itself, for what only it does (resuming runs, gc, the audit chain's checks,
+/// remembered decisions): the database server `HEADLESS_RUN_DB` names, else the SQLite
+/// database of `paths`, which must exist. A `monitor serve` server's operator API is
+/// refused, naming `what`: those are done on the server's host.
+pub fn local(paths: &StatePaths, what: &'static str) -> StoreResult<Box<dyn AdminStore>> {
+    local_with(paths, what, sqlite::SqliteStore::existing)
+}
+
+/// [`local`], read as it is (no migration), for `monitor doctor`.
+pub fn local_inspector(paths: &StatePaths, what: &'static str) -> StoreResult<Box<dyn AdminStore>> {
+    local_with(paths, what, sqlite::SqliteStore::inspect)
+}
+
+fn local_with(
+    paths: &StatePaths,
+    what: &'static str,
+    embedded: fn(StatePaths) -> sqlite::SqliteStore,
+) -> StoreResult<Box<dyn AdminStore>> {
+    if paths.server.is_some() {
+        return Err(StoreError::NotRemote(what));
+    }
+    #[cfg(feature = "postgres")]
+    if let Some(url) = &paths.store_url {
+        return Ok(Box::new(postgres::PgOperator::new(url)));
+    }
+    Ok(Box::new(embedded(paths.clone())))
 }
 
 /// The operator side of the remote store `paths` names, if it names one.

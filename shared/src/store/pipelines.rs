@@ -198,12 +198,12 @@ fn from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<Execution> {
 
 impl PipelineStore for SqliteStore {
     fn identity(&mut self) -> StoreResult<String> {
-        super::OperatorStore::identity(self)
+        super::WorkerStore::identity(self)
     }
 
     fn pipeline_insert(&mut self, ex: &Execution) -> StoreResult<bool> {
         // Its owner is this store's, whoever the row says (only the owner writes it).
-        let owner = super::OperatorStore::identity(self)?;
+        let owner = super::WorkerStore::identity(self)?;
         let uid = crate::proc::effective_uid();
         self.write(|tx| {
             let n = tx.execute(

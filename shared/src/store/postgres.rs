@@ -15,8 +15,9 @@
 
 use super::asking::{approval_for, changed_context};
 use super::{
-    Asker, Cooperative, Counts, Done, Effects, OperatorStore, PromptRequest, PromptResolution,
-    Recorded, RememberScope, Replace, RunWrite, RunnerStore, StoreError, StoreHealth, StoreResult,
+    AdminStore, Asker, Cooperative, Counts, Done, Effects, OperatorStore, PromptRequest,
+    PromptResolution, Recorded, RememberScope, Replace, RunWrite, RunnerStore, StoreError,
+    StoreHealth, StoreResult, WorkerStore,
 };
 use crate::approvals::{self, Approval, ApprovalFilter, DecideOutcome, Decider, ValueDecision};
 use crate::audit::{self, AuditRow, ChainReport};
@@ -1793,6 +1794,10 @@ fn from_value<T: serde::de::DeserializeOwned>(v: &serde_json::Value) -> StoreRes
 }
 
 impl OperatorStore for PgOperator {
+    fn local(&mut self) -> Option<&mut dyn AdminStore> {
+        Some(self)
+    }
+
     fn connect(&mut self) -> StoreResult<()> {
         self.pg.client().map(|_| ())
     }
@@ -2078,6 +2083,71 @@ impl OperatorStore for PgOperator {
         ))
     }
 
+    fn audit_of_run(&mut self, tool_run_id: &str) -> StoreResult<Vec<AuditRow>> {
+        self.audit_rows("tool_run_id = $1", &[&tool_run_id])
+    }
+
+    fn audit_of_approval(&mut self, approval_id: &str) -> StoreResult<Vec<AuditRow>> {
+        self.audit_rows("approval_id = $1", &[&approval_id])
+    }
+
+    fn counts(&mut self, failed_since: &str, soon: Duration) -> StoreResult<Counts> {
+        let mut counts = self.live_counts(soon)?;
+        let failed = ["failed", "failed_timeout"];
+        let rows = self.pg.tx(|tx| {
+            let totals = tx.query(
+                "SELECT status, count(*) FROM hr.tool_runs GROUP BY status",
+                &[],
+            )?;
+            let recent = tx.query_one(
+                "SELECT count(*) FILTER (WHERE status = ANY($2)),
+                        count(*) FILTER (WHERE status = 'stalled' AND completed_at IS NOT NULL)
+                 FROM hr.tool_runs WHERE coalesce(completed_at, started_at) >= $1",
+                &[&failed_since, &&failed[..]],
+            )?;
+            Ok((totals, recent))
+        })?;
+        counts.totals = rows
+            .0
+            .iter()
+            .filter_map(|r| r.get::<_, &str>(0).parse().ok().map(|s| (s, r.get(1))))
+            .collect();
+        counts.failed_recent = rows.1.get(0);
+        counts.stalled_recent = rows.1.get(1);
+        Ok(counts)
+    }
+
+    fn live_counts(&mut self, soon: Duration) -> StoreResult<Counts> {
+        let cutoff = time::to_rfc3339(std::time::SystemTime::now() + soon);
+        let open: Vec<String> = RunStatus::OPEN
+            .iter()
+            .map(|s| s.as_str().to_owned())
+            .collect();
+        let (live, pending) = self.pg.tx(|tx| {
+            let live = tx.query(
+                "SELECT status, count(*) FROM hr.tool_runs
+                 WHERE completed_at IS NULL AND status = ANY($1) GROUP BY status",
+                &[&open],
+            )?;
+            let pending = tx.query_one(
+                "SELECT count(*), count(*) FILTER (WHERE expires_at IS NOT NULL AND expires_at <= $1)
+                 FROM hr.approvals WHERE status = 'pending'",
+                &[&cutoff],
+            )?;
+            Ok((live, pending))
+        })?;
+        Ok(Counts {
+            live: live
+                .iter()
+                .filter_map(|r| r.get::<_, &str>(0).parse().ok().map(|s| (s, r.get(1))))
+                .collect(),
+            pending: (pending.get(0), pending.get(1)),
+            ..Counts::default()
+        })
+    }
+}
+
+impl WorkerStore for PgOperator {
     fn reconcile(
         &mut self,
         _actor: &str,
@@ -2209,7 +2279,9 @@ impl OperatorStore for PgOperator {
     fn consume(&mut self, approval_id: &str, by_run: &str, _actor: &str) -> StoreResult<bool> {
         self.yes("SELECT hr.consume($1, $2)", &[&approval_id, &by_run])
     }
+}
 
+impl AdminStore for PgOperator {
     fn gc_preview(&mut self, cutoff: &str) -> StoreResult<GcReport> {
         let rows = self.pg.tx(|tx| {
             let runs = tx.query(
@@ -2288,14 +2360,6 @@ impl OperatorStore for PgOperator {
         self.pg.doc("SELECT hr.forget($1)::text", &[&policy_id])
     }
 
-    fn audit_of_run(&mut self, tool_run_id: &str) -> StoreResult<Vec<AuditRow>> {
-        self.audit_rows("tool_run_id = $1", &[&tool_run_id])
-    }
-
-    fn audit_of_approval(&mut self, approval_id: &str) -> StoreResult<Vec<AuditRow>> {
-        self.audit_rows("approval_id = $1", &[&approval_id])
-    }
-
     fn audit_after(&mut self, after: i64, limit: usize) -> StoreResult<Vec<AuditRow>> {
         self.audit_rows_limited("id > $1", &[&after], Some(limit))
     }
@@ -2361,61 +2425,6 @@ impl OperatorStore for PgOperator {
             )
         })?;
         Ok(rows.iter().map(|r| (r.get(0), r.get(1))).collect())
-    }
-
-    fn counts(&mut self, failed_since: &str, soon: Duration) -> StoreResult<Counts> {
-        let mut counts = self.live_counts(soon)?;
-        let failed = ["failed", "failed_timeout"];
-        let rows = self.pg.tx(|tx| {
-            let totals = tx.query(
-                "SELECT status, count(*) FROM hr.tool_runs GROUP BY status",
-                &[],
-            )?;
-            let recent = tx.query_one(
-                "SELECT count(*) FILTER (WHERE status = ANY($2)),
-                        count(*) FILTER (WHERE status = 'stalled' AND completed_at IS NOT NULL)
-                 FROM hr.tool_runs WHERE coalesce(completed_at, started_at) >= $1",
-                &[&failed_since, &&failed[..]],
-            )?;
-            Ok((totals, recent))
-        })?;
-        counts.totals = rows
-            .0
-            .iter()
-            .filter_map(|r| r.get::<_, &str>(0).parse().ok().map(|s| (s, r.get(1))))
-            .collect();
-        counts.failed_recent = rows.1.get(0);
-        counts.stalled_recent = rows.1.get(1);
-        Ok(counts)
-    }
-
-    fn live_counts(&mut self, soon: Duration) -> StoreResult<Counts> {
-        let cutoff = time::to_rfc3339(std::time::SystemTime::now() + soon);
-        let open: Vec<String> = RunStatus::OPEN
-            .iter()
-            .map(|s| s.as_str().to_owned())
-            .collect();
-        let (live, pending) = self.pg.tx(|tx| {
-            let live = tx.query(
-                "SELECT status, count(*) FROM hr.tool_runs
-                 WHERE completed_at IS NULL AND status = ANY($1) GROUP BY status",
-                &[&open],
-            )?;
-            let pending = tx.query_one(
-                "SELECT count(*), count(*) FILTER (WHERE expires_at IS NOT NULL AND expires_at <= $1)
-                 FROM hr.approvals WHERE status = 'pending'",
-                &[&cutoff],
-            )?;
-            Ok((live, pending))
-        })?;
-        Ok(Counts {
-            live: live
-                .iter()
-                .filter_map(|r| r.get::<_, &str>(0).parse().ok().map(|s| (s, r.get(1))))
-                .collect(),
-            pending: (pending.get(0), pending.get(1)),
-            ..Counts::default()
-        })
     }
 
     fn health(&mut self) -> StoreResult<StoreHealth> {

@@ -10,17 +10,13 @@
 //! [`StoreError::NotRemote`]. Answers carry no [`Effects`](super::Effects): the server logs
 //! the events on its host.
 
-use super::{Counts, Done, OperatorStore, RememberScope, StoreHealth, StoreResult};
+use super::{Counts, Done, OperatorStore, StoreResult};
 use crate::approvals::{Approval, ApprovalFilter, DecideOutcome, Decider, InvalidValue};
-use crate::audit::{AuditRow, ChainReport};
-use crate::control::{CancelOutcome, ReconcileReport};
+use crate::audit::AuditRow;
+use crate::control::CancelOutcome;
 use crate::db::StoreError;
-use crate::gc::GcReport;
-use crate::policy::RememberedPolicy;
 use crate::remote::{CallError, Client, Remote, encode};
-use crate::resume::ParkedRun;
-use crate::rules::HostFacts;
-use crate::runs::{RunFilter, StatusChange, ToolRun};
+use crate::runs::{RunFilter, ToolRun};
 use crate::status::{ApprovalStatus, RunStatus};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -461,84 +457,6 @@ impl OperatorStore for HttpOperator {
         Ok(Done::quiet(outcome))
     }
 
-    fn reconcile(
-        &mut self,
-        _actor: &str,
-        _host: &dyn HostFacts,
-    ) -> StoreResult<Done<ReconcileReport>> {
-        Err(StoreError::NotRemote("reconciling"))
-    }
-
-    fn expire_due(&mut self) -> StoreResult<Done<Vec<Approval>>> {
-        Err(StoreError::NotRemote("expiring approvals"))
-    }
-
-    fn decided_parked(&mut self) -> StoreResult<Vec<ParkedRun>> {
-        Err(StoreError::NotRemote("resuming runs"))
-    }
-
-    fn resumes_of(&mut self, _waiting_run: &str) -> StoreResult<Vec<ToolRun>> {
-        Err(StoreError::NotRemote("resuming runs"))
-    }
-
-    fn identity(&mut self) -> StoreResult<String> {
-        Err(StoreError::NotRemote("running recorded commands again"))
-    }
-
-    fn claim(&mut self, _approval_id: &str, _worker: &str) -> StoreResult<bool> {
-        Err(StoreError::NotRemote("resuming runs"))
-    }
-
-    fn take_over_claim(&mut self, _approval_id: &str, _from: &str, _to: &str) -> StoreResult<bool> {
-        Err(StoreError::NotRemote("resuming runs"))
-    }
-
-    fn set_resumed_run(&mut self, _approval_id: &str, _run: &str) -> StoreResult<()> {
-        Err(StoreError::NotRemote("resuming runs"))
-    }
-
-    fn close_run(
-        &mut self,
-        _tool_run_id: &str,
-        _change: &StatusChange,
-        _actor: &str,
-        _from: &[RunStatus],
-    ) -> StoreResult<Done<Option<RunStatus>>> {
-        Err(StoreError::NotRemote("resuming runs"))
-    }
-
-    fn consume(&mut self, _approval_id: &str, _by_run: &str, _actor: &str) -> StoreResult<bool> {
-        Err(StoreError::NotRemote("resuming runs"))
-    }
-
-    fn gc_preview(&mut self, _cutoff: &str) -> StoreResult<GcReport> {
-        Err(StoreError::NotRemote("gc"))
-    }
-
-    fn gc(&mut self, _cutoff: &str, _actor: &str) -> StoreResult<GcReport> {
-        Err(StoreError::NotRemote("gc"))
-    }
-
-    fn remember(
-        &mut self,
-        _tool: &str,
-        _prompt_fingerprint: &str,
-        _scope: &RememberScope,
-        _value: &str,
-        _approval_id: &str,
-        _by: &str,
-    ) -> StoreResult<RememberedPolicy> {
-        Err(StoreError::NotRemote("remembering a decision (--remember)"))
-    }
-
-    fn remembered(&mut self) -> StoreResult<Vec<RememberedPolicy>> {
-        Err(StoreError::NotRemote("listing remembered decisions"))
-    }
-
-    fn forget(&mut self, _policy_id: &str, _by: &str) -> StoreResult<Option<RememberedPolicy>> {
-        Err(StoreError::NotRemote("withdrawing a remembered decision"))
-    }
-
     fn audit_of_run(&mut self, tool_run_id: &str) -> StoreResult<Vec<AuditRow>> {
         let path = format!("/api/v1/runs/{}/audit", encode(tool_run_id));
         Ok(self
@@ -553,26 +471,6 @@ impl OperatorStore for HttpOperator {
             .get_opt::<AuditBody>(&path)?
             .map(|b| b.audit.into_iter().map(AuditRow::from).collect())
             .unwrap_or_default())
-    }
-
-    fn audit_after(&mut self, _after: i64, _limit: usize) -> StoreResult<Vec<AuditRow>> {
-        Err(StoreError::NotRemote("reading the audit chain"))
-    }
-
-    fn audit_head_id(&mut self) -> StoreResult<i64> {
-        Err(StoreError::NotRemote("reading the audit chain"))
-    }
-
-    fn verify_audit(&mut self) -> StoreResult<ChainReport> {
-        Err(StoreError::NotRemote("verifying the audit chain"))
-    }
-
-    fn audit_hash(&mut self, _id: i64) -> StoreResult<Option<String>> {
-        Err(StoreError::NotRemote("verifying the audit chain"))
-    }
-
-    fn unrecorded_decisions(&mut self) -> StoreResult<Vec<(String, String)>> {
-        Err(StoreError::NotRemote("verifying the audit chain"))
     }
 
     fn counts(&mut self, failed_since: &str, soon: Duration) -> StoreResult<Counts> {
@@ -590,10 +488,6 @@ impl OperatorStore for HttpOperator {
         Ok(self
             .get::<CountsBody>(&format!("/api/v1/counts{q}"))?
             .into())
-    }
-
-    fn health(&mut self) -> StoreResult<StoreHealth> {
-        Err(StoreError::NotRemote("checking the database's schema"))
     }
 }
 
@@ -639,8 +533,19 @@ mod tests {
         };
         let e = op.connect().unwrap_err();
         assert!(e.to_string().contains("no token"), "{e}");
-        let e = op.gc("x", "me").unwrap_err();
-        assert!(e.to_string().contains("not available with --server"), "{e}");
+        // What only the store itself does is no call at all: refused before any, naming it.
+        assert!(op.local().is_none());
+        let paths = crate::paths::StatePaths {
+            server: Some("http://127.0.0.1:9".into()),
+            ..crate::paths::StatePaths::at("/nonexistent")
+        };
+        let Err(e) = super::super::local(&paths, "gc") else {
+            panic!("a server's API used as the store itself")
+        };
+        assert!(
+            e.to_string().contains("gc is not available with --server"),
+            "{e}"
+        );
     }
 
     #[test]

@@ -5,8 +5,9 @@
 
 use super::asking;
 use super::{
-    Asker, Cooperative, Counts, Done, OperatorStore, PromptRequest, PromptResolution, Recorded,
-    RememberScope, Replace, RunWrite, RunnerStore, StoreError, StoreHealth, StoreResult,
+    AdminStore, Asker, Cooperative, Counts, Done, OperatorStore, PromptRequest, PromptResolution,
+    Recorded, RememberScope, Replace, RunWrite, RunnerStore, StoreError, StoreHealth, StoreResult,
+    WorkerStore,
 };
 use crate::approvals::{self, Approval, ApprovalFilter, Channel, DecideOutcome, Decider};
 use crate::audit::{self, AuditRow, ChainReport};
@@ -410,16 +411,12 @@ fn expire(store: &mut SqliteStore) -> StoreResult<Done<Vec<Approval>>> {
 }
 
 impl OperatorStore for SqliteStore {
-    fn connect(&mut self) -> StoreResult<()> {
-        self.conn().map(|_| ())
+    fn local(&mut self) -> Option<&mut dyn AdminStore> {
+        Some(self)
     }
 
-    fn identity(&mut self) -> StoreResult<String> {
-        self.conn()?;
-        match &self.foreign {
-            Some(why) => Err(StoreError::Foreign(why.clone())),
-            None => Ok(self.identity.clone()),
-        }
+    fn connect(&mut self) -> StoreResult<()> {
+        self.conn().map(|_| ())
     }
 
     fn change_mark(&mut self) -> StoreResult<u64> {
@@ -571,6 +568,37 @@ impl OperatorStore for SqliteStore {
         })
     }
 
+    fn audit_of_run(&mut self, tool_run_id: &str) -> StoreResult<Vec<AuditRow>> {
+        self.with(|c| audit::for_run(c, tool_run_id))
+    }
+
+    fn audit_of_approval(&mut self, approval_id: &str) -> StoreResult<Vec<AuditRow>> {
+        self.with(|c| audit::for_approval(c, approval_id))
+    }
+
+    fn counts(&mut self, failed_since: &str, soon: Duration) -> StoreResult<Counts> {
+        let mut counts = self.live_counts(soon)?;
+        self.with(|c| {
+            counts.totals = runs::count_by_status(c)?;
+            counts.failed_recent = alerts::failed_since(c, failed_since)?;
+            counts.stalled_recent = alerts::stalled_since(c, failed_since)?;
+            Ok(())
+        })?;
+        Ok(counts)
+    }
+
+    fn live_counts(&mut self, soon: Duration) -> StoreResult<Counts> {
+        self.with(|c| {
+            Ok(Counts {
+                live: alerts::live_counts(c)?,
+                pending: approvals::pending_counts(c, soon)?,
+                ..Counts::default()
+            })
+        })
+    }
+}
+
+impl WorkerStore for SqliteStore {
     fn reconcile(
         &mut self,
         actor: &str,
@@ -612,6 +640,14 @@ impl OperatorStore for SqliteStore {
 
     fn resumes_of(&mut self, waiting_run: &str) -> StoreResult<Vec<ToolRun>> {
         self.with(|c| resume::resumes_of(c, waiting_run))
+    }
+
+    fn identity(&mut self) -> StoreResult<String> {
+        self.conn()?;
+        match &self.foreign {
+            Some(why) => Err(StoreError::Foreign(why.clone())),
+            None => Ok(self.identity.clone()),
+        }
     }
 
     fn claim(&mut self, approval_id: &str, worker: &str) -> StoreResult<bool> {
@@ -664,7 +700,9 @@ impl OperatorStore for SqliteStore {
     fn consume(&mut self, approval_id: &str, by_run: &str, actor: &str) -> StoreResult<bool> {
         self.write(|tx| approvals::consume(tx, approval_id, by_run, actor))
     }
+}
 
+impl AdminStore for SqliteStore {
     fn gc_preview(&mut self, cutoff: &str) -> StoreResult<GcReport> {
         self.with(|c| {
             let runs = gc::finished_before(c, cutoff)?;
@@ -709,14 +747,6 @@ impl OperatorStore for SqliteStore {
         self.write(|tx| policy::forget(tx, policy_id, by))
     }
 
-    fn audit_of_run(&mut self, tool_run_id: &str) -> StoreResult<Vec<AuditRow>> {
-        self.with(|c| audit::for_run(c, tool_run_id))
-    }
-
-    fn audit_of_approval(&mut self, approval_id: &str) -> StoreResult<Vec<AuditRow>> {
-        self.with(|c| audit::for_approval(c, approval_id))
-    }
-
     fn audit_after(&mut self, after: i64, limit: usize) -> StoreResult<Vec<AuditRow>> {
         self.with(|c| audit::after(c, after, limit))
     }
@@ -735,27 +765,6 @@ impl OperatorStore for SqliteStore {
 
     fn unrecorded_decisions(&mut self) -> StoreResult<Vec<(String, String)>> {
         self.with(|c| audit::unrecorded_decisions(c))
-    }
-
-    fn counts(&mut self, failed_since: &str, soon: Duration) -> StoreResult<Counts> {
-        let mut counts = self.live_counts(soon)?;
-        self.with(|c| {
-            counts.totals = runs::count_by_status(c)?;
-            counts.failed_recent = alerts::failed_since(c, failed_since)?;
-            counts.stalled_recent = alerts::stalled_since(c, failed_since)?;
-            Ok(())
-        })?;
-        Ok(counts)
-    }
-
-    fn live_counts(&mut self, soon: Duration) -> StoreResult<Counts> {
-        self.with(|c| {
-            Ok(Counts {
-                live: alerts::live_counts(c)?,
-                pending: approvals::pending_counts(c, soon)?,
-                ..Counts::default()
-            })
-        })
     }
 
     fn health(&mut self) -> StoreResult<StoreHealth> {

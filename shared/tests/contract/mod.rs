@@ -17,8 +17,8 @@ use hr_shared::rules::{HostFacts, Liveness};
 use hr_shared::runs::{StatusChange, ToolRun};
 use hr_shared::status::RunStatus;
 use hr_shared::store::{
-    Asker, Done, OperatorStore, PromptRequest, PromptResolution, Recorded, Replace, RunWrite,
-    RunnerStore,
+    AdminStore, Asker, Done, OperatorStore, PromptRequest, PromptResolution, Recorded, Replace,
+    RunWrite, RunnerStore,
 };
 use hr_shared::time;
 use std::sync::atomic::{AtomicI64, Ordering};
@@ -44,12 +44,12 @@ pub trait StoreUnderTest: Sized + Sync {
     fn runner(&self) -> Box<dyn RunnerStore>;
 
     /// A new operator session on this store (the `monitor`'s), a connection of its own.
-    fn operator(&self) -> Box<dyn OperatorStore>;
+    fn operator(&self) -> Box<dyn AdminStore>;
 
     /// A worker's session (`monitor worker`): the identity that started the runner's runs
     /// (the embedded store's owner, the runner's own login), the only one that may claim
     /// them to run again. The default is [`StoreUnderTest::operator`] (one identity).
-    fn worker(&self) -> Box<dyn OperatorStore> {
+    fn worker(&self) -> Box<dyn AdminStore> {
         self.operator()
     }
 
@@ -66,7 +66,7 @@ pub trait StoreUnderTest: Sized + Sync {
 
     /// An operator session on a store of this kind that is not there (no database, no
     /// server): `connect` must fail.
-    fn absent_operator(&self) -> Box<dyn OperatorStore>;
+    fn absent_operator(&self) -> Box<dyn AdminStore>;
 
     /// Replaces the store under its open sessions with a new, empty one (what `replaced`
     /// reports). `false`: this kind of store cannot be replaced under a session, and the
