@@ -11,6 +11,41 @@ use crate::rules::{self, HostFacts};
 use crate::runs::ToolRun;
 use std::path::Path;
 
+/// Decides approval `approval_id` with `value` as `who`, and logs what the decision caused
+/// in the combined log of `paths`: how every front-end (the CLI, the dashboard, the
+/// server) decides; each then says the outcome its own way.
+pub fn decide(
+    store: &mut dyn crate::store::OperatorStore,
+    paths: &crate::paths::StatePaths,
+    approval_id: &str,
+    value: &str,
+    who: &crate::approvals::Decider<'_>,
+) -> crate::store::StoreResult<crate::approvals::DecideOutcome> {
+    let done = store.decide(approval_id, value, who)?;
+    log_events(&paths.combined_log(), &done.effects.events);
+    Ok(done.value)
+}
+
+/// Cancels run `tool_run_id` as `who` (`reason` recorded), logs what that caused, and —
+/// where `paths` is the store itself, not a server's API (the server signals on its own
+/// host) — tells the run's headless-run on this host (`host`) to end the tool.
+pub fn cancel(
+    store: &mut dyn crate::store::OperatorStore,
+    paths: &crate::paths::StatePaths,
+    tool_run_id: &str,
+    reason: Option<&str>,
+    who: &crate::approvals::Decider<'_>,
+    host: &dyn HostFacts,
+) -> crate::store::StoreResult<CancelOutcome> {
+    let done = store.cancel(tool_run_id, reason, who)?;
+    log_events(&paths.combined_log(), &done.effects.events);
+    Ok(if paths.server.is_some() {
+        done.value
+    } else {
+        done.value.signal_shim(host)
+    })
+}
+
 /// Appends events to the combined log; a log that cannot be written loses the events, never
 /// the database change they describe.
 pub fn log_events(log: &Path, events: &[LogEvent]) {

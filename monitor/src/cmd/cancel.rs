@@ -56,14 +56,16 @@ pub fn run(ctx: &Ctx, args: Args) -> CliResult {
         comment: reason.as_deref(),
         version: None,
     };
-    let marked = ctx.logged(store.cancel(id, reason.as_deref(), &who)?);
     // A server signals the run's headless-run itself, on its host: nothing is signalled here.
     let remote = ctx.paths.server.is_some();
-    let outcome = if remote {
-        marked
-    } else {
-        marked.signal_shim(&LocalHost::new())
-    };
+    let outcome = hr_shared::control::cancel(
+        store.as_mut(),
+        &ctx.paths,
+        id,
+        reason.as_deref(),
+        &who,
+        &LocalHost::new(),
+    )?;
     match outcome {
         CancelOutcome::Signalled { run, shim_pid } if args.json => {
             report("signalled", &run, Some(shim_pid))

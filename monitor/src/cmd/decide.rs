@@ -139,7 +139,7 @@ pub fn run(ctx: &Ctx, args: Args) -> CliResult {
         comment: args.comment.as_deref(),
         version: args.seen.as_deref(),
     };
-    let out = ctx.logged(store.decide(id, &args.value, &who)?);
+    let out = hr_shared::control::decide(store.as_mut(), &ctx.paths, id, &args.value, &who)?;
     let decided = match out {
         DecideOutcome::Decided(a) => {
             if !args.json {

@@ -465,9 +465,17 @@ fn cancel(ctx: &Ctx, exid: &str, reason: Option<&str>, json: bool) -> CliResult 
         if r.status.is_final() {
             continue;
         }
-        if let Ok(done) = op.cancel(&r.tool_run_id, Some(&why), &who) {
-            let marked = ctx.logged(done);
-            let _ = marked.signal_shim(&hr_shared::rules::LocalHost::new());
+        let host = hr_shared::rules::LocalHost::new();
+        if hr_shared::control::cancel(
+            op.as_mut(),
+            &ctx.paths,
+            &r.tool_run_id,
+            Some(&why),
+            &who,
+            &host,
+        )
+        .is_ok()
+        {
             ended += 1;
         }
     }

@@ -906,10 +906,10 @@ async fn decide_as(
                 comment: comment.as_deref(),
                 version: version.as_deref(),
             };
-            let done = st.decide(&id, &value, &who).map_err(ApiError::store)?;
-            hr_shared::control::log_events(&paths.combined_log(), &done.effects.events);
-            let why = hr_shared::approvals::refusal(&done.value).unwrap_or_default();
-            match done.value {
+            let outcome = hr_shared::control::decide(st, &paths, &id, &value, &who)
+                .map_err(ApiError::store)?;
+            let why = hr_shared::approvals::refusal(&outcome).unwrap_or_default();
+            match outcome {
                 DecideOutcome::Decided(a) => Ok((StatusCode::OK, approval_json(st, &a)?)),
                 DecideOutcome::NotFound => {
                     Err(ApiError::new(StatusCode::NOT_FOUND, "no such approval"))
@@ -1258,11 +1258,16 @@ async fn cancel_run(
                 comment: None,
                 version: None,
             };
-            let done = st
-                .cancel(&id, reason.as_deref(), &who)
-                .map_err(ApiError::store)?;
-            hr_shared::control::log_events(&paths.combined_log(), &done.effects.events);
-            match done.value.signal_shim(&hr_shared::rules::LocalHost::new()) {
+            let outcome = hr_shared::control::cancel(
+                st,
+                &paths,
+                &id,
+                reason.as_deref(),
+                &who,
+                &hr_shared::rules::LocalHost::new(),
+            )
+            .map_err(ApiError::store)?;
+            match outcome {
                 CancelOutcome::NotFound => Err(ApiError::new(StatusCode::NOT_FOUND, "no such run")),
                 CancelOutcome::AlreadyFinal { run } => Err(ApiError::new(
                     StatusCode::CONFLICT,

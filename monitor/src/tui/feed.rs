@@ -778,8 +778,8 @@ impl Feed {
         comment: Option<&str>,
         version: Option<&str>,
     ) -> Result<approvals::DecideOutcome, String> {
-        let log = self.paths.combined_log();
         let user = self.user.clone();
+        let paths = self.paths.clone();
         let store = self.writable()?;
         let who = Decider {
             by: &user,
@@ -787,17 +787,13 @@ impl Feed {
             comment,
             version,
         };
-        let done = store
-            .decide(approval_id, value, &who)
-            .map_err(|e| e.to_string())?;
-        control::log_events(&log, &done.effects.events);
-        Ok(done.value)
+        control::decide(store, &paths, approval_id, value, &who).map_err(|e| e.to_string())
     }
 
     fn cancel(&mut self, run_id: &str) -> Result<control::CancelOutcome, String> {
-        let log = self.paths.combined_log();
         let user = self.user.clone();
         let host = self.host.clone();
+        let paths = self.paths.clone();
         let store = self.writable()?;
         let who = Decider {
             by: &user,
@@ -805,14 +801,15 @@ impl Feed {
             comment: None,
             version: None,
         };
-        let done = store
-            .cancel(run_id, Some("from the dashboard"), &who)
-            .map_err(|e| e.to_string())?;
-        control::log_events(&log, &done.effects.events);
         // A server signals the run's headless-run on its own host: nothing is signalled here.
-        if self.paths.server.is_some() {
-            return Ok(done.value);
-        }
-        Ok(done.value.signal_shim(&host))
+        control::cancel(
+            store,
+            &paths,
+            run_id,
+            Some("from the dashboard"),
+            &who,
+            &host,
+        )
+        .map_err(|e| e.to_string())
     }
 }
