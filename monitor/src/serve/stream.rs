@@ -1,0 +1,244 @@
+//! Long polls and event streams: `/api/v1/mark` and `/api/v1/events`, woken by the store's
+//! doorbell.
+
+use super::*;
+
+/// The events a stream carries: status and approval changes.
+pub(super) const STREAMED: &[&str] = &[
+    "tool_status_change",
+    "approval_needed",
+    "approval_status_change",
+];
+
+/// A watch that moves whenever the store's doorbell rings (a thread of its own waits on
+/// the bell); one that never moves when the store has none (its sender is handed back, to
+/// be kept: a closed watch would wake its waiters at once, for ever).
+pub(super) fn bell(
+    paths: &StatePaths,
+) -> (
+    tokio::sync::watch::Receiver<u64>,
+    Option<tokio::sync::watch::Sender<u64>>,
+) {
+    let (tx, rx) = tokio::sync::watch::channel(0u64);
+    let _ = paths.ensure_dirs();
+    let Some(door) = store::doorbell::for_store(paths) else {
+        return (rx, Some(tx));
+    };
+    {
+        let _ = std::thread::Builder::new()
+            .name("bell".into())
+            .spawn(move || {
+                let mut n = 0u64;
+                loop {
+                    if door.wait(Duration::from_secs(1)) {
+                        n += 1;
+                        if tx.send(n).is_err() {
+                            return;
+                        }
+                    } else if tx.is_closed() {
+                        return;
+                    }
+                }
+            });
+    }
+    (rx, None)
+}
+
+impl Server {
+    /// Waits up to `most` for the store's bell (at most [`EVENTS_LOOK`] when it has none).
+    async fn next_ring(&self, bell: &mut tokio::sync::watch::Receiver<u64>, most: Duration) {
+        let _ = tokio::time::timeout(most.min(EVENTS_LOOK), bell.changed()).await;
+    }
+}
+
+/// The longest a long poll of `/api/v1/mark` is held open.
+pub(super) const MARK_WAIT_MAX: u64 = 60;
+
+/// `GET /api/v1/mark?after=M&wait=S`: the store's change mark; with `after`, held open up to
+/// `wait` seconds until it differs from `M` (a long poll: wait-mode runners and
+/// `--server` clients learn of a decision at once, without polling).
+pub(super) async fn mark(
+    State(s): State<Arc<Server>>,
+    Watcher(c): Watcher,
+    Query(q): Query<HashMap<String, String>>,
+) -> Result<Response, ApiError> {
+    let number = |k: &str, max: u64| -> Result<Option<u64>, ApiError> {
+        q.get(k)
+            .map(|v| {
+                v.parse::<u64>().ok().filter(|n| *n <= max).ok_or_else(|| {
+                    ApiError::new(
+                        StatusCode::BAD_REQUEST,
+                        format!("`{k}` is a number from 0 to {max}"),
+                    )
+                })
+            })
+            .transpose()
+    };
+    if let Some(k) = q.keys().find(|k| *k != "after" && *k != "wait") {
+        return Err(ApiError::new(
+            StatusCode::BAD_REQUEST,
+            format!(
+                "unknown parameter `{}`",
+                hr_shared::sanitize::sanitize_line(k)
+            ),
+        ));
+    }
+    let after = number("after", u64::MAX)?;
+    let wait = Duration::from_secs(number("wait", MARK_WAIT_MAX)?.unwrap_or(0));
+    let deadline = Instant::now() + wait;
+    let mut bell = s.bell.clone();
+    // Taken once the poll waits (one answered at once holds nothing); given back when the
+    // handler ends, or is dropped with its connection.
+    let mut slot = None;
+    loop {
+        if slot.is_some() && !s.still_live(&c) {
+            return Err(ApiError::new(
+                StatusCode::UNAUTHORIZED,
+                "the token was revoked or expired while this long poll waited",
+            ));
+        }
+        let m = s
+            .marks
+            .call(|st| match st.change_mark() {
+                Err(hr_shared::db::StoreError::Missing(_)) => Ok(0),
+                other => other.map_err(ApiError::store),
+            })
+            .await?;
+        let now = Instant::now();
+        if after != Some(m) || now >= deadline || s.stopping.load(Ordering::Relaxed) {
+            return Ok(ok(StatusCode::OK, json!({ "mark": m })));
+        }
+        if slot.is_none() {
+            slot = Some(s.stream_slot(&c)?);
+        }
+        s.next_ring(&mut bell, deadline - now).await;
+    }
+}
+
+/// How often an event stream or a long poll looks for news (and at its token: a revoked
+/// or expired one ends it within about this).
+pub(super) const EVENTS_LOOK: Duration = Duration::from_millis(250);
+
+/// `GET /api/v1/events`: the audit chain's status and approval changes as server-sent
+/// events, each with its row id as the event id; from `Last-Event-ID` (or `?after=`), else
+/// from now. Once its token is revoked or expired, a last `token_ended` event and the end
+/// (and the connection closed: a client sees the end whatever it makes of the body).
+pub(super) async fn events(
+    State(s): State<Arc<Server>>,
+    Reader(c): Reader,
+    headers: HeaderMap,
+    Query(q): Query<HashMap<String, String>>,
+) -> Result<Response, ApiError> {
+    use axum::response::sse::{Event, KeepAlive, Sse};
+    let given = headers
+        .get("last-event-id")
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned)
+        .or_else(|| q.get("after").cloned());
+    if q.keys().any(|k| k != "after") {
+        return Err(ApiError::new(
+            StatusCode::BAD_REQUEST,
+            "the only parameter is `after`",
+        ));
+    }
+    let start = match given {
+        Some(v) => v
+            .trim()
+            .parse::<i64>()
+            .ok()
+            .filter(|n| *n >= 0)
+            .ok_or_else(|| ApiError::new(StatusCode::BAD_REQUEST, "an event id is a number"))?,
+        None => {
+            s.with_store(|st| match own(st)?.audit_head_id() {
+                Err(hr_shared::db::StoreError::Missing(_)) => Ok(0),
+                other => other.map_err(ApiError::store),
+            })
+            .await?
+        }
+    };
+    let slot = s.stream_slot(&c)?;
+    let state = Streaming {
+        s: s.clone(),
+        caller: c.clone(),
+        last: start,
+        queue: std::collections::VecDeque::new(),
+        ended: false,
+        _slot: slot,
+    };
+    let stream = futures_util::stream::unfold(state, |mut on| async move {
+        if on.ended {
+            return None;
+        }
+        loop {
+            if let Some(row) = on.queue.pop_front() {
+                let data = json!({
+                    "id": row.id,
+                    "at": row.at,
+                    "event": row.event,
+                    "tool_run_id": row.tool_run_id,
+                    "approval_id": row.approval_id,
+                    "actor": row.actor,
+                    "data": serde_json::from_str::<Value>(&row.data).unwrap_or(Value::Null),
+                });
+                let event = Event::default()
+                    .id(row.id.to_string())
+                    .event(row.event.clone())
+                    .data(data.to_string());
+                return Some((Ok::<Event, std::convert::Infallible>(event), on));
+            }
+            if on.s.stopping.load(Ordering::Relaxed) {
+                return None;
+            }
+            // Looked at before every read of the store: at most [`EVENTS_LOOK`] apart.
+            if !on.s.still_live(&on.caller) {
+                on.ended = true;
+                let data = json!({ "error": "the token was revoked or has expired" });
+                let event = Event::default().event("token_ended").data(data.to_string());
+                return Some((Ok(event), on));
+            }
+            let after = on.last;
+            let rows =
+                on.s.with_store(move |st| or_none(own(st)?.audit_after(after, 100)))
+                    .await
+                    .unwrap_or_default();
+            match rows.last() {
+                Some(newest) => {
+                    on.last = newest.id;
+                    on.queue.extend(
+                        rows.into_iter()
+                            .filter(|r| STREAMED.contains(&r.event.as_str())),
+                    );
+                }
+                None => {
+                    let mut bell = on.s.bell.clone();
+                    on.s.next_ring(&mut bell, EVENTS_LOOK).await;
+                }
+            }
+        }
+    });
+    // A comment every few seconds: hyper learns that a client went away only when a write
+    // fails, and until then the stream holds its connection and its token's place.
+    let mut resp = Sse::new(stream)
+        .keep_alive(KeepAlive::new().interval(SSE_KEEP_ALIVE))
+        .into_response();
+    resp.headers_mut().insert(
+        header::CONNECTION,
+        header::HeaderValue::from_static("close"),
+    );
+    resp.extensions_mut().insert(c);
+    Ok(resp)
+}
+
+/// How often an idle event stream sends a comment.
+pub(super) const SSE_KEEP_ALIVE: Duration = Duration::from_secs(5);
+
+/// An event stream's state: where it is in the audit chain, the rows fetched and not yet
+/// sent, and its token's place (given back when the stream is dropped).
+pub(super) struct Streaming {
+    s: Arc<Server>,
+    caller: Caller,
+    last: i64,
+    queue: std::collections::VecDeque<hr_shared::audit::AuditRow>,
+    ended: bool,
+    _slot: limits::Slot,
+}
