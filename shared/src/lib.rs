@@ -35,6 +35,7 @@ pub mod shell;
 pub mod spool;
 pub mod status;
 pub mod store;
+#[cfg(any(test, feature = "testing"))]
 pub mod testing;
 pub mod time;
 pub mod tool_path;

@@ -210,6 +210,30 @@ fn the_embedded_only_shim_links_no_remote_client_and_refuses_a_remote_store() {
             "{absent} linked:\n{tree}"
         );
     }
+    // Neither shipped binary builds the library's test builders (`testing`: a feature the
+    // test targets turn on).
+    let shipped = std::process::Command::new(&cargo)
+        .args([
+            "tree",
+            "--locked",
+            "--offline",
+            "-p",
+            "headless-run",
+            "-p",
+            "monitor",
+        ])
+        .args(["-e", "normal", "--prefix", "none", "-f", "{p} [{f}]"])
+        .current_dir(&root)
+        .output()
+        .unwrap();
+    assert!(shipped.status.success(), "{shipped:?}");
+    let shipped = String::from_utf8_lossy(&shipped.stdout);
+    let shared: Vec<&str> = shipped
+        .lines()
+        .filter(|l| l.starts_with("headless-run-shared "))
+        .collect();
+    assert!(!shared.is_empty(), "{shipped}");
+    assert!(shared.iter().all(|l| !l.contains("testing")), "{shared:?}");
     let dir = target_dir().join("e2e-deps/embedded-only");
     let built = std::process::Command::new(&cargo)
         .args([
