@@ -384,8 +384,12 @@ enum State {
         /// at again each tick, for up to [`HOLD`].
         held: Option<(Box<Approval>, Instant)>,
         /// Since when the screen has shown something other than the question asked (no
-        /// question, or another one), with no decision yet: see [`WITHDRAW_AFTER`].
-        gone: Option<Instant>,
+        /// question, or another one), with no decision yet, and what: see
+        /// [`WITHDRAW_AFTER`].
+        gone: Option<(Instant, String)>,
+        /// The output count when the screen was last read for that: a screen not changed
+        /// since is not read again (a clock ticking above a question for hours).
+        looked: u64,
     },
     /// An answer is being typed and checked step by step.
     Steering(Box<Steer>),
@@ -815,6 +819,7 @@ impl<'a> Conversation<'a> {
                         seq,
                         held: None,
                         gone: None,
+                        looked: seq,
                     };
                     vec![announce, Action::Watch(approval)]
                 } else {
@@ -910,6 +915,7 @@ impl<'a> Conversation<'a> {
                     seq,
                     held: Some((Box::new(decided), since)),
                     gone: None,
+                    looked: seq,
                 };
                 return Vec::new();
             }
@@ -939,7 +945,11 @@ impl<'a> Conversation<'a> {
     /// changed since the question was asked is read at all.
     fn still_asked(&mut self, now: Instant, obs: &mut impl Observe) -> Vec<Action> {
         let State::Waiting {
-            prompt, seq, gone, ..
+            prompt,
+            seq,
+            gone,
+            looked,
+            ..
         } = &mut self.state
         else {
             return Vec::new();
@@ -948,41 +958,47 @@ impl<'a> Conversation<'a> {
             *gone = None;
             return Vec::new();
         }
-        if !obs.caught_up() {
-            return Vec::new();
-        }
-        let asked = fingerprint::prompt(self.setup.tool, &prompt.prompt_line);
         let asked_line = prompt.prompt_line.clone();
-        let (Some(modes), Some(shown)) = (obs.modes(), obs.screen()) else {
-            return Vec::new();
-        };
-        let why = match self.read_prompt(&shown, modes) {
-            Ok(p) if fingerprint::prompt(self.setup.tool, &p.prompt_line) == asked => None,
-            Ok(p) if p.kind == PromptKind::Unknown => {
-                Some(format!("its last line is {:?} now", p.prompt_line))
+        // Read the screen only when it changed since the last look.
+        if *looked != self.output_seq {
+            if !obs.caught_up() {
+                return Vec::new();
             }
-            Ok(p) => Some(format!("it now asks {:?}", p.prompt_line)),
-            Err(_) => Some("it asks nothing now".to_owned()),
-        };
+            let (Some(modes), Some(shown)) = (obs.modes(), obs.screen()) else {
+                return Vec::new();
+            };
+            let asked = fingerprint::prompt(self.setup.tool, &asked_line);
+            let why = match self.read_prompt(&shown, modes) {
+                Ok(p) if fingerprint::prompt(self.setup.tool, &p.prompt_line) == asked => None,
+                Ok(p) if p.kind == PromptKind::Unknown => {
+                    Some(format!("its last line is {:?} now", p.prompt_line))
+                }
+                Ok(p) => Some(format!("it now asks {:?}", p.prompt_line)),
+                Err(_) => Some("it asks nothing now".to_owned()),
+            };
+            let State::Waiting { gone, looked, .. } = &mut self.state else {
+                return Vec::new();
+            };
+            *looked = self.output_seq;
+            *gone = why.map(|w| (gone.as_ref().map_or(now, |(since, _)| *since), w));
+        }
         let State::Waiting {
             gone, approval_id, ..
         } = &mut self.state
         else {
             return Vec::new();
         };
-        let Some(why) = why else {
-            *gone = None;
+        let Some((since, why)) = gone.as_ref() else {
             return Vec::new();
         };
-        let since = *gone.get_or_insert(now);
         let after = WITHDRAW_AFTER.max(self.setup.settings.prompt_idle * 2);
-        if now.saturating_duration_since(since) < after {
+        if now.saturating_duration_since(*since) < after {
             return Vec::new();
         }
+        let why = format!("the tool no longer asks {asked_line:?}: {why}");
         let approval_id = std::mem::take(approval_id);
         self.state = State::Looking;
         self.prev = None;
-        let why = format!("the tool no longer asks {asked_line:?}: {why}");
         vec![
             Action::Say(format!(
                 "headless-run: {}: approval {approval_id} withdrawn, nobody need decide it ({why})",
