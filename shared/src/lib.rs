@@ -5,6 +5,7 @@
 //! See ARCHITECTURE.md for the map.
 
 pub mod alerts;
+pub mod answering;
 pub mod approvals;
 pub mod audit;
 pub(crate) mod chain;

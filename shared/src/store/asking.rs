@@ -14,7 +14,8 @@
 //! bare `AUTO_APPROVAL` worthless.
 
 use super::{Asker, Cooperative, Effects, PromptRequest, PromptResolution};
-use crate::approvals::{self, Approval, PromptKind, ValueDecision};
+use crate::answering::{self, Ask};
+use crate::approvals::{self, Approval, PromptKind};
 use crate::config::OnExpire;
 use crate::db;
 use crate::event::{CooperativeRequest, EventBody, LogEvent};
@@ -85,39 +86,7 @@ pub fn approval_for(who: &Asker, req: &PromptRequest) -> Approval {
     }
 }
 
-/// The context of a new approval for a screen that changed since `old` was decided on the
-/// same prompt: what changed first (`+` lines now shown, `-` lines gone), then the screen.
-pub(super) fn changed_context(old: &Approval, fresh: &Approval, what: &str) -> String {
-    let now = fresh.context.as_deref().unwrap_or("");
-    let old_seen = fingerprint::seen_text(old.context.as_deref().unwrap_or(""), &old.question);
-    let new_seen = fingerprint::seen_text(now, &fresh.question);
-    let before: Vec<&str> = old_seen.lines().collect();
-    let after: Vec<&str> = new_seen.lines().collect();
-    let mut out = format!(
-        "The {what} changed since {} was decided ({} `{}` by {}):\n",
-        old.approval_id,
-        old.status,
-        old.chosen_value.as_deref().unwrap_or(""),
-        old.decided_by.as_deref().unwrap_or("?")
-    );
-    for line in after
-        .iter()
-        .filter(|l| !l.trim().is_empty() && !before.contains(l))
-    {
-        out.push_str(&format!("+ {line}\n"));
-    }
-    for line in before
-        .iter()
-        .filter(|l| !l.trim().is_empty() && !after.contains(l))
-    {
-        out.push_str(&format!("- {line}\n"));
-    }
-    out.push('\n');
-    out.push_str(now);
-    out
-}
-
-/// Resolves a prompt (steps 1–4 above) in one write transaction.
+/// Resolves a prompt (steps 1–4 above, `answering::plan`) in one write transaction.
 pub fn answer_or_ask(
     conn: &mut Connection,
     who: &Asker,
@@ -131,11 +100,9 @@ pub fn answer_or_ask(
         for a in approvals::expire_due(tx)? {
             fx.events.push(a.status_event());
         }
-        // 1. A decision offered to this run (`crate::chain`): its own, or one the run it
-        //    resumes holds for it — never one of a separate run of the command. And a yes
-        //    only for the screen (and tool) it was given on: the same prompt around another
-        //    screen (`Plan: 3 to add` where `2 to add` was approved) is a new question.
-        let screen = fingerprint::seen(&req.prompt);
+        // The facts: the decisions offered to this run (`crate::chain`: its own, or those
+        // the run it resumes holds for it), the policies, and a pending approval of the
+        // same question asked by another run, with that run.
         let resumes = chain::resumes(tx, &who.tool_run_id)?;
         let offered = chain::offered(
             tx,
@@ -144,21 +111,38 @@ pub fn answer_or_ask(
             &who.request_fingerprint,
             &req.prompt_fingerprint,
         )?;
-        let mut changed_since: Option<(Approval, &str)> = None;
-        let mut answer = None;
-        for a in offered {
-            if !rules::tool_fits(&a, who.tool_digest.as_deref()) {
-                changed_since.get_or_insert((a, "tool (its executable or script)"));
-            } else if !rules::screen_fits(&a, &screen) {
-                changed_since.get_or_insert((a, "screen"));
-            } else if rules::decision_fits(&a, &req.prompt) {
-                answer = Some(a);
-                break;
-            }
-        }
-        if let Some(a) = answer
-            && chain::take(tx, &a, &who.tool_run_id, &who.actor)?
+        let mut policies = req.policies.clone();
+        if let Some(p) =
+            policy::find_remembered(tx, &who.tool, &req.prompt_fingerprint, &who.argv, &who.cwd)?
         {
+            policies.push((p.name, p.value));
+        }
+        let pending =
+            match approvals::find_pending(tx, &who.request_fingerprint, &req.prompt_fingerprint)?
+                .filter(|old| old.tool_run_id != who.tool_run_id)
+            {
+                Some(old) => {
+                    let owner = runs::get(tx, &old.tool_run_id)?;
+                    Some((old, owner))
+                }
+                None => None,
+            };
+        let plan = answering::plan(
+            answering::Facts {
+                prompt: &req.prompt,
+                tool_digest: who.tool_digest.as_deref(),
+                offered,
+                policies,
+                pending,
+                host,
+            },
+            approval_for(who, req),
+        );
+        // 1. A decision offered to this run.
+        for a in plan.answers {
+            if !chain::take(tx, &a, &who.tool_run_id, &who.actor)? {
+                continue;
+            }
             // The value as decided (the row keeps free text only while the chain is live).
             let value = a.chosen_value.clone().unwrap_or_default();
             // The first answer from the chain it resumes: that run's part is done.
@@ -168,46 +152,16 @@ pub fn answer_or_ask(
                 close_resumed(tx, who, h, &mut fx)?;
             }
             let a = approvals::get(tx, &a.approval_id)?.unwrap_or(a);
-            return Ok(if a.answers() {
-                (
-                    PromptResolution::Answer {
-                        approval: Box::new(a),
-                        value,
-                    },
-                    fx,
-                )
-            } else {
-                (
-                    PromptResolution::Rejected {
-                        approval: Box::new(a),
-                    },
-                    fx,
-                )
-            });
+            return Ok((PromptResolution::decided(a, value), fx));
         }
-        // 2. A policy: the config's, in order, then a remembered decision.
-        let mut fresh = approval_for(who, req);
-        let mut candidates = req.policies.clone();
-        if let Some(p) =
-            policy::find_remembered(tx, &who.tool, &req.prompt_fingerprint, &who.argv, &who.cwd)?
-        {
-            candidates.push((p.name, p.value));
-        }
-        for (name, value) in candidates {
-            let ValueDecision {
-                status,
-                chosen_value,
-            } = match policy_decision(&fresh, req, &name, &value) {
-                Ok(d) => d,
-                Err(warning) => {
-                    fx.warnings.push(warning);
-                    continue;
-                }
-            };
-            let channel = format!("policy:{name}");
+        // 2. A policy.
+        fx.warnings.extend(plan.warnings);
+        if let Some(by) = plan.policy {
+            let mut fresh = by.approval;
+            let channel = format!("policy:{}", by.name);
             let now = time::now_rfc3339();
-            fresh.status = status;
-            fresh.chosen_value = chosen_value.clone();
+            fresh.status = by.decision.status;
+            fresh.chosen_value = by.decision.chosen_value;
             fresh.decided_at = Some(now.clone());
             fresh.decided_by = Some(channel.clone());
             fresh.decision_channel = Some(channel.clone());
@@ -216,34 +170,12 @@ pub fn answer_or_ask(
             approvals::insert(tx, &fresh, &channel)?;
             fx.events.push(fresh.needed_event());
             fx.events.push(fresh.status_event());
-            let approval = Box::new(fresh);
-            return Ok((
-                match (status, chosen_value) {
-                    (ApprovalStatus::Approved, Some(value)) => {
-                        PromptResolution::Answer { approval, value }
-                    }
-                    _ => PromptResolution::Rejected { approval },
-                },
-                fx,
-            ));
+            let value = fresh.chosen_value.clone().unwrap_or_default();
+            return Ok((PromptResolution::decided(fresh, value), fx));
         }
-        // 3. A retry asking the same question takes the pending approval over — only from
-        //    a run nobody supervises any more (parked by exit 90, or its shim gone): a
-        //    twin still waiting for it in wait mode keeps it, and this run asks anew.
-        let pending =
-            approvals::find_pending(tx, &who.request_fingerprint, &req.prompt_fingerprint)?
-                .filter(|old| old.tool_run_id != who.tool_run_id);
-        let pending = match pending {
-            Some(old) => {
-                let owner = runs::get(tx, &old.tool_run_id)?;
-                rules::may_take_over(owner.as_ref(), host).then_some(old)
-            }
-            None => None,
-        };
-        let (approval, taken_over) = match pending {
-            // The same screen (and tool): the retry waits for the very approval the
-            // operator is looking at, unchanged.
-            Some(old) if takeover_keeps(&old, &fresh) => {
+        // 3. A takeover; 4. a new question.
+        let (approval, taken_over) = match plan.ask {
+            Ask::TakeOver { old, .. } => {
                 approvals::move_to_run(tx, &old.approval_id, &who.tool_run_id)?;
                 let change = StatusChange::to(
                     RunStatus::Cancelled,
@@ -256,16 +188,7 @@ pub fn answer_or_ask(
                 let moved = approvals::get(tx, &old.approval_id)?.unwrap_or(old);
                 (moved, true)
             }
-            // Another screen: an approval never changes under the operator (DESIGN §14).
-            // The old one ends superseded, pointing to a new one that says what changed.
-            Some(old) => {
-                let what = if old.tool_digest == fresh.tool_digest {
-                    "screen"
-                } else {
-                    "tool (its executable or script)"
-                };
-                fresh.context = Some(changed_context(&old, &fresh, what));
-                fresh.supersedes = Some(old.approval_id.clone());
+            Ask::Supersede { old, fresh } => {
                 approvals::insert(tx, &fresh, &who.actor)?;
                 fx.events.push(fresh.needed_event());
                 if let Some(ended) = approvals::supersede(tx, &old, &fresh.approval_id, &who.actor)?
@@ -282,12 +205,7 @@ pub fn answer_or_ask(
                 close_other_run(tx, &old, &change, &who.actor, &mut fx)?;
                 (fresh, false)
             }
-            // 4. A new question (saying what changed, if a decision was made on another
-            //    screen of it).
-            None => {
-                if let Some((old, what)) = &changed_since {
-                    fresh.context = Some(changed_context(old, &fresh, what));
-                }
+            Ask::New { fresh } => {
                 approvals::insert(tx, &fresh, &who.actor)?;
                 fx.events.push(fresh.needed_event());
                 (fresh, false)
@@ -302,50 +220,6 @@ pub fn answer_or_ask(
             fx,
         ))
     })
-}
-
-/// Whether a retry may wait for pending approval `old` as it is: it asks on the same screen
-/// (`fresh`'s digest) with the same tool. Otherwise the old approval is superseded by a new
-/// one: what an operator reads under an approval id never changes.
-/// An approval from before screens were digested is compared by its stored text, and one
-/// from before tools were is taken as asked by the same tool (as a decision of it would be).
-pub(super) fn takeover_keeps(old: &Approval, fresh: &Approval) -> bool {
-    let old_screen = old.screen_digest.clone().unwrap_or_else(|| {
-        fingerprint::screen(&fingerprint::seen_text(
-            old.context.as_deref().unwrap_or(""),
-            &old.question,
-        ))
-    });
-    Some(old_screen) == fresh.screen_digest
-        && old
-            .tool_digest
-            .as_ref()
-            .is_none_or(|t| Some(t) == fresh.tool_digest.as_ref())
-}
-
-/// What policy `name` with `value` decides for `fresh` (asked by `req`): a rejection, or
-/// an answer the prompt takes; else the warning to give (and a decision is asked for).
-pub(super) fn policy_decision(
-    fresh: &Approval,
-    req: &PromptRequest,
-    name: &str,
-    value: &str,
-) -> Result<ValueDecision, String> {
-    match approvals::value_decision(fresh, value) {
-        Ok(r) if r.status == ApprovalStatus::Rejected => Ok(r),
-        Ok(r)
-            if r.chosen_value
-                .as_deref()
-                .is_some_and(|v| req.prompt.takes(v)) =>
-        {
-            Ok(r)
-        }
-        _ => Err(format!(
-            "policy {name}: `{value}` is not an answer to {:?} (valid: {}); asking for a decision instead",
-            req.prompt.prompt_line,
-            fresh.valid_values().join(", ")
-        )),
-    }
 }
 
 /// This run → `waiting_approval`.

@@ -148,6 +148,19 @@ pub enum PromptResolution {
     },
 }
 
+impl PromptResolution {
+    /// What decided approval `approval` says at the prompt: type `value` (as decided), or
+    /// the rejection.
+    pub fn decided(approval: Approval, value: String) -> Self {
+        let approval = Box::new(approval);
+        if approval.answers() {
+            PromptResolution::Answer { approval, value }
+        } else {
+            PromptResolution::Rejected { approval }
+        }
+    }
+}
+
 /// What became of a cooperative request.
 #[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub enum Cooperative {

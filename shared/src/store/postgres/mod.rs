@@ -13,12 +13,13 @@
 //! shared with the SQLite store; the ones that do (whose run, which decisions it may use,
 //! who decided) are checked again by the server.
 
-use super::asking::{approval_for, changed_context};
+use super::asking::approval_for;
 use super::{
     AdminStore, Asker, Cooperative, Counts, Done, Effects, OperatorStore, PromptRequest,
     PromptResolution, Recorded, RememberScope, Replace, RunWrite, RunnerStore, StoreError,
     StoreHealth, StoreResult, WorkerStore,
 };
+use crate::answering::{self, Ask};
 use crate::approvals::{self, Approval, ApprovalFilter, DecideOutcome, Decider, ValueDecision};
 use crate::audit::{self, AuditRow, ChainReport};
 use crate::config::OnExpire;

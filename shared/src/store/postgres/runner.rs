@@ -412,68 +412,54 @@ impl RunnerStore for PgRunner {
             "SELECT x::text FROM hr.runner_approvals($1, $2, $3) x",
             &[&run, &cap, &req.prompt_fingerprint],
         )?;
-        // Whether the run that asked `t` no longer holds it (the server checks the rest).
-        let owner_gone = |t: &Touched| {
-            t.approval.tool_run_id != run
-                && t.owner
-                    .as_ref()
-                    .is_none_or(|o| rules::may_take_over(Some(o), host))
-        };
-        // 1. A decision offered to this run (`crate::chain`, `hr.offered`: its own, or one
-        //    the parked run it resumes holds for it), in the order they were asked; a yes
-        //    only for the screen and tool it was given on. The server checks it again.
-        let screen = fingerprint::seen(&req.prompt);
-        let mut changed_since: Option<(Approval, &str)> = None;
-        let mut offered: Vec<&Touched> = seen
+        // The facts (`answering::plan`): the decisions offered to this run (`hr.offered`:
+        // its own, or those the parked run it resumes holds for it), in the order they
+        // were asked; the policies; a pending approval of another run, with that run.
+        let mut offered: Vec<Approval> = seen
             .iter()
-            .filter(|t| t.offered && rules::live(&t.approval))
+            .filter(|t| t.offered)
+            .map(|t| t.approval.clone())
             .collect();
-        offered.sort_by(|x, y| x.approval.approval_id.cmp(&y.approval.approval_id));
-        for t in offered {
-            let a = &t.approval;
-            if !rules::tool_fits(a, who.tool_digest.as_deref()) {
-                changed_since.get_or_insert((a.clone(), "tool (its executable or script)"));
-            } else if !rules::screen_fits(a, &screen) {
-                changed_since.get_or_insert((a.clone(), "screen"));
-            } else if rules::decision_fits(a, &req.prompt)
-                && let Some(used) = self.pg.doc::<Touched>(
-                    "SELECT hr.approval_consume($1, $2, $3, NULL, false)::text",
-                    &[&run, &cap, &a.approval_id],
-                )?
-            {
-                fx.events.extend(used.closed.as_ref().map(Moved::event));
-                let value = used.approval.chosen_value.clone().unwrap_or_default();
-                let approval = Box::new(used.approval);
-                return Ok(Done {
-                    value: if approval.answers() {
-                        PromptResolution::Answer { approval, value }
-                    } else {
-                        PromptResolution::Rejected { approval }
-                    },
-                    effects: fx,
-                });
-            }
-        }
-        // 2. A policy: the runner's config's, in order, then a remembered decision.
-        let mut fresh = approval_for(who, req);
-        let mut candidates = req.policies.clone();
+        offered.sort_by(|x, y| x.approval_id.cmp(&y.approval_id));
+        let mut policies = req.policies.clone();
         if let Some(p) = self.pg.doc::<RememberedPolicy>(
             "SELECT hr.runner_remembered($1, $2, $3)::text",
             &[&run, &cap, &req.prompt_fingerprint],
         )? {
-            candidates.push((p.name, p.value));
+            policies.push((p.name, p.value));
         }
-        for (name, value) in &candidates {
-            let ValueDecision {
-                status,
-                chosen_value,
-            } = match crate::store::asking::policy_decision(&fresh, req, name, value) {
-                Ok(d) => d,
-                Err(warning) => {
-                    fx.warnings.push(warning);
-                    continue;
-                }
-            };
+        let pending = seen
+            .iter()
+            .find(|t| t.approval.status == ApprovalStatus::Pending && t.approval.tool_run_id != run)
+            .map(|t| (t.approval.clone(), t.owner.clone()));
+        let plan = answering::plan(
+            answering::Facts {
+                prompt: &req.prompt,
+                tool_digest: who.tool_digest.as_deref(),
+                offered,
+                policies,
+                pending,
+                host,
+            },
+            approval_for(who, req),
+        );
+        // 1. A decision offered to this run; the server checks it again as it uses it.
+        for a in &plan.answers {
+            if let Some(used) = self.pg.doc::<Touched>(
+                "SELECT hr.approval_consume($1, $2, $3, NULL, false)::text",
+                &[&run, &cap, &a.approval_id],
+            )? {
+                fx.events.extend(used.closed.as_ref().map(Moved::event));
+                let value = used.approval.chosen_value.clone().unwrap_or_default();
+                return Ok(Done {
+                    value: PromptResolution::decided(used.approval, value),
+                    effects: fx,
+                });
+            }
+        }
+        // 2. A policy.
+        fx.warnings.extend(plan.warnings);
+        if let Some(by) = plan.policy {
             let recorded: Approval = self
                 .pg
                 .doc(
@@ -481,10 +467,10 @@ impl RunnerStore for PgRunner {
                     &[
                         &run,
                         &cap,
-                        &to_json(&fresh),
-                        name,
-                        &status.as_str(),
-                        &chosen_value,
+                        &to_json(&by.approval),
+                        &by.name,
+                        &by.decision.status.as_str(),
+                        &by.decision.chosen_value,
                     ],
                 )?
                 .ok_or_else(|| {
@@ -492,47 +478,20 @@ impl RunnerStore for PgRunner {
                 })?;
             fx.events.push(recorded.needed_event());
             fx.events.push(recorded.status_event());
-            let approval = Box::new(recorded);
+            let value = recorded.chosen_value.clone().unwrap_or_default();
             return Ok(Done {
-                value: match (status, chosen_value) {
-                    (ApprovalStatus::Approved, Some(value)) => {
-                        PromptResolution::Answer { approval, value }
-                    }
-                    _ => PromptResolution::Rejected { approval },
-                },
+                value: PromptResolution::decided(recorded, value),
                 effects: fx,
             });
         }
-        // 3. A retry takes over the pending approval of a run that no longer holds it;
-        // 4. else a new question (saying what changed, if a decision was made on another
-        //    screen of it). Each with the run's move to `waiting_approval`, in one
+        // 3. A takeover (the server checks the run no longer holds it, and the screen);
+        // 4. else a new question. Each with the run's move to `waiting_approval`, in one
         //    transaction: no approval is left without a run waiting for it.
-        let old = seen
-            .iter()
-            .find(|t| t.approval.status == ApprovalStatus::Pending && t.approval.tool_run_id != run)
-            .filter(|t| owner_gone(t))
-            .map(|t| t.approval.clone());
-        // A takeover on the same screen keeps the approval as the operator reads it; on
-        // another, the old one is superseded by this new question, which says what changed
-        // (as it does when a decision was made on another screen of it).
-        let keeps = old
-            .as_ref()
-            .is_some_and(|o| crate::store::asking::takeover_keeps(o, &fresh));
-        let changed_from = match (&old, keeps) {
-            (Some(o), false) => Some((
-                o.clone(),
-                if o.tool_digest == fresh.tool_digest {
-                    "screen"
-                } else {
-                    "tool (its executable or script)"
-                },
-            )),
-            _ => changed_since,
+        let (old, keeps, fresh) = match plan.ask {
+            Ask::TakeOver { old, fresh } => (Some(old), true, fresh),
+            Ask::Supersede { old, fresh } => (Some(old), false, fresh),
+            Ask::New { fresh } => (None, false, fresh),
         };
-        let screen_json = to_json(&fresh);
-        if let Some((old, what)) = &changed_from {
-            fresh.context = Some(changed_context(old, &fresh, what));
-        }
         let fresh_json = to_json(&fresh);
         let fresh_id = fresh.approval_id.clone();
         let mut superseded: Option<Approval> = None;
@@ -545,7 +504,7 @@ impl RunnerStore for PgRunner {
                     let (sql, args): (&str, Vec<&(dyn ToSql + Sync)>) = if keeps {
                         (
                             "SELECT hr.approval_take_over($1, $2, $3, $4::text::jsonb, $5, $6)::text",
-                            vec![&run, &cap, &o.approval_id, &screen_json, &o.tool_run_id, &true],
+                            vec![&run, &cap, &o.approval_id, &fresh_json, &o.tool_run_id, &true],
                         )
                     } else {
                         (
