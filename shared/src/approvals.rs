@@ -368,7 +368,6 @@ impl Approval {
         self.chosen_value.clone()
     }
 
-    /// Whether this decision answers the prompt (rather than ending the tool).
     /// Who or what settled it; `None` while pending.
     pub fn channel(&self) -> Option<Channel<'_>> {
         self.decision_channel.as_deref().map(Channel::of)
@@ -384,6 +383,7 @@ impl Approval {
         self.channel() == Some(Channel::Closed)
     }
 
+    /// Whether this decision answers the prompt (rather than ending the tool).
     pub fn answers(&self) -> bool {
         match self.status {
             ApprovalStatus::Approved => true,

@@ -35,6 +35,10 @@ impl StoreUnderTest for Sqlite {
         store::runner(&self.paths)
     }
 
+    fn pipelines(&self) -> Option<Box<dyn hr_shared::store::pipelines::PipelineStore>> {
+        Some(hr_shared::store::pipelines::for_store(&self.paths).expect("pipelines"))
+    }
+
     fn operator(&self) -> Box<dyn AdminStore> {
         own_store(&self.paths)
     }
@@ -129,6 +133,10 @@ impl StoreUnderTest for Postgres {
 
     fn runner(&self) -> Box<dyn RunnerStore> {
         store::runner(&self.runner)
+    }
+
+    fn pipelines(&self) -> Option<Box<dyn hr_shared::store::pipelines::PipelineStore>> {
+        Some(hr_shared::store::pipelines::for_store(&self.runner).expect("pipelines"))
     }
 
     fn operator(&self) -> Box<dyn AdminStore> {

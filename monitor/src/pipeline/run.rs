@@ -1142,36 +1142,15 @@ impl Driver {
             if verified.contains(&key) {
                 return Ok(true);
             }
-            let Some((Some(run_id), Some(ap))) =
-                h.run.as_ref().map(|r| (&r.tool_run_id, &r.approval_id))
-            else {
+            let Some(ap) = h.run.as_ref().and_then(|r| r.approval_id.as_deref()) else {
                 return Ok(false);
             };
-            let Some(a) = store.step_approval(ap).map_err(|e| e.to_string())? else {
-                return Ok(false);
-            };
-            if a.tool_run_id != *run_id || !hr_shared::pipeline::approves(&a) || !a.by_a_person() {
-                return Ok(false);
-            }
-            // Its own question's run, and the newest question of that step the store has:
-            // an older approval does not answer a newer visit.
-            let asked: Vec<(u32, &str)> = runs
-                .iter()
-                // A human step asks in its starter's own runs only.
-                .filter(|r| r.owner.is_none() || r.owner == v.ex.owner)
-                .filter_map(|r| {
-                    let (ex, node, it) = hr_shared::pipeline::step_of(r)?;
-                    (ex == id && node == h.node).then_some((it, r.tool_run_id.as_str()))
-                })
-                .collect();
-            let own = asked
-                .iter()
-                .any(|(it, r)| *it == h.iteration && *r == run_id.as_str());
-            let newest = asked.iter().map(|(it, _)| *it).max() == Some(h.iteration);
-            if own && newest {
+            let a = store.step_approval(ap).map_err(|e| e.to_string())?;
+            let proved = hr_shared::pipeline::human_step_proved(&v.ex, h, a.as_ref(), &runs);
+            if proved {
                 verified.insert(key);
             }
-            Ok(own && newest)
+            Ok(proved)
         })
     }
 

@@ -199,6 +199,47 @@ fn reaches_without(def: &file::Definition, to: &str, avoid: &str) -> bool {
     false
 }
 
+/// Whether the store proves that visit `h` of a human step of execution `ex` was approved
+/// by a person: the approval the step names (`approval`, as the store has it) is its own
+/// question, asked in the step's own run, approved (with any option but `reject`) by a
+/// person — not a policy, not the system —, and that run is the newest question of that
+/// step among the starter's runs of the execution (`runs`, as the store lists them): an
+/// older approval does not answer a newer visit. The step's row alone proves nothing (on
+/// PostgreSQL a supervised tool holding the runner login may have written it); the
+/// PostgreSQL store refuses such a row as it is written besides (`hr.check_human_steps`),
+/// and the contract suite holds every store to this rule.
+pub fn human_step_proved(
+    ex: &Execution,
+    h: &Step,
+    approval: Option<&Approval>,
+    runs: &[ToolRun],
+) -> bool {
+    let Some((Some(run_id), Some(ap))) = h.run.as_ref().map(|r| (&r.tool_run_id, &r.approval_id))
+    else {
+        return false;
+    };
+    let Some(a) = approval.filter(|a| a.approval_id == *ap) else {
+        return false;
+    };
+    if a.tool_run_id != *run_id || !approves(a) || !a.by_a_person() {
+        return false;
+    }
+    // A human step asks in its starter's own runs only.
+    let asked: Vec<(u32, &str)> = runs
+        .iter()
+        .filter(|r| r.owner.is_none() || r.owner == ex.owner)
+        .filter_map(|r| {
+            let (e, node, it) = step_of(r)?;
+            (e == ex.execution_id && node == h.node).then_some((it, r.tool_run_id.as_str()))
+        })
+        .collect();
+    let own = asked
+        .iter()
+        .any(|(it, r)| *it == h.iteration && *r == run_id.as_str());
+    let newest = asked.iter().map(|(it, _)| *it).max() == Some(h.iteration);
+    own && newest
+}
+
 /// Why step `step` may not start: a human step that guards it ([`guards`]) whose visit
 /// before it (the newest one listed ahead of `step`: steps are only appended) is not
 /// completed, or whose approval `approved` does not confirm. The steps' states are the
@@ -294,6 +335,7 @@ mod tests {
             status,
             chosen_value: Some(value.into()),
             decided_by: Some("alice".into()),
+            decision_channel: Some("cli".into()),
             comment: Some(comment.into()),
             ..crate::testing::approval("AP-1", crate::approvals::PromptKind::Choice)
         }
@@ -439,5 +481,69 @@ mod tests {
         assert_eq!(step_of(&run), Some(("EX-1".into(), "sub.ok".into(), 12)));
         run.tool_name = "rm".into();
         assert_eq!(step_of(&run), None, "only the pipeline's own runs");
+    }
+
+    /// The step's run `TR-OK` of execution EX-1 (visit `iteration`), owned by `owner`.
+    fn step_run(id: &str, iteration: u32, owner: Option<&str>) -> ToolRun {
+        let mut run = crate::testing::run(id, "pipeline", RunStatus::WaitingApproval);
+        run.metadata = Some(serde_json::json!({ "pipeline": format!("EX-1/ok#{iteration}") }));
+        run.owner = owner.map(str::to_owned);
+        run
+    }
+
+    #[test]
+    fn a_human_step_is_proved_only_by_a_persons_approval_of_its_newest_question() {
+        let mut ex = waiting();
+        ex.owner = Some("alice".into());
+        let mut visit = steps(&ex)[0].clone();
+        visit.run.as_mut().unwrap().approval_id = Some("AP-1".into());
+        let yes = decision(ApprovalStatus::Approved, "approve", "");
+        let runs = [step_run("TR-OK", 0, Some("alice"))];
+        assert!(human_step_proved(&ex, &visit, Some(&yes), &runs));
+
+        // Not by a person: a policy, or the system.
+        for by in ["policy:auto", "system:expiry"] {
+            let a = Approval {
+                decided_by: Some(by.into()),
+                decision_channel: Some(by.into()),
+                ..yes.clone()
+            };
+            assert!(!human_step_proved(&ex, &visit, Some(&a), &runs), "{by}");
+        }
+        // Not approved: rejected, or the `reject` option.
+        let no = decision(ApprovalStatus::Rejected, "reject", "");
+        assert!(!human_step_proved(&ex, &visit, Some(&no), &runs));
+        let reject = decision(ApprovalStatus::Approved, "reject", "");
+        assert!(!human_step_proved(&ex, &visit, Some(&reject), &runs));
+        // Not its own: another approval than the step names, asked in another run.
+        let other = Approval {
+            approval_id: "AP-2".into(),
+            ..yes.clone()
+        };
+        assert!(!human_step_proved(&ex, &visit, Some(&other), &runs));
+        let elsewhere = Approval {
+            tool_run_id: "TR-X".into(),
+            ..yes.clone()
+        };
+        assert!(!human_step_proved(&ex, &visit, Some(&elsewhere), &runs));
+        assert!(
+            !human_step_proved(&ex, &visit, None, &runs),
+            "not in the store"
+        );
+        // Its run is another identity's, not the starter's.
+        let foreign = [step_run("TR-OK", 0, Some("mallory"))];
+        assert!(!human_step_proved(&ex, &visit, Some(&yes), &foreign));
+        // A newer visit of the step was asked: the old approval does not answer it.
+        let later = [
+            step_run("TR-OK", 0, Some("alice")),
+            step_run("TR-NEXT", 1, Some("alice")),
+        ];
+        assert!(!human_step_proved(&ex, &visit, Some(&yes), &later));
+        // A newer visit asked by another identity does not count.
+        let planted = [
+            step_run("TR-OK", 0, Some("alice")),
+            step_run("TR-NEXT", 1, Some("mallory")),
+        ];
+        assert!(human_step_proved(&ex, &visit, Some(&yes), &planted));
     }
 }

@@ -27,6 +27,7 @@ use std::time::{Duration, SystemTime};
 pub mod chains;
 pub mod identity;
 pub mod operator;
+pub mod pipelines;
 pub mod regressions;
 pub mod runner;
 
@@ -57,6 +58,13 @@ pub trait StoreUnderTest: Sized + Sync {
     /// login, another token, a session writing for another user): what it starts is never
     /// claimed by [`StoreUnderTest::worker`].
     fn stranger(&self) -> Box<dyn RunnerStore>;
+
+    /// A pipeline runner's session on this store, as the runner's identity (what
+    /// `monitor pipeline run` opens); `None` where the store keeps no pipelines (a server's
+    /// runner API).
+    fn pipelines(&self) -> Option<Box<dyn hr_shared::store::pipelines::PipelineStore>> {
+        None
+    }
 
     /// Whether the runner's runs may be resumed on the store's side at all. A server's
     /// runner API says no: its runners' runs are run again on their own machines.
@@ -226,6 +234,9 @@ macro_rules! contract_tests {
                 cancelling_a_parked_chain_spends_its_decisions,
                 a_released_answer_stays_with_its_run,
                 gc_keeps_what_a_live_chain_needs,
+            );
+            contract_cases!($store, pipelines:
+                a_human_step_passes_only_with_a_persons_approval,
             );
             contract_cases!($store, regressions:
                 returned_approval_is_the_stored_one,
