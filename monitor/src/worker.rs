@@ -420,7 +420,9 @@ impl Worker {
                 Some(_) => continue,
                 // A decision moved its human step (in the decision's transaction): the
                 // steps after it are ready.
-                None if ex.status == "running" => "a decision came",
+                None if ex.status == hr_shared::pipeline::ExecutionState::Running => {
+                    "a decision came"
+                }
                 // Expired, or decided where the step could not be moved at once.
                 None if decided_human_step(st.as_mut(), &ex)? => "a decision came",
                 None => continue,
@@ -1064,9 +1066,8 @@ fn decided_human_step(
     st: &mut dyn hr_shared::store::pipelines::PipelineStore,
     ex: &hr_shared::store::pipelines::Execution,
 ) -> Result<bool, StoreError> {
-    let steps: Vec<crate::pipeline::engine::Step> =
-        serde_json::from_value(ex.steps.clone()).unwrap_or_default();
-    for s in steps
+    for s in ex
+        .steps
         .iter()
         .filter(|s| s.status == crate::pipeline::engine::StepStatus::WaitingApproval)
     {

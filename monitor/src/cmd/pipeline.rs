@@ -4,12 +4,12 @@
 use crate::cli::Ctx;
 use crate::error::{CliError, CliResult};
 use crate::output::Table;
-use crate::pipeline::engine::{self, Step, StepStatus};
+use crate::pipeline::engine::{self, StepStatus};
 use crate::pipeline::file::Definition;
 use crate::pipeline::run::{Driver, End};
 use hr_shared::approvals::Decider;
 use hr_shared::sanitize::sanitize_line;
-use hr_shared::store::pipelines::{self, Execution, PipelineStore};
+use hr_shared::store::pipelines::{self, Execution, ExecutionState, PipelineStore};
 use hr_shared::{id, proc, time};
 use serde_json::json;
 use std::path::PathBuf;
@@ -230,8 +230,8 @@ fn start(ctx: &Ctx, a: RunArgs) -> CliResult {
             .to_string(),
         definition: serde_json::to_value(&def).map_err(|e| CliError::error(e.to_string()))?,
         vars: serde_json::to_value(&vars).map_err(|e| CliError::error(e.to_string()))?,
-        steps: serde_json::to_value(&steps).map_err(|e| CliError::error(e.to_string()))?,
-        status: engine::status(&steps).as_str().to_owned(),
+        status: (&engine::status(&steps)).into(),
+        steps,
         reason: None,
         runner: Some(me),
         heartbeat_at: Some(now.clone()),
@@ -349,7 +349,7 @@ fn status(ctx: &Ctx, exid: &str, json: bool) -> CliResult {
         crate::outln!("{}", execution_json(&ex));
         return Ok(());
     }
-    let steps: Vec<Step> = serde_json::from_value(ex.steps.clone()).unwrap_or_default();
+    let steps = &ex.steps;
     crate::outln!(
         "{} {} {}{}",
         ex.execution_id,
@@ -361,7 +361,7 @@ fn status(ctx: &Ctx, exid: &str, json: bool) -> CliResult {
             .unwrap_or_default()
     );
     let mut t = Table::new(vec!["STEP", "ITER", "STATUS", "DETAIL"]);
-    for s in &steps {
+    for s in steps {
         let mut detail = Vec::new();
         if let Some(c) = s.exit_code {
             detail.push(format!("exit {c}"));
@@ -414,7 +414,7 @@ fn list(ctx: &Ctx, limit: usize, json: bool) -> CliResult {
         t.row(vec![
             e.execution_id.clone(),
             sanitize_line(&e.name),
-            e.status.clone(),
+            e.status.to_string(),
             time::age_of(&e.created_at)
                 .map(|d| format!("{} ago", time::short_duration(d)))
                 .unwrap_or_default(),
@@ -442,7 +442,7 @@ fn cancel(ctx: &Ctx, exid: &str, reason: Option<&str>, json: bool) -> CliResult 
                 ex.status
             )));
         }
-        ex.status = "cancelled".into();
+        ex.status = ExecutionState::Cancelled;
         ex.reason = Some(why.clone());
         if st.pipeline_swap(&ex)? {
             break;

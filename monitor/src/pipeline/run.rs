@@ -13,7 +13,7 @@ use hr_shared::event::{ApprovalOption, CooperativeRequest};
 use hr_shared::paths::StatePaths;
 use hr_shared::runs::{StatusChange, ToolRun};
 use hr_shared::status::{ApprovalStatus, RunStatus};
-use hr_shared::store::pipelines::{Execution, PipelineStore};
+use hr_shared::store::pipelines::{Execution, ExecutionState, PipelineStore};
 use hr_shared::store::{Asker, Cooperative, RunWrite};
 use hr_shared::{fingerprint, id, proc, time};
 use std::collections::BTreeMap;
@@ -138,8 +138,7 @@ fn view(ex: Execution) -> Result<View, String> {
         .map_err(|e| format!("{}: its stored definition: {e}", ex.execution_id))?;
     let vars = serde_json::from_value(ex.vars.clone())
         .map_err(|e| format!("{}: its stored vars: {e}", ex.execution_id))?;
-    let steps = serde_json::from_value(ex.steps.clone())
-        .map_err(|e| format!("{}: its stored steps: {e}", ex.execution_id))?;
+    let steps = ex.steps.clone();
     Ok(View {
         ex,
         def,
@@ -290,15 +289,8 @@ impl Driver {
             if !change(&mut v)? {
                 return Ok(v);
             }
-            v.ex.steps = serde_json::to_value(&v.steps).map_err(|e| e.to_string())?;
-            if !v.ex.is_final() {
-                let (status, reason) = match engine::status(&v.steps) {
-                    ExecutionStatus::Failed(r) => ("failed", Some(r)),
-                    s => (s.as_str(), None),
-                };
-                v.ex.status = status.to_owned();
-                v.ex.reason = reason;
-            }
+            v.ex.steps = v.steps.clone();
+            hr_shared::pipeline::settle_status(&mut v.ex, &v.steps);
             // The runner's heartbeat is its own: a label worker's writes do not keep a dead
             // runner looking alive.
             if !self.worker_mode {
@@ -469,7 +461,7 @@ impl Driver {
             if self.reconcile_workers(id, &v)? {
                 v = self.load(id)?;
             }
-            if v.ex.status == "cancelled" {
+            if v.ex.status == ExecutionState::Cancelled {
                 for s in &mut self.started {
                     // The step's headless-run ends its tool's group and records it.
                     // SAFETY: a signal to our own child.
@@ -757,7 +749,7 @@ impl Driver {
             }
             if beat.elapsed() >= HEARTBEAT {
                 let v = self.update(id, |_| Ok(true))?;
-                if v.ex.status == "cancelled" {
+                if v.ex.status == ExecutionState::Cancelled {
                     return Ok(130);
                 }
                 beat = Instant::now();
@@ -1508,7 +1500,7 @@ impl LabelWorker {
                     continue;
                 }
             };
-            if v.ex.status == "cancelled" {
+            if v.ex.status == ExecutionState::Cancelled {
                 for s in d
                     .started
                     .iter()
@@ -1557,7 +1549,7 @@ impl LabelWorker {
         let open = d.store.open_pipelines(500).map_err(|e| e.to_string())?;
         let identity = d.identity()?;
         for ex in open {
-            if ex.status != "running" {
+            if ex.status != ExecutionState::Running {
                 continue;
             }
             let id = ex.execution_id.clone();

@@ -109,11 +109,11 @@ pub(super) async fn list_executions(
                 "updated_at": p.updated_at,
                 // The states only (a step's result and environment are in
                 // GET /api/v1/executions/{id}).
-                "steps": p.steps.as_array().map(|all| all.iter().map(|s| json!({
-                    "node": s["node"],
-                    "iteration": s["iteration"],
-                    "status": s["status"],
-                })).collect::<Vec<_>>()).unwrap_or_default(),
+                "steps": p.steps.iter().map(|s| json!({
+                    "node": s.node,
+                    "iteration": s.iteration,
+                    "status": s.status,
+                })).collect::<Vec<_>>(),
             })
         })
         .collect();

@@ -302,7 +302,7 @@ fn draw_pipelines(app: &App, f: &mut Frame, area: Rect) {
             Row::new(vec![
                 Cell::from(p.execution_id.clone()),
                 Cell::from(clean(&p.name)),
-                Cell::from(Span::styled(p.status.clone(), Style::new().fg(color))),
+                Cell::from(Span::styled(p.status.as_str(), Style::new().fg(color))),
                 Cell::from(steps),
             ])
         })

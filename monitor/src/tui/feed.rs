@@ -102,7 +102,7 @@ pub struct Snapshot {
 pub struct PipelineRow {
     pub execution_id: String,
     pub name: String,
-    pub status: String,
+    pub status: hr_shared::pipeline::ExecutionState,
     /// Its nodes in the file's order, each with how many times it ran and its latest
     /// visit's status (`completed`, `waiting_approval`, …); nodes not reached are left out.
     pub steps: Vec<(String, usize, String)>,
@@ -140,7 +140,7 @@ fn load_pipelines(
     list.into_iter()
         .map(|e| {
             let def: Option<Definition> = serde_json::from_value(e.definition.clone()).ok();
-            let visits: Vec<Step> = serde_json::from_value(e.steps.clone()).unwrap_or_default();
+            let visits = &e.steps;
             let order: Vec<String> = match &def {
                 Some(d) => d.nodes.iter().map(|n| n.id.clone()).collect(),
                 None => visits.iter().map(|s| s.node.clone()).collect(),

@@ -1256,7 +1256,7 @@ fn the_pipelines_pane_keeps_its_selection_on_the_same_execution() {
     let row = |id: &str, waiting: Option<&str>| feed::PipelineRow {
         execution_id: id.into(),
         name: "deploy".into(),
-        status: "waiting_approval".into(),
+        status: hr_shared::pipeline::ExecutionState::WaitingApproval,
         steps: vec![
             ("build".into(), 1, "completed".into()),
             ("ok".into(), 1, "waiting_approval".into()),

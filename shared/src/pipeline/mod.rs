@@ -5,6 +5,7 @@
 //! transaction ([`decided`]).
 
 pub mod engine;
+pub mod execution;
 pub mod file;
 pub mod source;
 
@@ -14,8 +15,8 @@ mod file_tests;
 use crate::approvals::Approval;
 use crate::runs::{StatusChange, ToolRun};
 use crate::status::{ApprovalStatus, RunStatus};
-use crate::store::pipelines::Execution;
 use engine::{ExecutionStatus, Outcome, Step, StepStatus};
+pub use execution::{Execution, ExecutionState};
 use std::collections::BTreeMap;
 
 /// The human step a run asked in: (execution, node, iteration) from its
@@ -112,12 +113,12 @@ pub fn settle_status(ex: &mut Execution, steps: &[Step]) {
     if ex.is_final() {
         return;
     }
-    let (status, reason) = match engine::status(steps) {
-        ExecutionStatus::Failed(r) => ("failed", Some(r)),
-        s => (s.as_str(), None),
+    let now = engine::status(steps);
+    ex.status = ExecutionState::from(&now);
+    ex.reason = match now {
+        ExecutionStatus::Failed(r) => Some(r),
+        _ => None,
     };
-    ex.status = status.to_owned();
-    ex.reason = reason;
 }
 
 /// Execution `ex` moved by decision `a` on its human step `node#iteration`: the row to write
@@ -137,7 +138,7 @@ pub fn decided(
         serde_json::from_value(ex.definition.clone()).map_err(|e| e.to_string())?;
     let vars: BTreeMap<String, String> =
         serde_json::from_value(ex.vars.clone()).map_err(|e| e.to_string())?;
-    let steps: Vec<Step> = serde_json::from_value(ex.steps.clone()).map_err(|e| e.to_string())?;
+    let steps = &ex.steps;
     let waits = steps.iter().any(|s| {
         s.node == node
             && s.iteration == iteration
@@ -152,7 +153,7 @@ pub fn decided(
     if !waits {
         return Ok(None);
     }
-    let mut steps = engine::advance(&def, &vars, &steps, node, iteration, outcome_of(a))?;
+    let mut steps = engine::advance(&def, &vars, steps, node, iteration, outcome_of(a))?;
     // The step keeps the approval it was decided by (the runner that asked may not have
     // written it yet).
     if let Some(s) = steps
@@ -163,8 +164,8 @@ pub fn decided(
         r.approval_id.get_or_insert_with(|| a.approval_id.clone());
     }
     let mut out = ex.clone();
-    out.steps = serde_json::to_value(&steps).map_err(|e| e.to_string())?;
     settle_status(&mut out, &steps);
+    out.steps = steps;
     Ok(Some(out))
 }
 
@@ -314,8 +315,8 @@ mod tests {
             dir: "/".into(),
             definition: serde_json::to_value(&def).unwrap(),
             vars: serde_json::json!({}),
-            steps: serde_json::to_value(&steps).unwrap(),
-            status: "waiting_approval".into(),
+            steps,
+            status: ExecutionState::WaitingApproval,
             reason: None,
             runner: None,
             heartbeat_at: None,
@@ -342,7 +343,7 @@ mod tests {
     }
 
     fn steps(ex: &Execution) -> Vec<Step> {
-        serde_json::from_value(ex.steps.clone()).unwrap()
+        ex.steps.clone()
     }
 
     #[test]
@@ -351,7 +352,7 @@ mod tests {
         let a = decision(ApprovalStatus::Approved, "approve", "go");
         let moved = decided(&ex, &a, "ok", 0).unwrap().expect("moved");
         assert_eq!(moved.version, 3, "the caller swaps it");
-        assert_eq!(moved.status, "running");
+        assert_eq!(moved.status, ExecutionState::Running);
         let s = steps(&moved);
         assert_eq!(s[0].status, StepStatus::Completed);
         assert_eq!(
@@ -376,7 +377,7 @@ mod tests {
             decision(ApprovalStatus::Approved, "reject", "not now"),
         ] {
             let moved = decided(&waiting(), &a, "ok", 0).unwrap().expect("moved");
-            assert_eq!(moved.status, "failed");
+            assert_eq!(moved.status, ExecutionState::Failed);
             assert!(
                 moved
                     .reason
@@ -405,7 +406,7 @@ mod tests {
             "another visit"
         );
         let mut ended = waiting();
-        ended.status = "cancelled".into();
+        ended.status = ExecutionState::Cancelled;
         assert!(decided(&ended, &a, "ok", 0).unwrap().is_none());
         let mut broken = waiting();
         broken.definition = serde_json::json!("garbage");

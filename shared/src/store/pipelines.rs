@@ -13,60 +13,8 @@ use super::{RunnerStore, StoreResult};
 use crate::db::StoreError;
 use crate::paths::StatePaths;
 use rusqlite::{OptionalExtension, params};
-use serde::{Deserialize, Serialize};
 
-/// One execution of a pipeline.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Execution {
-    pub execution_id: String,
-    pub name: String,
-    /// The file it was loaded from, as given.
-    pub file: Option<String>,
-    /// The directory it was started in (absolute): steps run there unless they name
-    /// another, and relative `cwd`s are taken from it, whoever resumes it from wherever.
-    pub dir: String,
-    /// The checked definition (subgraphs inlined).
-    pub definition: serde_json::Value,
-    pub vars: serde_json::Value,
-    pub steps: serde_json::Value,
-    /// `running`, `waiting_approval`, `completed`, `failed`, `cancelled`.
-    pub status: String,
-    pub reason: Option<String>,
-    /// Who drives it now: `HOST PID START` (none: nobody; resume takes it).
-    pub runner: Option<String>,
-    pub heartbeat_at: Option<String>,
-    pub created_at: String,
-    pub updated_at: String,
-    /// Moves by one with every write.
-    pub version: i64,
-    /// Who started it, as the store authenticated the session that wrote it (DESIGN §14):
-    /// the embedded store's owner (an OS user), the PostgreSQL login. Set by the store,
-    /// never taken from the row; only this identity drives it and runs its steps.
-    /// `None` for executions from before it was recorded on the embedded store.
-    #[serde(default)]
-    pub owner: Option<String>,
-    /// The uid its starter ran as (the embedded store records its writer's own; on
-    /// PostgreSQL it is the starter's word, checked by executors on top of the login).
-    #[serde(default)]
-    pub uid: Option<u32>,
-    /// The digest of the definition as it was checked when it started
-    /// (`Definition::digest`): whoever runs a step checks the stored definition against it,
-    /// and checks it again as `pipeline check` does.
-    #[serde(default)]
-    pub definition_digest: Option<String>,
-    /// Other identities whose label workers (`monitor worker --labels`) its starter lets
-    /// run its labelled steps (`monitor pipeline run --workers`); a worker also needs its
-    /// own host's config to trust the starter. Fixed at the start.
-    #[serde(default)]
-    pub workers: Vec<String>,
-}
-
-impl Execution {
-    /// Whether it has ended (nothing will move it again).
-    pub fn is_final(&self) -> bool {
-        matches!(self.status.as_str(), "completed" | "failed" | "cancelled")
-    }
-}
+pub use crate::pipeline::execution::{Execution, ExecutionState};
 
 /// A store that keeps pipelines, and is a runner's store as well (a human step is a run
 /// with an approval, asked as a cooperative tool asks).
@@ -164,6 +112,11 @@ const COLUMNS: &str = "execution_id, name, file, dir, definition, vars, steps, s
     reason, runner, heartbeat_at, created_at, updated_at, version, owner, uid, \
     definition_digest, workers";
 
+/// The steps as the row keeps them.
+fn steps_json(steps: &[crate::pipeline::engine::Step]) -> String {
+    serde_json::to_string(steps).unwrap_or_else(|_| "[]".into())
+}
+
 fn from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<Execution> {
     let json = |i: usize| -> rusqlite::Result<serde_json::Value> {
         let text: String = r.get(i)?;
@@ -178,8 +131,12 @@ fn from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<Execution> {
         dir: r.get(3)?,
         definition: json(4)?,
         vars: json(5)?,
-        steps: json(6)?,
-        status: r.get(7)?,
+        steps: serde_json::from_str(&r.get::<_, String>(6)?).map_err(|e| {
+            rusqlite::Error::FromSqlConversionFailure(6, rusqlite::types::Type::Text, Box::new(e))
+        })?,
+        status: r.get::<_, String>(7)?.parse().map_err(|e: String| {
+            rusqlite::Error::FromSqlConversionFailure(7, rusqlite::types::Type::Text, e.into())
+        })?,
         reason: r.get(8)?,
         runner: r.get(9)?,
         heartbeat_at: r.get(10)?,
@@ -217,8 +174,8 @@ impl PipelineStore for SqliteStore {
                     ex.dir,
                     ex.definition.to_string(),
                     ex.vars.to_string(),
-                    ex.steps.to_string(),
-                    ex.status,
+                    steps_json(&ex.steps),
+                    ex.status.as_str(),
                     ex.reason,
                     ex.runner,
                     ex.heartbeat_at,
@@ -304,8 +261,8 @@ impl PipelineStore for SqliteStore {
                 params![
                     ex.execution_id,
                     ex.version,
-                    ex.steps.to_string(),
-                    ex.status,
+                    steps_json(&ex.steps),
+                    ex.status.as_str(),
                     ex.reason,
                     ex.runner,
                     ex.heartbeat_at,
@@ -387,8 +344,8 @@ pub(crate) fn decided_in(
         params![
             moved.execution_id,
             moved.version,
-            moved.steps.to_string(),
-            moved.status,
+            steps_json(&moved.steps),
+            moved.status.as_str(),
             moved.reason,
             crate::time::now_rfc3339(),
         ],
@@ -423,8 +380,8 @@ mod tests {
             dir: "/work".into(),
             definition: serde_json::json!({"nodes": []}),
             vars: serde_json::json!({}),
-            steps: serde_json::json!([]),
-            status: "running".into(),
+            steps: Vec::new(),
+            status: ExecutionState::Running,
             reason: None,
             runner: Some("h 1 1".into()),
             heartbeat_at: Some(now.clone()),
@@ -467,7 +424,7 @@ mod tests {
         assert_eq!((now.runner.as_deref(), now.version), (Some("a"), 2));
         assert!(a.pipeline_insert(&execution("EX-2")).unwrap());
         let mut ended = a.pipeline("EX-2").unwrap().unwrap();
-        ended.status = "completed".into();
+        ended.status = ExecutionState::Completed;
         assert!(a.pipeline_swap(&ended).unwrap());
         let open: Vec<String> = a
             .open_pipelines(10)

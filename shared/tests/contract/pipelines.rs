@@ -38,8 +38,8 @@ fn asked(ps: &mut dyn PipelineStore, id: &str) -> (Execution, Approval) {
         dir: "/work/project".into(),
         definition: serde_json::to_value(&def).unwrap(),
         vars: serde_json::json!({}),
-        steps: serde_json::to_value(&steps).unwrap(),
-        status: engine::status(&steps).as_str().into(),
+        steps: steps.clone(),
+        status: (&engine::status(&steps)).into(),
         reason: None,
         runner: Some("h 1 1".into()),
         heartbeat_at: Some(now.clone()),
@@ -116,7 +116,7 @@ fn asked(ps: &mut dyn PipelineStore, id: &str) -> (Execution, Approval) {
 
 /// `ex` with `steps`, written over the stored row at its version.
 fn swapped(ps: &mut dyn PipelineStore, mut ex: Execution, steps: &[Step]) -> Execution {
-    ex.steps = serde_json::to_value(steps).unwrap();
+    ex.steps = steps.to_vec();
     assert!(ps.pipeline_swap(&ex).expect("swap"), "nobody else moves it");
     ex.version += 1;
     ex
@@ -125,8 +125,7 @@ fn swapped(ps: &mut dyn PipelineStore, mut ex: Execution, steps: &[Step]) -> Exe
 /// Whether the store's facts prove the execution's human step `ok` approved by a person.
 fn proved(ps: &mut dyn PipelineStore, id: &str) -> bool {
     let ex = ps.pipeline(id).expect("read").expect("the execution");
-    let steps: Vec<Step> = serde_json::from_value(ex.steps.clone()).expect("its steps");
-    let ok = steps.iter().find(|s| s.node == "ok").expect("ok");
+    let ok = ex.steps.iter().find(|s| s.node == "ok").expect("ok");
     let approval = match ok.run.as_ref().and_then(|r| r.approval_id.as_deref()) {
         Some(ap) => ps.step_approval(ap).expect("read the approval"),
         None => None,
@@ -144,10 +143,10 @@ pub fn a_human_step_passes_only_with_a_persons_approval<S: StoreUnderTest>(s: &S
 
     // The runner's session marks the step completed itself: the store refuses the row, or
     // it proves nothing.
-    let mut steps: Vec<Step> = serde_json::from_value(ex.steps.clone()).unwrap();
+    let mut steps = ex.steps.clone();
     steps.iter_mut().find(|s| s.node == "ok").unwrap().status = StepStatus::Completed;
     let forged = Execution {
-        steps: serde_json::to_value(&steps).unwrap(),
+        steps,
         ..ex.clone()
     };
     match ps.pipeline_swap(&forged) {

@@ -1,0 +1,170 @@
+//! An execution of a pipeline as the stores keep it: one row, holding the checked
+//! definition, the variables and the steps, moved only by a compare-and-swap on `version`.
+
+use super::engine::{ExecutionStatus, Step};
+use serde::{Deserialize, Serialize};
+
+/// How an execution stands, as its row says.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ExecutionState {
+    Running,
+    WaitingApproval,
+    Completed,
+    Failed,
+    Cancelled,
+}
+
+impl ExecutionState {
+    pub const ALL: [ExecutionState; 5] = [
+        ExecutionState::Running,
+        ExecutionState::WaitingApproval,
+        ExecutionState::Completed,
+        ExecutionState::Failed,
+        ExecutionState::Cancelled,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ExecutionState::Running => "running",
+            ExecutionState::WaitingApproval => "waiting_approval",
+            ExecutionState::Completed => "completed",
+            ExecutionState::Failed => "failed",
+            ExecutionState::Cancelled => "cancelled",
+        }
+    }
+
+    /// Ended: nothing will move it again.
+    pub fn is_final(self) -> bool {
+        matches!(
+            self,
+            ExecutionState::Completed | ExecutionState::Failed | ExecutionState::Cancelled
+        )
+    }
+}
+
+impl std::fmt::Display for ExecutionState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl std::str::FromStr for ExecutionState {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        ExecutionState::ALL
+            .into_iter()
+            .find(|st| st.as_str() == s)
+            .ok_or_else(|| format!("not an execution status: {s:?}"))
+    }
+}
+
+impl From<&ExecutionStatus> for ExecutionState {
+    fn from(s: &ExecutionStatus) -> Self {
+        match s {
+            ExecutionStatus::Running => ExecutionState::Running,
+            ExecutionStatus::WaitingApproval => ExecutionState::WaitingApproval,
+            ExecutionStatus::Completed => ExecutionState::Completed,
+            ExecutionStatus::Failed(_) => ExecutionState::Failed,
+        }
+    }
+}
+
+/// One execution of a pipeline.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Execution {
+    pub execution_id: String,
+    pub name: String,
+    /// The file it was loaded from, as given.
+    pub file: Option<String>,
+    /// The directory it was started in (absolute): steps run there unless they name
+    /// another, and relative `cwd`s are taken from it, whoever resumes it from wherever.
+    pub dir: String,
+    /// The checked definition (subgraphs inlined).
+    pub definition: serde_json::Value,
+    pub vars: serde_json::Value,
+    pub steps: Vec<Step>,
+    pub status: ExecutionState,
+    pub reason: Option<String>,
+    /// Who drives it now: `HOST PID START` (none: nobody; resume takes it).
+    pub runner: Option<String>,
+    pub heartbeat_at: Option<String>,
+    pub created_at: String,
+    pub updated_at: String,
+    /// Moves by one with every write.
+    pub version: i64,
+    /// Who started it, as the store authenticated the session that wrote it (DESIGN §14):
+    /// the embedded store's owner (an OS user), the PostgreSQL login. Set by the store,
+    /// never taken from the row; only this identity drives it and runs its steps.
+    /// `None` for executions from before it was recorded on the embedded store.
+    #[serde(default)]
+    pub owner: Option<String>,
+    /// The uid its starter ran as (the embedded store records its writer's own; on
+    /// PostgreSQL it is the starter's word, checked by executors on top of the login).
+    #[serde(default)]
+    pub uid: Option<u32>,
+    /// The digest of the definition as it was checked when it started
+    /// (`Definition::digest`): whoever runs a step checks the stored definition against it,
+    /// and checks it again as `pipeline check` does.
+    #[serde(default)]
+    pub definition_digest: Option<String>,
+    /// Other identities whose label workers (`monitor worker --labels`) its starter lets
+    /// run its labelled steps (`monitor pipeline run --workers`); a worker also needs its
+    /// own host's config to trust the starter. Fixed at the start.
+    #[serde(default)]
+    pub workers: Vec<String>,
+}
+
+impl Execution {
+    /// Whether it has ended (nothing will move it again).
+    pub fn is_final(&self) -> bool {
+        self.status.is_final()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_state_reads_back_as_it_is_written_and_nothing_else_reads() {
+        for st in ExecutionState::ALL {
+            assert_eq!(st.as_str().parse::<ExecutionState>(), Ok(st));
+            assert_eq!(serde_json::to_value(st).unwrap(), st.as_str());
+        }
+        assert!("done".parse::<ExecutionState>().is_err());
+    }
+
+    /// The SQL that lists open executions names the states that are not final (or those that
+    /// are), and the table's check names every state.
+    #[test]
+    fn the_sql_open_lists_are_the_states_not_final() {
+        let open: Vec<&str> = ExecutionState::ALL
+            .into_iter()
+            .filter(|s| !s.is_final())
+            .map(ExecutionState::as_str)
+            .collect();
+        let list = format!("IN ('{}')", open.join("', '"));
+        for sql in [
+            include_str!("../store/pg/v2.sql"),
+            include_str!("../store/pg/v3.sql"),
+        ] {
+            assert!(sql.contains(&format!("p.status {list}")), "{list}");
+        }
+        let ended: Vec<&str> = ExecutionState::ALL
+            .into_iter()
+            .filter(|s| s.is_final())
+            .map(ExecutionState::as_str)
+            .collect();
+        assert!(
+            include_str!("../store/pipelines.rs")
+                .contains(&format!("status NOT IN ('{}')", ended.join("', '")))
+        );
+        let all: Vec<&str> = ExecutionState::ALL.map(ExecutionState::as_str).to_vec();
+        assert!(
+            include_str!("../store/pg/v2.sql")
+                .contains(&format!("CHECK (status IN ('{}'))", all.join("', '")))
+        );
+    }
+}
