@@ -1,5 +1,5 @@
 //! A decision stays with its run (issue 26), on the embedded store; the PostgreSQL store
-//! does the same in `store/pg/v4.sql`, and the runner API goes through either.
+//! does the same in `store/pg/functions/chain.sql`, and the runner API goes through either.
 //!
 //! * **Who a decision is offered to** (`rules::offered`): the run that asked it, while
 //!   unused; otherwise only the **resume** of the run that holds it (`rules::holder`: the

@@ -146,12 +146,15 @@ mod tests {
             .map(ExecutionState::as_str)
             .collect();
         let list = format!("IN ('{}')", open.join("', '"));
-        for sql in [
-            include_str!("../store/pg/v2.sql"),
-            include_str!("../store/pg/v3.sql"),
-        ] {
-            assert!(sql.contains(&format!("p.status {list}")), "{list}");
-        }
+        assert!(
+            include_str!("../store/pg/functions/pipelines.sql")
+                .contains(&format!("p.status {list}")),
+            "{list}"
+        );
+        assert!(
+            include_str!("../store/pg/v2.sql").contains(&format!("WHERE status {list}")),
+            "{list}"
+        );
         let ended: Vec<&str> = ExecutionState::ALL
             .into_iter()
             .filter(|s| s.is_final())

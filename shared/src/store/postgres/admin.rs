@@ -53,6 +53,16 @@ pub fn init(url: &str) -> StoreResult<InitReport> {
             tx.execute("DELETE FROM hr.schema_version", &[])?;
             tx.execute("INSERT INTO hr.schema_version VALUES ($1)", &[&v])?;
         }
+        // A newer schema keeps its own functions (the error below rolls back anyway).
+        // Bodies are checked as they are called, not as each is created (as pg_dump
+        // restores them): a function may call one defined in a later file.
+        if from <= SCHEMA_VERSION {
+            tx.batch_execute("SET LOCAL check_function_bodies = off")?;
+            for sql in FUNCTIONS {
+                tx.batch_execute(sql)?;
+            }
+            tx.batch_execute("SET LOCAL check_function_bodies = on")?;
+        }
         tx.batch_execute(GRANTS)?;
         Ok(InitReport {
             from_version: from,

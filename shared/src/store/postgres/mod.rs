@@ -44,13 +44,32 @@ use std::time::Duration;
 /// The schema version this build writes and understands.
 pub const SCHEMA_VERSION: i64 = 5;
 
-/// The schema, as an append-only list: entry N brings a database from version N to N+1.
+/// The schema's tables, as an append-only list: entry N brings a database from version N to
+/// N+1 (its tables, indexes and columns, and the function signatures it replaced or
+/// removed). The functions are not here: see [`FUNCTIONS`].
 const MIGRATIONS: &[&str] = &[
     include_str!("../pg/v1.sql"),
     include_str!("../pg/v2.sql"),
     include_str!("../pg/v3.sql"),
     include_str!("../pg/v4.sql"),
     include_str!("../pg/v5.sql"),
+];
+
+/// Every function of the schema, each with its one live definition, by what calls it:
+/// helpers and the audit chain, a decision's chain, the runner, the worker, the operator,
+/// pipelines; then the triggers that call them. Applied after the migrations on every
+/// `db init` (`CREATE OR REPLACE`), so a database of any version ends with these. A
+/// function whose signature changes is dropped by the migration of the version that
+/// changes it; one whose body changes needs a new version too (a migration with no
+/// statement), so that clients of the older build refuse the newer schema.
+const FUNCTIONS: &[&str] = &[
+    include_str!("../pg/functions/core.sql"),
+    include_str!("../pg/functions/chain.sql"),
+    include_str!("../pg/functions/runner.sql"),
+    include_str!("../pg/functions/worker.sql"),
+    include_str!("../pg/functions/operator.sql"),
+    include_str!("../pg/functions/pipelines.sql"),
+    include_str!("../pg/functions/triggers.sql"),
 ];
 
 /// The three roles, and what `monitor db grant` calls them.
