@@ -11,7 +11,8 @@ pub mod audit;
 pub(crate) mod chain;
 pub mod config;
 pub mod control;
-pub mod db;
+/// The embedded store's schema and connections (`store::sqlite::schema`).
+pub use store::sqlite::schema as db;
 pub mod event;
 pub mod exit;
 pub mod export;

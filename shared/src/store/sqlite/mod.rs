@@ -3,7 +3,9 @@
 //! replaying the spool on every fresh open, and every SQL statement behind the two traits
 //! (the per-table query modules are its internals).
 
-use super::asking;
+mod asking;
+pub mod schema;
+
 use super::{
     AdminStore, Asker, Cooperative, Counts, Done, OperatorStore, PromptRequest, PromptResolution,
     Recorded, RememberScope, Replace, RunWrite, RunnerStore, StoreError, StoreHealth, StoreResult,
