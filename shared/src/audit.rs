@@ -245,7 +245,7 @@ pub(crate) fn unrecorded_decisions(conn: &Connection) -> Result<Vec<(String, Str
     // match by digest (or, used up, by the digest alone).
     let mut unrecorded = Vec::new();
     for (id, what) in rows {
-        let Some(a) = crate::approvals::get(conn, &id)? else {
+        let Some(a) = crate::store::sqlite::approvals::get(conn, &id)? else {
             continue;
         };
         let recorded = for_approval(conn, &id)?.into_iter().any(|e| {
@@ -409,8 +409,8 @@ mod tests {
         let a = crate::testing::approval("AP-1", crate::approvals::PromptKind::Choice);
         let b = crate::testing::approval("AP-2", crate::approvals::PromptKind::Choice);
         db::write(&mut conn, |tx| {
-            crate::approvals::insert(tx, &a, "shim")?;
-            crate::approvals::insert(tx, &b, "shim")
+            crate::store::sqlite::approvals::insert(tx, &a, "shim")?;
+            crate::store::sqlite::approvals::insert(tx, &b, "shim")
         })
         .unwrap();
         let who = crate::approvals::Decider {
@@ -420,7 +420,7 @@ mod tests {
             version: None,
         };
         db::write(&mut conn, |tx| {
-            crate::approvals::decide(tx, "AP-1", "y", &who)
+            crate::store::sqlite::approvals::decide(tx, "AP-1", "y", &who)
         })
         .unwrap();
         assert!(unrecorded_decisions(&conn).unwrap().is_empty());

@@ -16,7 +16,7 @@ pub struct GcReport {
 }
 
 /// Finished runs that ended before `cutoff` (RFC 3339), oldest first — but not one whose
-/// decisions a live chain still keeps (`crate::chain`: a later run's resume types them).
+/// decisions a live chain still keeps (`store::sqlite::chain`: a later run's resume types them).
 pub(crate) fn finished_before(conn: &Connection, cutoff: &str) -> Result<Vec<String>> {
     // The statuses a run never leaves: only these are collected.
     let mut stmt = conn.prepare(&format!(
@@ -112,9 +112,9 @@ mod tests {
             for r in [&done, &live, &fresh] {
                 runs::insert(tx, r, "t")?;
             }
-            approvals::insert(tx, &decided, "t")?;
-            approvals::insert(tx, &pending, "t")?;
-            approvals::decide(
+            crate::store::sqlite::approvals::insert(tx, &decided, "t")?;
+            crate::store::sqlite::approvals::insert(tx, &pending, "t")?;
+            crate::store::sqlite::approvals::decide(
                 tx,
                 "AP-D",
                 "y",
@@ -135,8 +135,16 @@ mod tests {
         assert_eq!(report.approvals, 1);
         assert!(runs::get(&conn, "TR-OLD").unwrap().is_none());
         assert!(runs::get(&conn, "TR-LIVE").unwrap().is_some());
-        assert!(approvals::get(&conn, "AP-P").unwrap().is_some());
-        assert!(approvals::get(&conn, "AP-D").unwrap().is_none());
+        assert!(
+            crate::store::sqlite::approvals::get(&conn, "AP-P")
+                .unwrap()
+                .is_some()
+        );
+        assert!(
+            crate::store::sqlite::approvals::get(&conn, "AP-D")
+                .unwrap()
+                .is_none()
+        );
         // The audit chain is untouched and still verifies, with the gc recorded.
         let report = crate::audit::verify(&conn).unwrap();
         assert!(report.intact(), "{report:?}");

@@ -8,7 +8,6 @@ pub mod alerts;
 pub mod answering;
 pub mod approvals;
 pub mod audit;
-pub(crate) mod chain;
 pub mod config;
 pub mod control;
 /// The embedded store's schema and connections (`store::sqlite::schema`).

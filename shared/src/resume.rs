@@ -67,7 +67,7 @@ pub(crate) fn decided_parked(conn: &Connection) -> Result<Vec<ParkedRun>> {
         let Some(run) = runs::get(conn, &id)? else {
             continue;
         };
-        let all = approvals::list(
+        let all = crate::store::sqlite::approvals::list(
             conn,
             &approvals::ApprovalFilter {
                 tool_run_id: Some(id.clone()),
@@ -157,10 +157,10 @@ mod tests {
                 runs::insert(tx, r, "t")?;
             }
             for a in [&a1, &a2, &a3] {
-                approvals::insert(tx, a, "t")?;
+                crate::store::sqlite::approvals::insert(tx, a, "t")?;
             }
-            approvals::decide(tx, "AP-1", "y", &who())?;
-            approvals::decide(tx, "AP-2", "y", &who())?;
+            crate::store::sqlite::approvals::decide(tx, "AP-1", "y", &who())?;
+            crate::store::sqlite::approvals::decide(tx, "AP-2", "y", &who())?;
             Ok(())
         })
         .unwrap();
@@ -171,7 +171,7 @@ mod tests {
         assert_eq!(found[0].pending, 0);
         // Once consumed, it is no longer the worker's business.
         db::write(&mut conn, |tx| {
-            approvals::consume(tx, "AP-1", "TR-R", "shim")
+            crate::store::sqlite::approvals::consume(tx, "AP-1", "TR-R", "shim")
         })
         .unwrap();
         assert!(decided_parked(&conn).unwrap().is_empty());
@@ -186,9 +186,9 @@ mod tests {
         let a = crate::testing::approval("AP-1", PromptKind::Choice);
         db::write(&mut conn, |tx| {
             runs::insert(tx, &r, "t")?;
-            approvals::insert(tx, &a, "t")?;
-            approvals::decide(tx, "AP-1", "y", &who())?;
-            approvals::claim(tx, "AP-1", "worker:h:1:1")
+            crate::store::sqlite::approvals::insert(tx, &a, "t")?;
+            crate::store::sqlite::approvals::decide(tx, "AP-1", "y", &who())?;
+            crate::store::sqlite::approvals::claim(tx, "AP-1", "worker:h:1:1")
         })
         .unwrap();
         assert_eq!(resumes_of(&conn, "TR-P").unwrap()[0].tool_run_id, "TR-R");
@@ -212,7 +212,7 @@ mod tests {
             .unwrap()
         );
         assert_eq!(
-            approvals::get(&conn, "AP-1")
+            crate::store::sqlite::approvals::get(&conn, "AP-1")
                 .unwrap()
                 .unwrap()
                 .claimed_by

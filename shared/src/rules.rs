@@ -373,7 +373,7 @@ pub fn holder(a: &Approval) -> Option<&str> {
 }
 
 /// Whether live decision `a` is offered to run `run`, which is bound to resume run
-/// `resumes` (if any, [`crate::chain`]): its own decision while unused (wait mode: its own
+/// `resumes` (if any, [`store::sqlite::chain`]): its own decision while unused (wait mode: its own
 /// shim types it; or the prompt came back), or one its chain holds for it. Nothing else:
 /// never a decision of a run it does not resume, and never one it used itself already.
 pub fn offered(a: &Approval, run: &str, resumes: Option<&str>) -> bool {

@@ -229,7 +229,7 @@ pub enum Guard<'a> {
 
 /// Changes a run's status (with an audit row) if the guard allows; returns the previous
 /// status, or `None` when the run does not exist or the guard refused. A run that ends
-/// here ends its chain of decisions ([`crate::chain::ended`]); the status events of other
+/// here ends its chain of decisions ([`crate::store::sqlite::chain::ended`]); the status events of other
 /// runs that closes are dropped (see [`change_status_with`]).
 pub(crate) fn change_status(
     tx: &Transaction<'_>,
@@ -306,7 +306,7 @@ pub(crate) fn change_status_with(
         )?;
     }
     if !current.is_final() && change.status.is_final() {
-        crate::chain::ended(tx, tool_run_id, actor, events)?;
+        crate::store::sqlite::chain::ended(tx, tool_run_id, actor, events)?;
     }
     Ok(Some(current))
 }

@@ -228,7 +228,7 @@ mod tests {
             listed_after(v1, "OR r.status NOT IN"),
             names(&RunStatus::LIVE)
         );
-        let sqlite = include_str!("db.rs");
+        let sqlite = include_str!("store/sqlite/schema.rs");
         assert_eq!(
             listed_after(
                 sqlite,

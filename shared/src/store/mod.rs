@@ -195,7 +195,7 @@ pub enum RunWrite {
         at: String,
     },
     /// A decision seen in wait mode has been typed: used by this run (kept for its resume
-    /// while its chain is live, `crate::chain`). Only a decision offered to this run counts.
+    /// while its chain is live, `store::sqlite::chain`). Only a decision offered to this run counts.
     Consume(String),
     /// `None`: the run stops at a prompt (exit 90): what it used stays kept for its resume;
     /// what the run it resumes held for it and it did not use is spent (and that run, still

@@ -282,7 +282,7 @@ pub(crate) fn deciders_refusal_in(
     approval_id: &str,
     who: &str,
 ) -> StoreResult<Option<String>> {
-    let Some(a) = crate::approvals::get(tx, approval_id)? else {
+    let Some(a) = crate::store::sqlite::approvals::get(tx, approval_id)? else {
         return Ok(None);
     };
     let Some(run) = crate::runs::get(tx, &a.tool_run_id)? else {
@@ -353,7 +353,7 @@ pub(crate) fn decided_in(
     if n != 1 {
         return Ok(Vec::new());
     }
-    crate::approvals::consume(tx, &a.approval_id, &run.tool_run_id, actor)?;
+    crate::store::sqlite::approvals::consume(tx, &a.approval_id, &run.tool_run_id, actor)?;
     let change = crate::pipeline::closing(a);
     let previous = crate::runs::change_status(
         tx,

@@ -1,5 +1,5 @@
 -- Schema v4 of the PostgreSQL store: a decision stays with its run (issue 26), as the
--- embedded store does it (`shared/src/chain.rs`, which says the rule in full):
+-- embedded store does it (`shared/src/store/sqlite/chain.rs`, which says the rule in full):
 --
 -- * a decision is offered only to the run that asked it (unused), or to the resume of the
 --   run that holds it (hr.holder: the asker until someone uses it, then the run of its

@@ -6,8 +6,9 @@
 //! Also here: cooperative `approval_needed` requests, and the check that makes a caller's
 //! bare `AUTO_APPROVAL` worthless.
 
+use super::chain;
 use crate::answering::{self, Ask};
-use crate::approvals::{self, Approval};
+use crate::approvals::Approval;
 use crate::config::OnExpire;
 use crate::db;
 use crate::event::{CooperativeRequest, EventBody, LogEvent};
@@ -17,7 +18,7 @@ use crate::runs::{self, Guard, StatusChange};
 use crate::status::RunStatus;
 use crate::store::asking::{approval_for, auto_approval_verdict, cooperative_approval};
 use crate::store::{Asker, Cooperative, Effects, PromptRequest, PromptResolution};
-use crate::{chain, id, time};
+use crate::{id, time};
 use rusqlite::{Connection, Transaction};
 use std::time::Duration;
 
@@ -32,10 +33,10 @@ pub fn answer_or_ask(
         let mut fx = Effects::default();
         // Overdue approvals are expired first, so a re-run after the TTL finds the expiry
         // (rejected, or the default answer) rather than a pending approval nobody decides.
-        for a in approvals::expire_due(tx)? {
+        for a in super::approvals::expire_due(tx)? {
             fx.events.push(a.status_event());
         }
-        // The facts: the decisions offered to this run (`crate::chain`: its own, or those
+        // The facts: the decisions offered to this run (`store::sqlite::chain`: its own, or those
         // the run it resumes holds for it), the policies, and a pending approval of the
         // same question asked by another run, with that run.
         let resumes = chain::resumes(tx, &who.tool_run_id)?;
@@ -52,16 +53,19 @@ pub fn answer_or_ask(
         {
             policies.push((p.name, p.value));
         }
-        let pending =
-            match approvals::find_pending(tx, &who.request_fingerprint, &req.prompt_fingerprint)?
-                .filter(|old| old.tool_run_id != who.tool_run_id)
-            {
-                Some(old) => {
-                    let owner = runs::get(tx, &old.tool_run_id)?;
-                    Some((old, owner))
-                }
-                None => None,
-            };
+        let pending = match super::approvals::find_pending(
+            tx,
+            &who.request_fingerprint,
+            &req.prompt_fingerprint,
+        )?
+        .filter(|old| old.tool_run_id != who.tool_run_id)
+        {
+            Some(old) => {
+                let owner = runs::get(tx, &old.tool_run_id)?;
+                Some((old, owner))
+            }
+            None => None,
+        };
         let plan = answering::plan(
             answering::Facts {
                 prompt: &req.prompt,
@@ -86,7 +90,7 @@ pub fn answer_or_ask(
             {
                 close_resumed(tx, who, h, &mut fx)?;
             }
-            let a = approvals::get(tx, &a.approval_id)?.unwrap_or(a);
+            let a = super::approvals::get(tx, &a.approval_id)?.unwrap_or(a);
             return Ok((PromptResolution::decided(a, value), fx));
         }
         // 2. A policy.
@@ -102,7 +106,7 @@ pub fn answer_or_ask(
             fresh.decision_channel = Some(channel.clone());
             fresh.consumed_at = Some(now);
             fresh.consumed_by = Some(who.tool_run_id.clone());
-            approvals::insert(tx, &fresh, &channel)?;
+            super::approvals::insert(tx, &fresh, &channel)?;
             fx.events.push(fresh.needed_event());
             fx.events.push(fresh.status_event());
             let value = fresh.chosen_value.clone().unwrap_or_default();
@@ -111,7 +115,7 @@ pub fn answer_or_ask(
         // 3. A takeover; 4. a new question.
         let (approval, taken_over) = match plan.ask {
             Ask::TakeOver { old, .. } => {
-                approvals::move_to_run(tx, &old.approval_id, &who.tool_run_id)?;
+                super::approvals::move_to_run(tx, &old.approval_id, &who.tool_run_id)?;
                 let change = StatusChange::to(
                     RunStatus::Cancelled,
                     Some(format!(
@@ -120,13 +124,14 @@ pub fn answer_or_ask(
                     )),
                 );
                 close_other_run(tx, &old, &change, &who.actor, &mut fx)?;
-                let moved = approvals::get(tx, &old.approval_id)?.unwrap_or(old);
+                let moved = super::approvals::get(tx, &old.approval_id)?.unwrap_or(old);
                 (moved, true)
             }
             Ask::Supersede { old, fresh } => {
-                approvals::insert(tx, &fresh, &who.actor)?;
+                super::approvals::insert(tx, &fresh, &who.actor)?;
                 fx.events.push(fresh.needed_event());
-                if let Some(ended) = approvals::supersede(tx, &old, &fresh.approval_id, &who.actor)?
+                if let Some(ended) =
+                    super::approvals::supersede(tx, &old, &fresh.approval_id, &who.actor)?
                 {
                     fx.events.push(ended.status_event());
                 }
@@ -141,7 +146,7 @@ pub fn answer_or_ask(
                 (fresh, false)
             }
             Ask::New { fresh } => {
-                approvals::insert(tx, &fresh, &who.actor)?;
+                super::approvals::insert(tx, &fresh, &who.actor)?;
                 fx.events.push(fresh.needed_event());
                 (fresh, false)
             }
@@ -252,8 +257,12 @@ pub fn cooperative(
     let (mut a, prompt_fp) = cooperative_approval(who, req, ttl, on_expire);
     db::write(conn, |tx| {
         let mut fx = Effects::default();
-        let decided =
-            approvals::find_used_by(tx, &who.request_fingerprint, &prompt_fp, &who.tool_run_id)?;
+        let decided = super::approvals::find_used_by(
+            tx,
+            &who.request_fingerprint,
+            &prompt_fp,
+            &who.tool_run_id,
+        )?;
         if decided.is_some() {
             return Ok((Cooperative::AlreadyDecided, fx));
         }
@@ -264,11 +273,11 @@ pub fn cooperative(
             .as_deref()
             .map(str::to_ascii_uppercase)
             .filter(|w| id::has_shape(w, id::APPROVAL_PREFIX))
-            && approvals::get(tx, &wanted)?.is_none()
+            && super::approvals::get(tx, &wanted)?.is_none()
         {
             a.approval_id = wanted;
         }
-        approvals::insert(tx, &a, &who.actor)?;
+        super::approvals::insert(tx, &a, &who.actor)?;
         fx.events.push(a.needed_event());
         wait_for(tx, who, &a, &mut fx)?;
         Ok((Cooperative::Pending(Box::new(a)), fx))
@@ -290,7 +299,7 @@ pub fn validate_auto_approval(
 ) -> db::Result<(Result<Approval, String>, Effects)> {
     db::write(conn, |tx| {
         let mut fx = Effects::default();
-        let found = approvals::get(tx, approval_id)?;
+        let found = super::approvals::get(tx, approval_id)?;
         if let Err(why) =
             auto_approval_verdict(found.as_ref(), who, approval_id, value, resumed_from)
         {

@@ -3,7 +3,9 @@
 //! replaying the spool on every fresh open, and every SQL statement behind the two traits
 //! (the per-table query modules are its internals).
 
+pub(crate) mod approvals;
 mod asking;
+pub(crate) mod chain;
 pub mod schema;
 
 use super::{
@@ -11,9 +13,8 @@ use super::{
     Recorded, RememberScope, Replace, RunWrite, RunnerStore, StoreError, StoreHealth, StoreResult,
     WorkerStore,
 };
-use crate::approvals::{self, Approval, ApprovalFilter, Channel, DecideOutcome, Decider};
+use crate::approvals::{Approval, ApprovalFilter, Channel, DecideOutcome, Decider};
 use crate::audit::{self, AuditRow, ChainReport};
-use crate::chain;
 use crate::config::OnExpire;
 use crate::control::{CancelOutcome, ReconcileReport};
 use crate::db::{self, OpenMode};
@@ -253,7 +254,7 @@ impl RunnerStore for SqliteStore {
                         if !row_may_exist || runs::get(tx, run_id)?.is_none() {
                             let uid = crate::proc::effective_uid();
                             let mut row = run.stamped(&identity, Some(uid));
-                            // The resume of a parked run, if it is one (`crate::chain`); an
+                            // The resume of a parked run, if it is one (`store::sqlite::chain`); an
                             // approval of its command past its time is expired first, for
                             // the resume to meet the expiry.
                             if rules::binds_at_start(&row) {
@@ -975,7 +976,7 @@ mod tests {
         let mut parked = sample("TR-P", "rm", RunStatus::WaitingApproval);
         parked.exit_code = Some(90);
         let done = sample("TR-D", "rm", RunStatus::Completed);
-        let mut ap = crate::testing::approval("AP-1", approvals::PromptKind::Choice);
+        let mut ap = crate::testing::approval("AP-1", crate::approvals::PromptKind::Choice);
         ap.tool_run_id = "TR-P".into();
         conn.write(|tx| {
             runs::insert(tx, &parked, "t")?;
@@ -1007,7 +1008,7 @@ mod tests {
     #[test]
     fn a_decision_reports_its_event_once() {
         let (_tmp, mut conn) = setup();
-        let ap = crate::testing::approval("AP-1", approvals::PromptKind::Choice);
+        let ap = crate::testing::approval("AP-1", crate::approvals::PromptKind::Choice);
         conn.write(|tx| approvals::insert(tx, &ap, "t")).unwrap();
         let first = conn.decide("AP-1", "y", &me()).unwrap();
         let again = conn.decide("AP-1", "y", &me()).unwrap();

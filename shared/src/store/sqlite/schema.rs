@@ -186,7 +186,7 @@ const MIGRATIONS: &[&str] = &[
     ALTER TABLE pipelines ADD COLUMN definition_digest TEXT;
     ALTER TABLE pipelines ADD COLUMN workers TEXT;
     "#,
-    // v9: a decision stays with its run (issue 26, `crate::chain`): the run of its chain
+    // v9: a decision stays with its run (issue 26, `store::sqlite::chain`): the run of its chain
     // whose resume may use it again (`kept_for`, while the chain is live), and why it is
     // spent once it is (`consumed_reason`). Decisions used before stay spent (no reason).
     // The unused decisions of a command (what a starting run looks at to learn whether it

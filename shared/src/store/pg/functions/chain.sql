@@ -1,5 +1,5 @@
 -- A decision stays with its run (issue 26): who a decision is offered to, which run resumes a
--- parked one, what a chain keeps and spends. `shared/src/chain.rs` says the rule in full.
+-- parked one, what a chain keeps and spends. `shared/src/store/sqlite/chain.rs` says the rule in full.
 --
 -- The one live definition of each function here; `db init` applies this file after the
 -- migrations (store/postgres/mod.rs, FUNCTIONS).

@@ -22,7 +22,7 @@
 //!   nothing, and its free text is gone from the row. A resume that failed to start (exit
 //!   125–127, nothing used) gives its binding back instead: the next attempt is the resume.
 
-use crate::approvals::{self, Approval};
+use crate::approvals::Approval;
 use crate::db::Result;
 use crate::event::LogEvent;
 use crate::rules::{self, ResumeEnd};
@@ -52,7 +52,7 @@ pub(crate) fn bind_at_start(tx: &Transaction<'_>, row: &mut ToolRun) -> Result<O
     if !rules::binds_at_start(row) {
         return Ok(None);
     }
-    for o in approvals::fresh_decisions_of_command(tx, &request_of(row))? {
+    for o in super::approvals::fresh_decisions_of_command(tx, &request_of(row))? {
         let Some(h) = runs::get(tx, &o.tool_run_id)? else {
             continue;
         };
@@ -64,7 +64,7 @@ pub(crate) fn bind_at_start(tx: &Transaction<'_>, row: &mut ToolRun) -> Result<O
                 "UPDATE approvals SET resumed_run_id = ?2
                  WHERE tool_run_id = ?1 AND status != 'pending' AND consumed_at IS NULL
                    AND {}",
-                approvals::NOT_CLOSED
+                super::approvals::NOT_CLOSED
             ),
             params![h.tool_run_id, row.tool_run_id],
         )?;
@@ -116,7 +116,7 @@ pub(crate) fn offered(
     prompt_fingerprint: &str,
 ) -> Result<Vec<Approval>> {
     Ok(
-        approvals::live_answers(conn, request_fingerprint, prompt_fingerprint)?
+        super::approvals::live_answers(conn, request_fingerprint, prompt_fingerprint)?
             .into_iter()
             .filter(|a| rules::offered(a, run, resumes))
             .collect(),
@@ -128,8 +128,8 @@ pub(crate) fn offered(
 /// meanwhile.
 pub(crate) fn take(tx: &Transaction<'_>, a: &Approval, by: &str, actor: &str) -> Result<bool> {
     let took = match a.consumed_at {
-        None => approvals::consume(tx, &a.approval_id, by, actor)?,
-        Some(_) => approvals::take_kept(tx, &a.approval_id, by, actor)?,
+        None => super::approvals::consume(tx, &a.approval_id, by, actor)?,
+        Some(_) => super::approvals::take_kept(tx, &a.approval_id, by, actor)?,
     };
     if took && a.tool_run_id != by {
         tx.execute(
@@ -153,16 +153,16 @@ pub(crate) fn resumed_on(conn: &Connection, h: &str, by: &str) -> Result<Option<
         )
         .optional()?;
     match id {
-        Some(id) => approvals::get(conn, &id),
+        Some(id) => super::approvals::get(conn, &id),
         None => Ok(None),
     }
 }
 
-/// Spends every live decision held for run `run`'s resume (`approvals::held_for`).
+/// Spends every live decision held for run `run`'s resume (`super::approvals::held_for`).
 pub(crate) fn spend_held(tx: &Transaction<'_>, run: &str, why: &str, actor: &str) -> Result<usize> {
     let mut n = 0;
-    for a in approvals::held_for(tx, run)? {
-        n += usize::from(approvals::spend(tx, &a.approval_id, why, actor)?);
+    for a in super::approvals::held_for(tx, run)? {
+        n += usize::from(super::approvals::spend(tx, &a.approval_id, why, actor)?);
     }
     Ok(n)
 }
@@ -315,5 +315,5 @@ pub(crate) fn give_back(
     actor: &str,
 ) -> Result<bool> {
     let resumed = resumes(tx, by)?;
-    approvals::give_back(tx, approval_id, by, resumed.as_deref(), why, actor)
+    super::approvals::give_back(tx, approval_id, by, resumed.as_deref(), why, actor)
 }
