@@ -78,7 +78,7 @@ static STALLED_SINCE: LazyLock<String> = LazyLock::new(|| {
 mod tests {
     use super::*;
     use crate::db::{self, OpenMode};
-    use crate::runs;
+    
     use crate::status::RunStatus;
     use crate::testing::run as sample;
 
@@ -94,7 +94,7 @@ mod tests {
         let ok = sample("TR-OK", "x", RunStatus::Completed);
         db::write(&mut conn, |tx| {
             for r in [&old, &new, &ok] {
-                runs::insert(tx, r, "t")?;
+                crate::store::sqlite::runs::insert(tx, r, "t")?;
             }
             Ok(())
         })
@@ -108,8 +108,8 @@ mod tests {
         killed.exit_code = Some(92);
         killed.completed_at = Some("2030-01-01T00:00:05.000Z".into());
         db::write(&mut conn, |tx| {
-            runs::insert(tx, &live, "t")?;
-            runs::insert(tx, &killed, "t")
+            crate::store::sqlite::runs::insert(tx, &live, "t")?;
+            crate::store::sqlite::runs::insert(tx, &killed, "t")
         })
         .unwrap();
         assert_eq!(live_counts(&conn).unwrap(), [(RunStatus::Stalled, 1)]);

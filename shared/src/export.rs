@@ -34,7 +34,7 @@ impl From<rusqlite::Error> for ExportError {
 enum Kind {
     Text,
     Int,
-    /// A run status: an unknown one reads as `failed`, as `runs::get` does.
+    /// A run status: an unknown one reads as `failed`, as `crate::store::sqlite::runs::get` does.
     Status,
     /// JSON text holding an array (`[]` when it is not one).
     JsonArray,
@@ -99,7 +99,7 @@ fn write_runs_json_split_at(
 ) -> Result<usize, ExportError> {
     // Pages through mmap rather than read(2) copies: a full export touches every page.
     let _ = conn.pragma_update(None, "mmap_size", 256i64 << 20);
-    let (cond, args) = filter.conditions().into_parts();
+    let (cond, args) = crate::store::sqlite::runs::conditions(filter).into_parts();
     if filter.limit.is_none()
         && let Some(path) = conn.path().filter(|p| !p.is_empty()).map(str::to_owned)
     {
@@ -143,7 +143,7 @@ fn write_in_two_halves(
     total: i64,
     out: &mut dyn Write,
 ) -> Result<usize, ExportError> {
-    let (cond, args) = filter.conditions().into_parts();
+    let (cond, args) = crate::store::sqlite::runs::conditions(filter).into_parts();
     // Runs are inserted about in id order, so the id of the middle rowid splits the export
     // in two halves of about the same size (which half a run lands in does not change the
     // output, only the balance of the two threads).
@@ -172,7 +172,7 @@ fn write_in_two_halves(
     let newer_sql = format!(
         "SELECT {select} FROM tool_runs{cond} AND tool_run_id > ? ORDER BY tool_run_id DESC"
     );
-    let (_, mut older_args) = filter.conditions().into_parts();
+    let (_, mut older_args) = crate::store::sqlite::runs::conditions(filter).into_parts();
     older_args.push(Box::new(split.clone()));
     let path = path.to_owned();
     let older = std::thread::spawn(move || -> Result<(Vec<Vec<u8>>, usize), ExportError> {
@@ -536,7 +536,7 @@ pub fn write_json_str(buf: &mut Vec<u8>, s: &str) {
 mod tests {
     use super::*;
     use crate::db::{self, OpenMode};
-    use crate::runs::{self, ToolRun};
+    use crate::runs::ToolRun;
 
     fn export(conn: &Connection, filter: &RunFilter) -> serde_json::Value {
         let mut out = Vec::new();
@@ -565,8 +565,8 @@ mod tests {
         b.execution_id = None;
         b.pid = None;
         db::write(&mut conn, |tx| {
-            runs::insert(tx, &a, "t")?;
-            runs::insert(tx, &b, "t")
+            crate::store::sqlite::runs::insert(tx, &a, "t")?;
+            crate::store::sqlite::runs::insert(tx, &b, "t")
         })
         .unwrap();
         // Oddities a newer build or a broken writer could leave.
@@ -593,7 +593,7 @@ mod tests {
                 ..Default::default()
             },
         ] {
-            let listed: Vec<ToolRun> = runs::list(&conn, &filter).unwrap();
+            let listed: Vec<ToolRun> = crate::store::sqlite::runs::list(&conn, &filter).unwrap();
             assert_eq!(
                 export(&conn, &filter),
                 serde_json::to_value(&listed).unwrap(),
@@ -635,7 +635,7 @@ mod tests {
                 } else {
                     crate::status::RunStatus::Completed
                 };
-                runs::insert(
+                crate::store::sqlite::runs::insert(
                     tx,
                     &crate::testing::run(&format!("TR-{i:04}"), "rm", st),
                     "t",
@@ -658,7 +658,7 @@ mod tests {
             let mut out = Vec::new();
             let n = write_runs_json_split_at(&conn, &filter, &mut out, 2).unwrap();
             let got: serde_json::Value = serde_json::from_slice(&out).unwrap();
-            let listed = runs::list(&conn, &filter).unwrap();
+            let listed = crate::store::sqlite::runs::list(&conn, &filter).unwrap();
             assert_eq!(n, listed.len());
             assert_eq!(got, serde_json::to_value(&listed).unwrap(), "{filter:?}");
         }

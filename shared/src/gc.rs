@@ -91,7 +91,7 @@ mod tests {
     use super::*;
     use crate::approvals::{self, PromptKind};
     use crate::db::{self, OpenMode};
-    use crate::runs;
+    
     use crate::status::RunStatus;
 
     #[test]
@@ -110,7 +110,7 @@ mod tests {
         pending.tool_run_id = "TR-OLD".into();
         db::write(&mut conn, |tx| {
             for r in [&done, &live, &fresh] {
-                runs::insert(tx, r, "t")?;
+                crate::store::sqlite::runs::insert(tx, r, "t")?;
             }
             crate::store::sqlite::approvals::insert(tx, &decided, "t")?;
             crate::store::sqlite::approvals::insert(tx, &pending, "t")?;
@@ -133,8 +133,8 @@ mod tests {
         let report = db::write(&mut conn, |tx| collect(tx, cutoff, "tester")).unwrap();
         assert_eq!(report.runs, ["TR-OLD"]);
         assert_eq!(report.approvals, 1);
-        assert!(runs::get(&conn, "TR-OLD").unwrap().is_none());
-        assert!(runs::get(&conn, "TR-LIVE").unwrap().is_some());
+        assert!(crate::store::sqlite::runs::get(&conn, "TR-OLD").unwrap().is_none());
+        assert!(crate::store::sqlite::runs::get(&conn, "TR-LIVE").unwrap().is_some());
         assert!(
             crate::store::sqlite::approvals::get(&conn, "AP-P")
                 .unwrap()

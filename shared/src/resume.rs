@@ -7,7 +7,7 @@
 
 use crate::approvals::{self, Approval};
 use crate::db::Result;
-use crate::runs::{self, ToolRun};
+use crate::runs::ToolRun;
 use crate::{proc, time};
 use rusqlite::{Connection, Transaction, params};
 
@@ -64,7 +64,7 @@ pub(crate) fn decided_parked(conn: &Connection) -> Result<Vec<ParkedRun>> {
     };
     let mut out = Vec::with_capacity(run_ids.len());
     for id in run_ids {
-        let Some(run) = runs::get(conn, &id)? else {
+        let Some(run) = crate::store::sqlite::runs::get(conn, &id)? else {
             continue;
         };
         let all = crate::store::sqlite::approvals::list(
@@ -90,7 +90,7 @@ pub(crate) fn resumes_of(conn: &Connection, waiting_run: &str) -> Result<Vec<Too
     };
     let mut out = Vec::with_capacity(ids.len());
     for id in ids {
-        if let Some(run) = runs::get(conn, &id)? {
+        if let Some(run) = crate::store::sqlite::runs::get(conn, &id)? {
             out.push(run);
         }
     }
@@ -154,7 +154,7 @@ mod tests {
         a3.tool_run_id = "TR-Q".into();
         db::write(&mut conn, |tx| {
             for r in [&parked, &waiting_live, &still_pending] {
-                runs::insert(tx, r, "t")?;
+                crate::store::sqlite::runs::insert(tx, r, "t")?;
             }
             for a in [&a1, &a2, &a3] {
                 crate::store::sqlite::approvals::insert(tx, a, "t")?;
@@ -185,7 +185,7 @@ mod tests {
         r.resumed_from = Some("TR-P".into());
         let a = crate::testing::approval("AP-1", PromptKind::Choice);
         db::write(&mut conn, |tx| {
-            runs::insert(tx, &r, "t")?;
+            crate::store::sqlite::runs::insert(tx, &r, "t")?;
             crate::store::sqlite::approvals::insert(tx, &a, "t")?;
             crate::store::sqlite::approvals::decide(tx, "AP-1", "y", &who())?;
             crate::store::sqlite::approvals::claim(tx, "AP-1", "worker:h:1:1")

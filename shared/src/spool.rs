@@ -11,7 +11,7 @@
 use crate::db::{self, Result};
 use crate::paths::{self, StatePaths};
 use crate::rules::VANISHED;
-use crate::runs::{self, Guard, StatusChange, ToolRun, Touch};
+use crate::runs::{Guard, StatusChange, ToolRun, Touch};
 use crate::status::RunStatus;
 use rusqlite::Connection;
 use std::io::{self, Write};
@@ -191,9 +191,9 @@ pub(crate) fn replay(
     let mut done = Vec::new();
     for (path, run) in spooled(paths) {
         db::write(conn, |tx| {
-            match runs::get(tx, &run.tool_run_id)? {
+            match crate::store::sqlite::runs::get(tx, &run.tool_run_id)? {
                 // Spooled by this user's own shims (the spool dirs are checked to be ours).
-                None => runs::insert(
+                None => crate::store::sqlite::runs::insert(
                     tx,
                     &run.stamped(identity, Some(crate::proc::effective_uid())),
                     actor,
@@ -213,8 +213,8 @@ pub(crate) fn replay(
                             error: run.last_error_msg.clone(),
                             at: run.completed_at.clone(),
                         };
-                        runs::change_status(tx, &run.tool_run_id, &change, actor, Guard::Any)?;
-                        runs::touch(
+                        crate::store::sqlite::runs::change_status(tx, &run.tool_run_id, &change, actor, Guard::Any)?;
+                        crate::store::sqlite::runs::touch(
                             tx,
                             &run.tool_run_id,
                             &Touch {
@@ -293,13 +293,13 @@ mod tests {
         let mut cancelled = live.clone();
         cancelled.tool_run_id = "TR-CANCELLED".into();
         db::write(&mut conn, |tx| {
-            runs::insert(tx, &sample("TR-LIVE", "x", RunStatus::Running), "t")?;
+            crate::store::sqlite::runs::insert(tx, &sample("TR-LIVE", "x", RunStatus::Running), "t")?;
             let mut v = sample("TR-VANISHED", "x", RunStatus::Failed);
             v.reason = Some(format!("{VANISHED} (pid 1 is not running)"));
-            runs::insert(tx, &v, "t")?;
+            crate::store::sqlite::runs::insert(tx, &v, "t")?;
             let mut c = sample("TR-CANCELLED", "x", RunStatus::Cancelled);
             c.reason = Some("cancelled by alice".into());
-            runs::insert(tx, &c, "t")
+            crate::store::sqlite::runs::insert(tx, &c, "t")
         })
         .unwrap();
         for r in [&missing, &live, &vanished, &cancelled] {
@@ -308,7 +308,7 @@ mod tests {
         let mut ids = replay(&mut conn, &paths, "replay", "me").unwrap();
         ids.sort();
         assert_eq!(ids.len(), 4);
-        let get = |id: &str| runs::get(&conn, id).unwrap().unwrap();
+        let get = |id: &str| crate::store::sqlite::runs::get(&conn, id).unwrap().unwrap();
         assert_eq!(get("TR-MISSING").status, RunStatus::Completed);
         assert_eq!(get("TR-LIVE").exit_code, Some(7));
         assert_eq!(

@@ -285,7 +285,7 @@ pub(crate) fn deciders_refusal_in(
     let Some(a) = crate::store::sqlite::approvals::get(tx, approval_id)? else {
         return Ok(None);
     };
-    let Some(run) = crate::runs::get(tx, &a.tool_run_id)? else {
+    let Some(run) = crate::store::sqlite::runs::get(tx, &a.tool_run_id)? else {
         return Ok(None);
     };
     let Some((exid, node, _)) = crate::pipeline::step_of(&run) else {
@@ -316,7 +316,7 @@ pub(crate) fn decided_in(
     a: &crate::approvals::Approval,
     actor: &str,
 ) -> StoreResult<Vec<crate::event::LogEvent>> {
-    let Some(run) = crate::runs::get(tx, &a.tool_run_id)? else {
+    let Some(run) = crate::store::sqlite::runs::get(tx, &a.tool_run_id)? else {
         return Ok(Vec::new());
     };
     let Some((exid, node, iteration)) = crate::pipeline::step_of(&run) else {
@@ -355,7 +355,7 @@ pub(crate) fn decided_in(
     }
     crate::store::sqlite::approvals::consume(tx, &a.approval_id, &run.tool_run_id, actor)?;
     let change = crate::pipeline::closing(a);
-    let previous = crate::runs::change_status(
+    let previous = crate::store::sqlite::runs::change_status(
         tx,
         &run.tool_run_id,
         &change,

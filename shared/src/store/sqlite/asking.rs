@@ -14,7 +14,7 @@ use crate::db;
 use crate::event::{CooperativeRequest, EventBody, LogEvent};
 use crate::policy;
 use crate::rules::{self, HostFacts};
-use crate::runs::{self, Guard, StatusChange};
+use crate::runs::{Guard, StatusChange};
 use crate::status::RunStatus;
 use crate::store::asking::{approval_for, auto_approval_verdict, cooperative_approval};
 use crate::store::{Asker, Cooperative, Effects, PromptRequest, PromptResolution};
@@ -61,7 +61,7 @@ pub fn answer_or_ask(
         .filter(|old| old.tool_run_id != who.tool_run_id)
         {
             Some(old) => {
-                let owner = runs::get(tx, &old.tool_run_id)?;
+                let owner = super::runs::get(tx, &old.tool_run_id)?;
                 Some((old, owner))
             }
             None => None,
@@ -169,7 +169,7 @@ fn wait_for(tx: &Transaction<'_>, who: &Asker, a: &Approval, fx: &mut Effects) -
         Some(format!("waiting for approval {}", a.approval_id)),
     );
     if let Some(prev) =
-        runs::change_status(tx, &who.tool_run_id, &change, &who.actor, Guard::NotFinal)?
+        super::runs::change_status(tx, &who.tool_run_id, &change, &who.actor, Guard::NotFinal)?
     {
         fx.events.push(LogEvent::about_run(
             EventBody::status_change(Some(prev), &change),
@@ -228,7 +228,7 @@ fn close_other_run(
     actor: &str,
     fx: &mut Effects,
 ) -> db::Result<()> {
-    if let Some(prev) = runs::change_status_with(
+    if let Some(prev) = super::runs::change_status_with(
         tx,
         &a.tool_run_id,
         change,

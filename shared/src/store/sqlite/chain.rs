@@ -26,7 +26,7 @@ use crate::approvals::Approval;
 use crate::db::Result;
 use crate::event::LogEvent;
 use crate::rules::{self, ResumeEnd};
-use crate::runs::{self, Guard, StatusChange, ToolRun};
+use crate::runs::{Guard, StatusChange, ToolRun};
 use crate::status::RunStatus;
 use rusqlite::{Connection, OptionalExtension, Transaction, params};
 
@@ -53,7 +53,7 @@ pub(crate) fn bind_at_start(tx: &Transaction<'_>, row: &mut ToolRun) -> Result<O
         return Ok(None);
     }
     for o in super::approvals::fresh_decisions_of_command(tx, &request_of(row))? {
-        let Some(h) = runs::get(tx, &o.tool_run_id)? else {
+        let Some(h) = super::runs::get(tx, &o.tool_run_id)? else {
             continue;
         };
         if !rules::may_bind(row, &h, &o) || is_resumed(tx, &h.tool_run_id)? {
@@ -100,7 +100,7 @@ pub(crate) fn bound_to(conn: &Connection, run: &ToolRun) -> Result<Option<String
 
 /// The run `run_id` resumes, if it is bound to one (its row read first).
 pub(crate) fn resumes(conn: &Connection, run_id: &str) -> Result<Option<String>> {
-    match runs::get(conn, run_id)? {
+    match super::runs::get(conn, run_id)? {
         Some(run) => bound_to(conn, &run),
         None => Ok(None),
     }
@@ -197,7 +197,7 @@ pub(crate) fn ended(
     actor: &str,
     events: &mut Vec<LogEvent>,
 ) -> Result<()> {
-    let Some(run) = runs::get(tx, run_id)? else {
+    let Some(run) = super::runs::get(tx, run_id)? else {
         return Ok(());
     };
     let h = bound_to(tx, &run)?;
@@ -216,7 +216,7 @@ pub(crate) fn ended(
     let Some(h) = h else {
         return Ok(());
     };
-    let waiting = runs::get(tx, &h)?.is_some_and(|r| r.status == RunStatus::WaitingApproval);
+    let waiting = super::runs::get(tx, &h)?.is_some_and(|r| r.status == RunStatus::WaitingApproval);
     if waiting
         && run
             .exit_code
@@ -291,7 +291,7 @@ fn close_unused(
             )),
         )
     };
-    let prev = runs::change_status_with(
+    let prev = super::runs::change_status_with(
         tx,
         h,
         &change,
@@ -299,7 +299,7 @@ fn close_unused(
         Guard::From(&[RunStatus::WaitingApproval]),
         events,
     )?;
-    if let (Some(prev), Some(run)) = (prev, runs::get(tx, h)?) {
+    if let (Some(prev), Some(run)) = (prev, super::runs::get(tx, h)?) {
         events.push(run.status_event(Some(prev), &change));
     }
     Ok(())

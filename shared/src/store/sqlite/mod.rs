@@ -6,6 +6,7 @@
 pub(crate) mod approvals;
 mod asking;
 pub(crate) mod chain;
+pub(crate) mod runs;
 pub mod schema;
 
 use super::{
@@ -24,7 +25,7 @@ use crate::paths::StatePaths;
 use crate::policy::{self, RememberedPolicy};
 use crate::resume::{self, ParkedRun};
 use crate::rules::{self, HostFacts};
-use crate::runs::{self, Guard, RunFilter, StatusChange, ToolRun};
+use crate::runs::{Guard, RunFilter, StatusChange, ToolRun};
 use crate::status::RunStatus;
 use crate::{alerts, spool};
 use rusqlite::Connection;
