@@ -4,7 +4,6 @@
 //! front of it (`rules`), statuses and exit codes, the JSON event protocol, ids and time.
 //! See ARCHITECTURE.md for the map.
 
-pub mod alerts;
 pub mod answering;
 pub mod approvals;
 pub mod audit;

@@ -4,7 +4,7 @@
 //! it is offered to (`super::chain`), and every change leaves an audit row.
 
 use crate::approvals::*;
-use crate::audit::{self, AuditEntry};
+use crate::audit::AuditEntry;
 use crate::db::Result;
 use crate::event::ApprovalOption;
 use crate::status::ApprovalStatus;
@@ -114,7 +114,7 @@ pub(crate) fn insert(tx: &Transaction<'_>, a: &Approval, actor: &str) -> Result<
             a.consumed_reason,
         ],
     )?;
-    audit::append(
+    super::audit::append(
         tx,
         &AuditEntry {
             event: "approval_needed",
@@ -140,7 +140,7 @@ pub(crate) fn insert(tx: &Transaction<'_>, a: &Approval, actor: &str) -> Result<
 }
 
 fn audit_status(tx: &Transaction<'_>, a: &Approval, actor: &str) -> Result<()> {
-    audit::append(
+    super::audit::append(
         tx,
         &AuditEntry {
             event: "approval_status_change",
@@ -562,7 +562,7 @@ fn audit_consumed(
     by_run: &str,
     actor: &str,
 ) -> Result<()> {
-    audit::append(
+    super::audit::append(
         tx,
         &AuditEntry {
             event: "approval_consumed",
@@ -596,7 +596,7 @@ pub(crate) fn spend(
          WHERE approval_id = ?1",
         params![approval_id, time::now_rfc3339(), why, keep_value],
     )?;
-    audit::append(
+    super::audit::append(
         tx,
         &AuditEntry {
             event: "approval_spent",
@@ -639,7 +639,7 @@ pub(crate) fn give_back(
         )?,
         (false, None) => return Ok(false),
     };
-    audit::append(
+    super::audit::append(
         tx,
         &AuditEntry {
             event: "approval_released",
@@ -735,10 +735,10 @@ mod tests {
         let missing = db::write(&mut conn, |tx| decide(tx, "AP-9", "y", &who("bob"))).unwrap();
         assert_eq!(missing, DecideOutcome::NotFound);
         // Audit: needed, then one status change.
-        let events = audit::for_run(&conn, "TR-1").unwrap();
+        let events = crate::store::sqlite::audit::for_run(&conn, "TR-1").unwrap();
         let kinds: Vec<&str> = events.iter().map(|e| e.event.as_str()).collect();
         assert_eq!(kinds, ["approval_needed", "approval_status_change"]);
-        assert!(audit::verify(&conn).unwrap().intact());
+        assert!(crate::store::sqlite::audit::verify(&conn).unwrap().intact());
     }
 
     #[test]
@@ -844,7 +844,7 @@ mod tests {
         assert_eq!(spent.chosen_value, None);
         assert_eq!(spent.consumed_reason.as_deref(), Some("the chain ended"));
         assert!(live_answers(&conn, "req", "prm").unwrap().is_empty());
-        assert!(audit::verify(&conn).unwrap().intact());
+        assert!(crate::store::sqlite::audit::verify(&conn).unwrap().intact());
     }
 
     #[test]

@@ -12,7 +12,6 @@ use crate::approvals::Approval;
 use crate::config::OnExpire;
 use crate::db;
 use crate::event::{CooperativeRequest, EventBody, LogEvent};
-use crate::policy;
 use crate::rules::{self, HostFacts};
 use crate::runs::{Guard, StatusChange};
 use crate::status::RunStatus;
@@ -48,9 +47,13 @@ pub fn answer_or_ask(
             &req.prompt_fingerprint,
         )?;
         let mut policies = req.policies.clone();
-        if let Some(p) =
-            policy::find_remembered(tx, &who.tool, &req.prompt_fingerprint, &who.argv, &who.cwd)?
-        {
+        if let Some(p) = super::policy::find_remembered(
+            tx,
+            &who.tool,
+            &req.prompt_fingerprint,
+            &who.argv,
+            &who.cwd,
+        )? {
             policies.push((p.name, p.value));
         }
         let pending = match super::approvals::find_pending(

@@ -3,11 +3,17 @@
 //! replaying the spool on every fresh open, and every SQL statement behind the two traits
 //! (the per-table query modules are its internals).
 
+pub(crate) mod alerts;
 pub(crate) mod approvals;
 mod asking;
+pub(crate) mod audit;
 pub(crate) mod chain;
+pub(crate) mod gc;
+pub(crate) mod policy;
+pub(crate) mod resume;
 pub(crate) mod runs;
 pub mod schema;
+pub(crate) mod spool;
 
 use super::{
     AdminStore, Asker, Cooperative, Counts, Done, OperatorStore, PromptRequest, PromptResolution,
@@ -15,19 +21,18 @@ use super::{
     WorkerStore,
 };
 use crate::approvals::{Approval, ApprovalFilter, Channel, DecideOutcome, Decider};
-use crate::audit::{self, AuditRow, ChainReport};
+use crate::audit::{AuditRow, ChainReport};
 use crate::config::OnExpire;
 use crate::control::{CancelOutcome, ReconcileReport};
 use crate::db::{self, OpenMode};
 use crate::event::{CooperativeRequest, LogEvent};
-use crate::gc::{self, GcReport};
+use crate::gc::GcReport;
 use crate::paths::StatePaths;
-use crate::policy::{self, RememberedPolicy};
-use crate::resume::{self, ParkedRun};
+use crate::policy::RememberedPolicy;
+use crate::resume::ParkedRun;
 use crate::rules::{self, HostFacts};
 use crate::runs::{Guard, RunFilter, StatusChange, ToolRun};
 use crate::status::RunStatus;
-use crate::{alerts, spool};
 use rusqlite::Connection;
 use std::io::Write;
 use std::os::unix::fs::MetadataExt;
@@ -335,11 +340,11 @@ impl RunnerStore for SqliteStore {
     }
 
     fn keep_for_later(&mut self, run: &ToolRun) -> bool {
-        spool::write(&self.paths, run).is_ok()
+        crate::spool::write(&self.paths, run).is_ok()
     }
 
     fn kept_row_landed(&mut self, run_id: &str) {
-        spool::discard(&self.paths, run_id);
+        crate::spool::discard(&self.paths, run_id);
     }
 
     fn replaced(&mut self) -> bool {
@@ -731,7 +736,7 @@ impl AdminStore for SqliteStore {
         self.write(|tx| {
             policy::remember(
                 tx,
-                &policy::Remembered {
+                &crate::policy::Remembered {
                     tool,
                     prompt_fingerprint,
                     scope,

@@ -1,7 +1,7 @@
 //! The `tool_runs` table on the embedded store: each statement behind the store traits for
 //! runs (`crate::runs` has the row type and its pure rules).
 
-use crate::audit::{self, AuditEntry};
+use crate::audit::AuditEntry;
 use crate::db::{self, Result};
 use crate::runs::*;
 use crate::status::RunStatus;
@@ -81,7 +81,7 @@ pub(crate) fn insert(tx: &Transaction<'_>, run: &ToolRun, actor: &str) -> Result
             run.owner,
         ],
     )?;
-    audit::append(
+    super::audit::append(
         tx,
         &AuditEntry {
             event: "tool_status_change",
@@ -162,7 +162,7 @@ pub(crate) fn change_status_with(
         ],
     )?;
     if current != change.status || change.finished {
-        audit::append(
+        super::audit::append(
             tx,
             &AuditEntry {
                 event: "tool_status_change",
@@ -405,8 +405,13 @@ mod tests {
             Some("x")
         );
         // Every change left an audit row, and the chain holds.
-        assert_eq!(audit::for_run(&conn, "TR-A").unwrap().len(), 2);
-        assert!(audit::verify(&conn).unwrap().intact());
+        assert_eq!(
+            crate::store::sqlite::audit::for_run(&conn, "TR-A")
+                .unwrap()
+                .len(),
+            2
+        );
+        assert!(crate::store::sqlite::audit::verify(&conn).unwrap().intact());
     }
 
     /// Found when the dashboard showed runs ended as stalled by their own shim (exit 92) as

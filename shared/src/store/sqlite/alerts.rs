@@ -78,7 +78,7 @@ static STALLED_SINCE: LazyLock<String> = LazyLock::new(|| {
 mod tests {
     use super::*;
     use crate::db::{self, OpenMode};
-    
+
     use crate::status::RunStatus;
     use crate::testing::run as sample;
 
