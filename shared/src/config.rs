@@ -603,7 +603,7 @@ pub fn user_store(env: EnvLookup<'_>) -> Option<String> {
     table
         .get("store")?
         .as_str()
-        .filter(|s| crate::store::url::is_url(s))
+        .filter(|s| crate::url::is_url(s))
         .map(str::to_owned)
 }
 

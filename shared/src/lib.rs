@@ -39,4 +39,5 @@ pub mod store;
 pub mod testing;
 pub mod time;
 pub mod tool_path;
+pub mod url;
 pub mod widget;

@@ -79,7 +79,7 @@ impl StatePaths {
         let root = absolute(&root)?;
         let mut store_url = None;
         let db = match non_empty(env("HEADLESS_RUN_DB")) {
-            Some(url) if url.to_str().is_some_and(crate::store::url::is_url) => {
+            Some(url) if url.to_str().is_some_and(crate::url::is_url) => {
                 store_url = url.into_string().ok();
                 root.join("state.db")
             }
@@ -90,7 +90,7 @@ impl StatePaths {
                 root.join("state.db")
             }
         };
-        let server = crate::store::url::server_url(None, env);
+        let server = crate::url::server_url(None, env);
         if cfg!(not(feature = "postgres")) && store_url.is_some() {
             return Err(PathError::NotBuiltIn(
                 "HEADLESS_RUN_DB (or the config's store)",
@@ -126,7 +126,7 @@ impl StatePaths {
             return server.trim_end_matches('/').to_owned();
         }
         match &self.store_url {
-            Some(url) => crate::store::url::without_password(url),
+            Some(url) => crate::url::without_password(url),
             None => self.db.display().to_string(),
         }
     }

@@ -104,6 +104,16 @@ pub fn glob_match(pattern: &str, text: &str) -> bool {
     p[pi..].iter().all(|&c| c == '*')
 }
 
+/// How far a remembered decision reaches beyond the prompt it was made on: by default this
+/// command line in this directory; widened only on purpose.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RememberScope {
+    /// Only this command line (`None`: any arguments of the tool).
+    pub argv: Option<Vec<String>>,
+    /// Only in this directory (`None`: any directory).
+    pub cwd: Option<String>,
+}
+
 /// A decision remembered with `monitor decide --remember`.
 #[derive(Debug, Clone, PartialEq, Serialize, serde::Deserialize)]
 pub struct RememberedPolicy {
@@ -127,7 +137,7 @@ pub struct RememberedPolicy {
 pub(crate) struct Remembered<'a> {
     pub tool: &'a str,
     pub prompt_fingerprint: &'a str,
-    pub scope: &'a crate::store::RememberScope,
+    pub scope: &'a RememberScope,
     pub value: &'a str,
     pub approval_id: &'a str,
     pub by: &'a str,

@@ -18,8 +18,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 /// The server's base URL.
-pub use crate::store::url::{ENV_SERVER, server_url};
-pub use crate::store::url::{ENV_TOKEN, take_token};
+pub use crate::url::{ENV_SERVER, server_url};
+pub use crate::url::{ENV_TOKEN, take_token};
 /// A PEM file of the CA (or the self-signed certificate) an `https://` server is verified
 /// against, instead of the system's roots.
 pub const ENV_CA: &str = "HEADLESS_RUN_SERVER_CA";
@@ -134,7 +134,7 @@ impl Remote {
         };
         let given = env(ENV_TOKEN)
             .and_then(|v| v.into_string().ok())
-            .or_else(crate::store::url::taken_token)
+            .or_else(crate::url::taken_token)
             .filter(|v| !v.trim().is_empty());
         let from_env = given.is_some();
         let token = given

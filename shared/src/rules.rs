@@ -249,7 +249,7 @@ pub fn resume_note(run: &ToolRun, me: Option<&Executor<'_>>) -> String {
 /// shared by two users) its starter said it ran as another uid. Executions from before
 /// owners were recorded (the embedded store's, whose only writer is its owner) pass.
 pub fn execution_not_ours(
-    ex: &crate::store::pipelines::Execution,
+    ex: &crate::pipeline::Execution,
     identity: &str,
     uid: u32,
 ) -> Option<String> {
@@ -273,7 +273,7 @@ pub fn execution_not_ours(
 /// starter (`trusted`: the user config's `[worker] pipelines_from`, never a row) or its
 /// starter did not name this identity among its label workers.
 pub fn labelled_not_ours(
-    ex: &crate::store::pipelines::Execution,
+    ex: &crate::pipeline::Execution,
     identity: &str,
     uid: u32,
     trusted: &[String],
@@ -639,7 +639,7 @@ mod tests {
 
     #[test]
     fn an_execution_is_driven_only_by_its_starter_and_its_steps_by_trusted_named_workers() {
-        let mut ex = crate::store::pipelines::Execution {
+        let mut ex = crate::pipeline::Execution {
             execution_id: "EX-1".into(),
             name: "deploy".into(),
             file: None,

@@ -161,7 +161,7 @@ mod tests {
             .map(ExecutionState::as_str)
             .collect();
         assert!(
-            include_str!("../store/pipelines.rs")
+            include_str!("../store/sqlite/pipelines.rs")
                 .contains(&format!("status NOT IN ('{}')", ended.join("', '")))
         );
         let all: Vec<&str> = ExecutionState::ALL.map(ExecutionState::as_str).to_vec();

@@ -68,17 +68,6 @@ pub enum StoreError {
     NotRemote(&'static str),
 }
 
-impl From<rusqlite::Error> for StoreError {
-    fn from(e: rusqlite::Error) -> Self {
-        use rusqlite::ErrorCode;
-        match e.sqlite_error_code() {
-            Some(ErrorCode::DatabaseBusy) | Some(ErrorCode::DatabaseLocked) => StoreError::Locked,
-            Some(ErrorCode::ReadOnly) => StoreError::ReadOnly(e.to_string()),
-            _ => StoreError::Sqlite(e),
-        }
-    }
-}
-
 impl StoreError {
     /// The database server's SQLSTATE, when it answered with an error of its own.
     pub fn sqlstate(&self) -> Option<&str> {

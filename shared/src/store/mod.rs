@@ -21,7 +21,8 @@ pub mod postgres;
 #[cfg(feature = "http")]
 pub mod remote;
 pub mod sqlite;
-pub mod url;
+/// Where the store is (a URL, a server): `crate::url`, here for the stores' callers.
+pub use crate::url;
 pub mod watch;
 
 use crate::approvals::{Approval, ApprovalFilter, DecideOutcome, Decider};
@@ -108,15 +109,7 @@ pub struct Asker {
     pub actor: String,
 }
 
-/// How far a remembered decision reaches beyond the prompt it was made on: by default this
-/// command line in this directory; widened only on purpose.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct RememberScope {
-    /// Only this command line (`None`: any arguments of the tool).
-    pub argv: Option<Vec<String>>,
-    /// Only in this directory (`None`: any directory).
-    pub cwd: Option<String>,
-}
+pub use crate::policy::RememberScope;
 
 /// A prompt to resolve.
 #[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]

@@ -29,7 +29,7 @@ pub(super) fn pipeline_decided(
             &[&exid],
         )?
         .and_then(|r| r.get::<_, Option<String>>(0))
-        .and_then(|t| serde_json::from_str::<crate::store::pipelines::Execution>(&t).ok())
+        .and_then(|t| serde_json::from_str::<crate::pipeline::Execution>(&t).ok())
     else {
         return Ok(None);
     };
@@ -94,7 +94,7 @@ impl crate::store::pipelines::PipelineStore for PgRunner {
         self.pg.login()
     }
 
-    fn pipeline_insert(&mut self, ex: &crate::store::pipelines::Execution) -> StoreResult<bool> {
+    fn pipeline_insert(&mut self, ex: &crate::pipeline::Execution) -> StoreResult<bool> {
         let doc = to_json(ex);
         Ok(self
             .pg
@@ -105,14 +105,14 @@ impl crate::store::pipelines::PipelineStore for PgRunner {
     fn pipeline(
         &mut self,
         execution_id: &str,
-    ) -> StoreResult<Option<crate::store::pipelines::Execution>> {
+    ) -> StoreResult<Option<crate::pipeline::Execution>> {
         self.pg.doc(
             "SELECT x::text FROM hr.pipeline_docs($1, false, 1) x",
             &[&execution_id],
         )
     }
 
-    fn pipelines(&mut self, limit: usize) -> StoreResult<Vec<crate::store::pipelines::Execution>> {
+    fn pipelines(&mut self, limit: usize) -> StoreResult<Vec<crate::pipeline::Execution>> {
         let limit = i32::try_from(limit).unwrap_or(i32::MAX);
         self.pg.docs(
             "SELECT x::text FROM hr.pipeline_docs(NULL, false, $1) x",
@@ -123,7 +123,7 @@ impl crate::store::pipelines::PipelineStore for PgRunner {
     fn open_pipelines(
         &mut self,
         limit: usize,
-    ) -> StoreResult<Vec<crate::store::pipelines::Execution>> {
+    ) -> StoreResult<Vec<crate::pipeline::Execution>> {
         let limit = i32::try_from(limit).unwrap_or(i32::MAX);
         self.pg.docs(
             "SELECT x::text FROM hr.pipeline_docs(NULL, true, $1) x",
@@ -131,7 +131,7 @@ impl crate::store::pipelines::PipelineStore for PgRunner {
         )
     }
 
-    fn pipeline_swap(&mut self, ex: &crate::store::pipelines::Execution) -> StoreResult<bool> {
+    fn pipeline_swap(&mut self, ex: &crate::pipeline::Execution) -> StoreResult<bool> {
         let doc = to_json(ex);
         Ok(self
             .pg

@@ -8,7 +8,9 @@ pub(crate) mod approvals;
 mod asking;
 pub(crate) mod audit;
 pub(crate) mod chain;
+pub(crate) mod export;
 pub(crate) mod gc;
+pub(crate) mod pipelines;
 pub(crate) mod policy;
 pub(crate) mod resume;
 pub(crate) mod runs;
@@ -475,7 +477,7 @@ impl OperatorStore for SqliteStore {
         out: &mut dyn Write,
     ) -> Result<usize, crate::export::ExportError> {
         let conn = self.conn().map_err(crate::export::ExportError::Store)?;
-        crate::export::write_runs_json(conn, filter, out)
+        export::write_runs_json(conn, filter, out)
     }
 
     fn approval(&mut self, approval_id: &str) -> StoreResult<Option<Approval>> {
@@ -496,13 +498,13 @@ impl OperatorStore for SqliteStore {
         let out = self.write(|tx| {
             // A pipeline's human step may name who decides it: checked against the name the
             // decision is recorded under, in the decision's own transaction.
-            if let Some(why) = super::pipelines::deciders_refusal_in(tx, approval_id, who.by)? {
+            if let Some(why) = pipelines::deciders_refusal_in(tx, approval_id, who.by)? {
                 return Ok(DecideOutcome::Refused(why));
             }
             let out = approvals::decide(tx, approval_id, value, who)?;
             // A pipeline's human step moves with its decision.
             if let DecideOutcome::Decided(a) = &out {
-                moved = super::pipelines::decided_in(tx, a, who.by)?;
+                moved = pipelines::decided_in(tx, a, who.by)?;
             }
             Ok(out)
         })?;

@@ -207,6 +207,19 @@ pub const SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;
 
 pub use crate::store::error::StoreError;
 
+/// The embedded database's errors, as the seam says them: a lock held too long and a
+/// read-only file are their own kinds.
+impl From<rusqlite::Error> for StoreError {
+    fn from(e: rusqlite::Error) -> Self {
+        use rusqlite::ErrorCode;
+        match e.sqlite_error_code() {
+            Some(ErrorCode::DatabaseBusy) | Some(ErrorCode::DatabaseLocked) => StoreError::Locked,
+            Some(ErrorCode::ReadOnly) => StoreError::ReadOnly(e.to_string()),
+            _ => StoreError::Sqlite(e),
+        }
+    }
+}
+
 /// Shorthand for store results.
 pub type Result<T, E = StoreError> = std::result::Result<T, E>;
 
