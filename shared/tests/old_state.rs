@@ -1,14 +1,23 @@
-//! Old state still loads: a database made by each released schema version (v1–v4), a
+//! Old state still loads: a database made by each released schema version (v1–v8), a
 //! `logs/combined.log` and a spooled run row as older builds wrote them are checked in
-//! under `tests/fixtures/old_state/` (made by `make.py` there, which says how) and must
-//! open, read and take writes through the store the shim and `monitor` use.
+//! under `tests/fixtures/old_state/` (made by `make.py` there, which says how: v1–v4 as the
+//! first build of each version wrote them, v5–v8 as the last build before the next
+//! version did) and must open, read and take writes through the store the shim and
+//! `monitor` use.
 //!
 //! Each fixture is copied into a fresh state dir first (`open_fixture`), so the checked-in
-//! files are never changed. Each case is a function of an open store (or state dir):
-//! opening goes through `open_store` alone, so a new store type changes that one helper.
-//! State is read and written only through the store's two traits (`RunnerStore`, what a
-//! shim does; `OperatorStore`, what `monitor` does). Raw SQL is used only to look at the
-//! file itself: its schema, and the remembered policies, which no trait method reads.
+//! files are never changed. From v6 the rows say who wrote them (the shim's uid, 1207, and
+//! from v8 the owner the store recorded, `ci`): a store is its owner's, and only its owner
+//! runs its commands again, so `open_own_fixture` hands the copy to the user running the
+//! test first, as if `ci` upgraded its own store (those fields only, by raw SQL on the
+//! copy, before the store opens it); `runs_of_another_user_stay_theirs` opens them as they
+//! are. Each case is a function of an open store (or state dir): opening goes through
+//! `open_store` alone, so a new store type changes that one helper. State is read and
+//! written only through the store's traits (`RunnerStore`, what a shim does;
+//! `OperatorStore`, `WorkerStore` and `AdminStore`, what `monitor` does; `PipelineStore`,
+//! what `monitor pipeline` does). Raw SQL is used only to look at the file itself (its
+//! schema, the remembered policies of v2–v5 as stored, whether a policy is enabled, which
+//! no trait method says) and to hand a copy over.
 //!
 //! What every database is checked for: it migrates to `SCHEMA_VERSION` in WAL mode; every
 //! run and approval reads back field for field as the fixture's `state-vN.expected.json`
@@ -20,23 +29,35 @@
 //! write to it (a new run, a reconciliation, a decision, an expiry, a consumed answer, a
 //! remembered policy, an approval on a v1 database); and the audit chain an old build
 //! wrote verifies, before and after.
+//!
+//! What later versions wrote besides, checked on their own databases: v6 — an approval's
+//! screen and tool digests are the ones this build computes, a decision answers a re-run
+//! on the same screen and tool and not one on a changed screen (asked anew, saying what
+//! changed); a remembered decision keeps its scope (that command line in that directory)
+//! and answers only there. v7 — pipeline executions read back as `monitor pipeline` reads
+//! them (the list, one, the open ones, the runs of each), and their stored definitions pass
+//! this build's check. v8 — owners read back; an execution's pinned definition digest is
+//! the one this build computes; another user's runs and executions are not this user's to
+//! claim, resume or drive.
 
 use hr_shared::approvals::{Approval, ApprovalFilter, DecideOutcome, Decider, PromptKind};
 use hr_shared::config::{OnExpire, PromptRuleConfig};
 use hr_shared::db::SCHEMA_VERSION;
 use hr_shared::event::{EventBody, LogEvent};
 use hr_shared::paths::{self, StatePaths};
+use hr_shared::pipeline::file::Definition;
 use hr_shared::prompt::{self, ScreenFacts};
 use hr_shared::rules::{self, HostFacts, Liveness};
 use hr_shared::runs::{RunFilter, StatusChange, ToolRun};
 use hr_shared::status::{ApprovalStatus, RunStatus};
+use hr_shared::store::pipelines::{Execution, ExecutionState, PipelineStore};
 use hr_shared::store::sqlite::SqliteStore;
 use hr_shared::store::{
     AdminStore, Asker, OperatorStore, PromptRequest, PromptResolution, RememberScope, Replace,
-    RunWrite, RunnerStore, StoreHealth, WorkerStore,
+    RunWrite, RunnerStore, StoreError, StoreHealth, WorkerStore,
 };
 use hr_shared::{fingerprint, id, proc, spool, time};
-use rusqlite::{Connection, OpenFlags};
+use rusqlite::{Connection, OpenFlags, params};
 use serde::Deserialize;
 use std::collections::BTreeMap;
 use std::fs;
@@ -58,6 +79,56 @@ fn open_fixture(version: u32) -> (TempDir, StatePaths) {
     fs::copy(fixtures().join(format!("state-v{version}.db")), &paths.db).expect("copy the fixture");
     fs::set_permissions(&paths.db, fs::Permissions::from_mode(0o600)).expect("chmod 0600");
     (tmp, paths)
+}
+
+/// Who made the fixtures from v6 on: the uid their shims recorded (`metadata.uid`) and,
+/// from v8, the owner their store recorded (the store's owner, `ci`).
+const FIXTURE_USER: &str = "ci";
+const FIXTURE_UID: u32 = 1207;
+
+/// The user this test runs as, and its uid: what the store records for its own writes.
+fn me() -> (String, u32) {
+    let uid = proc::effective_uid();
+    (proc::user_name(uid), uid)
+}
+
+/// [`open_fixture`] as its owner opens it, with what it should read back: from v6 the copy
+/// is handed to the user running the test first — the uid its runs say they ran as and,
+/// from v8, the owner of its runs and executions become this user's, in the file (raw SQL
+/// on the copy, before any store opens it) and in the expected rows alike. Nothing else
+/// changes: these fields are in no audit row.
+fn open_own_fixture(version: u32) -> (TempDir, StatePaths, Expected) {
+    let (tmp, paths) = open_fixture(version);
+    let mut exp = Expected::load(version);
+    if version >= 6 {
+        let (user, uid) = me();
+        let conn = Connection::open(&paths.db).expect("open the copy");
+        let runs = conn
+            .execute(
+                "UPDATE tool_runs SET metadata = json_set(metadata, '$.uid', ?1)
+                 WHERE json_extract(metadata, '$.uid') = ?2",
+                params![uid, FIXTURE_UID],
+            )
+            .unwrap();
+        assert_eq!(runs, exp.runs.len(), "every run says which user it ran as");
+        if version >= 8 {
+            let owned = conn
+                .execute(
+                    "UPDATE tool_runs SET owner = ?1 WHERE owner = ?2",
+                    params![user, FIXTURE_USER],
+                )
+                .unwrap();
+            assert_eq!(owned, exp.runs.len(), "every run has its owner");
+            conn.execute(
+                "UPDATE pipelines SET owner = ?1, uid = ?2 WHERE owner = ?3",
+                params![user, uid, FIXTURE_USER],
+            )
+            .unwrap();
+        }
+        drop(conn);
+        exp.rehome(&user, uid);
+    }
+    (tmp, paths, exp)
 }
 
 /// An empty state dir (0700) with no database yet.
@@ -108,6 +179,9 @@ struct Expected {
     approvals: BTreeMap<String, Approval>,
     #[serde(default)]
     policies: BTreeMap<String, serde_json::Value>,
+    /// v7 on: pipeline executions, by role.
+    #[serde(default)]
+    pipelines: BTreeMap<String, Execution>,
     audit_rows: u64,
 }
 
@@ -130,6 +204,58 @@ impl Expected {
         self.approvals
             .get(role)
             .unwrap_or_else(|| panic!("v{}: no approval `{role}`", self.version))
+    }
+
+    fn pipeline(&self, role: &str) -> &Execution {
+        self.pipelines
+            .get(role)
+            .unwrap_or_else(|| panic!("v{}: no pipeline `{role}`", self.version))
+    }
+
+    /// The rows as [`open_own_fixture`] hands them over: the fixture user's uid and owner
+    /// become `user`'s (`uid`).
+    fn rehome(&mut self, user: &str, uid: u32) {
+        for r in self.runs.values_mut() {
+            if let Some(m) = r.metadata.as_mut().and_then(|m| m.as_object_mut())
+                && m.get("uid").and_then(|u| u.as_u64()) == Some(u64::from(FIXTURE_UID))
+            {
+                m.insert("uid".into(), uid.into());
+            }
+            if r.owner.as_deref() == Some(FIXTURE_USER) {
+                r.owner = Some(user.to_owned());
+            }
+        }
+        for ex in self.pipelines.values_mut() {
+            if ex.owner.as_deref() == Some(FIXTURE_USER) {
+                ex.owner = Some(user.to_owned());
+                ex.uid = Some(uid);
+            }
+        }
+    }
+
+    /// The runs parked on an approval (exit 90): v2's four, and v6's screen-gated one.
+    fn parked_roles(&self) -> Vec<&'static str> {
+        let mut roles = vec!["pending", "approved", "rejected", "overdue"];
+        if self.approvals.contains_key("screen_gated") {
+            roles.push("screen_gated");
+        }
+        roles
+    }
+
+    /// Who decided `approved` (and remembered it): alice with `monitor decide` until v8,
+    /// from v8 the store's owner (only the owner writes an embedded store; other people
+    /// decide through `monitor serve`, which remembers nothing).
+    fn rememberer(&self) -> &'static str {
+        if self.version >= 8 {
+            FIXTURE_USER
+        } else {
+            "alice"
+        }
+    }
+
+    /// Whether the remembered decision has a scope (v6 on: its command line and directory).
+    fn scoped_policy(&self) -> bool {
+        !self.policies["remembered"]["argv_json"].is_null()
     }
 
     /// The runs as this build reads them back: as written, but for what schema v5
@@ -184,25 +310,54 @@ fn database_made_by_schema_v4_loads() {
     approvals_era_database_loads(4);
 }
 
-/// v2–v4 hold the same story: finished, failed and vanished runs, runs parked on a pending,
+#[test]
+fn database_made_by_schema_v5_loads() {
+    approvals_era_database_loads(5);
+}
+
+#[test]
+fn database_made_by_schema_v6_loads() {
+    approvals_era_database_loads(6);
+}
+
+#[test]
+fn database_made_by_schema_v7_loads() {
+    approvals_era_database_loads(7);
+}
+
+#[test]
+fn database_made_by_schema_v8_loads() {
+    approvals_era_database_loads(8);
+}
+
+/// v2–v8 hold the same story: finished, failed and vanished runs, runs parked on a pending,
 /// an approved (and remembered), a rejected and an overdue approval, and a parked run
-/// whose approval a resume consumed.
+/// whose approval a resume consumed. From v6 its approvals keep their screen and tool, the
+/// remembered decision its scope, and one more run is parked on a decision made on its
+/// screen; from v7 two pipeline executions (one completed, one whose runner died); from v8
+/// every run and execution has its owner.
 ///
 /// The reads come first; then the writes, the expiry first of all, since a reconciliation
 /// and every prompt a re-run resolves expire overdue approvals on their way.
 fn approvals_era_database_loads(version: u32) {
-    let (_tmp, paths) = open_fixture(version);
+    let (_tmp, paths, exp) = open_own_fixture(version);
     let mut store = open_store(&paths);
-    let exp = Expected::load(version);
     is_migrated(&mut store, &exp);
     chain_is_intact(&mut store, Some(exp.audit_rows));
     reads_runs(&mut store, &exp);
     reads_approvals(&mut store, &exp);
     old_decisions_are_found_again(&mut store, &exp);
+    if version >= 7 {
+        reads_pipelines(&mut store, &exp);
+        own_executions_are_ours(&exp);
+    }
     takes_new_runs(&mut store, &exp);
     expires_the_overdue_one(&mut store, &exp);
     reconciles_the_vanished_run(&mut store, &exp);
     old_decisions_answer_reruns(&mut store, &exp);
+    if version >= 6 {
+        a_changed_screen_is_asked_anew(&mut store, &exp);
+    }
     takes_decisions(&mut store, &exp);
     chain_is_intact(&mut store, None);
 }
@@ -359,7 +514,7 @@ fn reads_approvals(store: &mut SqliteStore, exp: &Expected) {
         (approved.status, approved.chosen_value.as_deref()),
         (ApprovalStatus::Approved, Some("y"))
     );
-    assert_eq!(approved.decided_by.as_deref(), Some("alice"));
+    assert_eq!(approved.decided_by.as_deref(), Some(exp.rememberer()));
     assert_eq!(approved.consumed_at, None);
     assert_eq!(
         approved
@@ -397,7 +552,8 @@ fn reads_approvals(store: &mut SqliteStore, exp: &Expected) {
     );
 
     // Runs parked on an approval (exit 90) read as parked.
-    for role in ["pending", "approved", "rejected", "overdue"] {
+    let parked = exp.parked_roles();
+    for role in &parked {
         let run = exp.run(role);
         assert_eq!(
             (run.status, run.exit_code),
@@ -410,7 +566,7 @@ fn reads_approvals(store: &mut SqliteStore, exp: &Expected) {
     let live: BTreeMap<&str, i64> = counts.live.iter().map(|(s, n)| (s.as_str(), *n)).collect();
     assert_eq!(
         live,
-        BTreeMap::from([("running", 1), ("waiting_approval", 4)])
+        BTreeMap::from([("running", 1), ("waiting_approval", parked.len() as i64)])
     );
     assert_eq!(counts.failed_recent, 1);
 }
@@ -442,37 +598,52 @@ fn old_decisions_are_found_again(store: &mut SqliteStore, exp: &Expected) {
                 "{role}: the old decision `{v}` still answers"
             );
         }
+        // v6: the screen it was asked on and the tool that asked, as this build digests
+        // them; what the test shows again as the same screen has that digest.
+        if exp.version >= 6 {
+            let context = a.context.as_deref().expect("the screen above the question");
+            assert_eq!(
+                a.screen_digest.as_ref(),
+                Some(&fingerprint::screen(&fingerprint::seen_text(
+                    context,
+                    &a.question
+                ))),
+                "{role}"
+            );
+            assert_eq!(
+                a.screen_digest.as_ref(),
+                Some(&fingerprint::seen(&same_screen(a).prompt)),
+                "{role}"
+            );
+            assert!(a.tool_digest.is_some(), "{role}");
+        } else {
+            assert_eq!((&a.screen_digest, &a.tool_digest), (&None, &None), "{role}");
+        }
     }
-    // The remembered decision is stored as the old build stored it (no trait method reads
-    // policies: this looks at the file).
     let want = &exp.policies["remembered"];
-    assert_eq!(&policy_row(store.paths(), policy_id(want)), want);
     assert_eq!(want["value"], "y");
+    if exp.scoped_policy() {
+        // v6: read back in force, with the command line and directory it was made in.
+        let approved_run = exp.run("approved");
+        let read: Vec<serde_json::Value> = store
+            .remembered()
+            .unwrap()
+            .into_iter()
+            .map(|p| serde_json::to_value(p).unwrap())
+            .collect();
+        assert_eq!(read, std::slice::from_ref(want));
+        assert_eq!(want["argv_json"], serde_json::json!(approved_run.argv_json));
+        assert_eq!(want["cwd"], serde_json::json!(approved_run.cwd));
+    } else {
+        // Stored as the old build stored it (this looks at the file).
+        assert_eq!(&policy_row(store.paths(), policy_id(want)), want);
+    }
     // The worker finds the parked runs that have a decision, with that decision.
-    let approved = exp.approval("approved");
-    let parked: Vec<(String, Vec<String>, usize)> = store
-        .decided_parked()
-        .unwrap()
-        .into_iter()
-        .map(|p| {
-            let decided = p.decided.into_iter().map(|a| a.approval_id).collect();
-            (p.run.tool_run_id, decided, p.pending)
-        })
-        .collect();
-    let mut want = vec![
-        (
-            exp.run("approved").tool_run_id.clone(),
-            vec![approved.approval_id.clone()],
-            0,
-        ),
-        (
-            exp.run("rejected").tool_run_id.clone(),
-            vec![exp.approval("rejected").approval_id.clone()],
-            0,
-        ),
-    ];
-    want.sort();
-    assert_eq!(parked, want);
+    let parked = decided_parked(store);
+    assert_eq!(
+        parked,
+        parked_with_decisions(exp, &["approved", "rejected"])
+    );
     let resumes: Vec<String> = store
         .resumes_of(&exp.run("parked_resumed").tool_run_id)
         .unwrap()
@@ -480,6 +651,109 @@ fn old_decisions_are_found_again(store: &mut SqliteStore, exp: &Expected) {
         .map(|r| r.tool_run_id)
         .collect();
     assert_eq!(resumes, [exp.run("resume").tool_run_id.clone()]);
+}
+
+/// The parked runs with decisions the worker finds: (run, its decisions, pending ones).
+fn decided_parked(store: &mut SqliteStore) -> Vec<(String, Vec<String>, usize)> {
+    store
+        .decided_parked()
+        .unwrap()
+        .into_iter()
+        .map(|p| {
+            let decided = p.decided.into_iter().map(|a| a.approval_id).collect();
+            (p.run.tool_run_id, decided, p.pending)
+        })
+        .collect()
+}
+
+/// The runs of `roles` with their own decision (none pending), and v6's screen-gated one
+/// (decided, never resumed), as [`decided_parked`] lists them.
+fn parked_with_decisions(exp: &Expected, roles: &[&str]) -> Vec<(String, Vec<String>, usize)> {
+    let mut roles = roles.to_vec();
+    if exp.approvals.contains_key("screen_gated") {
+        roles.push("screen_gated");
+    }
+    let mut want: Vec<(String, Vec<String>, usize)> = roles
+        .iter()
+        .map(|role| {
+            (
+                exp.run(role).tool_run_id.clone(),
+                vec![exp.approval(role).approval_id.clone()],
+                0,
+            )
+        })
+        .collect();
+    want.sort();
+    want
+}
+
+/// v7: the executions read back as `monitor pipeline` reads them — the list (newest first),
+/// each one, the open ones (the one whose runner died), the runs of each (its steps'
+/// headless-runs, which say which step they ran) — and their stored definitions pass this
+/// build's check (`Definition::from_stored`); from v8 the digest pinned at the start is the
+/// one this build computes, so its steps may still be run.
+fn reads_pipelines(store: &mut SqliteStore, exp: &Expected) {
+    let done = exp.pipeline("completed");
+    let open = exp.pipeline("abandoned");
+    assert_eq!(
+        PipelineStore::pipelines(store, 10).unwrap(),
+        [open.clone(), done.clone()],
+        "v{} executions, newest first",
+        exp.version
+    );
+    for ex in exp.pipelines.values() {
+        assert_eq!(
+            PipelineStore::pipeline(store, &ex.execution_id)
+                .unwrap()
+                .as_ref(),
+            Some(ex)
+        );
+        let def = Definition::from_stored(&ex.definition)
+            .unwrap_or_else(|e| panic!("{}: {e:?}", ex.execution_id));
+        assert_eq!(def.name, ex.name);
+        if exp.version >= 8 {
+            assert_eq!(ex.definition_digest.as_ref(), Some(&def.digest()));
+        } else {
+            assert_eq!(ex.definition_digest, None);
+        }
+    }
+    assert_eq!(
+        PipelineStore::open_pipelines(store, 10).unwrap(),
+        std::slice::from_ref(open)
+    );
+    assert_eq!(
+        (done.status, done.runner.as_deref(), open.status),
+        (ExecutionState::Completed, None, ExecutionState::Running)
+    );
+    assert!(open.runner.is_some(), "its runner died driving it");
+    for (ex, roles) in [
+        (done, vec!["step_build", "step_check"]),
+        (open, vec!["step_nightly_build"]),
+    ] {
+        let runs = PipelineStore::execution_runs(store, &ex.execution_id).unwrap();
+        let want: Vec<&ToolRun> = roles.iter().map(|r| exp.run(r)).collect();
+        assert_eq!(runs.iter().collect::<Vec<_>>(), want);
+        for (run, step) in runs.iter().zip(&ex.steps) {
+            assert_eq!(
+                run.pipeline_step(),
+                Some(format!("{}/{}#{}", ex.execution_id, step.node, step.iteration).as_str())
+            );
+            assert_eq!(
+                step.run.as_ref().and_then(|r| r.pid),
+                run.shim_pid.map(|p| p as i32),
+                "the step's headless-run is its run's shim"
+            );
+        }
+    }
+}
+
+/// The executions of a store its owner opens are the owner's to drive: v7's, from before
+/// owners were recorded, and v8's (handed to this user with the store).
+fn own_executions_are_ours(exp: &Expected) {
+    let (user, uid) = me();
+    for ex in exp.pipelines.values() {
+        assert_eq!(rules::execution_not_ours(ex, &user, uid), None);
+    }
 }
 
 // --- writes -----------------------------------------------------------------------------
@@ -566,10 +840,13 @@ fn tool_name(argv0: &str) -> String {
         .to_owned()
 }
 
-/// A re-run of `old`'s command (same tool, argv and cwd), by hand or by the worker.
-fn rerun_of(store: &mut SqliteStore, old: &ToolRun) -> Asker {
-    let who = start_command(store, &old.argv_json, old.cwd.as_deref().unwrap_or(""));
+/// A re-run of `old`'s command (same tool, argv and cwd), by hand or by the worker, running
+/// what the run that asked `asked` ran (the tool digest it kept, from v6: the executable
+/// has not changed since).
+fn rerun_of(store: &mut SqliteStore, old: &ToolRun, asked: Option<&Approval>) -> Asker {
+    let mut who = start_command(store, &old.argv_json, old.cwd.as_deref().unwrap_or(""));
     assert_eq!(who.tool, old.tool_name);
+    who.tool_digest = asked.and_then(|a| a.tool_digest.clone());
     who
 }
 
@@ -612,6 +889,15 @@ fn prompt_of(a: &Approval) -> PromptRequest {
         "{}",
         a.approval_id
     );
+    req
+}
+
+/// The prompt `a` was asked for, on the screen it was asked on (its stored question and
+/// context): what the operator saw, whose digest (from v6) is `a`'s.
+fn same_screen(a: &Approval) -> PromptRequest {
+    let mut req = prompt_of(a);
+    req.prompt.context = a.context.clone().unwrap_or_default();
+    req.prompt.question = a.question.clone();
     req
 }
 
@@ -962,20 +1248,18 @@ fn expires_the_overdue_one(store: &mut SqliteStore, exp: &Expected) {
 fn old_decisions_answer_reruns(store: &mut SqliteStore, exp: &Expected) {
     // The decision a resume already used does not answer again: the re-run asks anew.
     let resumed = exp.approval("parked_resumed");
-    let who = rerun_of(store, exp.run("parked_resumed"));
-    let (asked, taken_over) = pending(ask(store, &who, &prompt_of(resumed)));
+    let who = rerun_of(store, exp.run("parked_resumed"), Some(resumed));
+    let (asked, taken_over) = pending(ask(store, &who, &same_screen(resumed)));
     assert!(!taken_over);
     assert_ne!(asked.approval_id, resumed.approval_id);
     assert_eq!(asked.tool_run_id, who.tool_run_id);
 
-    // A retry of the pending one, on the screen it was asked on, takes it over from the
-    // parked run that asked it (an old row is compared by its stored text).
+    // A retry of the pending one, on the screen it was asked on (by the same tool), takes
+    // it over from the parked run that asked it (a row from before v6 is compared by its
+    // stored text, a later one by its digests).
     let was_pending = exp.approval("pending");
-    let retry = rerun_of(store, exp.run("pending"));
-    let mut same_screen = prompt_of(was_pending);
-    same_screen.prompt.context = was_pending.context.clone().unwrap_or_default();
-    same_screen.prompt.question = was_pending.question.clone();
-    let (taken, taken_over) = pending(ask(store, &retry, &same_screen));
+    let retry = rerun_of(store, exp.run("pending"), Some(was_pending));
+    let (taken, taken_over) = pending(ask(store, &retry, &same_screen(was_pending)));
     assert!(taken_over);
     assert_eq!(
         (
@@ -1000,36 +1284,59 @@ fn old_decisions_answer_reruns(store: &mut SqliteStore, exp: &Expected) {
         owner.reason
     );
 
-    // The remembered decision answers that prompt of that tool for another command.
+    // The remembered decision answers that prompt of that tool for another command — up
+    // to v5, when a remembered decision had no scope. From v6 it keeps the command line and
+    // the directory it was made in, and answers there only: another command line, or the
+    // same one in another directory, is asked.
     let approved = exp.approval("approved");
     let remembered = &exp.policies["remembered"];
     let approved_run = exp.run("approved");
     let cwd = approved_run.cwd.as_deref().unwrap_or("");
-    let other = start_command(store, &["./migrate.sh".into(), "down".into()], cwd);
+    let mut other = start_command(store, &["./migrate.sh".into(), "down".into()], cwd);
+    other.tool_digest = approved.tool_digest.clone();
     assert_ne!(
         Some(&other.request_fingerprint),
         approved.request_fingerprint.as_ref()
     );
-    let (by_policy, value) = answer(ask(store, &other, &prompt_of(approved)));
-    // The old policy's `y` is the confirm's `yes` (typed as `y`).
-    assert_eq!(value, "yes");
-    assert_ne!(by_policy.approval_id, approved.approval_id);
-    assert_eq!(
-        (
-            by_policy.status,
-            by_policy.decision_channel.clone(),
-            by_policy.consumed_by.as_ref()
-        ),
-        (
-            ApprovalStatus::Approved,
-            Some(policy_channel(remembered)),
-            Some(&other.tool_run_id)
-        )
-    );
+    if exp.scoped_policy() {
+        let mut elsewhere = start_command(store, &approved_run.argv_json, "/home/ci/src/other");
+        elsewhere.tool_digest = approved.tool_digest.clone();
+        for who in [&other, &elsewhere] {
+            let (asked, taken_over) = pending(ask(store, who, &same_screen(approved)));
+            assert!(!taken_over);
+            assert_eq!(
+                (
+                    asked.tool_run_id.as_str(),
+                    asked.decision_channel.as_deref()
+                ),
+                (who.tool_run_id.as_str(), None),
+                "out of the remembered decision's scope ({:?} in {:?})",
+                remembered["argv_json"],
+                remembered["cwd"]
+            );
+        }
+    } else {
+        let (by_policy, value) = answer(ask(store, &other, &same_screen(approved)));
+        // The old policy's `y` is the confirm's `yes` (typed as `y`).
+        assert_eq!(value, "yes");
+        assert_ne!(by_policy.approval_id, approved.approval_id);
+        assert_eq!(
+            (
+                by_policy.status,
+                by_policy.decision_channel.clone(),
+                by_policy.consumed_by.as_ref()
+            ),
+            (
+                ApprovalStatus::Approved,
+                Some(policy_channel(remembered)),
+                Some(&other.tool_run_id)
+            )
+        );
+    }
 
     // A prompt's decision is never handed to a re-run as AUTO_APPROVAL (it is typed at its
     // prompt), whatever the value or the command: the variable is for cooperative tools.
-    let rerun = rerun_of(store, approved_run);
+    let rerun = rerun_of(store, approved_run, Some(approved));
     for (who, value) in [(&rerun, "y"), (&rerun, "n"), (&other, "y")] {
         let refused = store
             .check_auto_approval(
@@ -1043,9 +1350,9 @@ fn old_decisions_answer_reruns(store: &mut SqliteStore, exp: &Expected) {
             .expect_err("a prompt's decision is not a token");
         assert!(!refused.is_empty());
     }
-    // The re-run is answered by the decision made before, which it uses up; the run that
-    // asked is done.
-    let (used, value) = answer(ask(store, &rerun, &prompt_of(approved)));
+    // The re-run is answered by the decision made before (from v6: on the same screen, by
+    // the same tool), which it uses up; the run that asked is done.
+    let (used, value) = answer(ask(store, &rerun, &same_screen(approved)));
     assert_eq!(
         (used.approval_id.as_str(), value.as_str()),
         (approved.approval_id.as_str(), "y")
@@ -1057,9 +1364,10 @@ fn old_decisions_answer_reruns(store: &mut SqliteStore, exp: &Expected) {
         (asked_first.status, asked_first.exit_code),
         (RunStatus::Completed, Some(90))
     );
-    // Once: the next re-run is not answered by it (the remembered decision answers).
-    let next = rerun_of(store, approved_run);
-    let (by_policy, value) = answer(ask(store, &next, &prompt_of(approved)));
+    // Once: the next re-run is not answered by it (the remembered decision answers: the
+    // same command line in the same directory is in its scope).
+    let next = rerun_of(store, approved_run, Some(approved));
+    let (by_policy, value) = answer(ask(store, &next, &same_screen(approved)));
     assert_eq!(value, "yes", "the old policy's `y`, the confirm's yes");
     assert_ne!(by_policy.approval_id, approved.approval_id);
     assert_eq!(by_policy.decision_channel, Some(policy_channel(remembered)));
@@ -1072,8 +1380,8 @@ fn old_decisions_answer_reruns(store: &mut SqliteStore, exp: &Expected) {
     // The rejection ends its re-run, and the run that asked fails.
     let rejected = exp.approval("rejected");
     let rejected_run = exp.run("rejected");
-    let who = rerun_of(store, rejected_run);
-    match ask(store, &who, &prompt_of(rejected)) {
+    let who = rerun_of(store, rejected_run, Some(rejected));
+    match ask(store, &who, &same_screen(rejected)) {
         PromptResolution::Rejected { approval } => {
             assert_eq!(approval.approval_id, rejected.approval_id);
             assert_eq!(approval.consumed_by.as_ref(), Some(&who.tool_run_id));
@@ -1089,23 +1397,54 @@ fn old_decisions_answer_reruns(store: &mut SqliteStore, exp: &Expected) {
         RunStatus::Failed
     );
 
-    // What the worker has left: the overdue run, answered by its expiry's default.
-    let parked: Vec<(String, Vec<String>, usize)> = store
-        .decided_parked()
-        .unwrap()
-        .into_iter()
-        .map(|p| {
-            let decided = p.decided.into_iter().map(|a| a.approval_id).collect();
-            (p.run.tool_run_id, decided, p.pending)
-        })
-        .collect();
+    // What the worker has left: the overdue run, answered by its expiry's default (and
+    // v6's run parked on a decision nobody has re-run yet).
     assert_eq!(
-        parked,
-        [(
-            exp.run("overdue").tool_run_id.clone(),
-            vec![exp.approval("overdue").approval_id.clone()],
-            0
-        )]
+        decided_parked(store),
+        parked_with_decisions(exp, &["overdue"])
+    );
+}
+
+/// v6: a decision answers only the screen it was given on. A re-run of the screen-gated
+/// command (its resume: the same command, tool and user) that shows another screen at the
+/// same prompt (`Plan: … one to destroy` where `none to destroy` was approved) is not
+/// answered by it: a new question, which says what changed, and the decision stays unused.
+fn a_changed_screen_is_asked_anew(store: &mut SqliteStore, exp: &Expected) {
+    let gated = exp.approval("screen_gated");
+    let who = rerun_of(store, exp.run("screen_gated"), Some(gated));
+    let mut changed = same_screen(gated);
+    changed.prompt.context = changed
+        .prompt
+        .context
+        .replace("none to destroy", "one to destroy");
+    assert_ne!(
+        Some(fingerprint::seen(&changed.prompt)),
+        gated.screen_digest,
+        "the screen changed"
+    );
+    let (asked, taken_over) = pending(ask(store, &who, &changed));
+    assert!(!taken_over);
+    assert_ne!(asked.approval_id, gated.approval_id);
+    assert_eq!(asked.tool_run_id, who.tool_run_id);
+    let context = asked.context.as_deref().unwrap_or("");
+    assert!(
+        context.starts_with(&format!(
+            "The screen changed since {} was decided (approved `y` by alice):\n",
+            gated.approval_id
+        )),
+        "{context}"
+    );
+    assert!(
+        context.contains("\n+ Plan: one to add, none to change, one to destroy.\n")
+            && context.contains("\n- Plan: one to add, none to change, none to destroy.\n"),
+        "{context}"
+    );
+    let kept = OperatorStore::approval(store, &gated.approval_id)
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        (kept.status, kept.consumed_at.as_deref()),
+        (ApprovalStatus::Approved, None)
     );
 }
 
@@ -1148,7 +1487,7 @@ fn takes_decisions(store: &mut SqliteStore, exp: &Expected) {
     let DecideOutcome::Conflict(kept) = other else {
         panic!("not a conflict: {other:?}");
     };
-    assert_eq!(kept.decided_by.as_deref(), Some("alice"));
+    assert_eq!(kept.decided_by.as_deref(), Some(exp.rememberer()));
 
     let prompt = prompt_of(approved);
     let now = store
@@ -1174,8 +1513,13 @@ fn takes_decisions(store: &mut SqliteStore, exp: &Expected) {
         by_policy.decision_channel,
         Some(format!("policy:{}", now.name))
     );
+    // The old one is replaced — but a scoped one (v6) only by one of its own scope: it stays
+    // in force for its command line in its directory.
     let old = &exp.policies["remembered"];
-    assert!(!policy_enabled(store.paths(), policy_id(old)));
+    assert_eq!(
+        policy_enabled(store.paths(), policy_id(old)),
+        exp.scoped_policy()
+    );
     assert!(policy_enabled(store.paths(), &now.policy_id));
 }
 
@@ -1495,13 +1839,16 @@ fn schema(paths: &StatePaths) -> Vec<(String, String, Option<String>)> {
 /// is edited afterwards shows here: the v4 entry cb9c46c shipped made only
 /// `tool_runs_open`, and `tool_runs_failed` was added to that entry later (bd1b6e8,
 /// 9bd4ae9), so a database cb9c46c took to v4 was never given it — until v5 (5bcc352).
+/// v5–v8 were made by the last build of each version, which had the later edits of the v7
+/// entry (`pipelines.dir`, 06d6fde) and the v8 entry (`pipelines.workers`, 5843f45;
+/// `approvals.supersedes`, 84d9326): databases of the first v7 and v8 builds are not here.
 #[test]
 fn every_old_database_migrates_to_the_schema_of_a_new_one() {
     let (_tmp, fresh) = fresh_state_dir();
     RunnerStore::connect(&mut SqliteStore::create(fresh.clone())).unwrap();
     let want = schema(&fresh);
     let mut differences = Vec::new();
-    for version in 1..=4 {
+    for version in 1..=8 {
         let (_tmp, paths) = open_fixture(version);
         drop(open_store(&paths));
         let got = schema(&paths);
@@ -1553,4 +1900,86 @@ fn a_v1_stall_killed_run_is_not_counted_live() {
     // as a recent stall, apart from them.
     assert_eq!(counts.failed_recent, 2);
     assert_eq!(counts.stalled_recent, 1);
+}
+
+/// From v6 a run says which user it ran as, from v8 which identity the store recorded as
+/// its owner; an execution (v8) says both. Opened as they are by another user than the one
+/// who made them (`ci`, uid 1207), the rows read back as written, owners and all, and the
+/// store treats them as it treats another user's now: a worker of this user does not claim
+/// their decisions, a run of the same command by this user is not their resume (their
+/// decision neither answers nor ends it: it is asked anew, and the decision stays theirs),
+/// and this user does not drive their executions.
+#[test]
+fn runs_of_another_user_stay_theirs() {
+    let (user, uid) = me();
+    assert!(
+        user != FIXTURE_USER && uid != FIXTURE_UID,
+        "run as another user than the fixtures' own ({FIXTURE_USER}, uid {FIXTURE_UID})"
+    );
+    for version in 6..=8 {
+        let (_tmp, paths) = open_fixture(version);
+        let mut store = open_store(&paths);
+        let exp = Expected::load(version);
+        is_migrated(&mut store, &exp);
+        reads_runs(&mut store, &exp);
+        reads_approvals(&mut store, &exp);
+        for (role, run) in &exp.runs {
+            assert_eq!(run.uid(), Some(u64::from(FIXTURE_UID)), "v{version} {role}");
+            let owner = (version >= 8).then_some(FIXTURE_USER);
+            assert_eq!(run.owner.as_deref(), owner, "v{version} {role}");
+        }
+
+        let approved = exp.approval("approved");
+        let why = match store.claim(&approved.approval_id, "worker:build-01:1:1") {
+            Err(StoreError::Denied(why)) => why,
+            other => panic!("v{version}: claimed another user's run: {other:?}"),
+        };
+        assert!(why.contains("not resumed"), "{why}");
+        if version >= 8 {
+            assert!(why.contains("it was started by ci, not by"), "{why}");
+        } else {
+            assert!(why.contains("1207"), "{why}");
+        }
+
+        let rejected = exp.approval("rejected");
+        let who = rerun_of(&mut store, exp.run("rejected"), Some(rejected));
+        let (asked, taken_over) = pending(ask(&mut store, &who, &same_screen(rejected)));
+        assert!(!taken_over);
+        assert_ne!(asked.approval_id, rejected.approval_id);
+        let theirs = OperatorStore::approval(&mut store, &rejected.approval_id)
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            (
+                theirs.consumed_at.as_deref(),
+                theirs.resumed_run_id.as_deref()
+            ),
+            (None, None)
+        );
+        let run = store
+            .run(&exp.run("rejected").tool_run_id)
+            .unwrap()
+            .unwrap();
+        assert_eq!(run.status, RunStatus::WaitingApproval, "still parked");
+
+        if version >= 7 {
+            reads_pipelines(&mut store, &exp);
+            for ex in exp.pipelines.values() {
+                let not_ours = rules::execution_not_ours(ex, &user, uid);
+                if version >= 8 {
+                    assert!(
+                        not_ours
+                            .as_deref()
+                            .is_some_and(|w| w.contains("it was started by ci")),
+                        "{not_ours:?}"
+                    );
+                } else {
+                    // Before owners were recorded, the embedded store's executions are
+                    // its owner's, whoever that is.
+                    assert_eq!(not_ours, None);
+                }
+            }
+        }
+        chain_is_intact(&mut store, None);
+    }
 }

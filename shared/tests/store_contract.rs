@@ -268,6 +268,370 @@ fn db_init_upgrades_a_v4_store_and_keeps_what_it_holds() {
     });
 }
 
+/// An upgrade from the first release: a store that schema v1's `db init` made — the
+/// released `pg/v1.sql` as it shipped (`tests/fixtures/old_state/pg/v1.sql`) applied as
+/// that `db init` applied it (schema `hr`, its version table, the migration, version 1,
+/// then that build's grants) — holding rows its runner and operator logins wrote through
+/// v1's functions as that build's client called them: a run parked (exit 90) on an
+/// approval an operator decided, and a live run asking a pending one. `db init` brings it
+/// to this build's version and says so; the runs and approvals read back through the store
+/// as v1 showed them (but for the owner, which v3 shows as the login that wrote the run);
+/// the decision answers the parked run's resume; the pending approval takes a decision;
+/// and the audit chain, v1's rows and this build's, verifies.
+#[test]
+fn db_init_upgrades_a_v1_store_and_keeps_what_it_holds() {
+    use contract::*;
+    use hr_shared::approvals::{Approval, PromptKind};
+    use hr_shared::runs::ToolRun;
+    use hr_shared::status::{ApprovalStatus, RunStatus};
+    use hr_shared::store::{PromptResolution, postgres};
+    use hr_shared::{fingerprint, id, time};
+    /// `GRANTS` of the v1 build (e44eb2c, `shared/src/store/postgres.rs`), which its
+    /// `db init` applied after the migrations.
+    const V1_GRANTS: &str = r#"
+DO $$
+DECLARE
+    r text;
+BEGIN
+    FOREACH r IN ARRAY ARRAY['headless_runner', 'headless_operator', 'headless_viewer'] LOOP
+        IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = r) THEN
+            BEGIN
+                EXECUTE format('CREATE ROLE %I NOLOGIN', r);
+            EXCEPTION WHEN duplicate_object OR unique_violation THEN
+                NULL; -- another host created it first
+            END;
+        END IF;
+    END LOOP;
+END $$;
+REVOKE ALL ON SCHEMA hr FROM PUBLIC;
+REVOKE ALL ON ALL TABLES IN SCHEMA hr FROM PUBLIC, headless_runner, headless_operator, headless_viewer;
+REVOKE ALL ON ALL FUNCTIONS IN SCHEMA hr FROM PUBLIC, headless_runner, headless_operator, headless_viewer;
+GRANT USAGE ON SCHEMA hr TO headless_runner, headless_operator, headless_viewer;
+GRANT SELECT ON hr.tool_runs, hr.approvals, hr.events, hr.policies, hr.schema_version
+    TO headless_operator, headless_viewer;
+GRANT EXECUTE ON FUNCTION hr.change_mark() TO headless_runner, headless_operator, headless_viewer;
+GRANT EXECUTE ON FUNCTION hr.is_final(text), hr.run_doc(hr.tool_runs)
+    TO headless_operator, headless_viewer;
+GRANT EXECUTE ON FUNCTION hr.expire_due() TO headless_runner, headless_operator;
+GRANT EXECUTE ON FUNCTION
+    hr.run_start(jsonb, text, boolean, text),
+    hr.run_deliver(jsonb, text, boolean),
+    hr.run_touch(text, text, text, text, text),
+    hr.run_pid(text, text, bigint),
+    hr.run_status(text, text, text, text, integer, boolean, text, text, text),
+    hr.run_exit(text, text, integer, text),
+    hr.run_environment(text, text, jsonb),
+    hr.runner_approvals(text, text, text),
+    hr.runner_approval(text, text, text),
+    hr.runner_remembered(text, text, text),
+    hr.approval_ask(text, text, jsonb, text),
+    hr.approval_by_policy(text, text, jsonb, text, text, text),
+    hr.approval_consume(text, text, text, text, boolean),
+    hr.approval_take_over(text, text, text, jsonb, text, boolean),
+    hr.approval_release(text, text, text, text),
+    hr.approval_abandon(text, text, text)
+    TO headless_runner;
+-- Resuming: operators, and a host's worker for its own login's runs (checked inside).
+GRANT EXECUTE ON FUNCTION
+    hr.fail_vanished(text, text, text),
+    hr.claim(text, text),
+    hr.take_over_claim(text, text, text),
+    hr.set_resumed_run(text, text),
+    hr.close_run(text, text, text, integer, boolean, text, text, text[]),
+    hr.consume(text, text)
+    TO headless_operator, headless_runner;
+GRANT EXECUTE ON FUNCTION hr.worker_runs(text, text), hr.worker_approvals(text, text)
+    TO headless_runner;
+GRANT EXECUTE ON FUNCTION
+    hr.decide(text, text, text, text, text),
+    hr.cancel(text, text),
+    hr.gc(text),
+    hr.remember(text, text, text, jsonb, text, text, text),
+    hr.forget(text)
+    TO headless_operator;
+"#;
+    /// What the v1 client sent of a row: serde's JSON of its struct, which had none of the
+    /// fields named here yet.
+    fn as_v1(row: impl serde::Serialize, later: &[&str]) -> String {
+        let mut doc = serde_json::to_value(row).unwrap();
+        for key in later {
+            doc.as_object_mut().unwrap().remove(*key);
+        }
+        doc.to_string()
+    }
+    /// A runner of the v1 build: its session, its run and the capability the run was
+    /// started with (`hr.run_start`), which each later call shows.
+    struct V1Shim {
+        client: ::postgres::Client,
+        run: ToolRun,
+        cap: String,
+    }
+    impl V1Shim {
+        fn start(url: &str, cmd: &Cmd) -> V1Shim {
+            let mut client = ::postgres::Client::connect(url, ::postgres::NoTls).unwrap();
+            let run = cmd.row(RunStatus::Running);
+            let cap = format!("v1-capability-{}", run.tool_run_id);
+            let row = client
+                .query_one(
+                    "SELECT hr.run_start($1::text::jsonb, $2, false, $3)",
+                    &[&as_v1(&run, &["owner"]), &cmd.fingerprint(), &cap],
+                )
+                .unwrap();
+            assert_eq!(row.get::<_, Option<String>>(0).as_ref(), Some(&cap));
+            V1Shim { client, run, cap }
+        }
+
+        /// `hr.run_status`, as the v1 client's `status` called it.
+        fn status(&mut self, change: &hr_shared::runs::StatusChange, guard: &str) {
+            self.client
+                .query_one(
+                    "SELECT hr.run_status($1, $2, $3, $4, $5, $6, $7, $8, $9)::text",
+                    &[
+                        &self.run.tool_run_id,
+                        &self.cap,
+                        &change.status.as_str(),
+                        &change.reason,
+                        &change.exit_code,
+                        &change.finished,
+                        &change.error,
+                        &change.at,
+                        &guard,
+                    ],
+                )
+                .unwrap();
+        }
+
+        /// Step 4 of a prompt: a new question (`hr.approval_ask`), then the run waits.
+        fn ask_pending(&mut self, cmd: &Cmd, req: &hr_shared::store::PromptRequest) -> String {
+            let p = &req.prompt;
+            let now = std::time::SystemTime::now();
+            let fresh = Approval {
+                approval_id: id::new_approval_id(),
+                tool_run_id: self.run.tool_run_id.clone(),
+                tool_name: cmd.tool.clone(),
+                execution_id: self.run.execution_id.clone(),
+                question: p.question.clone(),
+                context: Some(p.context.clone()),
+                options_json: p
+                    .options
+                    .iter()
+                    .map(|o| hr_shared::event::ApprovalOption {
+                        keys: None,
+                        ..o.clone()
+                    })
+                    .collect(),
+                default_value: p.default.clone(),
+                allows_text: p.allows_text,
+                created_at: time::to_rfc3339(now),
+                expires_at: req.ttl.map(|ttl| time::to_rfc3339(now + ttl)),
+                request_fingerprint: Some(cmd.fingerprint()),
+                prompt_fingerprint: Some(req.prompt_fingerprint.clone()),
+                prompt_kind: Some(p.kind),
+                prompt_line: Some(p.prompt_line.clone()),
+                rule_name: Some(p.rule.clone()),
+                screen_digest: Some(fingerprint::seen(p)),
+                ..hr_shared::testing::approval("", PromptKind::Choice)
+            };
+            let later = ["superseded_by", "supersedes", "kept_for", "consumed_reason"];
+            let doc: String = self
+                .client
+                .query_one(
+                    "SELECT hr.approval_ask($1, $2, $3::text::jsonb, $4)::text",
+                    &[
+                        &self.run.tool_run_id,
+                        &self.cap,
+                        &as_v1(&fresh, &later),
+                        &fresh.approval_id,
+                    ],
+                )
+                .unwrap()
+                .get(0);
+            let asked: Approval = serde_json::from_str(&doc).unwrap();
+            assert_eq!(asked.approval_id, fresh.approval_id);
+            let waiting = hr_shared::runs::StatusChange::to(
+                RunStatus::WaitingApproval,
+                Some(format!("waiting for approval {}", asked.approval_id)),
+            );
+            self.status(&waiting, "not_final");
+            asked.approval_id
+        }
+
+        /// Exit mode: what it used is given back, and the run parks (exit 90).
+        fn park(&mut self) {
+            self.client
+                .query_one(
+                    "SELECT hr.approval_release($1, $2, NULL, $3)",
+                    &[
+                        &self.run.tool_run_id,
+                        &self.cap,
+                        &"the run stopped at a later prompt",
+                    ],
+                )
+                .unwrap();
+            self.status(&parked(), "not_cancelled");
+        }
+    }
+
+    let cluster = pg_cluster();
+    let db = cluster.database();
+    cluster.admin_sql(
+        &db,
+        &format!(
+            "SELECT pg_advisory_xact_lock(hashtext('headless-run schema'));
+             CREATE SCHEMA IF NOT EXISTS hr;
+             CREATE TABLE IF NOT EXISTS hr.schema_version (version bigint NOT NULL);
+             {}
+             ;
+             DELETE FROM hr.schema_version;
+             INSERT INTO hr.schema_version VALUES (1);
+             {V1_GRANTS}",
+            include_str!("fixtures/old_state/pg/v1.sql")
+        ),
+    );
+    // Its logins, as v1's `db grant` made them members of the roles.
+    let login = |name: &str| format!("{name}_{db}");
+    for (name, role) in [
+        ("runner", "headless_runner"),
+        ("operator", "headless_operator"),
+        ("stranger", "headless_runner"),
+    ] {
+        cluster.admin_sql(
+            &db,
+            &format!(
+                "CREATE ROLE {l} LOGIN PASSWORD 'pw'; GRANT {role} TO {l};",
+                l = login(name)
+            ),
+        );
+    }
+    let runner_url = cluster.url(&login("runner"), "pw", &db);
+    let operator_url = cluster.url(&login("operator"), "pw", &db);
+
+    // What v1 wrote: a run parked on a decided approval, a live run asking.
+    let cmd = Cmd::new("rm", &["-i", "a.txt"]);
+    let req = yes_no("rm");
+    let mut parked_run = V1Shim::start(&runner_url, &cmd);
+    let decided = parked_run.ask_pending(&cmd, &req);
+    parked_run.park();
+    let mut operator = ::postgres::Client::connect(&operator_url, ::postgres::NoTls).unwrap();
+    let outcome: String = operator
+        .query_one(
+            "SELECT hr.decide($1, $2, $3, $4, $5)::text",
+            &[&decided, &"approved", &Some("y"), &None::<&str>, &"cli"],
+        )
+        .unwrap()
+        .get(0);
+    assert!(outcome.contains(r#""outcome": "decided""#), "{outcome}");
+    let live_cmd = Cmd::new("make", &["deploy"]);
+    let mut live = V1Shim::start(&runner_url, &live_cmd);
+    let pending = live.ask_pending(&live_cmd, &yes_no("make"));
+
+    // As v1 showed them to its clients (`hr.run_doc`, the approvals' rows).
+    let mut admin = ::postgres::Client::connect(&cluster.admin_url(&db), ::postgres::NoTls)
+        .expect("connect as admin");
+    let mut v1_run = |id: &str| -> ToolRun {
+        let doc: String = admin
+            .query_one(
+                "SELECT hr.run_doc(r)::text FROM hr.tool_runs r WHERE tool_run_id = $1",
+                &[&id],
+            )
+            .unwrap()
+            .get(0);
+        serde_json::from_str(&doc).unwrap()
+    };
+    let runs_before = [
+        v1_run(&parked_run.run.tool_run_id),
+        v1_run(&live.run.tool_run_id),
+    ];
+    let mut v1_approval = |id: &str| -> Approval {
+        let doc: String = admin
+            .query_one(
+                "SELECT to_jsonb(a)::text FROM hr.approvals a WHERE approval_id = $1",
+                &[&id],
+            )
+            .unwrap()
+            .get(0);
+        serde_json::from_str(&doc).unwrap()
+    };
+    let approvals_before = [v1_approval(&decided), v1_approval(&pending)];
+    assert_eq!(
+        (
+            runs_before[0].status,
+            runs_before[0].exit_code,
+            runs_before[1].status,
+            runs_before[1].exit_code,
+        ),
+        (
+            RunStatus::WaitingApproval,
+            Some(90),
+            RunStatus::WaitingApproval,
+            None
+        )
+    );
+    assert_eq!(
+        (
+            approvals_before[0].status,
+            approvals_before[0].decided_by.clone(),
+            approvals_before[1].status,
+        ),
+        (
+            ApprovalStatus::Approved,
+            Some(login("operator")),
+            ApprovalStatus::Pending
+        )
+    );
+
+    let report = postgres::init(&cluster.admin_url(&db)).expect("db init upgrades");
+    assert_eq!(
+        (report.from_version, report.to_version),
+        (1, postgres::SCHEMA_VERSION)
+    );
+    let dir = tempfile::tempdir().expect("temp dir");
+    let at = |url: String| StatePaths {
+        store_url: Some(url),
+        ..StatePaths::at(dir.path().join("state"))
+    };
+    let (runner, operator, stranger) = (
+        at(runner_url.clone()),
+        at(operator_url.clone()),
+        at(cluster.url(&login("stranger"), "pw", &db)),
+    );
+    let s = Postgres {
+        operator_login: login("operator"),
+        runner_login: login("runner"),
+        runner,
+        operator,
+        stranger,
+        db: db.clone(),
+        _dir: dir,
+    };
+    let mut op = s.operator();
+    for before in &runs_before {
+        // From v3 a run shows its owner: the login that wrote it.
+        let want = ToolRun {
+            owner: Some(login("runner")),
+            ..before.clone()
+        };
+        assert_eq!(run_now(op.as_mut(), &before.tool_run_id), want);
+    }
+    for before in &approvals_before {
+        assert_eq!(&approval_now(op.as_mut(), &before.approval_id), before);
+    }
+
+    // The decision answers the parked run's resume (the same command, started after it).
+    let mut resume = Shim::start(&s, &cmd);
+    let PromptResolution::Answer { approval, value } = resume.ask(&req).value else {
+        panic!("the v1 decision no longer answers its resume")
+    };
+    assert_eq!((approval.approval_id, value), (decided.clone(), "y".into()));
+    // The question v1 asked takes a decision.
+    let now = decide(op.as_mut(), &pending, "n", "carol");
+    assert_eq!(
+        (now.status, now.chosen_value.as_deref()),
+        (ApprovalStatus::Approved, Some("n"))
+    );
+    audit_intact(&s);
+}
+
 /// The store itself (the contract's operator and worker sessions; never a server's API).
 fn own_store(paths: &StatePaths) -> Box<dyn AdminStore> {
     match store::local(paths, "the store contract") {
