@@ -1,8 +1,8 @@
-//! Old state still loads: a database made by each released schema version (v1–v8), a
+//! Old state still loads: a database made by each released schema version (v1–v9), a
 //! `logs/combined.log` and a spooled run row as older builds wrote them are checked in
 //! under `tests/fixtures/old_state/` (made by `make.py` there, which says how: v1–v4 as the
-//! first build of each version wrote them, v5–v8 as the last build before the next
-//! version did) and must open, read and take writes through the store the shim and
+//! first build of each version wrote them, v5–v9 as the last build before the next
+//! version did; the first v7 and v8 builds' schemas in `first-builds/`) and must open, read and take writes through the store the shim and
 //! `monitor` use.
 //!
 //! Each fixture is copied into a fresh state dir first (`open_fixture`), so the checked-in
@@ -1841,14 +1841,15 @@ fn schema(paths: &StatePaths) -> Vec<(String, String, Option<String>)> {
 /// 9bd4ae9), so a database cb9c46c took to v4 was never given it — until v5 (5bcc352).
 /// v5–v8 were made by the last build of each version, which had the later edits of the v7
 /// entry (`pipelines.dir`, 06d6fde) and the v8 entry (`pipelines.workers`, 5843f45;
-/// `approvals.supersedes`, 84d9326): databases of the first v7 and v8 builds are not here.
+/// `approvals.supersedes`, 84d9326): databases of the first v7 and v8 builds lack those
+/// columns, and v10 repairs them (`databases_of_the_first_v7_and_v8_builds_are_repaired`).
 #[test]
 fn every_old_database_migrates_to_the_schema_of_a_new_one() {
     let (_tmp, fresh) = fresh_state_dir();
     RunnerStore::connect(&mut SqliteStore::create(fresh.clone())).unwrap();
     let want = schema(&fresh);
     let mut differences = Vec::new();
-    for version in 1..=8 {
+    for version in 1..=9 {
         let (_tmp, paths) = open_fixture(version);
         drop(open_store(&paths));
         let got = schema(&paths);
@@ -1916,7 +1917,7 @@ fn runs_of_another_user_stay_theirs() {
         user != FIXTURE_USER && uid != FIXTURE_UID,
         "run as another user than the fixtures' own ({FIXTURE_USER}, uid {FIXTURE_UID})"
     );
-    for version in 6..=8 {
+    for version in 6..=9 {
         let (_tmp, paths) = open_fixture(version);
         let mut store = open_store(&paths);
         let exp = Expected::load(version);
@@ -1982,4 +1983,123 @@ fn runs_of_another_user_stay_theirs() {
         }
         chain_is_intact(&mut store, None);
     }
+}
+
+/// Databases made by the first builds of v7 (6387bdf: no `pipelines.dir`) and v8
+/// (3f8d96d: no `pipelines.workers`, no `approvals.supersedes`), whose migrations were
+/// changed after those builds shipped (`first-builds/`: their migrations as shipped, with
+/// rows as they wrote them): the v10 repair adds what they lack, so they open, read back,
+/// take writes, and end with the columns a new database has.
+#[test]
+fn databases_of_the_first_v7_and_v8_builds_are_repaired() {
+    use hr_shared::store::pipelines::{self, ExecutionState};
+    // Each build's own pipeline columns beyond v7's first ones, their values, and the
+    // directory the execution then reads back with.
+    for (file, more_columns, more_values, dir) in [
+        ("v7-6387bdf.sql", "", "", ""),
+        (
+            "v8-3f8d96d.sql",
+            ", dir, owner, uid, definition_digest",
+            ", '/srv/old', NULL, NULL, NULL",
+            "/srv/old",
+        ),
+    ] {
+        let (_tmp, paths) = fresh_state_dir();
+        let sql = fs::read_to_string(fixtures().join("first-builds").join(file))
+            .unwrap_or_else(|e| panic!("{file}: {e}"));
+        {
+            let conn = Connection::open(&paths.db).expect("create");
+            for (i, entry) in sql.split("\n-- user_version ").skip(1).enumerate() {
+                let (_, body) = entry.split_once('\n').expect("a marker line");
+                conn.execute_batch(body)
+                    .unwrap_or_else(|e| panic!("{file} v{}: {e}", i + 1));
+                conn.pragma_update(None, "user_version", i as i64 + 1)
+                    .unwrap();
+            }
+            conn.execute(
+                "INSERT INTO tool_runs (tool_run_id, tool_name, status, started_at, argv_json,
+                     updated_at, exit_code, completed_at)
+                 VALUES ('TR-01JFIRSTBUILD0000000000000', 'rm', 'completed',
+                     '2026-11-24T10:00:00.000Z', '[\"rm\",\"-i\",\"a\"]',
+                     '2026-11-24T10:00:01.000Z', 0, '2026-11-24T10:00:01.000Z')",
+                [],
+            )
+            .unwrap();
+            conn.execute(
+                "INSERT INTO approvals (approval_id, tool_run_id, tool_name, question,
+                     options_json, status, created_at, expire_action)
+                 VALUES ('AP-01JFIRSTBUILD0000000000000', 'TR-01JFIRSTBUILD0000000000000',
+                     'rm', 'remove a?', '[]', 'pending', '2026-11-24T10:00:00.500Z', 'reject')",
+                [],
+            )
+            .unwrap();
+            conn.execute(
+                &format!(
+                    "INSERT INTO pipelines (execution_id, name, definition, vars, steps, status,
+                         created_at, updated_at, version{more_columns})
+                     VALUES ('EX-first', 'deploy', '{{}}', '{{}}', '[]', 'running',
+                         '2026-11-24T10:00:00.000Z', '2026-11-24T10:00:00.000Z', 1{more_values})"
+                ),
+                [],
+            )
+            .unwrap();
+        }
+        fs::set_permissions(&paths.db, fs::Permissions::from_mode(0o600)).unwrap();
+
+        let mut store = open_store(&paths);
+        let run = OperatorStore::run(&mut store, "TR-01JFIRSTBUILD0000000000000")
+            .expect("read the run")
+            .expect("the run");
+        assert_eq!(run.argv_json, ["rm", "-i", "a"], "{file}");
+        let approval = OperatorStore::approval(&mut store, "AP-01JFIRSTBUILD0000000000000")
+            .expect("read the approval")
+            .expect("the approval");
+        assert_eq!(
+            (approval.status, approval.supersedes),
+            (ApprovalStatus::Pending, None),
+            "{file}"
+        );
+        let mut pipes = pipelines::for_store(&paths).expect("the pipelines");
+        let ex = pipes
+            .pipeline("EX-first")
+            .expect("read the execution")
+            .expect("the execution");
+        assert_eq!(
+            (ex.dir.as_str(), ex.status, ex.workers.len()),
+            (dir, ExecutionState::Running, 0),
+            "{file}"
+        );
+        // It takes writes to what it lacked.
+        let mut moved = ex.clone();
+        moved.workers = vec!["ops".into()];
+        moved.dir = "/srv".into();
+        assert!(pipes.pipeline_swap(&moved).expect("swap"), "{file}");
+
+        // The columns of a new database, in a new database's order for what it shares.
+        let (_fresh_tmp, fresh) = fresh_state_dir();
+        store_runner(&fresh);
+        let columns = |db: &Path, table: &str| -> std::collections::BTreeSet<String> {
+            let c = Connection::open_with_flags(db, OpenFlags::SQLITE_OPEN_READ_ONLY).unwrap();
+            let mut st = c
+                .prepare(&format!("SELECT name FROM pragma_table_info('{table}')"))
+                .unwrap();
+            st.query_map([], |r| r.get::<_, String>(0))
+                .unwrap()
+                .map(Result::unwrap)
+                .collect()
+        };
+        for table in ["tool_runs", "approvals", "pipelines", "policies", "events"] {
+            assert_eq!(
+                columns(&paths.db, table),
+                columns(&fresh.db, table),
+                "{file}: {table}"
+            );
+        }
+    }
+}
+
+/// A new, empty store in `paths`, as the first shim makes it.
+fn store_runner(paths: &StatePaths) {
+    let mut s = hr_shared::store::runner(paths);
+    s.connect().expect("create the store");
 }

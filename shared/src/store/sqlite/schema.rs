@@ -200,7 +200,42 @@ const MIGRATIONS: &[&str] = &[
         WHERE consumed_at IS NULL AND status != 'pending';
     CREATE INDEX tool_runs_resumed ON tool_runs(resumed_from) WHERE resumed_from IS NOT NULL;
     "#,
+    // v10: repairs the columns the first builds of v7 and v8 did not add (those entries
+    // were changed after they shipped: `pipelines.dir`, `pipelines.workers`,
+    // `approvals.supersedes`). Done in Rust before this entry ([`REPAIRS`]): SQLite cannot
+    // add a column only where it is missing.
+    "-- v10: see REPAIRS",
 ];
+
+/// Columns a database may lack although its version says it has them (the first builds of
+/// v7 and v8 shipped a shorter table than the final ones): table, column, declaration as
+/// the final migration made it (a `NOT NULL` one with a default for the rows it finds).
+/// Added by the v10 migration where missing.
+const REPAIRS: &[(&str, &str, &str)] = &[
+    ("pipelines", "dir", "TEXT NOT NULL DEFAULT ''"),
+    ("pipelines", "workers", "TEXT"),
+    ("approvals", "supersedes", "TEXT"),
+];
+
+/// The schema version whose migration applies [`REPAIRS`] first (v10, entry 9).
+const REPAIRED_AT: usize = 9;
+
+/// Adds each column of [`REPAIRS`] its table lacks.
+fn repair_columns(conn: &Connection) -> Result<()> {
+    for (table, column, declaration) in REPAIRS {
+        let has: bool = conn.query_row(
+            &format!("SELECT EXISTS (SELECT 1 FROM pragma_table_info('{table}') WHERE name = ?1)"),
+            [column],
+            |r| r.get(0),
+        )?;
+        if !has {
+            conn.execute_batch(&format!(
+                "ALTER TABLE {table} ADD COLUMN {column} {declaration}"
+            ))?;
+        }
+    }
+    Ok(())
+}
 
 /// The schema version this build writes.
 pub const SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;
@@ -455,6 +490,9 @@ fn migrate(conn: &Connection, path: &Path) -> Result<()> {
     let result = (|| -> Result<()> {
         let mut version = schema_version(conn)?;
         while version < SCHEMA_VERSION {
+            if version as usize == REPAIRED_AT {
+                repair_columns(conn)?;
+            }
             conn.execute_batch(MIGRATIONS[version as usize])?;
             version += 1;
             conn.pragma_update(None, "user_version", version)?;
