@@ -19,9 +19,9 @@ pub(super) fn approval_json(
 pub(super) async fn list_approvals(
     State(s): State<Arc<Server>>,
     _: Reader,
-    Query(q): Query<HashMap<String, String>>,
+    Params(q): Params<query::ListQuery>,
 ) -> Result<Response, ApiError> {
-    let f = filters(&q)?;
+    let f = filters(q)?;
     let statuses = if f.statuses.is_empty() {
         vec![ApprovalStatus::Pending]
     } else {

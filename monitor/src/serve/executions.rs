@@ -65,18 +65,9 @@ pub(super) async fn decide_execution(
 pub(super) async fn list_executions(
     State(s): State<Arc<Server>>,
     _: Reader,
-    Query(q): Query<HashMap<String, String>>,
+    Params(q): Params<query::LimitQuery>,
 ) -> Result<Response, ApiError> {
-    if let Some(k) = q.keys().find(|k| *k != "limit") {
-        return Err(ApiError::new(
-            StatusCode::BAD_REQUEST,
-            format!(
-                "unknown parameter `{}`",
-                hr_shared::sanitize::sanitize_line(k)
-            ),
-        ));
-    }
-    let limit = match q.get("limit") {
+    let limit = match q.limit {
         None => 50,
         Some(l) => l
             .parse::<usize>()

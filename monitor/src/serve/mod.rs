@@ -12,6 +12,7 @@ mod executions;
 mod limits;
 mod listen;
 mod metrics;
+mod query;
 mod runner;
 mod runs;
 mod stream;
@@ -22,7 +23,7 @@ use crate::error::{CliError, CliResult};
 use approvals::*;
 use auth::{Operator, Reader, Watcher};
 use axum::body::Bytes;
-use axum::extract::{Path, Query, Request, State};
+use axum::extract::{Path, Request, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
@@ -34,9 +35,9 @@ use hr_shared::paths::StatePaths;
 use hr_shared::runs::RunFilter;
 use hr_shared::status::{ApprovalStatus, RunStatus};
 use hr_shared::store::{self, OperatorStore};
+use query::{Params, number};
 use runs::*;
 use serde_json::{Value, json};
-use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, mpsc};
@@ -595,6 +596,12 @@ impl ApiError {
         }
     }
 
+    /// What it says (its `error`).
+    #[cfg(test)]
+    fn message(&self) -> &str {
+        self.body["error"].as_str().unwrap_or("")
+    }
+
     fn with(mut self, key: &str, v: Value) -> Self {
         self.body[key] = v;
         self
@@ -717,8 +724,8 @@ impl<S: ?Sized + 'static> Sessions<S> {
     }
 }
 
-/// Filters from a query string (`status`, `tool`, `run` (approvals only), `execution`,
-/// `since`, `limit`); unknown keys and bad values are 400.
+/// The filters a list query says (`status`, `tool`, `run` (approvals only), `execution`,
+/// `since`, `limit`); bad values are 400 (unknown keys were refused by [`Params`]).
 struct Filters {
     statuses: Vec<String>,
     tool: Option<String>,
@@ -728,25 +735,14 @@ struct Filters {
     limit: Option<usize>,
 }
 
-fn filters(q: &HashMap<String, String>) -> Result<Filters, ApiError> {
-    for k in q.keys() {
-        if !["status", "tool", "run", "execution", "since", "limit"].contains(&k.as_str()) {
-            return Err(ApiError::new(
-                StatusCode::BAD_REQUEST,
-                format!(
-                    "unknown parameter `{}`",
-                    hr_shared::sanitize::sanitize_line(k)
-                ),
-            ));
-        }
-    }
-    let since = match q.get("since") {
+fn filters(q: query::ListQuery) -> Result<Filters, ApiError> {
+    let since = match q.since.as_deref() {
         Some(s) => {
             Some(crate::parse::since(s).map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, e))?)
         }
         None => None,
     };
-    let limit = match q.get("limit") {
+    let limit = match q.limit.as_deref() {
         Some(l) => Some(
             l.parse::<usize>()
                 .ok()
@@ -759,51 +755,15 @@ fn filters(q: &HashMap<String, String>) -> Result<Filters, ApiError> {
     };
     Ok(Filters {
         statuses: q
-            .get("status")
+            .status
             .map(|s| s.split(',').map(str::to_owned).collect())
             .unwrap_or_default(),
-        tool: q.get("tool").cloned(),
-        run: q.get("run").cloned(),
-        execution: q.get("execution").cloned(),
+        tool: q.tool,
+        run: q.run,
+        execution: q.execution,
         since,
         limit,
     })
-}
-
-/// A number from `min` to `max` in query parameter `k`, else 400.
-fn query_number(
-    q: &HashMap<String, String>,
-    k: &str,
-    min: u64,
-    max: u64,
-) -> Result<Option<u64>, ApiError> {
-    q.get(k)
-        .map(|v| {
-            v.parse::<u64>()
-                .ok()
-                .filter(|n| (min..=max).contains(n))
-                .ok_or_else(|| {
-                    ApiError::new(
-                        StatusCode::BAD_REQUEST,
-                        format!("`{k}` is a number from {min} to {max}"),
-                    )
-                })
-        })
-        .transpose()
-}
-
-/// 400 for a query parameter not in `known`.
-fn only_params(q: &HashMap<String, String>, known: &[&str]) -> Result<(), ApiError> {
-    match q.keys().find(|k| !known.contains(&k.as_str())) {
-        Some(k) => Err(ApiError::new(
-            StatusCode::BAD_REQUEST,
-            format!(
-                "unknown parameter `{}`",
-                hr_shared::sanitize::sanitize_line(k)
-            ),
-        )),
-        None => Ok(()),
-    }
 }
 
 #[cfg(test)]

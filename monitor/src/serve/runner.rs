@@ -17,9 +17,10 @@
 //! own token it was shown; a process it said nothing about counts as running.
 
 use super::auth::Runner;
+use super::query::{self, Params};
 use super::{ApiError, Caller, Server, ok};
 use axum::body::Bytes;
-use axum::extract::{Path, Query, State};
+use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::response::Response;
 use hr_shared::config::OnExpire;
@@ -30,7 +31,6 @@ use hr_shared::store::http::{
 use hr_shared::store::{Done, Replace, RunWrite, RunnerStore};
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
-use std::collections::HashMap;
 use std::io::Write;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::PathBuf;
@@ -259,11 +259,10 @@ async fn live_runs(s: &Arc<Server>, c: &Caller, host: &str) -> Result<Vec<LiveRu
 pub(super) async fn live(
     State(s): State<Arc<Server>>,
     Runner(c): Runner,
-    Query(q): Query<HashMap<String, String>>,
+    Params(q): Params<query::HostQuery>,
 ) -> Result<Response, ApiError> {
     let host = q
-        .get("host")
-        .cloned()
+        .host
         .ok_or_else(|| ApiError::new(StatusCode::BAD_REQUEST, "`host` is needed"))?;
     let mine = live_runs(&s, &c, &host).await?;
     Ok(ok(StatusCode::OK, json!(mine)))

@@ -5,9 +5,9 @@ use super::*;
 pub(super) async fn list_runs(
     State(s): State<Arc<Server>>,
     _: Reader,
-    Query(q): Query<HashMap<String, String>>,
+    Params(q): Params<query::ListQuery>,
 ) -> Result<Response, ApiError> {
-    let f = filters(&q)?;
+    let f = filters(q)?;
     if f.run.is_some() {
         return Err(ApiError::new(
             StatusCode::BAD_REQUEST,
@@ -35,15 +35,9 @@ pub(super) async fn one_run(
     State(s): State<Arc<Server>>,
     _: Reader,
     Path(id): Path<String>,
-    Query(q): Query<HashMap<String, String>>,
+    Params(q): Params<query::TailQuery>,
 ) -> Result<Response, ApiError> {
-    if q.keys().any(|k| k != "tail") {
-        return Err(ApiError::new(
-            StatusCode::BAD_REQUEST,
-            "the only parameter is `tail`",
-        ));
-    }
-    let lines = match q.get("tail") {
+    let lines = match q.tail {
         Some(t) => t
             .parse::<usize>()
             .ok()
@@ -132,11 +126,10 @@ pub(super) async fn run_audit(
 pub(super) async fn ids(
     State(s): State<Arc<Server>>,
     _: Reader,
-    Query(q): Query<HashMap<String, String>>,
+    Params(q): Params<query::IdsQuery>,
 ) -> Result<Response, ApiError> {
-    only_params(&q, &["prefix", "limit"])?;
     let prefix = q
-        .get("prefix")
+        .prefix
         .map(|p| p.trim().to_ascii_uppercase())
         .filter(|p| {
             (1..=64).contains(&p.len()) && p.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
@@ -147,7 +140,7 @@ pub(super) async fn ids(
                 "`prefix` is the start of an id: 1 to 64 letters, digits and dashes",
             )
         })?;
-    let limit = query_number(&q, "limit", 1, 100)?.unwrap_or(10) as usize;
+    let limit = number(q.limit.as_deref(), "limit", 1, 100)?.unwrap_or(10) as usize;
     let found = s
         .with_store(move |st| or_none(st.ids_starting_with(&prefix, limit)))
         .await?;
@@ -161,15 +154,16 @@ pub(super) async fn ids(
 pub(super) async fn counts(
     State(s): State<Arc<Server>>,
     _: Reader,
-    Query(q): Query<HashMap<String, String>>,
+    Params(q): Params<query::CountsQuery>,
 ) -> Result<Response, ApiError> {
-    only_params(&q, &["since", "soon"])?;
     let since = q
-        .get("since")
-        .map(|v| crate::parse::since(v))
+        .since
+        .as_deref()
+        .map(crate::parse::since)
         .transpose()
         .map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, e))?;
-    let soon = Duration::from_secs(query_number(&q, "soon", 0, 366 * 24 * 3600)?.unwrap_or(3600));
+    let soon =
+        Duration::from_secs(number(q.soon.as_deref(), "soon", 0, 366 * 24 * 3600)?.unwrap_or(3600));
     let counts = s
         .with_store(move |st| {
             let counts = match &since {

@@ -60,31 +60,11 @@ pub(super) const MARK_WAIT_MAX: u64 = 60;
 pub(super) async fn mark(
     State(s): State<Arc<Server>>,
     Watcher(c): Watcher,
-    Query(q): Query<HashMap<String, String>>,
+    Params(q): Params<query::MarkQuery>,
 ) -> Result<Response, ApiError> {
-    let number = |k: &str, max: u64| -> Result<Option<u64>, ApiError> {
-        q.get(k)
-            .map(|v| {
-                v.parse::<u64>().ok().filter(|n| *n <= max).ok_or_else(|| {
-                    ApiError::new(
-                        StatusCode::BAD_REQUEST,
-                        format!("`{k}` is a number from 0 to {max}"),
-                    )
-                })
-            })
-            .transpose()
-    };
-    if let Some(k) = q.keys().find(|k| *k != "after" && *k != "wait") {
-        return Err(ApiError::new(
-            StatusCode::BAD_REQUEST,
-            format!(
-                "unknown parameter `{}`",
-                hr_shared::sanitize::sanitize_line(k)
-            ),
-        ));
-    }
-    let after = number("after", u64::MAX)?;
-    let wait = Duration::from_secs(number("wait", MARK_WAIT_MAX)?.unwrap_or(0));
+    let after = number(q.after.as_deref(), "after", 0, u64::MAX)?;
+    let wait =
+        Duration::from_secs(number(q.wait.as_deref(), "wait", 0, MARK_WAIT_MAX)?.unwrap_or(0));
     let deadline = Instant::now() + wait;
     let mut bell = s.bell.clone();
     // Taken once the poll waits (one answered at once holds nothing); given back when the
@@ -127,20 +107,14 @@ pub(super) async fn events(
     State(s): State<Arc<Server>>,
     Reader(c): Reader,
     headers: HeaderMap,
-    Query(q): Query<HashMap<String, String>>,
+    Params(q): Params<query::AfterQuery>,
 ) -> Result<Response, ApiError> {
     use axum::response::sse::{Event, KeepAlive, Sse};
     let given = headers
         .get("last-event-id")
         .and_then(|v| v.to_str().ok())
         .map(str::to_owned)
-        .or_else(|| q.get("after").cloned());
-    if q.keys().any(|k| k != "after") {
-        return Err(ApiError::new(
-            StatusCode::BAD_REQUEST,
-            "the only parameter is `after`",
-        ));
-    }
+        .or(q.after);
     let start = match given {
         Some(v) => v
             .trim()
