@@ -73,6 +73,7 @@ impl From<&ExecutionStatus> for ExecutionState {
 
 /// One execution of a pipeline.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(from = "StoredExecution")]
 pub struct Execution {
     pub execution_id: String,
     pub name: String,
@@ -116,6 +117,81 @@ pub struct Execution {
     pub workers: Vec<String>,
 }
 
+/// An execution's row as a store reads it, before its steps and status are read as the
+/// engine's types. A row whose steps or status cannot be read (written by another build,
+/// or by a runner login's hand on PostgreSQL) becomes an execution that has failed, saying
+/// why, with no steps: listings go on showing every other one, and nothing moves it.
+#[derive(Deserialize)]
+pub struct StoredExecution {
+    pub execution_id: String,
+    pub name: String,
+    pub file: Option<String>,
+    pub dir: String,
+    pub definition: serde_json::Value,
+    pub vars: serde_json::Value,
+    pub steps: serde_json::Value,
+    pub status: String,
+    pub reason: Option<String>,
+    pub runner: Option<String>,
+    pub heartbeat_at: Option<String>,
+    pub created_at: String,
+    pub updated_at: String,
+    pub version: i64,
+    #[serde(default)]
+    pub owner: Option<String>,
+    #[serde(default)]
+    pub uid: Option<u32>,
+    #[serde(default)]
+    pub definition_digest: Option<String>,
+    #[serde(default)]
+    pub workers: Vec<String>,
+}
+
+impl From<StoredExecution> for Execution {
+    fn from(r: StoredExecution) -> Self {
+        let steps =
+            serde_json::from_value::<Vec<Step>>(r.steps).map_err(|e| format!("its steps: {e}"));
+        let status = r
+            .status
+            .parse::<ExecutionState>()
+            .map_err(|e| format!("its status: {e}"));
+        let (steps, status, reason) = match (steps, status) {
+            (Ok(steps), Ok(status)) => (steps, status, r.reason),
+            (steps, status) => {
+                let why: Vec<String> = [steps.err(), status.err()].into_iter().flatten().collect();
+                (
+                    Vec::new(),
+                    ExecutionState::Failed,
+                    Some(format!(
+                        "its stored row cannot be read ({}): nothing moves it",
+                        crate::sanitize::sanitize_line(&why.join("; "))
+                    )),
+                )
+            }
+        };
+        Execution {
+            execution_id: r.execution_id,
+            name: r.name,
+            file: r.file,
+            dir: r.dir,
+            definition: r.definition,
+            vars: r.vars,
+            steps,
+            status,
+            reason,
+            runner: r.runner,
+            heartbeat_at: r.heartbeat_at,
+            created_at: r.created_at,
+            updated_at: r.updated_at,
+            version: r.version,
+            owner: r.owner,
+            uid: r.uid,
+            definition_digest: r.definition_digest,
+            workers: r.workers,
+        }
+    }
+}
+
 impl Execution {
     /// Whether it has ended (nothing will move it again).
     pub fn is_final(&self) -> bool {
@@ -126,6 +202,43 @@ impl Execution {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn stored(steps: serde_json::Value, status: &str) -> serde_json::Value {
+        serde_json::json!({
+            "execution_id": "EX-1", "name": "deploy", "file": null, "dir": "/w",
+            "definition": {}, "vars": {}, "steps": steps, "status": status,
+            "reason": null, "runner": null, "heartbeat_at": null,
+            "created_at": "2026-11-27T00:00:00.000Z", "updated_at": "2026-11-27T00:00:00.000Z",
+            "version": 3
+        })
+    }
+
+    #[test]
+    fn a_row_reads_back_as_it_was_written() {
+        let step = serde_json::json!({"node": "build", "iteration": 0, "status": "completed"});
+        let ex: Execution =
+            serde_json::from_value(stored(serde_json::json!([step]), "running")).unwrap();
+        assert_eq!((ex.status, ex.steps.len()), (ExecutionState::Running, 1));
+        let again: Execution = serde_json::from_value(serde_json::to_value(&ex).unwrap()).unwrap();
+        assert_eq!(again, ex);
+    }
+
+    #[test]
+    fn an_unreadable_row_is_a_failed_execution_that_says_why() {
+        for (steps, status, why) in [
+            (serde_json::json!([{"node": 1}]), "running", "its steps"),
+            (serde_json::json!({}), "running", "its steps"),
+            (serde_json::json!([]), "paused\u{1b}[31m", "its status"),
+        ] {
+            let ex: Execution = serde_json::from_value(stored(steps, status)).unwrap();
+            assert_eq!(ex.status, ExecutionState::Failed);
+            assert!(ex.steps.is_empty() && ex.is_final());
+            let reason = ex.reason.unwrap();
+            assert!(reason.contains(why), "{reason}");
+            assert!(!reason.contains('\u{1b}'), "{reason}");
+            assert_eq!(ex.version, 3, "the row is as stored otherwise");
+        }
+    }
 
     #[test]
     fn a_state_reads_back_as_it_is_written_and_nothing_else_reads() {

@@ -102,10 +102,7 @@ impl crate::store::pipelines::PipelineStore for PgRunner {
             .get(0))
     }
 
-    fn pipeline(
-        &mut self,
-        execution_id: &str,
-    ) -> StoreResult<Option<crate::pipeline::Execution>> {
+    fn pipeline(&mut self, execution_id: &str) -> StoreResult<Option<crate::pipeline::Execution>> {
         self.pg.doc(
             "SELECT x::text FROM hr.pipeline_docs($1, false, 1) x",
             &[&execution_id],
@@ -120,15 +117,14 @@ impl crate::store::pipelines::PipelineStore for PgRunner {
         )
     }
 
-    fn open_pipelines(
-        &mut self,
-        limit: usize,
-    ) -> StoreResult<Vec<crate::pipeline::Execution>> {
+    fn open_pipelines(&mut self, limit: usize) -> StoreResult<Vec<crate::pipeline::Execution>> {
         let limit = i32::try_from(limit).unwrap_or(i32::MAX);
-        self.pg.docs(
+        let all: Vec<crate::pipeline::Execution> = self.pg.docs(
             "SELECT x::text FROM hr.pipeline_docs(NULL, true, $1) x",
             &[&limit],
-        )
+        )?;
+        // One whose row cannot be read reads as failed: not open.
+        Ok(all.into_iter().filter(|e| !e.is_final()).collect())
     }
 
     fn pipeline_swap(&mut self, ex: &crate::pipeline::Execution) -> StoreResult<bool> {

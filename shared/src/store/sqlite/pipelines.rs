@@ -2,6 +2,7 @@
 //! of a human step inside a decision's own transaction.
 
 use super::SqliteStore;
+use crate::pipeline::execution::StoredExecution;
 use crate::store::StoreResult;
 use crate::store::pipelines::{Execution, PipelineStore};
 use rusqlite::{OptionalExtension, params};
@@ -22,19 +23,17 @@ fn from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<Execution> {
             rusqlite::Error::FromSqlConversionFailure(i, rusqlite::types::Type::Text, Box::new(e))
         })
     };
-    Ok(Execution {
+    // Steps and status are read as the engine's types by `Execution::from`: a row whose
+    // steps or status cannot be read is a failed execution saying why, not a failed list.
+    Ok(StoredExecution {
         execution_id: r.get(0)?,
         name: r.get(1)?,
         file: r.get(2)?,
         dir: r.get(3)?,
         definition: json(4)?,
         vars: json(5)?,
-        steps: serde_json::from_str(&r.get::<_, String>(6)?).map_err(|e| {
-            rusqlite::Error::FromSqlConversionFailure(6, rusqlite::types::Type::Text, Box::new(e))
-        })?,
-        status: r.get::<_, String>(7)?.parse().map_err(|e: String| {
-            rusqlite::Error::FromSqlConversionFailure(7, rusqlite::types::Type::Text, e.into())
-        })?,
+        steps: serde_json::from_str(&r.get::<_, String>(6)?).unwrap_or_default(),
+        status: r.get(7)?,
         reason: r.get(8)?,
         runner: r.get(9)?,
         heartbeat_at: r.get(10)?,
@@ -48,7 +47,8 @@ fn from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<Execution> {
             .get::<_, Option<String>>(17)?
             .and_then(|w| serde_json::from_str(&w).ok())
             .unwrap_or_default(),
-    })
+    }
+    .into())
 }
 
 impl PipelineStore for SqliteStore {
@@ -119,7 +119,9 @@ impl PipelineStore for SqliteStore {
                  ORDER BY created_at, execution_id LIMIT ?1"
             ))?;
             let rows = stmt.query_map([limit as i64], from_row)?;
-            Ok(rows.collect::<rusqlite::Result<Vec<_>>>()?)
+            // One whose row cannot be read reads as failed: not open.
+            let all = rows.collect::<rusqlite::Result<Vec<Execution>>>()?;
+            Ok(all.into_iter().filter(|e| !e.is_final()).collect())
         })
     }
 
@@ -341,5 +343,37 @@ mod tests {
             .collect();
         assert_eq!(ids.len(), 2);
         assert!(a.pipeline("EX-3").unwrap().is_none());
+    }
+
+    #[test]
+    fn a_row_that_cannot_be_read_fails_alone() {
+        let dir = tempfile::tempdir().unwrap();
+        let paths = StatePaths::at(dir.path().join("state"));
+        let mut st = for_store(&paths).unwrap();
+        assert!(st.pipeline_insert(&execution("EX-1")).unwrap());
+        assert!(st.pipeline_insert(&execution("EX-2")).unwrap());
+        rusqlite::Connection::open(&paths.db)
+            .unwrap()
+            .execute(
+                "UPDATE pipelines SET steps = '[{\"node\": 7}' WHERE execution_id = 'EX-2'",
+                [],
+            )
+            .unwrap();
+        let all = st.pipelines(10).unwrap();
+        assert_eq!(all.len(), 2, "the others are still listed");
+        let bad = st.pipeline("EX-2").unwrap().unwrap();
+        assert_eq!(bad.status, ExecutionState::Failed);
+        assert!(
+            bad.reason.as_deref().unwrap().contains("cannot be read"),
+            "{:?}",
+            bad.reason
+        );
+        let open: Vec<String> = st
+            .open_pipelines(10)
+            .unwrap()
+            .into_iter()
+            .map(|e| e.execution_id)
+            .collect();
+        assert_eq!(open, ["EX-1"]);
     }
 }
