@@ -1842,7 +1842,7 @@ fn schema(paths: &StatePaths) -> Vec<(String, String, Option<String>)> {
 /// v5–v8 were made by the last build of each version, which had the later edits of the v7
 /// entry (`pipelines.dir`, 06d6fde) and the v8 entry (`pipelines.workers`, 5843f45;
 /// `approvals.supersedes`, 84d9326): databases of the first v7 and v8 builds lack those
-/// columns, and v10 repairs them (`databases_of_the_first_v7_and_v8_builds_are_repaired`).
+/// columns, and v10 repairs them (`databases_of_the_first_v6_v7_and_v8_builds_are_repaired`).
 #[test]
 fn every_old_database_migrates_to_the_schema_of_a_new_one() {
     let (_tmp, fresh) = fresh_state_dir();
@@ -1985,23 +1985,28 @@ fn runs_of_another_user_stay_theirs() {
     }
 }
 
-/// Databases made by the first builds of v7 (6387bdf: no `pipelines.dir`) and v8
-/// (3f8d96d: no `pipelines.workers`, no `approvals.supersedes`), whose migrations were
+/// Databases made by the first builds of v6 (5ba83ec: no `approvals.screen_digest`, no
+/// `tool_digest`), v7 (6387bdf: no `pipelines.dir`) and v8 (3f8d96d: no
+/// `pipelines.workers`, no `approvals.supersedes`), whose migrations were
 /// changed after those builds shipped (`first-builds/`: their migrations as shipped, with
 /// rows as they wrote them): the v10 repair adds what they lack, so they open, read back,
 /// take writes, and end with the columns a new database has.
 #[test]
-fn databases_of_the_first_v7_and_v8_builds_are_repaired() {
+fn databases_of_the_first_v6_v7_and_v8_builds_are_repaired() {
     use hr_shared::store::pipelines::{self, ExecutionState};
     // Each build's own pipeline columns beyond v7's first ones, their values, and the
     // directory the execution then reads back with.
-    for (file, more_columns, more_values, dir) in [
-        ("v7-6387bdf.sql", "", "", ""),
+    // (v6 had no pipelines.)
+    for (file, pipeline) in [
+        ("v6-5ba83ec.sql", None),
+        ("v7-6387bdf.sql", Some(("", "", ""))),
         (
             "v8-3f8d96d.sql",
-            ", dir, owner, uid, definition_digest",
-            ", '/srv/old', NULL, NULL, NULL",
-            "/srv/old",
+            Some((
+                ", dir, owner, uid, definition_digest",
+                ", '/srv/old', NULL, NULL, NULL",
+                "/srv/old",
+            )),
         ),
     ] {
         let (_tmp, paths) = fresh_state_dir();
@@ -2033,16 +2038,18 @@ fn databases_of_the_first_v7_and_v8_builds_are_repaired() {
                 [],
             )
             .unwrap();
-            conn.execute(
-                &format!(
-                    "INSERT INTO pipelines (execution_id, name, definition, vars, steps, status,
-                         created_at, updated_at, version{more_columns})
-                     VALUES ('EX-first', 'deploy', '{{}}', '{{}}', '[]', 'running',
-                         '2026-11-24T10:00:00.000Z', '2026-11-24T10:00:00.000Z', 1{more_values})"
-                ),
-                [],
-            )
-            .unwrap();
+            if let Some((more_columns, more_values, _)) = pipeline {
+                conn.execute(
+                    &format!(
+                        "INSERT INTO pipelines (execution_id, name, definition, vars, steps, status,
+                             created_at, updated_at, version{more_columns})
+                         VALUES ('EX-first', 'deploy', '{{}}', '{{}}', '[]', 'running',
+                             '2026-11-24T10:00:00.000Z', '2026-11-24T10:00:00.000Z', 1{more_values})"
+                    ),
+                    [],
+                )
+                .unwrap();
+            }
         }
         fs::set_permissions(&paths.db, fs::Permissions::from_mode(0o600)).unwrap();
 
@@ -2059,21 +2066,23 @@ fn databases_of_the_first_v7_and_v8_builds_are_repaired() {
             (ApprovalStatus::Pending, None),
             "{file}"
         );
-        let mut pipes = pipelines::for_store(&paths).expect("the pipelines");
-        let ex = pipes
-            .pipeline("EX-first")
-            .expect("read the execution")
-            .expect("the execution");
-        assert_eq!(
-            (ex.dir.as_str(), ex.status, ex.workers.len()),
-            (dir, ExecutionState::Running, 0),
-            "{file}"
-        );
-        // It takes writes to what it lacked.
-        let mut moved = ex.clone();
-        moved.workers = vec!["ops".into()];
-        moved.dir = "/srv".into();
-        assert!(pipes.pipeline_swap(&moved).expect("swap"), "{file}");
+        if let Some((_, _, dir)) = pipeline {
+            let mut pipes = pipelines::for_store(&paths).expect("the pipelines");
+            let ex = pipes
+                .pipeline("EX-first")
+                .expect("read the execution")
+                .expect("the execution");
+            assert_eq!(
+                (ex.dir.as_str(), ex.status, ex.workers.len()),
+                (dir, ExecutionState::Running, 0),
+                "{file}"
+            );
+            // It takes writes to what it lacked.
+            let mut moved = ex.clone();
+            moved.workers = vec!["ops".into()];
+            moved.dir = "/srv".into();
+            assert!(pipes.pipeline_swap(&moved).expect("swap"), "{file}");
+        }
 
         // The columns of a new database, in a new database's order for what it shares.
         let (_fresh_tmp, fresh) = fresh_state_dir();

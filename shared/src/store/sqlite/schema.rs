@@ -200,18 +200,25 @@ const MIGRATIONS: &[&str] = &[
         WHERE consumed_at IS NULL AND status != 'pending';
     CREATE INDEX tool_runs_resumed ON tool_runs(resumed_from) WHERE resumed_from IS NOT NULL;
     "#,
-    // v10: repairs the columns the first builds of v7 and v8 did not add (those entries
-    // were changed after they shipped: `pipelines.dir`, `pipelines.workers`,
-    // `approvals.supersedes`). Done in Rust before this entry ([`REPAIRS`]): SQLite cannot
-    // add a column only where it is missing.
-    "-- v10: see REPAIRS",
+    // v10: repairs what the first builds of v6, v7, v8 and v9 did not make (those entries
+    // were changed after they shipped): the columns `approvals.screen_digest` and
+    // `tool_digest` (v6), `pipelines.dir` (v7), `pipelines.workers` and
+    // `approvals.supersedes` (v8) — added in Rust before this entry ([`REPAIRS`]), since
+    // SQLite cannot add a column only where it is missing — and the index of a command's
+    // unused decisions (v9).
+    r#"
+    CREATE INDEX IF NOT EXISTS approvals_fresh ON approvals(request_fingerprint)
+        WHERE consumed_at IS NULL AND status != 'pending';
+    "#,
 ];
 
 /// Columns a database may lack although its version says it has them (the first builds of
-/// v7 and v8 shipped a shorter table than the final ones): table, column, declaration as
+/// v6, v7 and v8 shipped shorter tables than the final ones): table, column, declaration as
 /// the final migration made it (a `NOT NULL` one with a default for the rows it finds).
 /// Added by the v10 migration where missing.
 const REPAIRS: &[(&str, &str, &str)] = &[
+    ("approvals", "screen_digest", "TEXT"),
+    ("approvals", "tool_digest", "TEXT"),
     ("pipelines", "dir", "TEXT NOT NULL DEFAULT ''"),
     ("pipelines", "workers", "TEXT"),
     ("approvals", "supersedes", "TEXT"),
