@@ -75,6 +75,7 @@ impl StoreUnderTest for Sqlite {
 }
 
 contract_tests!(sqlite, Sqlite);
+pipeline_contract_tests!(sqlite_pipelines, Sqlite);
 
 /// The PostgreSQL store: a database of its own on the test process's throw-away cluster
 /// (`hr_shared::testing::pg`), set up by `db init`, with a runner login for the shims'
@@ -183,6 +184,7 @@ impl StoreUnderTest for Postgres {
 }
 
 contract_tests!(postgres, Postgres);
+pipeline_contract_tests!(postgres_pipelines, Postgres);
 
 /// The seam's error keeps PostgreSQL's SQLSTATE: another login's run started again under
 /// the same id is a unique violation (23505), told by its code, not its text.
