@@ -1376,6 +1376,24 @@ fn the_dashboard_on_the_server_shows_a_runners_prompt_and_approves_it_as_the_ope
     tmux.wait_for(&env, "the decision", Duration::from_secs(10), |s| {
         s.contains("Pending approvals (0)")
     });
+    // A pipeline the runner login started on the server's store, left waiting at its human
+    // step, is in the operator's pipelines pane.
+    let f = env.work().join("gate.yaml");
+    std::fs::write(
+        &f,
+        "name: gate\nnodes:\n  - { id: ok, kind: human, title: Ship, question: Ship it? }\n",
+    )
+    .unwrap();
+    env.monitor()
+        .env("HEADLESS_RUN_DB", db.url_as(&runner))
+        .args(["pipeline", "run", "--detach", "--execution-id", "EX-dash"])
+        .arg(&f)
+        .timeout(Duration::from_secs(60))
+        .run()
+        .expect_code(90);
+    tmux.wait_for(&env, "the pipeline", Duration::from_secs(20), |s| {
+        s.contains("Pipelines (1)") && s.contains("EX-dash") && s.contains("Pending approvals (1)")
+    });
 }
 
 #[test]

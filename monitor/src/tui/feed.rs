@@ -113,15 +113,17 @@ pub struct PipelineRow {
 /// How many pipeline executions the dashboard reads.
 const PIPELINE_LIMIT: usize = 20;
 
-/// The newest pipeline executions, from the embedded store (others keep none yet); none
-/// before the database exists (the dashboard creates nothing).
+/// The newest pipeline executions, from the embedded store or PostgreSQL (a server's operator
+/// API keeps none); none before an embedded database exists (the dashboard creates nothing).
 fn load_pipelines(
     paths: &StatePaths,
     pipes: &mut Option<Box<dyn hr_shared::store::pipelines::PipelineStore>>,
 ) -> Vec<PipelineRow> {
     use crate::pipeline::engine::Step;
     use crate::pipeline::file::Definition;
-    if !paths.is_embedded() || !paths.db.exists() {
+    // A server's operator API keeps none; the embedded store has none before its database
+    // exists (and looking would create it). PostgreSQL keeps them for every login to read.
+    if paths.server.is_some() || (paths.is_embedded() && !paths.db.exists()) {
         return Vec::new();
     }
     if pipes.is_none() {
