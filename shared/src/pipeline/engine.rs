@@ -152,17 +152,6 @@ pub enum ExecutionStatus {
     Failed(String),
 }
 
-impl ExecutionStatus {
-    pub fn as_str(&self) -> &'static str {
-        match self {
-            ExecutionStatus::Running => "running",
-            ExecutionStatus::WaitingApproval => "waiting_approval",
-            ExecutionStatus::Completed => "completed",
-            ExecutionStatus::Failed(_) => "failed",
-        }
-    }
-}
-
 /// The comment an approver gave, as the steps after a human step get it.
 pub const ENV_COMMENT: &str = "HEADLESS_RUN_APPROVAL_COMMENT";
 
