@@ -39,10 +39,10 @@ pub fn cancel(
 ) -> crate::store::StoreResult<CancelOutcome> {
     let done = store.cancel(tool_run_id, reason, who)?;
     log_events(&paths.combined_log(), &done.effects.events);
-    Ok(if paths.server.is_some() {
-        done.value
-    } else {
+    Ok(if crate::store::capabilities::of(paths).host_files {
         done.value.signal_shim(host)
+    } else {
+        done.value
     })
 }
 

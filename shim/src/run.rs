@@ -296,7 +296,7 @@ fn run(inv: Invocation) -> Result<u8, Failure> {
     let refused = ctx
         .paths
         .as_ref()
-        .filter(|p| p.store_url.is_none() && p.server.is_none())
+        .filter(|p| p.is_embedded())
         .and_then(|p| p.foreign_store())
         .map(|why| format!("not your state store: {why}"));
     if refused.is_some() {

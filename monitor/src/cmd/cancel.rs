@@ -57,7 +57,7 @@ pub fn run(ctx: &Ctx, args: Args) -> CliResult {
         version: None,
     };
     // A server signals the run's headless-run itself, on its host: nothing is signalled here.
-    let remote = ctx.paths.server.is_some();
+    let remote = !hr_shared::store::capabilities::of(&ctx.paths).host_files;
     let outcome = hr_shared::control::cancel(
         store.as_mut(),
         &ctx.paths,

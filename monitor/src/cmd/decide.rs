@@ -83,7 +83,7 @@ pub fn run(ctx: &Ctx, args: Args) -> CliResult {
             "--comment must not hold control characters",
         ));
     }
-    if args.remember && ctx.paths.server.is_some() {
+    if args.remember && !hr_shared::store::capabilities::of(&ctx.paths).admin {
         // Checked before deciding: the decision must not go through without it.
         return Err(CliError::usage(
             "--remember is not available with --server (remembered decisions are kept in the server's store, not served); decide without --remember, or remember it on the server's host",

@@ -235,7 +235,8 @@ fn check_database(ctx: &Ctx, r: &mut Report) {
         return;
     }
     let path = &ctx.paths.db;
-    let remote = ctx.paths.store_url.is_some();
+    // A database server (the server's case is above), or a file here.
+    let remote = !store::capabilities::of(&ctx.paths).database_file;
     let name = ctx.paths.store_label();
     if !remote && !path.exists() {
         r.info(format!(

@@ -9,13 +9,13 @@ use hr_shared::rules::{self, LocalHost};
 use hr_shared::runs::ToolRun;
 use hr_shared::sanitize::sanitize_line;
 use hr_shared::status::ApprovalStatus;
-use hr_shared::store::OperatorStore;
+use hr_shared::store::{OperatorStore, capabilities};
 use std::time::{Duration, Instant};
 
 /// How often the store is looked at (its cheap change mark unless it changed).
 const POLL: Duration = Duration::from_millis(50);
-/// The same on a server (`--server`), where each look is a request; its doorbell (a long
-/// poll of the mark) says sooner.
+/// The same on a database or `monitor serve` server, where each look is a request; its
+/// doorbell (the server's notifications, or a long poll of the mark) says sooner.
 const SERVER_POLL: Duration = Duration::from_millis(500);
 /// How often a live run's headless-run is checked for having vanished.
 const LIVENESS: Duration = Duration::from_secs(1);
@@ -105,10 +105,12 @@ pub fn run(ctx: &Ctx, args: Args) -> CliResult {
                 hr_shared::time::short_duration(args.timeout.unwrap_or_default())
             )));
         }
-        let poll = if ctx.paths.server.is_some() {
-            SERVER_POLL
-        } else {
+        // A database file rings its doorbell at each change; a server's notifications
+        // (or its long poll) ring it too, and the look between them costs a round trip.
+        let poll = if capabilities::of(&ctx.paths).database_file {
             POLL
+        } else {
+            SERVER_POLL
         };
         stop::sleep_or_ring(poll, 0, bell.as_ref());
     }

@@ -14,7 +14,7 @@ use hr_shared::proc;
 use hr_shared::rules::{self, HostFacts, LocalHost};
 use hr_shared::runs::{RunFilter, ToolRun};
 use hr_shared::status::{ApprovalStatus, RunStatus};
-use hr_shared::store::{self, OperatorStore, StoreResult};
+use hr_shared::store::{self, OperatorStore, StoreResult, capabilities};
 use hr_shared::time;
 use std::collections::BTreeMap;
 use std::os::unix::fs::MetadataExt;
@@ -123,7 +123,8 @@ fn load_pipelines(
     use crate::pipeline::file::Definition;
     // A server's operator API keeps none; the embedded store has none before its database
     // exists (and looking would create it). PostgreSQL keeps them for every login to read.
-    if paths.server.is_some() || (paths.is_embedded() && !paths.db.exists()) {
+    let can = capabilities::of(paths);
+    if !can.pipelines || (can.database_file && !paths.db.exists()) {
         return Vec::new();
     }
     if pipes.is_none() {
@@ -367,9 +368,10 @@ pub fn load_view(
         approvals,
         askers,
         // The combined log is a file of the store's host: none from a server.
-        log: match paths.server {
-            Some(_) => Vec::new(),
-            None => tails.combined_log(&paths.combined_log(), LOG_LINES),
+        log: if capabilities::of(paths).host_files {
+            tails.combined_log(&paths.combined_log(), LOG_LINES)
+        } else {
+            Vec::new()
         },
         detail,
         pipelines: load_pipelines(paths, pipes),
@@ -508,7 +510,8 @@ struct Feed {
 /// new approval, an expiry) into [`Request::Ring`] for the feed, which then looks at once
 /// rather than at its next poll. It ends when the feed is gone.
 pub fn spawn_bell(paths: &StatePaths, req: Sender<Request>) {
-    if paths.is_embedded() {
+    // The embedded database's file changes are seen at each short poll.
+    if capabilities::of(paths).database_file {
         return;
     }
     let Some(bell) = hr_shared::store::doorbell::for_store(paths) else {
@@ -564,10 +567,10 @@ pub fn spawn(
 impl Feed {
     fn run(&mut self, rx: &Receiver<Request>, stop: &AtomicBool) {
         let mut force = true;
-        let poll = if !self.paths.is_embedded() {
-            SERVER_POLL
-        } else {
+        let poll = if capabilities::of(&self.paths).database_file {
             POLL
+        } else {
+            SERVER_POLL
         };
         loop {
             match rx.recv_timeout(poll) {
@@ -618,10 +621,10 @@ impl Feed {
             Ok(v) => Marks {
                 data_version: v,
                 // A server's database is no file to be removed or replaced under us.
-                db_file: if !self.paths.is_embedded() {
-                    (1, 1)
-                } else {
+                db_file: if capabilities::of(&self.paths).database_file {
                     file_id(&self.paths.db)
+                } else {
+                    (1, 1)
                 },
                 log: tail::stamp(&self.paths.combined_log()),
                 run_log: self

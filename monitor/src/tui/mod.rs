@@ -21,6 +21,7 @@ use crossterm::terminal::{
     EnterAlternateScreen, LeaveAlternateScreen, disable_raw_mode, enable_raw_mode,
 };
 use hr_shared::paths::StatePaths;
+use hr_shared::store::capabilities::{self, Backend as Store};
 use ratatui::Terminal;
 use ratatui::backend::{Backend, CrosstermBackend};
 use std::io::IsTerminal;
@@ -55,14 +56,14 @@ pub fn run(paths: &StatePaths) -> CliResult {
     feed::spawn_bell(paths, req_tx.clone());
     let mut app = App::new(
         SystemTime::now(),
-        if !paths.is_embedded() {
-            paths.store_label()
-        } else {
+        if capabilities::of(paths).database_file {
             paths.root.display().to_string()
+        } else {
+            paths.store_label()
         },
         read_only,
     );
-    app.server = paths.server.as_ref().map(|_| paths.store_label());
+    app.server = (Store::of(paths) == Store::Server).then(|| paths.store_label());
     let result = run_loop(&mut terminal, &mut app, &rx, &req_tx);
     drop(guard);
     Ok(result?)

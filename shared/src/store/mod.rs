@@ -11,6 +11,7 @@
 //! [`remote`] (`monitor --server URL`: its operator API).
 
 mod asking;
+pub mod capabilities;
 pub mod doorbell;
 pub mod error;
 #[cfg(feature = "http")]
@@ -530,7 +531,7 @@ fn local_with(
     what: &'static str,
     embedded: fn(StatePaths) -> sqlite::SqliteStore,
 ) -> StoreResult<Box<dyn AdminStore>> {
-    if paths.server.is_some() {
+    if !capabilities::of(paths).admin {
         return Err(StoreError::NotRemote(what));
     }
     #[cfg(feature = "postgres")]

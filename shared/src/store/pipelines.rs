@@ -95,7 +95,7 @@ pub trait PipelineStore: RunnerStore {
 
 /// The pipeline store for `paths`: the embedded one, or the PostgreSQL server's.
 pub fn for_store(paths: &StatePaths) -> StoreResult<Box<dyn PipelineStore>> {
-    if paths.server.is_some() {
+    if !super::capabilities::of(paths).pipelines {
         return Err(StoreError::Unsupported(
             "pipelines through a server (run them on the server's store: the embedded one or PostgreSQL)",
         ));
