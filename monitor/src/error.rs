@@ -45,6 +45,16 @@ impl CliError {
     }
 }
 
+impl From<crate::pipeline::run::RunError> for CliError {
+    /// A store's error keeps its exit code; the pipeline's own is an error.
+    fn from(e: crate::pipeline::run::RunError) -> Self {
+        match e {
+            crate::pipeline::run::RunError::Store(e) => e.into(),
+            e => CliError::error(e.to_string()),
+        }
+    }
+}
+
 impl From<StoreError> for CliError {
     fn from(e: StoreError) -> Self {
         CliError {

@@ -6,7 +6,7 @@ use crate::error::{CliError, CliResult};
 use crate::output::Table;
 use crate::pipeline::engine::{self, StepStatus};
 use crate::pipeline::file::Definition;
-use crate::pipeline::run::{Driver, End};
+use crate::pipeline::run::{Driver, End, RunError};
 use hr_shared::approvals::Decider;
 use hr_shared::sanitize::sanitize_line;
 use hr_shared::store::pipelines::{self, Execution, ExecutionState, PipelineStore};
@@ -256,7 +256,7 @@ fn start(ctx: &Ctx, a: RunArgs) -> CliResult {
     }
     let shim = shim()?;
     let mut driver = Driver::new(ctx.paths.clone(), st, shim, a.detach, a.json);
-    let end = driver.drive(&exid).map_err(CliError::error)?;
+    let end = driver.drive(&exid)?;
     finish(ctx, &exid, end, a.json)
 }
 
@@ -270,15 +270,15 @@ fn resume(ctx: &Ctx, exid: &str, detach: bool, json: bool) -> CliResult {
                 "{exid} has a runner that is alive; it carries on"
             )));
         }
-        Err(e) if e.starts_with("no pipeline") => return Err(CliError::not_found(e)),
-        Err(e) if e.contains(" has ended ") => return Err(CliError::conflict(e)),
+        Err(e @ RunError::Unknown(_)) => return Err(CliError::not_found(e.to_string())),
+        Err(e @ RunError::Ended(_)) => return Err(CliError::conflict(e.to_string())),
         // Unreadable, or the store failing: an error, not a conflict.
-        Err(e) => return Err(CliError::error(e)),
+        Err(e) => return Err(e.into()),
     }
     if !json {
         eprintln!("monitor pipeline: resuming {exid}");
     }
-    let end = driver.drive(exid).map_err(CliError::error)?;
+    let end = driver.drive(exid)?;
     finish(ctx, exid, end, json)
 }
 

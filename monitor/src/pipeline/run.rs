@@ -14,7 +14,7 @@ use hr_shared::paths::StatePaths;
 use hr_shared::runs::{StatusChange, ToolRun};
 use hr_shared::status::{ApprovalStatus, RunStatus};
 use hr_shared::store::pipelines::{Execution, ExecutionState, PipelineStore};
-use hr_shared::store::{Asker, Cooperative, RunWrite};
+use hr_shared::store::{Asker, Cooperative, RunWrite, StoreError};
 use hr_shared::{fingerprint, id, proc, time};
 use std::collections::BTreeMap;
 use std::os::fd::{AsRawFd, FromRawFd};
@@ -22,6 +22,43 @@ use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
+
+/// Why driving a pipeline stopped: its store failed (the store's error kept as it is), or
+/// the pipeline cannot go on (its definition, a step's process, another runner's claim).
+#[derive(Debug)]
+pub enum RunError {
+    Store(StoreError),
+    /// No execution has this id.
+    Unknown(String),
+    /// The execution has ended: it takes no runner and no outcome.
+    Ended(String),
+    Pipeline(String),
+}
+
+impl std::fmt::Display for RunError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            RunError::Store(e) => e.fmt(f),
+            RunError::Unknown(why) | RunError::Ended(why) | RunError::Pipeline(why) => {
+                f.write_str(why)
+            }
+        }
+    }
+}
+
+impl std::error::Error for RunError {}
+
+impl From<StoreError> for RunError {
+    fn from(e: StoreError) -> Self {
+        RunError::Store(e)
+    }
+}
+
+impl From<String> for RunError {
+    fn from(why: String) -> Self {
+        RunError::Pipeline(why)
+    }
+}
 
 /// A runner whose heartbeat is older than this (on another host) is gone.
 pub const RUNNER_STALE: Duration = Duration::from_secs(30);
@@ -133,7 +170,7 @@ struct View {
     steps: Vec<Step>,
 }
 
-fn view(ex: Execution) -> Result<View, String> {
+fn view(ex: Execution) -> Result<View, RunError> {
     let def: Definition = serde_json::from_value(ex.definition.clone())
         .map_err(|e| format!("{}: its stored definition: {e}", ex.execution_id))?;
     let vars = serde_json::from_value(ex.vars.clone())
@@ -223,17 +260,17 @@ impl Driver {
     }
 
     /// Who the store says this process is ([`PipelineStore::identity`]).
-    fn identity(&mut self) -> Result<String, String> {
+    fn identity(&mut self) -> Result<String, RunError> {
         if let Some(id) = &self.identity {
             return Ok(id.clone());
         }
-        let id = self.store.identity().map_err(|e| e.to_string())?;
+        let id = self.store.identity()?;
         self.identity = Some(id.clone());
         Ok(id)
     }
 
     /// Why `ex` is not this process's to drive (DESIGN §14), if it is not.
-    fn not_ours(&mut self, ex: &Execution) -> Result<Option<String>, String> {
+    fn not_ours(&mut self, ex: &Execution) -> Result<Option<String>, RunError> {
         let identity = self.identity()?;
         Ok(hr_shared::rules::execution_not_ours(
             ex,
@@ -252,12 +289,11 @@ impl Driver {
         }
     }
 
-    fn load(&mut self, id: &str) -> Result<View, String> {
+    fn load(&mut self, id: &str) -> Result<View, RunError> {
         let ex = self
             .store
-            .pipeline(id)
-            .map_err(|e| e.to_string())?
-            .ok_or_else(|| format!("no pipeline execution {id}"))?;
+            .pipeline(id)?
+            .ok_or_else(|| RunError::Unknown(format!("no pipeline execution {id}")))?;
         view(ex)
     }
 
@@ -267,8 +303,8 @@ impl Driver {
     fn update(
         &mut self,
         id: &str,
-        change: impl FnMut(&mut View) -> Result<bool, String>,
-    ) -> Result<View, String> {
+        change: impl FnMut(&mut View) -> Result<bool, RunError>,
+    ) -> Result<View, RunError> {
         self.update_as(id, !self.worker_mode, change)
     }
 
@@ -276,15 +312,16 @@ impl Driver {
         &mut self,
         id: &str,
         ours_only: bool,
-        mut change: impl FnMut(&mut View) -> Result<bool, String>,
-    ) -> Result<View, String> {
+        mut change: impl FnMut(&mut View) -> Result<bool, RunError>,
+    ) -> Result<View, RunError> {
         for _ in 0..1000 {
             let mut v = self.load(id)?;
             if ours_only && v.ex.runner.as_deref() != Some(self.me.as_str()) {
                 return Err(format!(
                     "{id}: another runner took it over ({})",
                     v.ex.runner.as_deref().unwrap_or("none")
-                ));
+                )
+                .into());
             }
             if !change(&mut v)? {
                 return Ok(v);
@@ -296,36 +333,34 @@ impl Driver {
             if !self.worker_mode {
                 v.ex.heartbeat_at = Some(time::now_rfc3339());
             }
-            if self.store.pipeline_swap(&v.ex).map_err(|e| e.to_string())? {
+            if self.store.pipeline_swap(&v.ex)? {
                 v.ex.version += 1;
                 return Ok(v);
             }
         }
-        Err(format!(
-            "{id}: could not write the execution (always moved by another)"
-        ))
+        Err(format!("{id}: could not write the execution (always moved by another)").into())
     }
 
     /// Takes the execution: when nobody drives it, or its runner is gone. False: another
     /// runner drives it.
-    pub fn claim(&mut self, id: &str) -> Result<bool, String> {
+    pub fn claim(&mut self, id: &str) -> Result<bool, RunError> {
         // Only the identity that started it drives it, whoever the row names as its runner.
         let ex = self.load(id)?.ex;
         if let Some(why) = self.not_ours(&ex)? {
-            return Err(format!("{id}: not resumed here: {why}"));
+            return Err(format!("{id}: not resumed here: {why}").into());
         }
         let me = self.me.clone();
         let mut taken = false;
         self.update_as(id, false, |v| {
             if v.ex.is_final() {
-                return Err(format!(
+                return Err(RunError::Ended(format!(
                     "{id} has ended ({}{})",
                     v.ex.status,
                     v.ex.reason
                         .as_deref()
                         .map(|r| format!(": {r}"))
                         .unwrap_or_default()
-                ));
+                )));
             }
             match v.ex.runner.as_deref() {
                 Some(r) if r == me => {
@@ -353,7 +388,7 @@ impl Driver {
         node: &str,
         iteration: u32,
         outcome: Outcome,
-    ) -> Result<(), String> {
+    ) -> Result<(), RunError> {
         self.apply_claimed(id, node, iteration, outcome, None)
     }
 
@@ -367,7 +402,7 @@ impl Driver {
         iteration: u32,
         outcome: Outcome,
         pid: Option<i32>,
-    ) -> Result<(), String> {
+    ) -> Result<(), RunError> {
         // A label worker reports how its step ended; the execution's runner moves on.
         if self.worker_mode {
             return self.report(id, node, iteration, outcome, pid);
@@ -402,7 +437,7 @@ impl Driver {
         iteration: u32,
         outcome: Outcome,
         pid: Option<i32>,
-    ) -> Result<(), String> {
+    ) -> Result<(), RunError> {
         let me = self.me.clone();
         self.update(id, |v| {
             let Some(t) = v
@@ -432,7 +467,7 @@ impl Driver {
     /// Labelled steps whose worker reported how they ended: their outcomes applied here
     /// (a label worker reports; the execution's own runner moves the pipeline). True when
     /// one was.
-    fn take_reports(&mut self, id: &str, v: &View) -> Result<bool, String> {
+    fn take_reports(&mut self, id: &str, v: &View) -> Result<bool, RunError> {
         let reported: Vec<(String, u32, Outcome)> = v
             .steps
             .iter()
@@ -448,7 +483,7 @@ impl Driver {
     }
 
     /// Drives the execution until it ends (or, with `detach`, only human steps are left).
-    pub fn drive(&mut self, id: &str) -> Result<End, String> {
+    pub fn drive(&mut self, id: &str) -> Result<End, RunError> {
         let mut beat = Instant::now();
         let bell = hr_shared::store::doorbell::for_store(&self.paths);
         self.adopt(id)?;
@@ -476,7 +511,8 @@ impl Driver {
                 return Err(format!(
                     "{id}: another runner took it over ({})",
                     v.ex.runner.unwrap_or_default()
-                ));
+                )
+                .into());
             }
             self.start_ready(id, &v)?;
             self.check_humans(id, &v)?;
@@ -566,7 +602,7 @@ impl Driver {
     }
 
     /// Ends the drive: the runner lets go of a finished execution.
-    fn finish(&mut self, id: &str) -> Result<(), String> {
+    fn finish(&mut self, id: &str) -> Result<(), RunError> {
         self.update(id, |v| {
             v.ex.runner = None;
             Ok(true)
@@ -576,13 +612,13 @@ impl Driver {
 
     /// Lets go of an execution left waiting for a person (`pipeline resume`, or the
     /// worker, picks it up after the decision).
-    fn release(&mut self, id: &str) -> Result<(), String> {
+    fn release(&mut self, id: &str) -> Result<(), RunError> {
         self.finish(id)
     }
 
     /// Steps another runner left running: a headless-run that has ended gives its outcome;
     /// one that still runs is waited for; one that never started is made ready again.
-    fn adopt(&mut self, id: &str) -> Result<(), String> {
+    fn adopt(&mut self, id: &str) -> Result<(), RunError> {
         let v = self.load(id)?;
         let left: Vec<Step> = v
             .steps
@@ -612,7 +648,7 @@ impl Driver {
     /// over as a dead runner's steps are — an ended headless-run gives its outcome, one
     /// that never started makes the step ready again, one still running is waited for.
     /// True when it took one over (the row moved).
-    fn reconcile_workers(&mut self, id: &str, v: &View) -> Result<bool, String> {
+    fn reconcile_workers(&mut self, id: &str, v: &View) -> Result<bool, RunError> {
         let gone: Vec<Step> = v
             .steps
             .iter()
@@ -643,7 +679,7 @@ impl Driver {
     }
 
     /// One step another runner (or worker) left running.
-    fn adopt_one(&mut self, id: &str, s: Step) -> Result<(), String> {
+    fn adopt_one(&mut self, id: &str, s: Step) -> Result<(), RunError> {
         // Without a pid in the store its headless-run never started: it waits at a pipe
         // for the runner's word after the pid is kept, and exits when the runner dies.
         let Some((pid, r)) = s.run.as_ref().and_then(|r| Some((r.pid?, r.clone()))) else {
@@ -658,7 +694,7 @@ impl Driver {
             if n % 10 == 9 {
                 self.update(id, |_| Ok(true))?;
             }
-            let runs = self.store.execution_runs(id).map_err(|e| e.to_string())?;
+            let runs = self.store.execution_runs(id)?;
             found = runs.into_iter().find(|t| {
                 t.shim_pid == Some(i64::from(pid))
                     && t.host.as_deref() == Some(r.host.as_str())
@@ -714,7 +750,7 @@ impl Driver {
     }
 
     /// A step marked running whose command never started: ready again.
-    fn back_to_ready(&mut self, id: &str, s: &Step) -> Result<(), String> {
+    fn back_to_ready(&mut self, id: &str, s: &Step) -> Result<(), RunError> {
         self.say(format!("{}: never started; ready again", s.node));
         self.update(id, |v| {
             let Some(t) = step_mut(&mut v.steps, s) else {
@@ -733,11 +769,11 @@ impl Driver {
 
     /// Waits until run `run_id` has ended; its exit code (125 when its headless-run
     /// vanished without recording an end; 130 when the execution was cancelled meanwhile).
-    fn wait_for_run(&mut self, id: &str, run_id: &str) -> Result<i32, String> {
+    fn wait_for_run(&mut self, id: &str, run_id: &str) -> Result<i32, RunError> {
         let host = hr_shared::rules::LocalHost::new();
         let mut beat = Instant::now();
         loop {
-            let runs = self.store.execution_runs(id).map_err(|e| e.to_string())?;
+            let runs = self.store.execution_runs(id)?;
             match runs.iter().find(|t| t.tool_run_id == run_id) {
                 Some(t) if t.status.is_final() => return Ok(t.exit_code.unwrap_or(1)),
                 Some(t) if hr_shared::rules::shim_gone(t, &host).is_some() => {
@@ -759,7 +795,7 @@ impl Driver {
     }
 
     /// Children that have exited: their outcomes.
-    fn reap(&mut self) -> Result<(), String> {
+    fn reap(&mut self) -> Result<(), RunError> {
         let mut done = Vec::new();
         let mut i = 0;
         while i < self.started.len() {
@@ -769,7 +805,7 @@ impl Driver {
                     done.push((s, status));
                 }
                 Ok(None) => i += 1,
-                Err(e) => return Err(format!("cannot wait for a step: {e}")),
+                Err(e) => return Err(format!("cannot wait for a step: {e}").into()),
             }
         }
         for (s, status) in done {
@@ -821,7 +857,7 @@ impl Driver {
     }
 
     /// Starts the ready tasks, gates and human steps.
-    fn start_ready(&mut self, id: &str, v: &View) -> Result<(), String> {
+    fn start_ready(&mut self, id: &str, v: &View) -> Result<(), RunError> {
         let ready: Vec<Step> = v
             .steps
             .iter()
@@ -863,7 +899,7 @@ impl Driver {
         s: &Step,
         status: StepStatus,
         run: StepRun,
-    ) -> Result<bool, String> {
+    ) -> Result<bool, RunError> {
         let mut marked = false;
         self.update(id, |w| {
             marked = false;
@@ -886,7 +922,7 @@ impl Driver {
 
     /// Marks the step running (so that no other runner starts it), then starts its
     /// headless-run and records the pid.
-    fn start_command(&mut self, id: &str, v: &View, s: &Step) -> Result<(), String> {
+    fn start_command(&mut self, id: &str, v: &View, s: &Step) -> Result<(), RunError> {
         let node = v.def.node(&s.node).expect("ready steps are nodes");
         let (Kind::Task { run } | Kind::Gate { run, .. }) = &node.kind else {
             return Ok(());
@@ -944,10 +980,7 @@ impl Driver {
         let mut fds = [0; 2];
         // SAFETY: fds has room for the two descriptors pipe2 writes.
         if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
-            return Err(format!(
-                "cannot make a pipe: {}",
-                std::io::Error::last_os_error()
-            ));
+            return Err(format!("cannot make a pipe: {}", std::io::Error::last_os_error()).into());
         }
         // SAFETY: both are fresh descriptors nobody else owns.
         let (gate_r, gate_w) = unsafe {
@@ -1094,7 +1127,7 @@ impl Driver {
     /// execution, the newest question of that step, approved by a person); or, when it is
     /// guarded, a step that has run as often as it may already, or a second visit of a step
     /// on no loop. `Err`: the store could not be read (tried again later, not a refusal).
-    fn unguarded(&mut self, id: &str, v: &View, s: &Step) -> Result<Option<String>, String> {
+    fn unguarded(&mut self, id: &str, v: &View, s: &Step) -> Result<Option<String>, RunError> {
         if s.iteration > 0 && !hr_shared::pipeline::on_a_loop(&v.def, &s.node) {
             return Ok(Some(format!(
                 "not started: `{}` is on no loop, so it has no visit {}",
@@ -1108,8 +1141,7 @@ impl Driver {
         // count: whatever another login tags with this execution is not its history.
         let runs: Vec<ToolRun> = self
             .store
-            .execution_runs(id)
-            .map_err(|e| e.to_string())?
+            .execution_runs(id)?
             .into_iter()
             .filter(|r| match (r.owner.as_deref(), v.ex.owner.as_deref()) {
                 (Some(o), Some(starter)) => o == starter || v.ex.workers.iter().any(|w| w == o),
@@ -1137,7 +1169,7 @@ impl Driver {
             let Some(ap) = h.run.as_ref().and_then(|r| r.approval_id.as_deref()) else {
                 return Ok(false);
             };
-            let a = store.step_approval(ap).map_err(|e| e.to_string())?;
+            let a = store.step_approval(ap)?;
             let proved = hr_shared::pipeline::human_step_proved(&v.ex, h, a.as_ref(), &runs);
             if proved {
                 verified.insert(key);
@@ -1147,7 +1179,7 @@ impl Driver {
     }
 
     /// Fails a ready step that may not start (only while it is still ready).
-    fn refuse(&mut self, id: &str, s: &Step, why: String) -> Result<(), String> {
+    fn refuse(&mut self, id: &str, s: &Step, why: String) -> Result<(), RunError> {
         // A label worker claims it and reports the refusal: the runner fails it.
         if self.worker_mode {
             let run = StepRun {
@@ -1194,7 +1226,7 @@ impl Driver {
 
     /// Asks a human step's question: a run of its own (`pipeline`, parked on the
     /// approval, the step in its metadata) with a cooperative approval; the step waits.
-    fn ask_human(&mut self, id: &str, v: &View, s: &Step) -> Result<(), String> {
+    fn ask_human(&mut self, id: &str, v: &View, s: &Step) -> Result<(), RunError> {
         let node = v.def.node(&s.node).expect("ready steps are nodes");
         let Kind::Human {
             title,
@@ -1254,8 +1286,7 @@ impl Driver {
         };
         let actor = proc::current_user();
         self.store
-            .record(&run_id, &[RunWrite::Start(Box::new(row))], &actor, false)
-            .map_err(|e| e.to_string())?;
+            .record(&run_id, &[RunWrite::Start(Box::new(row))], &actor, false)?;
         let who = Asker {
             tool_run_id: run_id.clone(),
             tool: "pipeline".into(),
@@ -1288,13 +1319,10 @@ impl Driver {
         let ttl = expires
             .as_deref()
             .and_then(|e| time::parse_duration(e).ok());
-        let asked = self
-            .store
-            .cooperative(&who, &req, ttl, OnExpire::Reject)
-            .map_err(|e| e.to_string())?;
+        let asked = self.store.cooperative(&who, &req, ttl, OnExpire::Reject)?;
         hr_shared::control::log_events(&self.paths.combined_log(), &asked.effects.events);
         let Cooperative::Pending(approval) = asked.value else {
-            return Err(format!("{}: the approval was not asked", s.node));
+            return Err(format!("{}: the approval was not asked", s.node).into());
         };
         crash_point("after-ask");
         self.say(format!(
@@ -1318,7 +1346,7 @@ impl Driver {
     }
 
     /// Human steps whose approval has been decided (or expired): their outcomes.
-    fn check_humans(&mut self, id: &str, v: &View) -> Result<(), String> {
+    fn check_humans(&mut self, id: &str, v: &View) -> Result<(), RunError> {
         let waiting: Vec<Step> = v
             .steps
             .iter()
@@ -1328,7 +1356,7 @@ impl Driver {
         if !waiting.is_empty() {
             // An approval past its `expires` is expired here (a rejection), as a worker
             // would.
-            self.store.expire_due().map_err(|e| e.to_string())?;
+            self.store.expire_due()?;
         }
         for s in waiting {
             let Some(r) = &s.run else { continue };
@@ -1377,7 +1405,7 @@ impl Driver {
                 }
                 continue;
             };
-            let Some(a) = self.store.step_approval(ap).map_err(|e| e.to_string())? else {
+            let Some(a) = self.store.step_approval(ap)? else {
                 continue;
             };
             if a.status == ApprovalStatus::Pending {
@@ -1397,14 +1425,12 @@ impl Driver {
                 && a.consumed_at.is_none()
             {
                 let actor = proc::current_user();
-                self.store
-                    .close_step_run(
-                        run,
-                        Some(&a.approval_id),
-                        hr_shared::pipeline::closing(&a),
-                        &actor,
-                    )
-                    .map_err(|e| e.to_string())?;
+                self.store.close_step_run(
+                    run,
+                    Some(&a.approval_id),
+                    hr_shared::pipeline::closing(&a),
+                    &actor,
+                )?;
                 crash_point("after-close");
             }
             let outcome = hr_shared::pipeline::outcome_of(&a);
@@ -1414,13 +1440,8 @@ impl Driver {
     }
 
     /// The approval a human step's run asked, if it got as far as asking.
-    fn approval_of_run(&mut self, run: &str) -> Result<Option<Approval>, String> {
-        Ok(self
-            .store
-            .approvals_of_run(run)
-            .map_err(|e| e.to_string())?
-            .into_iter()
-            .next())
+    fn approval_of_run(&mut self, run: &str) -> Result<Option<Approval>, RunError> {
+        Ok(self.store.approvals_of_run(run)?.into_iter().next())
     }
 }
 
@@ -1468,7 +1489,7 @@ impl LabelWorker {
     /// One pass: the outcomes of its steps that ended, the end of those whose execution was
     /// cancelled, a beat on those still running, and (with `claim`) new steps. Returns what
     /// it did, one line each.
-    pub fn pass(&mut self, claim: bool) -> Result<Vec<String>, String> {
+    pub fn pass(&mut self, claim: bool) -> Result<Vec<String>, RunError> {
         let out = self.pass_inner(claim);
         let said = self
             .driver
@@ -1479,11 +1500,11 @@ impl LabelWorker {
         out.map(|()| said)
     }
 
-    fn pass_inner(&mut self, claim: bool) -> Result<(), String> {
+    fn pass_inner(&mut self, claim: bool) -> Result<(), RunError> {
         let d = &mut self.driver;
         // An outcome the store refused does not stop the beats of the other steps.
         if let Err(e) = d.reap() {
-            d.say(e);
+            d.say(e.to_string());
         }
         let mine: Vec<(String, String, u32)> = d
             .started
@@ -1496,7 +1517,7 @@ impl LabelWorker {
             let v = match d.load(ex) {
                 Ok(v) => v,
                 Err(e) => {
-                    d.say(e);
+                    d.say(e.to_string());
                     continue;
                 }
             };
@@ -1536,7 +1557,7 @@ impl LabelWorker {
                     }
                 });
                 if let Err(e) = beaten {
-                    d.say(e);
+                    d.say(e.to_string());
                 }
             }
         }
@@ -1546,7 +1567,7 @@ impl LabelWorker {
         if !claim {
             return Ok(());
         }
-        let open = d.store.open_pipelines(500).map_err(|e| e.to_string())?;
+        let open = d.store.open_pipelines(500)?;
         let identity = d.identity()?;
         for ex in open {
             if ex.status != ExecutionState::Running {
@@ -1569,7 +1590,7 @@ impl LabelWorker {
             let v = match view(ex) {
                 Ok(v) => v,
                 Err(e) => {
-                    d.say(e);
+                    d.say(e.to_string());
                     continue;
                 }
             };
