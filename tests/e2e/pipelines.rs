@@ -334,6 +334,21 @@ fn killed_while_waiting_for_the_decision_the_resume_takes_the_same_question() {
             .count(),
         1
     );
+    // Resuming what has ended is a conflict; an unknown execution is not found.
+    let again = env.monitor().args(["pipeline", "resume", "EX-wait"]).run();
+    again.expect_code(3);
+    assert!(
+        again.stderr.contains("EX-wait has ended (completed"),
+        "{}",
+        again.context()
+    );
+    let unknown = env.monitor().args(["pipeline", "resume", "EX-nope"]).run();
+    unknown.expect_code(4);
+    assert!(
+        unknown.stderr.contains("no pipeline execution EX-nope"),
+        "{}",
+        unknown.context()
+    );
 }
 
 #[test]
