@@ -288,70 +288,8 @@ fn db_init_upgrades_a_v1_store_and_keeps_what_it_holds() {
     use hr_shared::status::{ApprovalStatus, RunStatus};
     use hr_shared::store::{PromptResolution, postgres};
     use hr_shared::{fingerprint, id, time};
-    /// `GRANTS` of the v1 build (e44eb2c, `shared/src/store/postgres.rs`), which its
-    /// `db init` applied after the migrations.
-    const V1_GRANTS: &str = r#"
-DO $$
-DECLARE
-    r text;
-BEGIN
-    FOREACH r IN ARRAY ARRAY['headless_runner', 'headless_operator', 'headless_viewer'] LOOP
-        IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = r) THEN
-            BEGIN
-                EXECUTE format('CREATE ROLE %I NOLOGIN', r);
-            EXCEPTION WHEN duplicate_object OR unique_violation THEN
-                NULL; -- another host created it first
-            END;
-        END IF;
-    END LOOP;
-END $$;
-REVOKE ALL ON SCHEMA hr FROM PUBLIC;
-REVOKE ALL ON ALL TABLES IN SCHEMA hr FROM PUBLIC, headless_runner, headless_operator, headless_viewer;
-REVOKE ALL ON ALL FUNCTIONS IN SCHEMA hr FROM PUBLIC, headless_runner, headless_operator, headless_viewer;
-GRANT USAGE ON SCHEMA hr TO headless_runner, headless_operator, headless_viewer;
-GRANT SELECT ON hr.tool_runs, hr.approvals, hr.events, hr.policies, hr.schema_version
-    TO headless_operator, headless_viewer;
-GRANT EXECUTE ON FUNCTION hr.change_mark() TO headless_runner, headless_operator, headless_viewer;
-GRANT EXECUTE ON FUNCTION hr.is_final(text), hr.run_doc(hr.tool_runs)
-    TO headless_operator, headless_viewer;
-GRANT EXECUTE ON FUNCTION hr.expire_due() TO headless_runner, headless_operator;
-GRANT EXECUTE ON FUNCTION
-    hr.run_start(jsonb, text, boolean, text),
-    hr.run_deliver(jsonb, text, boolean),
-    hr.run_touch(text, text, text, text, text),
-    hr.run_pid(text, text, bigint),
-    hr.run_status(text, text, text, text, integer, boolean, text, text, text),
-    hr.run_exit(text, text, integer, text),
-    hr.run_environment(text, text, jsonb),
-    hr.runner_approvals(text, text, text),
-    hr.runner_approval(text, text, text),
-    hr.runner_remembered(text, text, text),
-    hr.approval_ask(text, text, jsonb, text),
-    hr.approval_by_policy(text, text, jsonb, text, text, text),
-    hr.approval_consume(text, text, text, text, boolean),
-    hr.approval_take_over(text, text, text, jsonb, text, boolean),
-    hr.approval_release(text, text, text, text),
-    hr.approval_abandon(text, text, text)
-    TO headless_runner;
--- Resuming: operators, and a host's worker for its own login's runs (checked inside).
-GRANT EXECUTE ON FUNCTION
-    hr.fail_vanished(text, text, text),
-    hr.claim(text, text),
-    hr.take_over_claim(text, text, text),
-    hr.set_resumed_run(text, text),
-    hr.close_run(text, text, text, integer, boolean, text, text, text[]),
-    hr.consume(text, text)
-    TO headless_operator, headless_runner;
-GRANT EXECUTE ON FUNCTION hr.worker_runs(text, text), hr.worker_approvals(text, text)
-    TO headless_runner;
-GRANT EXECUTE ON FUNCTION
-    hr.decide(text, text, text, text, text),
-    hr.cancel(text, text),
-    hr.gc(text),
-    hr.remember(text, text, text, jsonb, text, text, text),
-    hr.forget(text)
-    TO headless_operator;
-"#;
+    /// `GRANTS` of the v1 build, which its `db init` applied after the migrations.
+    const V1_GRANTS: &str = include_str!("fixtures/old_state/pg/v1-grants.sql");
     /// What the v1 client sent of a row: serde's JSON of its struct, which had none of the
     /// fields named here yet.
     fn as_v1(row: impl serde::Serialize, later: &[&str]) -> String {
