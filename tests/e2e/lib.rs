@@ -26,6 +26,26 @@ pub fn target_dir() -> PathBuf {
         .to_path_buf()
 }
 
+/// The static release binaries `scripts/build-release` makes (`scripts/test` builds them
+/// before the tests): what the package and the container image ship. Tells how to build
+/// them when missing.
+pub fn release_dir() -> PathBuf {
+    let triple = format!("{}-unknown-linux-gnu", std::env::consts::ARCH);
+    let dir = target_dir()
+        .parent()
+        .expect("target dir")
+        .join(triple)
+        .join("release");
+    for b in ["headless-run", "monitor"] {
+        assert!(
+            dir.join(b).exists(),
+            "{} is missing: run scripts/build-release (scripts/test does) before the tests",
+            dir.join(b).display()
+        );
+    }
+    dir
+}
+
 /// A built binary; tells how to build it when missing.
 pub fn bin(name: &str) -> PathBuf {
     let p = target_dir().join(name);
@@ -1278,6 +1298,23 @@ pub fn chromium_bin() -> PathBuf {
         return real;
     }
     need("chromium", "chromium")
+}
+
+/// A minimal Debian root (debootstrap's minbase, with systemd), made once and kept: what
+/// the package's test copies and installs the .deb into. Needs root and Debian's mirror.
+pub fn debian_root() -> PathBuf {
+    static LOCK: Mutex<()> = Mutex::new(());
+    let _one = LOCK.lock().unwrap_or_else(|e| e.into_inner());
+    need("debootstrap", "debootstrap");
+    installed_in_place("debian-root-1", |dir| {
+        run_install(
+            Command::new("debootstrap")
+                .args(["--variant=minbase", "--include=systemd", "bookworm"])
+                .arg(dir)
+                .arg("http://deb.debian.org/debian"),
+            "debootstrap --variant=minbase --include=systemd bookworm",
+        )
+    })
 }
 
 /// The API fuzzer the server's tests run (PyPI), pinned.

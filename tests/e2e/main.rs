@@ -25,6 +25,7 @@ mod logs;
 mod matrix;
 mod not_prompts;
 mod operator;
+mod package;
 mod passthrough;
 mod pipelines;
 mod postgres;
