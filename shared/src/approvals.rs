@@ -18,6 +18,7 @@ pub const MAX_TEXT_ANSWER: usize = 1024;
 /// How a prompt is answered: its widget (DESIGN §15), one of a closed set. `Choice` and
 /// `Menu` are what rows from before widgets say, and what user rules with options are.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum PromptKind {
     /// Yes or no (`[y/N]`, `(y,N)`, `(Y)es/(N)o [Yes]`).
@@ -101,6 +102,7 @@ impl PromptKind {
 /// A row of `approvals`. Serialized with the column names (`options_json` as the array it
 /// holds), as `--json` prints it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema), schema(as = ApprovalRow))]
 pub struct Approval {
     pub approval_id: String,
     pub tool_run_id: String,

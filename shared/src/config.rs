@@ -88,6 +88,7 @@ pub enum OnPrompt {
 
 /// What an expired approval means.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum OnExpire {
     Reject,

@@ -26,6 +26,7 @@ pub const MAX_EVENT_LINE: usize = 64 * 1024;
 
 /// One answer an approval offers.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct ApprovalOption {
     /// What a decider passes (`yes`, `2`, `abort`).
     pub value: String,
@@ -314,6 +315,7 @@ pub const ENV_PIPELINE_STEP: &str = "HEADLESS_RUN_PIPELINE_STEP";
 
 /// A cooperative tool's approval request.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct CooperativeRequest {
     /// An id the tool chose, if any (kept only when it is a safe id).
     pub approval_id: Option<String>,

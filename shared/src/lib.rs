@@ -41,3 +41,4 @@ pub mod time;
 pub mod tool_path;
 pub mod url;
 pub mod widget;
+pub mod wire;

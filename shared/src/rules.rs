@@ -20,6 +20,7 @@ pub const VANISHED: &str = "supervisor vanished";
 
 /// What became of a process the rules ask about.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub enum Liveness {
     /// It runs, and it is the same process (same start time).
     Same,

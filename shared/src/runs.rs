@@ -8,6 +8,7 @@ pub const SUPERVISOR_HEARTBEAT: std::time::Duration = std::time::Duration::from_
 
 /// A row of `tool_runs`. Serialized with the column names, as `--json` prints it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema), schema(as = Run))]
 pub struct ToolRun {
     pub tool_run_id: String,
     pub tool_name: String,

@@ -6,6 +6,7 @@ use std::str::FromStr;
 
 /// Where a tool run stands. Stored as the snake_case name.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum RunStatus {
     Queued,
@@ -121,6 +122,7 @@ impl FromStr for RunStatus {
 
 /// Where an approval stands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum ApprovalStatus {
     Pending,

@@ -1,21 +1,41 @@
 //! `/api/v1/approvals`: listing, one approval, deciding, its audit rows.
 
+use super::openapi::*;
 use super::*;
+use hr_shared::wire::{ApprovalView, ApprovalsBody, AuditBody, DecideRequest, DecisionRequest};
 
 /// An approval as the API shows it: its row, and its run's command line, directory and
 /// host.
-pub(super) fn approval_json(
+pub(super) fn approval_view(
     store: &mut dyn OperatorStore,
     a: &Approval,
-) -> Result<Value, ApiError> {
+) -> Result<ApprovalView, ApiError> {
     let run = store.run(&a.tool_run_id).map_err(ApiError::store)?;
-    let mut v = serde_json::to_value(a).unwrap_or(Value::Null);
-    v["command"] = json!(run.as_ref().map(|r| r.argv_json.clone()));
-    v["cwd"] = json!(run.as_ref().and_then(|r| r.cwd.clone()));
-    v["host"] = json!(run.as_ref().and_then(|r| r.host.clone()));
-    Ok(v)
+    Ok(ApprovalView::new(a.clone(), run.as_ref()))
 }
 
+#[utoipa::path(
+    get,
+    path = "/api/v1/approvals",
+    operation_id = "listApprovals",
+    summary = "The approvals",
+    params(
+        ("status" = Option<String>, Query, description = "statuses, comma-separated, or `all` (default: pending)"),
+        ("tool" = Option<String>, Query),
+        ("run" = Option<String>, Query, description = "only this run's (TR-…)"),
+        ("execution" = Option<String>, Query),
+        ("since" = Option<String>, Query),
+        ("limit" = Option<usize>, Query, minimum = 1, maximum = 10000),
+    ),
+    responses(
+        (status = 200, description = "approvals, newest first (pending by default)", body = ApprovalsBody),
+        (status = 400, description = BAD_INPUT, body = ErrorBody),
+        (status = 401, description = NO_TOKEN, body = ErrorBody),
+        (status = 403, description = ROLE, body = ErrorBody),
+        (status = 429, description = HELD_OFF, body = ErrorBody),
+        (status = 503, description = STORE_DOWN, body = ErrorBody),
+    )
+)]
 pub(super) async fn list_approvals(
     State(s): State<Arc<Server>>,
     _: Reader,
@@ -55,13 +75,29 @@ pub(super) async fn list_approvals(
         .with_store(move |st| {
             let all = or_none(st.approvals(&filter))?;
             all.iter()
-                .map(|a| approval_json(st, a))
+                .map(|a| approval_view(st, a))
                 .collect::<Result<Vec<_>, _>>()
         })
         .await?;
-    Ok(ok(StatusCode::OK, json!({ "approvals": list })))
+    Ok(ok(StatusCode::OK, &ApprovalsBody { approvals: list }))
 }
 
+#[utoipa::path(
+    get,
+    path = "/api/v1/approvals/{id}",
+    operation_id = "getApproval",
+    summary = "One approval",
+    params(("id" = String, Path, description = "AP-…")),
+    responses(
+        (status = 200, description = "the approval", body = ApprovalView),
+        (status = 400, description = BAD_ID, body = ErrorBody),
+        (status = 401, description = NO_TOKEN, body = ErrorBody),
+        (status = 403, description = ROLE, body = ErrorBody),
+        (status = 404, description = UNKNOWN, body = ErrorBody),
+        (status = 429, description = HELD_OFF, body = ErrorBody),
+        (status = 503, description = STORE_DOWN, body = ErrorBody),
+    )
+)]
 pub(super) async fn one_approval(
     State(s): State<Arc<Server>>,
     _: Reader,
@@ -69,15 +105,16 @@ pub(super) async fn one_approval(
 ) -> Result<Response, ApiError> {
     let v = s
         .with_store(move |st| match or_missing(st.approval(&id))? {
-            Some(a) => approval_json(st, &a),
+            Some(a) => approval_view(st, &a),
             None => Err(ApiError::new(StatusCode::NOT_FOUND, "no such approval")),
         })
         .await?;
-    Ok(ok(StatusCode::OK, v))
+    Ok(ok(StatusCode::OK, &v))
 }
 
-/// A decision's body: `{"comment": …, "version": …}` and, for `decide`, `{"value": …}`;
-/// an empty body is `{}`.
+/// A decision's body as the server reads it ([`DecideRequest`], [`DecisionRequest`], or a
+/// cancel's [`CancelRequest`](hr_shared::wire::CancelRequest), whose `reason` is a
+/// `comment`); an empty body is `{}`. Read field by field, to say which field is wrong.
 #[derive(Debug, Default)]
 pub(super) struct DecisionBody {
     pub(super) value: Option<String>,
@@ -134,11 +171,12 @@ pub(super) async fn decide_as(
     } = body;
     let by = c.name.clone();
     let paths = s.paths.clone();
-    // On the PostgreSQL store `decided_by` is the server's login (the server records it,
-    // not the client): the channel then names the token.
-    let channel = match paths.store_url {
-        Some(_) => format!("http:{by}"),
-        None => "http".to_owned(),
+    // Where the store records `decided_by` from its own login (PostgreSQL: the server's,
+    // not the client's), the channel names the token.
+    let channel = if hr_shared::store::capabilities::of(&paths).decider_from_login {
+        format!("http:{by}")
+    } else {
+        "http".to_owned()
     };
     let (status, body) = s
         .with_store(move |st| {
@@ -152,7 +190,7 @@ pub(super) async fn decide_as(
                 .map_err(ApiError::store)?;
             let why = hr_shared::approvals::refusal(&outcome).unwrap_or_default();
             match outcome {
-                DecideOutcome::Decided(a) => Ok((StatusCode::OK, approval_json(st, &a)?)),
+                DecideOutcome::Decided(a) => Ok((StatusCode::OK, approval_view(st, &a)?)),
                 DecideOutcome::NotFound => {
                     Err(ApiError::new(StatusCode::NOT_FOUND, "no such approval"))
                 }
@@ -177,7 +215,7 @@ pub(super) async fn decide_as(
             }
         })
         .await?;
-    Ok(ok(status, body))
+    Ok(ok(status, &body))
 }
 
 /// The 409 of a decision already made: who and when, `outcome` (`unchanged`: the same
@@ -200,7 +238,7 @@ pub(super) fn already_decided(
     .with("decided_at", json!(a.decided_at))
     .with("status", json!(a.status))
     .with("outcome", json!(outcome))
-    .with("approval", approval_json(st, a)?))
+    .with("approval", approval_view(st, a)?))
 }
 
 /// The 409 of a decision made on another version than the approval's now: `superseded`
@@ -216,28 +254,118 @@ pub(super) fn not_this_version(
         .with("outcome", json!(outcome))
         .with("superseded_by", json!(a.superseded_by))
         .with("version", json!(a.version()))
-        .with("approval", approval_json(st, a)?))
+        .with("approval", approval_view(st, a)?))
 }
 
-pub(super) async fn decide_approval(
+#[utoipa::path(
+    post,
+    path = "/api/v1/approvals/{id}/approve",
+    operation_id = "approve",
+    summary = "Approve",
+    params(("id" = String, Path, description = "AP-…")),
+    request_body = Option<DecisionRequest>,
+    responses(
+        (status = 200, description = "decided", body = ApprovalView),
+        (status = 400, description = BAD_INPUT, body = ErrorBody),
+        (status = 401, description = NO_TOKEN, body = ErrorBody),
+        (status = 403, description = ROLE_OR_DECIDERS, body = ErrorBody),
+        (status = 404, description = UNKNOWN, body = ErrorBody),
+        (status = 409, description = DECIDED, body = ErrorBody),
+        (status = 413, description = TOO_LARGE, body = ErrorBody),
+        (status = 422, description = INVALID, body = ErrorBody),
+        (status = 429, description = HELD_OFF, body = ErrorBody),
+        (status = 503, description = STORE_DOWN, body = ErrorBody),
+    )
+)]
+pub(super) async fn approve(
     State(s): State<Arc<Server>>,
     Operator(c): Operator,
-    Path((id, action)): Path<(String, String)>,
+    Path(id): Path<String>,
+    body: Bytes,
+) -> Result<Response, ApiError> {
+    decide_as(&s, &c, id, "approve".into(), body_fields(&body)?).await
+}
+
+#[utoipa::path(
+    post,
+    path = "/api/v1/approvals/{id}/reject",
+    operation_id = "reject",
+    summary = "Reject",
+    params(("id" = String, Path, description = "AP-…")),
+    request_body = Option<DecisionRequest>,
+    responses(
+        (status = 200, description = "decided", body = ApprovalView),
+        (status = 400, description = BAD_INPUT, body = ErrorBody),
+        (status = 401, description = NO_TOKEN, body = ErrorBody),
+        (status = 403, description = ROLE_OR_DECIDERS, body = ErrorBody),
+        (status = 404, description = UNKNOWN, body = ErrorBody),
+        (status = 409, description = DECIDED, body = ErrorBody),
+        (status = 413, description = TOO_LARGE, body = ErrorBody),
+        (status = 422, description = INVALID, body = ErrorBody),
+        (status = 429, description = HELD_OFF, body = ErrorBody),
+        (status = 503, description = STORE_DOWN, body = ErrorBody),
+    )
+)]
+pub(super) async fn reject(
+    State(s): State<Arc<Server>>,
+    Operator(c): Operator,
+    Path(id): Path<String>,
+    body: Bytes,
+) -> Result<Response, ApiError> {
+    decide_as(&s, &c, id, "reject".into(), body_fields(&body)?).await
+}
+
+#[utoipa::path(
+    post,
+    path = "/api/v1/approvals/{id}/decide",
+    operation_id = "decide",
+    summary = "Decide with a value",
+    params(("id" = String, Path, description = "AP-…")),
+    request_body = DecideRequest,
+    responses(
+        (status = 200, description = "decided", body = ApprovalView),
+        (status = 400, description = BAD_INPUT, body = ErrorBody),
+        (status = 401, description = NO_TOKEN, body = ErrorBody),
+        (status = 403, description = ROLE_OR_DECIDERS, body = ErrorBody),
+        (status = 404, description = UNKNOWN, body = ErrorBody),
+        (status = 409, description = DECIDED, body = ErrorBody),
+        (status = 413, description = TOO_LARGE, body = ErrorBody),
+        (status = 422, description = INVALID, body = ErrorBody),
+        (status = 429, description = HELD_OFF, body = ErrorBody),
+        (status = 503, description = STORE_DOWN, body = ErrorBody),
+    )
+)]
+pub(super) async fn decide(
+    State(s): State<Arc<Server>>,
+    Operator(c): Operator,
+    Path(id): Path<String>,
     body: Bytes,
 ) -> Result<Response, ApiError> {
     let mut fields = body_fields(&body)?;
-    let value = match action.as_str() {
-        "approve" | "reject" => action.clone(),
-        "decide" => fields
-            .value
-            .take()
-            .ok_or_else(|| ApiError::new(StatusCode::BAD_REQUEST, "`value` is needed"))?,
-        _ => return Err(ApiError::new(StatusCode::NOT_FOUND, "no such endpoint")),
-    };
+    let value = fields
+        .value
+        .take()
+        .ok_or_else(|| ApiError::new(StatusCode::BAD_REQUEST, "`value` is needed"))?;
     decide_as(&s, &c, id, value, fields).await
 }
 
 /// `GET /api/v1/approvals/{id}/audit`: the approval's audit rows, oldest first.
+#[utoipa::path(
+    get,
+    path = "/api/v1/approvals/{id}/audit",
+    operation_id = "approvalAudit",
+    summary = "An approval's audit rows",
+    description = "The approval's audit rows (status changes and decisions), oldest first; none for an unknown id.",
+    params(("id" = String, Path, description = "AP-…")),
+    responses(
+        (status = 200, description = "its audit rows, oldest first", body = AuditBody),
+        (status = 400, description = BAD_ID, body = ErrorBody),
+        (status = 401, description = NO_TOKEN, body = ErrorBody),
+        (status = 403, description = ROLE, body = ErrorBody),
+        (status = 429, description = HELD_OFF, body = ErrorBody),
+        (status = 503, description = STORE_DOWN, body = ErrorBody),
+    )
+)]
 pub(super) async fn approval_audit(
     State(s): State<Arc<Server>>,
     _: Reader,
@@ -246,5 +374,6 @@ pub(super) async fn approval_audit(
     let rows = s
         .with_store(move |st| or_none(st.audit_of_approval(&id)))
         .await?;
-    Ok(ok(StatusCode::OK, json!({ "audit": rows })))
+    let audit = rows.into_iter().map(Into::into).collect();
+    Ok(ok(StatusCode::OK, &AuditBody { audit }))
 }

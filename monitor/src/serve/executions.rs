@@ -1,17 +1,79 @@
 //! `/api/v1/executions`: pipelines and their human steps.
 
+use super::openapi::*;
 use super::*;
+use hr_shared::wire::{
+    ApprovalView, DecisionRequest, ExecutionDetail, ExecutionSummary, ExecutionsBody, PipelineView,
+};
 
-pub(super) async fn decide_execution(
+#[utoipa::path(
+    post,
+    path = "/api/v1/executions/{id}/approve",
+    operation_id = "approveExecution",
+    summary = "Approve an execution's one pending approval",
+    params(("id" = String, Path, description = "the execution id")),
+    request_body = Option<DecisionRequest>,
+    responses(
+        (status = 200, description = "decided", body = ApprovalView),
+        (status = 400, description = BAD_INPUT, body = ErrorBody),
+        (status = 401, description = NO_TOKEN, body = ErrorBody),
+        (status = 403, description = ROLE_OR_DECIDERS, body = ErrorBody),
+        (status = 404, description = UNKNOWN, body = ErrorBody),
+        (status = 409, description = DECIDED, body = ErrorBody),
+        (status = 413, description = TOO_LARGE, body = ErrorBody),
+        (status = 422, description = INVALID, body = ErrorBody),
+        (status = 429, description = HELD_OFF, body = ErrorBody),
+        (status = 503, description = STORE_DOWN, body = ErrorBody),
+    )
+)]
+pub(super) async fn approve_execution(
     State(s): State<Arc<Server>>,
     Operator(c): Operator,
-    Path((id, action)): Path<(String, String)>,
+    Path(id): Path<String>,
     body: Bytes,
 ) -> Result<Response, ApiError> {
-    if action != "approve" && action != "reject" {
-        return Err(ApiError::new(StatusCode::NOT_FOUND, "no such endpoint"));
-    }
-    let fields = body_fields(&body)?;
+    decide_execution(&s, &c, id, "approve", &body).await
+}
+
+#[utoipa::path(
+    post,
+    path = "/api/v1/executions/{id}/reject",
+    operation_id = "rejectExecution",
+    summary = "Reject an execution's one pending approval",
+    params(("id" = String, Path, description = "the execution id")),
+    request_body = Option<DecisionRequest>,
+    responses(
+        (status = 200, description = "decided", body = ApprovalView),
+        (status = 400, description = BAD_INPUT, body = ErrorBody),
+        (status = 401, description = NO_TOKEN, body = ErrorBody),
+        (status = 403, description = ROLE_OR_DECIDERS, body = ErrorBody),
+        (status = 404, description = UNKNOWN, body = ErrorBody),
+        (status = 409, description = DECIDED, body = ErrorBody),
+        (status = 413, description = TOO_LARGE, body = ErrorBody),
+        (status = 422, description = INVALID, body = ErrorBody),
+        (status = 429, description = HELD_OFF, body = ErrorBody),
+        (status = 503, description = STORE_DOWN, body = ErrorBody),
+    )
+)]
+pub(super) async fn reject_execution(
+    State(s): State<Arc<Server>>,
+    Operator(c): Operator,
+    Path(id): Path<String>,
+    body: Bytes,
+) -> Result<Response, ApiError> {
+    decide_execution(&s, &c, id, "reject", &body).await
+}
+
+/// Decides the one pending approval of execution `id` with `action` (`approve` or
+/// `reject`).
+async fn decide_execution(
+    s: &Server,
+    c: &Caller,
+    id: String,
+    action: &str,
+    body: &Bytes,
+) -> Result<Response, ApiError> {
+    let fields = body_fields(body)?;
     let execution = id.clone();
     let pending = s
         .with_store(move |st| {
@@ -44,7 +106,7 @@ pub(super) async fn decide_execution(
             StatusCode::NOT_FOUND,
             "no pending approval in this execution",
         )),
-        [one] => decide_as(&s, &c, one.approval_id.clone(), action, fields).await,
+        [one] => decide_as(s, c, one.approval_id.clone(), action.to_owned(), fields).await,
         many => Err(ApiError::new(
             StatusCode::CONFLICT,
             "several approvals of this execution are pending: decide one by id",
@@ -62,6 +124,22 @@ pub(super) async fn decide_execution(
 
 /// `GET /api/v1/executions?limit=`: the pipeline executions (`monitor pipeline`), newest
 /// first, each with its steps' states.
+#[utoipa::path(
+    get,
+    path = "/api/v1/executions",
+    operation_id = "listExecutions",
+    summary = "The pipeline executions",
+    description = "The pipeline executions (`monitor pipeline`), newest first, each with its steps' states. On a store that keeps no pipelines, none.",
+    params(("limit" = Option<usize>, Query, minimum = 1, maximum = 1000)),
+    responses(
+        (status = 200, description = "the executions", body = ExecutionsBody),
+        (status = 400, description = BAD_INPUT, body = ErrorBody),
+        (status = 401, description = NO_TOKEN, body = ErrorBody),
+        (status = 403, description = ROLE, body = ErrorBody),
+        (status = 429, description = HELD_OFF, body = ErrorBody),
+        (status = 503, description = STORE_FAILED, body = ErrorBody),
+    )
+)]
 pub(super) async fn list_executions(
     State(s): State<Arc<Server>>,
     _: Reader,
@@ -80,7 +158,7 @@ pub(super) async fn list_executions(
     let paths = s.paths.clone();
     let list = tokio::task::spawn_blocking(move || {
         // The embedded store has none before its database exists (a GET creates none).
-        if paths.is_embedded() && !paths.db.exists() {
+        if hr_shared::store::capabilities::of(&paths).database_file && !paths.db.exists() {
             return Ok(Vec::new());
         }
         hr_shared::store::pipelines::for_store(&paths).and_then(|mut st| st.pipelines(limit))
@@ -88,31 +166,29 @@ pub(super) async fn list_executions(
     .await
     .map_err(|e| ApiError::new(StatusCode::SERVICE_UNAVAILABLE, e.to_string()))?
     .map_err(ApiError::store)?;
-    let executions: Vec<Value> = list
-        .into_iter()
-        .map(|p| {
-            json!({
-                "execution_id": p.execution_id,
-                "name": p.name,
-                "status": p.status,
-                "reason": p.reason,
-                "created_at": p.created_at,
-                "updated_at": p.updated_at,
-                // The states only (a step's result and environment are in
-                // GET /api/v1/executions/{id}).
-                "steps": p.steps.iter().map(|s| json!({
-                    "node": s.node,
-                    "iteration": s.iteration,
-                    "status": s.status,
-                })).collect::<Vec<_>>(),
-            })
-        })
-        .collect();
-    Ok(ok(StatusCode::OK, json!({ "executions": executions })))
+    let executions = list.into_iter().map(ExecutionSummary::from).collect();
+    Ok(ok(StatusCode::OK, &ExecutionsBody { executions }))
 }
 
 /// `GET /api/v1/executions/{id}`: an execution — its runs, its approvals, and when it is a
 /// pipeline, its status and steps.
+#[utoipa::path(
+    get,
+    path = "/api/v1/executions/{id}",
+    operation_id = "getExecution",
+    summary = "One execution",
+    description = "An execution (HEADLESS_RUN_EXECUTION_ID): its runs and approvals, newest first, and when it is a pipeline (`monitor pipeline`), its status and steps (node, iteration, status, exit_code, result, comment, reason, …).",
+    params(("id" = String, Path, description = "EX-…")),
+    responses(
+        (status = 200, description = "the execution", body = ExecutionDetail),
+        (status = 400, description = BAD_ID, body = ErrorBody),
+        (status = 401, description = NO_TOKEN, body = ErrorBody),
+        (status = 403, description = ROLE, body = ErrorBody),
+        (status = 404, description = "no such execution", body = ErrorBody),
+        (status = 429, description = HELD_OFF, body = ErrorBody),
+        (status = 503, description = STORE_FAILED, body = ErrorBody),
+    )
+)]
 pub(super) async fn one_execution(
     State(s): State<Arc<Server>>,
     _: Reader,
@@ -138,7 +214,7 @@ pub(super) async fn one_execution(
     let look = id.clone();
     let pipeline = tokio::task::spawn_blocking(move || {
         // A GET creates no database.
-        if paths.is_embedded() && !paths.db.exists() {
+        if hr_shared::store::capabilities::of(&paths).database_file && !paths.db.exists() {
             return Ok(None);
         }
         hr_shared::store::pipelines::for_store(&paths).and_then(|mut st| st.pipeline(&look))
@@ -149,27 +225,11 @@ pub(super) async fn one_execution(
     if runs.is_empty() && approvals.is_empty() && pipeline.is_none() {
         return Err(ApiError::new(StatusCode::NOT_FOUND, "no such execution"));
     }
-    let pipeline = pipeline.map(|p| {
-        json!({
-            "name": p.name,
-            "file": p.file,
-            "status": p.status,
-            "reason": p.reason,
-            "runner": p.runner,
-            "heartbeat_at": p.heartbeat_at,
-            "created_at": p.created_at,
-            "updated_at": p.updated_at,
-            "vars": p.vars,
-            "steps": p.steps,
-        })
-    });
-    Ok(ok(
-        StatusCode::OK,
-        json!({
-            "execution_id": id,
-            "pipeline": pipeline,
-            "runs": runs,
-            "approvals": approvals,
-        }),
-    ))
+    let detail = ExecutionDetail {
+        execution_id: id,
+        pipeline: pipeline.map(PipelineView::from),
+        runs,
+        approvals,
+    };
+    Ok(ok(StatusCode::OK, &detail))
 }

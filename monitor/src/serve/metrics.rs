@@ -1,7 +1,21 @@
 //! `/metrics`: Prometheus text.
 
+use super::openapi::*;
 use super::*;
 
+#[utoipa::path(
+    get,
+    path = "/metrics",
+    operation_id = "metrics",
+    summary = "Prometheus metrics",
+    responses(
+        (status = 200, description = "Prometheus text", body = String, content_type = "text/plain"),
+        (status = 401, description = NO_TOKEN, body = ErrorBody),
+        (status = 403, description = ROLE, body = ErrorBody),
+        (status = 429, description = HELD_OFF, body = ErrorBody),
+        (status = 503, description = STORE_DOWN, body = ErrorBody),
+    )
+)]
 pub(super) async fn metrics(
     State(s): State<Arc<Server>>,
     Reader(c): Reader,

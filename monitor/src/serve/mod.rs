@@ -12,6 +12,7 @@ mod executions;
 mod limits;
 mod listen;
 mod metrics;
+mod openapi;
 mod query;
 mod runner;
 mod runs;
@@ -35,6 +36,8 @@ use hr_shared::paths::StatePaths;
 use hr_shared::runs::RunFilter;
 use hr_shared::status::{ApprovalStatus, RunStatus};
 use hr_shared::store::{self, OperatorStore};
+use hr_shared::wire::ErrorBody;
+use openapi::serve_openapi;
 use query::{Params, number};
 use runs::*;
 use serde_json::{Value, json};
@@ -129,10 +132,6 @@ pub struct Args {
     runner_db: Option<String>,
 }
 
-/// The OpenAPI 3.1 document of this API (checked in as `docs/openapi.json`), served at
-/// `/api/v1/openapi.json`.
-pub const OPENAPI: &str = include_str!("../../../docs/openapi.json");
-
 /// Every (method, path) the router answers, as the OpenAPI document names them; a test
 /// holds the two together (and the end-to-end test calls every documented operation).
 #[cfg(test)]
@@ -194,6 +193,69 @@ fn page_file(content_type: &'static str, body: &'static str) -> Response {
         body,
     )
         .into_response()
+}
+
+#[utoipa::path(
+    get,
+    path = "/",
+    operation_id = "page_",
+    summary = "The approvals page",
+    security(),
+    responses((
+        status = 200,
+        description = "the approvals page (log in with a token)",
+        body = String,
+        content_type = "text/html"
+    ))
+)]
+async fn page() -> Response {
+    page_file("text/html; charset=utf-8", PAGE)
+}
+
+#[utoipa::path(
+    get,
+    path = "/app.js",
+    operation_id = "page_app_js",
+    summary = "The page's script",
+    security(),
+    responses((
+        status = 200,
+        description = "the page's script",
+        body = String,
+        content_type = "text/javascript"
+    ))
+)]
+async fn page_js() -> Response {
+    page_file("text/javascript; charset=utf-8", PAGE_JS)
+}
+
+#[utoipa::path(
+    get,
+    path = "/app.css",
+    operation_id = "page_app_css",
+    summary = "The page's style",
+    security(),
+    responses((
+        status = 200,
+        description = "the page's style",
+        body = String,
+        content_type = "text/css"
+    ))
+)]
+async fn page_css() -> Response {
+    page_file("text/css; charset=utf-8", PAGE_CSS)
+}
+
+#[utoipa::path(
+    get,
+    path = "/healthz",
+    operation_id = "healthz",
+    summary = "Whether the server is up",
+    security(),
+    responses((status = 200, description = "alive", body = String, content_type = "text/plain"))
+)]
+async fn healthz() -> &'static str {
+    "ok\n"
 }
 
 /// The largest request body taken.
@@ -347,30 +409,21 @@ async fn stopped() {
 
 fn router(server: Arc<Server>) -> Router {
     Router::new()
-        .route(
-            "/",
-            get(|| async { page_file("text/html; charset=utf-8", PAGE) }),
-        )
-        .route(
-            "/app.js",
-            get(|| async { page_file("text/javascript; charset=utf-8", PAGE_JS) }),
-        )
-        .route(
-            "/app.css",
-            get(|| async { page_file("text/css; charset=utf-8", PAGE_CSS) }),
-        )
-        .route("/healthz", get(|| async { "ok\n" }))
+        .route("/", get(page))
+        .route("/app.js", get(page_js))
+        .route("/app.css", get(page_css))
+        .route("/healthz", get(healthz))
         .route("/metrics", get(metrics::metrics))
-        .route(
-            "/api/v1/openapi.json",
-            get(|| async { ([(header::CONTENT_TYPE, "application/json")], OPENAPI) }),
-        )
+        .route("/api/v1/openapi.json", get(serve_openapi))
         .route("/api/v1/approvals", get(list_approvals))
         .route("/api/v1/approvals/{id}", get(one_approval))
-        .route("/api/v1/approvals/{id}/{action}", post(decide_approval))
+        .route("/api/v1/approvals/{id}/approve", post(approve))
+        .route("/api/v1/approvals/{id}/reject", post(reject))
+        .route("/api/v1/approvals/{id}/decide", post(decide))
         .route("/api/v1/executions", get(list_executions))
         .route("/api/v1/executions/{id}", get(one_execution))
-        .route("/api/v1/executions/{id}/{action}", post(decide_execution))
+        .route("/api/v1/executions/{id}/approve", post(approve_execution))
+        .route("/api/v1/executions/{id}/reject", post(reject_execution))
         .route("/api/v1/runs", get(list_runs))
         .route("/api/v1/runs/{id}", get(one_run))
         .route("/api/v1/runs/{id}/cancel", post(cancel_run))
@@ -585,25 +638,29 @@ fn own(st: &mut dyn OperatorStore) -> Result<&mut dyn store::AdminStore, ApiErro
 #[derive(Debug)]
 struct ApiError {
     status: StatusCode,
-    body: Value,
+    body: ErrorBody,
 }
 
 impl ApiError {
     fn new(status: StatusCode, msg: impl Into<String>) -> Self {
         ApiError {
             status,
-            body: json!({ "error": msg.into() }),
+            body: ErrorBody::new(msg),
         }
     }
 
     /// What it says (its `error`).
     #[cfg(test)]
     fn message(&self) -> &str {
-        self.body["error"].as_str().unwrap_or("")
+        &self.body.error
     }
 
-    fn with(mut self, key: &str, v: Value) -> Self {
-        self.body[key] = v;
+    /// With field `key` beside `error`.
+    fn with(mut self, key: &str, v: impl serde::Serialize) -> Self {
+        self.body.more.insert(
+            key.to_owned(),
+            serde_json::to_value(v).unwrap_or(Value::Null),
+        );
         self
     }
 
@@ -639,13 +696,21 @@ fn or_missing<T>(r: hr_shared::store::StoreResult<Option<T>>) -> Result<Option<T
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        (self.status, Json(self.body)).into_response()
+        ok(self.status, &self.body)
     }
 }
 
-/// A JSON answer.
-fn ok(status: StatusCode, body: Value) -> Response {
-    (status, Json(body)).into_response()
+/// A JSON answer of a wire type. Sent through a `Value`, whose keys are in name order: the
+/// bytes the API has always sent.
+fn ok<T: serde::Serialize>(status: StatusCode, body: &T) -> Response {
+    match serde_json::to_value(body) {
+        Ok(v) => (status, Json(v)).into_response(),
+        Err(e) => (
+            StatusCode::INTERNAL_SERVER_ERROR,
+            Json(json!({ "error": format!("cannot write the answer: {e}") })),
+        )
+            .into_response(),
+    }
 }
 
 /// Sessions of a store (`S`: the operator's or the runner's trait), on a few threads of
@@ -769,6 +834,7 @@ fn filters(q: query::ListQuery) -> Result<Filters, ApiError> {
 #[cfg(test)]
 mod tests {
     use super::metrics::resume_histogram;
+    use super::openapi::document;
     use super::*;
 
     #[test]
@@ -806,10 +872,10 @@ mod tests {
         assert!(text.contains("# TYPE headless_run_decision_to_resume_seconds histogram"));
     }
 
-    /// The checked-in OpenAPI document names exactly the routes served.
+    /// The OpenAPI document names exactly the routes served.
     #[test]
     fn the_openapi_document_names_every_route_and_no_other() {
-        let doc: Value = serde_json::from_str(OPENAPI).expect("docs/openapi.json is JSON");
+        let doc: Value = serde_json::from_str(document()).expect("the document is JSON");
         assert_eq!(doc["openapi"], "3.1.0");
         let mut documented: Vec<(String, String)> = doc["paths"]
             .as_object()

@@ -17,20 +17,23 @@
 //! own token it was shown; a process it said nothing about counts as running.
 
 use super::auth::Runner;
+use super::openapi::*;
 use super::query::{self, Params};
 use super::{ApiError, Caller, Server, ok};
 use axum::body::Bytes;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::response::Response;
+use hr_shared::approvals::Approval;
 use hr_shared::config::OnExpire;
 use hr_shared::runs::{StatusChange, ToolRun};
-use hr_shared::store::http::{
-    AutoApprovalCall, CooperativeCall, DeliverCall, LiveRun, PromptCall, RecordCall, ReportedHost,
-};
+use hr_shared::store::http::ReportedHost;
 use hr_shared::store::{Done, Replace, RunWrite, RunnerStore};
+use hr_shared::wire::{
+    AutoApprovalCall, CooperativeCall, DeliverCall, ErrorBody, ExpireCall, LiveRun, PromptCall,
+    RecordCall, RunnerOutcome,
+};
 use serde::de::DeserializeOwned;
-use serde_json::{Value, json};
 use std::io::Write;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::PathBuf;
@@ -188,12 +191,26 @@ async fn answer<T: serde::Serialize + Send + 'static>(
         .call(move |st| f(st).map_err(ApiError::store))
         .await?;
     own_events(s, c, &mut out.effects);
-    Ok(ok(
-        StatusCode::OK,
-        serde_json::to_value(out).unwrap_or(Value::Null),
-    ))
+    Ok(ok(StatusCode::OK, &out))
 }
 
+#[utoipa::path(
+    post,
+    path = "/api/v1/runner/record",
+    operation_id = "runnerRecord",
+    summary = "Write a batch of the run's changes",
+    description = "Runner API: writes a batch of the run's changes in one transaction (its first write, `Start`, makes the run this token's). Only a runner token, only its own runs.",
+    request_body(content = RecordCall, description = "RunnerStore::record"),
+    responses(
+        (status = 200, description = OUTCOME, body = RunnerOutcome),
+        (status = 400, description = NOT_A_CALL, body = ErrorBody),
+        (status = 401, description = NO_TOKEN, body = ErrorBody),
+        (status = 403, description = RUNNER_ROLE, body = ErrorBody),
+        (status = 413, description = TOO_LARGE, body = ErrorBody),
+        (status = 429, description = HELD_OFF, body = ErrorBody),
+        (status = 503, description = STORE_FAILED, body = ErrorBody),
+    )
+)]
 pub(super) async fn record(
     State(s): State<Arc<Server>>,
     Runner(c): Runner,
@@ -256,6 +273,22 @@ async fn live_runs(s: &Arc<Server>, c: &Caller, host: &str) -> Result<Vec<LiveRu
 
 /// `GET /api/v1/runner/live?host=H`: this token's runs on host `H` whose shim may still
 /// run, for the host to say which of their processes are gone.
+#[utoipa::path(
+    get,
+    path = "/api/v1/runner/live",
+    operation_id = "runnerLive",
+    summary = "The token's runs on a host whose shim may still run",
+    description = "Runner API: this token's runs on `host` whose shim may still run (for the host to say which processes are gone before it asks).",
+    params(("host" = String, Query)),
+    responses(
+        (status = 200, description = "the runs", body = Vec<LiveRun>),
+        (status = 400, description = BAD_INPUT, body = ErrorBody),
+        (status = 401, description = NO_TOKEN, body = ErrorBody),
+        (status = 403, description = RUNNER_ROLE, body = ErrorBody),
+        (status = 429, description = HELD_OFF, body = ErrorBody),
+        (status = 503, description = STORE_FAILED, body = ErrorBody),
+    )
+)]
 pub(super) async fn live(
     State(s): State<Arc<Server>>,
     Runner(c): Runner,
@@ -265,7 +298,7 @@ pub(super) async fn live(
         .host
         .ok_or_else(|| ApiError::new(StatusCode::BAD_REQUEST, "`host` is needed"))?;
     let mine = live_runs(&s, &c, &host).await?;
-    Ok(ok(StatusCode::OK, json!(mine)))
+    Ok(ok(StatusCode::OK, &mine))
 }
 
 /// The asking run as the server trusts it: its fingerprint kept apart per token, its actor
@@ -275,6 +308,23 @@ fn trusted(c: &Caller, who: &mut hr_shared::store::Asker) {
     who.request_fingerprint = fingerprint_for(c, &who.request_fingerprint);
 }
 
+#[utoipa::path(
+    post,
+    path = "/api/v1/runner/prompt",
+    operation_id = "runnerPrompt",
+    summary = "Resolve a prompt of the token's run",
+    description = "Runner API: resolves a prompt of the token's run (a decision, a policy, a takeover, or a new pending approval). Expiry is always a rejection.",
+    request_body(content = PromptCall, description = "the asker, the prompt request, the host's name and its word on its processes"),
+    responses(
+        (status = 200, description = OUTCOME, body = RunnerOutcome),
+        (status = 400, description = NOT_A_CALL, body = ErrorBody),
+        (status = 401, description = NO_TOKEN, body = ErrorBody),
+        (status = 403, description = RUNNER_ROLE, body = ErrorBody),
+        (status = 413, description = TOO_LARGE, body = ErrorBody),
+        (status = 429, description = HELD_OFF, body = ErrorBody),
+        (status = 503, description = STORE_FAILED, body = ErrorBody),
+    )
+)]
 pub(super) async fn prompt(
     State(s): State<Arc<Server>>,
     Runner(c): Runner,
@@ -306,6 +356,23 @@ pub(super) async fn prompt(
     .await
 }
 
+#[utoipa::path(
+    post,
+    path = "/api/v1/runner/cooperative",
+    operation_id = "runnerCooperative",
+    summary = "Record a cooperative tool's approval request",
+    description = "Runner API: records a cooperative tool's approval request for the token's run.",
+    request_body(content = CooperativeCall, description = "RunnerStore::cooperative"),
+    responses(
+        (status = 200, description = OUTCOME, body = RunnerOutcome),
+        (status = 400, description = NOT_A_CALL, body = ErrorBody),
+        (status = 401, description = NO_TOKEN, body = ErrorBody),
+        (status = 403, description = RUNNER_ROLE, body = ErrorBody),
+        (status = 413, description = TOO_LARGE, body = ErrorBody),
+        (status = 429, description = HELD_OFF, body = ErrorBody),
+        (status = 503, description = STORE_FAILED, body = ErrorBody),
+    )
+)]
 pub(super) async fn cooperative(
     State(s): State<Arc<Server>>,
     Runner(c): Runner,
@@ -320,6 +387,23 @@ pub(super) async fn cooperative(
     .await
 }
 
+#[utoipa::path(
+    post,
+    path = "/api/v1/runner/auto-approval",
+    operation_id = "runnerAutoApproval",
+    summary = "Check and use up an AUTO_APPROVAL",
+    description = "Runner API: whether an AUTO_APPROVAL is a real decision for the token's run (used up by the call).",
+    request_body(content = AutoApprovalCall, description = "RunnerStore::check_auto_approval"),
+    responses(
+        (status = 200, description = OUTCOME, body = RunnerOutcome),
+        (status = 400, description = NOT_A_CALL, body = ErrorBody),
+        (status = 401, description = NO_TOKEN, body = ErrorBody),
+        (status = 403, description = RUNNER_ROLE, body = ErrorBody),
+        (status = 413, description = TOO_LARGE, body = ErrorBody),
+        (status = 429, description = HELD_OFF, body = ErrorBody),
+        (status = 503, description = STORE_FAILED, body = ErrorBody),
+    )
+)]
 pub(super) async fn auto_approval(
     State(s): State<Arc<Server>>,
     Runner(c): Runner,
@@ -346,6 +430,22 @@ pub(super) async fn auto_approval(
 
 /// `GET /api/v1/runner/approvals/{id}`: the approval, when one of this token's runs holds
 /// it (else `null`, as for one that does not exist).
+#[utoipa::path(
+    get,
+    path = "/api/v1/runner/approvals/{id}",
+    operation_id = "runnerApproval",
+    summary = "An approval of one of the token's runs",
+    description = "Runner API: an approval of one of the token's runs; null for any other (or none).",
+    params(("id" = String, Path)),
+    responses(
+        (status = 200, description = "the approval, or null", body = Option<Approval>),
+        (status = 400, description = BAD_ID, body = ErrorBody),
+        (status = 401, description = NO_TOKEN, body = ErrorBody),
+        (status = 403, description = RUNNER_ROLE, body = ErrorBody),
+        (status = 429, description = HELD_OFF, body = ErrorBody),
+        (status = 503, description = STORE_FAILED, body = ErrorBody),
+    )
+)]
 pub(super) async fn approval(
     State(s): State<Arc<Server>>,
     Runner(c): Runner,
@@ -356,9 +456,28 @@ pub(super) async fn approval(
         .call(move |st| st.approval(&id).map_err(ApiError::store))
         .await?;
     let mine = found.filter(|a| owner(&s, &a.tool_run_id).as_deref() == Some(c.name.as_str()));
-    Ok(ok(StatusCode::OK, json!(mine)))
+    Ok(ok(StatusCode::OK, &mine))
 }
 
+/// `POST /api/v1/runner/expire`: expires the overdue approvals; its body, if any, is not
+/// read.
+#[utoipa::path(
+    post,
+    path = "/api/v1/runner/expire",
+    operation_id = "runnerExpire",
+    summary = "Expire overdue approvals",
+    description = "Runner API: expires overdue approvals (the server's clock).",
+    request_body = Option<ExpireCall>,
+    responses(
+        (status = 200, description = OUTCOME, body = RunnerOutcome),
+        (status = 400, description = NOT_A_CALL, body = ErrorBody),
+        (status = 401, description = NO_TOKEN, body = ErrorBody),
+        (status = 403, description = RUNNER_ROLE, body = ErrorBody),
+        (status = 413, description = TOO_LARGE, body = ErrorBody),
+        (status = 429, description = HELD_OFF, body = ErrorBody),
+        (status = 503, description = STORE_FAILED, body = ErrorBody),
+    )
+)]
 pub(super) async fn expire(
     State(s): State<Arc<Server>>,
     Runner(c): Runner,
@@ -371,15 +490,30 @@ pub(super) async fn expire(
     done.value
         .retain(|a| owner(&s, &a.tool_run_id).as_deref() == Some(c.name.as_str()));
     own_events(&s, &c, &mut done.effects);
-    Ok(ok(
-        StatusCode::OK,
-        serde_json::to_value(done).unwrap_or(Value::Null),
-    ))
+    Ok(ok(StatusCode::OK, &done))
 }
 
 /// `POST /api/v1/runner/deliver`: a final row a shim of the host could not write before it
 /// exited, from the host's spool: written as that shim would have (the row if it never
 /// landed, then its final status — never over a cancellation).
+#[utoipa::path(
+    post,
+    path = "/api/v1/runner/deliver",
+    operation_id = "runnerDeliver",
+    summary = "Deliver a final row from the host's spool",
+    description = "Runner API: a final row a shim of the host could not write before it exited (the host's spool).",
+    request_body(content = DeliverCall, description = "the row, and whether its shim no longer runs"),
+    responses(
+        (status = 200, description = OUTCOME, body = RunnerOutcome),
+        (status = 400, description = NOT_A_CALL, body = ErrorBody),
+        (status = 401, description = NO_TOKEN, body = ErrorBody),
+        (status = 403, description = RUNNER_ROLE, body = ErrorBody),
+        (status = 409, description = "its shim still runs", body = ErrorBody),
+        (status = 413, description = TOO_LARGE, body = ErrorBody),
+        (status = 429, description = HELD_OFF, body = ErrorBody),
+        (status = 503, description = STORE_FAILED, body = ErrorBody),
+    )
+)]
 pub(super) async fn deliver(
     State(s): State<Arc<Server>>,
     Runner(c): Runner,

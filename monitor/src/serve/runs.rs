@@ -1,7 +1,32 @@
 //! `/api/v1/runs`, `/api/v1/ids`, `/api/v1/counts`: runs, cancelling one, its audit rows.
 
+use super::openapi::*;
 use super::*;
+use hr_shared::wire::{
+    AuditBody, CancelBody, CancelKind, CancelRequest, CountsBody, IdsBody, RunDetail, RunsBody,
+};
 
+#[utoipa::path(
+    get,
+    path = "/api/v1/runs",
+    operation_id = "listRuns",
+    summary = "The runs",
+    params(
+        ("status" = Option<String>, Query, description = "statuses, comma-separated"),
+        ("tool" = Option<String>, Query),
+        ("execution" = Option<String>, Query),
+        ("since" = Option<String>, Query),
+        ("limit" = Option<usize>, Query, minimum = 1, maximum = 10000),
+    ),
+    responses(
+        (status = 200, description = "runs, newest first", body = RunsBody),
+        (status = 400, description = BAD_INPUT, body = ErrorBody),
+        (status = 401, description = NO_TOKEN, body = ErrorBody),
+        (status = 403, description = ROLE, body = ErrorBody),
+        (status = 429, description = HELD_OFF, body = ErrorBody),
+        (status = 503, description = STORE_DOWN, body = ErrorBody),
+    )
+)]
 pub(super) async fn list_runs(
     State(s): State<Arc<Server>>,
     _: Reader,
@@ -28,9 +53,28 @@ pub(super) async fn list_runs(
         limit: Some(f.limit.unwrap_or(100)),
     };
     let runs = s.with_store(move |st| or_none(st.runs(&filter))).await?;
-    Ok(ok(StatusCode::OK, json!({ "runs": runs })))
+    Ok(ok(StatusCode::OK, &RunsBody { runs }))
 }
 
+#[utoipa::path(
+    get,
+    path = "/api/v1/runs/{id}",
+    operation_id = "getRun",
+    summary = "One run, with the end of its output",
+    params(
+        ("id" = String, Path, description = "TR-…"),
+        ("tail" = Option<usize>, Query, minimum = 0, maximum = 10000, description = "lines of output (default 40)"),
+    ),
+    responses(
+        (status = 200, description = "the run, with its output tail", body = RunDetail),
+        (status = 400, description = BAD_INPUT, body = ErrorBody),
+        (status = 401, description = NO_TOKEN, body = ErrorBody),
+        (status = 403, description = ROLE, body = ErrorBody),
+        (status = 404, description = UNKNOWN, body = ErrorBody),
+        (status = 429, description = HELD_OFF, body = ErrorBody),
+        (status = 503, description = STORE_DOWN, body = ErrorBody),
+    )
+)]
 pub(super) async fn one_run(
     State(s): State<Arc<Server>>,
     _: Reader,
@@ -52,14 +96,32 @@ pub(super) async fn one_run(
         .with_store(move |st| or_missing(st.run(&id)))
         .await?
         .ok_or_else(|| ApiError::new(StatusCode::NOT_FOUND, "no such run"))?;
-    let mut v = serde_json::to_value(&run).unwrap_or(Value::Null);
-    v["output_tail"] = json!(match lines {
+    let output_tail = match lines {
         0 => String::new(),
         n => crate::cmd::show::output_tail(&log, n),
-    });
-    Ok(ok(StatusCode::OK, v))
+    };
+    Ok(ok(StatusCode::OK, &RunDetail { run, output_tail }))
 }
 
+#[utoipa::path(
+    post,
+    path = "/api/v1/runs/{id}/cancel",
+    operation_id = "cancelRun",
+    summary = "Cancel a run",
+    params(("id" = String, Path, description = "TR-…")),
+    request_body = Option<CancelRequest>,
+    responses(
+        (status = 200, description = "cancelled", body = CancelBody),
+        (status = 400, description = BAD_INPUT, body = ErrorBody),
+        (status = 401, description = NO_TOKEN, body = ErrorBody),
+        (status = 403, description = ROLE, body = ErrorBody),
+        (status = 404, description = UNKNOWN, body = ErrorBody),
+        (status = 409, description = "the run has ended already", body = ErrorBody),
+        (status = 413, description = TOO_LARGE, body = ErrorBody),
+        (status = 429, description = HELD_OFF, body = ErrorBody),
+        (status = 503, description = STORE_DOWN, body = ErrorBody),
+    )
+)]
 pub(super) async fn cancel_run(
     State(s): State<Arc<Server>>,
     Operator(c): Operator,
@@ -93,22 +155,47 @@ pub(super) async fn cancel_run(
                     StatusCode::CONFLICT,
                     format!("it has already ended ({})", run.status),
                 )
-                .with("run", json!(run))),
+                .with("run", &run)),
                 CancelOutcome::Signalled { run, shim_pid } => Ok((
                     StatusCode::OK,
-                    json!({ "outcome": "signalled", "run": run, "shim_pid": shim_pid }),
+                    CancelBody {
+                        outcome: CancelKind::Signalled,
+                        run: *run,
+                        shim_pid: Some(i64::from(shim_pid)),
+                    },
                 )),
-                CancelOutcome::Marked { run } => {
-                    Ok((StatusCode::OK, json!({ "outcome": "marked", "run": run })))
-                }
+                CancelOutcome::Marked { run } => Ok((
+                    StatusCode::OK,
+                    CancelBody {
+                        outcome: CancelKind::Marked,
+                        run: *run,
+                        shim_pid: None,
+                    },
+                )),
             }
         })
         .await?;
-    Ok(ok(status, body))
+    Ok(ok(status, &body))
 }
 
 /// `GET /api/v1/runs/{id}/audit`: the run's audit rows, oldest first (none for an unknown
 /// run).
+#[utoipa::path(
+    get,
+    path = "/api/v1/runs/{id}/audit",
+    operation_id = "runAudit",
+    summary = "A run's audit rows",
+    description = "The run's audit rows (status changes and decisions), oldest first; none for an unknown id.",
+    params(("id" = String, Path, description = "TR-…")),
+    responses(
+        (status = 200, description = "its audit rows, oldest first", body = AuditBody),
+        (status = 400, description = BAD_ID, body = ErrorBody),
+        (status = 401, description = NO_TOKEN, body = ErrorBody),
+        (status = 403, description = ROLE, body = ErrorBody),
+        (status = 429, description = HELD_OFF, body = ErrorBody),
+        (status = 503, description = STORE_DOWN, body = ErrorBody),
+    )
+)]
 pub(super) async fn run_audit(
     State(s): State<Arc<Server>>,
     _: Reader,
@@ -117,12 +204,32 @@ pub(super) async fn run_audit(
     let rows = s
         .with_store(move |st| or_none(st.audit_of_run(&id)))
         .await?;
-    Ok(ok(StatusCode::OK, json!({ "audit": rows })))
+    let audit = rows.into_iter().map(Into::into).collect();
+    Ok(ok(StatusCode::OK, &AuditBody { audit }))
 }
 
 /// `GET /api/v1/ids?prefix=&limit=`: the ids of runs (`TR-…`) or approvals (`AP-…`) that
 /// start with `prefix` (any case), in id order; an exact id alone. What `monitor --server`
 /// resolves a short id with.
+#[utoipa::path(
+    get,
+    path = "/api/v1/ids",
+    operation_id = "idsStartingWith",
+    summary = "The ids that start so",
+    description = "The ids of runs (TR-…) or approvals (AP-…) that start with `prefix` (any case), in id order; an exact id alone. `monitor --server` resolves short ids with it.",
+    params(
+        ("prefix" = String, Query, min_length = 1, max_length = 64, pattern = "^[A-Za-z0-9-]+$"),
+        ("limit" = Option<usize>, Query, minimum = 1, maximum = 100),
+    ),
+    responses(
+        (status = 200, description = "the ids", body = IdsBody),
+        (status = 400, description = BAD_INPUT, body = ErrorBody),
+        (status = 401, description = NO_TOKEN, body = ErrorBody),
+        (status = 403, description = ROLE, body = ErrorBody),
+        (status = 429, description = HELD_OFF, body = ErrorBody),
+        (status = 503, description = STORE_DOWN, body = ErrorBody),
+    )
+)]
 pub(super) async fn ids(
     State(s): State<Arc<Server>>,
     _: Reader,
@@ -144,13 +251,32 @@ pub(super) async fn ids(
     let found = s
         .with_store(move |st| or_none(st.ids_starting_with(&prefix, limit)))
         .await?;
-    Ok(ok(StatusCode::OK, json!({ "ids": found })))
+    Ok(ok(StatusCode::OK, &IdsBody { ids: found }))
 }
 
 /// `GET /api/v1/counts?since=&soon=`: runs by live status, pending approvals and how many
 /// of them expire within `soon` seconds (default 3600); with `since` (a duration back from
 /// now or an RFC 3339 time) also every run by status and the failures and stalls since
 /// then. The dashboard's alerts line.
+#[utoipa::path(
+    get,
+    path = "/api/v1/counts",
+    operation_id = "counts",
+    summary = "Runs by status and pending approvals",
+    description = "Live runs by status, pending approvals and how many expire within `soon` seconds; with `since` also every run by status and the failures and stalls since then (`totals` is empty without it). The dashboard's alerts line.",
+    params(
+        ("since" = Option<String>, Query, description = "a duration back from now (24h) or an RFC 3339 time"),
+        ("soon" = Option<usize>, Query, minimum = 0, maximum = 31622400, description = "seconds (default 3600)"),
+    ),
+    responses(
+        (status = 200, description = "the counts", body = CountsBody),
+        (status = 400, description = BAD_INPUT, body = ErrorBody),
+        (status = 401, description = NO_TOKEN, body = ErrorBody),
+        (status = 403, description = ROLE, body = ErrorBody),
+        (status = 429, description = HELD_OFF, body = ErrorBody),
+        (status = 503, description = STORE_DOWN, body = ErrorBody),
+    )
+)]
 pub(super) async fn counts(
     State(s): State<Arc<Server>>,
     _: Reader,
@@ -176,9 +302,5 @@ pub(super) async fn counts(
             }
         })
         .await?;
-    let body = hr_shared::store::remote::CountsBody::from(counts);
-    Ok(ok(
-        StatusCode::OK,
-        serde_json::to_value(body).unwrap_or(Value::Null),
-    ))
+    Ok(ok(StatusCode::OK, &CountsBody::from(counts)))
 }

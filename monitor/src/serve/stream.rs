@@ -1,7 +1,9 @@
 //! Long polls and event streams: `/api/v1/mark` and `/api/v1/events`, woken by the store's
 //! doorbell.
 
+use super::openapi::*;
 use super::*;
+use hr_shared::wire::Mark;
 
 /// The events a stream carries: status and approval changes.
 pub(super) const STREAMED: &[&str] = &[
@@ -57,6 +59,24 @@ pub(super) const MARK_WAIT_MAX: u64 = 60;
 /// `GET /api/v1/mark?after=M&wait=S`: the store's change mark; with `after`, held open up to
 /// `wait` seconds until it differs from `M` (a long poll: wait-mode runners and
 /// `--server` clients learn of a decision at once, without polling).
+#[utoipa::path(
+    get,
+    path = "/api/v1/mark",
+    operation_id = "changeMark",
+    summary = "The store's change mark, or a long poll of it",
+    description = "The store's change mark: a number that moves whenever anything in the store may have changed. With `after`, a long poll: held open up to `wait` seconds until the mark differs from `after` (wait-mode runners and `monitor --server` learn of decisions at once). Any role. A long poll counts against the token's --max-streams-per-token, and ends with 401 within about a second of the token's revocation or expiry.",
+    params(
+        ("after" = Option<usize>, Query),
+        ("wait" = Option<usize>, Query, minimum = 0, maximum = 60),
+    ),
+    responses(
+        (status = 200, description = "the mark", body = Mark),
+        (status = 400, description = BAD_INPUT, body = ErrorBody),
+        (status = 401, description = NO_TOKEN, body = ErrorBody),
+        (status = 429, description = HELD_OFF_OR_STREAMS, body = ErrorBody),
+        (status = 503, description = STORE_FAILED, body = ErrorBody),
+    )
+)]
 pub(super) async fn mark(
     State(s): State<Arc<Server>>,
     Watcher(c): Watcher,
@@ -86,7 +106,7 @@ pub(super) async fn mark(
             .await?;
         let now = Instant::now();
         if after != Some(m) || now >= deadline || s.stopping.load(Ordering::Relaxed) {
-            return Ok(ok(StatusCode::OK, json!({ "mark": m })));
+            return Ok(ok(StatusCode::OK, &Mark { mark: m }));
         }
         if slot.is_none() {
             slot = Some(s.stream_slot(&c)?);
@@ -103,6 +123,25 @@ pub(super) const EVENTS_LOOK: Duration = Duration::from_millis(250);
 /// events, each with its row id as the event id; from `Last-Event-ID` (or `?after=`), else
 /// from now. Once its token is revoked or expired, a last `token_ended` event and the end
 /// (and the connection closed: a client sees the end whatever it makes of the body).
+#[utoipa::path(
+    get,
+    path = "/api/v1/events",
+    operation_id = "events",
+    summary = "Status and approval changes, as server-sent events",
+    description = "Server-sent events (text/event-stream): tool_status_change, approval_needed and approval_status_change, each with its audit row id as the event id. Resumable: Last-Event-ID (or ?after=ID) sends what came after that id; without either, from now. The stream stays open while its token is in force: once the token is revoked or expires, a last `token_ended` event (data: {\"error\": …}) and the end, within about a second, the connection closed. A token holds at most --max-streams-per-token streams and long polls open.",
+    params(
+        ("after" = Option<usize>, Query),
+        ("Last-Event-ID" = Option<String>, Header, nullable = false),
+    ),
+    responses(
+        (status = 200, description = "the stream", body = String, content_type = "text/event-stream"),
+        (status = 400, description = BAD_INPUT, body = ErrorBody),
+        (status = 401, description = NO_TOKEN, body = ErrorBody),
+        (status = 403, description = ROLE, body = ErrorBody),
+        (status = 429, description = HELD_OFF_OR_STREAMS, body = ErrorBody),
+        (status = 503, description = STORE_DOWN, body = ErrorBody),
+    )
+)]
 pub(super) async fn events(
     State(s): State<Arc<Server>>,
     Reader(c): Reader,

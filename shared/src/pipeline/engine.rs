@@ -13,6 +13,7 @@ use serde_json::Value;
 use std::collections::BTreeMap;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum StepStatus {
     Pending,
@@ -48,6 +49,7 @@ impl StepStatus {
 
 /// One visit of a node.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Step {
     pub node: String,
     pub iteration: u32,
@@ -77,6 +79,7 @@ pub struct Step {
 
 /// A running (or asked) step's whereabouts.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct StepRun {
     pub host: String,
     pub started_at: String,
@@ -127,6 +130,7 @@ impl Step {
 
 /// What the runner saw of a step it ran or asked.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema), schema(as = StepOutcome))]
 #[serde(tag = "outcome", rename_all = "snake_case")]
 pub enum Outcome {
     /// A task's or gate's command ended with `code` (and sent `result`).

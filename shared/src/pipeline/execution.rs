@@ -6,6 +6,7 @@ use serde::{Deserialize, Serialize};
 
 /// How an execution stands, as its row says.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum ExecutionState {
     Running,

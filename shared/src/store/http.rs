@@ -6,7 +6,8 @@
 //! session returned it. The server checks what a runner may do: only runs its token started,
 //! approvals of those runs, expiry always a rejection; a runner token never decides. Facts
 //! only this host knows (is pid P with start time S still running?) are sent with the
-//! prompt ([`Fact`]), for the runs of this token on this host the server lists first.
+//! prompt ([`Fact`]), for the runs of this token on this host the server lists first. The
+//! bodies are [`crate::wire`]'s, which the server sends and reads too.
 //!
 //! The server down: calls fail within the client's timeout, the shim carries on as with any
 //! store it cannot reach, and the final rows it could not write wait in the host's spool,
@@ -24,7 +25,11 @@ use crate::paths::StatePaths;
 use crate::remote::{CallError, Client, Remote, encode};
 use crate::rules::{HostFacts, Liveness};
 use crate::runs::ToolRun;
-use serde::{Deserialize, Serialize};
+use crate::wire::{
+    AutoApprovalCall, CooperativeCall, DeliverCall, ExpireCall, Fact, LiveRun, Mark, PromptCall,
+    RecordCall,
+};
+use serde::Serialize;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
@@ -34,74 +39,6 @@ pub const CALL_TIMEOUT: Duration = Duration::from_secs(5);
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 /// How long the server holds a long poll of the change mark open.
 pub const LONG_POLL: Duration = Duration::from_secs(20);
-
-/// `POST /api/v1/runner/record`.
-#[derive(Debug, Serialize, Deserialize)]
-pub struct RecordCall {
-    pub run_id: String,
-    pub writes: Vec<RunWrite>,
-    pub actor: String,
-    pub row_may_exist: bool,
-}
-
-/// What this host says about one of its processes.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct Fact {
-    pub pid: i32,
-    pub start_time: Option<u64>,
-    pub liveness: Liveness,
-}
-
-/// `POST /api/v1/runner/prompt`.
-#[derive(Debug, Serialize, Deserialize)]
-pub struct PromptCall {
-    pub who: Asker,
-    pub req: PromptRequest,
-    /// The asking host's name, as its runs record it.
-    pub host: String,
-    /// Its word on the processes of the runs `GET /api/v1/runner/live` listed.
-    pub facts: Vec<Fact>,
-}
-
-/// `POST /api/v1/runner/cooperative`.
-#[derive(Debug, Serialize, Deserialize)]
-pub struct CooperativeCall {
-    pub who: Asker,
-    pub req: CooperativeRequest,
-    pub ttl: Option<Duration>,
-    pub on_expire: OnExpire,
-}
-
-/// `POST /api/v1/runner/auto-approval`.
-#[derive(Debug, Serialize, Deserialize)]
-pub struct AutoApprovalCall {
-    pub who: Asker,
-    pub approval_id: String,
-    pub value: String,
-    pub resumed_from: Option<String>,
-}
-
-/// `POST /api/v1/runner/deliver`: a final row from the host's spool; `gone`: its shim no
-/// longer runs (else the server leaves a live row alone).
-#[derive(Debug, Serialize, Deserialize)]
-pub struct DeliverCall {
-    pub run: ToolRun,
-    pub gone: bool,
-}
-
-/// One of the token's live runs on a host (`GET /api/v1/runner/live?host=`).
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct LiveRun {
-    pub tool_run_id: String,
-    pub shim_pid: Option<i64>,
-    pub shim_start_time: Option<i64>,
-}
-
-/// The change mark (`GET /api/v1/mark`).
-#[derive(Debug, Clone, Copy, Serialize, Deserialize)]
-pub struct Mark {
-    pub mark: u64,
-}
 
 /// A runner's first row as the server keeps it: `metadata.runner` names the token (no
 /// worker resumes such a run: `rules::not_ours`), and none of the metadata that would hand
@@ -363,7 +300,7 @@ impl RunnerStore for HttpRunner {
     }
 
     fn expire_due(&mut self) -> StoreResult<Done<Vec<Approval>>> {
-        self.post("expire", &serde_json::json!({}))
+        self.post("expire", &ExpireCall {})
     }
 
     /// The mark the doorbell's long poll last saw while it is polling (a waiting shim looks

@@ -8,7 +8,7 @@
 //! [`Decider`] says. What only the server's host can do (reconcile, gc, the worker's
 //! claims, remembered decisions, the audit chain's checks) is
 //! [`StoreError::NotRemote`]. Answers carry no [`Effects`](super::Effects): the server logs
-//! the events on its host.
+//! the events on its host. The bodies are [`crate::wire`]'s, which the server sends.
 
 use super::{Counts, Done, OperatorStore, StoreResult};
 use crate::approvals::{Approval, ApprovalFilter, DecideOutcome, Decider, InvalidValue};
@@ -18,7 +18,10 @@ use crate::db::StoreError;
 use crate::remote::{CallError, Client, Remote, encode};
 use crate::runs::{RunFilter, ToolRun};
 use crate::status::{ApprovalStatus, RunStatus};
-use serde::{Deserialize, Serialize};
+use crate::wire::{
+    ApprovalView, ApprovalsBody, AuditBody, CancelBody, CancelKind, CancelRequest, CountsBody,
+    DecideRequest, ErrorBody, IdsBody, Mark, RunDetail, RunsBody,
+};
 use serde_json::Value;
 use std::io::Write;
 use std::time::Duration;
@@ -29,142 +32,6 @@ pub const CALL_TIMEOUT: Duration = Duration::from_secs(30);
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 /// The most rows one listing asks for (the API's bound): `--limit 0` is at most this many.
 pub const LIST_LIMIT: usize = 10_000;
-
-/// `GET /api/v1/ids`.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct IdsBody {
-    pub ids: Vec<String>,
-}
-
-/// How many runs are in one status.
-#[derive(Debug, Clone, Copy, Serialize, Deserialize)]
-pub struct StatusCount {
-    pub status: RunStatus,
-    pub count: i64,
-}
-
-/// `GET /api/v1/counts`: [`Counts`] as JSON.
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
-pub struct CountsBody {
-    /// Every run by status (only when `since` was given).
-    pub totals: Vec<StatusCount>,
-    /// Runs that have not ended, by status.
-    pub live: Vec<StatusCount>,
-    /// Failed runs since `since`.
-    pub failed_recent: i64,
-    /// Runs ended by the stall timeout since `since`.
-    pub stalled_recent: i64,
-    /// Pending approvals.
-    pub pending: i64,
-    /// Of those, how many expire within `soon`.
-    pub expiring: i64,
-}
-
-fn counted(list: &[(RunStatus, i64)]) -> Vec<StatusCount> {
-    list.iter()
-        .map(|&(status, count)| StatusCount { status, count })
-        .collect()
-}
-
-impl From<Counts> for CountsBody {
-    fn from(c: Counts) -> Self {
-        CountsBody {
-            totals: counted(&c.totals),
-            live: counted(&c.live),
-            failed_recent: c.failed_recent,
-            stalled_recent: c.stalled_recent,
-            pending: c.pending.0,
-            expiring: c.pending.1,
-        }
-    }
-}
-
-impl From<CountsBody> for Counts {
-    fn from(b: CountsBody) -> Self {
-        let pairs = |l: Vec<StatusCount>| l.into_iter().map(|s| (s.status, s.count)).collect();
-        Counts {
-            totals: pairs(b.totals),
-            live: pairs(b.live),
-            failed_recent: b.failed_recent,
-            stalled_recent: b.stalled_recent,
-            pending: (b.pending, b.expiring),
-        }
-    }
-}
-
-/// An audit row as the API serves it.
-#[derive(Debug, Deserialize)]
-struct AuditJson {
-    id: i64,
-    at: String,
-    event: String,
-    tool_run_id: Option<String>,
-    approval_id: Option<String>,
-    actor: String,
-    data: String,
-    prev_hash: String,
-    hash: String,
-}
-
-impl From<AuditJson> for AuditRow {
-    fn from(a: AuditJson) -> Self {
-        AuditRow {
-            id: a.id,
-            at: a.at,
-            event: a.event,
-            tool_run_id: a.tool_run_id,
-            approval_id: a.approval_id,
-            actor: a.actor,
-            data: a.data,
-            prev_hash: a.prev_hash,
-            hash: a.hash,
-        }
-    }
-}
-
-/// `GET /api/v1/runs/{id}/audit`, `GET /api/v1/approvals/{id}/audit`.
-#[derive(Debug, Deserialize)]
-struct AuditBody {
-    audit: Vec<AuditJson>,
-}
-
-#[derive(Debug, Deserialize)]
-struct RunsBody {
-    runs: Vec<ToolRun>,
-}
-
-#[derive(Debug, Deserialize)]
-struct ApprovalsBody {
-    approvals: Vec<Approval>,
-}
-
-/// A run as `GET /api/v1/runs/{id}` serves it: its row and its output tail.
-#[derive(Debug)]
-struct RunBody {
-    run: ToolRun,
-    output_tail: Option<String>,
-}
-
-impl<'de> Deserialize<'de> for RunBody {
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        let mut v = Value::deserialize(d)?;
-        let output_tail = v
-            .as_object_mut()
-            .and_then(|o| o.remove("output_tail"))
-            .and_then(|t| t.as_str().map(str::to_owned));
-        let run = ToolRun::deserialize(v).map_err(serde::de::Error::custom)?;
-        Ok(RunBody { run, output_tail })
-    }
-}
-
-/// `POST /api/v1/runs/{id}/cancel`.
-#[derive(Debug, Deserialize)]
-struct CancelBody {
-    outcome: String,
-    run: ToolRun,
-    #[serde(default)]
-    shim_pid: Option<i64>,
-}
 
 /// The query string of `pairs` whose value is set (`?a=1&b=2`, or nothing).
 fn query(pairs: &[(&str, Option<String>)]) -> String {
@@ -239,7 +106,7 @@ impl HttpOperator {
         }
     }
 
-    fn run_with_tail(&self, tool_run_id: &str, tail: usize) -> StoreResult<Option<RunBody>> {
+    fn run_with_tail(&self, tool_run_id: &str, tail: usize) -> StoreResult<Option<RunDetail>> {
         self.get_opt(&format!(
             "/api/v1/runs/{}?tail={}",
             encode(tool_run_id),
@@ -250,10 +117,7 @@ impl HttpOperator {
 
 /// The server's error message in an error answer's body.
 fn body_error(body: &Value) -> String {
-    body.get("error")
-        .and_then(Value::as_str)
-        .unwrap_or("refused")
-        .to_owned()
+    ErrorBody::read(body).map_or_else(|| "refused".to_owned(), |e| e.error)
 }
 
 impl OperatorStore for HttpOperator {
@@ -263,7 +127,7 @@ impl OperatorStore for HttpOperator {
     }
 
     fn change_mark(&mut self) -> StoreResult<u64> {
-        Ok(self.get::<super::http::Mark>("/api/v1/mark")?.mark)
+        Ok(self.get::<Mark>("/api/v1/mark")?.mark)
     }
 
     fn ids_starting_with(&mut self, prefix: &str, limit: usize) -> StoreResult<Vec<String>> {
@@ -334,13 +198,15 @@ impl OperatorStore for HttpOperator {
     fn output_tail(&mut self, tool_run_id: &str, lines: usize) -> StoreResult<Option<String>> {
         Ok(Some(
             self.run_with_tail(tool_run_id, lines)?
-                .and_then(|b| b.output_tail)
+                .map(|b| b.output_tail)
                 .unwrap_or_default(),
         ))
     }
 
     fn approval(&mut self, approval_id: &str) -> StoreResult<Option<Approval>> {
-        self.get_opt(&format!("/api/v1/approvals/{}", encode(approval_id)))
+        Ok(self
+            .get_opt::<ApprovalView>(&format!("/api/v1/approvals/{}", encode(approval_id)))?
+            .map(|v| v.approval))
     }
 
     fn approvals(&mut self, filter: &ApprovalFilter) -> StoreResult<Vec<Approval>> {
@@ -361,7 +227,10 @@ impl OperatorStore for HttpOperator {
         ]);
         Ok(self
             .get::<ApprovalsBody>(&format!("/api/v1/approvals{q}"))?
-            .approvals)
+            .approvals
+            .into_iter()
+            .map(|v| v.approval)
+            .collect())
     }
 
     /// Decided by the token's name over `http` (the server's rule, not `who.by`); a 409 is
@@ -373,20 +242,24 @@ impl OperatorStore for HttpOperator {
         who: &Decider<'_>,
     ) -> StoreResult<Done<DecideOutcome>> {
         let path = format!("/api/v1/approvals/{}/decide", encode(approval_id));
-        let body = serde_json::json!({ "value": value, "comment": who.comment });
-        let answer = self.client()?.post::<Approval>(&path, &body);
+        let body = DecideRequest {
+            value: value.to_owned(),
+            comment: who.comment.map(str::to_owned),
+            version: None,
+        };
+        let answer = self.client()?.post::<ApprovalView>(&path, &body);
         let outcome = match answer {
-            Ok(a) => DecideOutcome::Decided(Box::new(a)),
+            Ok(v) => DecideOutcome::Decided(Box::new(v.approval)),
             Err(CallError::Status { status: 404, .. }) => DecideOutcome::NotFound,
             Err(CallError::Status { status: 422, body }) => {
-                let valid = body
-                    .get("valid")
-                    .and_then(|v| serde_json::from_value::<Vec<String>>(v.clone()).ok())
+                let e = ErrorBody::read(&body);
+                let valid = e
+                    .as_ref()
+                    .and_then(|e| e.field::<Vec<String>>("valid"))
                     .unwrap_or_default();
-                let note = body
-                    .get("note")
-                    .and_then(|n| n.as_str())
-                    .map(crate::sanitize::sanitize_line)
+                let note = e
+                    .and_then(|e| e.field::<String>("note"))
+                    .map(|n| crate::sanitize::sanitize_line(&n))
                     .unwrap_or_default();
                 DecideOutcome::Invalid(InvalidValue {
                     value: value.to_owned(),
@@ -395,16 +268,16 @@ impl OperatorStore for HttpOperator {
                 })
             }
             Err(CallError::Status { status: 409, body }) => {
-                let shown = body
-                    .get("approval")
-                    .and_then(|a| serde_json::from_value::<Approval>(a.clone()).ok());
+                let e = ErrorBody::read(&body);
+                let shown = e.as_ref().and_then(|e| e.field::<ApprovalView>("approval"));
                 let a = match shown {
-                    Some(a) => a,
+                    Some(v) => v.approval,
                     None => self.approval(approval_id)?.ok_or_else(|| {
                         StoreError::Remote(format!("{}: {}", self.url, body_error(&body)))
                     })?,
                 };
-                let unchanged = body.get("outcome").and_then(Value::as_str) == Some("unchanged");
+                let unchanged =
+                    e.and_then(|e| e.field::<String>("outcome")).as_deref() == Some("unchanged");
                 if unchanged && a.status != ApprovalStatus::Pending {
                     DecideOutcome::AlreadySame(Box::new(a))
                 } else {
@@ -426,9 +299,11 @@ impl OperatorStore for HttpOperator {
         _who: &Decider<'_>,
     ) -> StoreResult<Done<CancelOutcome>> {
         let path = format!("/api/v1/runs/{}/cancel", encode(tool_run_id));
-        let body = serde_json::json!({ "reason": reason });
+        let body = CancelRequest {
+            reason: reason.map(str::to_owned),
+        };
         let outcome = match self.client()?.post::<CancelBody>(&path, &body) {
-            Ok(c) if c.outcome == "signalled" => CancelOutcome::Signalled {
+            Ok(c) if c.outcome == CancelKind::Signalled => CancelOutcome::Signalled {
                 shim_pid: c
                     .shim_pid
                     .or(c.run.shim_pid)
@@ -441,9 +316,7 @@ impl OperatorStore for HttpOperator {
             },
             Err(CallError::Status { status: 404, .. }) => CancelOutcome::NotFound,
             Err(CallError::Status { status: 409, body }) => {
-                let shown = body
-                    .get("run")
-                    .and_then(|r| serde_json::from_value::<ToolRun>(r.clone()).ok());
+                let shown = ErrorBody::read(&body).and_then(|e| e.field::<ToolRun>("run"));
                 let run = match shown {
                     Some(r) => r,
                     None => self.run(tool_run_id)?.ok_or_else(|| {
@@ -508,20 +381,6 @@ mod tests {
         );
         assert_eq!(limit(None).as_deref(), Some("10000"));
         assert_eq!(limit(Some(0)).as_deref(), Some("1"));
-    }
-
-    #[test]
-    fn counts_go_through_json_unchanged() {
-        let c = Counts {
-            totals: vec![(RunStatus::Completed, 3), (RunStatus::Failed, 1)],
-            live: vec![(RunStatus::Running, 2)],
-            failed_recent: 1,
-            stalled_recent: 0,
-            pending: (4, 1),
-        };
-        let json = serde_json::to_string(&CountsBody::from(c.clone())).unwrap();
-        let back: CountsBody = serde_json::from_str(&json).unwrap();
-        assert_eq!(Counts::from(back), c);
     }
 
     #[test]
