@@ -49,32 +49,17 @@ const INTERPRETERS: &[&str] = &[
 ];
 
 /// What a command runs, as one digest: the resolved executable and, for an interpreter,
-/// the script it is given (resolved against `cwd`). Made from each file's identity —
-/// device, inode, size, modification and change times — which changes with any write or
-/// replacement of the file (`ctime` cannot be set back by its owner), without reading
-/// the file: a 100 MB binary costs two `stat` calls, not a second of hashing on the prompt
-/// path. `None` when the executable cannot be looked at.
+/// the script it is given (resolved against `cwd`). Made from each file's contents (SHA-256),
+/// so the same tool is the same on every host and in every fresh copy — an ephemeral CI
+/// runner installs it anew for each job, with new inodes and times — and any change to a
+/// byte is a new tool. Read once per run, when it first asks, on the store's thread (off
+/// the output path). `None` when the executable cannot be read.
 pub fn tool(
     executable: &std::path::Path,
     argv: &[String],
     cwd: &std::path::Path,
 ) -> Option<String> {
-    use std::os::unix::fs::MetadataExt;
-    let identity = |p: &std::path::Path| {
-        std::fs::metadata(p).ok().map(|m| {
-            format!(
-                "{}:{}:{}:{}.{}:{}.{}",
-                m.dev(),
-                m.ino(),
-                m.size(),
-                m.mtime(),
-                m.mtime_nsec(),
-                m.ctime(),
-                m.ctime_nsec()
-            )
-        })
-    };
-    let exe = identity(executable)?;
+    let exe = contents(executable)?;
     let name = executable
         .file_name()
         .and_then(|n| n.to_str())
@@ -85,9 +70,26 @@ pub fn tool(
         .flatten()
         .map(|s| cwd.join(s))
         .filter(|p| p.is_file())
-        .and_then(|p| identity(&p).map(|id| format!("{}={id}", p.display())))
+        .and_then(|p| contents(&p).map(|id| format!("{}={id}", p.display())))
         .unwrap_or_default();
-    Some(digest("tool/v1", &[&exe, &script]))
+    Some(digest("tool/v2", &[&exe, &script]))
+}
+
+/// The SHA-256 of a file's bytes, read in blocks; `None` when it cannot be read.
+fn contents(path: &std::path::Path) -> Option<String> {
+    use std::io::Read;
+    let mut f = std::fs::File::open(path).ok()?;
+    let mut hash = Sha256::new();
+    let mut buf = vec![0u8; 1 << 16];
+    loop {
+        match f.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => hash.update(&buf[..n]),
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(_) => return None,
+        }
+    }
+    Some(hex(&hash.finalize()))
 }
 
 /// What the operator saw of a prompt: the screen above the question, and the question.
@@ -332,6 +334,35 @@ pub fn runner(token: &str, client: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The same bytes are the same tool in a fresh copy (a new runner: new inode and
+    /// times); one changed byte, of the executable or of an interpreter's script, is not.
+    #[test]
+    fn a_tool_is_its_contents_wherever_it_is_copied() {
+        let dir = tempfile::tempdir().unwrap();
+        let (a, b) = (dir.path().join("a"), dir.path().join("b"));
+        std::fs::create_dir_all(&a).unwrap();
+        std::fs::create_dir_all(&b).unwrap();
+        for d in [&a, &b] {
+            std::fs::write(d.join("tf"), "#!/bin/sh\necho apply\n").unwrap();
+            std::fs::write(d.join("deploy.sh"), "echo v1\n").unwrap();
+        }
+        let argv = |s: &str| vec!["sh".to_owned(), s.to_owned()];
+        let sh = std::path::Path::new("/bin/sh");
+        assert_eq!(
+            tool(&a.join("tf"), &[], &a),
+            tool(&b.join("tf"), &[], &b),
+            "a copy is the same tool"
+        );
+        assert_eq!(tool(sh, &argv("deploy.sh"), &a).map(|d| d.len()), Some(64));
+        std::fs::write(b.join("tf"), "#!/bin/sh\necho APPLY\n").unwrap();
+        assert_ne!(tool(&a.join("tf"), &[], &a), tool(&b.join("tf"), &[], &b));
+        // An interpreter's script: its path and contents count.
+        let before = tool(sh, &argv("deploy.sh"), &a);
+        std::fs::write(a.join("deploy.sh"), "echo v2\n").unwrap();
+        assert_ne!(before, tool(sh, &argv("deploy.sh"), &a));
+        assert_eq!(tool(&dir.path().join("missing"), &[], &a), None);
+    }
 
     #[test]
     fn screens_differ_by_digits_but_not_by_clocks_spacing_or_spinners() {
