@@ -138,6 +138,15 @@ impl StatePaths {
         let default_root = xdg_dir(env, "XDG_STATE_HOME", ".local/state")
             .map(|d| d.join("headless-run"))
             .ok();
+        // Through a `monitor serve` server, an operator reaches it from anywhere with a
+        // token of their own (HEADLESS_RUN_TOKEN or `monitor login`), never this runner's,
+        // and nothing of this host's state dir (on an ephemeral runner it is gone anyway).
+        if let Some(server) = &self.server {
+            return format!(
+                "monitor --server {}",
+                crate::shell::quote(server.trim_end_matches('/'))
+            );
+        }
         // On the PostgreSQL store an operator uses their own login (their HEADLESS_RUN_DB),
         // never the runner's URL, and no state dir of this host.
         if self.store_url.is_some() {
@@ -459,6 +468,15 @@ mod tests {
         assert_eq!(
             db_elsewhere.monitor_command(&env),
             "HEADLESS_RUN_DB=/data/hr.db monitor --state-dir '/srv/ci state'"
+        );
+        // Through a server: that server, from wherever the operator is; no state dir.
+        let through = StatePaths {
+            server: Some("https://hr.example:8443/".into()),
+            ..db_elsewhere
+        };
+        assert_eq!(
+            through.monitor_command(&env),
+            "monitor --server https://hr.example:8443"
         );
     }
 
