@@ -1300,19 +1300,24 @@ pub fn chromium_bin() -> PathBuf {
     need("chromium", "chromium")
 }
 
-/// A minimal Debian root (debootstrap's minbase, with systemd), made once and kept: what
-/// the package's test copies and installs the .deb into. Needs root and Debian's mirror.
+/// A minimal Debian root (debootstrap's minbase, with systemd, and curl and sudo as a CI
+/// runner's image has them), made once and kept: what the package's and the CI examples'
+/// tests copy and install the .deb into. Needs root and Debian's mirror.
 pub fn debian_root() -> PathBuf {
     static LOCK: Mutex<()> = Mutex::new(());
     let _one = LOCK.lock().unwrap_or_else(|e| e.into_inner());
     need("debootstrap", "debootstrap");
-    installed_in_place("debian-root-1", |dir| {
+    installed_in_place("debian-root-2", |dir| {
         run_install(
             Command::new("debootstrap")
-                .args(["--variant=minbase", "--include=systemd", "bookworm"])
+                .args([
+                    "--variant=minbase",
+                    "--include=systemd,curl,ca-certificates,sudo",
+                    "bookworm",
+                ])
                 .arg(dir)
                 .arg("http://deb.debian.org/debian"),
-            "debootstrap --variant=minbase --include=systemd bookworm",
+            "debootstrap --variant=minbase --include=systemd,curl,ca-certificates,sudo bookworm",
         )
     })
 }
