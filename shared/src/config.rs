@@ -556,6 +556,39 @@ pub struct NotifyConfig {
     pub timeout: Option<Limit>,
 }
 
+/// `[[webhooks]]`: where `monitor serve` posts each approval asked and decided.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WebhookConfig {
+    /// The receiver (`https://…`; `http://` only on loopback). A Slack incoming webhook's
+    /// URL is itself a secret: it is never logged, only its host.
+    pub url: String,
+    /// `json` (the default: the event and the approval row) or `slack` (a message with
+    /// blocks, for a Slack-compatible incoming webhook).
+    #[serde(default)]
+    pub format: WebhookFormat,
+    /// The environment variable of `monitor serve` holding the signing secret: each request
+    /// is then signed (`X-Headless-Run-Signature`, `hr_shared::webhook`).
+    #[serde(default)]
+    pub secret_env: Option<String>,
+    /// Attempts after the first failed one (a connection error, 408, 429 or 5xx), one to
+    /// 60 seconds apart, doubling (default 5).
+    #[serde(default)]
+    pub retries: Option<u32>,
+    /// The web page's public URL, for a link to each approval (`URL/#/approvals/AP-…`).
+    #[serde(default)]
+    pub link: Option<String>,
+}
+
+/// A webhook's body.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum WebhookFormat {
+    #[default]
+    Json,
+    Slack,
+}
+
 /// One configuration file.
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -570,6 +603,9 @@ pub struct ConfigFile {
     pub policies: Vec<PolicyConfig>,
     #[serde(default)]
     pub notify: Option<NotifyConfig>,
+    /// Where `monitor serve` posts approvals. Read from the user's file only.
+    #[serde(default)]
+    pub webhooks: Vec<WebhookConfig>,
     /// The store to record in (`postgres://…`), when not the state dir's SQLite database;
     /// `HEADLESS_RUN_DB` wins over it. Read from the user's file only.
     #[serde(default)]
@@ -726,6 +762,14 @@ impl Config {
             .collect()
     }
 
+    /// The webhooks of every layer (only the user's file may have them).
+    pub fn webhooks(&self) -> Vec<WebhookConfig> {
+        self.layers
+            .iter()
+            .flat_map(|(_, l)| l.webhooks.iter().cloned())
+            .collect()
+    }
+
     /// The notify hook of the most specific layer that has one.
     pub fn notify(&self) -> Option<&NotifyConfig> {
         self.layers
@@ -765,6 +809,9 @@ fn describe_prompts_only(cfg: &mut ConfigFile, file: &Path, text: &str) -> Vec<S
     if cfg.notify.is_some() {
         found.push("notify");
     }
+    if !cfg.webhooks.is_empty() {
+        found.push("webhooks");
+    }
     if cfg.store.is_some() {
         found.push("store");
     }
@@ -773,6 +820,7 @@ fn describe_prompts_only(cfg: &mut ConfigFile, file: &Path, text: &str) -> Vec<S
     }
     cfg.policies.clear();
     cfg.notify = None;
+    cfg.webhooks.clear();
     cfg.store = None;
     cfg.worker = None;
     for settings in std::iter::once(&mut cfg.defaults).chain(cfg.tools.values_mut()) {
@@ -797,7 +845,7 @@ fn describe_prompts_only(cfg: &mut ConfigFile, file: &Path, text: &str) -> Vec<S
         .into_iter()
         .map(|key| {
             format!(
-                "project:{}{}: `{key}` ignored: where runs are recorded, whom a worker trusts and what decides or answers (store, worker, policies, notify, approval_ttl, on_expire, on_prompt, a rule's keys and default) is read only from the user config, never from a project's {PROJECT_FILE}",
+                "project:{}{}: `{key}` ignored: where runs are recorded, whom a worker trusts and what decides or answers (store, worker, policies, notify, webhooks, approval_ttl, on_expire, on_prompt, a rule's keys and default) is read only from the user config, never from a project's {PROJECT_FILE}",
                 file.display(),
                 key_line(text, key).map(|l| format!(":{l}")).unwrap_or_default(),
             )
@@ -1156,6 +1204,42 @@ command = ["/bin/true"]
         let bad = |k: &str| (k == "HEADLESS_RUN_TIMEOUT").then(|| OsString::from("soon"));
         let err = env_settings(&bad).unwrap_err().to_string();
         assert!(err.contains("HEADLESS_RUN_TIMEOUT"), "{err}");
+    }
+
+    /// Webhooks send the approvals (commands, questions) elsewhere: a project file's are
+    /// dropped with a warning; the user's are kept.
+    #[test]
+    fn a_project_file_cannot_bring_webhooks() {
+        let tmp = tempfile::tempdir().unwrap();
+        let user = tmp.path().join("user.toml");
+        std::fs::write(
+            &user,
+            "[[webhooks]]\nurl = \"https://hooks.example/mine\"\nformat = \"slack\"\n",
+        )
+        .unwrap();
+        let proj = tmp.path().join("repo");
+        std::fs::create_dir_all(&proj).unwrap();
+        std::fs::write(
+            proj.join(PROJECT_FILE),
+            "[[webhooks]]\nurl = \"https://attacker.example/x\"\n",
+        )
+        .unwrap();
+        let vars: HashMap<&str, OsString> = [("HEADLESS_RUN_CONFIG", OsString::from(&user))]
+            .into_iter()
+            .collect();
+        let env = |k: &str| vars.get(k).cloned();
+        let cfg = Config::load(&proj, &env).unwrap();
+        let hooks = cfg.webhooks();
+        assert_eq!(hooks.len(), 1, "{hooks:?}");
+        assert_eq!(hooks[0].url, "https://hooks.example/mine");
+        assert_eq!(hooks[0].format, WebhookFormat::Slack);
+        assert!(
+            cfg.warnings
+                .iter()
+                .any(|w| w.contains(".headless-run.toml:1: `webhooks` ignored")),
+            "{:?}",
+            cfg.warnings
+        );
     }
 
     #[test]

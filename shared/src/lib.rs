@@ -40,5 +40,6 @@ pub mod testing;
 pub mod time;
 pub mod tool_path;
 pub mod url;
+pub mod webhook;
 pub mod widget;
 pub mod wire;

@@ -199,6 +199,58 @@ impl std::fmt::Display for CallError {
     }
 }
 
+/// An HTTP client whose calls are limited to `timeout` (connecting to `connect`), trusting
+/// the certificates in `ca` (PEM), else — for `https` — the system's. Any status is an
+/// answer, not an error.
+pub fn agent(
+    ca: Option<&std::path::Path>,
+    https: bool,
+    timeout: Duration,
+    connect: Duration,
+) -> Result<ureq::Agent, String> {
+    let roots = match ca {
+        Some(ca) => {
+            let pem = std::fs::read(ca).map_err(|e| format!("{}: {e}", ca.display()))?;
+            let certs: Vec<_> = ureq::tls::parse_pem(&pem)
+                .filter_map(|p| match p {
+                    Ok(ureq::tls::PemItem::Certificate(c)) => Some(c),
+                    _ => None,
+                })
+                .collect();
+            if certs.is_empty() {
+                return Err(format!("{}: no certificate in it", ca.display()));
+            }
+            certs
+        }
+        None if https => {
+            let found = rustls_native_certs::load_native_certs();
+            found
+                .certs
+                .iter()
+                .map(|c| ureq::tls::Certificate::from_der(c.as_ref()).to_owned())
+                .collect()
+        }
+        None => Vec::new(),
+    };
+    let tls = ureq::tls::TlsConfig::builder()
+        .provider(ureq::tls::TlsProvider::Rustls)
+        .root_certs(ureq::tls::RootCerts::new_with_certs(&roots))
+        .unversioned_rustls_crypto_provider(Arc::new(rustls::crypto::ring::default_provider()))
+        .build();
+    Ok(ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .timeout_global(Some(timeout))
+        .timeout_connect(Some(connect))
+        // A pooled connection is dropped before `monitor serve` closes it (an idle
+        // connection ends at its --header-timeout, 10 s by default): a request sent
+        // just as the server closed it would fail, and ureq does not retry.
+        .max_idle_age(Duration::from_secs(4))
+        .tls_config(tls)
+        .user_agent(concat!("headless-run/", env!("CARGO_PKG_VERSION")))
+        .build()
+        .into())
+}
+
 /// The largest answer read.
 const ANSWER_LIMIT: u64 = 32 * 1024 * 1024;
 
@@ -219,47 +271,12 @@ impl std::fmt::Debug for Client {
 impl Client {
     /// A client of `remote`, each call limited to `timeout` (connecting to `connect`).
     pub fn new(remote: &Remote, timeout: Duration, connect: Duration) -> Result<Client, String> {
-        let roots = match &remote.ca {
-            Some(ca) => {
-                let pem = std::fs::read(ca).map_err(|e| format!("{}: {e}", ca.display()))?;
-                let certs: Vec<_> = ureq::tls::parse_pem(&pem)
-                    .filter_map(|p| match p {
-                        Ok(ureq::tls::PemItem::Certificate(c)) => Some(c),
-                        _ => None,
-                    })
-                    .collect();
-                if certs.is_empty() {
-                    return Err(format!("{}: no certificate in it", ca.display()));
-                }
-                certs
-            }
-            None if remote.url.starts_with("https://") => {
-                let found = rustls_native_certs::load_native_certs();
-                found
-                    .certs
-                    .iter()
-                    .map(|c| ureq::tls::Certificate::from_der(c.as_ref()).to_owned())
-                    .collect()
-            }
-            None => Vec::new(),
-        };
-        let tls = ureq::tls::TlsConfig::builder()
-            .provider(ureq::tls::TlsProvider::Rustls)
-            .root_certs(ureq::tls::RootCerts::new_with_certs(&roots))
-            .unversioned_rustls_crypto_provider(Arc::new(rustls::crypto::ring::default_provider()))
-            .build();
-        let agent: ureq::Agent = ureq::Agent::config_builder()
-            .http_status_as_error(false)
-            .timeout_global(Some(timeout))
-            .timeout_connect(Some(connect))
-            // A pooled connection is dropped before `monitor serve` closes it (an idle
-            // connection ends at its --header-timeout, 10 s by default): a request sent
-            // just as the server closed it would fail, and ureq does not retry.
-            .max_idle_age(Duration::from_secs(4))
-            .tls_config(tls)
-            .user_agent(concat!("headless-run/", env!("CARGO_PKG_VERSION")))
-            .build()
-            .into();
+        let agent = agent(
+            remote.ca.as_deref(),
+            remote.url.starts_with("https://"),
+            timeout,
+            connect,
+        )?;
         Ok(Client {
             agent,
             base: remote.url.clone(),

@@ -48,3 +48,4 @@ mod supervision;
 mod symlink;
 mod terminal;
 mod wait;
+mod webhooks;

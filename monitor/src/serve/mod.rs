@@ -18,6 +18,7 @@ mod runner;
 mod runs;
 mod stream;
 pub mod tokens;
+mod webhooks;
 
 use crate::cli::Ctx;
 use crate::error::{CliError, CliResult};
@@ -315,7 +316,14 @@ pub fn run(ctx: &Ctx, args: Args) -> CliResult {
         }),
         (Some(_), None) => None,
     };
+    // The user's config: its webhooks, checked before anything listens.
+    let cwd = std::env::current_dir().unwrap_or_else(|_| "/".into());
+    let hooks = match hr_shared::config::Config::load(&cwd, &hr_shared::paths::real_env) {
+        Ok(config) => webhooks::hooks(&config.webhooks()).map_err(CliError::usage)?,
+        Err(e) => return Err(CliError::usage(format!("the config: {e}"))),
+    };
     let options = Options {
+        hooks,
         listen: args.listen,
         fail_limit: args.auth_failures,
         streams_per_token: args.max_streams_per_token,
@@ -329,6 +337,8 @@ pub fn run(ctx: &Ctx, args: Args) -> CliResult {
 
 /// How `serve` was asked to serve.
 struct Options {
+    /// Where approvals are posted (`[[webhooks]]`).
+    hooks: Vec<webhooks::Hook>,
     listen: SocketAddr,
     fail_limit: u32,
     streams_per_token: u32,
@@ -379,6 +389,13 @@ async fn serve(
         stopping: std::sync::atomic::AtomicBool::new(false),
         token_cache: Mutex::new(None),
     });
+    if !options.hooks.is_empty() {
+        eprintln!(
+            "monitor serve: posting approvals to {} webhook(s)",
+            options.hooks.len()
+        );
+    }
+    webhooks::spawn(server.clone(), options.hooks);
     let app = router(server.clone());
     let stop = async {
         stopped().await;

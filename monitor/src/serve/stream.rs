@@ -48,7 +48,11 @@ pub(super) fn bell(
 
 impl Server {
     /// Waits up to `most` for the store's bell (at most [`EVENTS_LOOK`] when it has none).
-    async fn next_ring(&self, bell: &mut tokio::sync::watch::Receiver<u64>, most: Duration) {
+    pub(super) async fn next_ring(
+        &self,
+        bell: &mut tokio::sync::watch::Receiver<u64>,
+        most: Duration,
+    ) {
         let _ = tokio::time::timeout(most.min(EVENTS_LOOK), bell.changed()).await;
     }
 }

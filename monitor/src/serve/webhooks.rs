@@ -1,0 +1,258 @@
+//! Webhooks (`[[webhooks]]` in the user's config): each approval asked (`approval.pending`)
+//! and each one no longer waiting (`approval.decided`: decided, expired, withdrawn) is
+//! posted to every configured receiver, as JSON or as a Slack-compatible message, signed
+//! when the hook has a secret (`hr_shared::webhook`), retried with doubling delays on a
+//! connection error, 408, 429 or 5xx. Woken by the store's doorbell; approvals already
+//! there when the server starts are not posted again. The receiver's URL (a Slack URL is a
+//! secret) is never logged, only its host.
+
+use super::*;
+use hr_shared::approvals::{Approval, ApprovalFilter};
+use hr_shared::config::{WebhookConfig, WebhookFormat};
+use hr_shared::status::ApprovalStatus;
+use hr_shared::webhook::{self, Event};
+use std::collections::HashMap;
+use std::time::SystemTime;
+
+/// One receiver, ready to post to.
+#[derive(Clone)]
+pub(super) struct Hook {
+    url: String,
+    /// What the log names it by: scheme and host.
+    label: String,
+    format: WebhookFormat,
+    secret: Option<Vec<u8>>,
+    retries: u32,
+    link: Option<String>,
+    agent: ureq::Agent,
+}
+
+/// The hooks of `configs`, each checked: a URL that is http(s) (plain http on loopback
+/// only), a secret variable that is set. An error names the hook by its host.
+pub(super) fn hooks(configs: &[WebhookConfig]) -> Result<Vec<Hook>, String> {
+    configs
+        .iter()
+        .map(|c| {
+            let label = host_of(&c.url)
+                .ok_or_else(|| format!("webhook {:?}: not an http(s) URL", clip_url(&c.url)))?;
+            let https = c.url.starts_with("https://");
+            if !https && !loopback(&label) {
+                return Err(format!(
+                    "webhook to {label}: plain http only to loopback (the body names commands and decisions)"
+                ));
+            }
+            let secret = match &c.secret_env {
+                Some(var) => Some(
+                    std::env::var(var)
+                        .ok()
+                        .filter(|v| !v.is_empty())
+                        .ok_or_else(|| format!("webhook to {label}: {var} (its secret_env) is not set"))?
+                        .into_bytes(),
+                ),
+                None => None,
+            };
+            let agent = hr_shared::remote::agent(
+                None,
+                https,
+                Duration::from_secs(10),
+                Duration::from_secs(5),
+            )?;
+            Ok(Hook {
+                url: c.url.clone(),
+                label,
+                format: c.format,
+                secret,
+                retries: c.retries.unwrap_or(5),
+                link: c.link.clone(),
+                agent,
+            })
+        })
+        .collect()
+}
+
+/// `scheme://host[:port]` of an http(s) URL.
+fn host_of(url: &str) -> Option<String> {
+    let (scheme, rest) = url.split_once("://")?;
+    if scheme != "http" && scheme != "https" {
+        return None;
+    }
+    let host = rest.split(['/', '?', '#']).next()?;
+    // Credentials in the URL are not shown either.
+    let host = host.rsplit('@').next()?;
+    (!host.is_empty()).then(|| format!("{scheme}://{host}"))
+}
+
+fn clip_url(url: &str) -> String {
+    url.chars().take(24).collect()
+}
+
+fn loopback(label: &str) -> bool {
+    let host = label.split_once("://").map_or(label, |(_, h)| h);
+    let host = host
+        .strip_prefix('[')
+        .and_then(|h| h.split_once(']'))
+        .map_or_else(
+            || host.rsplit_once(':').map_or(host, |(h, _)| h),
+            |(h, _)| h,
+        );
+    host == "localhost"
+        || host
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback())
+}
+
+/// Starts the task that posts to `hooks` while the server runs.
+pub(super) fn spawn(server: Arc<Server>, hooks: Vec<Hook>) {
+    if hooks.is_empty() {
+        return;
+    }
+    tokio::spawn(async move {
+        let mut bell = server.bell.clone();
+        // What each approval was when last looked at; those there at the start are known.
+        let mut seen: HashMap<String, ApprovalStatus> = HashMap::new();
+        let mut first = true;
+        while !server.stopping.load(Ordering::Relaxed) {
+            let filter = ApprovalFilter {
+                limit: Some(1000),
+                ..ApprovalFilter::default()
+            };
+            if let Ok(list) = server
+                .with_store(move |st| st.approvals(&filter).map_err(ApiError::store))
+                .await
+            {
+                for a in list {
+                    let before = seen.insert(a.approval_id.clone(), a.status);
+                    if first || before == Some(a.status) {
+                        continue;
+                    }
+                    let event = match (before, a.status) {
+                        (None, ApprovalStatus::Pending) => Event::Pending,
+                        (_, ApprovalStatus::Pending) => continue,
+                        _ => Event::Decided,
+                    };
+                    for hook in &hooks {
+                        tokio::spawn(deliver(hook.clone(), event, a.clone()));
+                    }
+                }
+                first = false;
+            }
+            server.next_ring(&mut bell, Duration::from_secs(1)).await;
+        }
+    });
+}
+
+/// Posts one event to one hook, retrying as configured.
+async fn deliver(hook: Hook, event: Event, a: Approval) {
+    let link = webhook::approval_link(hook.link.as_deref(), &a);
+    let body = match hook.format {
+        WebhookFormat::Json => {
+            webhook::json_body(event, &a, link.as_deref(), &hr_shared::time::now_rfc3339())
+        }
+        WebhookFormat::Slack => webhook::slack_body(event, &a, link.as_deref()),
+    };
+    let body = serde_json::to_vec(&body).unwrap_or_default();
+    let delivery = webhook::delivery_id(&a);
+    let mut wait = Duration::from_secs(1);
+    for attempt in 0..=hook.retries {
+        let (hook2, body2, delivery2) = (hook.clone(), body.clone(), delivery.clone());
+        let sent = tokio::task::spawn_blocking(move || post(&hook2, event, &delivery2, &body2))
+            .await
+            .unwrap_or_else(|e| Err((true, e.to_string())));
+        match sent {
+            Ok(()) => return,
+            Err((retry, why)) => {
+                let last = !retry || attempt == hook.retries;
+                eprintln!(
+                    "monitor serve: webhook to {}: {} {delivery}: {why}{}",
+                    hook.label,
+                    event.as_str(),
+                    if last {
+                        "; given up".to_owned()
+                    } else {
+                        format!("; again in {}", hr_shared::time::short_duration(wait))
+                    }
+                );
+                if last {
+                    return;
+                }
+            }
+        }
+        tokio::time::sleep(wait).await;
+        wait = (wait * 2).min(Duration::from_secs(60));
+    }
+}
+
+/// One attempt: Ok, or whether to try again and why not.
+fn post(hook: &Hook, event: Event, delivery: &str, body: &[u8]) -> Result<(), (bool, String)> {
+    let mut req = hook
+        .agent
+        .post(&hook.url)
+        .header("Content-Type", "application/json")
+        .header(webhook::EVENT_HEADER, event.as_str())
+        .header(webhook::DELIVERY_HEADER, delivery);
+    if let Some(secret) = &hook.secret {
+        let unix = SystemTime::now()
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs());
+        req = req.header(
+            webhook::SIGNATURE_HEADER,
+            webhook::sign(secret, unix, body).as_str(),
+        );
+    }
+    match req.send(body) {
+        Ok(r) if r.status().is_success() => Ok(()),
+        Ok(r) => {
+            let code = r.status().as_u16();
+            Err((
+                matches!(code, 408 | 429) || code >= 500,
+                format!("answered {code}"),
+            ))
+        }
+        Err(e) => Err((true, e.to_string())),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_hook_is_named_by_its_host_and_plain_http_only_to_loopback() {
+        assert_eq!(
+            host_of("https://hooks.slack.com/services/T0/B0/SECRET").as_deref(),
+            Some("https://hooks.slack.com")
+        );
+        assert_eq!(
+            host_of("http://user:pw@127.0.0.1:9/x").as_deref(),
+            Some("http://127.0.0.1:9")
+        );
+        assert_eq!(host_of("ftp://x/y"), None);
+        assert_eq!(host_of("hooks.slack.com"), None);
+        for (url, ok) in [
+            ("http://127.0.0.1:9/h", true),
+            ("http://localhost:9/h", true),
+            ("http://[::1]:9/h", true),
+            ("http://10.0.0.1:9/h", false),
+            ("http://hooks.example/h", false),
+            ("https://hooks.example/h", true),
+        ] {
+            let got = hooks(&[WebhookConfig {
+                url: url.into(),
+                format: WebhookFormat::Json,
+                secret_env: None,
+                retries: None,
+                link: None,
+            }]);
+            assert_eq!(got.is_ok(), ok, "{url}: {:?}", got.err());
+        }
+        let unset = hooks(&[WebhookConfig {
+            url: "https://hooks.example/h".into(),
+            format: WebhookFormat::Slack,
+            secret_env: Some("HR_TEST_WEBHOOK_SECRET_NEVER_SET".into()),
+            retries: None,
+            link: None,
+        }]);
+        let err = unset.err().unwrap();
+        assert!(err.contains("is not set") && !err.contains("/h"), "{err}");
+    }
+}

@@ -1,0 +1,276 @@
+//! Webhooks: what `monitor serve` posts when an approval is asked or decided, and how a
+//! receiver knows it came from here. Pure: the bodies and the signature; sending and
+//! retrying are the server's.
+//!
+//! **Signature.** With a secret, each attempt carries
+//! `X-Headless-Run-Signature: t=UNIX,v1=HEX`, where HEX is HMAC-SHA-256 under the secret of
+//! `UNIX.BODY` (the timestamp, a dot, the exact body bytes). A receiver recomputes it,
+//! compares in constant time, and refuses a timestamp older than a few minutes (a
+//! replayed request); `X-Headless-Run-Delivery` (the same on every retry of one delivery)
+//! lets it drop a delivery it already took. [`verify`] is that check.
+
+use crate::approvals::Approval;
+use hmac::{KeyInit, Mac};
+use serde::Serialize;
+use serde_json::{Value, json};
+
+type HmacSha256 = hmac::Hmac<sha2::Sha256>;
+
+/// The signature header's name.
+pub const SIGNATURE_HEADER: &str = "X-Headless-Run-Signature";
+/// The delivery id's header: one per approval and event, the same on each retry.
+pub const DELIVERY_HEADER: &str = "X-Headless-Run-Delivery";
+/// The event's header (`approval.pending`, `approval.decided`).
+pub const EVENT_HEADER: &str = "X-Headless-Run-Event";
+/// How old a signed timestamp [`verify`] takes by default.
+pub const TOLERANCE_SECS: u64 = 300;
+
+/// What happened to the approval.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub enum Event {
+    /// Asked: waiting for a decision.
+    #[serde(rename = "approval.pending")]
+    Pending,
+    /// Decided (approved, rejected), expired, or withdrawn: no longer waiting.
+    #[serde(rename = "approval.decided")]
+    Decided,
+}
+
+impl Event {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Event::Pending => "approval.pending",
+            Event::Decided => "approval.decided",
+        }
+    }
+}
+
+/// The id of one delivery: the approval and the status it reports.
+pub fn delivery_id(a: &Approval) -> String {
+    format!("{}:{}", a.approval_id, a.status)
+}
+
+/// The link to the approval on the web page, when the server's public URL is known.
+pub fn approval_link(base: Option<&str>, a: &Approval) -> Option<String> {
+    base.map(|b| format!("{}/#/approvals/{}", b.trim_end_matches('/'), a.approval_id))
+}
+
+/// The JSON body: the event, its delivery id, when it was sent, the approval row, and the
+/// link to it.
+pub fn json_body(event: Event, a: &Approval, link: Option<&str>, sent_at: &str) -> Value {
+    json!({
+        "event": event.as_str(),
+        "delivery": delivery_id(a),
+        "sent_at": sent_at,
+        "approval": a,
+        "link": link,
+    })
+}
+
+/// A Slack-compatible message (an incoming webhook's `text` and `blocks`): the question,
+/// the tool and run as context, the options, and a button to the approval when the link is
+/// known. The tool's text is shown as plain text (never Slack markup), control characters
+/// already stripped by the store.
+pub fn slack_body(event: Event, a: &Approval, link: Option<&str>) -> Value {
+    let what = match event {
+        Event::Pending => format!("{} asks: {}", a.tool_name, a.question),
+        Event::Decided => format!(
+            "{} was {}{}: {}",
+            a.approval_id,
+            a.status,
+            a.decided_by
+                .as_deref()
+                .map(|b| format!(" by {b}"))
+                .unwrap_or_default(),
+            a.question
+        ),
+    };
+    let mut context = format!("{} · run {}", a.approval_id, a.tool_run_id);
+    if event == Event::Pending && !a.options_json.is_empty() {
+        let values: Vec<&str> = a.options_json.iter().map(|o| o.value.as_str()).collect();
+        context.push_str(&format!(" · options: {}", values.join(", ")));
+    }
+    let mut blocks = vec![
+        json!({"type": "section", "text": {"type": "plain_text", "text": clip(&what, 2900)}}),
+        json!({"type": "context", "elements": [{"type": "plain_text", "text": clip(&context, 2000)}]}),
+    ];
+    if let (Event::Pending, Some(url)) = (event, link) {
+        blocks.push(json!({
+            "type": "actions",
+            "elements": [{
+                "type": "button",
+                "text": {"type": "plain_text", "text": "Open to decide"},
+                "url": url,
+                "action_id": "open",
+            }],
+        }));
+    }
+    json!({ "text": clip(&what, 3000), "blocks": blocks })
+}
+
+/// At most `n` characters.
+fn clip(s: &str, n: usize) -> String {
+    match s.char_indices().nth(n) {
+        Some((at, _)) => format!("{}…", &s[..at]),
+        None => s.to_owned(),
+    }
+}
+
+/// The signature header's value for `body` sent at `unix` under `secret`.
+pub fn sign(secret: &[u8], unix: u64, body: &[u8]) -> String {
+    format!(
+        "t={unix},v1={}",
+        crate::audit::hex(&mac(secret, unix, body))
+    )
+}
+
+fn mac(secret: &[u8], unix: u64, body: &[u8]) -> Vec<u8> {
+    let mut m = <HmacSha256 as KeyInit>::new_from_slice(secret).expect("HMAC takes any key");
+    m.update(unix.to_string().as_bytes());
+    m.update(b".");
+    m.update(body);
+    m.finalize().into_bytes().to_vec()
+}
+
+/// Why a signed request is refused.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Refused {
+    /// The header is missing or not `t=…,v1=…`.
+    Malformed,
+    /// Signed more than the tolerance before (or after) `now`: a replay, or a clock off.
+    Stale,
+    /// The signature is not this body's under this secret.
+    Forged,
+}
+
+/// Checks a received request: its signature header, its exact body, the receiver's clock
+/// (`now`, UNIX seconds) and how old a request it takes.
+pub fn verify(
+    secret: &[u8],
+    header: &str,
+    body: &[u8],
+    now: u64,
+    tolerance: u64,
+) -> Result<(), Refused> {
+    let mut unix = None;
+    let mut sig = None;
+    for part in header.split(',') {
+        match part.trim().split_once('=') {
+            Some(("t", v)) => unix = v.parse::<u64>().ok(),
+            Some(("v1", v)) => sig = unhex(v),
+            _ => {}
+        }
+    }
+    let (Some(unix), Some(sig)) = (unix, sig) else {
+        return Err(Refused::Malformed);
+    };
+    if now.abs_diff(unix) > tolerance {
+        return Err(Refused::Stale);
+    }
+    let mut m = <HmacSha256 as KeyInit>::new_from_slice(secret).expect("HMAC takes any key");
+    m.update(unix.to_string().as_bytes());
+    m.update(b".");
+    m.update(body);
+    m.verify_slice(&sig).map_err(|_| Refused::Forged)
+}
+
+fn unhex(s: &str) -> Option<Vec<u8>> {
+    if !s.len().is_multiple_of(2) {
+        return None;
+    }
+    (0..s.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(s.get(i..i + 2)?, 16).ok())
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// RFC 4231's test case 2: the MAC is HMAC-SHA-256 as specified.
+    #[test]
+    fn the_mac_is_hmac_sha256() {
+        let mut m = <HmacSha256 as KeyInit>::new_from_slice(b"Jefe").unwrap();
+        m.update(b"what do ya want for nothing?");
+        assert_eq!(
+            crate::audit::hex(&m.finalize().into_bytes()),
+            "5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843"
+        );
+    }
+
+    #[test]
+    fn a_signature_holds_for_its_body_its_time_and_its_secret_only() {
+        let body = br#"{"event":"approval.pending"}"#;
+        let header = sign(b"s3cret", 1_800_000_000, body);
+        assert!(header.starts_with("t=1800000000,v1="), "{header}");
+        assert_eq!(verify(b"s3cret", &header, body, 1_800_000_100, 300), Ok(()));
+        // Another body, another secret, another time in the header: refused.
+        assert_eq!(
+            verify(
+                b"s3cret",
+                &header,
+                br#"{"event":"approval.decided"}"#,
+                1_800_000_000,
+                300
+            ),
+            Err(Refused::Forged)
+        );
+        assert_eq!(
+            verify(b"other", &header, body, 1_800_000_000, 300),
+            Err(Refused::Forged)
+        );
+        let moved = header.replace("t=1800000000", "t=1800000050");
+        assert_eq!(
+            verify(b"s3cret", &moved, body, 1_800_000_050, 300),
+            Err(Refused::Forged)
+        );
+        // Replayed later than the tolerance: stale, whatever the signature.
+        assert_eq!(
+            verify(b"s3cret", &header, body, 1_800_000_301, 300),
+            Err(Refused::Stale)
+        );
+        for bad in ["", "t=1", "v1=00", "t=x,v1=00", "t=1800000000,v1=zz"] {
+            assert_eq!(
+                verify(b"s3cret", bad, body, 1_800_000_000, 300),
+                Err(Refused::Malformed),
+                "{bad}"
+            );
+        }
+    }
+
+    #[test]
+    fn the_slack_message_shows_the_question_as_plain_text_with_a_button_to_the_approval() {
+        let mut a = crate::testing::approval("AP-1", crate::approvals::PromptKind::Text);
+        a.tool_name = "terraform".into();
+        a.question = "Do you want to perform these actions? *bold* <!channel>".into();
+        let link = approval_link(Some("https://hr.example:8443/"), &a);
+        assert_eq!(
+            link.as_deref(),
+            Some("https://hr.example:8443/#/approvals/AP-1")
+        );
+        let m = slack_body(Event::Pending, &a, link.as_deref());
+        assert!(
+            m["text"]
+                .as_str()
+                .unwrap()
+                .starts_with("terraform asks: Do you")
+        );
+        assert_eq!(m["blocks"][0]["text"]["type"], "plain_text");
+        assert_eq!(
+            m["blocks"][2]["elements"][0]["url"],
+            "https://hr.example:8443/#/approvals/AP-1"
+        );
+        // Decided: no button; who decided is said.
+        a.status = crate::status::ApprovalStatus::Approved;
+        a.decided_by = Some("alice".into());
+        let m = slack_body(Event::Decided, &a, link.as_deref());
+        assert_eq!(m["blocks"].as_array().unwrap().len(), 2, "{m}");
+        assert!(
+            m["text"].as_str().unwrap().contains("approved by alice"),
+            "{m}"
+        );
+        let long = "x".repeat(5000);
+        assert_eq!(clip(&long, 3000).chars().count(), 3001);
+    }
+}

@@ -1,0 +1,203 @@
+//! Webhooks (`[[webhooks]]`), posted by `monitor serve` to real local receivers
+//! (`tests/fixtures/webhook_receiver.py`, which checks each signature as the README tells a
+//! receiver to): an approval asked and then decided reaches a JSON receiver — retried
+//! after its first attempt failed — and a Slack-format one, each signed with its own
+//! secret; the server's log names the receivers by host only; a configuration the server
+//! cannot honour is refused before it listens.
+
+use crate::serve::Served;
+use headless_run_e2e::*;
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+/// A receiver on loopback: its URL (with a path that stands for a secret) and its log.
+fn receiver(
+    env: &TestEnv,
+    name: &str,
+    secret: &str,
+    fail_first: bool,
+) -> (Running, String, PathBuf) {
+    let port_file = env.path().join(format!("{name}.port"));
+    let out = env.path().join(format!("{name}.jsonl"));
+    let running = env
+        .command("python3")
+        .arg(fixture("webhook_receiver.py"))
+        .arg(&port_file)
+        .arg(&out)
+        .env("SECRET", secret)
+        .env("FAIL_FIRST", if fail_first { "1" } else { "0" })
+        .timeout(Duration::from_secs(300))
+        .spawn();
+    let end = Instant::now() + Duration::from_secs(30);
+    while !port_file.exists() {
+        assert!(Instant::now() < end, "the receiver did not start");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let port = std::fs::read_to_string(&port_file).unwrap();
+    let url = format!("http://127.0.0.1:{port}/services/T000/B000/{name}-path-secret");
+    (running, url, out)
+}
+
+/// The receiver's log once `done` holds of it (within a minute).
+fn received(out: &Path, done: impl Fn(&[Value]) -> bool) -> Vec<Value> {
+    let end = Instant::now() + Duration::from_secs(60);
+    loop {
+        let lines: Vec<Value> = std::fs::read_to_string(out)
+            .unwrap_or_default()
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        if done(&lines) {
+            return lines;
+        }
+        assert!(Instant::now() < end, "not received: {lines:#?}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+fn config(env: &TestEnv, text: &str) -> PathBuf {
+    use std::os::unix::fs::PermissionsExt;
+    let file = env.path().join("webhooks.toml");
+    std::fs::write(&file, text).unwrap();
+    std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o600)).unwrap();
+    file
+}
+
+#[test]
+fn approvals_asked_and_decided_are_posted_signed_and_retried() {
+    let env = TestEnv::new();
+    let (json_rx, json_url, json_out) = receiver(&env, "json", "s3cret-one", true);
+    let (slack_rx, slack_url, slack_out) = receiver(&env, "slack", "s3cret-two", false);
+    let file = config(
+        &env,
+        &format!(
+            "[[webhooks]]\nurl = \"{json_url}\"\nsecret_env = \"HR_HOOK_ONE\"\nlink = \"https://hr.example:8443\"\n\n\
+             [[webhooks]]\nurl = \"{slack_url}\"\nformat = \"slack\"\nsecret_env = \"HR_HOOK_TWO\"\nlink = \"https://hr.example:8443\"\n"
+        ),
+    );
+    let file_s = file.to_string_lossy().to_string();
+    let served = Served::start_with(
+        &env,
+        &[
+            ("HEADLESS_RUN_CONFIG", &file_s),
+            ("HR_HOOK_ONE", "s3cret-one"),
+            ("HR_HOOK_TWO", "s3cret-two"),
+        ],
+    );
+
+    // A question: posted as pending to both.
+    std::fs::write(env.work().join("f"), "x").unwrap();
+    env.shim()
+        .args(["--", "rm", "-i", "f"])
+        .run()
+        .expect_code(90);
+    let ap = env.pending_approval();
+    let id = ap["approval_id"].as_str().unwrap().to_owned();
+    let json = received(&json_out, |l| l.iter().any(|r| r["status"] == 200));
+    // The first attempt failed (500); the same delivery came again, signed anew, and held.
+    assert_eq!(json[0]["status"], 500, "{json:#?}");
+    assert_eq!(json[1]["delivery"], json[0]["delivery"], "{json:#?}");
+    assert_eq!(json[1]["attempt"], 2, "{json:#?}");
+    for r in &json {
+        assert_eq!(r["signature"], "ok", "{r}");
+        assert_eq!(r["event"], "approval.pending", "{r}");
+    }
+    let body = &json[1]["body"];
+    assert_eq!(body["event"], "approval.pending");
+    assert_eq!(body["approval"]["approval_id"], id.as_str());
+    assert_eq!(body["approval"]["question"], ap["question"]);
+    assert_eq!(
+        body["link"],
+        format!("https://hr.example:8443/#/approvals/{id}")
+    );
+    assert_eq!(body["delivery"], format!("{id}:pending"));
+    let slack = received(&slack_out, |l| !l.is_empty());
+    assert_eq!(slack[0]["signature"], "ok", "{slack:#?}");
+    let msg = &slack[0]["body"];
+    assert!(
+        msg["text"].as_str().unwrap().starts_with("rm asks: "),
+        "{msg}"
+    );
+    assert_eq!(msg["blocks"][0]["text"]["type"], "plain_text", "{msg}");
+    assert_eq!(
+        msg["blocks"][2]["elements"][0]["url"],
+        format!("https://hr.example:8443/#/approvals/{id}")
+    );
+
+    // Decided: posted as decided, with who decided.
+    env.decide(&id, "y").expect_code(0);
+    let json = received(&json_out, |l| {
+        l.iter()
+            .any(|r| r["event"] == "approval.decided" && r["status"] == 200)
+    });
+    let decided = json
+        .iter()
+        .find(|r| r["event"] == "approval.decided" && r["status"] == 200)
+        .unwrap();
+    assert_eq!(
+        decided["body"]["approval"]["status"], "approved",
+        "{decided}"
+    );
+    assert_eq!(decided["delivery"], format!("{id}:approved"));
+    let slack = received(&slack_out, |l| l.len() >= 2);
+    assert!(
+        slack[1]["body"]["text"]
+            .as_str()
+            .unwrap()
+            .contains(&format!("{id} was approved by ")),
+        "{slack:#?}"
+    );
+    // Nothing else: one pending and one decided delivery each, the JSON one's each tried
+    // twice (its receiver fails every first attempt).
+    assert_eq!(json.len(), 4, "{json:#?}");
+    assert_eq!(slack.len(), 2, "{slack:#?}");
+
+    let out = served.stop();
+    out.expect_code(0);
+    assert!(
+        out.stderr.contains("posting approvals to 2 webhook(s)"),
+        "{}",
+        out.stderr
+    );
+    assert!(
+        out.stderr.contains("webhook to http://127.0.0.1:")
+            && out.stderr.contains("answered 500; again in 1s"),
+        "{}",
+        out.stderr
+    );
+    assert!(!out.stderr.contains("path-secret"), "{}", out.stderr);
+    drop((json_rx, slack_rx));
+}
+
+#[test]
+fn a_webhook_the_server_cannot_honour_is_refused_before_it_listens() {
+    let env = TestEnv::new();
+    for (text, says) in [
+        (
+            "[[webhooks]]\nurl = \"http://10.1.2.3/hook\"\n",
+            "plain http only to loopback",
+        ),
+        (
+            "[[webhooks]]\nurl = \"https://hooks.example/T/SECRET\"\nsecret_env = \"HR_HOOK_UNSET\"\n",
+            "HR_HOOK_UNSET (its secret_env) is not set",
+        ),
+        (
+            "[[webhooks]]\nurl = \"https://hooks.example/T/SECRET\"\nformat = \"teams\"\n",
+            "format",
+        ),
+    ] {
+        let file = config(&env, text);
+        let out = env
+            .monitor()
+            .args(["serve", "--listen", "127.0.0.1:0"])
+            .env("HEADLESS_RUN_CONFIG", &file)
+            .env_remove("HR_HOOK_UNSET")
+            .timeout(Duration::from_secs(30))
+            .run();
+        out.expect_code(2);
+        assert!(out.stderr.contains(says), "{says}: {}", out.stderr);
+        assert!(!out.stderr.contains("listening"), "{}", out.stderr);
+        assert!(!out.stderr.contains("SECRET"), "{}", out.stderr);
+    }
+}
