@@ -849,7 +849,30 @@ fn the_web_page_in_a_real_browser_shows_a_prompt_as_text_and_approves_it() {
         done["outcome"].as_str().unwrap().contains("by alice"),
         "{done}"
     );
-    assert_eq!(done["errors"], serde_json::json!([]), "{done}");
+    // A link to the hostile approval (as a webhook sends), opened afresh at phone size: its
+    // card marked and in view, nothing wider than the screen.
+    let linked = find("linked_id");
+    let ids = find("rm_id");
+    assert_eq!(linked["linked_id"], ids["hostile_id"], "{linked}");
+    let bx = &linked["linked_box"];
+    assert!(
+        bx["y"].as_f64().unwrap() < 844.0 && bx["x"].as_f64().unwrap() >= 0.0,
+        "{linked}"
+    );
+    assert!(
+        bx["x"].as_f64().unwrap() + bx["width"].as_f64().unwrap() <= 390.0,
+        "{linked}"
+    );
+    assert!(linked["page_width"].as_f64().unwrap() <= 390.0, "{linked}");
+    // A link to the approval decided since: the page says what became of it.
+    let note = ids["linked_note"].as_str().unwrap();
+    assert!(
+        note.contains("is approved (by alice): nothing to decide"),
+        "{ids}"
+    );
+    let end = find("errors");
+    assert_eq!(end["errors"], serde_json::json!([]), "{end}");
+    assert_eq!(end["alerts"], serde_json::json!([]), "{end}");
     // The decision reached the waiting tool.
     waiting.wait().expect_code(0);
     assert!(!env.work().join("victim").exists());

@@ -194,11 +194,46 @@ async function refresh() {
     const body = $("runs").tBodies[0];
     body.replaceChildren(...r.runs.map(runRow));
     $("status").textContent = "";
+    focusLinked();
   } catch (e) {
     if (e.status === 401) return logout("That token is not (or no longer) valid.");
     $("status").textContent = "Could not load: " + e.message;
   }
 }
+
+// A link to one approval (`#/approvals/AP-…`, as webhooks and chat messages send): its card
+// is marked and scrolled to; one no longer pending says what became of it.
+async function focusLinked() {
+  const m = /^#\/approvals\/(AP-[0-9A-Za-z]+)$/.exec(location.hash);
+  const note = $("linked");
+  for (const c of document.querySelectorAll(".card.linked")) {
+    if (!m || c.dataset.approval !== m[1]) c.classList.remove("linked");
+  }
+  if (!m) {
+    note.textContent = "";
+    return;
+  }
+  const card = [...document.querySelectorAll(".card")].find((c) => c.dataset.approval === m[1]);
+  if (card) {
+    note.textContent = "";
+    if (!card.classList.contains("linked")) {
+      card.classList.add("linked");
+      card.scrollIntoView({ block: "start" });
+    }
+    return;
+  }
+  // Said once for this link, not at every refresh.
+  if (focusLinked.told === location.hash) return;
+  focusLinked.told = location.hash;
+  try {
+    const a = await api("GET", "/api/v1/approvals/" + encodeURIComponent(m[1]));
+    note.textContent = m[1] + " is " + a.status + (a.decided_by ? " (by " + a.decided_by + ")" : "") +
+      ": nothing to decide.";
+  } catch (e) {
+    note.textContent = m[1] + ": " + e.message;
+  }
+}
+window.addEventListener("hashchange", () => { if (token) focusLinked(); });
 
 // Server-sent events through fetch (EventSource cannot send the bearer header): any event
 // refreshes the lists.
