@@ -580,6 +580,34 @@ pub struct WebhookConfig {
     pub link: Option<String>,
 }
 
+/// `[[email]]`: whom `monitor serve` mails each approval asked.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EmailConfig {
+    /// Recipients (`name@host` or `Name <name@host>`).
+    pub to: Vec<String>,
+    /// The sender.
+    pub from: String,
+    /// The SMTP server: `smtp://HOST[:PORT]` (STARTTLS required; port 587 by default) or
+    /// `smtps://HOST[:PORT]` (TLS from the first byte; 465). Never in clear.
+    pub smtp: String,
+    /// The server's environment variables holding the SMTP login and password, if it
+    /// wants one.
+    #[serde(default)]
+    pub username_env: Option<String>,
+    #[serde(default)]
+    pub password_env: Option<String>,
+    /// CA certificates (PEM) to trust for the SMTP server, instead of the system's.
+    #[serde(default)]
+    pub ca: Option<PathBuf>,
+    /// The web page's public URL, for a link to each approval.
+    #[serde(default)]
+    pub link: Option<String>,
+    /// Attempts after a failed one (default 5), one to 60 seconds apart.
+    #[serde(default)]
+    pub retries: Option<u32>,
+}
+
 /// A webhook's body.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -606,6 +634,9 @@ pub struct ConfigFile {
     /// Where `monitor serve` posts approvals. Read from the user's file only.
     #[serde(default)]
     pub webhooks: Vec<WebhookConfig>,
+    /// Whom `monitor serve` mails approvals. Read from the user's file only.
+    #[serde(default)]
+    pub email: Vec<EmailConfig>,
     /// The store to record in (`postgres://…`), when not the state dir's SQLite database;
     /// `HEADLESS_RUN_DB` wins over it. Read from the user's file only.
     #[serde(default)]
@@ -770,6 +801,14 @@ impl Config {
             .collect()
     }
 
+    /// The e-mail recipients of every layer (only the user's file may have them).
+    pub fn email(&self) -> Vec<EmailConfig> {
+        self.layers
+            .iter()
+            .flat_map(|(_, l)| l.email.iter().cloned())
+            .collect()
+    }
+
     /// The notify hook of the most specific layer that has one.
     pub fn notify(&self) -> Option<&NotifyConfig> {
         self.layers
@@ -812,6 +851,9 @@ fn describe_prompts_only(cfg: &mut ConfigFile, file: &Path, text: &str) -> Vec<S
     if !cfg.webhooks.is_empty() {
         found.push("webhooks");
     }
+    if !cfg.email.is_empty() {
+        found.push("email");
+    }
     if cfg.store.is_some() {
         found.push("store");
     }
@@ -821,6 +863,7 @@ fn describe_prompts_only(cfg: &mut ConfigFile, file: &Path, text: &str) -> Vec<S
     cfg.policies.clear();
     cfg.notify = None;
     cfg.webhooks.clear();
+    cfg.email.clear();
     cfg.store = None;
     cfg.worker = None;
     for settings in std::iter::once(&mut cfg.defaults).chain(cfg.tools.values_mut()) {
@@ -845,7 +888,7 @@ fn describe_prompts_only(cfg: &mut ConfigFile, file: &Path, text: &str) -> Vec<S
         .into_iter()
         .map(|key| {
             format!(
-                "project:{}{}: `{key}` ignored: where runs are recorded, whom a worker trusts and what decides or answers (store, worker, policies, notify, webhooks, approval_ttl, on_expire, on_prompt, a rule's keys and default) is read only from the user config, never from a project's {PROJECT_FILE}",
+                "project:{}{}: `{key}` ignored: where runs are recorded, whom a worker trusts and what decides or answers (store, worker, policies, notify, webhooks, email, approval_ttl, on_expire, on_prompt, a rule's keys and default) is read only from the user config, never from a project's {PROJECT_FILE}",
                 file.display(),
                 key_line(text, key).map(|l| format!(":{l}")).unwrap_or_default(),
             )

@@ -1322,6 +1322,17 @@ pub fn debian_root() -> PathBuf {
     })
 }
 
+/// The SMTP server the e-mail test mails (PyPI), pinned.
+const AIOSMTPD: &str = "aiosmtpd==1.4.6";
+
+/// The `python` of a venv holding aiosmtpd.
+pub fn aiosmtpd_python() -> PathBuf {
+    static LOCK: Mutex<()> = Mutex::new(());
+    let _one = LOCK.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = installed_in_place("aiosmtpd-1", |dir| venv_install(dir, &[AIOSMTPD]));
+    dir.join("bin/python")
+}
+
 /// The API fuzzer the server's tests run (PyPI), pinned.
 const SCHEMATHESIS: &str = "schemathesis==4.32.5";
 

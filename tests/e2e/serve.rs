@@ -109,6 +109,14 @@ impl Served {
     }
 
     /// `http://127.0.0.1:PORT`.
+    /// What the server said on stderr so far.
+    pub(crate) fn stderr_now(&self) -> String {
+        self.proc
+            .as_ref()
+            .map(Running::stderr_now)
+            .unwrap_or_default()
+    }
+
     pub(crate) fn url(&self) -> String {
         format!("http://127.0.0.1:{}", self.port)
     }

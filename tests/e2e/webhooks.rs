@@ -201,3 +201,104 @@ fn a_webhook_the_server_cannot_honour_is_refused_before_it_listens() {
         assert!(!out.stderr.contains("SECRET"), "{}", out.stderr);
     }
 }
+
+/// `[[email]]`: an approval asked is mailed through a real local SMTP server (aiosmtpd)
+/// that takes nothing before STARTTLS and nothing unauthenticated: the message arrives
+/// encrypted, from the configured login, with the question, the options and the link.
+/// Mail to a server whose certificate is not trusted is never sent in clear.
+#[test]
+fn an_approval_is_mailed_over_starttls_with_a_login() {
+    let env = TestEnv::new();
+    let python = aiosmtpd_python();
+    let [ca, cert, key, other_ca] = crate::postgres::certificates(env.path());
+    let port_file = env.path().join("smtp.port");
+    let out = env.path().join("smtp.jsonl");
+    let _smtp = env
+        .command(&python)
+        .arg(fixture("smtp_receiver.py"))
+        .arg(&port_file)
+        .arg(&out)
+        .arg(&cert)
+        .arg(&key)
+        .env("USER_NAME", "hr-mailer")
+        .env("PASSWORD", "mail-s3cret")
+        .timeout(Duration::from_secs(300))
+        .spawn();
+    let end = Instant::now() + Duration::from_secs(30);
+    while !port_file.exists() {
+        assert!(Instant::now() < end, "the SMTP server did not start");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let port = std::fs::read_to_string(&port_file).unwrap();
+    let file = config(
+        &env,
+        &format!(
+            "[[email]]\nto = [\"Ops <ops@example.com>\", \"lead@example.com\"]\nfrom = \"headless-run <hr@example.com>\"\n\
+             smtp = \"smtp://127.0.0.1:{port}\"\nusername_env = \"HR_SMTP_USER\"\npassword_env = \"HR_SMTP_PASSWORD\"\n\
+             ca = \"{}\"\nlink = \"https://hr.example:8443\"\nretries = 1\n\n\
+             [[email]]\nto = [\"nobody@example.com\"]\nfrom = \"hr@example.com\"\nsmtp = \"smtp://127.0.0.1:{port}\"\n\
+             username_env = \"HR_SMTP_USER\"\npassword_env = \"HR_SMTP_PASSWORD\"\nca = \"{}\"\nretries = 0\n",
+            ca.display(),
+            other_ca.display()
+        ),
+    );
+    let file_s = file.to_string_lossy().to_string();
+    let served = Served::start_with(
+        &env,
+        &[
+            ("HEADLESS_RUN_CONFIG", &file_s),
+            ("HR_SMTP_USER", "hr-mailer"),
+            ("HR_SMTP_PASSWORD", "mail-s3cret"),
+        ],
+    );
+    std::fs::write(env.work().join("f"), "x").unwrap();
+    env.shim()
+        .args(["--", "rm", "-i", "f"])
+        .run()
+        .expect_code(90);
+    let ap = env.pending_approval();
+    let id = ap["approval_id"].as_str().unwrap().to_owned();
+    let mail = received(&out, |l| !l.is_empty());
+    assert_eq!(mail.len(), 1, "{mail:#?}");
+    let m = &mail[0];
+    assert_eq!(m["tls"], true, "{m}");
+    assert_eq!(m["login"], "hr-mailer", "{m}");
+    assert_eq!(m["mail_from"], "hr@example.com", "{m}");
+    assert_eq!(
+        m["rcpt_tos"],
+        serde_json::json!(["ops@example.com", "lead@example.com"]),
+        "{m}"
+    );
+    let content = m["content"].as_str().unwrap();
+    assert!(
+        content.contains("Subject: [headless-run] rm asks: rm: remove regular file"),
+        "{content}"
+    );
+    assert!(
+        content.contains("Options: y, n") || content.contains("Options:"),
+        "{content}"
+    );
+    assert!(
+        content.contains(&format!("Decide: https://hr.example:8443/#/approvals/{id}")),
+        "{content}"
+    );
+    // The second mailer trusts another CA: it gives up, and nothing went in clear.
+    let stopped = {
+        let end = Instant::now() + Duration::from_secs(60);
+        loop {
+            let log = served.stderr_now();
+            if log.contains("given up") || Instant::now() > end {
+                break log;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    };
+    assert!(
+        stopped.contains("smtp://127.0.0.1:") && stopped.contains("given up"),
+        "{stopped}"
+    );
+    assert_eq!(received(&out, |_| true).len(), 1);
+    let out = served.stop();
+    out.expect_code(0);
+    assert!(!out.stderr.contains("mail-s3cret"), "{}", out.stderr);
+}

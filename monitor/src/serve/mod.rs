@@ -11,6 +11,7 @@ mod auth;
 mod executions;
 mod limits;
 mod listen;
+mod mail;
 mod metrics;
 mod openapi;
 mod query;
@@ -318,12 +319,17 @@ pub fn run(ctx: &Ctx, args: Args) -> CliResult {
     };
     // The user's config: its webhooks, checked before anything listens.
     let cwd = std::env::current_dir().unwrap_or_else(|_| "/".into());
-    let hooks = match hr_shared::config::Config::load(&cwd, &hr_shared::paths::real_env) {
-        Ok(config) => webhooks::hooks(&config.webhooks()).map_err(CliError::usage)?,
+    let (hooks, mailers) = match hr_shared::config::Config::load(&cwd, &hr_shared::paths::real_env)
+    {
+        Ok(config) => (
+            webhooks::hooks(&config.webhooks()).map_err(CliError::usage)?,
+            mail::mailers(&config.email()).map_err(CliError::usage)?,
+        ),
         Err(e) => return Err(CliError::usage(format!("the config: {e}"))),
     };
     let options = Options {
         hooks,
+        mailers,
         listen: args.listen,
         fail_limit: args.auth_failures,
         streams_per_token: args.max_streams_per_token,
@@ -339,6 +345,8 @@ pub fn run(ctx: &Ctx, args: Args) -> CliResult {
 struct Options {
     /// Where approvals are posted (`[[webhooks]]`).
     hooks: Vec<webhooks::Hook>,
+    /// Whom approvals are mailed to (`[[email]]`).
+    mailers: Vec<mail::Mailer>,
     listen: SocketAddr,
     fail_limit: u32,
     streams_per_token: u32,
@@ -395,7 +403,10 @@ async fn serve(
             options.hooks.len()
         );
     }
-    webhooks::spawn(server.clone(), options.hooks);
+    for m in &options.mailers {
+        eprintln!("monitor serve: mailing approvals through {}", m.label);
+    }
+    webhooks::spawn(server.clone(), options.hooks, options.mailers);
     let app = router(server.clone());
     let stop = async {
         stopped().await;

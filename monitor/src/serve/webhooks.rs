@@ -33,12 +33,13 @@ pub(super) fn hooks(configs: &[WebhookConfig]) -> Result<Vec<Hook>, String> {
     configs
         .iter()
         .map(|c| {
-            let label = host_of(&c.url)
+            let host = host_of(&c.url)
                 .ok_or_else(|| format!("webhook {:?}: not an http(s) URL", clip_url(&c.url)))?;
+            let label = format!("webhook to {host}");
             let https = c.url.starts_with("https://");
-            if !https && !loopback(&label) {
+            if !https && !loopback(&host) {
                 return Err(format!(
-                    "webhook to {label}: plain http only to loopback (the body names commands and decisions)"
+                    "{label}: plain http only to loopback (the body names commands and decisions)"
                 ));
             }
             let secret = match &c.secret_env {
@@ -46,7 +47,7 @@ pub(super) fn hooks(configs: &[WebhookConfig]) -> Result<Vec<Hook>, String> {
                     std::env::var(var)
                         .ok()
                         .filter(|v| !v.is_empty())
-                        .ok_or_else(|| format!("webhook to {label}: {var} (its secret_env) is not set"))?
+                        .ok_or_else(|| format!("{label}: {var} (its secret_env) is not set"))?
                         .into_bytes(),
                 ),
                 None => None,
@@ -101,9 +102,10 @@ fn loopback(label: &str) -> bool {
             .is_ok_and(|ip| ip.is_loopback())
 }
 
-/// Starts the task that posts to `hooks` while the server runs.
-pub(super) fn spawn(server: Arc<Server>, hooks: Vec<Hook>) {
-    if hooks.is_empty() {
+/// Starts the task that posts to `hooks` and mails with `mailers` (approvals asked) while
+/// the server runs.
+pub(super) fn spawn(server: Arc<Server>, hooks: Vec<Hook>, mailers: Vec<super::mail::Mailer>) {
+    if hooks.is_empty() && mailers.is_empty() {
         return;
     }
     tokio::spawn(async move {
@@ -133,6 +135,16 @@ pub(super) fn spawn(server: Arc<Server>, hooks: Vec<Hook>) {
                     for hook in &hooks {
                         tokio::spawn(deliver(hook.clone(), event, a.clone()));
                     }
+                    if event == Event::Pending {
+                        for m in &mailers {
+                            let (m, a) = (m.clone(), a.clone());
+                            let (label, retries) = (m.label.clone(), m.retries);
+                            let delivery = webhook::delivery_id(&a);
+                            tokio::spawn(retrying(label, event, delivery, retries, move || {
+                                m.send(&a)
+                            }));
+                        }
+                    }
                 }
                 first = false;
             }
@@ -152,19 +164,36 @@ async fn deliver(hook: Hook, event: Event, a: Approval) {
     };
     let body = serde_json::to_vec(&body).unwrap_or_default();
     let delivery = webhook::delivery_id(&a);
+    let (label, retries) = (hook.label.clone(), hook.retries);
+    let id = delivery.clone();
+    retrying(label, event, delivery, retries, move || {
+        post(&hook, event, &id, &body)
+    })
+    .await;
+}
+
+/// Makes `attempt` (blocking) until it holds, it says not to try again, or `retries` more
+/// attempts failed, waiting 1 s, 2 s, 4 s … 60 s between them; says each failure in the log.
+async fn retrying(
+    label: String,
+    event: Event,
+    delivery: String,
+    retries: u32,
+    attempt: impl Fn() -> Result<(), (bool, String)> + Send + Sync + 'static,
+) {
+    let attempt = Arc::new(attempt);
     let mut wait = Duration::from_secs(1);
-    for attempt in 0..=hook.retries {
-        let (hook2, body2, delivery2) = (hook.clone(), body.clone(), delivery.clone());
-        let sent = tokio::task::spawn_blocking(move || post(&hook2, event, &delivery2, &body2))
+    for n in 0..=retries {
+        let once = attempt.clone();
+        let sent = tokio::task::spawn_blocking(move || once())
             .await
             .unwrap_or_else(|e| Err((true, e.to_string())));
         match sent {
             Ok(()) => return,
             Err((retry, why)) => {
-                let last = !retry || attempt == hook.retries;
+                let last = !retry || n == retries;
                 eprintln!(
-                    "monitor serve: webhook to {}: {} {delivery}: {why}{}",
-                    hook.label,
+                    "monitor serve: {label}: {} {delivery}: {why}{}",
                     event.as_str(),
                     if last {
                         "; given up".to_owned()
@@ -246,13 +275,16 @@ mod tests {
             assert_eq!(got.is_ok(), ok, "{url}: {:?}", got.err());
         }
         let unset = hooks(&[WebhookConfig {
-            url: "https://hooks.example/h".into(),
+            url: "https://hooks.example/SECRETPATH".into(),
             format: WebhookFormat::Slack,
             secret_env: Some("HR_TEST_WEBHOOK_SECRET_NEVER_SET".into()),
             retries: None,
             link: None,
         }]);
         let err = unset.err().unwrap();
-        assert!(err.contains("is not set") && !err.contains("/h"), "{err}");
+        assert!(
+            err.contains("is not set") && !err.contains("SECRETPATH"),
+            "{err}"
+        );
     }
 }
