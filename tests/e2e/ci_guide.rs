@@ -281,20 +281,10 @@ fn setup(env: &TestEnv) -> (Served, Settings, String) {
     let runner_token = token(env, "ci-deploy", "runner");
     let op = token(env, "alice", "operator");
     let served = Served::start(env);
-    let deb = env
-        .command("bash")
-        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts/package"))
-        .arg("--from")
-        .arg(release_dir())
-        .arg("--out")
-        .arg(env.path().join("deb"))
-        .timeout(Duration::from_secs(300))
-        .run();
-    deb.expect_code(0);
     let settings = Settings {
         server: served.url(),
         runner_token,
-        deb_url: publish(PathBuf::from(deb.out().trim())),
+        deb_url: publish(crate::package::build_package(env)),
     };
     (served, settings, op)
 }

@@ -12,6 +12,28 @@ use headless_run_e2e::*;
 use std::path::Path;
 use std::time::Duration;
 
+/// The .deb of the static release binaries (`scripts/package`), in the test's dir.
+pub(crate) fn build_package(env: &TestEnv) -> std::path::PathBuf {
+    let out = env
+        .command("bash")
+        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts/package"))
+        .arg("--from")
+        .arg(release_dir())
+        .arg("--out")
+        .arg(env.path().join("deb"))
+        .timeout(Duration::from_secs(300))
+        .run();
+    out.expect_code(0);
+    let deb = std::path::PathBuf::from(out.out().trim());
+    assert!(
+        deb.file_name()
+            .is_some_and(|n| n.to_string_lossy().starts_with("headless-run_")),
+        "{}",
+        out.context()
+    );
+    deb
+}
+
 /// Runs `script` with `sh` inside `root`, with a clean environment.
 fn in_root(env: &TestEnv, root: &Path, script: &str) -> Outcome {
     env.command("unshare")
@@ -37,28 +59,8 @@ fn the_package_installs_in_a_clean_debian_root_and_its_demo_runs_there() {
     need("dpkg-deb", "dpkg");
     need("unshare", "util-linux");
     let env = TestEnv::new();
-    let scripts = Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts");
-
     // The package, of the static release binaries.
-    let out = env
-        .command("bash")
-        .arg(scripts.join("package"))
-        .arg("--from")
-        .arg(release_dir())
-        .arg("--out")
-        .arg(env.path().join("deb"))
-        .timeout(Duration::from_secs(300))
-        .run();
-    out.expect_code(0);
-    let deb = std::path::PathBuf::from(out.out().trim());
-    assert!(
-        deb.file_name()
-            .unwrap()
-            .to_string_lossy()
-            .starts_with("headless-run_"),
-        "{}",
-        out.context()
-    );
+    let deb = build_package(&env);
 
     // A clean root of its own.
     let root = env.path().join("root");

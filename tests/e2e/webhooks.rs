@@ -29,14 +29,19 @@ fn receiver(
         .env("FAIL_FIRST", if fail_first { "1" } else { "0" })
         .timeout(Duration::from_secs(300))
         .spawn();
-    let end = Instant::now() + Duration::from_secs(30);
-    while !port_file.exists() {
-        assert!(Instant::now() < end, "the receiver did not start");
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    let port = std::fs::read_to_string(&port_file).unwrap();
+    let port = port_of(&port_file);
     let url = format!("http://127.0.0.1:{port}/services/T000/B000/{name}-path-secret");
     (running, url, out)
+}
+
+/// The port a fixture server wrote to `port_file` once it listens (within 30 s).
+fn port_of(port_file: &Path) -> String {
+    let end = Instant::now() + Duration::from_secs(30);
+    while !port_file.exists() {
+        assert!(Instant::now() < end, "{} never came", port_file.display());
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    std::fs::read_to_string(port_file).unwrap()
 }
 
 /// The receiver's log once `done` holds of it (within a minute).
@@ -224,12 +229,7 @@ fn an_approval_is_mailed_over_starttls_with_a_login() {
         .env("PASSWORD", "mail-s3cret")
         .timeout(Duration::from_secs(300))
         .spawn();
-    let end = Instant::now() + Duration::from_secs(30);
-    while !port_file.exists() {
-        assert!(Instant::now() < end, "the SMTP server did not start");
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    let port = std::fs::read_to_string(&port_file).unwrap();
+    let port = port_of(&port_file);
     let file = config(
         &env,
         &format!(
