@@ -52,14 +52,18 @@ const INTERPRETERS: &[&str] = &[
 /// the script it is given (resolved against `cwd`). Made from each file's contents (SHA-256),
 /// so the same tool is the same on every host and in every fresh copy — an ephemeral CI
 /// runner installs it anew for each job, with new inodes and times — and any change to a
-/// byte is a new tool. Read once per run, when it first asks, on the store's thread (off
-/// the output path). `None` when the executable cannot be read.
+/// byte is a new tool. A file that cannot be read (execute-only) or is larger than
+/// [`CONTENT_LIMIT`] counts by its identity instead — device, inode, size, modification and
+/// change times — which any write changes too, but which a copy does not keep: such a tool
+/// is asked about anew on a new runner, never taken for another. Read once per run, when it
+/// first asks, on the store's thread (off the output path). `None` only when the executable
+/// is not there at all.
 pub fn tool(
     executable: &std::path::Path,
     argv: &[String],
     cwd: &std::path::Path,
 ) -> Option<String> {
-    let exe = contents(executable)?;
+    let exe = file_digest(executable)?;
     let name = executable
         .file_name()
         .and_then(|n| n.to_str())
@@ -70,15 +74,49 @@ pub fn tool(
         .flatten()
         .map(|s| cwd.join(s))
         .filter(|p| p.is_file())
-        .and_then(|p| contents(&p).map(|id| format!("{}={id}", p.display())))
+        .and_then(|p| file_digest(&p).map(|id| format!("{}={id}", p.display())))
         .unwrap_or_default();
     Some(digest("tool/v2", &[&exe, &script]))
 }
 
-/// The SHA-256 of a file's bytes, read in blocks; `None` when it cannot be read.
-fn contents(path: &std::path::Path) -> Option<String> {
+/// The largest file [`tool`] reads whole (256 MiB: a second or so of hashing at most).
+pub const CONTENT_LIMIT: u64 = 256 << 20;
+
+/// `sha256:HEX` of a regular file's bytes, or `stat:IDENTITY` of one that cannot be read or
+/// is larger than [`CONTENT_LIMIT`]; `None` when there is no file. Opened without blocking
+/// and checked on the open file, so a FIFO put at the path is never waited on.
+fn file_digest(path: &std::path::Path) -> Option<String> {
     use std::io::Read;
-    let mut f = std::fs::File::open(path).ok()?;
+    use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+    let identity = |m: &std::fs::Metadata| {
+        format!(
+            "stat:{}:{}:{}:{}.{}:{}.{}",
+            m.dev(),
+            m.ino(),
+            m.size(),
+            m.mtime(),
+            m.mtime_nsec(),
+            m.ctime(),
+            m.ctime_nsec()
+        )
+    };
+    let meta = std::fs::metadata(path).ok()?;
+    if !meta.is_file() {
+        return Some(identity(&meta));
+    }
+    let Ok(mut f) = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(path)
+    else {
+        return Some(identity(&meta));
+    };
+    let Ok(opened) = f.metadata() else {
+        return Some(identity(&meta));
+    };
+    if !opened.is_file() || opened.size() > CONTENT_LIMIT {
+        return Some(identity(&opened));
+    }
     let mut hash = Sha256::new();
     let mut buf = vec![0u8; 1 << 16];
     loop {
@@ -86,10 +124,10 @@ fn contents(path: &std::path::Path) -> Option<String> {
             Ok(0) => break,
             Ok(n) => hash.update(&buf[..n]),
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-            Err(_) => return None,
+            Err(_) => return Some(identity(&opened)),
         }
     }
-    Some(hex(&hash.finalize()))
+    Some(format!("sha256:{}", hex(&hash.finalize())))
 }
 
 /// What the operator saw of a prompt: the screen above the question, and the question.
@@ -362,6 +400,23 @@ mod tests {
         std::fs::write(a.join("deploy.sh"), "echo v2\n").unwrap();
         assert_ne!(before, tool(sh, &argv("deploy.sh"), &a));
         assert_eq!(tool(&dir.path().join("missing"), &[], &a), None);
+    }
+
+    /// A file that cannot be read whole is known by its identity, never skipped: a FIFO is
+    /// not waited on, and its digest differs from any content's.
+    #[test]
+    fn a_fifo_or_unreadable_file_is_known_by_its_identity() {
+        let dir = tempfile::tempdir().unwrap();
+        let fifo = dir.path().join("fifo");
+        let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+        // SAFETY: a valid path and mode.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+        let got = file_digest(&fifo).unwrap();
+        assert!(got.starts_with("stat:"), "{got}");
+        let file = dir.path().join("f");
+        std::fs::write(&file, "x").unwrap();
+        assert!(file_digest(&file).unwrap().starts_with("sha256:"));
+        assert!(tool(&fifo, &[], dir.path()).is_some());
     }
 
     #[test]
