@@ -144,7 +144,7 @@ impl StatePaths {
         if let Some(server) = &self.server {
             return format!(
                 "monitor --server {}",
-                crate::shell::quote(server.trim_end_matches('/'))
+                crate::shell::quote(crate::url::without_password(server).trim_end_matches('/'))
             );
         }
         // On the PostgreSQL store an operator uses their own login (their HEADLESS_RUN_DB),

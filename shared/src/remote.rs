@@ -224,6 +224,13 @@ pub fn agent(
         }
         None if https => {
             let found = rustls_native_certs::load_native_certs();
+            if found.certs.is_empty() {
+                // A trust store that trusts nothing fails every call later, and less clearly.
+                return Err(
+                    "no CA certificate found on this system to check an https server by (install ca-certificates, or set SSL_CERT_FILE)"
+                        .into(),
+                );
+            }
             found
                 .certs
                 .iter()
@@ -245,6 +252,10 @@ pub fn agent(
         // connection ends at its --header-timeout, 10 s by default): a request sent
         // just as the server closed it would fail, and ureq does not retry.
         .max_idle_age(Duration::from_secs(4))
+        // A redirect is not followed: it would turn a POST into a GET without its body,
+        // or take a token or an approval to another address.
+        .max_redirects(0)
+        .max_redirects_will_error(false)
         .tls_config(tls)
         .user_agent(concat!("headless-run/", env!("CARGO_PKG_VERSION")))
         .build()

@@ -10,6 +10,7 @@
 //! lets it drop a delivery it already took. [`verify`] is that check.
 
 use crate::approvals::Approval;
+use crate::sanitize::sanitize_line;
 use hmac::{KeyInit, Mac};
 use serde::Serialize;
 use serde_json::{Value, json};
@@ -69,25 +70,32 @@ pub fn json_body(event: Event, a: &Approval, link: Option<&str>, sent_at: &str) 
 
 /// A Slack-compatible message (an incoming webhook's `text` and `blocks`): the question,
 /// the tool and run as context, the options, and a button to the approval when the link is
-/// known. The tool's text is shown as plain text (never Slack markup), control characters
-/// already stripped by the store.
+/// known. What the tool wrote is stripped of control characters and shown as plain text in
+/// the blocks; in `text` (the notification, which Slack reads as markup) `&`, `<` and `>`
+/// are escaped, so a question cannot mention `<!channel>` or make a link.
 pub fn slack_body(event: Event, a: &Approval, link: Option<&str>) -> Value {
+    let tool = sanitize_line(&a.tool_name);
+    let question = sanitize_line(&a.question);
     let what = match event {
-        Event::Pending => format!("{} asks: {}", a.tool_name, a.question),
+        Event::Pending => format!("{tool} asks: {question}"),
         Event::Decided => format!(
             "{} was {}{}: {}",
             a.approval_id,
             a.status,
             a.decided_by
                 .as_deref()
-                .map(|b| format!(" by {b}"))
+                .map(|b| format!(" by {}", sanitize_line(b)))
                 .unwrap_or_default(),
-            a.question
+            question
         ),
     };
     let mut context = format!("{} · run {}", a.approval_id, a.tool_run_id);
     if event == Event::Pending && !a.options_json.is_empty() {
-        let values: Vec<&str> = a.options_json.iter().map(|o| o.value.as_str()).collect();
+        let values: Vec<String> = a
+            .options_json
+            .iter()
+            .map(|o| sanitize_line(&o.value))
+            .collect();
         context.push_str(&format!(" · options: {}", values.join(", ")));
     }
     let mut blocks = vec![
@@ -105,7 +113,14 @@ pub fn slack_body(event: Event, a: &Approval, link: Option<&str>) -> Value {
             }],
         }));
     }
-    json!({ "text": clip(&what, 3000), "blocks": blocks })
+    json!({ "text": slack_escape(&clip(&what, 3000)), "blocks": blocks })
+}
+
+/// Text Slack reads as markup (`mrkdwn`), made inert: its three control characters escaped.
+fn slack_escape(s: &str) -> String {
+    s.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
 }
 
 /// At most `n` characters.
@@ -249,12 +264,19 @@ mod tests {
             link.as_deref(),
             Some("https://hr.example:8443/#/approvals/AP-1")
         );
+        a.tool_name = "terra\u{1b}[31mform".into();
         let m = slack_body(Event::Pending, &a, link.as_deref());
+        let text = m["text"].as_str().unwrap();
+        assert!(text.starts_with("terraform asks: Do you"), "{text}");
+        // Nothing Slack would read as a mention or a link; no control character anywhere.
         assert!(
-            m["text"]
-                .as_str()
-                .unwrap()
-                .starts_with("terraform asks: Do you")
+            text.contains("&lt;!channel&gt;") && !text.contains("<!channel>"),
+            "{text}"
+        );
+        assert!(!m.to_string().contains("\\u001b"), "{m}");
+        assert_eq!(
+            m["blocks"][0]["text"]["text"],
+            "terraform asks: Do you want to perform these actions? *bold* <!channel>"
         );
         assert_eq!(m["blocks"][0]["text"]["type"], "plain_text");
         assert_eq!(

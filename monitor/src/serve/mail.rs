@@ -6,7 +6,7 @@
 
 use hr_shared::approvals::Approval;
 use hr_shared::config::EmailConfig;
-use hr_shared::sanitize::sanitize_text;
+use hr_shared::sanitize::{sanitize_line, sanitize_text};
 use lettre::Transport;
 use lettre::message::{Mailbox, Message, header::ContentType};
 use lettre::transport::smtp::SmtpTransport;
@@ -37,23 +37,41 @@ fn mailer(c: &EmailConfig) -> Result<Mailer, String> {
         Some(("smtp", rest)) => (false, rest),
         Some(("smtps", rest)) => (true, rest),
         _ => {
-            return Err(format!(
-                "email: smtp = {:?} is not smtp://HOST[:PORT] or smtps://HOST[:PORT]",
-                c.smtp
-            ));
+            return Err(
+                "email: smtp is not smtp://HOST[:PORT] or smtps://HOST[:PORT] (its value is not shown: it may hold a secret)"
+                    .into(),
+            );
         }
     };
     let authority = rest.trim_end_matches('/');
+    if authority.contains('@') {
+        return Err(
+            "email: the login goes in username_env and password_env, not in the smtp URL (its value is not shown)"
+                .into(),
+        );
+    }
+    let bracketed = authority.starts_with('[');
     let (host, port) = match authority.rsplit_once(':') {
-        Some((h, p)) if !h.ends_with(']') || h.starts_with('[') => (
+        Some((h, p)) if !bracketed || h.ends_with(']') => (
             h.trim_start_matches('[').trim_end_matches(']').to_owned(),
             p.parse::<u16>()
                 .map_err(|_| format!("email: {authority}: not a port"))?,
         ),
-        _ => (authority.to_owned(), if implicit { 465 } else { 587 }),
+        _ => (
+            authority
+                .trim_start_matches('[')
+                .trim_end_matches(']')
+                .to_owned(),
+            if implicit { 465 } else { 587 },
+        ),
     };
-    if host.is_empty() || host.contains(['/', '@']) {
-        return Err(format!("email: {:?}: not a host", c.smtp));
+    if host.is_empty() || host.contains(['/', '?', '#']) {
+        return Err(format!("email: {authority}: not a host"));
+    }
+    if c.ca.is_none() && rustls_native_certs::load_native_certs().certs.is_empty() {
+        return Err(format!(
+            "email to {host}: no CA certificate found on this system to check it by (install ca-certificates, set SSL_CERT_FILE, or give `ca`)"
+        ));
     }
     let label = format!(
         "{}://{host}:{port}",
@@ -128,14 +146,13 @@ fn mailer(c: &EmailConfig) -> Result<Mailer, String> {
 pub(super) fn message(a: &Approval, link: Option<&str>) -> (String, String) {
     let question = sanitize_text(&a.question);
     let one_line: String = question.split_whitespace().collect::<Vec<_>>().join(" ");
+    let tool = sanitize_line(&a.tool_name);
     let subject = format!(
-        "[headless-run] {} asks: {}",
-        a.tool_name,
+        "[headless-run] {tool} asks: {}",
         one_line.chars().take(120).collect::<String>()
     );
     let mut body = format!(
-        "{} asks:\n\n    {}\n\n",
-        a.tool_name,
+        "{tool} asks:\n\n    {}\n\n",
         question.replace('\n', "\n    ")
     );
     if let Some(context) = a.context.as_deref().filter(|c| !c.trim().is_empty()) {
@@ -146,7 +163,11 @@ pub(super) fn message(a: &Approval, link: Option<&str>) -> (String, String) {
         body.push('\n');
     }
     if !a.options_json.is_empty() {
-        let values: Vec<&str> = a.options_json.iter().map(|o| o.value.as_str()).collect();
+        let values: Vec<String> = a
+            .options_json
+            .iter()
+            .map(|o| sanitize_line(&o.value))
+            .collect();
         body.push_str(&format!("Options: {}\n", values.join(", ")));
     }
     body.push_str(&format!(
@@ -219,6 +240,20 @@ mod tests {
         ] {
             assert!(mailer(&cfg(bad)).is_err(), "{bad}");
         }
+        // A password in the URL is refused and never echoed.
+        let err = mailer(&cfg("smtp://me:hunter2@mail.example"))
+            .err()
+            .unwrap();
+        assert!(
+            err.contains("username_env") && !err.contains("hunter2"),
+            "{err}"
+        );
+        let err = mailer(&cfg("ftp://me:hunter2@mail.example")).err().unwrap();
+        assert!(!err.contains("hunter2"), "{err}");
+        assert_eq!(
+            mailer(&cfg("smtp://[::1]")).unwrap().label,
+            "smtp://::1:587"
+        );
         let mut c = cfg("smtp://mail.example");
         c.to = vec!["not an address".into()];
         assert!(mailer(&c).err().unwrap().contains("not an address"));

@@ -11,7 +11,7 @@ use hr_shared::approvals::{Approval, ApprovalFilter};
 use hr_shared::config::{WebhookConfig, WebhookFormat};
 use hr_shared::status::ApprovalStatus;
 use hr_shared::webhook::{self, Event};
-use std::collections::HashMap;
+use std::collections::HashSet;
 use std::time::SystemTime;
 
 /// One receiver, ready to post to.
@@ -34,7 +34,7 @@ pub(super) fn hooks(configs: &[WebhookConfig]) -> Result<Vec<Hook>, String> {
         .iter()
         .map(|c| {
             let host = host_of(&c.url)
-                .ok_or_else(|| format!("webhook {:?}: not an http(s) URL", clip_url(&c.url)))?;
+                .ok_or("a webhook's url is not an http(s) URL (its value is not shown: it may hold a secret)")?;
             let label = format!("webhook to {host}");
             let https = c.url.starts_with("https://");
             if !https && !loopback(&host) {
@@ -83,10 +83,6 @@ fn host_of(url: &str) -> Option<String> {
     (!host.is_empty()).then(|| format!("{scheme}://{host}"))
 }
 
-fn clip_url(url: &str) -> String {
-    url.chars().take(24).collect()
-}
-
 fn loopback(label: &str) -> bool {
     let host = label.split_once("://").map_or(label, |(_, h)| h);
     let host = host
@@ -110,28 +106,42 @@ pub(super) fn spawn(server: Arc<Server>, hooks: Vec<Hook>, mailers: Vec<super::m
     }
     tokio::spawn(async move {
         let mut bell = server.bell.clone();
-        // What each approval was when last looked at; those there at the start are known.
-        let mut seen: HashMap<String, ApprovalStatus> = HashMap::new();
+        // The approvals pending at the last look; those pending at the start are known.
+        let mut pending: HashSet<String> = HashSet::new();
         let mut first = true;
         while !server.stopping.load(Ordering::Relaxed) {
             let filter = ApprovalFilter {
-                limit: Some(1000),
+                statuses: vec![ApprovalStatus::Pending],
                 ..ApprovalFilter::default()
             };
             if let Ok(list) = server
                 .with_store(move |st| st.approvals(&filter).map_err(ApiError::store))
                 .await
             {
-                for a in list {
-                    let before = seen.insert(a.approval_id.clone(), a.status);
-                    if first || before == Some(a.status) {
-                        continue;
+                let now: HashSet<String> = list.iter().map(|a| a.approval_id.clone()).collect();
+                let mut events: Vec<(Event, Approval)> = Vec::new();
+                if !first {
+                    for a in list
+                        .into_iter()
+                        .filter(|a| !pending.contains(&a.approval_id))
+                    {
+                        events.push((Event::Pending, a));
                     }
-                    let event = match (before, a.status) {
-                        (None, ApprovalStatus::Pending) => Event::Pending,
-                        (_, ApprovalStatus::Pending) => continue,
-                        _ => Event::Decided,
-                    };
+                    // No longer pending: decided, expired or withdrawn; read as it is now.
+                    let gone: Vec<String> = pending.difference(&now).cloned().collect();
+                    for id in gone {
+                        if let Ok(Some(a)) = server
+                            .with_store(move |st| st.approval(&id).map_err(ApiError::store))
+                            .await
+                            && a.status != ApprovalStatus::Pending
+                        {
+                            events.push((Event::Decided, a));
+                        }
+                    }
+                }
+                pending = now;
+                first = false;
+                for (event, a) in events {
                     for hook in &hooks {
                         tokio::spawn(deliver(hook.clone(), event, a.clone()));
                     }
@@ -146,7 +156,6 @@ pub(super) fn spawn(server: Arc<Server>, hooks: Vec<Hook>, mailers: Vec<super::m
                         }
                     }
                 }
-                first = false;
             }
             server.next_ring(&mut bell, Duration::from_secs(1)).await;
         }
