@@ -199,6 +199,28 @@ fn the_container_image_builds_offline_and_serves() {
     let ctr = buildah(&["from", &tag]);
     ctr.expect_code(0);
     let ctr = ctr.out().trim().to_owned();
+    // A token made in the container's own state dir, as its user (the state dir must be
+    // that user's and private, or `monitor` refuses it).
+    let made = buildah(&[
+        "run",
+        "--isolation",
+        "chroot",
+        &ctr,
+        "--",
+        "/usr/bin/monitor",
+        "token",
+        "create",
+        "wall",
+        "--role",
+        "viewer",
+    ]);
+    made.expect_code(0);
+    let viewer = made
+        .out()
+        .split_whitespace()
+        .find(|w| w.starts_with("hrt_"))
+        .unwrap_or_else(|| panic!("no token: {}", made.context()))
+        .to_owned();
     let listen = format!("127.0.0.1:{port}");
     let server = env
         .command("buildah")
@@ -211,13 +233,16 @@ fn the_container_image_builds_offline_and_serves() {
         .timeout(Duration::from_secs(120))
         .spawn();
     let healthz = wait_for_http(port, "/healthz");
-    let (status, _) = http_get(port, "/api/v1/runs");
+    let (status, _) = http_get(port, "/api/v1/runs", None);
+    let (with_token, listed) = http_get(port, "/api/v1/runs", Some(&viewer));
     server.signal(libc::SIGTERM);
     let out = server.wait();
     buildah(&["rm", &ctr]).expect_code(0);
     buildah(&["rmi", &tag]).expect_code(0);
     assert_eq!(healthz, "ok\n", "{}", out.context());
     assert_eq!(status, 401, "{}", out.context());
+    assert_eq!(with_token, 200, "{listed} {}", out.context());
+    assert!(listed.contains("\"runs\""), "{listed}");
 }
 
 /// A containers-storage.conf that keeps buildah's images under `storage`.
@@ -243,16 +268,19 @@ fn free_port() -> u16 {
         .port()
 }
 
-/// GET `path` on loopback: the status and body.
-fn http_get(port: u16, path: &str) -> (u16, String) {
+/// GET `path` on loopback (with a bearer token): the status and body.
+fn http_get(port: u16, path: &str, token: Option<&str>) -> (u16, String) {
     use std::io::{Read, Write};
     let Ok(mut s) = std::net::TcpStream::connect(("127.0.0.1", port)) else {
         return (0, String::new());
     };
     let _ = s.set_read_timeout(Some(Duration::from_secs(5)));
+    let auth = token
+        .map(|t| format!("Authorization: Bearer {t}\r\n"))
+        .unwrap_or_default();
     let _ = write!(
         s,
-        "GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n"
+        "GET {path} HTTP/1.1\r\nHost: localhost\r\n{auth}Connection: close\r\n\r\n"
     );
     let mut text = String::new();
     let _ = s.read_to_string(&mut text);
@@ -269,7 +297,7 @@ fn http_get(port: u16, path: &str) -> (u16, String) {
 fn wait_for_http(port: u16, path: &str) -> String {
     let end = std::time::Instant::now() + Duration::from_secs(60);
     loop {
-        let (status, body) = http_get(port, path);
+        let (status, body) = http_get(port, path, None);
         if status == 200 || std::time::Instant::now() > end {
             return body;
         }
