@@ -37,6 +37,7 @@ struct Settings {
     server: String,
     runner_token: String,
     deb_url: String,
+    deb_sha256: String,
 }
 
 /// Serves one file at every path over plain HTTP on loopback: where the package is
@@ -123,16 +124,26 @@ fn step_in(
 /// Variables, as `NAME`, value.
 type Vars = Vec<(String, String)>;
 
-/// The GitHub Actions job's `env:` and steps (`name`, `run`).
-fn github_job(text: &str) -> (Vars, Vec<(String, Option<String>)>) {
+/// A step: its name (or what it `uses:`), its `run:` script, its own `env:`.
+type GithubStep = (String, Option<String>, Vars);
+
+/// The map at `v` as variables.
+fn vars_of(v: &Value) -> Vars {
+    v.as_object()
+        .map(|m| {
+            m.iter()
+                .map(|(k, v)| (k.clone(), v.as_str().unwrap_or_default().to_owned()))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// The GitHub Actions job's `env:` and steps.
+fn github_job(text: &str) -> (Vars, Vec<GithubStep>) {
     let doc: Value = serde_yaml_ng::from_str(text).expect("the example is YAML");
     let job = &doc["jobs"]["deploy"];
-    let env = job["env"]
-        .as_object()
-        .expect("env:")
-        .iter()
-        .map(|(k, v)| (k.clone(), v.as_str().unwrap_or_default().to_owned()))
-        .collect();
+    assert!(job["env"].is_object(), "env:");
+    let env = vars_of(&job["env"]);
     let steps = job["steps"]
         .as_array()
         .expect("steps:")
@@ -143,7 +154,11 @@ fn github_job(text: &str) -> (Vars, Vec<(String, Option<String>)>) {
                 .or(s["uses"].as_str())
                 .unwrap_or_default()
                 .to_owned();
-            (name, s["run"].as_str().map(str::to_owned))
+            (
+                name,
+                s["run"].as_str().map(str::to_owned),
+                vars_of(&s["env"]),
+            )
         })
         .collect();
     (env, steps)
@@ -155,6 +170,7 @@ fn expand(value: &str, settings: &Settings) -> String {
         "${{ vars.HEADLESS_RUN_SERVER }}" => settings.server.clone(),
         "${{ secrets.HEADLESS_RUN_TOKEN }}" => settings.runner_token.clone(),
         "${{ vars.HEADLESS_RUN_DEB }}" => settings.deb_url.clone(),
+        "${{ vars.HEADLESS_RUN_DEB_SHA256 }}" => settings.deb_sha256.clone(),
         v => {
             assert!(!v.contains("${{"), "a setting the test does not give: {v}");
             v.to_owned()
@@ -182,7 +198,7 @@ fn github_run(
     std::fs::write(root.join(env_file.trim_start_matches('/')), "").unwrap();
     let mut failed = false;
     let mut results = Vec::new();
-    for (name, run) in steps {
+    for (name, run, step_env) in steps {
         let Some(script) = run else {
             results.push((name, Some(0), String::new())); // `uses:` (the checkout)
             continue;
@@ -207,6 +223,7 @@ fn github_run(
         vars.extend(
             job_env
                 .iter()
+                .chain(&step_env)
                 .map(|(k, v)| (k.clone(), expand(v, settings))),
         );
         let written = std::fs::read_to_string(root.join(env_file.trim_start_matches('/'))).unwrap();
@@ -281,10 +298,14 @@ fn setup(env: &TestEnv) -> (Served, Settings, String) {
     let runner_token = token(env, "ci-deploy", "runner");
     let op = token(env, "alice", "operator");
     let served = Served::start(env);
+    let deb = crate::package::build_package(env);
+    let sum = env.command("sha256sum").arg(&deb).run();
+    sum.expect_code(0);
     let settings = Settings {
         server: served.url(),
         runner_token,
-        deb_url: publish(crate::package::build_package(env)),
+        deb_sha256: sum.out().split_whitespace().next().unwrap().to_owned(),
+        deb_url: publish(deb),
     };
     (served, settings, op)
 }
@@ -412,6 +433,10 @@ fn gitlab_run(env: &TestEnv, text: &str, settings: &Settings, runner: &str) -> O
             settings.runner_token.clone(),
         ),
         ("HEADLESS_RUN_DEB".to_owned(), settings.deb_url.clone()),
+        (
+            "HEADLESS_RUN_DEB_SHA256".to_owned(),
+            settings.deb_sha256.clone(),
+        ),
     ];
     for (k, v) in job["variables"].as_object().expect("variables:") {
         vars.push((k.clone(), v.as_str().unwrap_or_default().to_owned()));
