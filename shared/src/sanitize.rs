@@ -9,6 +9,16 @@ pub fn sanitize_text(s: &str) -> String {
     strip(s, false)
 }
 
+/// At most `max` characters: a longer `s` cut, ending in `…`.
+pub fn clip(s: &str, max: usize) -> String {
+    if s.chars().count() <= max {
+        return s.to_owned();
+    }
+    let mut out: String = s.chars().take(max.saturating_sub(1)).collect();
+    out.push('…');
+    out
+}
+
 /// One line: like [`sanitize_text`], with newlines also turned into spaces.
 pub fn sanitize_line(s: &str) -> String {
     strip(s, true)

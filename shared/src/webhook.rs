@@ -10,9 +10,8 @@
 //! lets it drop a delivery it already took. [`verify`] is that check.
 
 use crate::approvals::Approval;
-use crate::sanitize::sanitize_line;
+use crate::sanitize::{clip, sanitize_line};
 use hmac::{KeyInit, Mac};
-use serde::Serialize;
 use serde_json::{Value, json};
 
 type HmacSha256 = hmac::Hmac<sha2::Sha256>;
@@ -21,27 +20,27 @@ type HmacSha256 = hmac::Hmac<sha2::Sha256>;
 pub const SIGNATURE_HEADER: &str = "X-Headless-Run-Signature";
 /// The delivery id's header: one per approval and event, the same on each retry.
 pub const DELIVERY_HEADER: &str = "X-Headless-Run-Delivery";
-/// The event's header (`approval.pending`, `approval.decided`).
+/// The event's header (`approval_needed`, `approval_status_change`).
 pub const EVENT_HEADER: &str = "X-Headless-Run-Event";
 /// How old a signed timestamp [`verify`] takes by default.
 pub const TOLERANCE_SECS: u64 = 300;
 
 /// What happened to the approval.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Event {
     /// Asked: waiting for a decision.
-    #[serde(rename = "approval.pending")]
     Pending,
     /// Decided (approved, rejected), expired, or withdrawn: no longer waiting.
-    #[serde(rename = "approval.decided")]
     Decided,
 }
 
 impl Event {
+    /// Its name: the log's event of the same fact (DESIGN's `approval_needed`,
+    /// `approval_status_change`).
     pub fn as_str(self) -> &'static str {
         match self {
-            Event::Pending => "approval.pending",
-            Event::Decided => "approval.decided",
+            Event::Pending => "approval_needed",
+            Event::Decided => "approval_status_change",
         }
     }
 }
@@ -123,28 +122,19 @@ fn slack_escape(s: &str) -> String {
         .replace('>', "&gt;")
 }
 
-/// At most `n` characters.
-fn clip(s: &str, n: usize) -> String {
-    match s.char_indices().nth(n) {
-        Some((at, _)) => format!("{}…", &s[..at]),
-        None => s.to_owned(),
-    }
-}
-
 /// The signature header's value for `body` sent at `unix` under `secret`.
 pub fn sign(secret: &[u8], unix: u64, body: &[u8]) -> String {
-    format!(
-        "t={unix},v1={}",
-        crate::audit::hex(&mac(secret, unix, body))
-    )
+    let sig = mac(secret, unix, body).finalize().into_bytes();
+    format!("t={unix},v1={}", crate::audit::hex(&sig))
 }
 
-fn mac(secret: &[u8], unix: u64, body: &[u8]) -> Vec<u8> {
+/// The HMAC of `unix.body` under `secret`, not yet finished.
+fn mac(secret: &[u8], unix: u64, body: &[u8]) -> HmacSha256 {
     let mut m = <HmacSha256 as KeyInit>::new_from_slice(secret).expect("HMAC takes any key");
     m.update(unix.to_string().as_bytes());
     m.update(b".");
     m.update(body);
-    m.finalize().into_bytes().to_vec()
+    m
 }
 
 /// Why a signed request is refused.
@@ -182,11 +172,9 @@ pub fn verify(
     if now.abs_diff(unix) > tolerance {
         return Err(Refused::Stale);
     }
-    let mut m = <HmacSha256 as KeyInit>::new_from_slice(secret).expect("HMAC takes any key");
-    m.update(unix.to_string().as_bytes());
-    m.update(b".");
-    m.update(body);
-    m.verify_slice(&sig).map_err(|_| Refused::Forged)
+    mac(secret, unix, body)
+        .verify_slice(&sig)
+        .map_err(|_| Refused::Forged)
 }
 
 fn unhex(s: &str) -> Option<Vec<u8>> {
@@ -216,7 +204,7 @@ mod tests {
 
     #[test]
     fn a_signature_holds_for_its_body_its_time_and_its_secret_only() {
-        let body = br#"{"event":"approval.pending"}"#;
+        let body = br#"{"event":"approval_needed"}"#;
         let header = sign(b"s3cret", 1_800_000_000, body);
         assert!(header.starts_with("t=1800000000,v1="), "{header}");
         assert_eq!(verify(b"s3cret", &header, body, 1_800_000_100, 300), Ok(()));
@@ -225,7 +213,7 @@ mod tests {
             verify(
                 b"s3cret",
                 &header,
-                br#"{"event":"approval.decided"}"#,
+                br#"{"event":"approval_status_change"}"#,
                 1_800_000_000,
                 300
             ),
@@ -293,6 +281,6 @@ mod tests {
             "{m}"
         );
         let long = "x".repeat(5000);
-        assert_eq!(clip(&long, 3000).chars().count(), 3001);
+        assert_eq!(clip(&long, 3000).chars().count(), 3000);
     }
 }

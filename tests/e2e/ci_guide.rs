@@ -87,7 +87,8 @@ fn new_runner(env: &TestEnv, name: &str, checkout: &str) -> PathBuf {
     root
 }
 
-/// Runs `script` with `bash -e` in `cwd` inside the runner's root, with exactly `vars`.
+/// Runs `script` with `bash -e` in `cwd` inside the runner's root, with exactly `vars`,
+/// as a runner runs a step.
 fn step_in(
     env: &TestEnv,
     root: &Path,
@@ -95,30 +96,17 @@ fn step_in(
     vars: &[(String, String)],
     script: &str,
 ) -> Outcome {
-    let mut cmd = env.command("unshare");
-    cmd.args(["--mount", "--propagation", "private", "--pid", "--fork"])
-        .args([
-            "sh",
-            "-c",
-            "root=$1; shift; mount -t proc proc \"$root/proc\" && \
-             mount --rbind /dev \"$root/dev\" && exec chroot \"$root\" /usr/bin/env -i \"$@\"",
-            "sh",
-        ])
-        .arg(root);
-    for (k, v) in vars {
-        cmd.arg(format!("{k}={v}"));
-    }
-    cmd.args([
+    let script = format!("cd {cwd}\n{script}");
+    let bash = [
         "/bin/bash",
         "--noprofile",
         "--norc",
         "-eo",
         "pipefail",
         "-c",
-    ])
-    .arg(format!("cd {cwd}\n{script}"))
-    .timeout(Duration::from_secs(300))
-    .run()
+    ];
+    let argv: Vec<&str> = bash.iter().copied().chain([script.as_str()]).collect();
+    chrooted(env, root, vars, &argv)
 }
 
 /// Variables, as `NAME`, value.

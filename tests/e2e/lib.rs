@@ -1322,6 +1322,27 @@ pub fn debian_root() -> PathBuf {
     })
 }
 
+/// Runs `argv` inside `root` (a copy of [`debian_root`]) with exactly `vars` for its
+/// environment, `/proc` and `/dev` mounted for it in a mount namespace of its own: nothing
+/// is ever mounted in the host's namespace, so removing `root` cannot reach the host's
+/// `/dev`.
+pub fn chrooted(env: &TestEnv, root: &Path, vars: &[(String, String)], argv: &[&str]) -> Outcome {
+    let mut cmd = env.command("unshare");
+    cmd.args(["--mount", "--propagation", "private", "--pid", "--fork"])
+        .args([
+            "sh",
+            "-c",
+            "root=$1; shift; mount -t proc proc \"$root/proc\" && \
+             mount --rbind /dev \"$root/dev\" && exec chroot \"$root\" /usr/bin/env -i \"$@\"",
+            "sh",
+        ])
+        .arg(root);
+    for (k, v) in vars {
+        cmd.arg(format!("{k}={v}"));
+    }
+    cmd.args(argv).timeout(Duration::from_secs(300)).run()
+}
+
 /// The SMTP server the e-mail test mails (PyPI), pinned.
 const AIOSMTPD: &str = "aiosmtpd==1.4.6";
 

@@ -36,19 +36,14 @@ pub(crate) fn build_package(env: &TestEnv) -> std::path::PathBuf {
 
 /// Runs `script` with `sh` inside `root`, with a clean environment.
 fn in_root(env: &TestEnv, root: &Path, script: &str) -> Outcome {
-    env.command("unshare")
-        .args(["--mount", "--propagation", "private", "--pid", "--fork"])
-        .args([
-            "sh",
-            "-c",
-            "mount -t proc proc \"$0/proc\" && mount --rbind /dev \"$0/dev\" && \
-             exec chroot \"$0\" /usr/bin/env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin \
-             HOME=/root TERM=dumb LANG=C.UTF-8 /bin/sh -c \"$1\"",
-        ])
-        .arg(root)
-        .arg(script)
-        .timeout(Duration::from_secs(300))
-        .run()
+    let vars = [
+        ("PATH", "/usr/sbin:/usr/bin:/sbin:/bin"),
+        ("HOME", "/root"),
+        ("TERM", "dumb"),
+        ("LANG", "C.UTF-8"),
+    ]
+    .map(|(k, v)| (k.to_owned(), v.to_owned()));
+    chrooted(env, root, &vars, &["/bin/sh", "-c", script])
 }
 
 #[test]
@@ -195,7 +190,7 @@ fn the_container_image_builds_offline_and_serves() {
     );
 
     // A container of it, serving on loopback (the host's network, chroot isolation).
-    let port = free_port();
+    let port = hr_shared::testing::pg::free_port();
     let ctr = buildah(&["from", &tag]);
     ctr.expect_code(0);
     let ctr = ctr.out().trim().to_owned();
@@ -258,14 +253,6 @@ fn write_storage_conf(env: &TestEnv, storage: &Path) -> std::path::PathBuf {
     )
     .unwrap();
     conf
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
 }
 
 /// GET `path` on loopback (with a bearer token): the status and body.

@@ -106,10 +106,10 @@ fn approvals_asked_and_decided_are_posted_signed_and_retried() {
     assert_eq!(json[1]["attempt"], 2, "{json:#?}");
     for r in &json {
         assert_eq!(r["signature"], "ok", "{r}");
-        assert_eq!(r["event"], "approval.pending", "{r}");
+        assert_eq!(r["event"], "approval_needed", "{r}");
     }
     let body = &json[1]["body"];
-    assert_eq!(body["event"], "approval.pending");
+    assert_eq!(body["event"], "approval_needed");
     assert_eq!(body["approval"]["approval_id"], id.as_str());
     assert_eq!(body["approval"]["question"], ap["question"]);
     assert_eq!(
@@ -134,11 +134,11 @@ fn approvals_asked_and_decided_are_posted_signed_and_retried() {
     env.decide(&id, "y").expect_code(0);
     let json = received(&json_out, |l| {
         l.iter()
-            .any(|r| r["event"] == "approval.decided" && r["status"] == 200)
+            .any(|r| r["event"] == "approval_status_change" && r["status"] == 200)
     });
     let decided = json
         .iter()
-        .find(|r| r["event"] == "approval.decided" && r["status"] == 200)
+        .find(|r| r["event"] == "approval_status_change" && r["status"] == 200)
         .unwrap();
     assert_eq!(
         decided["body"]["approval"]["status"], "approved",
@@ -204,6 +204,29 @@ fn a_webhook_the_server_cannot_honour_is_refused_before_it_listens() {
         assert!(out.stderr.contains(says), "{says}: {}", out.stderr);
         assert!(!out.stderr.contains("listening"), "{}", out.stderr);
         assert!(!out.stderr.contains("SECRET"), "{}", out.stderr);
+    }
+    // A system with no CA certificate to check an https receiver or SMTP server by.
+    let none = env.path().join("no-ca.pem");
+    std::fs::write(&none, "").unwrap();
+    for text in [
+        "[[webhooks]]\nurl = \"https://hooks.example/T/SECRET\"\n",
+        "[[email]]\nto = [\"ops@example.com\"]\nfrom = \"hr@example.com\"\nsmtp = \"smtp://mail.example\"\n",
+    ] {
+        let file = config(&env, text);
+        let out = env
+            .monitor()
+            .args(["serve", "--listen", "127.0.0.1:0"])
+            .env("HEADLESS_RUN_CONFIG", &file)
+            .env("SSL_CERT_FILE", &none)
+            .env("SSL_CERT_DIR", env.path().join("no-ca-dir"))
+            .timeout(Duration::from_secs(30))
+            .run();
+        out.expect_code(2);
+        assert!(
+            out.stderr.contains("no CA certificate found"),
+            "{text}: {}",
+            out.stderr
+        );
     }
 }
 

@@ -247,15 +247,7 @@ pub fn time_left(a: &Approval) -> String {
     }
 }
 
-/// At most `max` characters, with `…` when cut.
-pub fn clip(s: &str, max: usize) -> String {
-    if s.chars().count() <= max {
-        return s.to_owned();
-    }
-    let mut out: String = s.chars().take(max.saturating_sub(1)).collect();
-    out.push('…');
-    out
-}
+pub use hr_shared::sanitize::clip;
 
 /// One approval for `monitor show AP-…`.
 pub fn show(ctx: &Ctx, id: &str, json: bool) -> CliResult {

@@ -108,16 +108,9 @@ fn mailer(c: &EmailConfig) -> Result<Mailer, String> {
             Tls::Required(tls)
         })
         .timeout(Some(Duration::from_secs(20)));
-    let var = |name: &Option<String>, what: &str| -> Result<Option<String>, String> {
-        match name {
-            Some(v) => std::env::var(v)
-                .ok()
-                .filter(|s| !s.is_empty())
-                .map(Some)
-                .ok_or_else(|| format!("email to {label}: {v} (its {what}) is not set")),
-            None => Ok(None),
-        }
-    };
+    let mail_label = format!("email to {label}");
+    let var =
+        |name: &Option<String>, what: &str| super::webhooks::from_env(name, &mail_label, what);
     match (
         var(&c.username_env, "username_env")?,
         var(&c.password_env, "password_env")?,

@@ -1,5 +1,5 @@
-//! Webhooks (`[[webhooks]]` in the user's config): each approval asked (`approval.pending`)
-//! and each one no longer waiting (`approval.decided`: decided, expired, withdrawn) is
+//! Webhooks (`[[webhooks]]` in the user's config): each approval asked (`approval_needed`)
+//! and each one no longer waiting (`approval_status_change`: decided, expired, withdrawn) is
 //! posted to every configured receiver, as JSON or as a Slack-compatible message, signed
 //! when the hook has a secret (`hr_shared::webhook`), retried with doubling delays on a
 //! connection error, 408, 429 or 5xx. Woken by the store's doorbell; approvals already
@@ -42,16 +42,7 @@ pub(super) fn hooks(configs: &[WebhookConfig]) -> Result<Vec<Hook>, String> {
                     "{label}: plain http only to loopback (the body names commands and decisions)"
                 ));
             }
-            let secret = match &c.secret_env {
-                Some(var) => Some(
-                    std::env::var(var)
-                        .ok()
-                        .filter(|v| !v.is_empty())
-                        .ok_or_else(|| format!("{label}: {var} (its secret_env) is not set"))?
-                        .into_bytes(),
-                ),
-                None => None,
-            };
+            let secret = from_env(&c.secret_env, &label, "secret_env")?.map(String::into_bytes);
             let agent = hr_shared::remote::agent(
                 None,
                 https,
@@ -69,6 +60,23 @@ pub(super) fn hooks(configs: &[WebhookConfig]) -> Result<Vec<Hook>, String> {
             })
         })
         .collect()
+}
+
+/// The value of the server's environment variable a setting (`what`) of `label` names, if
+/// it names one; an error when that variable is unset or empty.
+pub(super) fn from_env(
+    name: &Option<String>,
+    label: &str,
+    what: &str,
+) -> Result<Option<String>, String> {
+    match name {
+        Some(var) => std::env::var(var)
+            .ok()
+            .filter(|v| !v.is_empty())
+            .map(Some)
+            .ok_or_else(|| format!("{label}: {var} (its {what}) is not set")),
+        None => Ok(None),
+    }
 }
 
 /// `scheme://host[:port]` of an http(s) URL.
