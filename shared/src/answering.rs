@@ -96,10 +96,19 @@ pub fn plan(facts: Facts<'_>, fresh: Approval) -> Plan {
             answers.push(a);
         }
     }
-    // 2. The first policy whose value fits.
+    // 2. The first policy whose value fits — none where the approval needs reviewers: a
+    // policy is nobody, and `[[reviewers]]` asks for people (`crate::reviews`).
     let mut warnings = Vec::new();
     let mut policy = None;
+    let reviewed = crate::reviews::Requirement::of(&fresh).needs_reviewers();
     for (name, value) in facts.policies {
+        if reviewed {
+            warnings.push(format!(
+                "policy {} not applied: this command's approvals need reviewers ([[reviewers]])",
+                crate::sanitize::sanitize_line(&name)
+            ));
+            break;
+        }
         match policy_decision(&fresh, facts.prompt, &name, &value) {
             Ok(decision) => {
                 policy = Some(ByPolicy {

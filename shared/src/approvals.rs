@@ -161,6 +161,27 @@ pub struct Approval {
     /// unused or kept, and for decisions used before reasons were kept.
     #[serde(default)]
     pub consumed_reason: Option<String>,
+    /// Distinct people who must approve before the decision counts (`[[reviewers]]`;
+    /// 1: anyone who may decide). See [`crate::reviews`].
+    #[serde(default = "one")]
+    pub reviews_required: u32,
+    /// The group those people must belong to, if any.
+    #[serde(default)]
+    pub reviewer_group: Option<String>,
+    /// How long an approved decision is held before it is used (0: not held).
+    #[serde(default)]
+    pub wait_seconds: u64,
+    /// The approvals given so far, while more are needed (and, once decided, all of them).
+    #[serde(default)]
+    pub reviews: Vec<crate::reviews::Review>,
+    /// While the decision is held by its wait timer: when it will be used. The approval
+    /// stays `pending` until then, and any reviewer may still reject it.
+    #[serde(default)]
+    pub usable_at: Option<String>,
+}
+
+fn one() -> u32 {
+    1
 }
 
 /// Who ends an approval that a changed screen replaced (its `decided_by` and channel).
@@ -345,6 +366,7 @@ impl Approval {
     /// Whether the approval is still pending but past its expiry time.
     pub fn is_overdue(&self, now: &str) -> bool {
         self.status == ApprovalStatus::Pending
+            && self.usable_at.is_none()
             && self.expires_at.as_deref().is_some_and(|e| e <= now)
     }
 }
@@ -572,6 +594,11 @@ pub struct Decider<'a> {
     /// The version of the approval the decider was shown ([`Approval::version`]); `None`:
     /// the approval as its id names it (an approval never changes once asked).
     pub version: Option<&'a str>,
+    /// The groups the authenticated decider belongs to, as its front-end knows them (the
+    /// OS groups of the deciding process, a token's groups on `monitor serve`): what an
+    /// approval that needs reviewers of a group is checked against. PostgreSQL asks its
+    /// own roles instead.
+    pub groups: &'a [String],
 }
 
 /// How a decision attempt ended.
@@ -579,6 +606,9 @@ pub struct Decider<'a> {
 pub enum DecideOutcome {
     /// This call decided it.
     Decided(Box<Approval>),
+    /// The approval needs more than this decision (more reviewers, or its wait timer
+    /// holds it): this approval was counted (or had been), and it is still pending.
+    Reviewed(Box<Approval>),
     /// It was already decided the same way: nothing changed.
     AlreadySame(Box<Approval>),
     /// Someone else decided it first (or it expired, or a changed screen superseded it:
@@ -680,6 +710,7 @@ mod tests {
             include_str!("store/pg/v3.sql"),
             include_str!("store/pg/v4.sql"),
             include_str!("store/pg/v5.sql"),
+            include_str!("store/pg/v6.sql"),
             include_str!("store/pg/functions/core.sql"),
             include_str!("store/pg/functions/chain.sql"),
             include_str!("store/pg/functions/runner.sql"),

@@ -545,6 +545,96 @@ pub struct PolicyConfig {
     pub value: String,
 }
 
+/// `[[reviewers]]`: what an approval asked by a matching command needs before its decision
+/// is used — N distinct people (never the run's own user, optionally of a group) and a
+/// wait timer (`crate::reviews`). Matched on the command (tool, command line, arguments,
+/// directory), never on what the tool prints. Every matching rule of every file applies:
+/// the strictest of each wins, so a project file can add to what the user's asks, never
+/// take away.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ReviewersConfig {
+    pub name: String,
+    #[serde(default)]
+    pub tool: Option<String>,
+    /// Shorthand for a `matches` condition on the joined command line.
+    #[serde(default)]
+    pub argv: Option<Pattern>,
+    /// Conditions on `tool`, `argv`, `arg` and `cwd` (not the prompt: a rule is chosen
+    /// before anything is asked).
+    #[serde(default)]
+    pub when: Vec<Condition>,
+    /// Distinct people who must approve (1–20; default 1).
+    #[serde(default)]
+    pub required: Option<u32>,
+    /// They must be members of this group (an OS group, a PostgreSQL role, or a token's
+    /// `--group` on `monitor serve`).
+    #[serde(default)]
+    pub group: Option<String>,
+    /// How long an approved decision is held before it is used (`10m`); any reviewer may
+    /// still reject it meanwhile.
+    #[serde(default)]
+    pub wait: Option<Limit>,
+}
+
+impl ReviewersConfig {
+    /// The most people a rule may ask for.
+    pub const MAX_REQUIRED: u32 = 20;
+
+    /// What is wrong with the rule, if anything: (key, message).
+    fn check(&self) -> Result<(), (&'static str, String)> {
+        if let Some(n) = self.required
+            && !(1..=Self::MAX_REQUIRED).contains(&n)
+        {
+            return Err((
+                "required",
+                format!("{n} people: between 1 and {}", Self::MAX_REQUIRED),
+            ));
+        }
+        if let Some(g) = &self.group
+            && (g.is_empty()
+                || g.len() > 64
+                || !g
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-' | '@')))
+        {
+            return Err((
+                "group",
+                "a group name is letters, digits, `.`, `_`, `-` and `@`, at most 64".into(),
+            ));
+        }
+        if self.wait.is_some_and(|w| w.0.is_none()) {
+            return Err((
+                "wait",
+                "a wait timer is a duration (`10m`), not `none`".into(),
+            ));
+        }
+        if let Some(c) = self
+            .when
+            .iter()
+            .find(|c| matches!(c.field, CondField::Prompt | CondField::Question))
+        {
+            return Err((
+                "when",
+                format!(
+                    "`{}` is what a tool prints: a reviewers rule is chosen from the command (tool, argv, arg, cwd) before anything is asked",
+                    match c.field {
+                        CondField::Prompt => "prompt",
+                        _ => "question",
+                    }
+                ),
+            ));
+        }
+        if self.required.is_none() && self.group.is_none() && self.wait.is_none() {
+            return Err((
+                "required",
+                "the rule asks for nothing: set `required`, `group` or `wait`".into(),
+            ));
+        }
+        Ok(())
+    }
+}
+
 /// The notify hook: a command run for each new approval.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -629,6 +719,9 @@ pub struct ConfigFile {
     pub prompt_rules: Vec<PromptRuleConfig>,
     #[serde(default)]
     pub policies: Vec<PolicyConfig>,
+    /// What approvals of matching commands need: reviewers and wait timers.
+    #[serde(default)]
+    pub reviewers: Vec<ReviewersConfig>,
     #[serde(default)]
     pub notify: Option<NotifyConfig>,
     /// Where `monitor serve` posts approvals. Read from the user's file only.
@@ -685,10 +778,21 @@ impl ConfigFile {
             message: e.message().trim().to_owned(),
         };
         let de = toml::Deserializer::parse(text).map_err(|e| invalid(&e, None))?;
-        serde_path_to_error::deserialize(de).map_err(|e| {
+        let cfg: ConfigFile = serde_path_to_error::deserialize(de).map_err(|e| {
             let key = clean_path(&e.path().to_string());
             invalid(e.inner(), Some(key))
-        })
+        })?;
+        for (i, r) in cfg.reviewers.iter().enumerate() {
+            if let Err((key, message)) = r.check() {
+                return Err(ConfigError::Invalid {
+                    file: file.to_path_buf(),
+                    line: key_line(text, "reviewers"),
+                    key: Some(format!("reviewers[{i}].{key}")),
+                    message,
+                });
+            }
+        }
+        Ok(cfg)
     }
 }
 
@@ -776,6 +880,10 @@ impl Config {
     }
 
     /// Policies, project file first.
+    pub fn reviewers(&self) -> impl Iterator<Item = &ReviewersConfig> {
+        self.layers.iter().flat_map(|(_, l)| l.reviewers.iter())
+    }
+
     pub fn policies(&self) -> impl Iterator<Item = &PolicyConfig> {
         self.layers
             .iter()

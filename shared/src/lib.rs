@@ -27,6 +27,7 @@ pub mod prompt;
 #[cfg(feature = "http")]
 pub mod remote;
 pub mod resume;
+pub mod reviews;
 pub mod rules;
 pub mod runs;
 pub mod sanitize;

@@ -28,6 +28,42 @@ pub fn matching(config: &crate::config::Config, facts: &PromptFacts<'_>) -> Vec<
         .collect()
 }
 
+/// What approvals of this command need, from every matching `[[reviewers]]` rule of every
+/// file: the most people any asks for, the longest wait, and the group of the first that
+/// names one.
+pub fn reviewers_for(
+    config: &crate::config::Config,
+    tool: &str,
+    argv: &[String],
+    cwd: &str,
+) -> crate::reviews::Requirement {
+    let facts = PromptFacts {
+        tool,
+        prompt_line: "",
+        question: "",
+        argv,
+        cwd,
+    };
+    let mut req = crate::reviews::Requirement::default();
+    for r in config.reviewers() {
+        if r.tool.as_deref().is_some_and(|t| t != tool)
+            || r.argv
+                .as_ref()
+                .is_some_and(|re| !re.regex.is_match(&argv.join(" ")))
+            || !r.when.iter().all(|c| condition_holds(c, &facts))
+        {
+            continue;
+        }
+        req.required = req.required.max(r.required.unwrap_or(1));
+        if req.group.is_none() {
+            req.group = r.group.clone();
+        }
+        let wait = r.wait.and_then(|w| w.0).map_or(0, |d| d.as_secs());
+        req.wait_seconds = req.wait_seconds.max(wait);
+    }
+    req
+}
+
 /// Whether every condition of a config policy holds.
 pub fn config_matches(p: &PolicyConfig, facts: &PromptFacts<'_>) -> bool {
     if p.tool.as_deref().is_some_and(|t| t != facts.tool) {

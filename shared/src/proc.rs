@@ -232,6 +232,43 @@ pub fn describe_uid(uid: u32) -> String {
     }
 }
 
+/// The names of the OS groups this process is in (its real gid and supplementary groups,
+/// as the kernel holds them): what a decider's membership of a reviewers group is checked
+/// against on the embedded store. Names from `/etc/group`, else `getent group`; a group
+/// without a name is left out.
+pub fn current_groups() -> Vec<String> {
+    // SAFETY: getgroups with 0 returns the count; then fills a buffer of that length.
+    let n = unsafe { libc::getgroups(0, std::ptr::null_mut()) };
+    let mut gids = vec![0 as libc::gid_t; n.max(0) as usize];
+    // SAFETY: gids is writable for its length.
+    let got = unsafe { libc::getgroups(gids.len() as libc::c_int, gids.as_mut_ptr()) };
+    gids.truncate(got.max(0) as usize);
+    // SAFETY: getgid cannot fail.
+    gids.push(unsafe { libc::getgid() });
+    gids.sort_unstable();
+    gids.dedup();
+    let file = std::fs::read_to_string("/etc/group").unwrap_or_default();
+    gids.into_iter()
+        .filter_map(|gid| group_file_name(&file, gid).or_else(|| getent_group(gid)))
+        .collect()
+}
+
+fn getent_group(gid: u32) -> Option<String> {
+    let out = std::process::Command::new("getent")
+        .args(["group", &gid.to_string()])
+        .stdin(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .output()
+        .ok()?;
+    out.status.success().then_some(())?;
+    group_file_name(&String::from_utf8_lossy(&out.stdout), gid)
+}
+
+/// The name of `gid` in the text of a group file (`name:x:gid:members`).
+pub fn group_file_name(text: &str, gid: u32) -> Option<String> {
+    passwd_file_name(text, gid)
+}
+
 /// The OS user running this process, by real uid.
 pub fn current_user() -> String {
     user_name(real_uid())

@@ -83,5 +83,10 @@ pub fn approval(id: &str, kind: PromptKind) -> Approval {
         supersedes: None,
         kept_for: None,
         consumed_reason: None,
+        reviews_required: 1,
+        reviewer_group: None,
+        wait_seconds: 0,
+        reviews: Vec::new(),
+        usable_at: None,
     }
 }

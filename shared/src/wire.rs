@@ -64,16 +64,21 @@ pub struct ApprovalView {
     pub cwd: Option<String>,
     /// The host the run ran on.
     pub host: Option<String>,
+    /// Where it stands on its required reviewers and wait timer (`1 of 2 approvals
+    /// (alice); 1 more needed …`, `approved by …; held … until T`); absent without one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub review_status: Option<String>,
 }
 
 impl ApprovalView {
     /// `approval` with what its run `run` says.
     pub fn new(approval: Approval, run: Option<&ToolRun>) -> Self {
         ApprovalView {
-            approval,
             command: run.map(|r| r.argv_json.clone()),
             cwd: run.and_then(|r| r.cwd.clone()),
             host: run.and_then(|r| r.host.clone()),
+            review_status: crate::reviews::summary(&approval),
+            approval,
         }
     }
 }

@@ -828,6 +828,7 @@ fn start_command(store: &mut SqliteStore, argv: &[String], cwd: &str) -> Asker {
         tool: run.tool_name,
         execution_id: run.execution_id.expect("an execution id"),
         actor: "ci".into(),
+        review: Default::default(),
     }
 }
 
@@ -1208,6 +1209,7 @@ fn carol() -> Decider<'static> {
         channel: "cli",
         comment: None,
         version: None,
+        groups: &[],
     }
 }
 

@@ -1,7 +1,7 @@
 //! The PostgreSQL schema `db init` builds — the migrations for the tables, then
 //! `pg/functions/` for every function, one live definition each — is the schema the
 //! released migrations built, which defined and redefined the functions inside them
-//! (`tests/fixtures/old_state/pg/v1.sql` … `v5.sql`, the files as they shipped).
+//! (`tests/fixtures/old_state/pg/v1.sql` … `v6.sql`, the files as they shipped).
 //!
 //! Read from the catalog: every table column, index, constraint, trigger and function (as
 //! `pg_get_functiondef` prints it), and every function's grants. The same for a new
@@ -135,7 +135,7 @@ fn db_init_builds_the_schema_the_released_migrations_built_from_any_version() {
     let latest = postgres::SCHEMA_VERSION as usize;
     let chain = at_released(&cluster, latest);
     same(
-        "released v1..v5 against db init",
+        "released v1..v6 against db init",
         &catalog(&cluster, &fresh, false),
         &catalog(&cluster, &chain, false),
     );

@@ -170,6 +170,40 @@ impl StoreUnderTest for Postgres {
         self.operator_login.clone()
     }
 
+    /// A login of its own, an operator, a member of each group's role.
+    fn reviewer(&self, name: &str, groups: &[&str]) -> contract::Reviewer {
+        use hr_shared::store::postgres;
+        let cluster = pg_cluster();
+        let login = format!("{name}_{}", self.db);
+        cluster.admin_sql(
+            &self.db,
+            &format!("CREATE ROLE {login} LOGIN PASSWORD 'pw'"),
+        );
+        postgres::grant(&cluster.admin_url(&self.db), &login, "operator").expect("db grant");
+        for g in groups {
+            let role = self.group(g);
+            cluster.admin_sql(
+                &self.db,
+                &format!(
+                    "DO $$ BEGIN CREATE ROLE {role} NOLOGIN; EXCEPTION WHEN duplicate_object THEN NULL; END $$; GRANT {role} TO {login}"
+                ),
+            );
+        }
+        contract::Reviewer {
+            op: own_store(&StatePaths {
+                store_url: Some(cluster.url(&login, "pw", &self.db)),
+                ..self.operator.clone()
+            }),
+            by: name.to_owned(),
+            groups: Vec::new(),
+            recorded: login,
+        }
+    }
+
+    fn group(&self, name: &str) -> String {
+        format!("{name}_{}", self.db)
+    }
+
     fn runner_identity(&self) -> String {
         self.runner_login.clone()
     }
@@ -209,10 +243,11 @@ fn a_database_servers_error_keeps_its_sqlstate() {
     });
 }
 
-/// An upgrade, not only a fresh schema: a store at schema v4 (this build's v5 taken back off
-/// it: its one function) holding a parked run's decision and a live run's pending question
-/// is brought to v5 by `db init`, which says so; the rows read back the same, the decision
-/// still answers the parked run's resume, and v5's withdrawal works on the old question.
+/// An upgrade, not only a fresh schema: a store at schema v4 (this build's v5 and v6 taken
+/// back off it once its rows are written: v5's one function, v6's columns) holding a parked
+/// run's decision and a live run's pending question is brought to v6 by `db init`, which
+/// says so; the rows read back the same, the decision still answers the parked run's
+/// resume, and v5's withdrawal works on the old question.
 #[test]
 fn db_init_upgrades_a_v4_store_and_keeps_what_it_holds() {
     use contract::*;
@@ -220,11 +255,6 @@ fn db_init_upgrades_a_v4_store_and_keeps_what_it_holds() {
     use hr_shared::store::{PromptResolution, RunWrite, postgres};
     contract::run_case::<Postgres>(|s| {
         let cluster = pg_cluster();
-        cluster.admin_sql(
-            &s.db,
-            "DROP FUNCTION hr.approval_withdraw(text, text, text, text);
-             UPDATE hr.schema_version SET version = 4;",
-        );
         let cmd = Cmd::new("rm", &["-i", "a.txt"]);
         let req = yes_no("rm");
         let mut op = s.operator();
@@ -234,6 +264,14 @@ fn db_init_upgrades_a_v4_store_and_keeps_what_it_holds() {
         decide(op.as_mut(), &decided.approval_id, "y", "alice");
         let mut live = Shim::start(s, &Cmd::new("make", &["deploy"]));
         let pending = live.ask_pending(&yes_no("make"));
+        cluster.admin_sql(
+            &s.db,
+            "DROP FUNCTION hr.approval_withdraw(text, text, text, text);
+             DROP INDEX hr.approvals_held;
+             ALTER TABLE hr.approvals DROP COLUMN reviews_required, DROP COLUMN reviewer_group,
+                 DROP COLUMN wait_seconds, DROP COLUMN reviews, DROP COLUMN usable_at;
+             UPDATE hr.schema_version SET version = 4;",
+        );
         let before = (
             run_now(op.as_mut(), parked.id()),
             approval_now(op.as_mut(), &decided.approval_id),
@@ -241,7 +279,7 @@ fn db_init_upgrades_a_v4_store_and_keeps_what_it_holds() {
         );
 
         let report = postgres::init(&cluster.admin_url(&s.db)).expect("db init upgrades");
-        assert_eq!((report.from_version, report.to_version), (4, 5));
+        assert_eq!((report.from_version, report.to_version), (4, 6));
         let mut op = s.operator();
         let after = (
             run_now(op.as_mut(), parked.id()),

@@ -313,6 +313,12 @@ fn run(inv: Invocation) -> Result<u8, Failure> {
             cwd: ctx.cwd.to_string_lossy().into_owned(),
             tool_digest: None,
             actor: String::new(),
+            review: hr_shared::policy::reviewers_for(
+                &ctx.config,
+                &ctx.tool_name,
+                &ctx.argv(),
+                &ctx.cwd.to_string_lossy(),
+            ),
         },
         refused,
     );

@@ -36,6 +36,7 @@ mod remote;
 mod reports;
 mod restart;
 mod resume;
+mod reviewers;
 mod rows;
 mod runner_api;
 mod security;

@@ -176,6 +176,10 @@ fn status_word(s: StatusArg) -> &'static str {
 /// The human table; with `decided`, the status and who decided are shown too.
 pub fn table(list: &[Approval], asked: &[Asked], decided: bool) -> Table {
     let mut headers = vec!["APPROVAL", "TOOL", "AGE", "LEFT"];
+    let reviewed = list.iter().any(|a| hr_shared::reviews::short(a).is_some());
+    if reviewed {
+        headers.push("REVIEWS");
+    }
     if decided {
         headers.extend(["STATUS", "VALUE", "BY"]);
     }
@@ -190,6 +194,9 @@ pub fn table(list: &[Approval], asked: &[Asked], decided: bool) -> Table {
                 .unwrap_or_default(),
             time_left(a),
         ];
+        if reviewed {
+            row.push(clip(&hr_shared::reviews::short(a).unwrap_or_default(), 16));
+        }
         if decided {
             row.push(a.status.to_string());
             row.push(clip(
@@ -301,6 +308,7 @@ pub fn show(ctx: &Ctx, id: &str, json: bool) -> CliResult {
             .map(|e| format!("{e} ({left} left, then {})", a.expire_action))
             .as_deref(),
     );
+    field("reviews", hr_shared::reviews::summary(&a).as_deref());
     field("chosen_value", a.chosen_value.as_deref());
     field("decided_at", a.decided_at.as_deref());
     field("decided_by", a.decided_by.as_deref());

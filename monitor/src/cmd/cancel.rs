@@ -55,6 +55,7 @@ pub fn run(ctx: &Ctx, args: Args) -> CliResult {
         channel: "cli",
         comment: reason.as_deref(),
         version: None,
+        groups: &[],
     };
     // A server signals the run's headless-run itself, on its host: nothing is signalled here.
     let remote = !hr_shared::store::capabilities::of(&ctx.paths).host_files;

@@ -65,8 +65,9 @@ pub struct Args {
     /// With --remember: in any directory, not only this one
     #[arg(long, requires = "remember")]
     any_dir: bool,
-    /// Print the result as a JSON object: schema, outcome (`decided`, or `unchanged` for
-    /// the same decision again) and the approval's row
+    /// Print the result as a JSON object: schema, outcome (`decided`; `unchanged` for the
+    /// same decision again; `reviewed` when it counted but the approval needs more
+    /// reviewers or a wait timer holds it) and the approval's row
     #[arg(long)]
     json: bool,
 }
@@ -133,11 +134,13 @@ pub fn run(ctx: &Ctx, args: Args) -> CliResult {
         )));
     }
     let by = proc::current_user();
+    let groups = proc::current_groups();
     let who = Decider {
         by: &by,
         channel: "cli",
         comment: args.comment.as_deref(),
         version: args.seen.as_deref(),
+        groups: &groups,
     };
     let out = hr_shared::control::decide(store.as_mut(), &ctx.paths, id, &args.value, &who)?;
     let decided = match out {
@@ -154,6 +157,23 @@ pub fn run(ctx: &Ctx, args: Args) -> CliResult {
             }
             report(&args, "unchanged", &a)?;
             a
+        }
+        // Counted (or counted before), and still pending: more reviewers, or a wait timer.
+        DecideOutcome::Reviewed(a) => {
+            if !args.json {
+                crate::outln!(
+                    "{}: your approval is counted; {}",
+                    a.approval_id,
+                    hr_shared::reviews::summary(&a).unwrap_or_default()
+                );
+            }
+            report(&args, "reviewed", &a)?;
+            if args.remember {
+                return Err(CliError::usage(
+                    "--remember: not remembered, since the approval is not decided yet (it needs more reviewers or its wait timer holds it)",
+                ));
+            }
+            return Ok(());
         }
         refused @ (DecideOutcome::Conflict(_) | DecideOutcome::Changed(_)) => {
             return Err(CliError::conflict(

@@ -459,6 +459,7 @@ fn cancel(ctx: &Ctx, exid: &str, reason: Option<&str>, json: bool) -> CliResult 
         channel: "cli",
         comment: reason,
         version: None,
+        groups: &[],
     };
     let mut ended = 0;
     for r in st.execution_runs(exid)? {

@@ -12,6 +12,7 @@ the token's name, channel `http`. Never put a token in a supervised tool's envir
 
 Examples:
   monitor token create alice-laptop --role operator --expires 30d
+  monitor token create bob --role operator --group ops
   monitor token create dashboard --role viewer
   monitor token list
   monitor token revoke alice-laptop")]
@@ -32,6 +33,10 @@ enum Command {
         /// Ends after this long (e.g. 12h, 30d); default: never
         #[arg(long, value_name = "DUR", value_parser = crate::parse::nonzero)]
         expires: Option<std::time::Duration>,
+        /// A reviewer group its holder belongs to (repeat for several): approvals that need
+        /// reviewers of that group (`[[reviewers]] group = …`) accept its decisions
+        #[arg(long = "group", value_name = "GROUP")]
+        groups: Vec<String>,
     },
     /// The tokens (never their secrets)
     List,
@@ -47,11 +52,18 @@ pub fn run(ctx: &Ctx, args: Args) -> CliResult {
             name,
             role,
             expires,
+            groups,
         } => {
             if !tokens::valid_name(&name) {
                 return Err(CliError::usage(
                     "a token name is letters, digits, `.`, `_`, `-` and `@`, at most 64",
                 ));
+            }
+            if let Some(bad) = groups.iter().find(|g| !tokens::valid_name(g)) {
+                return Err(CliError::usage(format!(
+                    "--group {}: a group name is letters, digits, `.`, `_`, `-` and `@`, at most 64",
+                    hr_shared::sanitize::sanitize_line(bad)
+                )));
             }
             if all.iter().any(|t| t.name == name && t.live(&now)) {
                 return Err(CliError::usage(format!(
@@ -68,17 +80,19 @@ pub fn run(ctx: &Ctx, args: Args) -> CliResult {
                 expires_at: expires
                     .map(|d| hr_shared::time::to_rfc3339(std::time::SystemTime::now() + d)),
                 revoked_at: None,
+                groups,
             });
             tokens::save(&ctx.paths, &all).map_err(CliError::error)?;
             crate::outln!("{secret}");
         }
         Command::List => {
             crate::outln!(
-                "{:24} {:9} {:8} {:26} EXPIRES",
+                "{:24} {:9} {:8} {:26} {:26} GROUPS",
                 "NAME",
                 "ROLE",
                 "STATE",
-                "CREATED"
+                "CREATED",
+                "EXPIRES"
             );
             for t in &all {
                 let state = if t.revoked_at.is_some() {
@@ -89,12 +103,17 @@ pub fn run(ctx: &Ctx, args: Args) -> CliResult {
                     "expired"
                 };
                 crate::outln!(
-                    "{:24} {:9} {:8} {:26} {}",
+                    "{:24} {:9} {:8} {:26} {:26} {}",
                     t.name,
                     t.role.as_str(),
                     state,
                     t.created_at,
-                    t.expires_at.as_deref().unwrap_or("never")
+                    t.expires_at.as_deref().unwrap_or("never"),
+                    if t.groups.is_empty() {
+                        "-".to_owned()
+                    } else {
+                        t.groups.join(",")
+                    }
                 );
             }
         }

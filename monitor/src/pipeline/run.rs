@@ -1296,6 +1296,7 @@ impl Driver {
             cwd,
             tool_digest: None,
             actor,
+            review: Default::default(),
         };
         let req = CooperativeRequest {
             approval_id: None,

@@ -170,6 +170,7 @@ pub(super) async fn decide_as(
         comment, version, ..
     } = body;
     let by = c.name.clone();
+    let groups = c.groups.clone();
     let paths = s.paths.clone();
     // Where the store records `decided_by` from its own login (PostgreSQL: the server's,
     // not the client's), the channel names the token.
@@ -185,17 +186,22 @@ pub(super) async fn decide_as(
                 channel: &channel,
                 comment: comment.as_deref(),
                 version: version.as_deref(),
+                groups: &groups,
             };
             let outcome = hr_shared::control::decide(st, &paths, &id, &value, &who)
                 .map_err(ApiError::store)?;
             let why = hr_shared::approvals::refusal(&outcome).unwrap_or_default();
             match outcome {
                 DecideOutcome::Decided(a) => Ok((StatusCode::OK, approval_view(st, &a)?)),
+                // Counted; still pending (more reviewers, or a wait timer holds it).
+                DecideOutcome::Reviewed(a) => Ok((StatusCode::ACCEPTED, approval_view(st, &a)?)),
                 DecideOutcome::NotFound => {
                     Err(ApiError::new(StatusCode::NOT_FOUND, "no such approval"))
                 }
                 // A pipeline's human step that names who decides it (the store checks).
-                DecideOutcome::Refused(why) => Err(ApiError::new(StatusCode::FORBIDDEN, why)),
+                DecideOutcome::Refused(why) => {
+                    Err(ApiError::new(StatusCode::FORBIDDEN, why).with("outcome", json!("refused")))
+                }
                 DecideOutcome::Invalid(e) => Err(ApiError::new(
                     StatusCode::UNPROCESSABLE_ENTITY,
                     format!(
@@ -266,6 +272,7 @@ pub(super) fn not_this_version(
     request_body = Option<DecisionRequest>,
     responses(
         (status = 200, description = "decided", body = ApprovalView),
+        (status = 202, description = "counted, still pending: the approval needs more reviewers, or its wait timer holds it (`review_status` says which)", body = ApprovalView),
         (status = 400, description = BAD_INPUT, body = ErrorBody),
         (status = 401, description = NO_TOKEN, body = ErrorBody),
         (status = 403, description = ROLE_OR_DECIDERS, body = ErrorBody),
@@ -295,6 +302,7 @@ pub(super) async fn approve(
     request_body = Option<DecisionRequest>,
     responses(
         (status = 200, description = "decided", body = ApprovalView),
+        (status = 202, description = "counted, still pending: the approval needs more reviewers, or its wait timer holds it (`review_status` says which)", body = ApprovalView),
         (status = 400, description = BAD_INPUT, body = ErrorBody),
         (status = 401, description = NO_TOKEN, body = ErrorBody),
         (status = 403, description = ROLE_OR_DECIDERS, body = ErrorBody),
@@ -324,6 +332,7 @@ pub(super) async fn reject(
     request_body = DecideRequest,
     responses(
         (status = 200, description = "decided", body = ApprovalView),
+        (status = 202, description = "counted, still pending: the approval needs more reviewers, or its wait timer holds it (`review_status` says which)", body = ApprovalView),
         (status = 400, description = BAD_INPUT, body = ErrorBody),
         (status = 401, description = NO_TOKEN, body = ErrorBody),
         (status = 403, description = ROLE_OR_DECIDERS, body = ErrorBody),

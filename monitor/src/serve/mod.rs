@@ -319,17 +319,19 @@ pub fn run(ctx: &Ctx, args: Args) -> CliResult {
     };
     // The user's config: its webhooks, checked before anything listens.
     let cwd = std::env::current_dir().unwrap_or_else(|_| "/".into());
-    let (hooks, mailers) = match hr_shared::config::Config::load(&cwd, &hr_shared::paths::real_env)
-    {
-        Ok(config) => (
-            webhooks::hooks(&config.webhooks()).map_err(CliError::usage)?,
-            mail::mailers(&config.email()).map_err(CliError::usage)?,
-        ),
-        Err(e) => return Err(CliError::usage(format!("the config: {e}"))),
-    };
+    let (hooks, mailers, config) =
+        match hr_shared::config::Config::load(&cwd, &hr_shared::paths::real_env) {
+            Ok(config) => (
+                webhooks::hooks(&config.webhooks()).map_err(CliError::usage)?,
+                mail::mailers(&config.email()).map_err(CliError::usage)?,
+                config,
+            ),
+            Err(e) => return Err(CliError::usage(format!("the config: {e}"))),
+        };
     let options = Options {
         hooks,
         mailers,
+        config: Arc::new(config),
         listen: args.listen,
         fail_limit: args.auth_failures,
         streams_per_token: args.max_streams_per_token,
@@ -347,6 +349,8 @@ struct Options {
     hooks: Vec<webhooks::Hook>,
     /// Whom approvals are mailed to (`[[email]]`).
     mailers: Vec<mail::Mailer>,
+    /// The server's own config: its `[[reviewers]]` apply to its runners' approvals.
+    config: Arc<hr_shared::config::Config>,
     listen: SocketAddr,
     fail_limit: u32,
     streams_per_token: u32,
@@ -373,6 +377,7 @@ async fn serve(
     let (bell_rx, bell_tx) = bell(&paths);
     let connections = Arc::new(listen::Stats::default());
     let server = Arc::new(Server {
+        config: options.config.clone(),
         store: {
             let paths = paths.clone();
             Sessions::start("store", STORE_THREADS, move || store::operator(&paths))
@@ -504,6 +509,8 @@ async fn log_request(req: Request, next: Next) -> Response {
 
 struct Server {
     paths: StatePaths,
+    /// The server's own config (`[[reviewers]]`: what its runners' approvals need at least).
+    config: Arc<hr_shared::config::Config>,
     store: Sessions<dyn OperatorStore>,
     /// One session that only reads the change mark: a mark is comparable only with marks
     /// of the same session (SQLite's data version is per connection, and does not move for
@@ -540,6 +547,8 @@ type TokenStamp = Option<(u64, u64, Option<std::time::SystemTime>)>;
 struct Caller {
     name: String,
     role: Role,
+    /// The token's reviewer groups.
+    groups: Vec<String>,
     /// The stored hash of its token: what an open stream checks again.
     hash: String,
 }
@@ -562,6 +571,7 @@ impl Server {
             return Ok(Caller {
                 name: t.name.clone(),
                 role: t.role,
+                groups: t.groups.clone(),
                 hash: t.hash.clone(),
             });
         }

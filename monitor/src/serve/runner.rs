@@ -302,10 +302,13 @@ pub(super) async fn live(
 }
 
 /// The asking run as the server trusts it: its fingerprint kept apart per token, its actor
-/// the token.
-fn trusted(c: &Caller, who: &mut hr_shared::store::Asker) {
+/// the token, and its approvals needing at least what the server's own `[[reviewers]]` ask
+/// for the command (a runner may ask for more, never less).
+fn trusted(s: &Server, c: &Caller, who: &mut hr_shared::store::Asker) {
     who.actor = actor(c);
     who.request_fingerprint = fingerprint_for(c, &who.request_fingerprint);
+    let floor = hr_shared::policy::reviewers_for(&s.config, &who.tool, &who.argv, &who.cwd);
+    who.review = floor.stricter(&who.review);
 }
 
 #[utoipa::path(
@@ -332,7 +335,7 @@ pub(super) async fn prompt(
 ) -> Result<Response, ApiError> {
     let mut call: PromptCall = body(&bytes)?;
     own(&s, &c, &call.who.tool_run_id)?;
-    trusted(&c, &mut call.who);
+    trusted(&s, &c, &mut call.who);
     call.req.on_expire = OnExpire::Reject;
     // A runner's config decides nothing here: only a person (or a remembered decision an
     // operator made) answers its prompts.
@@ -380,7 +383,7 @@ pub(super) async fn cooperative(
 ) -> Result<Response, ApiError> {
     let mut call: CooperativeCall = body(&bytes)?;
     own(&s, &c, &call.who.tool_run_id)?;
-    trusted(&c, &mut call.who);
+    trusted(&s, &c, &mut call.who);
     answer(&s, &c, move |st| {
         st.cooperative(&call.who, &call.req, call.ttl, OnExpire::Reject)
     })
@@ -411,7 +414,7 @@ pub(super) async fn auto_approval(
 ) -> Result<Response, ApiError> {
     let mut call: AutoApprovalCall = body(&bytes)?;
     own(&s, &c, &call.who.tool_run_id)?;
-    trusted(&c, &mut call.who);
+    trusted(&s, &c, &mut call.who);
     // Only an approval one of its own runs asked (one that does not exist is the store's
     // to say so).
     if holder_of(&s, &c, &call.approval_id).await? == Holder::Other {

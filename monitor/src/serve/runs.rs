@@ -139,6 +139,7 @@ pub(super) async fn cancel_run(
                 channel: "http",
                 comment: None,
                 version: None,
+                groups: &[],
             };
             let outcome = hr_shared::control::cancel(
                 st,

@@ -42,6 +42,10 @@ pub struct Token {
     pub expires_at: Option<String>,
     #[serde(default)]
     pub revoked_at: Option<String>,
+    /// The reviewer groups its holder belongs to (`monitor token create --group`): what
+    /// an approval needing reviewers of a group checks (`crate::reviews`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub groups: Vec<String>,
 }
 
 impl Token {
@@ -155,6 +159,7 @@ mod tests {
             created_at: "2026-01-01T00:00:00.000Z".into(),
             expires_at: Some("2026-06-01T00:00:00.000Z".into()),
             revoked_at: None,
+            groups: Vec::new(),
         };
         assert!(!t.hash.contains(&secret[4..]));
         let now = "2026-03-01T00:00:00.000Z";

@@ -447,6 +447,13 @@ pub fn describe_decision(
             }
             (Level::Ok, t)
         }
+        Ok(DecideOutcome::Reviewed(a)) => (
+            Level::Ok,
+            format!(
+                "✓ {ap} your approval is counted: {}",
+                hr_shared::reviews::summary(&a).unwrap_or_default()
+            ),
+        ),
         Ok(DecideOutcome::AlreadySame(a)) => (
             Level::Info,
             format!(

@@ -848,6 +848,13 @@ fn draw_approval(app: &App, f: &mut Frame, area: Rect, id: &str) {
         ]),
         Line::from(""),
     ];
+    if let Some(reviews) = hr_shared::reviews::summary(a) {
+        lines.push(Line::from(vec![
+            Span::raw(" Reviews ").bold(),
+            Span::styled(reviews, Style::new().magenta()),
+        ]));
+        lines.push(Line::from(""));
+    }
     if let Some(command) = card.command {
         lines.push(Line::from(" Command".bold()));
         lines.push(Line::from(format!("   {command}")));

@@ -786,11 +786,13 @@ impl Feed {
         let user = self.user.clone();
         let paths = self.paths.clone();
         let store = self.writable()?;
+        let groups = hr_shared::proc::current_groups();
         let who = Decider {
             by: &user,
             channel: "tui",
             comment,
             version,
+            groups: &groups,
         };
         control::decide(store, &paths, approval_id, value, &who).map_err(|e| e.to_string())
     }
@@ -805,6 +807,7 @@ impl Feed {
             channel: "tui",
             comment: None,
             version: None,
+            groups: &[],
         };
         // A server signals the run's headless-run on its own host: nothing is signalled here.
         control::cancel(

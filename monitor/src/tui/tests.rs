@@ -405,6 +405,7 @@ fn alerts_count_stalled_failed_waiting_and_expiring() {
             channel: "cli",
             comment: None,
             version: None,
+            groups: &[],
         };
         let _ = OperatorStore::decide(&mut *w.store.borrow_mut(), id, "approve", &who);
     }
@@ -760,6 +761,7 @@ fn decision_outcomes_are_told_in_the_status_line() {
         channel: "cli",
         comment: None,
         version: None,
+        groups: &[],
     };
     let won = w.store.get_mut().decide(id, "n", &bob).unwrap().value;
     assert!(matches!(won, DecideOutcome::Decided(_)));
@@ -768,6 +770,7 @@ fn decision_outcomes_are_told_in_the_status_line() {
         channel: "tui",
         comment: None,
         version: None,
+        groups: &[],
     };
     let lost = w
         .store

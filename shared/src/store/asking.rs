@@ -20,7 +20,7 @@ use std::time::{Duration, SystemTime};
 pub fn approval_for(who: &Asker, req: &PromptRequest) -> Approval {
     let p = &req.prompt;
     let now = SystemTime::now();
-    Approval {
+    let mut a = Approval {
         approval_id: id::new_approval_id(),
         tool_run_id: who.tool_run_id.clone(),
         tool_name: who.tool.clone(),
@@ -67,7 +67,14 @@ pub fn approval_for(who: &Asker, req: &PromptRequest) -> Approval {
         supersedes: None,
         kept_for: None,
         consumed_reason: None,
-    }
+        reviews_required: 1,
+        reviewer_group: None,
+        wait_seconds: 0,
+        reviews: Vec::new(),
+        usable_at: None,
+    };
+    who.review.apply(&mut a);
+    a
 }
 
 /// The approval a cooperative tool's `approval_needed` line becomes (its text cleaned), and

@@ -108,6 +108,9 @@ pub struct Asker {
     pub tool_digest: Option<String>,
     /// The OS user of the shim.
     pub actor: String,
+    /// What its approvals need before a decision is used (`[[reviewers]]`).
+    #[serde(default)]
+    pub review: crate::reviews::Requirement,
 }
 
 pub use crate::policy::RememberScope;

@@ -249,8 +249,21 @@ impl OperatorStore for HttpOperator {
         };
         let answer = self.client()?.post::<ApprovalView>(&path, &body);
         let outcome = match answer {
+            // 202: counted, still pending (more reviewers, or a wait timer holds it).
+            Ok(v) if v.approval.status == ApprovalStatus::Pending => {
+                DecideOutcome::Reviewed(Box::new(v.approval))
+            }
             Ok(v) => DecideOutcome::Decided(Box::new(v.approval)),
             Err(CallError::Status { status: 404, .. }) => DecideOutcome::NotFound,
+            // The store's refusal (not the token's role): `outcome: refused`.
+            Err(CallError::Status { status: 403, body })
+                if ErrorBody::read(&body)
+                    .and_then(|e| e.field::<String>("outcome"))
+                    .as_deref()
+                    == Some("refused") =>
+            {
+                DecideOutcome::Refused(crate::sanitize::sanitize_line(&body_error(&body)))
+            }
             Err(CallError::Status { status: 422, body }) => {
                 let e = ErrorBody::read(&body);
                 let valid = e

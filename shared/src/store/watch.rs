@@ -53,18 +53,18 @@ impl Watcher {
         let stop = Arc::new(AtomicBool::new(false));
         let flag = stop.clone();
         let id = approval.approval_id.clone();
-        let expires = approval
-            .expires_at
-            .as_deref()
-            .and_then(time::parse_rfc3339)
-            .and_then(|t| t.duration_since(SystemTime::now()).ok())
-            .map(|left| Instant::now() + left);
+        let instant_of = |stamp: Option<&str>| {
+            let t = time::parse_rfc3339(stamp?)?;
+            Some(Instant::now() + t.duration_since(SystemTime::now()).unwrap_or_default())
+        };
+        // When to ask the store to expire it, or to use a decision its wait timer held.
+        let mut due = instant_of(approval.expires_at.as_deref());
         let _ = std::thread::Builder::new()
             .name("approval-watch".into())
             .spawn(move || {
                 let mut seen = None;
                 while !flag.load(Ordering::Relaxed) {
-                    let overdue = expires.is_some_and(|e| Instant::now() >= e);
+                    let overdue = due.is_some_and(|e| Instant::now() >= e);
                     let mark = store.change_mark().ok();
                     if overdue || mark.is_none() || mark != seen {
                         seen = mark;
@@ -72,7 +72,14 @@ impl Watcher {
                             control::log_events(&log_path, &done.effects.events);
                         }
                         // Gone (gc'd) or unreadable: the session reopens on the next look.
-                        if let Ok(Some(a)) = store.approval(&id)
+                        let now = store.approval(&id);
+                        // Held by its wait timer: looked at again when the time comes.
+                        if let Ok(Some(a)) = &now
+                            && a.usable_at.is_some()
+                        {
+                            due = instant_of(a.usable_at.as_deref());
+                        }
+                        if let Ok(Some(a)) = now
                             && a.status != ApprovalStatus::Pending
                         {
                             let _ = tx.send(Watched::Decided(Box::new(a)));

@@ -31,6 +31,7 @@ pub mod operator;
 #[allow(dead_code)]
 pub mod pipelines;
 pub mod regressions;
+pub mod reviews;
 pub mod runner;
 
 /// One kind of store under test: how to get an empty one and sessions on it.
@@ -130,11 +131,38 @@ pub trait StoreUnderTest: Sized + Sync {
         row.stamped(&self.runner_identity(), uid)
     }
 
+    /// A person who reviews approvals: an operator session as `name`, a member of
+    /// `groups` (names as [`StoreUnderTest::group`] gives them). The embedded store and a
+    /// server's own store take the decider's name and groups from the front-end that
+    /// authenticated it; PostgreSQL from a login of that name and its roles.
+    fn reviewer(&self, name: &str, groups: &[&str]) -> Reviewer {
+        Reviewer {
+            op: self.operator(),
+            by: name.to_owned(),
+            groups: groups.iter().map(|g| self.group(g)).collect(),
+            recorded: name.to_owned(),
+        }
+    }
+
+    /// The name of reviewer group `name` on this store.
+    fn group(&self, name: &str) -> String {
+        name.to_owned()
+    }
+
     /// A command's request fingerprint as the store keeps it (the runner API keeps each
     /// token's apart).
     fn stored_fingerprint(&self, fingerprint: &str) -> String {
         fingerprint.to_owned()
     }
+}
+
+/// A reviewer's session, and who it decides as.
+pub struct Reviewer {
+    pub op: Box<dyn AdminStore>,
+    pub by: String,
+    pub groups: Vec<String>,
+    /// What the store records as the reviewer.
+    pub recorded: String,
 }
 
 /// [`StoreUnderTest::recorded_as`], as compared with `decided_by`.
@@ -237,6 +265,12 @@ macro_rules! contract_tests {
                 cancelling_a_parked_chain_spends_its_decisions,
                 a_released_answer_stays_with_its_run,
                 gc_keeps_what_a_live_chain_needs,
+            );
+            contract_cases!($store, reviews:
+                two_distinct_people_approve,
+                never_the_runs_own_identity_and_one_rejection_ends_it,
+                a_group_admits_only_its_members,
+                a_wait_timer_holds_the_decision,
             );
             contract_cases!($store, regressions:
                 returned_approval_is_the_stored_one,
@@ -375,6 +409,7 @@ impl Shim {
             cwd: cmd.cwd.clone(),
             tool_digest: None,
             actor: "shim-user".to_owned(),
+            review: Default::default(),
         };
         Shim {
             store: s.runner(),
@@ -555,6 +590,7 @@ pub fn decider(by: &str) -> Decider<'_> {
         channel: "cli",
         comment: None,
         version: None,
+        groups: &[],
     }
 }
 

@@ -397,6 +397,7 @@ pub fn decide_first_writer_wins<S: StoreUnderTest>(s: &S) {
                 channel: "tui",
                 comment: Some("looks fine"),
                 version: None,
+                groups: &[],
             },
         )
         .unwrap();

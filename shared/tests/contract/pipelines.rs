@@ -85,6 +85,7 @@ fn asked(ps: &mut dyn PipelineStore, id: &str) -> (Execution, Approval) {
         cwd: ex.dir.clone(),
         tool_digest: None,
         actor: "runner".into(),
+        review: Default::default(),
     };
     let req = CooperativeRequest {
         approval_id: None,

@@ -58,6 +58,8 @@ function approvalCard(a) {
   card.append(el("div", { class: "meta", text:
     a.tool_name + " · " + command + " · in " + (a.cwd || "?") + " · on " + (a.host || "?") +
     " · asked " + age(a.created_at) + " ago · " + a.approval_id }));
+  // Required reviewers and wait timers: who approved, how many more (the server says).
+  if (a.review_status) card.append(el("p", { class: "reviews", text: a.review_status }));
   const comment = el("textarea", { rows: "2", placeholder: "Comment (optional)", "aria-label": "comment" });
   const outcome = el("p", { class: "outcome", role: "status" });
   const options = el("div", { class: "options" });
@@ -81,7 +83,10 @@ async function decide(a, value, comment, outcome, card) {
     const d = await api("POST", "/api/v1/approvals/" + encodeURIComponent(a.approval_id) + "/decide",
       { value, comment: comment || null, version: a.screen_digest || null });
     outcome.className = "outcome decided";
-    outcome.textContent = d.status + " (" + (d.chosen_value || value) + ") by " + d.decided_by;
+    // Still pending: counted, and more reviewers are needed (or a wait timer holds it).
+    outcome.textContent = d.status === "pending"
+      ? "Your approval is counted: " + (d.review_status || "more are needed")
+      : d.status + " (" + (d.chosen_value || value) + ") by " + d.decided_by;
     for (const b of card.querySelectorAll("button")) b.disabled = true;
   } catch (e) {
     outcome.className = "outcome error";

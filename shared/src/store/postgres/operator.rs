@@ -361,12 +361,17 @@ impl OperatorStore for PgOperator {
             Ok(doc)
         })?;
         let doc: serde_json::Value = from_json(&doc)?;
+        if doc.get("outcome").and_then(|o| o.as_str()) == Some("refused") {
+            let why = doc.get("why").and_then(|w| w.as_str()).unwrap_or("refused");
+            return Ok(Done::quiet(DecideOutcome::Refused(why.to_owned())));
+        }
         let Some(after) = doc.get("approval").filter(|a| !a.is_null()) else {
             return Ok(Done::quiet(DecideOutcome::NotFound));
         };
         let after: Approval = from_value(after)?;
         Ok(match doc.get("outcome").and_then(|o| o.as_str()) {
             Some("changed") => Done::quiet(DecideOutcome::Changed(Box::new(after))),
+            Some("reviewed") => Done::quiet(DecideOutcome::Reviewed(Box::new(after))),
             Some("conflict") if after.superseded_by.is_some() => {
                 Done::quiet(DecideOutcome::Conflict(Box::new(after)))
             }

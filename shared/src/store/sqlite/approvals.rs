@@ -7,6 +7,7 @@ use crate::approvals::*;
 use crate::audit::AuditEntry;
 use crate::db::Result;
 use crate::event::ApprovalOption;
+use crate::reviews::{Review, Verdict, Voter, judge};
 use crate::status::ApprovalStatus;
 use crate::time;
 use rusqlite::{Connection, OptionalExtension, Row, Transaction, params};
@@ -16,7 +17,7 @@ const COLUMNS: &str = "approval_id, tool_run_id, tool_name, execution_id, questi
     expires_at, decided_by, decision_channel, comment, request_fingerprint, prompt_fingerprint, \
     consumed_at, consumed_by, prompt_kind, prompt_line, rule_name, expire_action, claimed_by, \
     claimed_at, resumed_run_id, screen_digest, tool_digest, superseded_by, supersedes, kept_for, \
-    consumed_reason";
+    consumed_reason, reviews_required, reviewer_group, wait_seconds, reviews, usable_at";
 
 fn from_row(r: &Row<'_>) -> rusqlite::Result<Approval> {
     let options: String = r.get(6)?;
@@ -58,7 +59,18 @@ fn from_row(r: &Row<'_>) -> rusqlite::Result<Approval> {
         supersedes: r.get(31)?,
         kept_for: r.get(32)?,
         consumed_reason: r.get(33)?,
+        reviews_required: r.get::<_, i64>(34)?.clamp(1, u32::MAX as i64) as u32,
+        reviewer_group: r.get(35)?,
+        wait_seconds: r.get::<_, i64>(36)?.max(0) as u64,
+        // Reviews a newer build wrote in another shape read as none: the approval then
+        // needs them again, the safe direction.
+        reviews: serde_json::from_str(&r.get::<_, String>(37)?).unwrap_or_default(),
+        usable_at: r.get(38)?,
     })
+}
+
+fn reviews_json(reviews: &[crate::reviews::Review]) -> String {
+    serde_json::to_string(reviews).unwrap_or_else(|_| "[]".into())
 }
 
 /// Inserts a new approval and its `approval_needed` audit row.
@@ -75,7 +87,7 @@ pub(crate) fn insert(tx: &Transaction<'_>, a: &Approval, actor: &str) -> Result<
         &format!(
             "INSERT INTO approvals ({COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, \
              ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21, ?22, ?23, ?24, ?25, ?26, ?27, ?28, \
-             ?29, ?30, ?31, ?32, ?33, ?34)"
+             ?29, ?30, ?31, ?32, ?33, ?34, ?35, ?36, ?37, ?38, ?39)"
         ),
         params![
             a.approval_id,
@@ -112,6 +124,11 @@ pub(crate) fn insert(tx: &Transaction<'_>, a: &Approval, actor: &str) -> Result<
             a.supersedes,
             a.kept_for,
             a.consumed_reason,
+            a.reviews_required.max(1),
+            a.reviewer_group,
+            a.wait_seconds.min(i64::MAX as u64) as i64,
+            reviews_json(&a.reviews),
+            a.usable_at,
         ],
     )?;
     super::audit::append(
@@ -198,10 +215,14 @@ pub(crate) fn decide(
     value: &str,
     who: &Decider<'_>,
 ) -> Result<DecideOutcome> {
-    let Some(current) = get(tx, id)? else {
+    let Some(mut current) = get(tx, id)? else {
         return Ok(DecideOutcome::NotFound);
     };
     let now = time::now_rfc3339();
+    // A held decision whose time has come is used first: this one then finds it decided.
+    if release_one(tx, &current, &now)? {
+        current = get(tx, id)?.unwrap_or(current);
+    }
     if current.is_overdue(&now) {
         expire_one(tx, &current, &now)?;
         let expired = get(tx, id)?.unwrap_or(current);
@@ -230,18 +251,47 @@ pub(crate) fn decide(
             DecideOutcome::Conflict(Box::new(current))
         });
     }
+    let owner = super::runs::get(tx, &current.tool_run_id)?.and_then(|r| r.owner);
+    let voter = Voter {
+        by: who.by,
+        channel: who.channel,
+        comment: who.comment,
+        groups: who.groups,
+        owner: owner.as_deref(),
+    };
+    let reviews = match judge(&current, &resolution, &voter, std::time::SystemTime::now()) {
+        Verdict::Refused(why) => return Ok(DecideOutcome::Refused(why)),
+        Verdict::Recorded { reviews, new } => {
+            if new {
+                review(tx, &current, &reviews, None, who.by)?;
+            }
+            let after = get(tx, id)?.unwrap_or(current);
+            return Ok(DecideOutcome::Reviewed(Box::new(after)));
+        }
+        Verdict::Hold { reviews, until } => {
+            review(tx, &current, &reviews, Some(&until), who.by)?;
+            let after = get(tx, id)?.unwrap_or(current);
+            return Ok(DecideOutcome::Reviewed(Box::new(after)));
+        }
+        Verdict::Decide {
+            reviews,
+            decided_by,
+        } => (reviews, decided_by),
+    };
+    let (reviews, decided_by) = reviews;
     let changed = tx.execute(
         "UPDATE approvals SET status = ?2, chosen_value = ?3, decided_at = ?4, decided_by = ?5,
-            decision_channel = ?6, comment = ?7
+            decision_channel = ?6, comment = ?7, reviews = ?8, usable_at = NULL
          WHERE approval_id = ?1 AND status = 'pending'",
         params![
             id,
             resolution.status.as_str(),
             resolution.chosen_value,
             now,
-            who.by,
+            decided_by,
             who.channel,
             who.comment,
+            reviews_json(&reviews),
         ],
     )?;
     let after = get(tx, id)?.unwrap_or(current);
@@ -252,7 +302,68 @@ pub(crate) fn decide(
     Ok(DecideOutcome::Decided(Box::new(after)))
 }
 
+/// Stores the approvals an approval has so far (and, once they are all there with a wait
+/// timer, when its decision will be used), with an audit row; it stays pending.
+fn review(
+    tx: &Transaction<'_>,
+    a: &Approval,
+    reviews: &[Review],
+    until: Option<&str>,
+    actor: &str,
+) -> Result<()> {
+    tx.execute(
+        "UPDATE approvals SET reviews = ?2, usable_at = ?3
+         WHERE approval_id = ?1 AND status = 'pending'",
+        params![a.approval_id, reviews_json(reviews), until],
+    )?;
+    super::audit::append(
+        tx,
+        &AuditEntry {
+            event: "approval_reviewed",
+            tool_run_id: Some(&a.tool_run_id),
+            approval_id: Some(&a.approval_id),
+            actor,
+            data: serde_json::json!({
+                "reviews": reviews.iter().map(|r| &r.by).collect::<Vec<_>>(),
+                "required": a.reviews_required,
+                "usable_at": until,
+            }),
+        },
+    )?;
+    Ok(())
+}
+
+/// Uses the decision of a held approval whose wait timer ran out: it becomes `approved`
+/// with what its reviewers chose. True when it did.
+fn release_one(tx: &Transaction<'_>, a: &Approval, now: &str) -> Result<bool> {
+    let Some(r) = crate::reviews::release(a, now) else {
+        return Ok(false);
+    };
+    let changed = tx.execute(
+        "UPDATE approvals SET status = 'approved', chosen_value = ?2, decided_at = ?3,
+            decided_by = ?4, decision_channel = ?5, comment = ?6, usable_at = NULL
+         WHERE approval_id = ?1 AND status = 'pending'",
+        params![
+            a.approval_id,
+            r.chosen_value,
+            now,
+            r.decided_by,
+            r.channel,
+            r.comment
+        ],
+    )?;
+    if changed > 0
+        && let Some(after) = get(tx, &a.approval_id)?
+    {
+        audit_status(tx, &after, &r.decided_by)?;
+    }
+    Ok(changed > 0)
+}
+
 fn expire_one(tx: &Transaction<'_>, a: &Approval, now: &str) -> Result<bool> {
+    if release_one(tx, a, now)? {
+        return Ok(true);
+    }
     let Some(crate::rules::Expiry {
         chosen_value: chosen,
         comment,
@@ -289,7 +400,9 @@ pub(crate) fn expire_due_of(
     let due: Vec<Approval> = {
         let mut stmt = tx.prepare(&format!(
             "SELECT {COLUMNS} FROM approvals
-             WHERE status = 'pending' AND expires_at IS NOT NULL AND expires_at <= ?1
+             WHERE status = 'pending'
+               AND ((expires_at IS NOT NULL AND expires_at <= ?1)
+                    OR (usable_at IS NOT NULL AND usable_at <= ?1))
                AND (?2 IS NULL OR request_fingerprint = ?2)"
         ))?;
         stmt.query_map(params![&now, request_fingerprint], from_row)?
@@ -706,6 +819,7 @@ mod tests {
             channel: "cli",
             comment: None,
             version: None,
+            groups: &[],
         }
     }
 

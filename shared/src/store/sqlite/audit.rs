@@ -328,6 +328,7 @@ mod tests {
             channel: "cli",
             comment: None,
             version: None,
+            groups: &[],
         };
         db::write(&mut conn, |tx| {
             crate::store::sqlite::approvals::decide(tx, "AP-1", "y", &who)

@@ -113,6 +113,7 @@ mod tests {
                     channel: "cli",
                     comment: None,
                     version: None,
+                    groups: &[],
                 },
             )
         })

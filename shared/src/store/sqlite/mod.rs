@@ -867,6 +867,7 @@ mod tests {
             channel: "cli",
             comment: None,
             version: None,
+            groups: &[],
         }
     }
 

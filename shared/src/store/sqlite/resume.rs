@@ -89,6 +89,7 @@ mod tests {
             channel: "cli",
             comment: None,
             version: None,
+            groups: &[],
         }
     }
 

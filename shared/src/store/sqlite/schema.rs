@@ -210,6 +210,17 @@ const MIGRATIONS: &[&str] = &[
     CREATE INDEX IF NOT EXISTS approvals_fresh ON approvals(request_fingerprint)
         WHERE consumed_at IS NULL AND status != 'pending';
     "#,
+    // v11: required reviewers and wait timers (`crate::reviews`): how many distinct people
+    // must approve, of which group, how long an approved decision is held, the approvals
+    // given so far (JSON), and when a held decision will be used.
+    r#"
+    ALTER TABLE approvals ADD COLUMN reviews_required INTEGER NOT NULL DEFAULT 1;
+    ALTER TABLE approvals ADD COLUMN reviewer_group TEXT;
+    ALTER TABLE approvals ADD COLUMN wait_seconds INTEGER NOT NULL DEFAULT 0;
+    ALTER TABLE approvals ADD COLUMN reviews TEXT NOT NULL DEFAULT '[]';
+    ALTER TABLE approvals ADD COLUMN usable_at TEXT;
+    CREATE INDEX approvals_held ON approvals(usable_at) WHERE usable_at IS NOT NULL;
+    "#,
 ];
 
 /// Columns a database may lack although its version says it has them (the first builds of

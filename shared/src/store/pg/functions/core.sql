@@ -101,15 +101,35 @@ LANGUAGE sql STABLE AS $$
         'execution_id', (SELECT execution_id FROM hr.tool_runs WHERE tool_run_id = p_run)) END
 $$;
 
--- Expires one overdue pending approval; true when it did.
+-- Expires one overdue pending approval, or uses the decision of one its wait timer held
+-- until now (`crate::reviews::release`); true when it did.
 CREATE OR REPLACE FUNCTION hr.expire_one(p_id text) RETURNS boolean LANGUAGE plpgsql AS $$
 DECLARE
     a hr.approvals;
     now_ text := hr.now();
     chosen text;
+    last_ jsonb;
 BEGIN
     SELECT * INTO a FROM hr.approvals WHERE approval_id = p_id AND status = 'pending'
-        AND expires_at IS NOT NULL AND expires_at <= now_ FOR UPDATE;
+        AND usable_at IS NOT NULL AND usable_at <= now_
+        AND jsonb_array_length(reviews) > 0 FOR UPDATE;
+    IF FOUND THEN
+        last_ := a.reviews -> (jsonb_array_length(a.reviews) - 1);
+        UPDATE hr.approvals SET status = 'approved', chosen_value = last_->>'value',
+            decided_at = now_,
+            decided_by = (SELECT string_agg(r->>'by', ', ' ORDER BY n)
+                          FROM jsonb_array_elements(a.reviews) WITH ORDINALITY x(r, n)),
+            decision_channel = last_->>'channel',
+            comment = format('held %ss by its wait timer', a.wait_seconds)
+                || coalesce('; ' || (last_->>'comment'), ''),
+            usable_at = NULL
+        WHERE approval_id = p_id RETURNING * INTO a;
+        PERFORM hr.audit_approval(a, a.decided_by);
+        PERFORM hr.ring(p_id);
+        RETURN true;
+    END IF;
+    SELECT * INTO a FROM hr.approvals WHERE approval_id = p_id AND status = 'pending'
+        AND usable_at IS NULL AND expires_at IS NOT NULL AND expires_at <= now_ FOR UPDATE;
     IF NOT FOUND THEN RETURN false; END IF;
     chosen := CASE WHEN a.expire_action = 'default' THEN a.default_value END;
     UPDATE hr.approvals SET status = 'expired', chosen_value = chosen, decided_at = now_,
@@ -129,7 +149,9 @@ DECLARE
     id_ text;
 BEGIN
     FOR id_ IN SELECT approval_id FROM hr.approvals WHERE status = 'pending'
-        AND expires_at IS NOT NULL AND expires_at <= hr.now() ORDER BY approval_id LOOP
+        AND ((expires_at IS NOT NULL AND expires_at <= hr.now())
+             OR (usable_at IS NOT NULL AND usable_at <= hr.now()))
+        ORDER BY approval_id LOOP
         IF hr.expire_one(id_) THEN
             RETURN NEXT hr.approval_row(id_);
         END IF;
@@ -253,6 +275,11 @@ LANGUAGE plpgsql AS $$
 BEGIN
     a.kept_for := NULL;
     a.consumed_reason := NULL;
+    -- What it needs comes with the question; what it has so far, only from decisions.
+    a.reviews_required := greatest(coalesce(a.reviews_required, 1), 1);
+    a.wait_seconds := greatest(coalesce(a.wait_seconds, 0), 0);
+    a.reviews := '[]';
+    a.usable_at := NULL;
     INSERT INTO hr.approvals SELECT a.*;
     PERFORM hr.audit('approval_needed', a.tool_run_id, a.approval_id, p_actor,
         jsonb_build_object('question', a.question, 'options', a.options_json,

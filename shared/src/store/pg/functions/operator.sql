@@ -104,6 +104,10 @@ CREATE OR REPLACE FUNCTION hr.decide(p_approval text, p_status text, p_value tex
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = hr, pg_temp AS $$
 DECLARE
     a hr.approvals;
+    reviewed boolean;
+    needed text;
+    revs jsonb;
+    by_ text := session_user;
 BEGIN
     PERFORM hr.check_not_runner();
     IF p_status NOT IN ('approved', 'rejected') THEN
@@ -126,9 +130,65 @@ BEGIN
     IF a.status <> 'pending' THEN
         RETURN jsonb_build_object('outcome', 'conflict', 'approval', to_jsonb(a));
     END IF;
+    -- Required reviewers and wait timers (`crate::reviews::judge`, the same rule): each
+    -- reviewer is a login, never the run's own, of the named role when there is one.
+    revs := a.reviews;
+    reviewed := a.reviews_required > 1 OR a.reviewer_group IS NOT NULL;
+    needed := CASE WHEN a.reviews_required > 1
+        THEN a.reviews_required || ' approvals from different people' ELSE 'one approval' END
+        || coalesce(format(' from group `%s`', a.reviewer_group), '');
+    IF reviewed THEN
+        IF p_also IS NOT NULL THEN
+            RETURN jsonb_build_object('outcome', 'refused', 'why', format(
+                '%s needs %s: on PostgreSQL each reviewer decides with their own login (monitor decide), not through a server''s token',
+                p_approval, needed));
+        END IF;
+        IF by_ = (SELECT runner_login FROM hr.tool_runs WHERE tool_run_id = a.tool_run_id) THEN
+            RETURN jsonb_build_object('outcome', 'refused', 'why', format(
+                '%s needs %s, and %s started its run: someone else must approve it',
+                p_approval, needed, by_));
+        END IF;
+        IF a.reviewer_group IS NOT NULL AND NOT (
+            EXISTS (SELECT 1 FROM pg_roles WHERE rolname = a.reviewer_group)
+            AND pg_has_role(session_user, a.reviewer_group, 'MEMBER')) THEN
+            RETURN jsonb_build_object('outcome', 'refused', 'why', format(
+                '%s needs %s, and %s is not a member of `%s`',
+                p_approval, needed, by_, a.reviewer_group));
+        END IF;
+    END IF;
+    IF p_status = 'approved' AND (reviewed OR a.wait_seconds > 0 OR jsonb_array_length(revs) > 0)
+    THEN
+        IF jsonb_array_length(revs) > 0 AND (revs->0->>'value') IS DISTINCT FROM p_value THEN
+            RETURN jsonb_build_object('outcome', 'refused', 'why', format(
+                '%s approved `%s`: every approval of %s must choose the same answer (reject it to start over)',
+                revs->0->>'by', revs->0->>'value', p_approval));
+        END IF;
+        IF a.usable_at IS NOT NULL
+            OR EXISTS (SELECT 1 FROM jsonb_array_elements(revs) r WHERE r->>'by' = by_) THEN
+            RETURN jsonb_build_object('outcome', 'reviewed', 'approval', to_jsonb(a));
+        END IF;
+        revs := revs || jsonb_build_array(jsonb_strip_nulls(jsonb_build_object('by', by_,
+            'value', p_value, 'at', hr.now(), 'channel', coalesce(p_channel, 'cli'),
+            'comment', p_comment)));
+        IF jsonb_array_length(revs) < greatest(a.reviews_required, 1) OR a.wait_seconds > 0 THEN
+            UPDATE hr.approvals SET reviews = revs,
+                usable_at = CASE WHEN jsonb_array_length(revs) >= greatest(a.reviews_required, 1)
+                    THEN to_char(clock_timestamp() AT TIME ZONE 'UTC'
+                        + make_interval(secs => a.wait_seconds), 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"')
+                    END
+            WHERE approval_id = p_approval RETURNING * INTO a;
+            PERFORM hr.audit('approval_reviewed', a.tool_run_id, a.approval_id, by_,
+                jsonb_build_object('reviews', (SELECT jsonb_agg(r->'by') FROM jsonb_array_elements(revs) r),
+                    'required', a.reviews_required, 'usable_at', a.usable_at));
+            PERFORM hr.ring(p_approval);
+            RETURN jsonb_build_object('outcome', 'reviewed', 'approval', to_jsonb(a));
+        END IF;
+        by_ := (SELECT string_agg(r->>'by', ', ' ORDER BY n)
+                FROM jsonb_array_elements(revs) WITH ORDINALITY x(r, n));
+    END IF;
     UPDATE hr.approvals SET status = p_status, chosen_value = p_value, decided_at = hr.now(),
-        decided_by = session_user, decision_channel = coalesce(p_channel, 'cli'),
-        comment = p_comment
+        decided_by = by_, decision_channel = coalesce(p_channel, 'cli'),
+        comment = p_comment, reviews = revs, usable_at = NULL
     WHERE approval_id = p_approval RETURNING * INTO a;
     PERFORM hr.audit_approval(a, session_user);
     PERFORM hr.ring(p_approval);
