@@ -88,6 +88,8 @@ enum Command {
     Serve(crate::serve::Args),
     /// API tokens for `monitor serve`: create (shown once), list, revoke
     Token(cmd::token::Args),
+    /// A signed, short-lived, single-use link to decide one approval on the web page
+    Link(cmd::link::Args),
     /// Shell completions for monitor or headless-run (bash, zsh, fish, elvish, powershell)
     Completions(cmd::completions::Args),
     /// Write man pages for monitor, each subcommand and headless-run into a directory
@@ -224,6 +226,7 @@ pub fn run() -> CliResult {
         Some(Command::Db(args)) => cmd::db::run(args),
         Some(Command::Serve(args)) => crate::serve::run(&ctx, args),
         Some(Command::Token(args)) => cmd::token::run(&ctx, args),
+        Some(Command::Link(args)) => cmd::link::run(&ctx, args),
         Some(Command::Pipeline(args)) => cmd::pipeline::run(&ctx, args),
         Some(Command::Completions(args)) => cmd::completions::completions(args),
         Some(Command::Restart(args)) => cmd::restart::run(&ctx, args),
@@ -271,6 +274,11 @@ fn local_only(command: &Command, ctx: &Ctx, flag: bool) -> CliResult {
         Command::Token(_) => (
             "token",
             "tokens are made on the server's host, where `monitor serve` reads them",
+            false,
+        ),
+        Command::Link(_) => (
+            "link",
+            "links are signed with the server's key, on the server's host",
             false,
         ),
         Command::Install(_) => (

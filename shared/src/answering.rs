@@ -100,11 +100,11 @@ pub fn plan(facts: Facts<'_>, fresh: Approval) -> Plan {
     // policy is nobody, and `[[reviewers]]` asks for people (`crate::reviews`).
     let mut warnings = Vec::new();
     let mut policy = None;
-    let reviewed = crate::reviews::Requirement::of(&fresh).needs_reviewers();
+    let reviewed = !crate::reviews::Requirement::of(&fresh).is_plain();
     for (name, value) in facts.policies {
         if reviewed {
             warnings.push(format!(
-                "policy {} not applied: this command's approvals need reviewers ([[reviewers]])",
+                "policy {} not applied: this command's approvals need reviewers or a wait timer ([[reviewers]])",
                 crate::sanitize::sanitize_line(&name)
             ));
             break;
@@ -212,6 +212,8 @@ pub fn takeover_keeps(old: &Approval, fresh: &Approval) -> bool {
             .tool_digest
             .as_ref()
             .is_none_or(|t| Some(t) == fresh.tool_digest.as_ref())
+        // Asked under a weaker requirement (the rules were raised since): asked again.
+        && crate::reviews::Requirement::of(old).covers(&crate::reviews::Requirement::of(fresh))
 }
 
 /// What policy `name` with `value` decides for `fresh` (asked at `prompt`): a rejection, or

@@ -579,7 +579,7 @@ pub struct ReviewersConfig {
 
 impl ReviewersConfig {
     /// The most people a rule may ask for.
-    pub const MAX_REQUIRED: u32 = 20;
+    pub const MAX_REQUIRED: u32 = crate::reviews::MAX_REQUIRED;
 
     /// What is wrong with the rule, if anything: (key, message).
     fn check(&self) -> Result<(), (&'static str, String)> {
@@ -592,22 +592,24 @@ impl ReviewersConfig {
             ));
         }
         if let Some(g) = &self.group
-            && (g.is_empty()
-                || g.len() > 64
-                || !g
-                    .chars()
-                    .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-' | '@')))
+            && !crate::reviews::valid_group(g)
         {
             return Err((
                 "group",
                 "a group name is letters, digits, `.`, `_`, `-` and `@`, at most 64".into(),
             ));
         }
-        if self.wait.is_some_and(|w| w.0.is_none()) {
-            return Err((
-                "wait",
-                "a wait timer is a duration (`10m`), not `none`".into(),
-            ));
+        match self.wait.map(|w| w.0) {
+            Some(None) => {
+                return Err((
+                    "wait",
+                    "a wait timer is a duration (`10m`), not `none`".into(),
+                ));
+            }
+            Some(Some(d)) if d.as_secs() > crate::reviews::MAX_WAIT_SECS => {
+                return Err(("wait", "a wait timer is at most 30 days".into()));
+            }
+            _ => {}
         }
         if let Some(c) = self
             .when
@@ -693,6 +695,17 @@ pub struct EmailConfig {
     /// The web page's public URL, for a link to each approval.
     #[serde(default)]
     pub link: Option<String>,
+    /// The operator (a token's name) these recipients are: each mail then carries a signed,
+    /// single-use decision link for them (`hr_shared::links`) instead of a plain one.
+    #[serde(default)]
+    pub operator: Option<String>,
+    /// With `operator`: the link alone decides, without a login (only for a mailbox that
+    /// operator alone reads).
+    #[serde(default)]
+    pub link_only: bool,
+    /// How long a decision link lasts (default 1h, at most 7d).
+    #[serde(default)]
+    pub link_expires: Option<Limit>,
     /// Attempts after a failed one (default 5), one to 60 seconds apart.
     #[serde(default)]
     pub retries: Option<u32>,

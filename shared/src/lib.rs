@@ -17,6 +17,7 @@ pub mod export;
 pub mod fingerprint;
 pub mod gc;
 pub mod id;
+pub mod links;
 pub mod logfile;
 pub mod mode;
 pub mod paths;

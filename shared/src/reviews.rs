@@ -32,6 +32,12 @@ pub struct Review {
     pub comment: Option<String>,
 }
 
+/// The most people an approval may ask for.
+pub const MAX_REQUIRED: u32 = 20;
+
+/// The longest a decision may be held (30 days).
+pub const MAX_WAIT_SECS: u64 = 30 * 86_400;
+
 /// What an approval needs before its decision is used.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Requirement {
@@ -75,12 +81,39 @@ impl Requirement {
         }
     }
 
+    /// Within bounds, whoever sent it (a runner over the API): at most [`MAX_REQUIRED`]
+    /// people, a wait of at most [`MAX_WAIT_SECS`], and a group only by a valid name.
+    pub fn bounded(&self) -> Requirement {
+        Requirement {
+            required: self.required.clamp(1, MAX_REQUIRED),
+            group: self.group.clone().filter(|g| valid_group(g)),
+            wait_seconds: self.wait_seconds.min(MAX_WAIT_SECS),
+        }
+    }
+
+    /// Whether it asks for at least what `other` does (no fewer people, no shorter wait,
+    /// the same group or none asked by `other`).
+    pub fn covers(&self, other: &Requirement) -> bool {
+        self.required.max(1) >= other.required.max(1)
+            && self.wait_seconds >= other.wait_seconds
+            && (other.group.is_none() || self.group == other.group)
+    }
+
     /// Puts it on an approval being asked.
     pub fn apply(&self, a: &mut Approval) {
-        a.reviews_required = self.required.max(1);
-        a.reviewer_group = self.group.clone();
-        a.wait_seconds = self.wait_seconds;
+        let b = self.bounded();
+        a.reviews_required = b.required;
+        a.reviewer_group = b.group;
+        a.wait_seconds = b.wait_seconds;
     }
+}
+
+/// A group name: letters, digits, `.`, `_`, `-`, `@`, at most 64.
+pub fn valid_group(g: &str) -> bool {
+    !g.is_empty()
+        && g.len() <= 64
+        && g.chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-' | '@'))
 }
 
 /// Who is deciding, as the store sees them.
@@ -188,7 +221,8 @@ pub fn judge(a: &Approval, res: &ValueDecision, voter: &Voter<'_>, now: SystemTi
         return Verdict::Recorded { reviews, new: true };
     }
     if req.wait_seconds > 0 {
-        let until = crate::time::to_rfc3339(now + Duration::from_secs(req.wait_seconds));
+        let wait = Duration::from_secs(req.wait_seconds.min(MAX_WAIT_SECS));
+        let until = crate::time::to_rfc3339(now.checked_add(wait).unwrap_or(now));
         return Verdict::Hold { reviews, until };
     }
     Verdict::Decide {

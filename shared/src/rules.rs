@@ -500,9 +500,11 @@ pub fn expiry(a: &Approval, now: &str) -> Option<Expiry> {
     if !a.is_overdue(now) {
         return None;
     }
-    let chosen_value = (a.expire_action == "default")
-        .then(|| a.default_value.clone())
-        .flatten();
+    // An approval that needs reviewers is never answered by nobody.
+    let chosen_value = (a.expire_action == "default"
+        && !crate::reviews::Requirement::of(a).needs_reviewers())
+    .then(|| a.default_value.clone())
+    .flatten();
     let comment = match &chosen_value {
         Some(v) => format!("expired at {now}; answered with the default `{v}`"),
         None => format!("expired at {now} without a decision"),

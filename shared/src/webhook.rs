@@ -177,7 +177,7 @@ pub fn verify(
         .map_err(|_| Refused::Forged)
 }
 
-fn unhex(s: &str) -> Option<Vec<u8>> {
+pub(crate) fn unhex(s: &str) -> Option<Vec<u8>> {
     if !s.len().is_multiple_of(2) {
         return None;
     }

@@ -596,3 +596,24 @@ mod tests {
         assert!(ErrorBody::read(&serde_json::json!(["x"])).is_none());
     }
 }
+
+/// What a decision link says (`GET /api/v1/links/{token}`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct LinkInfo {
+    pub approval_id: String,
+    /// The operator it is for: decisions through it are recorded as this token's name.
+    pub operator: String,
+    /// Whether the link alone decides (else the operator's login is needed too).
+    pub link_only: bool,
+    /// When it ends (RFC 3339).
+    pub expires_at: String,
+}
+
+/// `GET /api/v1/links/{token}`: the link and its approval.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct LinkBody {
+    pub link: LinkInfo,
+    pub approval: ApprovalView,
+}

@@ -20,6 +20,7 @@ mod hostile;
 mod identity;
 mod install;
 mod libraries;
+mod links;
 mod listing;
 mod logs;
 mod matrix;

@@ -192,3 +192,67 @@ fn a_bad_reviewers_rule_is_named_with_its_key() {
         out.stderr
     );
 }
+
+#[test]
+fn a_pipelines_human_step_needs_two_people_before_it_moves() {
+    let env = TestEnv::new();
+    let alice = token_in(&env, "alice", &[]);
+    let bob = token_in(&env, "bob", &[]);
+    let file = env.work().join("ship.yaml");
+    std::fs::write(
+        &file,
+        "name: ship\nnodes:\n  - { id: ok, kind: human, title: Ship, question: 'Ship it?', reviewers: 2 }\n  - { id: done, kind: task, command: 'true' }\nedges:\n  - { from: ok, to: done }\n",
+    )
+    .unwrap();
+    // Checked as every key is.
+    let bad = env.work().join("bad.yaml");
+    std::fs::write(
+        &bad,
+        "name: bad\nnodes:\n  - { id: ok, kind: human, title: T, question: Q, reviewers: 0, wait: 1y }\n",
+    )
+    .unwrap();
+    let out = env.monitor().args(["pipeline", "check"]).arg(&bad).run();
+    assert_ne!(out.code(), 0);
+    assert!(out.stderr.contains("reviewers: 0 people"), "{}", out.stderr);
+    env.monitor()
+        .args(["pipeline", "run", "--detach", "--execution-id", "EX-two"])
+        .arg(&file)
+        .run()
+        .expect_code(90);
+    let served = Served::start(&env);
+    let list = pending(&served, &alice);
+    assert_eq!(list.len(), 1, "{list:?}");
+    let id = list[0]["approval_id"].as_str().unwrap().to_owned();
+    assert_eq!(list[0]["reviews_required"], 2);
+    let step = |env: &TestEnv| {
+        let out = env
+            .monitor()
+            .args(["pipeline", "status", "EX-two", "--json"])
+            .run();
+        out.expect_code(0);
+        let v: Value = serde_json::from_str(&out.out()).unwrap();
+        v["steps"]
+            .as_array()
+            .and_then(|s| s.iter().find(|s| s["node"] == "ok").cloned())
+            .unwrap_or(Value::Null)
+    };
+    let (st, v) = served.json(
+        "POST",
+        &format!("/api/v1/approvals/{id}/decide"),
+        &alice,
+        Some(r#"{"value":"approve"}"#),
+    );
+    assert_eq!(st, 202, "{v}");
+    assert_eq!(step(&env)["status"], "waiting_approval");
+    let (st, v) = served.json(
+        "POST",
+        &format!("/api/v1/approvals/{id}/decide"),
+        &bob,
+        Some(r#"{"value":"approve"}"#),
+    );
+    assert_eq!(st, 200, "{v}");
+    assert_eq!(v["decided_by"], "alice, bob");
+    // The step moved with the second approval, in its transaction.
+    assert_eq!(step(&env)["status"], "completed", "{}", step(&env));
+    served.stop().expect_code(0);
+}

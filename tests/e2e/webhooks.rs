@@ -35,7 +35,7 @@ fn receiver(
 }
 
 /// The port a fixture server wrote to `port_file` once it listens (within 30 s).
-fn port_of(port_file: &Path) -> String {
+pub(crate) fn port_of(port_file: &Path) -> String {
     let end = Instant::now() + Duration::from_secs(30);
     while !port_file.exists() {
         assert!(Instant::now() < end, "{} never came", port_file.display());
@@ -45,7 +45,7 @@ fn port_of(port_file: &Path) -> String {
 }
 
 /// The receiver's log once `done` holds of it (within a minute).
-fn received(out: &Path, done: impl Fn(&[Value]) -> bool) -> Vec<Value> {
+pub(crate) fn received(out: &Path, done: impl Fn(&[Value]) -> bool) -> Vec<Value> {
     let end = Instant::now() + Duration::from_secs(60);
     loop {
         let lines: Vec<Value> = std::fs::read_to_string(out)
@@ -61,7 +61,7 @@ fn received(out: &Path, done: impl Fn(&[Value]) -> bool) -> Vec<Value> {
     }
 }
 
-fn config(env: &TestEnv, text: &str) -> PathBuf {
+pub(crate) fn config(env: &TestEnv, text: &str) -> PathBuf {
     use std::os::unix::fs::PermissionsExt;
     let file = env.path().join("webhooks.toml");
     std::fs::write(&file, text).unwrap();

@@ -9,6 +9,7 @@ pub mod decide;
 pub mod doctor;
 pub mod gc;
 pub mod install;
+pub mod link;
 pub mod logs;
 pub mod pipeline;
 pub mod policies;

@@ -1296,7 +1296,7 @@ impl Driver {
             cwd,
             tool_digest: None,
             actor,
-            review: Default::default(),
+            review: v.def.review_of(&s.node),
         };
         let req = CooperativeRequest {
             approval_id: None,

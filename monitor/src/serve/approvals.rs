@@ -166,6 +166,18 @@ pub(super) async fn decide_as(
     value: String,
     body: DecisionBody,
 ) -> Result<Response, ApiError> {
+    decide_via(s, c, "http", id, value, body).await
+}
+
+/// [`decide_as`] through `via` (`http`: the API with a token; `link`: a decision link).
+pub(super) async fn decide_via(
+    s: &Server,
+    c: &Caller,
+    via: &str,
+    id: String,
+    value: String,
+    body: DecisionBody,
+) -> Result<Response, ApiError> {
     let DecisionBody {
         comment, version, ..
     } = body;
@@ -175,9 +187,9 @@ pub(super) async fn decide_as(
     // Where the store records `decided_by` from its own login (PostgreSQL: the server's,
     // not the client's), the channel names the token.
     let channel = if hr_shared::store::capabilities::of(&paths).decider_from_login {
-        format!("http:{by}")
+        format!("{via}:{by}")
     } else {
-        "http".to_owned()
+        via.to_owned()
     };
     let (status, body) = s
         .with_store(move |st| {

@@ -23,16 +23,64 @@ pub(super) struct Mailer {
     from: Mailbox,
     to: Vec<Mailbox>,
     link: Option<String>,
+    /// Signed decision links for one operator, when `operator` is set.
+    signer: Option<Signer>,
     transport: SmtpTransport,
+}
+
+/// What makes each mail's decision link: the server's state dir (its link key), the
+/// operator, whether the link alone decides, how long it lasts.
+#[derive(Clone)]
+struct Signer {
+    paths: hr_shared::paths::StatePaths,
+    operator: String,
+    link_only: bool,
+    ttl: Duration,
 }
 
 /// The mailers of `configs`, each checked (addresses, the URL, the login's variables, the
 /// CA file) before the server listens.
-pub(super) fn mailers(configs: &[EmailConfig]) -> Result<Vec<Mailer>, String> {
-    configs.iter().map(mailer).collect()
+pub(super) fn mailers(
+    configs: &[EmailConfig],
+    paths: &hr_shared::paths::StatePaths,
+) -> Result<Vec<Mailer>, String> {
+    configs.iter().map(|c| mailer(c, paths)).collect()
 }
 
-fn mailer(c: &EmailConfig) -> Result<Mailer, String> {
+fn mailer(c: &EmailConfig, paths: &hr_shared::paths::StatePaths) -> Result<Mailer, String> {
+    let signer = match (&c.operator, c.link.is_some()) {
+        (Some(op), true) => {
+            if !super::tokens::valid_name(op) {
+                return Err(
+                    "email: operator is a token's name (letters, digits, `.`, `_`, `-`, `@`)"
+                        .into(),
+                );
+            }
+            let ttl = c
+                .link_expires
+                .and_then(|l| l.0)
+                .unwrap_or(Duration::from_secs(3600));
+            if ttl.as_secs() == 0 || ttl.as_secs() > hr_shared::links::MAX_TTL_SECS {
+                return Err("email: link_expires is between 1s and 7d".into());
+            }
+            // The key is made now, so that a state dir it cannot be written to stops the
+            // server before it listens rather than every mail after.
+            super::links::key(paths).map_err(|e| format!("email: the link key: {e}"))?;
+            Some(Signer {
+                paths: paths.clone(),
+                operator: op.clone(),
+                link_only: c.link_only,
+                ttl,
+            })
+        }
+        (Some(_), false) => {
+            return Err("email: operator needs link (the web page's URL) to make links to".into());
+        }
+        (None, _) if c.link_only => {
+            return Err("email: link_only needs operator (whom the link decides as)".into());
+        }
+        (None, _) => None,
+    };
     let (implicit, rest) = match c.smtp.split_once("://") {
         Some(("smtp", rest)) => (false, rest),
         Some(("smtps", rest)) => (true, rest),
@@ -131,6 +179,7 @@ fn mailer(c: &EmailConfig) -> Result<Mailer, String> {
         from,
         to,
         link: c.link.clone(),
+        signer,
         transport: transport.build(),
     })
 }
@@ -176,7 +225,15 @@ pub(super) fn message(a: &Approval, link: Option<&str>) -> (String, String) {
 impl Mailer {
     /// Mails approval `a` once: Ok, or whether to try again and why not.
     pub(super) fn send(&self, a: &Approval) -> Result<(), (bool, String)> {
-        let link = hr_shared::webhook::approval_link(self.link.as_deref(), a);
+        let link = match (&self.signer, self.link.as_deref()) {
+            (Some(s), Some(base)) => {
+                let token =
+                    super::links::make(&s.paths, &a.approval_id, &s.operator, s.ttl, s.link_only)
+                        .map_err(|e| (false, e))?;
+                Some(hr_shared::links::url(base, &token))
+            }
+            _ => hr_shared::webhook::approval_link(self.link.as_deref(), a),
+        };
         let (subject, body) = message(a, link.as_deref());
         let mut m = Message::builder().from(self.from.clone()).subject(subject);
         for to in &self.to {
@@ -197,6 +254,10 @@ impl Mailer {
 mod tests {
     use super::*;
 
+    fn nowhere() -> hr_shared::paths::StatePaths {
+        hr_shared::paths::StatePaths::at(std::path::PathBuf::from("/nonexistent/state"))
+    }
+
     fn cfg(smtp: &str) -> EmailConfig {
         EmailConfig {
             to: vec!["Ops <ops@example.com>".into()],
@@ -206,6 +267,9 @@ mod tests {
             password_env: None,
             ca: None,
             link: None,
+            operator: None,
+            link_only: false,
+            link_expires: None,
             retries: None,
         }
     }
@@ -213,15 +277,21 @@ mod tests {
     #[test]
     fn the_smtp_url_says_how_tls_is_had_and_never_in_clear() {
         assert_eq!(
-            mailer(&cfg("smtp://mail.example")).unwrap().label,
+            mailer(&cfg("smtp://mail.example"), &nowhere())
+                .unwrap()
+                .label,
             "smtp://mail.example:587"
         );
         assert_eq!(
-            mailer(&cfg("smtps://mail.example")).unwrap().label,
+            mailer(&cfg("smtps://mail.example"), &nowhere())
+                .unwrap()
+                .label,
             "smtps://mail.example:465"
         );
         assert_eq!(
-            mailer(&cfg("smtp://127.0.0.1:2525")).unwrap().label,
+            mailer(&cfg("smtp://127.0.0.1:2525"), &nowhere())
+                .unwrap()
+                .label,
             "smtp://127.0.0.1:2525"
         );
         for bad in [
@@ -231,30 +301,42 @@ mod tests {
             "smtp://h:x",
             "smtp://a@b",
         ] {
-            assert!(mailer(&cfg(bad)).is_err(), "{bad}");
+            assert!(mailer(&cfg(bad), &nowhere()).is_err(), "{bad}");
         }
         // A password in the URL is refused and never echoed.
-        let err = mailer(&cfg("smtp://me:hunter2@mail.example"))
+        let err = mailer(&cfg("smtp://me:hunter2@mail.example"), &nowhere())
             .err()
             .unwrap();
         assert!(
             err.contains("username_env") && !err.contains("hunter2"),
             "{err}"
         );
-        let err = mailer(&cfg("ftp://me:hunter2@mail.example")).err().unwrap();
+        let err = mailer(&cfg("ftp://me:hunter2@mail.example"), &nowhere())
+            .err()
+            .unwrap();
         assert!(!err.contains("hunter2"), "{err}");
         assert_eq!(
-            mailer(&cfg("smtp://[::1]")).unwrap().label,
+            mailer(&cfg("smtp://[::1]"), &nowhere()).unwrap().label,
             "smtp://::1:587"
         );
         let mut c = cfg("smtp://mail.example");
         c.to = vec!["not an address".into()];
-        assert!(mailer(&c).err().unwrap().contains("not an address"));
+        assert!(
+            mailer(&c, &nowhere())
+                .err()
+                .unwrap()
+                .contains("not an address")
+        );
         c.to.clear();
-        assert!(mailer(&c).err().unwrap().contains("no recipient"));
+        assert!(
+            mailer(&c, &nowhere())
+                .err()
+                .unwrap()
+                .contains("no recipient")
+        );
         let mut c = cfg("smtp://mail.example");
         c.username_env = Some("HR_TEST_SMTP_USER_NEVER_SET".into());
-        assert!(mailer(&c).err().unwrap().contains("is not set"));
+        assert!(mailer(&c, &nowhere()).err().unwrap().contains("is not set"));
     }
 
     #[test]

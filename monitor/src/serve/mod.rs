@@ -10,6 +10,7 @@ mod approvals;
 mod auth;
 mod executions;
 mod limits;
+pub mod links;
 mod listen;
 mod mail;
 mod metrics;
@@ -149,6 +150,8 @@ const ROUTES: &[(&str, &str)] = &[
     ("post", "/api/v1/approvals/{id}/approve"),
     ("post", "/api/v1/approvals/{id}/reject"),
     ("post", "/api/v1/approvals/{id}/decide"),
+    ("get", "/api/v1/links/{token}"),
+    ("post", "/api/v1/links/{token}/decide"),
     ("get", "/api/v1/executions"),
     ("get", "/api/v1/executions/{id}"),
     ("post", "/api/v1/executions/{id}/approve"),
@@ -323,7 +326,7 @@ pub fn run(ctx: &Ctx, args: Args) -> CliResult {
         match hr_shared::config::Config::load(&cwd, &hr_shared::paths::real_env) {
             Ok(config) => (
                 webhooks::hooks(&config.webhooks()).map_err(CliError::usage)?,
-                mail::mailers(&config.email()).map_err(CliError::usage)?,
+                mail::mailers(&config.email(), &paths).map_err(CliError::usage)?,
                 config,
             ),
             Err(e) => return Err(CliError::usage(format!("the config: {e}"))),
@@ -453,6 +456,8 @@ fn router(server: Arc<Server>) -> Router {
         .route("/api/v1/approvals/{id}/approve", post(approve))
         .route("/api/v1/approvals/{id}/reject", post(reject))
         .route("/api/v1/approvals/{id}/decide", post(decide))
+        .route("/api/v1/links/{token}", get(links::read_link))
+        .route("/api/v1/links/{token}/decide", post(links::decide_link))
         .route("/api/v1/executions", get(list_executions))
         .route("/api/v1/executions/{id}", get(one_execution))
         .route("/api/v1/executions/{id}/approve", post(approve_execution))
@@ -494,7 +499,7 @@ async fn log_request(req: Request, next: Next) -> Response {
     let slot = auth::CallerSlot::default();
     let mut req = req;
     req.extensions_mut().insert(slot.clone());
-    let resp = next.run(req).await;
+    let resp = as_json_error(next.run(req).await).await;
     let who = slot.name().unwrap_or_else(|| "-".into());
     eprintln!(
         "{} {method} {} {} {:.1}ms {}",
@@ -505,6 +510,32 @@ async fn log_request(req: Request, next: Next) -> Response {
         hr_shared::sanitize::sanitize_line(&who)
     );
     resp
+}
+
+/// Every error is JSON: one a framework extractor answered in plain text (a body over the
+/// limit: 413; a method the route does not take: 405) says the same as `{"error": …}`.
+async fn as_json_error(resp: Response) -> Response {
+    let status = resp.status();
+    let plain = resp
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.starts_with("text/plain"));
+    if !(status.is_client_error() || status.is_server_error()) || !plain {
+        return resp;
+    }
+    let text = axum::body::to_bytes(resp.into_body(), 64 * 1024)
+        .await
+        .map(|b| String::from_utf8_lossy(&b).trim().to_owned())
+        .unwrap_or_default();
+    let message = if status == StatusCode::PAYLOAD_TOO_LARGE {
+        format!("the request body is too large ({text})")
+    } else if text.is_empty() {
+        status.canonical_reason().unwrap_or("error").to_owned()
+    } else {
+        text
+    };
+    ApiError::new(status, message).into_response()
 }
 
 struct Server {

@@ -57,6 +57,8 @@ pub(super) const OUTCOME: &str = "the outcome";
         approvals::approve,
         approvals::reject,
         approvals::decide,
+        super::links::read_link,
+        super::links::decide_link,
         executions::approve_execution,
         executions::reject_execution,
         runs::list_runs,

@@ -304,11 +304,32 @@ pub(super) async fn live(
 /// The asking run as the server trusts it: its fingerprint kept apart per token, its actor
 /// the token, and its approvals needing at least what the server's own `[[reviewers]]` ask
 /// for the command (a runner may ask for more, never less).
-fn trusted(s: &Server, c: &Caller, who: &mut hr_shared::store::Asker) {
+/// The rules are matched both on what the runner says it runs and on its run's row as
+/// stored (what operators are shown): the stricter wins.
+async fn trusted(
+    s: &Server,
+    c: &Caller,
+    who: &mut hr_shared::store::Asker,
+) -> Result<(), ApiError> {
     who.actor = actor(c);
     who.request_fingerprint = fingerprint_for(c, &who.request_fingerprint);
-    let floor = hr_shared::policy::reviewers_for(&s.config, &who.tool, &who.argv, &who.cwd);
-    who.review = floor.stricter(&who.review);
+    let mut floor = hr_shared::policy::reviewers_for(&s.config, &who.tool, &who.argv, &who.cwd);
+    if s.config.reviewers().next().is_some() {
+        let id = who.tool_run_id.clone();
+        if let Some(row) = s
+            .with_store(move |st| super::or_missing(st.run(&id)))
+            .await?
+        {
+            floor = floor.stricter(&hr_shared::policy::reviewers_for(
+                &s.config,
+                &row.tool_name,
+                &row.argv_json,
+                row.cwd.as_deref().unwrap_or(""),
+            ));
+        }
+    }
+    who.review = floor.stricter(&who.review.bounded());
+    Ok(())
 }
 
 #[utoipa::path(
@@ -335,7 +356,7 @@ pub(super) async fn prompt(
 ) -> Result<Response, ApiError> {
     let mut call: PromptCall = body(&bytes)?;
     own(&s, &c, &call.who.tool_run_id)?;
-    trusted(&s, &c, &mut call.who);
+    trusted(&s, &c, &mut call.who).await?;
     call.req.on_expire = OnExpire::Reject;
     // A runner's config decides nothing here: only a person (or a remembered decision an
     // operator made) answers its prompts.
@@ -383,7 +404,7 @@ pub(super) async fn cooperative(
 ) -> Result<Response, ApiError> {
     let mut call: CooperativeCall = body(&bytes)?;
     own(&s, &c, &call.who.tool_run_id)?;
-    trusted(&s, &c, &mut call.who);
+    trusted(&s, &c, &mut call.who).await?;
     answer(&s, &c, move |st| {
         st.cooperative(&call.who, &call.req, call.ttl, OnExpire::Reject)
     })
@@ -414,7 +435,7 @@ pub(super) async fn auto_approval(
 ) -> Result<Response, ApiError> {
     let mut call: AutoApprovalCall = body(&bytes)?;
     own(&s, &c, &call.who.tool_run_id)?;
-    trusted(&s, &c, &mut call.who);
+    trusted(&s, &c, &mut call.who).await?;
     // Only an approval one of its own runs asked (one that does not exist is the store's
     // to say so).
     if holder_of(&s, &c, &call.approval_id).await? == Holder::Other {

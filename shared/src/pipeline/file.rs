@@ -129,6 +129,15 @@ pub enum Kind {
         /// serve`); none: whoever may decide an approval.
         #[serde(default)]
         deciders: Vec<String>,
+        /// Distinct people who must approve it (`crate::reviews`), never its starter.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        reviewers: Option<u32>,
+        /// The group they must belong to.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        group: Option<String>,
+        /// How long an approval is held before the step moves (`10m`); still rejectable.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        wait: Option<String>,
     },
     Branch {
         condition: Condition,
@@ -285,6 +294,29 @@ impl Definition {
             }
         }
         self
+    }
+
+    /// What human step `node`'s approval needs (`reviewers`, `group`, `wait`); nothing for
+    /// any other node.
+    pub fn review_of(&self, node: &str) -> crate::reviews::Requirement {
+        let Some(Kind::Human {
+            reviewers,
+            group,
+            wait,
+            ..
+        }) = self.node(node).map(|n| &n.kind)
+        else {
+            return crate::reviews::Requirement::default();
+        };
+        crate::reviews::Requirement {
+            required: reviewers.unwrap_or(1),
+            group: group.clone(),
+            wait_seconds: wait
+                .as_deref()
+                .and_then(|w| crate::time::parse_duration(w).ok())
+                .map_or(0, |d| d.as_secs()),
+        }
+        .bounded()
     }
 
     pub fn node(&self, id: &str) -> Option<&Node> {
@@ -1010,10 +1042,43 @@ fn check(def: &Definition, at: &At<'_>) -> Result<(), FileError> {
                 default,
                 expires,
                 deciders,
+                reviewers,
+                group,
+                wait,
                 ..
             } => {
                 if deciders.iter().any(|d| d.trim().is_empty()) {
                     return Err(at(&n.id, format!("human `{}`: an empty decider", n.id)));
+                }
+                if let Some(r) = reviewers
+                    && !(1..=crate::reviews::MAX_REQUIRED).contains(r)
+                {
+                    return Err(at(
+                        &n.id,
+                        format!(
+                            "human `{}`: reviewers: {r} people: between 1 and {}",
+                            n.id,
+                            crate::reviews::MAX_REQUIRED
+                        ),
+                    ));
+                }
+                if let Some(g) = group
+                    && !crate::reviews::valid_group(g)
+                {
+                    return Err(at(
+                        g,
+                        format!(
+                            "human `{}`: group: a group name is letters, digits, `.`, `_`, `-` and `@`, at most 64",
+                            n.id
+                        ),
+                    ));
+                }
+                if let Some(w) = wait {
+                    let d = crate::time::parse_duration(w)
+                        .map_err(|e| at(w, format!("human `{}`: wait: {e}", n.id)))?;
+                    if d.as_secs() > crate::reviews::MAX_WAIT_SECS {
+                        return Err(at(w, format!("human `{}`: wait: at most 30 days", n.id)));
+                    }
                 }
                 if options.is_empty() {
                     return Err(at(&n.id, format!("human `{}`: no options", n.id)));

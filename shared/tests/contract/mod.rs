@@ -271,6 +271,8 @@ macro_rules! contract_tests {
                 never_the_runs_own_identity_and_one_rejection_ends_it,
                 a_group_admits_only_its_members,
                 a_wait_timer_holds_the_decision,
+                cancel_closes_what_needs_reviewers_and_what_is_held,
+                nobody_answers_what_needs_people,
             );
             contract_cases!($store, regressions:
                 returned_approval_is_the_stored_one,

@@ -233,3 +233,97 @@ pub fn a_wait_timer_holds_the_decision<S: StoreUnderTest>(s: &S) {
         "the rejected one is not used"
     );
 }
+
+/// Cancelling a run closes its approvals whatever they need — even when the canceller is
+/// the run's own identity, who may not review them — and a held decision is not used.
+pub fn cancel_closes_what_needs_reviewers_and_what_is_held<S: StoreUnderTest>(s: &S) {
+    let ops = s.group("ops");
+    let mut needing = shim_needing(
+        s,
+        &Cmd::new("terraform", &["apply"]),
+        Requirement {
+            required: 2,
+            group: Some(ops),
+            wait_seconds: 0,
+        },
+    );
+    let asked = needing.ask_pending(&yes_no("terraform"));
+    let mut held = shim_needing(
+        s,
+        &Cmd::new("terraform", &["destroy"]),
+        Requirement {
+            required: 1,
+            group: None,
+            wait_seconds: 1,
+        },
+    );
+    let holding = held.ask_pending(&yes_no("terraform"));
+    let mut alice = s.reviewer("alice", &["ops"]);
+    reviewed(decide_as(&mut alice, &asked.approval_id, "y"));
+    reviewed(decide_as(&mut alice, &holding.approval_id, "y"));
+
+    let mut op = s.operator();
+    let owner = s.runner_identity();
+    for (run, id) in [
+        (needing.id().to_owned(), &asked.approval_id),
+        (held.id().to_owned(), &holding.approval_id),
+    ] {
+        op.cancel(
+            &run,
+            Some("stop"),
+            &Decider {
+                by: &owner,
+                channel: "cli",
+                comment: None,
+                version: None,
+                groups: &[],
+            },
+        )
+        .expect("cancel");
+        let a = approval_now(op.as_mut(), id);
+        assert_eq!(a.status, ApprovalStatus::Rejected, "{a:?}");
+        assert_eq!(a.usable_at, None);
+    }
+    std::thread::sleep(Duration::from_millis(1200));
+    op.expire_due().expect("expire_due");
+    let a = approval_now(op.as_mut(), &holding.approval_id);
+    assert_eq!(
+        a.status,
+        ApprovalStatus::Rejected,
+        "a held decision was used: {a:?}"
+    );
+}
+
+/// An approval that needs reviewers or waits is never answered by nobody: no policy
+/// decides it (nor a wait-only one), and its expiry gives no default answer.
+pub fn nobody_answers_what_needs_people<S: StoreUnderTest>(s: &S) {
+    let mut waiting = shim_needing(
+        s,
+        &Cmd::new("rm", &["-i", "a.txt"]),
+        Requirement {
+            required: 1,
+            group: None,
+            wait_seconds: 60,
+        },
+    );
+    let mut req = yes_no("rm");
+    req.policies = vec![("trusted".into(), "y".into())];
+    let a = waiting.ask_pending(&req);
+    assert_eq!(a.status, ApprovalStatus::Pending);
+
+    let mut reviewed_req = shim_needing(
+        s,
+        &Cmd::new("rm", &["-i", "b.txt"]),
+        Requirement {
+            required: 2,
+            ..Default::default()
+        },
+    );
+    let expiring = reviewed_req.ask_pending(&yes_no_expiring("rm", SHORT_TTL, OnExpire::Default));
+    wait_out_short_ttl();
+    let mut op = s.operator();
+    op.expire_due().expect("expire_due");
+    let e = approval_now(op.as_mut(), &expiring.approval_id);
+    assert_eq!(e.status, ApprovalStatus::Expired);
+    assert_eq!(e.chosen_value, None, "answered with its default by nobody");
+}

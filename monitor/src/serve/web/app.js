@@ -22,7 +22,7 @@ async function api(method, path, body) {
   const resp = await fetch(path, {
     method,
     headers: Object.assign(
-      { Authorization: "Bearer " + token },
+      token ? { Authorization: "Bearer " + token } : {},
       body ? { "Content-Type": "application/json" } : {}
     ),
     body: body ? JSON.stringify(body) : undefined,
@@ -50,7 +50,8 @@ function age(iso) {
   return Math.round(s / 86400) + "d";
 }
 
-function approvalCard(a) {
+// `decidePath`: where its decision goes (a decision link's own endpoint, or the approval's).
+function approvalCard(a, decidePath) {
   const card = el("div", { class: "card", "data-approval": a.approval_id });
   card.append(el("h3", { text: a.question }));
   if (a.context) card.append(el("pre", { class: "context", text: a.context }));
@@ -69,18 +70,18 @@ function approvalCard(a) {
     const isDefault = a.default_value === o.value;
     const b = el("button", { class: isDefault ? "default" : "", type: "button",
       text: o.label + (o.label.toLowerCase() === o.value.toLowerCase() ? "" : " (" + o.value + ")") + (isDefault ? " — default" : "") });
-    b.addEventListener("click", () => decide(a, o.value, comment.value, outcome, card));
+    b.addEventListener("click", () => decide(a, o.value, comment.value, outcome, card, decidePath));
     options.append(b);
   }
   card.append(options, comment, outcome);
   return card;
 }
 
-async function decide(a, value, comment, outcome, card) {
+async function decide(a, value, comment, outcome, card, decidePath) {
   if (!window.confirm("Answer “" + a.question + "” with " + value + "?")) return;
   try {
     // The version this card shows: the server refuses a decision on any other (409).
-    const d = await api("POST", "/api/v1/approvals/" + encodeURIComponent(a.approval_id) + "/decide",
+    const d = await api("POST", decidePath || "/api/v1/approvals/" + encodeURIComponent(a.approval_id) + "/decide",
       { value, comment: comment || null, version: a.screen_digest || null });
     outcome.className = "outcome decided";
     // Still pending: counted, and more reviewers are needed (or a wait timer holds it).
@@ -238,7 +239,49 @@ async function focusLinked() {
     note.textContent = m[1] + ": " + e.message;
   }
 }
-window.addEventListener("hashchange", () => { if (token) focusLinked(); });
+window.addEventListener("hashchange", () => {
+  if (linkToken()) return openLink();
+  if (token) focusLinked();
+});
+
+// A decision link (`#/l/TOKEN`, from `monitor link` or an e-mail): its one approval, decided
+// through the link's own endpoint. A link-only link needs no login; another asks for its
+// operator's token first.
+function linkToken() {
+  const m = /^#\/l\/(v1~[0-9A-Za-z~._@-]+)$/.exec(location.hash);
+  return m ? m[1] : null;
+}
+
+async function openLink() {
+  const t = linkToken();
+  const note = $("link-note");
+  $("link").hidden = false;
+  $("app").hidden = true;
+  $("login").hidden = true;
+  $("link-card").replaceChildren();
+  note.className = "";
+  note.textContent = "Opening the link…";
+  try {
+    const d = await api("GET", "/api/v1/links/" + encodeURIComponent(t));
+    $("login").hidden = true;
+    note.textContent = "For " + d.link.operator + (d.link.link_only ? " (this link decides by itself)" : "") +
+      "; it works once, until " + new Date(d.link.expires_at).toLocaleString() + ".";
+    if (d.approval.status !== "pending") {
+      note.textContent = d.link.approval_id + " is " + d.approval.status +
+        (d.approval.decided_by ? " (by " + d.approval.decided_by + ")" : "") + ": nothing to decide.";
+      return;
+    }
+    $("link-card").append(approvalCard(d.approval, "/api/v1/links/" + encodeURIComponent(t) + "/decide"));
+  } catch (e) {
+    if (e.status === 401) {
+      note.textContent = "This link needs its operator's login.";
+      $("login").hidden = false;
+      return;
+    }
+    note.className = "error";
+    note.textContent = e.message;
+  }
+}
 
 // Server-sent events through fetch (EventSource cannot send the bearer header): any event
 // refreshes the lists.
@@ -297,7 +340,9 @@ $("login").addEventListener("submit", (ev) => {
   token = $("token").value.trim();
   $("token").value = "";
   sessionStorage.setItem("hr-token", token);
+  if (linkToken()) return openLink();
   start();
 });
 $("logout").addEventListener("click", () => logout());
-if (token) start();
+if (linkToken()) openLink();
+else if (token) start();

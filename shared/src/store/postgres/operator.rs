@@ -313,7 +313,8 @@ impl OperatorStore for PgOperator {
         }
         // A decision a server makes for a token: the token, too, must be among a pipeline
         // step's deciders (the login is checked whatever the channel says).
-        let also = who.channel.strip_prefix("http:").map(|_| who.by);
+        let also = (who.channel.starts_with("http:") || who.channel.starts_with("link:"))
+            .then_some(who.by);
         // Overdue: the server expires it whatever the value (and says so).
         let overdue = current.is_overdue(&time::now_rfc3339());
         let resolution = match approvals::value_decision(&current, value) {

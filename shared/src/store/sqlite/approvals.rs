@@ -302,6 +302,47 @@ pub(crate) fn decide(
     Ok(DecideOutcome::Decided(Box::new(after)))
 }
 
+/// Closes pending approval `id` of a run being cancelled, as `by` through `channel`:
+/// expired when it is overdue, else rejected — whatever it needs (reviewers are for using
+/// a decision, not for ending a run), and a decision its wait timer holds is not used.
+/// Returns it as it is now, when this changed it.
+pub(crate) fn close_for_cancel(
+    tx: &Transaction<'_>,
+    id: &str,
+    by: &str,
+    channel: &str,
+) -> Result<Option<Approval>> {
+    tx.execute(
+        "UPDATE approvals SET usable_at = NULL WHERE approval_id = ?1 AND status = 'pending'",
+        [id],
+    )?;
+    let Some(current) = get(tx, id)? else {
+        return Ok(None);
+    };
+    let now = time::now_rfc3339();
+    if current.is_overdue(&now) {
+        return Ok(if expire_one(tx, &current, &now)? {
+            get(tx, id)?
+        } else {
+            None
+        });
+    }
+    let changed = tx.execute(
+        "UPDATE approvals SET status = 'rejected', chosen_value = NULL, decided_at = ?2,
+            decided_by = ?3, decision_channel = ?4, comment = 'the run was cancelled'
+         WHERE approval_id = ?1 AND status = 'pending'",
+        params![id, now, by, channel],
+    )?;
+    if changed == 0 {
+        return Ok(None);
+    }
+    let after = get(tx, id)?;
+    if let Some(a) = &after {
+        audit_status(tx, a, by)?;
+    }
+    Ok(after)
+}
+
 /// Stores the approvals an approval has so far (and, once they are all there with a wait
 /// timer, when its decision will be used), with an audit row; it stays pending.
 fn review(

@@ -544,19 +544,12 @@ impl OperatorStore for SqliteStore {
                 &mut closed,
             )?;
             let pending = approvals::pending_of(tx, tool_run_id)?;
-            let comment = Decider {
-                comment: Some("the run was cancelled"),
-                ..who.clone()
-            };
             let mut rejected = Vec::new();
             for a in pending {
-                match approvals::decide(tx, &a.approval_id, "reject", &comment)? {
-                    DecideOutcome::Decided(a) => rejected.push(*a),
-                    // Overdue: deciding expired it, which is news as well.
-                    DecideOutcome::Conflict(a) if a.channel() == Some(Channel::Expiry) => {
-                        rejected.push(*a)
-                    }
-                    _ => continue,
+                // Rejected (or, overdue, expired: news as well).
+                match approvals::close_for_cancel(tx, &a.approval_id, who.by, who.channel)? {
+                    Some(closed) => rejected.push(closed),
+                    None => continue,
                 }
                 // The outcome stays with the cancelled run: a later run of the same
                 // command is asked again rather than answered by this cancellation.

@@ -131,7 +131,10 @@ BEGIN
     SELECT * INTO a FROM hr.approvals WHERE approval_id = p_id AND status = 'pending'
         AND usable_at IS NULL AND expires_at IS NOT NULL AND expires_at <= now_ FOR UPDATE;
     IF NOT FOUND THEN RETURN false; END IF;
-    chosen := CASE WHEN a.expire_action = 'default' THEN a.default_value END;
+    -- An approval that needs reviewers is never answered by nobody.
+    chosen := CASE WHEN a.expire_action = 'default'
+        AND NOT (a.reviews_required > 1 OR a.reviewer_group IS NOT NULL)
+        THEN a.default_value END;
     UPDATE hr.approvals SET status = 'expired', chosen_value = chosen, decided_at = now_,
         decided_by = 'system:expiry', decision_channel = 'system:expiry',
         comment = CASE WHEN chosen IS NOT NULL
@@ -276,8 +279,12 @@ BEGIN
     a.kept_for := NULL;
     a.consumed_reason := NULL;
     -- What it needs comes with the question; what it has so far, only from decisions.
-    a.reviews_required := greatest(coalesce(a.reviews_required, 1), 1);
-    a.wait_seconds := greatest(coalesce(a.wait_seconds, 0), 0);
+    -- Within `Requirement::bounded`'s bounds, whoever sent it.
+    a.reviews_required := least(greatest(coalesce(a.reviews_required, 1), 1), 20);
+    a.wait_seconds := least(greatest(coalesce(a.wait_seconds, 0), 0), 2592000);
+    IF a.reviewer_group !~ '^[A-Za-z0-9._@-]{1,64}$' THEN
+        a.reviewer_group := NULL;
+    END IF;
     a.reviews := '[]';
     a.usable_at := NULL;
     INSERT INTO hr.approvals SELECT a.*;

@@ -227,6 +227,8 @@ BEGIN
     END IF;
     FOR id_ IN SELECT approval_id FROM hr.approvals WHERE tool_run_id = p_run
         AND status = 'pending' ORDER BY approval_id LOOP
+        -- A decision its wait timer holds is not used: the run it was for is cancelled.
+        UPDATE hr.approvals SET usable_at = NULL WHERE approval_id = id_;
         IF NOT hr.expire_one(id_) THEN
             UPDATE hr.approvals SET status = 'rejected', decided_at = hr.now(),
                 decided_by = session_user, decision_channel = 'cli',

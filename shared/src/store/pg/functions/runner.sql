@@ -327,6 +327,11 @@ BEGIN
     IF NOT FOUND OR NOT hr.may_take_over(a, r, p_owner, p_owner_gone)
        OR a.screen_digest IS DISTINCT FROM p_fresh->>'screen_digest'
        OR (a.tool_digest IS NOT NULL AND a.tool_digest IS DISTINCT FROM p_fresh->>'tool_digest')
+       -- Asked under a weaker requirement (`Requirement::covers`): asked again.
+       OR a.reviews_required < coalesce((p_fresh->>'reviews_required')::bigint, 1)
+       OR a.wait_seconds < coalesce((p_fresh->>'wait_seconds')::bigint, 0)
+       OR (p_fresh->>'reviewer_group' IS NOT NULL
+           AND a.reviewer_group IS DISTINCT FROM p_fresh->>'reviewer_group')
     THEN
         RETURN NULL;
     END IF;
