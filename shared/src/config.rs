@@ -711,6 +711,19 @@ pub struct EmailConfig {
     pub retries: Option<u32>,
 }
 
+/// `[slack]`: `monitor serve` takes the Approve and Reject buttons of its Slack messages
+/// (`POST /api/v1/slack/actions`, Slack's "interactivity request URL").
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SlackConfig {
+    /// The server's environment variable holding the Slack app's signing secret.
+    pub signing_secret_env: String,
+    /// Slack user id → the operator token it decides as (`U0123ABCD = "alice"`). A Slack
+    /// user not listed decides nothing.
+    #[serde(default)]
+    pub users: BTreeMap<String, String>,
+}
+
 /// A webhook's body.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -743,6 +756,9 @@ pub struct ConfigFile {
     /// Whom `monitor serve` mails approvals. Read from the user's file only.
     #[serde(default)]
     pub email: Vec<EmailConfig>,
+    /// Slack's buttons: who each Slack user is here. Read from the user's file only.
+    #[serde(default)]
+    pub slack: Option<SlackConfig>,
     /// The store to record in (`postgres://…`), when not the state dir's SQLite database;
     /// `HEADLESS_RUN_DB` wins over it. Read from the user's file only.
     #[serde(default)]
@@ -922,6 +938,11 @@ impl Config {
             .collect()
     }
 
+    /// `[slack]`: how `monitor serve` takes Slack's button presses (the user's file only).
+    pub fn slack(&self) -> Option<&SlackConfig> {
+        self.layers.iter().rev().find_map(|(_, l)| l.slack.as_ref())
+    }
+
     /// The e-mail recipients of every layer (only the user's file may have them).
     pub fn email(&self) -> Vec<EmailConfig> {
         self.layers
@@ -975,6 +996,9 @@ fn describe_prompts_only(cfg: &mut ConfigFile, file: &Path, text: &str) -> Vec<S
     if !cfg.email.is_empty() {
         found.push("email");
     }
+    if cfg.slack.is_some() {
+        found.push("slack");
+    }
     if cfg.store.is_some() {
         found.push("store");
     }
@@ -985,6 +1009,7 @@ fn describe_prompts_only(cfg: &mut ConfigFile, file: &Path, text: &str) -> Vec<S
     cfg.notify = None;
     cfg.webhooks.clear();
     cfg.email.clear();
+    cfg.slack = None;
     cfg.store = None;
     cfg.worker = None;
     for settings in std::iter::once(&mut cfg.defaults).chain(cfg.tools.values_mut()) {
@@ -1009,7 +1034,7 @@ fn describe_prompts_only(cfg: &mut ConfigFile, file: &Path, text: &str) -> Vec<S
         .into_iter()
         .map(|key| {
             format!(
-                "project:{}{}: `{key}` ignored: where runs are recorded, whom a worker trusts and what decides or answers (store, worker, policies, notify, webhooks, email, approval_ttl, on_expire, on_prompt, a rule's keys and default) is read only from the user config, never from a project's {PROJECT_FILE}",
+                "project:{}{}: `{key}` ignored: where runs are recorded, whom a worker trusts and what decides or answers (store, worker, policies, notify, webhooks, email, slack, approval_ttl, on_expire, on_prompt, a rule's keys and default) is read only from the user config, never from a project's {PROJECT_FILE}",
                 file.display(),
                 key_line(text, key).map(|l| format!(":{l}")).unwrap_or_default(),
             )

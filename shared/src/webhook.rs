@@ -72,7 +72,11 @@ pub fn json_body(event: Event, a: &Approval, link: Option<&str>, sent_at: &str) 
 /// known. What the tool wrote is stripped of control characters and shown as plain text in
 /// the blocks; in `text` (the notification, which Slack reads as markup) `&`, `<` and `>`
 /// are escaped, so a question cannot mention `<!channel>` or make a link.
-pub fn slack_body(event: Event, a: &Approval, link: Option<&str>) -> Value {
+///
+/// With `buttons` (the server takes Slack's interactions: `[slack]`), a pending approval
+/// also gets Approve and Reject buttons, whose value names the approval and the version
+/// shown ([`slack_action_value`]); Approve asks to confirm.
+pub fn slack_body(event: Event, a: &Approval, link: Option<&str>, buttons: bool) -> Value {
     let tool = sanitize_line(&a.tool_name);
     let question = sanitize_line(&a.question);
     let what = match event {
@@ -101,18 +105,157 @@ pub fn slack_body(event: Event, a: &Approval, link: Option<&str>) -> Value {
         json!({"type": "section", "text": {"type": "plain_text", "text": clip(&what, 2900)}}),
         json!({"type": "context", "elements": [{"type": "plain_text", "text": clip(&context, 2000)}]}),
     ];
-    if let (Event::Pending, Some(url)) = (event, link) {
-        blocks.push(json!({
-            "type": "actions",
-            "elements": [{
-                "type": "button",
-                "text": {"type": "plain_text", "text": "Open to decide"},
-                "url": url,
-                "action_id": "open",
-            }],
+    let mut elements = Vec::new();
+    if event == Event::Pending && buttons {
+        let value = slack_action_value(a);
+        elements.push(json!({
+            "type": "button",
+            "text": {"type": "plain_text", "text": "Approve"},
+            "style": "primary",
+            "action_id": SLACK_APPROVE,
+            "value": value,
+            "confirm": {
+                "title": {"type": "plain_text", "text": "Approve?"},
+                "text": {"type": "plain_text", "text": clip(&what, 290)},
+                "confirm": {"type": "plain_text", "text": "Approve"},
+                "deny": {"type": "plain_text", "text": "Cancel"},
+            },
+        }));
+        elements.push(json!({
+            "type": "button",
+            "text": {"type": "plain_text", "text": "Reject"},
+            "style": "danger",
+            "action_id": SLACK_REJECT,
+            "value": value,
         }));
     }
+    if let (Event::Pending, Some(url)) = (event, link) {
+        elements.push(json!({
+            "type": "button",
+            "text": {"type": "plain_text", "text": "Open to decide"},
+            "url": url,
+            "action_id": "open",
+        }));
+    }
+    if !elements.is_empty() {
+        blocks.push(json!({"type": "actions", "elements": elements}));
+    }
     json!({ "text": slack_escape(&clip(&what, 3000)), "blocks": blocks })
+}
+
+/// The `action_id` of the Approve button.
+pub const SLACK_APPROVE: &str = "hr_approve";
+/// The `action_id` of the Reject button.
+pub const SLACK_REJECT: &str = "hr_reject";
+
+/// A button's value: the approval and the version shown (`AP-…~VERSION`).
+pub fn slack_action_value(a: &Approval) -> String {
+    format!("{}~{}", a.approval_id, a.version().unwrap_or(""))
+}
+
+/// What a Slack interaction asks: the Slack user, the decision (`approve` or `reject`),
+/// the approval and the version its message showed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SlackAction {
+    pub user_id: String,
+    pub value: &'static str,
+    pub approval_id: String,
+    pub version: Option<String>,
+}
+
+/// Why a Slack request is refused.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SlackRefused {
+    /// Not signed with the signing secret, or too old (a replay): 401.
+    Unsigned,
+    /// Signed, but not one of our buttons' interactions: 400, saying what.
+    NotOurs(String),
+}
+
+/// Checks a Slack request (`X-Slack-Request-Timestamp`, `X-Slack-Signature: v0=HEX`, the
+/// exact body) the way Slack documents it — HMAC-SHA-256 under the signing secret of
+/// `v0:TIMESTAMP:BODY`, and a timestamp within five minutes of `now` — then reads the
+/// button that was pressed from its `payload`.
+pub fn slack_action(
+    secret: &[u8],
+    timestamp: &str,
+    signature: &str,
+    body: &[u8],
+    now: u64,
+) -> Result<SlackAction, SlackRefused> {
+    let ts: u64 = timestamp
+        .trim()
+        .parse()
+        .map_err(|_| SlackRefused::Unsigned)?;
+    if now.abs_diff(ts) > 300 {
+        return Err(SlackRefused::Unsigned);
+    }
+    let sig = signature
+        .trim()
+        .strip_prefix("v0=")
+        .and_then(unhex)
+        .ok_or(SlackRefused::Unsigned)?;
+    let mut m = <HmacSha256 as KeyInit>::new_from_slice(secret).expect("HMAC takes any key");
+    m.update(format!("v0:{ts}:").as_bytes());
+    m.update(body);
+    m.verify_slice(&sig).map_err(|_| SlackRefused::Unsigned)?;
+    let not_ours = |why: &str| SlackRefused::NotOurs(why.to_owned());
+    let text = std::str::from_utf8(body).map_err(|_| not_ours("the body is not text"))?;
+    let payload = text
+        .split('&')
+        .find_map(|kv| kv.strip_prefix("payload="))
+        .map(form_decode)
+        .ok_or_else(|| not_ours("no payload"))?;
+    let v: Value =
+        serde_json::from_str(&payload).map_err(|_| not_ours("the payload is not JSON"))?;
+    if v["type"] != "block_actions" {
+        return Err(not_ours("not a button's action"));
+    }
+    let user_id = v["user"]["id"]
+        .as_str()
+        .filter(|u| !u.is_empty())
+        .ok_or_else(|| not_ours("no user"))?
+        .to_owned();
+    let action = &v["actions"][0];
+    let value = match action["action_id"].as_str() {
+        Some(SLACK_APPROVE) => "approve",
+        Some(SLACK_REJECT) => "reject",
+        _ => return Err(not_ours("not one of our buttons")),
+    };
+    let (id, version) = action["value"]
+        .as_str()
+        .and_then(|v| v.split_once('~'))
+        .ok_or_else(|| not_ours("no approval in the button"))?;
+    Ok(SlackAction {
+        user_id,
+        value,
+        approval_id: id.to_owned(),
+        version: (!version.is_empty()).then(|| version.to_owned()),
+    })
+}
+
+/// `application/x-www-form-urlencoded` text decoded: `+` is a space, `%XX` a byte.
+fn form_decode(s: &str) -> String {
+    let hex = |c: u8| (c as char).to_digit(16).map(|d| d as u8);
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        match b[i] {
+            b'+' => out.push(b' '),
+            b'%' if i + 2 < b.len() => match (hex(b[i + 1]), hex(b[i + 2])) {
+                (Some(h), Some(l)) => {
+                    out.push(h * 16 + l);
+                    i += 3;
+                    continue;
+                }
+                _ => out.push(b'%'),
+            },
+            c => out.push(c),
+        }
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
 }
 
 /// Text Slack reads as markup (`mrkdwn`), made inert: its three control characters escaped.
@@ -253,7 +396,7 @@ mod tests {
             Some("https://hr.example:8443/#/approvals/AP-1")
         );
         a.tool_name = "terra\u{1b}[31mform".into();
-        let m = slack_body(Event::Pending, &a, link.as_deref());
+        let m = slack_body(Event::Pending, &a, link.as_deref(), false);
         let text = m["text"].as_str().unwrap();
         assert!(text.starts_with("terraform asks: Do you"), "{text}");
         // Nothing Slack would read as a mention or a link; no control character anywhere.
@@ -274,7 +417,7 @@ mod tests {
         // Decided: no button; who decided is said.
         a.status = crate::status::ApprovalStatus::Approved;
         a.decided_by = Some("alice".into());
-        let m = slack_body(Event::Decided, &a, link.as_deref());
+        let m = slack_body(Event::Decided, &a, link.as_deref(), false);
         assert_eq!(m["blocks"].as_array().unwrap().len(), 2, "{m}");
         assert!(
             m["text"].as_str().unwrap().contains("approved by alice"),
@@ -282,5 +425,71 @@ mod tests {
         );
         let long = "x".repeat(5000);
         assert_eq!(clip(&long, 3000).chars().count(), 3000);
+    }
+
+    /// Slack's own example of a signed request (its documentation's secret, timestamp,
+    /// body and signature), checked the way Slack says to.
+    #[test]
+    fn a_slack_request_is_checked_as_slack_documents_it() {
+        let secret = b"8f742231b10e8888abcd99yyyzzz85a5";
+        let body = b"token=xyzz0WbapA4vBCDEFasx0q6G&team_id=T1DC2JH3J&team_domain=testteamnow&channel_id=G8PSS9T3V&channel_name=foobar&user_id=U2CERLKJA&user_name=roadrunner&command=%2Fwebhook-collect&text=&response_url=https%3A%2F%2Fhooks.slack.com%2Fcommands%2FT1DC2JH3J%2F397700885554%2F96rGlfmibIGlgcZRskXaIFfN&trigger_id=398738663015.47445629121.803a0bc887a14d10d2c447fce8b6703c";
+        let sig = "v0=a2114d57b48eac39b9ad189dd8316235a7b4a8d21a10bd27519666489c69b503";
+        // Signed, but a slash command, not a button: not ours (the signature held).
+        assert_eq!(
+            slack_action(secret, "1531420618", sig, body, 1_531_420_618 + 10),
+            Err(SlackRefused::NotOurs("no payload".into()))
+        );
+        // Too old, another secret, another body: unsigned.
+        for (secret, now, body) in [
+            (&secret[..], 1_531_420_618 + 301, &body[..]),
+            (b"another-secret", 1_531_420_618, &body[..]),
+            (&secret[..], 1_531_420_618, b"token=x"),
+        ] {
+            assert_eq!(
+                slack_action(secret, "1531420618", sig, body, now),
+                Err(SlackRefused::Unsigned)
+            );
+        }
+    }
+
+    #[test]
+    fn a_button_press_names_the_user_the_decision_and_the_version_shown() {
+        use hmac::Mac;
+        let mut a = crate::testing::approval("AP-1", crate::approvals::PromptKind::Confirm);
+        a.screen_digest = Some("sd1".into());
+        let m = slack_body(Event::Pending, &a, None, true);
+        let buttons = &m["blocks"][2]["elements"];
+        assert_eq!(buttons[0]["action_id"], SLACK_APPROVE);
+        assert_eq!(buttons[0]["value"], "AP-1~sd1");
+        assert!(buttons[0]["confirm"].is_object());
+        assert_eq!(buttons[1]["action_id"], SLACK_REJECT);
+        let payload = serde_json::json!({
+            "type": "block_actions",
+            "user": {"id": "U1", "username": "alice"},
+            "actions": [{"action_id": SLACK_REJECT, "value": "AP-1~sd1"}],
+        })
+        .to_string();
+        let encoded: String = payload
+            .bytes()
+            .map(|b| match b {
+                b' ' => "+".to_owned(),
+                b if b.is_ascii_alphanumeric() => (b as char).to_string(),
+                b => format!("%{b:02X}"),
+            })
+            .collect();
+        let body = format!("payload={encoded}");
+        let mut mac = <HmacSha256 as KeyInit>::new_from_slice(b"s3cret").unwrap();
+        mac.update(format!("v0:100:{body}").as_bytes());
+        let sig = format!("v0={}", crate::audit::hex(&mac.finalize().into_bytes()));
+        assert_eq!(
+            slack_action(b"s3cret", "100", &sig, body.as_bytes(), 100),
+            Ok(SlackAction {
+                user_id: "U1".into(),
+                value: "reject",
+                approval_id: "AP-1".into(),
+                version: Some("sd1".into()),
+            })
+        );
+        assert_eq!(form_decode("a%2Bb+c%zz%4"), "a+b c%zz%4");
     }
 }

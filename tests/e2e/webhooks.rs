@@ -18,6 +18,17 @@ fn receiver(
     secret: &str,
     fail_first: bool,
 ) -> (Running, String, PathBuf) {
+    receiver_with(env, name, secret, fail_first, false)
+}
+
+/// [`receiver`], answering every post with a redirect when `redirect`.
+fn receiver_with(
+    env: &TestEnv,
+    name: &str,
+    secret: &str,
+    fail_first: bool,
+    redirect: bool,
+) -> (Running, String, PathBuf) {
     let port_file = env.path().join(format!("{name}.port"));
     let out = env.path().join(format!("{name}.jsonl"));
     let running = env
@@ -27,6 +38,7 @@ fn receiver(
         .arg(&out)
         .env("SECRET", secret)
         .env("FAIL_FIRST", if fail_first { "1" } else { "0" })
+        .env("REDIRECT", if redirect { "1" } else { "0" })
         .timeout(Duration::from_secs(300))
         .spawn();
     let port = port_of(&port_file);
@@ -325,4 +337,199 @@ fn an_approval_is_mailed_over_starttls_with_a_login() {
     let out = served.stop();
     out.expect_code(0);
     assert!(!out.stderr.contains("mail-s3cret"), "{}", out.stderr);
+}
+
+/// A button of the Slack message pressed, as Slack sends it (`tests/fixtures/slack_press.py`,
+/// signed with the app's signing secret): its answer.
+fn press(url: &str, secret: &str, user: &str, action: &str, value: &str, age: u64) -> Value {
+    let out = std::process::Command::new("python3")
+        .arg(fixture("slack_press.py"))
+        .args([url, secret, user, action, value, &age.to_string()])
+        .output()
+        .expect("python3");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+#[test]
+fn slack_buttons_decide_as_the_operator_their_user_is() {
+    let env = TestEnv::new();
+    crate::serve::token(&env, "alice", "operator");
+    crate::serve::token(&env, "wall", "viewer");
+    let (rx, slack_url, slack_out) = receiver(&env, "slack", "s3cret-two", false);
+    let file = config(
+        &env,
+        &format!(
+            "[[webhooks]]\nurl = \"{slack_url}\"\nformat = \"slack\"\n\n\
+             [slack]\nsigning_secret_env = \"HR_SLACK_SIGNING\"\nusers = {{ U0ALICE = \"alice\", U0WALL = \"wall\" }}\n"
+        ),
+    );
+    let file_s = file.to_string_lossy().to_string();
+    let served = Served::start_with(
+        &env,
+        &[
+            ("HEADLESS_RUN_CONFIG", &file_s),
+            ("HR_SLACK_SIGNING", "slack-signing-s3cret"),
+        ],
+    );
+    for f in ["one", "two"] {
+        std::fs::write(env.work().join(f), "x").unwrap();
+        env.shim().args(["--", "rm", "-i", f]).run().expect_code(90);
+    }
+    let posted = received(&slack_out, |l| l.len() >= 2);
+    let buttons: Vec<Value> = posted
+        .iter()
+        .map(|r| r["body"]["blocks"][2]["elements"].clone())
+        .collect();
+    for b in &buttons {
+        assert_eq!(b[0]["action_id"], "hr_approve", "{b}");
+        assert_eq!(b[1]["action_id"], "hr_reject", "{b}");
+    }
+    let value = |i: usize| buttons[i][0]["value"].as_str().unwrap().to_owned();
+    let id = |i: usize| value(i).split('~').next().unwrap().to_owned();
+    let actions = format!("{}/api/v1/slack/actions", served.url());
+    let secret = "slack-signing-s3cret";
+
+    // Not signed with the secret, or too old: 401, nothing decided.
+    let r = press(&actions, "wrong", "U0ALICE", "hr_approve", &value(0), 0);
+    assert_eq!(r["status"], 401, "{r}");
+    let r = press(&actions, secret, "U0ALICE", "hr_approve", &value(0), 600);
+    assert_eq!(r["status"], 401, "{r}");
+    // A Slack user who is no operator here: told so, nothing decided.
+    let r = press(&actions, secret, "U0BOB", "hr_approve", &value(0), 0);
+    assert_eq!(r["status"], 200, "{r}");
+    assert!(
+        r["body"]["text"]
+            .as_str()
+            .unwrap()
+            .contains("not an operator"),
+        "{r}"
+    );
+    let r = press(&actions, secret, "U0WALL", "hr_approve", &value(0), 0);
+    assert!(
+        r["body"]["text"]
+            .as_str()
+            .unwrap()
+            .contains("no operator token"),
+        "{r}"
+    );
+    let pending = env
+        .approvals()
+        .into_iter()
+        .filter(|a| a["status"] == "pending")
+        .count();
+    assert_eq!(pending, 2);
+
+    // Alice approves the first and rejects the second, as herself, channel `slack`.
+    let r = press(&actions, secret, "U0ALICE", "hr_approve", &value(0), 0);
+    assert_eq!(r["status"], 200, "{r}");
+    assert_eq!(r["body"]["response_type"], "ephemeral");
+    assert!(
+        r["body"]["text"]
+            .as_str()
+            .unwrap()
+            .contains("approved by alice"),
+        "{r}"
+    );
+    let r = press(&actions, secret, "U0ALICE", "hr_reject", &value(1), 0);
+    assert!(
+        r["body"]["text"]
+            .as_str()
+            .unwrap()
+            .contains("rejected by alice"),
+        "{r}"
+    );
+    for (i, status) in [(0, "approved"), (1, "rejected")] {
+        let shown = env.monitor().args(["show", &id(i), "--json"]).run();
+        let v: Value = serde_json::from_str(&shown.out()).unwrap();
+        let a = if v.get("approval").is_some() {
+            &v["approval"]
+        } else {
+            &v
+        };
+        assert_eq!(a["status"], status, "{a}");
+        assert_eq!(a["decided_by"], "alice", "{a}");
+        assert_eq!(a["decision_channel"], "slack", "{a}");
+    }
+    // Pressed again: already decided, said to the one who pressed.
+    let r = press(&actions, secret, "U0ALICE", "hr_reject", &value(0), 0);
+    assert!(
+        r["body"]["text"].as_str().unwrap().contains("not decided"),
+        "{r}"
+    );
+    drop(rx);
+    served.stop().expect_code(0);
+}
+
+/// What was asked and decided while no server ran is posted when one starts again (the
+/// approvals pending at its last look are kept in the state dir); a redirect is a failure,
+/// neither followed nor retried.
+#[test]
+fn a_restarted_server_posts_what_happened_meanwhile_and_follows_no_redirect() {
+    let env = TestEnv::new();
+    let (rx, url, out) = receiver(&env, "json", "", false);
+    let (moved_rx, moved_url, moved_out) = receiver_with(&env, "moved", "", false, true);
+    let file = config(
+        &env,
+        &format!(
+            "[[webhooks]]\nurl = \"{url}\"\n\n[[webhooks]]\nurl = \"{moved_url}\"\nretries = 3\n"
+        ),
+    );
+    let file_s = file.to_string_lossy().to_string();
+    let start = || Served::start_with(&env, &[("HEADLESS_RUN_CONFIG", &file_s)]);
+    let ask = |f: &str| {
+        std::fs::write(env.work().join(f), "x").unwrap();
+        env.shim().args(["--", "rm", "-i", f]).run().expect_code(90);
+        env.approvals()
+            .into_iter()
+            .rev()
+            .find(|a| a["status"] == "pending")
+            .and_then(|a| a["approval_id"].as_str().map(str::to_owned))
+            .unwrap()
+    };
+    let served = start();
+    let first = ask("first");
+    received(&out, |l| {
+        l.iter()
+            .any(|r| r["body"]["approval"]["approval_id"] == first)
+    });
+    let known = std::fs::read_to_string(env.state().join("notified.json")).unwrap();
+    assert!(known.contains(&first), "{known}");
+    served.stop().expect_code(0);
+
+    // Meanwhile: the first decided, a second asked.
+    env.decide(&first, "y").expect_code(0);
+    let second = ask("second");
+    let served = start();
+    let posted = received(&out, |l| {
+        l.iter()
+            .any(|r| r["body"]["approval"]["approval_id"] == second)
+            && l.iter().any(|r| {
+                r["event"] == "approval_status_change"
+                    && r["body"]["approval"]["approval_id"] == first
+            })
+    });
+    assert_eq!(
+        posted
+            .iter()
+            .filter(|r| r["event"] == "approval_needed"
+                && r["body"]["approval"]["approval_id"] == first)
+            .count(),
+        1,
+        "the first was asked once, so posted once: {posted:#?}"
+    );
+    // The redirecting receiver got each delivery once, at its own path: never at /moved.
+    let moved = received(&moved_out, |l| l.len() >= 2);
+    assert!(moved.iter().all(|r| r["path"] != "/moved"), "{moved:#?}");
+    assert!(
+        moved.iter().all(|r| r["attempt"] == 1),
+        "retried: {moved:#?}"
+    );
+    let log = served.stop();
+    assert!(log.stderr.contains("redirect"), "{}", log.stderr);
+    drop((rx, moved_rx));
 }

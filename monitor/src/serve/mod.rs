@@ -18,6 +18,7 @@ mod openapi;
 mod query;
 mod runner;
 mod runs;
+mod slack;
 mod stream;
 pub mod tokens;
 mod webhooks;
@@ -152,6 +153,7 @@ const ROUTES: &[(&str, &str)] = &[
     ("post", "/api/v1/approvals/{id}/decide"),
     ("get", "/api/v1/links/{token}"),
     ("post", "/api/v1/links/{token}/decide"),
+    ("post", "/api/v1/slack/actions"),
     ("get", "/api/v1/executions"),
     ("get", "/api/v1/executions/{id}"),
     ("post", "/api/v1/executions/{id}/approve"),
@@ -325,15 +327,18 @@ pub fn run(ctx: &Ctx, args: Args) -> CliResult {
     let (hooks, mailers, config) =
         match hr_shared::config::Config::load(&cwd, &hr_shared::paths::real_env) {
             Ok(config) => (
-                webhooks::hooks(&config.webhooks()).map_err(CliError::usage)?,
+                webhooks::hooks(&config.webhooks(), config.slack().is_some())
+                    .map_err(CliError::usage)?,
                 mail::mailers(&config.email(), &paths).map_err(CliError::usage)?,
                 config,
             ),
             Err(e) => return Err(CliError::usage(format!("the config: {e}"))),
         };
+    let slack = slack::setup(config.slack()).map_err(CliError::usage)?;
     let options = Options {
         hooks,
         mailers,
+        slack: slack.map(Arc::new),
         config: Arc::new(config),
         listen: args.listen,
         fail_limit: args.auth_failures,
@@ -354,6 +359,8 @@ struct Options {
     mailers: Vec<mail::Mailer>,
     /// The server's own config: its `[[reviewers]]` apply to its runners' approvals.
     config: Arc<hr_shared::config::Config>,
+    /// `[slack]`: Slack's buttons are taken.
+    slack: Option<Arc<slack::Slack>>,
     listen: SocketAddr,
     fail_limit: u32,
     streams_per_token: u32,
@@ -381,6 +388,7 @@ async fn serve(
     let connections = Arc::new(listen::Stats::default());
     let server = Arc::new(Server {
         config: options.config.clone(),
+        slack: options.slack.clone(),
         store: {
             let paths = paths.clone();
             Sessions::start("store", STORE_THREADS, move || store::operator(&paths))
@@ -458,6 +466,7 @@ fn router(server: Arc<Server>) -> Router {
         .route("/api/v1/approvals/{id}/decide", post(decide))
         .route("/api/v1/links/{token}", get(links::read_link))
         .route("/api/v1/links/{token}/decide", post(links::decide_link))
+        .route("/api/v1/slack/actions", post(slack::actions))
         .route("/api/v1/executions", get(list_executions))
         .route("/api/v1/executions/{id}", get(one_execution))
         .route("/api/v1/executions/{id}/approve", post(approve_execution))
@@ -542,6 +551,8 @@ struct Server {
     paths: StatePaths,
     /// The server's own config (`[[reviewers]]`: what its runners' approvals need at least).
     config: Arc<hr_shared::config::Config>,
+    /// `[slack]`, when Slack's buttons are taken.
+    slack: Option<Arc<slack::Slack>>,
     store: Sessions<dyn OperatorStore>,
     /// One session that only reads the change mark: a mark is comparable only with marks
     /// of the same session (SQLite's data version is per connection, and does not move for
@@ -719,7 +730,6 @@ impl ApiError {
     }
 
     /// What it says (its `error`).
-    #[cfg(test)]
     fn message(&self) -> &str {
         &self.body.error
     }

@@ -59,6 +59,7 @@ pub(super) const OUTCOME: &str = "the outcome";
         approvals::decide,
         super::links::read_link,
         super::links::decide_link,
+        super::slack::actions,
         executions::approve_execution,
         executions::reject_execution,
         runs::list_runs,

@@ -24,12 +24,15 @@ pub(super) struct Hook {
     secret: Option<Vec<u8>>,
     retries: u32,
     link: Option<String>,
+    /// Approve and Reject buttons in Slack messages (`[slack]`).
+    buttons: bool,
     agent: ureq::Agent,
 }
 
 /// The hooks of `configs`, each checked: a URL that is http(s) (plain http on loopback
 /// only), a secret variable that is set. An error names the hook by its host.
-pub(super) fn hooks(configs: &[WebhookConfig]) -> Result<Vec<Hook>, String> {
+/// With `buttons` (`[slack]` is set), Slack messages carry Approve and Reject buttons.
+pub(super) fn hooks(configs: &[WebhookConfig], buttons: bool) -> Result<Vec<Hook>, String> {
     configs
         .iter()
         .map(|c| {
@@ -56,6 +59,7 @@ pub(super) fn hooks(configs: &[WebhookConfig]) -> Result<Vec<Hook>, String> {
                 secret,
                 retries: c.retries.unwrap_or(5),
                 link: c.link.clone(),
+                buttons,
                 agent,
             })
         })
@@ -106,6 +110,44 @@ fn loopback(label: &str) -> bool {
             .is_ok_and(|ip| ip.is_loopback())
 }
 
+/// Where the approvals pending at the last look are kept (`STATE/notified.json`).
+fn known_file(paths: &StatePaths) -> std::path::PathBuf {
+    paths.root.join("notified.json")
+}
+
+fn read_known(file: &std::path::Path) -> Option<HashSet<String>> {
+    let text = std::fs::read(file).ok()?;
+    serde_json::from_slice::<Vec<String>>(&text)
+        .ok()
+        .map(|v| v.into_iter().collect())
+}
+
+/// Written whole under another name, then renamed into place (0600).
+fn write_known(file: &std::path::Path, ids: &HashSet<String>) {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut sorted: Vec<&String> = ids.iter().collect();
+    sorted.sort();
+    let tmp = file.with_extension("json.tmp");
+    let written = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(&tmp)
+        .and_then(|mut f| {
+            f.write_all(&serde_json::to_vec(&sorted).unwrap_or_default())?;
+            f.sync_all()
+        })
+        .and_then(|()| std::fs::rename(&tmp, file));
+    if let Err(e) = written {
+        eprintln!(
+            "monitor serve: cannot keep {} ({e}): a restart may not post what was asked meanwhile",
+            file.display()
+        );
+    }
+}
+
 /// Starts the task that posts to `hooks` and mails with `mailers` (approvals asked) while
 /// the server runs.
 pub(super) fn spawn(server: Arc<Server>, hooks: Vec<Hook>, mailers: Vec<super::mail::Mailer>) {
@@ -114,9 +156,14 @@ pub(super) fn spawn(server: Arc<Server>, hooks: Vec<Hook>, mailers: Vec<super::m
     }
     tokio::spawn(async move {
         let mut bell = server.bell.clone();
-        // The approvals pending at the last look; those pending at the start are known.
-        let mut pending: HashSet<String> = HashSet::new();
-        let mut first = true;
+        // The approvals pending at the last look, kept in the state dir: a server started
+        // again posts what was asked, and what was decided, while none ran. Without that
+        // file (the first start), those pending now are taken as known.
+        let known = known_file(&server.paths);
+        let (mut pending, mut first) = match read_known(&known) {
+            Some(set) => (set, false),
+            None => (HashSet::new(), true),
+        };
         while !server.stopping.load(Ordering::Relaxed) {
             let filter = ApprovalFilter {
                 statuses: vec![ApprovalStatus::Pending],
@@ -146,6 +193,9 @@ pub(super) fn spawn(server: Arc<Server>, hooks: Vec<Hook>, mailers: Vec<super::m
                             events.push((Event::Decided, a));
                         }
                     }
+                }
+                if first || pending != now {
+                    write_known(&known, &now);
                 }
                 pending = now;
                 first = false;
@@ -177,7 +227,7 @@ async fn deliver(hook: Hook, event: Event, a: Approval) {
         WebhookFormat::Json => {
             webhook::json_body(event, &a, link.as_deref(), &hr_shared::time::now_rfc3339())
         }
-        WebhookFormat::Slack => webhook::slack_body(event, &a, link.as_deref()),
+        WebhookFormat::Slack => webhook::slack_body(event, &a, link.as_deref(), hook.buttons),
     };
     let body = serde_json::to_vec(&body).unwrap_or_default();
     let delivery = webhook::delivery_id(&a);
@@ -249,10 +299,14 @@ fn post(hook: &Hook, event: Event, delivery: &str, body: &[u8]) -> Result<(), (b
         Ok(r) if r.status().is_success() => Ok(()),
         Ok(r) => {
             let code = r.status().as_u16();
-            Err((
-                matches!(code, 408 | 429) || code >= 500,
-                format!("answered {code}"),
-            ))
+            let what = if (300..400).contains(&code) {
+                format!(
+                    "answered {code}, a redirect, which is not followed (it would drop the body)"
+                )
+            } else {
+                format!("answered {code}")
+            };
+            Err((matches!(code, 408 | 429) || code >= 500, what))
         }
         Err(e) => Err((true, e.to_string())),
     }
@@ -282,22 +336,28 @@ mod tests {
             ("http://hooks.example/h", false),
             ("https://hooks.example/h", true),
         ] {
-            let got = hooks(&[WebhookConfig {
-                url: url.into(),
-                format: WebhookFormat::Json,
-                secret_env: None,
-                retries: None,
-                link: None,
-            }]);
+            let got = hooks(
+                &[WebhookConfig {
+                    url: url.into(),
+                    format: WebhookFormat::Json,
+                    secret_env: None,
+                    retries: None,
+                    link: None,
+                }],
+                false,
+            );
             assert_eq!(got.is_ok(), ok, "{url}: {:?}", got.err());
         }
-        let unset = hooks(&[WebhookConfig {
-            url: "https://hooks.example/SECRETPATH".into(),
-            format: WebhookFormat::Slack,
-            secret_env: Some("HR_TEST_WEBHOOK_SECRET_NEVER_SET".into()),
-            retries: None,
-            link: None,
-        }]);
+        let unset = hooks(
+            &[WebhookConfig {
+                url: "https://hooks.example/SECRETPATH".into(),
+                format: WebhookFormat::Slack,
+                secret_env: Some("HR_TEST_WEBHOOK_SECRET_NEVER_SET".into()),
+                retries: None,
+                link: None,
+            }],
+            false,
+        );
         let err = unset.err().unwrap();
         assert!(
             err.contains("is not set") && !err.contains("SECRETPATH"),
