@@ -240,6 +240,9 @@ pub fn is_releasable(a: &Approval, now: &str) -> bool {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Released {
     pub chosen_value: String,
+    /// When the people decided (the last approval's time), not when the timer let it go:
+    /// a run started after that may use it, as after any decision.
+    pub decided_at: String,
     pub decided_by: String,
     pub channel: String,
     pub comment: Option<String>,
@@ -253,6 +256,7 @@ pub fn release(a: &Approval, now: &str) -> Option<Released> {
     let last = a.reviews.last()?;
     Some(Released {
         chosen_value: last.value.clone(),
+        decided_at: last.at.clone(),
         decided_by: decided_by(&a.reviews, &last.by),
         channel: last.channel.clone(),
         comment: Some(format!(

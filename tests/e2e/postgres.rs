@@ -2310,3 +2310,80 @@ fn a_takeover_needs_the_same_stored_command_whatever_fingerprint_the_runner_send
         "TR-01M8TAKE0VER0000000000000C Deploy?"
     );
 }
+
+/// Required reviewers on the PostgreSQL store, with the real binaries: the runner login's
+/// run needs two logins of role `ops_…` and a wait timer (its config's `[[reviewers]]`);
+/// each operator decides with their own login, an operator outside the role is refused,
+/// one login counts once, and the re-run is answered only once the timer let it go.
+#[test]
+fn two_operator_logins_of_a_role_and_a_wait_timer_answer_the_rerun() {
+    let env = TestEnv::new();
+    let (db, runner, alice) = initialised(&env);
+    let bob = db.member(&env, "bob", "operator");
+    let dave = db.member(&env, "dave", "operator");
+    let group = format!("ops_{}", db.name);
+    db.admin_sql(&format!(
+        "CREATE ROLE {group} NOLOGIN; GRANT {group} TO {}; GRANT {group} TO {}",
+        alice.user, bob.user
+    ));
+    env.write_config(&format!(
+        "[[reviewers]]\nname = \"deletions\"\ntool = \"rm\"\nrequired = 2\ngroup = \"{group}\"\nwait = \"2s\"\n"
+    ));
+    let victim = env.work().join("victim");
+    std::fs::write(&victim, "x").unwrap();
+    let shim = || {
+        env.shim()
+            .env("HEADLESS_RUN_DB", db.url_as(&runner))
+            .args(["--", "rm", "-i", "victim"])
+            .run()
+    };
+    shim().expect_code(90);
+    let op = |login: &Login, args: &[&str]| {
+        let mut c = env.monitor();
+        c.env("HEADLESS_RUN_DB", db.url_as(login)).args(args);
+        c.run()
+    };
+    let listed = op(&alice, &["approvals", "--json"]);
+    let v: serde_json::Value = serde_json::from_str(&listed.out()).unwrap();
+    let ap = v[0]["approval_id"].as_str().unwrap().to_owned();
+    assert_eq!(v[0]["reviews_required"], 2, "{v}");
+    assert_eq!(v[0]["reviewer_group"], group.as_str(), "{v}");
+
+    let refused = op(&dave, &["decide", &ap, "yes"]);
+    assert_ne!(refused.code(), 0);
+    assert!(
+        refused.stderr.contains("is not a member"),
+        "{}",
+        refused.stderr
+    );
+    let first = op(&alice, &["decide", &ap, "yes"]);
+    first.expect_code(0);
+    assert!(first.out().contains("1 of 2 approvals"), "{}", first.out());
+    let again = op(&alice, &["decide", &ap, "yes"]);
+    again.expect_code(0);
+    assert!(again.out().contains("1 of 2 approvals"), "{}", again.out());
+    // One approval of two answers nothing.
+    shim().expect_code(90);
+    assert!(victim.exists());
+    let second = op(&bob, &["decide", &ap, "yes"]);
+    second.expect_code(0);
+    assert!(
+        second.out().contains("held by its 2s wait timer"),
+        "{}",
+        second.out()
+    );
+    shim().expect_code(90);
+    assert!(victim.exists(), "answered while held");
+    std::thread::sleep(Duration::from_millis(2200));
+    shim().expect_code(0);
+    assert!(
+        !victim.exists(),
+        "the re-run was not answered after the timer"
+    );
+    assert_eq!(
+        db.value(&format!(
+            "SELECT status || ' ' || decided_by || ' ' || jsonb_array_length(reviews) FROM hr.approvals WHERE approval_id = '{ap}'"
+        )),
+        format!("approved {}, {} 2", alice.user, bob.user)
+    );
+}

@@ -387,7 +387,7 @@ fn release_one(tx: &Transaction<'_>, a: &Approval, now: &str) -> Result<bool> {
         params![
             a.approval_id,
             r.chosen_value,
-            now,
+            r.decided_at,
             r.decided_by,
             r.channel,
             r.comment

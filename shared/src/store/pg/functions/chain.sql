@@ -48,11 +48,13 @@ BEGIN
        OR coalesce(r.metadata ? 'pipeline', false) THEN
         RETURN NULL;
     END IF;
-    -- An approval of this command past its time is expired first: its run's resume meets
-    -- the expiry.
+    -- An approval of this command past its time is expired first, and one its wait timer
+    -- let go is used: its run's resume meets the expiry, or the decision.
     FOR h IN SELECT approval_id FROM hr.approvals WHERE status = 'pending'
         AND request_fingerprint = r.request_fingerprint
-        AND expires_at IS NOT NULL AND expires_at <= hr.now() ORDER BY approval_id LOOP
+        AND ((expires_at IS NOT NULL AND expires_at <= hr.now())
+             OR (usable_at IS NOT NULL AND usable_at <= hr.now()))
+        ORDER BY approval_id LOOP
         PERFORM hr.expire_one(h);
     END LOOP;
     FOR h IN SELECT p.tool_run_id FROM hr.approvals o JOIN hr.tool_runs p USING (tool_run_id)

@@ -115,8 +115,9 @@ BEGIN
         AND jsonb_array_length(reviews) > 0 FOR UPDATE;
     IF FOUND THEN
         last_ := a.reviews -> (jsonb_array_length(a.reviews) - 1);
+        -- Decided when the people decided (the last approval), not when the timer let it go.
         UPDATE hr.approvals SET status = 'approved', chosen_value = last_->>'value',
-            decided_at = now_,
+            decided_at = coalesce(last_->>'at', now_),
             decided_by = (SELECT string_agg(r->>'by', ', ' ORDER BY n)
                           FROM jsonb_array_elements(a.reviews) WITH ORDINALITY x(r, n)),
             decision_channel = last_->>'channel',
