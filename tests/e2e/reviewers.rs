@@ -256,3 +256,39 @@ fn a_pipelines_human_step_needs_two_people_before_it_moves() {
     assert_eq!(step(&env)["status"], "completed", "{}", step(&env));
     served.stop().expect_code(0);
 }
+
+/// On the embedded store, a wait timer alone: `monitor decide` approves, the decision is
+/// held (a re-run is not answered, `monitor approvals` says so), then the re-run is.
+#[test]
+fn a_wait_timer_holds_a_decision_from_a_rerun_on_the_embedded_store() {
+    let env = TestEnv::new();
+    env.write_config("[[reviewers]]\nname = \"cool-off\"\ntool = \"rm\"\nwait = \"2s\"\n");
+    std::fs::write(env.work().join("victim"), "x").unwrap();
+    let rerun = || env.shim().args(["--", "rm", "-i", "victim"]).run();
+    rerun().expect_code(90);
+    let id = env.pending_approval()["approval_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let out = env.decide(&id, "yes");
+    out.expect_code(0);
+    assert!(
+        out.out().contains("held by its 2s wait timer"),
+        "{}",
+        out.out()
+    );
+    let table = env.monitor().args(["approvals"]).run();
+    assert!(table.out().contains("held"), "{}", table.out());
+    rerun().expect_code(90);
+    assert!(env.work().join("victim").exists(), "answered while held");
+    std::thread::sleep(Duration::from_millis(2200));
+    rerun().expect_code(0);
+    assert!(!env.work().join("victim").exists());
+    let a = env
+        .approvals()
+        .into_iter()
+        .find(|a| a["approval_id"] == id.as_str())
+        .unwrap();
+    assert_eq!(a["status"], "approved");
+    assert_eq!(a["comment"], "held 2s by its wait timer");
+}
