@@ -388,6 +388,49 @@ pub fn create_private_dir(path: &Path) -> io::Result<()> {
     Ok(())
 }
 
+/// How [`write_private`] puts a file in place.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Put {
+    /// Replaces what is there (a rename).
+    Replace,
+    /// Keeps what is there, if anything (a hard link: of two first writers, the first wins).
+    KeepExisting,
+}
+
+/// Writes `bytes` to `path` whole, mode 0600: under a name of its own beside it, synced,
+/// then put in place, so that a reader never sees half a file. Whether this call's bytes
+/// are the ones in place (false: [`Put::KeepExisting`] found a file there).
+pub fn write_private(path: &Path, bytes: &[u8], put: Put) -> io::Result<bool> {
+    use std::io::Write;
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let tmp = path.with_file_name(format!(".{name}.{}.tmp", crate::id::new_id("T-")));
+    let written = OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .custom_flags(libc::O_CLOEXEC | libc::O_NOFOLLOW)
+        .open(&tmp)
+        .and_then(|mut f| {
+            f.write_all(bytes)?;
+            f.sync_all()
+        });
+    let placed = written.and_then(|()| match put {
+        Put::Replace => fs::rename(&tmp, path).map(|()| true),
+        Put::KeepExisting => match fs::hard_link(&tmp, path) {
+            Ok(()) => Ok(true),
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => Ok(false),
+            Err(e) => Err(e),
+        },
+    });
+    if put == Put::KeepExisting || placed.is_err() {
+        let _ = fs::remove_file(&tmp);
+    }
+    placed
+}
+
 /// Opens `path` for appending, creating it with mode 0600; never through a link, and only
 /// a regular file of the caller's own.
 pub fn open_private_append(path: &Path) -> io::Result<File> {

@@ -10,7 +10,7 @@
 
 use crate::paths::{self, StatePaths};
 use crate::runs::ToolRun;
-use std::io::{self, Write};
+use std::io;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::PathBuf;
 
@@ -109,16 +109,8 @@ fn write_in(dir: &std::path::Path, run: &ToolRun) -> io::Result<PathBuf> {
         ));
     }
     let path = dir.join(format!("{}.json", run.tool_run_id));
-    let tmp = dir.join(format!(".{}.tmp", run.tool_run_id));
-    let mut f = std::fs::OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .mode(0o600)
-        .open(&tmp)?;
-    f.write_all(&serde_json::to_vec(run).map_err(io::Error::other)?)?;
-    f.sync_all()?;
-    std::fs::rename(&tmp, &path)?;
+    let bytes = serde_json::to_vec(run).map_err(io::Error::other)?;
+    crate::paths::write_private(&path, &bytes, crate::paths::Put::Replace)?;
     Ok(path)
 }
 

@@ -4,7 +4,7 @@
 //! carry one per mail; the page opens it on a phone-sized Chromium.
 
 use crate::serve::{Served, token};
-use crate::webhooks::{config, port_of, received};
+use crate::webhooks::{Smtp, config, received, smtp};
 use headless_run_e2e::*;
 use serde_json::Value;
 use std::os::unix::fs::PermissionsExt;
@@ -234,22 +234,13 @@ fn a_link_decides_once_as_its_operator_and_refuses_everyone_else() {
 fn a_mail_carries_a_link_for_its_operator_that_decides_once() {
     let env = TestEnv::new();
     token(&env, "alice", "operator");
-    let python = aiosmtpd_python();
-    let [ca, cert, key, _] = crate::postgres::certificates(env.path());
-    let port_file = env.path().join("smtp.port");
-    let out = env.path().join("smtp.jsonl");
-    let _smtp = env
-        .command(&python)
-        .arg(fixture("smtp_receiver.py"))
-        .arg(&port_file)
-        .arg(&out)
-        .arg(&cert)
-        .arg(&key)
-        .env("USER_NAME", "hr-mailer")
-        .env("PASSWORD", "mail-s3cret")
-        .timeout(Duration::from_secs(300))
-        .spawn();
-    let port = port_of(&port_file);
+    let Smtp {
+        _server,
+        port,
+        out,
+        ca,
+        ..
+    } = smtp(&env);
     let file = config(
         &env,
         &format!(

@@ -73,6 +73,42 @@ pub(crate) fn received(out: &Path, done: impl Fn(&[Value]) -> bool) -> Vec<Value
     }
 }
 
+/// A real SMTP server (aiosmtpd, `tests/fixtures/smtp_receiver.py`) on loopback taking
+/// nothing before STARTTLS and nothing unauthenticated (login `hr-mailer`/`mail-s3cret`),
+/// its certificate signed by `ca` (`other_ca` signed nothing of it); what it got is in `out`.
+pub(crate) struct Smtp {
+    pub _server: Running,
+    pub port: String,
+    pub out: PathBuf,
+    pub ca: PathBuf,
+    pub other_ca: PathBuf,
+}
+
+pub(crate) fn smtp(env: &TestEnv) -> Smtp {
+    let python = aiosmtpd_python();
+    let [ca, cert, key, other_ca] = crate::postgres::certificates(env.path());
+    let port_file = env.path().join("smtp.port");
+    let out = env.path().join("smtp.jsonl");
+    let server = env
+        .command(&python)
+        .arg(fixture("smtp_receiver.py"))
+        .arg(&port_file)
+        .arg(&out)
+        .arg(&cert)
+        .arg(&key)
+        .env("USER_NAME", "hr-mailer")
+        .env("PASSWORD", "mail-s3cret")
+        .timeout(Duration::from_secs(300))
+        .spawn();
+    Smtp {
+        _server: server,
+        port: port_of(&port_file),
+        out,
+        ca,
+        other_ca,
+    }
+}
+
 pub(crate) fn config(env: &TestEnv, text: &str) -> PathBuf {
     use std::os::unix::fs::PermissionsExt;
     let file = env.path().join("webhooks.toml");
@@ -249,22 +285,13 @@ fn a_webhook_the_server_cannot_honour_is_refused_before_it_listens() {
 #[test]
 fn an_approval_is_mailed_over_starttls_with_a_login() {
     let env = TestEnv::new();
-    let python = aiosmtpd_python();
-    let [ca, cert, key, other_ca] = crate::postgres::certificates(env.path());
-    let port_file = env.path().join("smtp.port");
-    let out = env.path().join("smtp.jsonl");
-    let _smtp = env
-        .command(&python)
-        .arg(fixture("smtp_receiver.py"))
-        .arg(&port_file)
-        .arg(&out)
-        .arg(&cert)
-        .arg(&key)
-        .env("USER_NAME", "hr-mailer")
-        .env("PASSWORD", "mail-s3cret")
-        .timeout(Duration::from_secs(300))
-        .spawn();
-    let port = port_of(&port_file);
+    let Smtp {
+        _server,
+        port,
+        out,
+        ca,
+        other_ca,
+    } = smtp(&env);
     let file = config(
         &env,
         &format!(

@@ -4,7 +4,7 @@
 use crate::cli::Ctx;
 use crate::error::{CliError, CliResult};
 use crate::serve::links;
-use crate::serve::tokens::{self, Role};
+use crate::serve::tokens;
 
 #[derive(Debug, clap::Args)]
 #[command(after_help = "\
@@ -47,10 +47,7 @@ pub fn run(ctx: &Ctx, args: Args) -> CliResult {
     }
     let now = hr_shared::time::now_rfc3339();
     let all = tokens::load(&ctx.paths).map_err(CliError::error)?;
-    if !all
-        .iter()
-        .any(|t| t.name == args.operator && t.role == Role::Operator && t.live(&now))
-    {
+    if tokens::operator(&all, &args.operator, &now).is_none() {
         return Err(CliError::usage(format!(
             "{} has no operator token in force here (`monitor token create {} --role operator`): a link decides as its operator's token",
             hr_shared::sanitize::sanitize_line(&args.operator),

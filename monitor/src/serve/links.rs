@@ -11,7 +11,7 @@
 
 use super::approvals::{approval_view, body_fields, decide_via};
 use super::openapi::*;
-use super::tokens::{self, Role};
+use super::tokens;
 use super::*;
 use axum::extract::ConnectInfo;
 use hr_shared::links::{Link, Refused};
@@ -45,27 +45,9 @@ pub fn key(paths: &StatePaths) -> Result<Vec<u8>, String> {
     paths.ensure_dirs().map_err(|e| e.to_string())?;
     let secret = tokens::new_secret()?;
     let hex = secret.trim_start_matches("hrt_").to_owned();
-    let tmp = paths.root.join(".link.key.tmp");
-    let write = || -> std::io::Result<()> {
-        let mut out = std::fs::OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .mode(0o600)
-            .open(&tmp)?;
-        out.write_all(hex.as_bytes())?;
-        out.sync_all()?;
-        // Another process may have made one first: its key wins (links it signed stay good).
-        std::fs::hard_link(&tmp, &f).or_else(|e| {
-            if e.kind() == std::io::ErrorKind::AlreadyExists {
-                Ok(())
-            } else {
-                Err(e)
-            }
-        })?;
-        std::fs::remove_file(&tmp)
-    };
-    write().map_err(|e| format!("cannot write {}: {e}", f.display()))?;
+    // Another process may have made one first: its key wins (links it signed stay good).
+    hr_shared::paths::write_private(&f, hex.as_bytes(), hr_shared::paths::Put::KeepExisting)
+        .map_err(|e| format!("cannot write {}: {e}", f.display()))?;
     key(paths)
 }
 
@@ -189,12 +171,7 @@ fn resolve(
         )
         .with("outcome", json!("used")));
     }
-    let now = hr_shared::time::now_rfc3339();
-    let all = s.tokens()?;
-    let Some(t) = all
-        .iter()
-        .find(|t| t.name == link.operator && t.role == Role::Operator && t.live(&now))
-    else {
+    let Some(operator) = s.operator_in_force(&link.operator)? else {
         return Err(ApiError::new(
             StatusCode::FORBIDDEN,
             format!(
@@ -215,15 +192,7 @@ fn resolve(
             ));
         }
     }
-    Ok((
-        link,
-        Caller {
-            name: t.name.clone(),
-            role: t.role,
-            groups: t.groups.clone(),
-            hash: t.hash.clone(),
-        },
-    ))
+    Ok((link, operator))
 }
 
 fn info(link: &Link) -> LinkInfo {

@@ -595,6 +595,18 @@ struct Caller {
     hash: String,
 }
 
+impl Caller {
+    /// Who holds token `t`.
+    fn of(t: &tokens::Token) -> Caller {
+        Caller {
+            name: t.name.clone(),
+            role: t.role,
+            groups: t.groups.clone(),
+            hash: t.hash.clone(),
+        }
+    }
+}
+
 impl Server {
     /// The caller of this request, or 401; a bad or missing token from an address that
     /// failed `--auth-failures` times within the minute gets 429 instead. A valid token is
@@ -610,12 +622,7 @@ impl Server {
         let all = self.tokens()?;
         let now = hr_shared::time::now_rfc3339();
         if let Some(t) = secret.and_then(|s| tokens::find(&all, s, &now)) {
-            return Ok(Caller {
-                name: t.name.clone(),
-                role: t.role,
-                groups: t.groups.clone(),
-                hash: t.hash.clone(),
-            });
+            return Ok(Caller::of(t));
         }
         let mut f = self.failures.lock().unwrap_or_else(|e| e.into_inner());
         let at = Instant::now();
@@ -639,6 +646,13 @@ impl Server {
                 "an Authorization: Bearer TOKEN header is needed"
             },
         ))
+    }
+
+    /// The operator named `name` as a caller, when an operator token of that name is in
+    /// force: who a decision link or a Slack button decides as.
+    fn operator_in_force(&self, name: &str) -> Result<Option<Caller>, ApiError> {
+        let now = hr_shared::time::now_rfc3339();
+        Ok(tokens::operator(&self.tokens()?, name, &now).map(Caller::of))
     }
 
     /// The tokens, read again only when their file changed.

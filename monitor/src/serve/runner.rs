@@ -34,8 +34,6 @@ use hr_shared::wire::{
     RecordCall, RunnerOutcome,
 };
 use serde::de::DeserializeOwned;
-use std::io::Write;
-use std::os::unix::fs::OpenOptionsExt;
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -120,24 +118,13 @@ async fn claim(s: &Arc<Server>, c: &Caller, id: &str) -> Result<(), ApiError> {
     // Written whole under a name of its own, then linked into place: a reader never sees
     // a half-written owner, and of two first writes at once the first link wins.
     let dir = owners_dir(s);
-    let tmp = dir.join(format!(".{id}.{}", hr_shared::id::new_id("T-")));
     hr_shared::paths::create_private_dir(&dir)
         .and_then(|()| {
-            std::fs::OpenOptions::new()
-                .write(true)
-                .create_new(true)
-                .mode(0o600)
-                .open(&tmp)
-        })
-        .and_then(|mut f| f.write_all(c.name.as_bytes()))
-        .and_then(|()| {
-            let linked = std::fs::hard_link(&tmp, dir.join(id));
-            let _ = std::fs::remove_file(&tmp);
-            linked
-        })
-        .or_else(|e| match e.kind() {
-            std::io::ErrorKind::AlreadyExists => Ok(()),
-            _ => Err(e),
+            hr_shared::paths::write_private(
+                &dir.join(id),
+                c.name.as_bytes(),
+                hr_shared::paths::Put::KeepExisting,
+            )
         })
         .map_err(|e| {
             ApiError::new(

@@ -8,7 +8,6 @@
 
 use super::approvals::{DecisionBody, decide_via};
 use super::openapi::*;
-use super::tokens::Role;
 use super::*;
 use hr_shared::config::SlackConfig;
 use hr_shared::webhook::{SlackRefused, slack_action};
@@ -115,22 +114,11 @@ pub(super) async fn actions(
             hr_shared::sanitize::sanitize_line(&action.user_id)
         )));
     };
-    let now_rfc = hr_shared::time::now_rfc3339();
-    let all = s.tokens()?;
-    let Some(t) = all
-        .iter()
-        .find(|t| &t.name == operator && t.role == Role::Operator && t.live(&now_rfc))
-    else {
+    let Some(caller) = s.operator_in_force(operator)? else {
         return Ok(say(format!(
             "{} has no operator token in force: nothing was decided.",
             hr_shared::sanitize::sanitize_line(operator)
         )));
-    };
-    let caller = Caller {
-        name: t.name.clone(),
-        role: t.role,
-        groups: t.groups.clone(),
-        hash: t.hash.clone(),
     };
     let id = action.approval_id.clone();
     let answer = decide_via(

@@ -5,8 +5,6 @@
 use hr_shared::paths::StatePaths;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
-use std::io::Write;
-use std::os::unix::fs::OpenOptionsExt;
 use std::path::PathBuf;
 
 /// What a token may do.
@@ -75,19 +73,18 @@ pub fn load(paths: &StatePaths) -> Result<Vec<Token>, String> {
 pub fn save(paths: &StatePaths, tokens: &[Token]) -> Result<(), String> {
     paths.ensure_dirs().map_err(|e| e.to_string())?;
     let f = file(paths);
-    let tmp = paths.root.join(".tokens.json.tmp");
-    let write = || -> std::io::Result<()> {
-        let mut out = std::fs::OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .mode(0o600)
-            .open(&tmp)?;
-        out.write_all(&serde_json::to_vec_pretty(tokens).map_err(std::io::Error::other)?)?;
-        out.sync_all()?;
-        std::fs::rename(&tmp, &f)
-    };
-    write().map_err(|e| format!("cannot write {}: {e}", f.display()))
+    let bytes = serde_json::to_vec_pretty(tokens).map_err(|e| e.to_string())?;
+    hr_shared::paths::write_private(&f, &bytes, hr_shared::paths::Put::Replace)
+        .map(|_| ())
+        .map_err(|e| format!("cannot write {}: {e}", f.display()))
+}
+
+/// The operator token named `name` in force at `now`, if there is one: whom a decision
+/// link or a Slack user decides as.
+pub fn operator<'a>(tokens: &'a [Token], name: &str, now: &str) -> Option<&'a Token> {
+    tokens
+        .iter()
+        .find(|t| t.name == name && t.role == Role::Operator && t.live(now))
 }
 
 /// The stored form of a secret.

@@ -122,24 +122,12 @@ fn read_known(file: &std::path::Path) -> Option<HashSet<String>> {
         .map(|v| v.into_iter().collect())
 }
 
-/// Written whole under another name, then renamed into place (0600).
+/// Written whole, then put in place (0600).
 fn write_known(file: &std::path::Path, ids: &HashSet<String>) {
-    use std::io::Write;
-    use std::os::unix::fs::OpenOptionsExt;
     let mut sorted: Vec<&String> = ids.iter().collect();
     sorted.sort();
-    let tmp = file.with_extension("json.tmp");
-    let written = std::fs::OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .mode(0o600)
-        .open(&tmp)
-        .and_then(|mut f| {
-            f.write_all(&serde_json::to_vec(&sorted).unwrap_or_default())?;
-            f.sync_all()
-        })
-        .and_then(|()| std::fs::rename(&tmp, file));
+    let bytes = serde_json::to_vec(&sorted).unwrap_or_default();
+    let written = hr_shared::paths::write_private(file, &bytes, hr_shared::paths::Put::Replace);
     if let Err(e) = written {
         eprintln!(
             "monitor serve: cannot keep {} ({e}): a restart may not post what was asked meanwhile",
