@@ -250,11 +250,11 @@ pub struct StatusCount {
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct CountsBody {
-    /// Every run by status (only when `since` was given).
+    /// Every run by status.
     pub totals: Vec<StatusCount>,
     /// Runs that have not ended, by status.
     pub live: Vec<StatusCount>,
-    /// Failed runs since `since`.
+    /// Failed runs since `since` (all time without it).
     #[cfg_attr(feature = "openapi", schema(minimum = 0))]
     pub failed_recent: i64,
     /// Runs ended by the stall timeout since `since`.

@@ -302,6 +302,49 @@ fn the_operator_api_decides_lists_cancels_and_answers_every_error_as_json() {
         None,
     );
     assert_eq!((st, v["status"].as_str()), (200, Some("rejected")), "{v}");
+    // A known execution with nothing waiting: 409 saying what became of it (a gate's
+    // "not waiting"); the same again, or the other way, the same.
+    for action in ["reject", "approve"] {
+        let (st, v) = served.json(
+            "POST",
+            &format!("/api/v1/executions/EX-01M85700000000000000000000/{action}"),
+            &op,
+            None,
+        );
+        assert_eq!(st, 409, "{v}");
+        assert_eq!(v["outcome"], "not_waiting", "{v}");
+        assert_eq!(v["status"], "rejected", "{v}");
+        assert_eq!(v["decided_by"], "alice", "{v}");
+        assert!(
+            v["error"]
+                .as_str()
+                .unwrap()
+                .contains("was rejected by alice at"),
+            "{v}"
+        );
+    }
+    // include_all=true is status=all; both at once is refused; counts without since are
+    // all time.
+    let (st, all) = served.json("GET", "/api/v1/approvals?include_all=true", &op, None);
+    assert_eq!(st, 200, "{all}");
+    let (_, same) = served.json("GET", "/api/v1/approvals?status=all", &op, None);
+    assert_eq!(all, same);
+    assert!(all["approvals"].as_array().unwrap().len() >= 2, "{all}");
+    let (st, v) = served.json(
+        "GET",
+        "/api/v1/approvals?include_all=true&status=pending",
+        &op,
+        None,
+    );
+    assert_eq!(st, 400, "{v}");
+    let (st, v) = served.json("GET", "/api/v1/runs?include_all=yes", &op, None);
+    assert_eq!(st, 400, "{v}");
+    let (st, counts) = served.json("GET", "/api/v1/counts", &op, None);
+    assert_eq!(st, 200, "{counts}");
+    assert!(
+        counts["totals"].as_array().is_some_and(|t| !t.is_empty()),
+        "{counts}"
+    );
     env.monitor()
         .args(["worker", "--once"])
         .run()

@@ -21,6 +21,7 @@ pub(super) fn approval_view(
     summary = "The approvals",
     params(
         ("status" = Option<String>, Query, description = "statuses, comma-separated, or `all` (default: pending)"),
+        ("include_all" = Option<bool>, Query, description = "`true`: every status (as `status=all`)"),
         ("tool" = Option<String>, Query),
         ("run" = Option<String>, Query, description = "only this run's (TR-…)"),
         ("execution" = Option<String>, Query),

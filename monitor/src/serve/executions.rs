@@ -18,8 +18,8 @@ use hr_shared::wire::{
         (status = 400, description = BAD_INPUT, body = ErrorBody),
         (status = 401, description = NO_TOKEN, body = ErrorBody),
         (status = 403, description = ROLE_OR_DECIDERS, body = ErrorBody),
-        (status = 404, description = UNKNOWN, body = ErrorBody),
-        (status = 409, description = DECIDED, body = ErrorBody),
+        (status = 404, description = "no such execution", body = ErrorBody),
+        (status = 409, description = "nothing of the execution waits (its last decision: by whom, when; or its last run's status), several do, or it was decided already", body = ErrorBody),
         (status = 413, description = TOO_LARGE, body = ErrorBody),
         (status = 422, description = INVALID, body = ErrorBody),
         (status = 429, description = HELD_OFF, body = ErrorBody),
@@ -47,8 +47,8 @@ pub(super) async fn approve_execution(
         (status = 400, description = BAD_INPUT, body = ErrorBody),
         (status = 401, description = NO_TOKEN, body = ErrorBody),
         (status = 403, description = ROLE_OR_DECIDERS, body = ErrorBody),
-        (status = 404, description = UNKNOWN, body = ErrorBody),
-        (status = 409, description = DECIDED, body = ErrorBody),
+        (status = 404, description = "no such execution", body = ErrorBody),
+        (status = 409, description = "nothing of the execution waits (its last decision: by whom, when; or its last run's status), several do, or it was decided already", body = ErrorBody),
         (status = 413, description = TOO_LARGE, body = ErrorBody),
         (status = 422, description = INVALID, body = ErrorBody),
         (status = 429, description = HELD_OFF, body = ErrorBody),
@@ -102,10 +102,7 @@ async fn decide_execution(
         .with("version", json!(one.version())));
     }
     match pending.as_slice() {
-        [] => Err(ApiError::new(
-            StatusCode::NOT_FOUND,
-            "no pending approval in this execution",
-        )),
+        [] => Err(nothing_pending(s, id).await?),
         [one] => decide_as(s, c, one.approval_id.clone(), action.to_owned(), fields).await,
         many => Err(ApiError::new(
             StatusCode::CONFLICT,
@@ -120,6 +117,59 @@ async fn decide_execution(
             ),
         )),
     }
+}
+
+/// Why execution `id` has nothing to approve or reject: 404 when it is unknown; else 409
+/// saying its state — its last approval's decision (who, when), or its last run's status.
+async fn nothing_pending(s: &Server, id: String) -> Result<ApiError, ApiError> {
+    let exid = id.clone();
+    let (approval, run) = s
+        .with_store(move |st| {
+            let approval = or_none(st.approvals(&ApprovalFilter {
+                execution_id: Some(exid.clone()),
+                limit: Some(1),
+                ..Default::default()
+            }))?
+            .into_iter()
+            .next();
+            let run = or_none(st.runs(&RunFilter {
+                execution_id: Some(exid),
+                limit: Some(1),
+                ..Default::default()
+            }))?
+            .into_iter()
+            .next();
+            Ok((approval, run))
+        })
+        .await?;
+    let id = hr_shared::sanitize::sanitize_line(&id);
+    Ok(match (approval, run) {
+        (Some(a), _) => ApiError::new(
+            StatusCode::CONFLICT,
+            format!(
+                "nothing of {id} waits for a decision: its last approval, {}, was {} by {} at {}",
+                a.approval_id,
+                a.status,
+                hr_shared::sanitize::sanitize_line(a.decided_by.as_deref().unwrap_or("?")),
+                a.decided_at.as_deref().unwrap_or("?")
+            ),
+        )
+        .with("outcome", json!("not_waiting"))
+        .with("status", json!(a.status))
+        .with("decided_by", json!(a.decided_by))
+        .with("decided_at", json!(a.decided_at))
+        .with("approval_id", json!(a.approval_id)),
+        (None, Some(r)) => ApiError::new(
+            StatusCode::CONFLICT,
+            format!(
+                "nothing of {id} waits for a decision: its last run, {}, is {}",
+                r.tool_run_id, r.status
+            ),
+        )
+        .with("outcome", json!("not_waiting"))
+        .with("run_status", json!(r.status)),
+        (None, None) => ApiError::new(StatusCode::NOT_FOUND, "no such execution"),
+    })
 }
 
 /// `GET /api/v1/executions?limit=`: the pipeline executions (`monitor pipeline`), newest

@@ -911,11 +911,30 @@ fn filters(q: query::ListQuery) -> Result<Filters, ApiError> {
         ),
         None => None,
     };
+    let include_all = match q.include_all.as_deref() {
+        None | Some("false") | Some("0") => false,
+        Some("true") | Some("1") => true,
+        Some(_) => {
+            return Err(ApiError::new(
+                StatusCode::BAD_REQUEST,
+                "include_all is true or false",
+            ));
+        }
+    };
+    if include_all && q.status.is_some() {
+        return Err(ApiError::new(
+            StatusCode::BAD_REQUEST,
+            "give status or include_all=true, not both",
+        ));
+    }
     Ok(Filters {
-        statuses: q
-            .status
-            .map(|s| s.split(',').map(str::to_owned).collect())
-            .unwrap_or_default(),
+        statuses: if include_all {
+            vec!["all".to_owned()]
+        } else {
+            q.status
+                .map(|s| s.split(',').map(str::to_owned).collect())
+                .unwrap_or_default()
+        },
         tool: q.tool,
         run: q.run,
         execution: q.execution,

@@ -70,6 +70,8 @@ pub(super) fn number(
 #[serde(deny_unknown_fields)]
 pub(super) struct ListQuery {
     pub status: Option<String>,
+    /// `true`: every status (as `status=all`), as gate services spell it.
+    pub include_all: Option<String>,
     pub tool: Option<String>,
     pub run: Option<String>,
     pub execution: Option<String>,

@@ -12,7 +12,8 @@ use hr_shared::wire::{
     operation_id = "listRuns",
     summary = "The runs",
     params(
-        ("status" = Option<String>, Query, description = "statuses, comma-separated"),
+        ("status" = Option<String>, Query, description = "statuses, comma-separated, or `all`"),
+        ("include_all" = Option<bool>, Query, description = "`true`: every status (as `status=all`)"),
         ("tool" = Option<String>, Query),
         ("execution" = Option<String>, Query),
         ("since" = Option<String>, Query),
@@ -39,9 +40,11 @@ pub(super) async fn list_runs(
             "unknown parameter `run`",
         ));
     }
+    // `all` (or include_all=true): every status, as no filter.
     let statuses = f
         .statuses
         .iter()
+        .filter(|s| *s != "all")
         .map(|s| s.parse::<RunStatus>())
         .collect::<Result<Vec<_>, _>>()
         .map_err(|_| ApiError::new(StatusCode::BAD_REQUEST, "not a run status"))?;
@@ -256,15 +259,15 @@ pub(super) async fn ids(
 }
 
 /// `GET /api/v1/counts?since=&soon=`: runs by live status, pending approvals and how many
-/// of them expire within `soon` seconds (default 3600); with `since` (a duration back from
-/// now or an RFC 3339 time) also every run by status and the failures and stalls since
-/// then. The dashboard's alerts line.
+/// of them expire within `soon` seconds (default 3600), every run by status, and the
+/// failures and stalls since `since` (a duration back from now or an RFC 3339 time; without
+/// it, all time). The dashboard's alerts line.
 #[utoipa::path(
     get,
     path = "/api/v1/counts",
     operation_id = "counts",
     summary = "Runs by status and pending approvals",
-    description = "Live runs by status, pending approvals and how many expire within `soon` seconds; with `since` also every run by status and the failures and stalls since then (`totals` is empty without it). The dashboard's alerts line.",
+    description = "Live runs by status, pending approvals and how many expire within `soon` seconds, every run by status, and the failures and stalls since `since` (default: all time). The dashboard's alerts line.",
     params(
         ("since" = Option<String>, Query, description = "a duration back from now (24h) or an RFC 3339 time"),
         ("soon" = Option<usize>, Query, minimum = 0, maximum = 31622400, description = "seconds (default 3600)"),
@@ -293,10 +296,9 @@ pub(super) async fn counts(
         Duration::from_secs(number(q.soon.as_deref(), "soon", 0, 366 * 24 * 3600)?.unwrap_or(3600));
     let counts = s
         .with_store(move |st| {
-            let counts = match &since {
-                Some(since) => st.counts(since, soon),
-                None => st.live_counts(soon),
-            };
+            // Without `since`: since the beginning (every failure and stall kept).
+            let since = since.unwrap_or_else(|| "1970-01-01T00:00:00.000Z".to_owned());
+            let counts = st.counts(&since, soon);
             match counts {
                 Err(hr_shared::db::StoreError::Missing(_)) => Ok(Default::default()),
                 other => other.map_err(ApiError::store),
