@@ -610,13 +610,12 @@ impl StoreThread {
         let (previous, change) = match op {
             RunWrite::Start(run) => (None, StatusChange::to(run.status, run.reason.clone())),
             RunWrite::Status(change, _) => (Some(self.status), change.clone()),
-            RunWrite::Cancelled { exit_code, .. } => (
-                Some(self.status),
-                StatusChange {
-                    exit_code: Some(*exit_code),
-                    ..StatusChange::to(RunStatus::Cancelled, None)
-                },
-            ),
+            // The canceller logged the change, with its reason, when it cancelled: the
+            // tool's exit code recorded now is no second status event.
+            RunWrite::Cancelled { .. } => {
+                self.status = RunStatus::Cancelled;
+                return;
+            }
             _ => return,
         };
         // No self-transitions in the log (a run parking on the approval it already waits

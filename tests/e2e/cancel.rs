@@ -56,6 +56,18 @@ fn cancel_ends_a_live_tool_and_its_group() {
     assert!(row["completed_at"].is_string());
     // The shim ends the tool and exits 143 (DESIGN: cancel → SIGUSR1 → group ended).
     assert_eq!(shim_out.code, Some(143), "{}", shim_out.context());
+    // One status event for one change: the canceller's, with its reason (the shim's end
+    // of the cancelled run is no second `cancelled`).
+    let cancelled: Vec<_> = env
+        .log_events()
+        .into_iter()
+        .filter(|e| e["event"] == "tool_status_change" && e["status"] == "cancelled")
+        .collect();
+    assert_eq!(cancelled.len(), 1, "{cancelled:#?}");
+    assert_eq!(
+        cancelled[0]["reason"],
+        format!("cancelled by {}: taking too long", user_name())
+    );
 }
 
 #[test]
