@@ -272,6 +272,8 @@ pub enum Channel {
 pub enum ToolSignal {
     /// `{"event":"heartbeat", …}`: the tool is alive.
     Heartbeat { message: Option<String> },
+    /// `{"event":"error","message":…}`: what went wrong, the run's `last_error_msg`.
+    Error { message: String },
     /// `{"event":"approval_needed", …}`: the tool asks for a decision.
     ApprovalNeeded(CooperativeRequest),
     /// `{"event":"result","data":{…}}`: what the tool found, for the steps after it in a
@@ -332,6 +334,8 @@ pub struct CooperativeRequest {
 const MAX_QUESTION: usize = 2048;
 const MAX_OPTIONS: usize = 32;
 const MAX_OPTION_FIELD: usize = 256;
+/// The longest error message a tool's `error` event keeps.
+const MAX_ERROR_TEXT: usize = 1024;
 const MAX_CONTEXT: usize = 8192;
 
 #[derive(Deserialize)]
@@ -413,6 +417,11 @@ pub fn parse_tool_line(
             .data
             .filter(serde_json::Value::is_object)
             .map(ToolSignal::Result),
+        "error" => raw
+            .message
+            .map(|m| sanitize_line(&clean_text(m, MAX_ERROR_TEXT)))
+            .filter(|m| !m.trim().is_empty())
+            .map(|message| ToolSignal::Error { message }),
         "heartbeat" => Some(ToolSignal::Heartbeat {
             message: raw
                 .message

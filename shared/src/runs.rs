@@ -147,6 +147,9 @@ pub struct Touch {
     pub last_output_at: Option<String>,
     pub last_heartbeat_at: Option<String>,
     pub supervisor_heartbeat_at: Option<String>,
+    /// What the tool's last `{"event":"error"}` said (`last_error_msg`).
+    #[serde(default)]
+    pub last_error_msg: Option<String>,
 }
 
 impl Touch {
@@ -155,6 +158,7 @@ impl Touch {
         self.last_output_at.is_none()
             && self.last_heartbeat_at.is_none()
             && self.supervisor_heartbeat_at.is_none()
+            && self.last_error_msg.is_none()
     }
 }
 

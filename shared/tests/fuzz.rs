@@ -297,6 +297,8 @@ enum Expect {
     /// A pipeline step's result (not generated here: a `result` line must not come out of
     /// another event).
     Result,
+    /// An `error` event: its message becomes the run's `last_error_msg`.
+    Error,
     NotAnEvent,
 }
 
@@ -310,7 +312,15 @@ fn event_line() -> impl Strategy<Value = (Vec<u8>, Expect)> {
         (text(), proptest::option::of(text())).prop_map(|(v, l)| json!({"value": v, "label": l})),
     ];
     (
-        select(&["heartbeat", "approval_needed", "approval_needed", "other"][..]),
+        select(
+            &[
+                "heartbeat",
+                "approval_needed",
+                "approval_needed",
+                "error",
+                "other",
+            ][..],
+        ),
         text(),
         vec(option, 0..40),
         proptest::option::of(text()),
@@ -330,12 +340,13 @@ fn event_line() -> impl Strategy<Value = (Vec<u8>, Expect)> {
                 m.insert("event".into(), Value::from(event));
                 let mut expect = match event {
                     "heartbeat" => Expect::Heartbeat,
+                    "error" if !sanitize_text(&question).trim().is_empty() => Expect::Error,
                     "approval_needed" if !sanitize_text(&question).trim().is_empty() => {
                         Expect::Approval
                     }
                     _ => Expect::NotAnEvent,
                 };
-                if event == "heartbeat" {
+                if event == "heartbeat" || event == "error" {
                     m.insert("message".into(), Value::from(question));
                 } else {
                     m.insert("question".into(), Value::from(question));
@@ -361,7 +372,7 @@ fn event_line() -> impl Strategy<Value = (Vec<u8>, Expect)> {
                     expect = Expect::NotAnEvent;
                 }
                 let field = match wrong {
-                    0 if event == "heartbeat" => Some("message"),
+                    0 if event == "heartbeat" || event == "error" => Some("message"),
                     0 => Some("question"),
                     1 => Some("options"),
                     2 => Some("default"),
@@ -377,7 +388,11 @@ fn event_line() -> impl Strategy<Value = (Vec<u8>, Expect)> {
                         || (field == "allowsText" && bad.is_boolean())
                         || (field == "options" && bad == json!([]));
                     // A null question is no question.
-                    if !right_type || (field == "question" && bad.is_null()) {
+                    // A null question (or an error's null message) is none.
+                    if !right_type
+                        || (field == "question" && bad.is_null())
+                        || (field == "message" && event == "error" && bad.is_null())
+                    {
                         expect = Expect::NotAnEvent;
                     }
                     m.insert(field.into(), bad);
@@ -421,6 +436,15 @@ fn check_event(line: &[u8], signal: &ToolSignal) -> Checked {
         }
         ToolSignal::Result(data) => {
             prop_assert!(data.is_object(), "a result that is not an object: {data}");
+        }
+        ToolSignal::Error { message } => {
+            prop_assert!(!message.trim().is_empty(), "blank error");
+            prop_assert!(
+                message.len() <= 1024,
+                "error message of {} bytes",
+                message.len()
+            );
+            terminal_safe("error message", message, false)?;
         }
         ToolSignal::ApprovalNeeded(req)
         | ToolSignal::PermissionRequest(hr_shared::event::PermissionRequest {
@@ -557,6 +581,7 @@ proptest! {
                 Expect::Approval
             }
             Some(ToolSignal::Result(_)) => Expect::Result,
+            Some(ToolSignal::Error { .. }) => Expect::Error,
             None => Expect::NotAnEvent,
         };
         prop_assert_eq!(kind, expect, "{}", String::from_utf8_lossy(&line));

@@ -521,6 +521,12 @@ impl Worker {
     fn signal(&mut self, signal: ToolSignal) {
         match signal {
             ToolSignal::Heartbeat { message } => self.heartbeat(message),
+            ToolSignal::Error { message } => {
+                self.setup.store.write(RunWrite::Touch(Touch {
+                    last_error_msg: Some(message),
+                    ..Touch::default()
+                }));
+            }
             ToolSignal::PermissionRequest(req) => {
                 let _ = self.events.send(RecorderEvent::Permission(req));
             }

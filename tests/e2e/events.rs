@@ -226,6 +226,27 @@ read a"#;
     }
 }
 
+/// An `error` event is the run's `last_error_msg` (cleaned), whatever the exit.
+#[test]
+fn an_error_event_is_the_runs_last_error() {
+    let env = TestEnv::new();
+    let out = env
+        .shim()
+        .arg(tool())
+        .args(["fd-error", "disk quota exceeded on /var", "3"])
+        .run();
+    out.expect_code(3);
+    let run = env.only_run();
+    assert_eq!(s(&run, "status"), "failed");
+    assert_eq!(s(&run, "last_error_msg"), "disk quota exceeded on /var!");
+    let shown = env.monitor().args(["show", s(&run, "tool_run_id")]).run();
+    assert!(
+        shown.out().contains("disk quota exceeded on /var!"),
+        "{}",
+        shown.out()
+    );
+}
+
 /// The event descriptor: heartbeats and requests written there count without a token, and
 /// are not output (not on stdout, not in the run log).
 #[test]

@@ -75,6 +75,9 @@ pub fn run(ctx: &Ctx, args: Args) -> CliResult {
     field("status", Some(run.status.to_string()));
     field("reason", run.reason.clone());
     field("exit_code", run.exit_code.map(|c| c.to_string()));
+    if run.last_error_msg.is_some() {
+        field("last_error", run.last_error_msg.clone());
+    }
     field("argv", Some(run.argv_json.join(" ")));
     field("cwd", run.cwd.clone());
     field("execution_id", run.execution_id.clone());

@@ -43,6 +43,7 @@ pub fn record_start_touch_pid_status_end_in_batches<S: StoreUnderTest>(s: &S) {
             last_output_at: Some(t1.clone()),
             last_heartbeat_at: Some(t1.clone()),
             supervisor_heartbeat_at: Some(t1.clone()),
+            last_error_msg: Some("disk quota exceeded".into()),
         }),
     ]);
     assert_eq!(
@@ -58,6 +59,8 @@ pub fn record_start_touch_pid_status_end_in_batches<S: StoreUnderTest>(s: &S) {
     assert_eq!(now.last_output_at.as_deref(), Some(t1.as_str()));
     assert_eq!(now.last_heartbeat_at.as_deref(), Some(t1.as_str()));
     assert_eq!(now.supervisor_heartbeat_at.as_deref(), Some(t1.as_str()));
+    // A tool's `error` event: its message, kept by later touches that say none.
+    assert_eq!(now.last_error_msg.as_deref(), Some("disk quota exceeded"));
     assert_eq!(now.argv_json, cmd.argv);
     assert_eq!(now.completed_at, None);
 

@@ -115,6 +115,7 @@ GRANT EXECUTE ON FUNCTION
     hr.run_start(jsonb, text, boolean, text),
     hr.run_deliver(jsonb, text, boolean),
     hr.run_touch(text, text, text, text, text),
+    hr.run_touch(text, text, text, text, text, text),
     hr.run_pid(text, text, bigint),
     hr.run_status(text, text, text, text, integer, boolean, text, text, text),
     hr.run_exit(text, text, integer, text),

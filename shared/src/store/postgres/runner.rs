@@ -211,13 +211,14 @@ pub(super) fn write_one(
         RunWrite::Touch(t) => {
             let status: Option<String> = tx
                 .query_one(
-                    "SELECT hr.run_touch($1, $2, $3, $4, $5)",
+                    "SELECT hr.run_touch($1, $2, $3, $4, $5, $6)",
                     &[
                         &run_id,
                         &c,
                         &t.last_output_at,
                         &t.last_heartbeat_at,
                         &t.supervisor_heartbeat_at,
+                        &t.last_error_msg,
                     ],
                 )?
                 .get(0);

@@ -207,13 +207,15 @@ pub(crate) fn touch(conn: &Connection, tool_run_id: &str, t: &Touch) -> Result<(
         "UPDATE tool_runs SET
             last_output_at = COALESCE(?2, last_output_at),
             last_heartbeat_at = COALESCE(?3, last_heartbeat_at),
-            supervisor_heartbeat_at = COALESCE(?4, supervisor_heartbeat_at)
+            supervisor_heartbeat_at = COALESCE(?4, supervisor_heartbeat_at),
+            last_error_msg = COALESCE(?5, last_error_msg)
          WHERE tool_run_id = ?1",
         params![
             tool_run_id,
             t.last_output_at,
             t.last_heartbeat_at,
-            t.supervisor_heartbeat_at
+            t.supervisor_heartbeat_at,
+            t.last_error_msg
         ],
     )?;
     Ok(())

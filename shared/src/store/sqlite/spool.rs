@@ -58,6 +58,7 @@ pub(crate) fn replay(
                                 last_output_at: run.last_output_at.clone(),
                                 last_heartbeat_at: run.last_heartbeat_at.clone(),
                                 supervisor_heartbeat_at: None,
+                                last_error_msg: run.last_error_msg.clone(),
                             },
                         )?;
                     }

@@ -143,6 +143,22 @@ BEGIN
     RETURN st;
 END $$;
 
+-- The same, with what the tool's last `{"event":"error"}` said (schema v6).
+CREATE OR REPLACE FUNCTION hr.run_touch(p_run text, p_cap text, p_output text, p_heartbeat text,
+    p_supervisor text, p_error text) RETURNS text
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = hr, pg_temp AS $$
+DECLARE
+    st text;
+BEGIN
+    PERFORM hr.own_run(p_run, p_cap);
+    UPDATE hr.tool_runs SET last_output_at = coalesce(p_output, last_output_at),
+        last_heartbeat_at = coalesce(p_heartbeat, last_heartbeat_at),
+        supervisor_heartbeat_at = coalesce(p_supervisor, supervisor_heartbeat_at),
+        last_error_msg = coalesce(left(p_error, 4096), last_error_msg)
+    WHERE tool_run_id = p_run RETURNING status INTO st;
+    RETURN st;
+END $$;
+
 CREATE OR REPLACE FUNCTION hr.run_pid(p_run text, p_cap text, p_pid bigint) RETURNS void
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = hr, pg_temp AS $$
 BEGIN
