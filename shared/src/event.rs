@@ -328,6 +328,10 @@ pub struct CooperativeRequest {
     pub default: Option<String>,
     pub allows_text: bool,
     pub context: Option<String>,
+    /// How long the tool will wait (`expires_in_seconds`): the approval expires then, or
+    /// at the configured `approval_ttl` if that comes first.
+    #[serde(default)]
+    pub expires_in_seconds: Option<u64>,
 }
 
 /// Bounds on what a cooperative request may carry.
@@ -363,6 +367,8 @@ struct RawSignal {
     data: Option<serde_json::Value>,
     #[serde(default)]
     reply: Option<String>,
+    #[serde(default, alias = "expiresInSeconds")]
+    expires_in_seconds: Option<u64>,
 }
 
 #[derive(Deserialize)]
@@ -510,6 +516,8 @@ fn cooperative_request(
         default,
         allows_text: raw.allows_text.unwrap_or(false),
         context: raw.context.map(|c| clean_text(c, MAX_CONTEXT)),
+        // At least a second; a larger wait than the configured TTL is cut to it.
+        expires_in_seconds: raw.expires_in_seconds.filter(|s| *s > 0),
     })
 }
 

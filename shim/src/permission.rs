@@ -161,6 +161,7 @@ mod tests {
                 default: Some("allow".into()),
                 allows_text: false,
                 context: Some("- old\n+ new".into()),
+                expires_in_seconds: None,
             },
             reply: "/tmp/x/reply".into(),
         }

@@ -226,6 +226,35 @@ read a"#;
     }
 }
 
+/// A cooperative request's `expiresInSeconds` is its approval's time, bounded by the
+/// configured `approval_ttl`.
+#[test]
+fn a_requests_own_wait_sets_its_expiry_within_the_configured_ttl() {
+    let env = TestEnv::new();
+    env.write_config("[defaults]\napproval_ttl = \"10m\"\n");
+    let expiry = |secs: &str, question: &str| {
+        env.shim()
+            .arg(tool())
+            .args(["fd-cooperative-for", secs, question])
+            .run()
+            .expect_code(90);
+        let a = env
+            .approvals()
+            .into_iter()
+            .find(|a| a["question"] == question)
+            .unwrap();
+        let at = |k: &str| hr_shared::time::parse_rfc3339(a[k].as_str().unwrap()).unwrap();
+        at("expires_at")
+            .duration_since(at("created_at"))
+            .unwrap()
+            .as_secs()
+    };
+    let short = expiry("90", "Deploy within 90 s?");
+    assert!((89..=91).contains(&short), "{short}");
+    let capped = expiry("86400", "Deploy within a day?");
+    assert!((599..=601).contains(&capped), "{capped}");
+}
+
 /// An `error` event is the run's `last_error_msg` (cleaned), whatever the exit.
 #[test]
 fn an_error_event_is_the_runs_last_error() {

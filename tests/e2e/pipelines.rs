@@ -1243,3 +1243,48 @@ fn a_tampered_definition_runs_no_step() {
         "{st}"
     );
 }
+
+/// A human step that says no `expires` expires by the configured `approval_ttl`, as any
+/// approval does; one that says it keeps its own.
+#[test]
+fn a_human_step_expires_by_the_configured_ttl_unless_it_says_otherwise() {
+    let env = TestEnv::new();
+    env.write_config("[defaults]\napproval_ttl = \"2h\"\n");
+    let file = env.work().join("gate.yaml");
+    std::fs::write(
+        &file,
+        "name: gate\nnodes:\n  - { id: a, kind: human, title: A, question: 'First?' }\n  - { id: b, kind: human, title: B, question: 'Second?', expires: 5m }\nedges:\n  - { from: a, to: b }\n",
+    )
+    .unwrap();
+    env.monitor()
+        .args(["pipeline", "run", "--detach", "--execution-id", "EX-ttl"])
+        .arg(&file)
+        .run()
+        .expect_code(90);
+    let a = env.pending_approval();
+    let left = |a: &serde_json::Map<String, Value>| {
+        let at = |k: &str| {
+            hr_shared::time::parse_rfc3339(a[k].as_str().unwrap_or_else(|| panic!("no {k}: {a:?}")))
+                .unwrap()
+        };
+        at("expires_at").duration_since(at("created_at")).unwrap()
+    };
+    let ttl = left(&a);
+    assert!(
+        ttl >= Duration::from_secs(7190) && ttl <= Duration::from_secs(7210),
+        "{ttl:?}"
+    );
+    env.decide(a["approval_id"].as_str().unwrap(), "approve")
+        .expect_code(0);
+    env.monitor()
+        .args(["pipeline", "resume", "EX-ttl", "--detach"])
+        .run()
+        .expect_code(90);
+    let b = env.pending_approval();
+    assert_eq!(b["question"], "Second?");
+    let ttl = left(&b);
+    assert!(
+        ttl >= Duration::from_secs(290) && ttl <= Duration::from_secs(310),
+        "{ttl:?}"
+    );
+}

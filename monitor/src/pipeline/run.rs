@@ -1316,10 +1316,19 @@ impl Driver {
                 "Pipeline {} ({id}), step {}: {title}",
                 v.def.name, s.node
             )),
+            expires_in_seconds: None,
         };
-        let ttl = expires
-            .as_deref()
-            .and_then(|e| time::parse_duration(e).ok());
+        // The step's own `expires`, else the configured `approval_ttl` (for `pipeline`), as
+        // for any approval: a human step no one decides does not wait forever.
+        let ttl = match expires.as_deref() {
+            Some(e) => time::parse_duration(e).ok(),
+            None => hr_shared::config::Config::load(
+                std::path::Path::new(&v.ex.dir),
+                &hr_shared::paths::real_env,
+            )
+            .map(|c| c.settings_for("pipeline").resolve().approval_ttl)
+            .unwrap_or(hr_shared::config::Resolved::default().approval_ttl),
+        };
         let asked = self.store.cooperative(&who, &req, ttl, OnExpire::Reject)?;
         hr_shared::control::log_events(&self.paths.combined_log(), &asked.effects.events);
         let Cooperative::Pending(approval) = asked.value else {

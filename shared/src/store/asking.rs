@@ -87,6 +87,13 @@ pub fn cooperative_approval(
 ) -> (Approval, String) {
     let question = sanitize_text(&req.question);
     let prompt_fp = fingerprint::prompt(&who.tool, &question);
+    // The tool's own wait (`expires_in_seconds`), bounded by the operator's TTL.
+    let asked = req.expires_in_seconds.map(Duration::from_secs);
+    let ttl = match (ttl, asked) {
+        (Some(t), Some(a)) => Some(t.min(a)),
+        (None, a) => a,
+        (t, None) => t,
+    };
     let mut a = approval_for(
         who,
         &PromptRequest {

@@ -786,6 +786,7 @@ fn question(q: &str) -> CooperativeRequest {
         default: None,
         allows_text: false,
         context: None,
+        expires_in_seconds: None,
     }
 }
 

@@ -101,6 +101,7 @@ fn asked(ps: &mut dyn PipelineStore, id: &str) -> (Execution, Approval) {
         default: None,
         allows_text: false,
         context: Some(format!("Pipeline gate ({id}), step ok: Ship")),
+        expires_in_seconds: None,
     };
     let Cooperative::Pending(a) = ps
         .cooperative(&who, &req, None, OnExpire::Reject)

@@ -1006,6 +1006,7 @@ fn deploy_request(approval_id: Option<&str>) -> CooperativeRequest {
         default: Some("no".into()),
         allows_text: false,
         context: Some("build 42 passed".into()),
+        expires_in_seconds: None,
     }
 }
 
