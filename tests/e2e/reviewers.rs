@@ -292,3 +292,38 @@ fn a_wait_timer_holds_a_decision_from_a_rerun_on_the_embedded_store() {
     assert_eq!(a["status"], "approved");
     assert_eq!(a["comment"], "held 2s by its wait timer");
 }
+
+/// A human step's wait timer: its approval is held, then the running pipeline goes on.
+#[test]
+fn a_human_steps_wait_timer_holds_it_then_the_pipeline_goes_on() {
+    let env = TestEnv::new();
+    let file = env.work().join("cool.yaml");
+    std::fs::write(
+        &file,
+        "name: cool\nnodes:\n  - { id: ok, kind: human, title: Ship, question: 'Ship it?', wait: 2s }\n  - { id: done, kind: task, command: 'true' }\nedges:\n  - { from: ok, to: done }\n",
+    )
+    .unwrap();
+    let runner = env
+        .monitor()
+        .args(["pipeline", "run", "--execution-id", "EX-cool"])
+        .arg(&file)
+        .timeout(Duration::from_secs(60))
+        .spawn();
+    let a = env.pending_approval();
+    let out = env.decide(a["approval_id"].as_str().unwrap(), "approve");
+    out.expect_code(0);
+    assert!(
+        out.out().contains("held by its 2s wait timer"),
+        "{}",
+        out.out()
+    );
+    let done = runner.wait();
+    done.expect_code(0);
+    let a = env
+        .approvals()
+        .into_iter()
+        .find(|x| x["approval_id"] == a["approval_id"])
+        .unwrap();
+    assert_eq!(a["status"], "approved");
+    assert_eq!(a["comment"], "held 2s by its wait timer");
+}
