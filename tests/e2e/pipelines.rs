@@ -372,6 +372,27 @@ fn detach_exits_90_at_the_human_step_and_cancel_ends_the_execution() {
     let st = status(&env, "EX-d");
     assert_eq!(st["status"], "cancelled");
     assert!(st["reason"].as_str().unwrap().contains("changed my mind"));
+    // Every step settles with it: none is shown waiting (or running) any more.
+    for s in st["steps"].as_array().unwrap() {
+        assert!(
+            ["completed", "failed", "skipped"].contains(&s["status"].as_str().unwrap()),
+            "{s}"
+        );
+    }
+    let human = st["steps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["node"] == "ok")
+        .unwrap();
+    assert_eq!(human["status"], "failed", "{human}");
+    assert!(
+        human["reason"]
+            .as_str()
+            .unwrap()
+            .contains("changed my mind"),
+        "{human}"
+    );
     // Its question is closed with it.
     let pending = env.monitor().args(["approvals", "--json"]).run();
     assert_eq!(pending.out().trim(), "[]", "{}", pending.out());

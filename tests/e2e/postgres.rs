@@ -1820,6 +1820,13 @@ fn a_pipeline_on_the_server_store_is_moved_by_its_runner_login_and_decided_by_it
         db.value("SELECT status FROM hr.pipelines WHERE execution_id = 'EX-pg2'"),
         "cancelled"
     );
+    // Its steps settle with it (hr.settle_steps): none waits or runs any more.
+    assert_eq!(
+        db.value(
+            "SELECT count(*) FROM hr.pipelines p, jsonb_array_elements(p.steps) s WHERE p.execution_id = 'EX-pg2' AND s->>'status' IN ('running', 'waiting_approval', 'ready', 'pending')"
+        ),
+        "0"
+    );
     assert_eq!(
         db.value("SELECT count(*) FROM hr.approvals WHERE status = 'pending'"),
         "0"

@@ -9,7 +9,7 @@ use crate::pipeline::file::Definition;
 use crate::pipeline::run::{Driver, End, RunError};
 use hr_shared::approvals::Decider;
 use hr_shared::sanitize::sanitize_line;
-use hr_shared::store::pipelines::{self, Execution, ExecutionState, PipelineStore};
+use hr_shared::store::pipelines::{self, Execution, PipelineStore};
 use hr_shared::{id, proc, time};
 use serde_json::json;
 use std::path::PathBuf;
@@ -442,8 +442,7 @@ fn cancel(ctx: &Ctx, exid: &str, reason: Option<&str>, json: bool) -> CliResult 
                 ex.status
             )));
         }
-        ex.status = ExecutionState::Cancelled;
-        ex.reason = Some(why.clone());
+        ex.cancel(&why);
         if st.pipeline_swap(&ex)? {
             break;
         }

@@ -198,6 +198,28 @@ impl Execution {
     pub fn is_final(&self) -> bool {
         self.status.is_final()
     }
+
+    /// Cancelled with `why`: every step that had not ended ends with it — one that ran or
+    /// waited for a decision fails (its run stays named), one that had not started is
+    /// skipped — so that nothing shows it running, or waiting, for ever. The same rule as
+    /// `hr.settle_steps` on PostgreSQL.
+    pub fn cancel(&mut self, why: &str) {
+        self.status = ExecutionState::Cancelled;
+        self.reason = Some(why.to_owned());
+        for s in &mut self.steps {
+            match s.status {
+                super::engine::StepStatus::Running | super::engine::StepStatus::WaitingApproval => {
+                    s.status = super::engine::StepStatus::Failed;
+                    s.reason = Some(why.to_owned());
+                }
+                super::engine::StepStatus::Pending | super::engine::StepStatus::Ready => {
+                    s.status = super::engine::StepStatus::Skipped;
+                    s.reason = Some(why.to_owned());
+                }
+                _ => {}
+            }
+        }
+    }
 }
 
 #[cfg(test)]
@@ -212,6 +234,37 @@ mod tests {
             "created_at": "2026-11-27T00:00:00.000Z", "updated_at": "2026-11-27T00:00:00.000Z",
             "version": 3
         })
+    }
+
+    #[test]
+    fn a_cancel_settles_every_step_that_had_not_ended() {
+        let steps = serde_json::json!([
+            {"node": "build", "iteration": 0, "status": "completed"},
+            {"node": "deploy", "iteration": 0, "status": "running",
+             "run": {"host": "h", "started_at": "2026-11-27T00:00:00.000Z", "tool_run_id": "TR-1"}},
+            {"node": "ok", "iteration": 0, "status": "waiting_approval"},
+            {"node": "after", "iteration": 0, "status": "pending"},
+        ]);
+        let mut ex: Execution = serde_json::from_value(stored(steps, "running")).unwrap();
+        ex.cancel("cancelled by alice");
+        let got: Vec<(&str, &str)> = ex
+            .steps
+            .iter()
+            .map(|s| (s.node.as_str(), s.status.as_str()))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                ("build", "completed"),
+                ("deploy", "failed"),
+                ("ok", "failed"),
+                ("after", "skipped")
+            ]
+        );
+        assert!(ex.is_final());
+        assert_eq!(ex.steps[1].reason.as_deref(), Some("cancelled by alice"));
+        assert!(ex.steps[1].run.is_some(), "its run stays named");
+        assert_eq!(ex.steps[0].reason, None);
     }
 
     #[test]

@@ -191,6 +191,19 @@ END $$;
 -- Writes an execution if it is still at `version`. A label worker its owner named
 -- moves only its labelled steps' claims and reports (hr.label_work_only), never the rest of
 -- the row: the starter's runner applies what it reports.
+-- The steps of an execution cancelled with `p_why` (`Execution::cancel`, the same rule):
+-- one that ran or waited fails, one not started is skipped, the others stay.
+CREATE OR REPLACE FUNCTION hr.settle_steps(p_steps jsonb, p_why text) RETURNS jsonb
+LANGUAGE sql IMMUTABLE AS $$
+    SELECT coalesce(jsonb_agg(CASE
+        WHEN s->>'status' IN ('running', 'waiting_approval')
+            THEN s || jsonb_build_object('status', 'failed', 'reason', p_why)
+        WHEN s->>'status' IN ('pending', 'ready')
+            THEN s || jsonb_build_object('status', 'skipped', 'reason', p_why)
+        ELSE s END ORDER BY n), '[]'::jsonb)
+    FROM jsonb_array_elements(p_steps) WITH ORDINALITY x(s, n)
+$$;
+
 CREATE OR REPLACE FUNCTION hr.pipeline_swap(p jsonb) RETURNS boolean
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = hr, pg_temp AS $$
 DECLARE
@@ -226,6 +239,7 @@ BEGIN
                 cur.execution_id USING ERRCODE = 'insufficient_privilege';
         END IF;
         UPDATE hr.pipelines SET status = 'cancelled', reason = p->>'reason',
+            steps = hr.settle_steps(cur.steps, p->>'reason'),
             updated_at = hr.now(), version = version + 1
         WHERE execution_id = cur.execution_id;
     ELSE
