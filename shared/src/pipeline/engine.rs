@@ -296,7 +296,10 @@ fn settle(
         let Some(i) = steps.iter().position(|s| {
             s.status == StepStatus::Ready
                 && def.node(&s.node).is_some_and(|n| {
-                    matches!(n.kind, Kind::Branch { .. } | Kind::Parallel | Kind::Merge)
+                    matches!(
+                        n.kind,
+                        Kind::Branch { .. } | Kind::Parallel {} | Kind::Merge {}
+                    )
                 })
         }) else {
             return Ok(());
@@ -349,7 +352,7 @@ fn settle(
                     arrive(def, steps, other, false, BTreeMap::new(), why)?;
                 }
             }
-            Kind::Parallel | Kind::Merge => {
+            Kind::Parallel {} | Kind::Merge {} => {
                 steps[i].status = StepStatus::Completed;
                 let done = steps[i].clone();
                 follow(def, vars, steps, &done, None)?;
@@ -423,7 +426,7 @@ fn arrive(
     reason: Option<String>,
 ) -> Result<(), String> {
     let mut ready = ready;
-    if matches!(def.node(target).map(|n| &n.kind), Some(Kind::Merge)) {
+    if matches!(def.node(target).map(|n| &n.kind), Some(Kind::Merge {})) {
         let ended = |p: &String| {
             latest(steps, p)
                 .is_some_and(|s| matches!(s.status, StepStatus::Completed | StepStatus::Skipped))

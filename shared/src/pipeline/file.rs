@@ -77,6 +77,31 @@ pub enum Operator {
     NotExists,
 }
 
+/// A duration as the file wrote it: `10m`, or a whole number of seconds (`30`), kept as
+/// text (`"30"`) for the checker and the step to read as a duration.
+fn duration_text<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
+    struct V;
+    impl<'de> serde::de::Visitor<'de> for V {
+        type Value = Option<String>;
+        fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("a duration such as \"10m\" or a whole number of seconds")
+        }
+        fn visit_str<E: serde::de::Error>(self, s: &str) -> Result<Self::Value, E> {
+            Ok(Some(s.to_owned()))
+        }
+        fn visit_u64<E: serde::de::Error>(self, n: u64) -> Result<Self::Value, E> {
+            Ok(Some(n.to_string()))
+        }
+        fn visit_none<E: serde::de::Error>(self) -> Result<Self::Value, E> {
+            Ok(None)
+        }
+        fn visit_unit<E: serde::de::Error>(self) -> Result<Self::Value, E> {
+            Ok(None)
+        }
+    }
+    d.deserialize_any(V)
+}
+
 /// What a step runs and how it is supervised.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -86,11 +111,11 @@ pub struct Run {
     pub cwd: Option<String>,
     #[serde(default)]
     pub env: BTreeMap<String, String>,
-    /// Hard timeout (`10m`).
-    #[serde(default)]
+    /// Hard timeout (`10m`, or a number of seconds).
+    #[serde(default, deserialize_with = "duration_text")]
     pub timeout: Option<String>,
     /// Stall timeout: no output for this long.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "duration_text")]
     pub stall_timeout: Option<String>,
     /// `exit` (a prompt fails the step, its approval left for a re-run) or `wait` (the step
     /// waits for the decision).
@@ -122,8 +147,8 @@ pub enum Kind {
         options: Vec<String>,
         #[serde(default)]
         default: Option<String>,
-        /// `1h`: undecided by then, the step fails.
-        #[serde(default)]
+        /// `1h` (or a number of seconds): undecided by then, the step fails.
+        #[serde(default, deserialize_with = "duration_text")]
         expires: Option<String>,
         /// Who may decide it (OS users on the embedded store, token names over `monitor
         /// serve`); none: whoever may decide an approval.
@@ -136,7 +161,11 @@ pub enum Kind {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         group: Option<String>,
         /// How long an approval is held before the step moves (`10m`); still rejectable.
-        #[serde(default, skip_serializing_if = "Option::is_none")]
+        #[serde(
+            default,
+            skip_serializing_if = "Option::is_none",
+            deserialize_with = "duration_text"
+        )]
         wait: Option<String>,
     },
     Branch {
@@ -149,8 +178,8 @@ pub enum Kind {
         #[serde(default)]
         max_iterations: Option<u32>,
     },
-    Parallel,
-    Merge,
+    Parallel {},
+    Merge {},
     Subgraph {
         file: String,
     },
@@ -174,8 +203,8 @@ impl Kind {
             Kind::Gate { .. } => "gate",
             Kind::Human { .. } => "human",
             Kind::Branch { .. } => "branch",
-            Kind::Parallel => "parallel",
-            Kind::Merge => "merge",
+            Kind::Parallel {} => "parallel",
+            Kind::Merge {} => "merge",
             Kind::Subgraph { .. } => "subgraph",
         }
     }
@@ -1096,7 +1125,7 @@ fn check(def: &Definition, at: &At<'_>) -> Result<(), FileError> {
                         .map_err(|e| at(x, format!("human `{}`: expires: {e}", n.id)))?;
                 }
             }
-            Kind::Parallel | Kind::Merge | Kind::Subgraph { .. } => {}
+            Kind::Parallel {} | Kind::Merge {} | Kind::Subgraph { .. } => {}
         }
     }
     // Reachability from the start.

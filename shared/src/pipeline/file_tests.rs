@@ -545,3 +545,33 @@ fn a_tampered_definition_fails_its_recheck() {
         "{e}"
     );
 }
+
+/// `parallel` and `merge` refuse a key they do not know, as every other kind does: a
+/// setting from another system (`wait_for`) must not run with other semantics unsaid.
+#[test]
+fn parallel_and_merge_refuse_unknown_keys() {
+    for (kind, key) in [("parallel", "branches: [a]"), ("merge", "wait_for: any")] {
+        let text = format!(
+            "name: p\nnodes:\n  - {{ id: a, kind: task, command: 'true' }}\n  - {{ id: x, kind: {kind}, {key} }}\nedges:\n  - {{ from: a, to: x }}\n"
+        );
+        let e = Definition::parse(Path::new("p.yaml"), &text).unwrap_err();
+        assert!(e.to_string().contains("unknown field"), "{kind}: {e}");
+    }
+    let ok = "name: p\nnodes:\n  - { id: a, kind: task, command: 'true' }\n  - { id: f, kind: parallel }\n  - { id: m, kind: merge }\nedges:\n  - { from: a, to: f }\n  - { from: f, to: m }\n";
+    Definition::parse(Path::new("p.yaml"), ok).expect("a plain parallel and merge");
+}
+
+/// A timeout may be a number of seconds as well as a duration's text.
+#[test]
+fn integer_seconds_are_durations() {
+    let text = "name: p\nnodes:\n  - { id: a, kind: task, command: 'true', timeout: 30, stall_timeout: '1m' }\n  - { id: h, kind: human, title: T, question: Q, expires: 3600, wait: 5 }\nedges:\n  - { from: a, to: h }\n";
+    let d = Definition::parse(Path::new("p.yaml"), text).expect("integer seconds");
+    let Kind::Task { run } = &d.node("a").unwrap().kind else {
+        panic!("not a task")
+    };
+    assert_eq!(run.timeout.as_deref(), Some("30"));
+    assert_eq!(run.stall_timeout.as_deref(), Some("1m"));
+    assert_eq!(d.review_of("h").wait_seconds, 5);
+    let bad = text.replace("timeout: 30,", "timeout: -3,");
+    assert!(Definition::parse(Path::new("p.yaml"), &bad).is_err());
+}
