@@ -367,8 +367,18 @@ struct RawSignal {
     data: Option<serde_json::Value>,
     #[serde(default)]
     reply: Option<String>,
-    #[serde(default, alias = "expiresInSeconds")]
+    /// Read leniently: a value that is no whole number of seconds is ignored (the request
+    /// still counts).
+    #[serde(
+        default,
+        alias = "expiresInSeconds",
+        deserialize_with = "lenient_seconds"
+    )]
     expires_in_seconds: Option<u64>,
+}
+
+fn lenient_seconds<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {
+    Ok(serde_json::Value::deserialize(d)?.as_u64())
 }
 
 #[derive(Deserialize)]
@@ -516,8 +526,12 @@ fn cooperative_request(
         default,
         allows_text: raw.allows_text.unwrap_or(false),
         context: raw.context.map(|c| clean_text(c, MAX_CONTEXT)),
-        // At least a second; a larger wait than the configured TTL is cut to it.
-        expires_in_seconds: raw.expires_in_seconds.filter(|s| *s > 0),
+        // At least a second, at most a year; a wait longer than the configured TTL is cut
+        // to it where the approval is made.
+        expires_in_seconds: raw
+            .expires_in_seconds
+            .filter(|s| *s > 0)
+            .map(|s| s.min(366 * 86_400)),
     })
 }
 
@@ -959,5 +973,26 @@ mod tests {
         assert_eq!(s, format!("a{mask}{mask}b {} {mask}", &TOKEN[..20]));
         assert_eq!(s.len(), text.len());
         assert!(matches!(t.redact_bytes(b"nothing here"), Cow::Borrowed(_)));
+    }
+
+    #[test]
+    fn a_wait_that_is_no_whole_number_of_seconds_is_ignored_not_the_request() {
+        for wait in ["\"300\"", "300.5", "-1", "0", "null"] {
+            let line = format!(
+                r#"{{"event":"approval_needed","question":"Deploy?","expiresInSeconds":{wait}}}"#
+            );
+            match on_fd(line.as_bytes()) {
+                Some(ToolSignal::ApprovalNeeded(r)) => {
+                    assert_eq!(r.expires_in_seconds, None, "{wait}")
+                }
+                other => panic!("{wait}: {other:?}"),
+            }
+        }
+        let line =
+            br#"{"event":"approval_needed","question":"Deploy?","expires_in_seconds":99999999999}"#;
+        let Some(ToolSignal::ApprovalNeeded(r)) = on_fd(line) else {
+            panic!("not a request")
+        };
+        assert_eq!(r.expires_in_seconds, Some(366 * 86_400));
     }
 }

@@ -306,6 +306,9 @@ struct Worker {
     last_refill: Instant,
     skipped_lines: u64,
     last_heartbeat_touch: Option<Instant>,
+    /// When an `error` event was last written, and one held back since.
+    last_error_write: Option<Instant>,
+    unwritten_error: Option<String>,
     warned: AtomicBool,
 }
 
@@ -339,6 +342,8 @@ impl Worker {
             last_refill: Instant::now(),
             skipped_lines: 0,
             last_heartbeat_touch: None,
+            last_error_write: None,
+            unwritten_error: None,
             warned: AtomicBool::new(false),
         }
     }
@@ -430,6 +435,7 @@ impl Worker {
                 skipped_lines,
             });
         }
+        self.flush_error();
         self.idle();
     }
 
@@ -521,12 +527,7 @@ impl Worker {
     fn signal(&mut self, signal: ToolSignal) {
         match signal {
             ToolSignal::Heartbeat { message } => self.heartbeat(message),
-            ToolSignal::Error { message } => {
-                self.setup.store.write(RunWrite::Touch(Touch {
-                    last_error_msg: Some(message),
-                    ..Touch::default()
-                }));
-            }
+            ToolSignal::Error { message } => self.error(message),
             ToolSignal::PermissionRequest(req) => {
                 let _ = self.events.send(RecorderEvent::Permission(req));
             }
@@ -580,6 +581,35 @@ impl Worker {
             return self.signal(signal);
         }
         self.output_event(line);
+    }
+
+    /// A tool's `error` event: at most one write a second (a flood keeps the last message,
+    /// written with the next one or when the recorder ends).
+    fn error(&mut self, message: String) {
+        let now = Instant::now();
+        if self
+            .last_error_write
+            .is_some_and(|t| now.duration_since(t) < Duration::from_secs(1))
+        {
+            self.unwritten_error = Some(message);
+            return;
+        }
+        self.last_error_write = Some(now);
+        self.unwritten_error = None;
+        self.setup.store.write(RunWrite::Touch(Touch {
+            last_error_msg: Some(message),
+            ..Touch::default()
+        }));
+    }
+
+    /// The last `error` message a flood held back, written now.
+    fn flush_error(&mut self) {
+        if let Some(message) = self.unwritten_error.take() {
+            self.setup.store.write(RunWrite::Touch(Touch {
+                last_error_msg: Some(message),
+                ..Touch::default()
+            }));
+        }
     }
 
     fn heartbeat(&mut self, message: Option<String>) {

@@ -477,7 +477,10 @@ fn final_row(mut row: ToolRun, change: &StatusChange) -> ToolRun {
     row.status = change.status;
     row.reason = change.reason.clone();
     row.exit_code = change.exit_code.or(row.exit_code);
-    row.last_error_msg = change.error.clone();
+    // A tool's own `error` event stays unless the end says otherwise.
+    if change.error.is_some() {
+        row.last_error_msg = change.error.clone();
+    }
     if change.finished {
         row.completed_at = change.at.clone();
     }

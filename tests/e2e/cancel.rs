@@ -142,3 +142,34 @@ fn cancel_signals_only_a_headless_run_of_the_runs_user() {
     let _ = victim.kill();
     let _ = victim.wait();
 }
+
+/// A cancel nobody recorded (a signal straight to headless-run): the store moves the run
+/// and its one status event says so.
+#[test]
+fn a_signal_nobody_recorded_is_one_cancelled_event_that_says_so() {
+    let env = TestEnv::new();
+    let shim = env.shim().arg(tool()).args(["sleep", "30"]).spawn();
+    assert!(
+        wait_for_state(Duration::from_secs(20), || env
+            .runs()
+            .first()
+            .is_some_and(|r| r["pid"].is_i64())),
+        "the tool never started: {}",
+        shim.stderr_now()
+    );
+    shim.signal(libc::SIGUSR1);
+    let out = shim.wait();
+    assert_eq!(out.code, Some(143), "{}", out.context());
+    let row = env.only_run();
+    assert_eq!(s(&row, "status"), "cancelled");
+    let cancelled: Vec<_> = env
+        .log_events()
+        .into_iter()
+        .filter(|e| e["event"] == "tool_status_change" && e["status"] == "cancelled")
+        .collect();
+    assert_eq!(cancelled.len(), 1, "{cancelled:#?}");
+    assert_eq!(
+        cancelled[0]["reason"],
+        "cancelled by a signal to headless-run"
+    );
+}

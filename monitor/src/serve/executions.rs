@@ -19,7 +19,7 @@ use hr_shared::wire::{
         (status = 401, description = NO_TOKEN, body = ErrorBody),
         (status = 403, description = ROLE_OR_DECIDERS, body = ErrorBody),
         (status = 404, description = "no such execution", body = ErrorBody),
-        (status = 409, description = "nothing of the execution waits (its last decision: by whom, when; or its last run's status), several do, or it was decided already", body = ErrorBody),
+        (status = 409, description = "nothing of the execution waits (its last decision: by whom, when; its last run's or its pipeline's status), several do, it was decided already, or it is not the version shown (`outcome`: changed, superseded)", body = ErrorBody),
         (status = 413, description = TOO_LARGE, body = ErrorBody),
         (status = 422, description = INVALID, body = ErrorBody),
         (status = 429, description = HELD_OFF, body = ErrorBody),
@@ -48,7 +48,7 @@ pub(super) async fn approve_execution(
         (status = 401, description = NO_TOKEN, body = ErrorBody),
         (status = 403, description = ROLE_OR_DECIDERS, body = ErrorBody),
         (status = 404, description = "no such execution", body = ErrorBody),
-        (status = 409, description = "nothing of the execution waits (its last decision: by whom, when; or its last run's status), several do, or it was decided already", body = ErrorBody),
+        (status = 409, description = "nothing of the execution waits (its last decision: by whom, when; its last run's or its pipeline's status), several do, it was decided already, or it is not the version shown (`outcome`: changed, superseded)", body = ErrorBody),
         (status = 413, description = TOO_LARGE, body = ErrorBody),
         (status = 422, description = INVALID, body = ErrorBody),
         (status = 429, description = HELD_OFF, body = ErrorBody),
@@ -142,7 +142,34 @@ async fn nothing_pending(s: &Server, id: String) -> Result<ApiError, ApiError> {
             Ok((approval, run))
         })
         .await?;
+    // A pipeline may have no run yet (queued, or cancelled before its first step).
+    let pipeline = if approval.is_none() && run.is_none() {
+        let paths = s.paths.clone();
+        let look = id.clone();
+        tokio::task::spawn_blocking(move || {
+            if hr_shared::store::capabilities::of(&paths).database_file && !paths.db.exists() {
+                return Ok(None);
+            }
+            hr_shared::store::pipelines::for_store(&paths).and_then(|mut st| st.pipeline(&look))
+        })
+        .await
+        .map_err(|e| ApiError::new(StatusCode::SERVICE_UNAVAILABLE, e.to_string()))?
+        .map_err(ApiError::store)?
+    } else {
+        None
+    };
     let id = hr_shared::sanitize::sanitize_line(&id);
+    if let Some(p) = pipeline {
+        return Ok(ApiError::new(
+            StatusCode::CONFLICT,
+            format!(
+                "nothing of {id} waits for a decision: the pipeline is {}",
+                p.status
+            ),
+        )
+        .with("outcome", json!("not_waiting"))
+        .with("pipeline_status", json!(p.status.as_str())));
+    }
     Ok(match (approval, run) {
         (Some(a), _) => ApiError::new(
             StatusCode::CONFLICT,
@@ -151,7 +178,7 @@ async fn nothing_pending(s: &Server, id: String) -> Result<ApiError, ApiError> {
                 a.approval_id,
                 a.status,
                 hr_shared::sanitize::sanitize_line(a.decided_by.as_deref().unwrap_or("?")),
-                a.decided_at.as_deref().unwrap_or("?")
+                hr_shared::sanitize::sanitize_line(a.decided_at.as_deref().unwrap_or("?"))
             ),
         )
         .with("outcome", json!("not_waiting"))

@@ -100,6 +100,8 @@ pub(super) struct IdsQuery {
 pub(super) struct CountsQuery {
     pub since: Option<String>,
     pub soon: Option<String>,
+    /// `true`: only the live counts and pending approvals (cheap; what a dashboard polls).
+    pub live: Option<String>,
 }
 
 /// `GET /api/v1/executions`: `limit` (1–1000).

@@ -270,6 +270,7 @@ pub(super) async fn ids(
     description = "Live runs by status, pending approvals and how many expire within `soon` seconds, every run by status, and the failures and stalls since `since` (default: all time). The dashboard's alerts line.",
     params(
         ("since" = Option<String>, Query, description = "a duration back from now (24h) or an RFC 3339 time"),
+        ("live" = Option<bool>, Query, description = "`true`: only live runs and pending approvals (what a dashboard polls; `totals` empty)"),
         ("soon" = Option<usize>, Query, minimum = 0, maximum = 31622400, description = "seconds (default 3600)"),
     ),
     responses(
@@ -294,11 +295,32 @@ pub(super) async fn counts(
         .map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, e))?;
     let soon =
         Duration::from_secs(number(q.soon.as_deref(), "soon", 0, 366 * 24 * 3600)?.unwrap_or(3600));
+    let live = match q.live.as_deref() {
+        None | Some("false") | Some("0") => false,
+        Some("true") | Some("1") => true,
+        Some(_) => {
+            return Err(ApiError::new(
+                StatusCode::BAD_REQUEST,
+                "live is true or false",
+            ));
+        }
+    };
+    if live && since.is_some() {
+        return Err(ApiError::new(
+            StatusCode::BAD_REQUEST,
+            "give since or live=true, not both",
+        ));
+    }
     let counts = s
         .with_store(move |st| {
-            // Without `since`: since the beginning (every failure and stall kept).
-            let since = since.unwrap_or_else(|| "1970-01-01T00:00:00.000Z".to_owned());
-            let counts = st.counts(&since, soon);
+            // Without `since`: since the beginning (every failure and stall kept); with
+            // live=true only what has not ended.
+            let counts = if live {
+                st.live_counts(soon)
+            } else {
+                let since = since.unwrap_or_else(|| "1970-01-01T00:00:00.000Z".to_owned());
+                st.counts(&since, soon)
+            };
             match counts {
                 Err(hr_shared::db::StoreError::Missing(_)) => Ok(Default::default()),
                 other => other.map_err(ApiError::store),

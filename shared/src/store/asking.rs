@@ -43,7 +43,9 @@ pub fn approval_for(who: &Asker, req: &PromptRequest) -> Approval {
         chosen_value: None,
         created_at: time::to_rfc3339(now),
         decided_at: None,
-        expires_at: req.ttl.map(|ttl| time::to_rfc3339(now + ttl)),
+        expires_at: req
+            .ttl
+            .map(|ttl| time::to_rfc3339(now.checked_add(ttl).unwrap_or(now + time::MAX_DURATION))),
         decided_by: None,
         decision_channel: None,
         comment: None,
@@ -87,12 +89,16 @@ pub fn cooperative_approval(
 ) -> (Approval, String) {
     let question = sanitize_text(&req.question);
     let prompt_fp = fingerprint::prompt(&who.tool, &question);
-    // The tool's own wait (`expires_in_seconds`), bounded by the operator's TTL.
-    let asked = req.expires_in_seconds.map(Duration::from_secs);
-    let ttl = match (ttl, asked) {
-        (Some(t), Some(a)) => Some(t.min(a)),
-        (None, a) => a,
-        (t, None) => t,
+    // The tool's own wait (`expires_in_seconds`), bounded by the operator's TTL. When it
+    // is what ends the approval, the end is a rejection: a tool that chose its default
+    // and a short wait must not answer itself by expiry (`on_expire = "default"`).
+    let asked = req
+        .expires_in_seconds
+        .map(|s| Duration::from_secs(s.min(time::MAX_DURATION.as_secs())));
+    let (ttl, on_expire) = match (ttl, asked) {
+        (Some(t), Some(a)) if a < t => (Some(a), OnExpire::Reject),
+        (None, Some(a)) => (Some(a), OnExpire::Reject),
+        (t, _) => (t, on_expire),
     };
     let mut a = approval_for(
         who,
@@ -159,4 +165,57 @@ pub fn auto_approval_verdict(
         ));
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn who() -> Asker {
+        Asker {
+            tool_run_id: "TR-1".into(),
+            tool: "deploy".into(),
+            execution_id: "EX-1".into(),
+            request_fingerprint: "rf".into(),
+            argv: vec!["deploy".into()],
+            cwd: "/w".into(),
+            tool_digest: None,
+            actor: "ci".into(),
+            review: Default::default(),
+        }
+    }
+
+    fn asking(secs: Option<u64>) -> CooperativeRequest {
+        CooperativeRequest {
+            approval_id: None,
+            tool_run_id: None,
+            question: "Deploy?".into(),
+            options: Vec::new(),
+            default: Some("approve".into()),
+            allows_text: false,
+            context: None,
+            expires_in_seconds: secs,
+        }
+    }
+
+    /// A tool's own wait bounds the TTL; when it is what ends the approval, the end is a
+    /// rejection, never the tool's default; an absurd wait is no panic.
+    #[test]
+    fn a_tools_wait_shortens_the_ttl_and_never_answers_by_expiry() {
+        let ttl = Some(Duration::from_secs(600));
+        let (a, _) = cooperative_approval(&who(), &asking(Some(5)), ttl, OnExpire::Default);
+        assert_eq!(a.expire_action, "reject");
+        let at = |s: &str| time::parse_rfc3339(s).unwrap();
+        let left = at(a.expires_at.as_deref().unwrap())
+            .duration_since(at(&a.created_at))
+            .unwrap();
+        assert_eq!(left.as_secs(), 5);
+        // Longer than the TTL: the TTL, with the operator's on_expire.
+        let (a, _) = cooperative_approval(&who(), &asking(Some(9_999)), ttl, OnExpire::Default);
+        assert_eq!(a.expire_action, "default");
+        // No TTL at all, and the longest wait: bounded, no overflow.
+        let (a, _) = cooperative_approval(&who(), &asking(Some(u64::MAX)), None, OnExpire::Default);
+        assert_eq!(a.expire_action, "reject");
+        assert!(a.expires_at.is_some());
+    }
 }

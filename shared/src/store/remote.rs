@@ -370,7 +370,10 @@ impl OperatorStore for HttpOperator {
     }
 
     fn live_counts(&mut self, soon: Duration) -> StoreResult<Counts> {
-        let q = query(&[("soon", Some(soon.as_secs().to_string()))]);
+        let q = query(&[
+            ("soon", Some(soon.as_secs().to_string())),
+            ("live", Some("true".to_owned())),
+        ]);
         Ok(self
             .get::<CountsBody>(&format!("/api/v1/counts{q}"))?
             .into())

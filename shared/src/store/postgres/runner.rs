@@ -180,6 +180,8 @@ pub(super) fn guard_name(replace: Replace) -> &'static str {
 pub(super) struct Learnt {
     abandoned: Vec<Approval>,
     cancelled: bool,
+    /// A cancel nobody recorded, moved by this batch: its status event.
+    moved: Vec<LogEvent>,
 }
 
 pub(super) fn write_one(
@@ -243,6 +245,9 @@ pub(super) fn write_one(
                 },
                 "not_final",
             )?;
+            if let Some(m) = &moved {
+                learnt.moved.push(m.event());
+            }
             if moved.is_none() {
                 tx.execute(
                     "SELECT hr.run_exit($1, $2, $3, $4)",
@@ -373,6 +378,7 @@ impl RunnerStore for PgRunner {
             .abandoned
             .iter()
             .map(Approval::status_event)
+            .chain(learnt.moved)
             .collect();
         Ok(Done::with_events(
             Recorded {

@@ -250,10 +250,12 @@ impl RunnerStore for SqliteStore {
         let mut abandoned = Vec::new();
         let mut recorded = Recorded::default();
         let mut closed = Vec::new();
+        let mut moved = Vec::new();
         let identity = self.identity.clone();
         self.write(|tx| {
             abandoned.clear();
             closed.clear();
+            moved.clear();
             for w in writes {
                 match w {
                     RunWrite::Start(run) => {
@@ -289,14 +291,21 @@ impl RunnerStore for SqliteStore {
                         if current == Some(RunStatus::Cancelled) {
                             runs::record_exit(tx, run_id, *exit_code, at)?;
                         } else {
-                            runs::change_status_with(
+                            // A cancel nobody recorded (a signal to headless-run): its
+                            // status event is this write's, as the canceller's would be.
+                            let change = cancelled_by_signal(*exit_code, at);
+                            let previous = runs::change_status_with(
                                 tx,
                                 run_id,
-                                &cancelled_by_signal(*exit_code, at),
+                                &change,
                                 actor,
                                 Guard::NotFinal,
                                 &mut closed,
                             )?;
+                            if let (Some(previous), Some(run)) = (previous, runs::get(tx, run_id)?)
+                            {
+                                moved.push(run.status_event(Some(previous), &change));
+                            }
                         }
                     }
                     RunWrite::Consume(approval_id) => {
@@ -338,6 +347,7 @@ impl RunnerStore for SqliteStore {
         })?;
         let mut events: Vec<LogEvent> = abandoned.iter().map(Approval::status_event).collect();
         events.extend(closed);
+        events.extend(moved);
         Ok(Done::with_events(recorded, events))
     }
 

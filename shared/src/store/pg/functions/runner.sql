@@ -154,7 +154,7 @@ BEGIN
     UPDATE hr.tool_runs SET last_output_at = coalesce(p_output, last_output_at),
         last_heartbeat_at = coalesce(p_heartbeat, last_heartbeat_at),
         supervisor_heartbeat_at = coalesce(p_supervisor, supervisor_heartbeat_at),
-        last_error_msg = coalesce(left(p_error, 4096), last_error_msg)
+        last_error_msg = coalesce(left(p_error, 1024), last_error_msg)
     WHERE tool_run_id = p_run RETURNING status INTO st;
     RETURN st;
 END $$;
