@@ -327,3 +327,42 @@ fn a_human_steps_wait_timer_holds_it_then_the_pipeline_goes_on() {
     assert_eq!(a["status"], "approved");
     assert_eq!(a["comment"], "held 2s by its wait timer");
 }
+
+/// The runner API applies the server's own `[[reviewers]]` to its runners' approvals: a
+/// runner host with no rule of its own cannot make them need fewer people.
+#[test]
+fn the_servers_rules_bind_a_runner_without_any() {
+    let server = TestEnv::new();
+    let runner = token(&server, "ci-8", "runner");
+    let alice = token_in(&server, "alice", &[]);
+    let rules = server.path().join("server.toml");
+    std::fs::write(
+        &rules,
+        "[[reviewers]]\nname = \"deletions\"\ntool = \"rm\"\nrequired = 2\n",
+    )
+    .unwrap();
+    std::fs::set_permissions(&rules, std::os::unix::fs::PermissionsExt::from_mode(0o600))
+        .unwrap();
+    let rules_s = rules.to_string_lossy().to_string();
+    let served = Served::start_with(&server, &[("HEADLESS_RUN_CONFIG", &rules_s)]);
+    let host = TestEnv::new();
+    std::fs::write(host.work().join("victim"), "x").unwrap();
+    host.shim()
+        .env("HEADLESS_RUN_SERVER", served.url())
+        .env("HEADLESS_RUN_TOKEN", &runner)
+        .args(["--", "rm", "-i", "victim"])
+        .run()
+        .expect_code(90);
+    let list = pending(&served, &alice);
+    assert_eq!(list.len(), 1, "{list:?}");
+    assert_eq!(list[0]["reviews_required"], 2, "{}", list[0]);
+    let id = list[0]["approval_id"].as_str().unwrap();
+    let (st, v) = served.json(
+        "POST",
+        &format!("/api/v1/approvals/{id}/decide"),
+        &alice,
+        Some(r#"{"value":"y"}"#),
+    );
+    assert_eq!(st, 202, "one approval of two: {v}");
+    served.stop().expect_code(0);
+}

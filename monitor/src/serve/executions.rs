@@ -119,6 +119,25 @@ async fn decide_execution(
     }
 }
 
+/// Pipeline execution `id`, if the store keeps one (a read: the embedded store's database
+/// is not created for it).
+async fn pipeline_of(
+    s: &Server,
+    id: &str,
+) -> Result<Option<hr_shared::store::pipelines::Execution>, ApiError> {
+    let paths = s.paths.clone();
+    let look = id.to_owned();
+    tokio::task::spawn_blocking(move || {
+        if hr_shared::store::capabilities::of(&paths).database_file && !paths.db.exists() {
+            return Ok(None);
+        }
+        hr_shared::store::pipelines::for_store(&paths).and_then(|mut st| st.pipeline(&look))
+    })
+    .await
+    .map_err(|e| ApiError::new(StatusCode::SERVICE_UNAVAILABLE, e.to_string()))?
+    .map_err(ApiError::store)
+}
+
 /// Why execution `id` has nothing to approve or reject: 404 when it is unknown; else 409
 /// saying its state — its last approval's decision (who, when), or its last run's status.
 async fn nothing_pending(s: &Server, id: String) -> Result<ApiError, ApiError> {
@@ -144,17 +163,7 @@ async fn nothing_pending(s: &Server, id: String) -> Result<ApiError, ApiError> {
         .await?;
     // A pipeline may have no run yet (queued, or cancelled before its first step).
     let pipeline = if approval.is_none() && run.is_none() {
-        let paths = s.paths.clone();
-        let look = id.clone();
-        tokio::task::spawn_blocking(move || {
-            if hr_shared::store::capabilities::of(&paths).database_file && !paths.db.exists() {
-                return Ok(None);
-            }
-            hr_shared::store::pipelines::for_store(&paths).and_then(|mut st| st.pipeline(&look))
-        })
-        .await
-        .map_err(|e| ApiError::new(StatusCode::SERVICE_UNAVAILABLE, e.to_string()))?
-        .map_err(ApiError::store)?
+        pipeline_of(s, &id).await?
     } else {
         None
     };
@@ -287,18 +296,7 @@ pub(super) async fn one_execution(
             Ok((runs, approvals))
         })
         .await?;
-    let paths = s.paths.clone();
-    let look = id.clone();
-    let pipeline = tokio::task::spawn_blocking(move || {
-        // A GET creates no database.
-        if hr_shared::store::capabilities::of(&paths).database_file && !paths.db.exists() {
-            return Ok(None);
-        }
-        hr_shared::store::pipelines::for_store(&paths).and_then(|mut st| st.pipeline(&look))
-    })
-    .await
-    .map_err(|e| ApiError::new(StatusCode::SERVICE_UNAVAILABLE, e.to_string()))?
-    .map_err(ApiError::store)?;
+    let pipeline = pipeline_of(&s, &id).await?;
     if runs.is_empty() && approvals.is_empty() && pipeline.is_none() {
         return Err(ApiError::new(StatusCode::NOT_FOUND, "no such execution"));
     }

@@ -911,16 +911,7 @@ fn filters(q: query::ListQuery) -> Result<Filters, ApiError> {
         ),
         None => None,
     };
-    let include_all = match q.include_all.as_deref() {
-        None | Some("false") | Some("0") => false,
-        Some("true") | Some("1") => true,
-        Some(_) => {
-            return Err(ApiError::new(
-                StatusCode::BAD_REQUEST,
-                "include_all is true or false",
-            ));
-        }
-    };
+    let include_all = query::flag(q.include_all.as_deref(), "include_all")?;
     if include_all && q.status.is_some() {
         return Err(ApiError::new(
             StatusCode::BAD_REQUEST,

@@ -133,6 +133,19 @@ pub(super) struct HostQuery {
     pub host: Option<String>,
 }
 
+/// A `true`/`false` (or `1`/`0`) query flag, absent meaning false; anything else is a 400
+/// naming it.
+pub(super) fn flag(value: Option<&str>, name: &str) -> Result<bool, super::ApiError> {
+    match value {
+        None | Some("false") | Some("0") => Ok(false),
+        Some("true") | Some("1") => Ok(true),
+        Some(_) => Err(super::ApiError::new(
+            axum::http::StatusCode::BAD_REQUEST,
+            format!("{name} is true or false"),
+        )),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

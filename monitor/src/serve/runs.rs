@@ -295,16 +295,7 @@ pub(super) async fn counts(
         .map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, e))?;
     let soon =
         Duration::from_secs(number(q.soon.as_deref(), "soon", 0, 366 * 24 * 3600)?.unwrap_or(3600));
-    let live = match q.live.as_deref() {
-        None | Some("false") | Some("0") => false,
-        Some("true") | Some("1") => true,
-        Some(_) => {
-            return Err(ApiError::new(
-                StatusCode::BAD_REQUEST,
-                "live is true or false",
-            ));
-        }
-    };
+    let live = query::flag(q.live.as_deref(), "live")?;
     if live && since.is_some() {
         return Err(ApiError::new(
             StatusCode::BAD_REQUEST,

@@ -259,26 +259,26 @@ pub(crate) fn decide(
         groups: who.groups,
         owner: owner.as_deref(),
     };
-    let reviews = match judge(&current, &resolution, &voter, std::time::SystemTime::now()) {
-        Verdict::Refused(why) => return Ok(DecideOutcome::Refused(why)),
-        Verdict::Recorded { reviews, new } => {
-            if new {
-                review(tx, &current, &reviews, None, who.by)?;
+    let (reviews, decided_by) =
+        match judge(&current, &resolution, &voter, std::time::SystemTime::now()) {
+            Verdict::Refused(why) => return Ok(DecideOutcome::Refused(why)),
+            Verdict::Recorded { reviews, new } => {
+                if new {
+                    review(tx, &current, &reviews, None, who.by)?;
+                }
+                let after = get(tx, id)?.unwrap_or(current);
+                return Ok(DecideOutcome::Reviewed(Box::new(after)));
             }
-            let after = get(tx, id)?.unwrap_or(current);
-            return Ok(DecideOutcome::Reviewed(Box::new(after)));
-        }
-        Verdict::Hold { reviews, until } => {
-            review(tx, &current, &reviews, Some(&until), who.by)?;
-            let after = get(tx, id)?.unwrap_or(current);
-            return Ok(DecideOutcome::Reviewed(Box::new(after)));
-        }
-        Verdict::Decide {
-            reviews,
-            decided_by,
-        } => (reviews, decided_by),
-    };
-    let (reviews, decided_by) = reviews;
+            Verdict::Hold { reviews, until } => {
+                review(tx, &current, &reviews, Some(&until), who.by)?;
+                let after = get(tx, id)?.unwrap_or(current);
+                return Ok(DecideOutcome::Reviewed(Box::new(after)));
+            }
+            Verdict::Decide {
+                reviews,
+                decided_by,
+            } => (reviews, decided_by),
+        };
     let changed = tx.execute(
         "UPDATE approvals SET status = ?2, chosen_value = ?3, decided_at = ?4, decided_by = ?5,
             decision_channel = ?6, comment = ?7, reviews = ?8, usable_at = NULL
