@@ -341,8 +341,7 @@ fn the_servers_rules_bind_a_runner_without_any() {
         "[[reviewers]]\nname = \"deletions\"\ntool = \"rm\"\nrequired = 2\n",
     )
     .unwrap();
-    std::fs::set_permissions(&rules, std::os::unix::fs::PermissionsExt::from_mode(0o600))
-        .unwrap();
+    std::fs::set_permissions(&rules, std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
     let rules_s = rules.to_string_lossy().to_string();
     let served = Served::start_with(&server, &[("HEADLESS_RUN_CONFIG", &rules_s)]);
     let host = TestEnv::new();
