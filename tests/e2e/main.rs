@@ -28,6 +28,7 @@ mod not_prompts;
 mod operator;
 mod package;
 mod passthrough;
+mod pipeline_flow;
 mod pipelines;
 mod postgres;
 mod prompts;

@@ -455,7 +455,7 @@ fn every_rule_of_the_file_is_checked_before_anything_runs() {
         ),
         (
             "nodes:\n  - { id: a, kind: task, command: 'echo a >> ran' }\n  - { id: b, kind: task, command: 'true' }\nedges:\n  - { from: a, to: b }\n  - { from: b, to: a }\n",
-            "a cycle without a branch with max_iterations",
+            "a cycle without a branch",
         ),
         (
             "nodes:\n  - { id: a, kind: task, command: 'echo a >> ran' }\n  - { id: lost, kind: task, command: 'true' }\n",

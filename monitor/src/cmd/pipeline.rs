@@ -178,8 +178,19 @@ pub fn run(ctx: &Ctx, args: Args) -> CliResult {
     }
 }
 
+/// The file, checked: every error it has, one a line, and how many when more than one.
 fn load(file: &std::path::Path) -> CliResult<Definition> {
-    Definition::load(file).map_err(|e| CliError::usage(e.to_string()))
+    Definition::load_all(file).map_err(|errors| {
+        let mut text = errors
+            .iter()
+            .map(ToString::to_string)
+            .collect::<Vec<_>>()
+            .join("\n");
+        if errors.len() > 1 {
+            text.push_str(&format!("\n{} errors", errors.len()));
+        }
+        CliError::usage(text)
+    })
 }
 
 fn store(ctx: &Ctx) -> CliResult<Box<dyn PipelineStore>> {
@@ -230,7 +241,7 @@ fn start(ctx: &Ctx, a: RunArgs) -> CliResult {
             .to_string(),
         definition: serde_json::to_value(&def).map_err(|e| CliError::error(e.to_string()))?,
         vars: serde_json::to_value(&vars).map_err(|e| CliError::error(e.to_string()))?,
-        status: (&engine::status(&steps)).into(),
+        status: (&engine::status(&def, &steps)).into(),
         steps,
         reason: None,
         runner: Some(me),

@@ -122,6 +122,9 @@ struct Started {
     /// Let go at its gate: its command ran (false: held back, it exits without running and
     /// its exit says nothing about the step).
     released: bool,
+    /// Told to stop: its step was cancelled (another way into a `wait_for: first` merge
+    /// won).
+    stopping: bool,
 }
 
 /// A descriptor that becomes readable when process `pid` (our child) exits.
@@ -160,6 +163,8 @@ pub struct Driver {
     trusted: Vec<String>,
     /// Executions whose stored definition was found to be the one pinned at their start.
     pinned: std::collections::HashSet<String>,
+    /// Runs of cancelled human steps whose question was withdrawn.
+    withdrawn: std::collections::HashSet<String>,
 }
 
 /// The store's row, read as the engine's types.
@@ -234,6 +239,7 @@ impl Driver {
             identity: None,
             trusted: Vec::new(),
             pinned: std::collections::HashSet::new(),
+            withdrawn: std::collections::HashSet::new(),
         }
     }
 
@@ -327,7 +333,7 @@ impl Driver {
                 return Ok(v);
             }
             v.ex.steps = v.steps.clone();
-            hr_shared::pipeline::settle_status(&mut v.ex, &v.steps);
+            hr_shared::pipeline::settle_status(&mut v.ex, &v.def, &v.steps);
             // The runner's heartbeat is its own: a label worker's writes do not keep a dead
             // runner looking alive.
             if !self.worker_mode {
@@ -514,10 +520,11 @@ impl Driver {
                 )
                 .into());
             }
+            self.stop_cancelled(id, &v);
             self.start_ready(id, &v)?;
             self.check_humans(id, &v)?;
             let v = self.load(id)?;
-            match engine::status(&v.steps) {
+            match engine::status(&v.def, &v.steps) {
                 ExecutionStatus::Completed if self.started.is_empty() => {
                     self.finish(id)?;
                     return Ok(End::Completed);
@@ -856,7 +863,58 @@ impl Driver {
         Ok(())
     }
 
-    /// Starts the ready tasks, gates and human steps.
+    /// Steps the engine cancelled (the losers of a `wait_for: first` merge): their commands
+    /// stopped (the step's headless-run ends its tool's group and records its run), their
+    /// questions withdrawn.
+    fn stop_cancelled(&mut self, id: &str, v: &View) {
+        let cancelled = |node: &str, iteration: u32| {
+            v.steps.iter().any(|t| {
+                t.node == node && t.iteration == iteration && t.status == StepStatus::Cancelled
+            })
+        };
+        let mut told = Vec::new();
+        for s in &mut self.started {
+            if s.execution == id && !s.stopping && cancelled(&s.node, s.iteration) {
+                s.stopping = true;
+                // SAFETY: a signal to our own child.
+                unsafe { libc::kill(s.child.id() as i32, libc::SIGTERM) };
+                told.push(s.node.clone());
+            }
+        }
+        for node in told {
+            self.say(format!(
+                "{node}: cancelled (another way reached the merge first)"
+            ));
+        }
+        let asked: Vec<(String, String)> = v
+            .steps
+            .iter()
+            .filter(|t| t.status == StepStatus::Cancelled)
+            .filter(|t| {
+                matches!(
+                    v.def.node(&t.node).map(|n| &n.kind),
+                    Some(Kind::Human { .. })
+                )
+            })
+            .filter_map(|t| {
+                let run = t.run.as_ref()?.tool_run_id.clone()?;
+                Some((run, t.reason.clone().unwrap_or_default()))
+            })
+            .collect();
+        let actor = proc::current_user();
+        for (run, why) in asked {
+            if self.withdrawn.insert(run.clone())
+                && let Err(e) =
+                    self.store
+                        .withdraw_step_question(&run, &format!("cancelled: {why}"), &actor)
+            {
+                self.say(format!("{run}: its question stays: {e}"));
+            }
+        }
+    }
+
+    /// Starts the ready tasks, gates and human steps; tasks and gates only while fewer than
+    /// the pipeline's `max_parallel` run.
     fn start_ready(&mut self, id: &str, v: &View) -> Result<(), RunError> {
         let ready: Vec<Step> = v
             .steps
@@ -864,10 +922,25 @@ impl Driver {
             .filter(|s| s.status == StepStatus::Ready)
             .cloned()
             .collect();
+        let mut room = room(v);
         for s in ready {
             let Some(node) = v.def.node(&s.node) else {
                 continue;
             };
+            let command = matches!(node.kind, Kind::Task { .. } | Kind::Gate { .. });
+            if command && room == Some(0) {
+                if self
+                    .told
+                    .insert((format!("max_parallel:{}", s.node), s.iteration))
+                {
+                    self.say(format!(
+                        "{}: waits: max_parallel ({}) steps run",
+                        s.node,
+                        v.def.max_parallel.unwrap_or_default()
+                    ));
+                }
+                continue;
+            }
             // A labelled step waits for a worker of its label (`monitor worker --labels`):
             // said once.
             if let Kind::Task { run } | Kind::Gate { run, .. } = &node.kind
@@ -882,7 +955,10 @@ impl Driver {
                 continue;
             }
             match &node.kind {
-                Kind::Task { .. } | Kind::Gate { .. } => self.start_command(id, v, &s)?,
+                Kind::Task { .. } | Kind::Gate { .. } => {
+                    self.start_command(id, v, &s)?;
+                    room = room.map(|r| r.saturating_sub(1));
+                }
                 Kind::Human { .. } => self.ask_human(id, v, &s)?,
                 _ => {}
             }
@@ -1082,6 +1158,7 @@ impl Driver {
             child,
             pidfd: pidfd(pid),
             released: false,
+            stopping: false,
         });
         let mut kept = false;
         let recorded = self.update(id, |w| {
@@ -1622,7 +1699,7 @@ impl LabelWorker {
                 })
                 .cloned()
                 .collect();
-            for s in ready {
+            for s in ready.into_iter().take(room(&v).unwrap_or(usize::MAX)) {
                 d.say(format!("{id}: step {} (its label is one of ours)", s.node));
                 if let Err(e) = d.start_command(&id, &v, &s) {
                     d.say(format!("{id}: step {}: {e}", s.node));
@@ -1666,6 +1743,24 @@ fn describe(o: &Outcome) -> String {
 }
 
 /// Whether the execution takes no new step: it has ended (cancelled too) or a step failed.
+/// How many more tasks and gates may start under the pipeline's `max_parallel` (`None`: no
+/// bound): the bound less those running, wherever they run.
+fn room(v: &View) -> Option<usize> {
+    let running = v
+        .steps
+        .iter()
+        .filter(|s| s.status == StepStatus::Running)
+        .filter(|s| {
+            v.def
+                .node(&s.node)
+                .is_some_and(|n| matches!(n.kind, Kind::Task { .. } | Kind::Gate { .. }))
+        })
+        .count();
+    v.def
+        .max_parallel
+        .map(|m| (m as usize).saturating_sub(running))
+}
+
 fn stopped(v: &View) -> bool {
-    v.ex.is_final() || matches!(engine::status(&v.steps), ExecutionStatus::Failed(_))
+    v.ex.is_final() || matches!(engine::status(&v.def, &v.steps), ExecutionStatus::Failed(_))
 }

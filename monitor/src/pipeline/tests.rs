@@ -91,7 +91,7 @@ fn a_missing_target_is_refused() {
 }
 
 #[test]
-fn a_cycle_needs_a_branch_with_max_iterations() {
+fn a_cycle_needs_a_branch_which_bounds_it() {
     let looped = "nodes:
   - { id: a, kind: task, command: [\"true\"] }
   - { id: b, kind: task, command: [\"true\"] }
@@ -100,13 +100,10 @@ edges:
   - { from: b, to: a }
 ";
     let e = error(looped);
-    assert!(
-        e.message
-            .contains("a cycle without a branch with max_iterations"),
-        "{e}"
-    );
+    assert!(e.message.contains("a cycle without a branch"), "{e}");
     assert!(e.message.contains("a → b → a"), "{e}");
-    let unbounded_branch = "nodes:
+    // A branch bounds its loop: by its max_iterations, or by the default.
+    let branch = "nodes:
   - { id: a, kind: task, command: [\"true\"] }
   - id: again
     kind: branch
@@ -117,12 +114,21 @@ edges:
 edges:
   - { from: a, to: again }
 ";
-    assert!(error(unbounded_branch).message.contains("cycle"));
-    let bounded = unbounded_branch.replace(
+    let d = parse(branch).unwrap();
+    let Kind::Branch { max_iterations, .. } = &d.node("again").unwrap().kind else {
+        panic!("a branch")
+    };
+    assert_eq!(*max_iterations, None, "the default applies when it runs");
+    let bounded = branch.replace(
         "    on_false: end\n",
         "    on_false: end\n    max_iterations: 3\n",
     );
     parse(&bounded).unwrap();
+    let zero = branch.replace(
+        "    on_false: end\n",
+        "    on_false: end\n    max_iterations: 0\n",
+    );
+    assert!(error(&zero).message.contains("max_iterations is from 1"));
 }
 
 #[test]
@@ -306,7 +312,7 @@ fn the_engine_runs_retries_loops_fans_out_merges_and_asks() {
             "build", "test", "test", "test", "work", "work", "work", "a", "b", "ok", "ship"
         ]
     );
-    assert_eq!(engine::status(&steps), ExecutionStatus::Completed);
+    assert_eq!(engine::status(&def, &steps), ExecutionStatus::Completed);
     let ship = engine::latest(&steps, "ship").unwrap();
     assert_eq!(ship.env["HEADLESS_RUN_APPROVAL_COMMENT"], "ship it");
     assert_eq!(ship.env["PIPELINE_LAST"], "0");
@@ -327,7 +333,7 @@ fn a_rejection_fails_the_execution_with_its_reason_and_nothing_after_runs() {
     });
     assert!(!ran.contains(&"ship".to_string()));
     assert_eq!(
-        engine::status(&steps),
+        engine::status(&def, &steps),
         ExecutionStatus::Failed("step `ok` failed: rejected by alice: not today".into())
     );
 }
@@ -346,7 +352,7 @@ fn a_gate_out_of_retries_fails_and_a_loop_stops_at_max_iterations() {
     );
     assert_eq!(ran, ["build", "test", "test", "test"]);
     assert!(
-        matches!(engine::status(&steps), ExecutionStatus::Failed(r) if r.contains("after 2 retries"))
+        matches!(engine::status(&def, &steps), ExecutionStatus::Failed(r) if r.contains("after 2 retries"))
     );
     // A loop whose condition never lets go.
     let (steps, ran) = play(
@@ -360,9 +366,9 @@ fn a_gate_out_of_retries_fails_and_a_loop_stops_at_max_iterations() {
     );
     assert_eq!(ran.iter().filter(|r| *r == "work").count(), 6, "{ran:?}");
     assert!(
-        matches!(engine::status(&steps), ExecutionStatus::Failed(r) if r.contains("max_iterations (5)")),
+        matches!(engine::status(&def, &steps), ExecutionStatus::Failed(r) if r.contains("max_iterations (5)")),
         "{:?}",
-        engine::status(&steps)
+        engine::status(&def, &steps)
     );
 }
 
@@ -405,7 +411,7 @@ edges:
             StepStatus::Skipped
         );
     }
-    assert_eq!(engine::status(&steps), ExecutionStatus::Completed);
+    assert_eq!(engine::status(&def, &steps), ExecutionStatus::Completed);
 }
 
 #[test]
@@ -577,7 +583,7 @@ edges:
         engine::latest(&steps, "join").unwrap().status,
         StepStatus::Completed
     );
-    assert_eq!(engine::status(&steps), ExecutionStatus::Completed);
+    assert_eq!(engine::status(&def, &steps), ExecutionStatus::Completed);
     // The other way: extra and extra2 run, then the merge.
     let (steps, ran) = play(
         &def,
@@ -594,7 +600,7 @@ edges:
         },
     );
     assert_eq!(ran, ["start", "extra", "extra2", "end"]);
-    assert_eq!(engine::status(&steps), ExecutionStatus::Completed);
+    assert_eq!(engine::status(&def, &steps), ExecutionStatus::Completed);
 }
 
 #[test]
@@ -747,4 +753,380 @@ fn a_runner_or_worker_is_gone_by_its_beat_and_a_clock_ahead_is_alive() {
     assert!(runner_gone(elsewhere, None));
     assert!(runner_gone(elsewhere, Some("not a time")));
     assert!(runner_gone("garbled", Some(&now)));
+}
+
+fn exited(code: i32, result: Option<serde_json::Value>) -> Outcome {
+    Outcome::Exited { code, result }
+}
+
+/// The steps after node `node`'s ready visit ran with `code` (its latest visit).
+fn ran(
+    def: &Definition,
+    steps: &[Step],
+    node: &str,
+    code: i32,
+    result: Option<serde_json::Value>,
+) -> Vec<Step> {
+    let s = engine::latest(steps, node).unwrap();
+    engine::advance(
+        def,
+        &BTreeMap::new(),
+        steps,
+        node,
+        s.iteration,
+        exited(code, result),
+    )
+    .unwrap()
+}
+
+fn status_of(steps: &[Step], node: &str) -> StepStatus {
+    engine::latest(steps, node).unwrap().status
+}
+
+#[test]
+fn the_comparison_list_and_text_operators() {
+    use super::file::{Condition, Operator};
+    let s = Step {
+        node: "t".into(),
+        iteration: 0,
+        status: StepStatus::Completed,
+        attempt: 0,
+        exit_code: Some(3),
+        result: Some(serde_json::json!({"n": "7", "tag": "v1.2-rc", "env": "prod", "k": 2})),
+        env: BTreeMap::new(),
+        comment: None,
+        reason: None,
+        run: None,
+    };
+    let vars = BTreeMap::new();
+    let holds = |field: &str, operator: Operator, value: serde_json::Value| {
+        engine::evaluate(
+            &Condition {
+                field: field.into(),
+                operator,
+                value,
+            },
+            std::slice::from_ref(&s),
+            &vars,
+        )
+    };
+    use serde_json::json;
+    // >= and <=: numbers as numbers (a string of digits too), equal included.
+    assert!(holds(
+        "steps.t.result.n",
+        Operator::GreaterThanOrEqual,
+        json!(7)
+    ));
+    assert!(holds(
+        "steps.t.result.n",
+        Operator::GreaterThanOrEqual,
+        json!("6.5")
+    ));
+    assert!(!holds(
+        "steps.t.result.n",
+        Operator::GreaterThanOrEqual,
+        json!(8)
+    ));
+    assert!(holds(
+        "steps.t.exit_code",
+        Operator::LessThanOrEqual,
+        json!(3)
+    ));
+    assert!(!holds(
+        "steps.t.exit_code",
+        Operator::LessThanOrEqual,
+        json!(2)
+    ));
+    assert!(!holds(
+        "steps.t.result.tag",
+        Operator::LessThanOrEqual,
+        json!(9)
+    ));
+    assert!(!holds(
+        "steps.t.result.gone",
+        Operator::GreaterThanOrEqual,
+        json!(0)
+    ));
+    // in / not_in: equal to an item (numbers as numbers).
+    assert!(holds(
+        "steps.t.result.env",
+        Operator::In,
+        json!(["staging", "prod"])
+    ));
+    assert!(holds("steps.t.result.k", Operator::In, json!(["2", 5])));
+    assert!(!holds("steps.t.result.env", Operator::In, json!(["dev"])));
+    assert!(!holds("steps.t.result.gone", Operator::In, json!(["x"])));
+    assert!(holds("steps.t.result.env", Operator::NotIn, json!(["dev"])));
+    assert!(!holds(
+        "steps.t.result.env",
+        Operator::NotIn,
+        json!(["prod"])
+    ));
+    assert!(holds("steps.t.result.gone", Operator::NotIn, json!(["x"])));
+    // starts_with / ends_with: text, a number as written.
+    assert!(holds(
+        "steps.t.result.tag",
+        Operator::StartsWith,
+        json!("v1.")
+    ));
+    assert!(!holds(
+        "steps.t.result.tag",
+        Operator::StartsWith,
+        json!("v2")
+    ));
+    assert!(holds(
+        "steps.t.result.tag",
+        Operator::EndsWith,
+        json!("-rc")
+    ));
+    assert!(holds("steps.t.exit_code", Operator::EndsWith, json!(3)));
+    assert!(!holds("steps.t.result.gone", Operator::EndsWith, json!("")));
+    assert!(!holds("steps.t.result", Operator::StartsWith, json!("{")));
+}
+
+const LOOP: &str = "
+nodes:
+  - { id: fix, kind: task, command: [fix] }
+  - id: again
+    kind: branch
+    condition: { field: steps.fix.result.fixed, operator: not_equals, value: true }
+    on_true: fix
+    on_false: done
+    max_iterations: 2
+    on_max_iterations_reached: escalate
+  - { id: done, kind: task, command: [done] }
+  - { id: escalate, kind: human, title: Stuck, question: Take over? }
+edges:
+  - { from: fix, to: again }
+";
+
+#[test]
+fn a_spent_loop_goes_to_its_escalation_and_the_way_not_taken_is_skipped() {
+    let def = parse(LOOP).unwrap();
+    let (steps, ran) = play(
+        &def,
+        &BTreeMap::new(),
+        |_, _| (0, Some(serde_json::json!({"fixed": false}))),
+        |_| Outcome::Approved {
+            comment: None,
+            choice: None,
+        },
+    );
+    assert_eq!(ran, ["fix", "fix", "fix", "escalate"], "{steps:?}");
+    let branch = engine::latest(&steps, "again").unwrap();
+    assert_eq!(branch.status, StepStatus::Completed);
+    assert_eq!(
+        branch.result.as_ref().unwrap()["outcome"],
+        engine::MAX_ITERATIONS_REACHED
+    );
+    assert_eq!(status_of(&steps, "done"), StepStatus::Skipped);
+    assert_eq!(engine::status(&def, &steps), ExecutionStatus::Completed);
+    // A loop that lets go before: no escalation.
+    let (steps, ran) = play(
+        &def,
+        &BTreeMap::new(),
+        |_, n| (0, Some(serde_json::json!({"fixed": n >= 1}))),
+        |_| panic!("not asked"),
+    );
+    assert_eq!(ran, ["fix", "fix", "done"]);
+    assert_eq!(status_of(&steps, "escalate"), StepStatus::Skipped);
+    // Without a way out and without max_iterations: the default bound, then the failure.
+    let plain = LOOP
+        .replace("    max_iterations: 2\n", "")
+        .replace("    on_max_iterations_reached: escalate\n", "")
+        .replace(
+            "  - { id: escalate, kind: human, title: Stuck, question: Take over? }\n",
+            "",
+        );
+    let def = parse(&plain).unwrap();
+    let (steps, ran) = play(
+        &def,
+        &BTreeMap::new(),
+        |_, _| (0, Some(serde_json::json!({"fixed": false}))),
+        |_| panic!("not asked"),
+    );
+    let default = super::file::DEFAULT_MAX_ITERATIONS as usize;
+    assert_eq!(ran.len(), default + 1, "{ran:?}");
+    assert!(matches!(
+        engine::status(&def, &steps),
+        ExecutionStatus::Failed(r) if r.contains(&format!("max_iterations ({default})"))
+    ));
+}
+
+const FAN: &str = "
+nodes:
+  - { id: fan, kind: parallel, branches: [a, b] }
+  - { id: a, kind: task, command: [a] }
+  - { id: b, kind: task, command: [b] }
+  - { id: b2, kind: task, command: [b2] }
+  - { id: join, kind: merge }
+  - { id: end, kind: task, command: [end] }
+edges:
+  - { from: a, to: join }
+  - { from: b, to: b2 }
+  - { from: b2, to: join }
+  - { from: join, to: end }
+";
+
+#[test]
+fn a_failed_step_fails_at_once_or_lets_the_rest_run_without_fail_fast() {
+    let def = parse(FAN).unwrap();
+    let steps = engine::start(&def, &BTreeMap::new()).unwrap();
+    assert_eq!(
+        status_of(&steps, "a"),
+        StepStatus::Ready,
+        "the branches list"
+    );
+    assert_eq!(status_of(&steps, "b"), StepStatus::Ready);
+    let steps = ran(&def, &steps, "a", 2, None);
+    assert!(matches!(
+        engine::status(&def, &steps),
+        ExecutionStatus::Failed(_)
+    ));
+
+    let def = parse(&format!("fail_fast: false\n{FAN}")).unwrap();
+    let steps = engine::start(&def, &BTreeMap::new()).unwrap();
+    let steps = ran(&def, &steps, "a", 2, None);
+    assert_eq!(engine::status(&def, &steps), ExecutionStatus::Running);
+    let steps = ran(&def, &steps, "b", 0, None);
+    assert_eq!(
+        status_of(&steps, "b2"),
+        StepStatus::Ready,
+        "the other way runs on"
+    );
+    let steps = ran(&def, &steps, "b2", 0, None);
+    // The merge waits for a way that failed: nothing left to run, the execution fails.
+    assert!(engine::latest(&steps, "join").is_none());
+    assert!(matches!(
+        engine::status(&def, &steps),
+        ExecutionStatus::Failed(r) if r.contains("step `a` failed")
+    ));
+}
+
+#[test]
+fn a_step_that_may_fail_leads_on() {
+    let text = FAN.replace(
+        "{ id: a, kind: task, command: [a] }",
+        "{ id: a, kind: task, command: [a], continue_on_failure: true }",
+    );
+    let def = parse(&text).unwrap();
+    let (steps, ran) = play(
+        &def,
+        &BTreeMap::new(),
+        |n, _| (if n == "a" { 4 } else { 0 }, None),
+        |_| panic!("not asked"),
+    );
+    assert_eq!(ran, ["a", "b", "b2", "end"]);
+    assert_eq!(status_of(&steps, "a"), StepStatus::Failed);
+    assert_eq!(engine::status(&def, &steps), ExecutionStatus::Completed);
+}
+
+#[test]
+fn a_first_merge_goes_on_with_the_winner_and_cancels_the_rest() {
+    let text = FAN.replace(
+        "{ id: join, kind: merge }",
+        "{ id: join, kind: merge, wait_for: first, strategy: first }",
+    );
+    let def = parse(&text).unwrap();
+    let steps = engine::start(&def, &BTreeMap::new()).unwrap();
+    let steps = ran(&def, &steps, "b", 0, None);
+    let steps = ran(&def, &steps, "a", 0, Some(serde_json::json!({"won": "a"})));
+    assert_eq!(status_of(&steps, "join"), StepStatus::Completed);
+    assert_eq!(
+        engine::latest(&steps, "join").unwrap().result,
+        Some(serde_json::json!({"won": "a"}))
+    );
+    assert_eq!(status_of(&steps, "end"), StepStatus::Ready);
+    let loser = engine::latest(&steps, "b2").unwrap();
+    assert_eq!(loser.status, StepStatus::Cancelled);
+    assert!(
+        loser
+            .reason
+            .as_deref()
+            .unwrap()
+            .contains("`a` reached merge `join` first"),
+        "{loser:?}"
+    );
+    // The loser's late end changes nothing.
+    let s = engine::latest(&steps, "b2").unwrap();
+    assert!(
+        engine::advance(
+            &def,
+            &BTreeMap::new(),
+            &steps,
+            "b2",
+            s.iteration,
+            exited(0, None)
+        )
+        .is_err()
+    );
+    let steps = ran(&def, &steps, "end", 0, None);
+    assert_eq!(engine::status(&def, &steps), ExecutionStatus::Completed);
+    assert_eq!(steps.iter().filter(|s| s.node == "join").count(), 1);
+}
+
+#[test]
+fn an_any_merge_goes_on_once_and_lets_the_rest_finish() {
+    let text = FAN.replace(
+        "{ id: join, kind: merge }",
+        "{ id: join, kind: merge, wait_for: any }",
+    );
+    let def = parse(&text).unwrap();
+    let steps = engine::start(&def, &BTreeMap::new()).unwrap();
+    let steps = ran(&def, &steps, "a", 0, Some(serde_json::json!(1)));
+    assert_eq!(status_of(&steps, "end"), StepStatus::Ready);
+    assert_eq!(status_of(&steps, "b"), StepStatus::Ready, "not cancelled");
+    assert_eq!(
+        engine::latest(&steps, "join").unwrap().result,
+        Some(serde_json::json!({"a": 1})),
+        "by_branch"
+    );
+    let steps = ran(&def, &steps, "b", 0, None);
+    let steps = ran(&def, &steps, "b2", 0, None);
+    let steps = ran(&def, &steps, "end", 0, None);
+    assert_eq!(
+        steps.iter().filter(|s| s.node == "join").count(),
+        1,
+        "{steps:?}"
+    );
+    assert_eq!(engine::status(&def, &steps), ExecutionStatus::Completed);
+}
+
+#[test]
+fn merge_strategies_make_the_merges_result() {
+    for (strategy, want) in [
+        (
+            "by_branch",
+            serde_json::json!({"a": {"x": 1, "y": 1}, "b2": {"x": 2, "z": 2}}),
+        ),
+        ("union", serde_json::json!({"x": 1, "y": 1, "z": 2})),
+        ("first", serde_json::json!({"x": 1, "y": 1})),
+    ] {
+        let text = FAN.replace(
+            "{ id: join, kind: merge }",
+            &format!("{{ id: join, kind: merge, strategy: {strategy} }}"),
+        );
+        let def = parse(&text).unwrap();
+        let steps = engine::start(&def, &BTreeMap::new()).unwrap();
+        let steps = ran(&def, &steps, "b", 0, None);
+        let steps = ran(
+            &def,
+            &steps,
+            "b2",
+            0,
+            Some(serde_json::json!({"x": 2, "z": 2})),
+        );
+        let steps = ran(
+            &def,
+            &steps,
+            "a",
+            0,
+            Some(serde_json::json!({"x": 1, "y": 1})),
+        );
+        assert_eq!(
+            engine::latest(&steps, "join").unwrap().result,
+            Some(want),
+            "{strategy}"
+        );
+    }
 }

@@ -267,6 +267,7 @@ fn step_glyph(status: &str) -> &'static str {
         "running" => "▶",
         "waiting_approval" => "?",
         "skipped" => "-",
+        "cancelled" => "⊘",
         _ => "·",
     }
 }

@@ -7,7 +7,9 @@
 //! Tasks, gates and human steps are run (or asked) by the runner, which reports an
 //! [`Outcome`]; branches, `parallel` and `merge` are settled here as soon as they are ready.
 
-use super::file::{Condition, Definition, Kind, Operator};
+use super::file::{
+    Condition, DEFAULT_MAX_ITERATIONS, Definition, Kind, Operator, Strategy, WaitFor,
+};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use std::collections::BTreeMap;
@@ -23,6 +25,8 @@ pub enum StepStatus {
     Failed,
     Skipped,
     WaitingApproval,
+    /// Stopped before it ended: another way into a `wait_for: first` merge won.
+    Cancelled,
 }
 
 impl StepStatus {
@@ -35,6 +39,7 @@ impl StepStatus {
             StepStatus::Failed => "failed",
             StepStatus::Skipped => "skipped",
             StepStatus::WaitingApproval => "waiting_approval",
+            StepStatus::Cancelled => "cancelled",
         }
     }
 
@@ -42,7 +47,10 @@ impl StepStatus {
     pub fn is_final(self) -> bool {
         matches!(
             self,
-            StepStatus::Completed | StepStatus::Failed | StepStatus::Skipped
+            StepStatus::Completed
+                | StepStatus::Failed
+                | StepStatus::Skipped
+                | StepStatus::Cancelled
         )
     }
 }
@@ -251,7 +259,8 @@ pub fn advance(
             ));
         }
     }
-    if steps[i].status == StepStatus::Completed {
+    // A step that may fail leads on as a completed one would.
+    if leads_on(def, &steps[i]) {
         let done = steps[i].clone();
         follow(def, vars, &mut steps, &done, None)?;
     }
@@ -259,29 +268,46 @@ pub fn advance(
     Ok(steps)
 }
 
-/// How the execution stands: failed if a step failed, else waiting if a human step waits,
-/// else running while anything is left, else completed.
-pub fn status(steps: &[Step]) -> ExecutionStatus {
-    if let Some(f) = steps.iter().find(|s| s.status == StepStatus::Failed) {
+/// Whether the flow goes on from a step: it completed, or failed but may
+/// (`continue_on_failure`).
+fn leads_on(def: &Definition, s: &Step) -> bool {
+    s.status == StepStatus::Completed
+        || (s.status == StepStatus::Failed
+            && def.node(&s.node).is_some_and(|n| n.continue_on_failure))
+}
+
+/// Whether a failed step fails the execution: it does unless its node says
+/// `continue_on_failure`.
+fn fails(def: &Definition, s: &Step) -> bool {
+    s.status == StepStatus::Failed && !def.node(&s.node).is_some_and(|n| n.continue_on_failure)
+}
+
+/// How the execution stands: failed if a step failed (one that may fail aside) — at once
+/// by default, or with `fail_fast: false` once nothing else runs or waits —, else waiting
+/// if a human step waits, else running while anything is left, else completed.
+pub fn status(def: &Definition, steps: &[Step]) -> ExecutionStatus {
+    let busy = steps
+        .iter()
+        .any(|s| matches!(s.status, StepStatus::Ready | StepStatus::Running));
+    let waiting = steps
+        .iter()
+        .any(|s| s.status == StepStatus::WaitingApproval);
+    if let Some(f) = steps.iter().find(|s| fails(def, s))
+        && (def.fail_fast || !(busy || waiting))
+    {
         return ExecutionStatus::Failed(format!(
             "step `{}` failed: {}",
             f.node,
             f.reason.as_deref().unwrap_or("failed")
         ));
     }
-    if steps
-        .iter()
-        .any(|s| matches!(s.status, StepStatus::Ready | StepStatus::Running))
-    {
-        return ExecutionStatus::Running;
+    if busy {
+        ExecutionStatus::Running
+    } else if waiting {
+        ExecutionStatus::WaitingApproval
+    } else {
+        ExecutionStatus::Completed
     }
-    if steps
-        .iter()
-        .any(|s| s.status == StepStatus::WaitingApproval)
-    {
-        return ExecutionStatus::WaitingApproval;
-    }
-    ExecutionStatus::Completed
 }
 
 /// Settles the ready steps the engine decides itself (branches, `parallel`, `merge`), until
@@ -298,7 +324,7 @@ fn settle(
                 && def.node(&s.node).is_some_and(|n| {
                     matches!(
                         n.kind,
-                        Kind::Branch { .. } | Kind::Parallel {} | Kind::Merge {}
+                        Kind::Branch { .. } | Kind::Parallel { .. } | Kind::Merge { .. }
                     )
                 })
         }) else {
@@ -311,6 +337,7 @@ fn settle(
                 on_true,
                 on_false,
                 max_iterations,
+                on_max_iterations_reached,
             } => {
                 let holds = evaluate(condition, steps, vars);
                 let target = if holds { on_true } else { on_false };
@@ -327,12 +354,35 @@ fn settle(
                     })
                     .count() as u32;
                 let s = &mut steps[i];
-                if loops && max_iterations.is_some_and(|m| taken >= m) {
-                    s.status = StepStatus::Failed;
+                let limit = max_iterations.unwrap_or(DEFAULT_MAX_ITERATIONS);
+                if loops && taken >= limit {
+                    let Some(out) = on_max_iterations_reached else {
+                        s.status = StepStatus::Failed;
+                        s.reason = Some(format!(
+                            "the loop back to `{target}` reached max_iterations ({limit})"
+                        ));
+                        continue;
+                    };
+                    // The `max_iterations_reached` outcome: the flow leaves by the way the
+                    // file gives for it; a way never taken is skipped.
+                    s.status = StepStatus::Completed;
                     s.reason = Some(format!(
-                        "the loop back to `{target}` reached max_iterations ({})",
-                        max_iterations.unwrap_or_default()
+                        "the loop back to `{target}` reached max_iterations ({limit}): on to `{out}`"
                     ));
+                    s.result = Some(serde_json::json!({
+                        "condition": holds,
+                        "next": out,
+                        "looped": false,
+                        "outcome": MAX_ITERATIONS_REACHED,
+                    }));
+                    let done = s.clone();
+                    follow(def, vars, steps, &done, Some(out.clone()))?;
+                    for other in [on_true, on_false] {
+                        if other != out && latest(steps, other).is_none() {
+                            let why = Some(format!("branch `{}` went to `{out}`", node.id));
+                            arrive(def, steps, other, false, BTreeMap::new(), why)?;
+                        }
+                    }
                     continue;
                 }
                 s.status = StepStatus::Completed;
@@ -340,6 +390,7 @@ fn settle(
                     "condition": holds,
                     "next": target,
                     "looped": loops,
+                    "outcome": if holds { "true" } else { "false" },
                 }));
                 let done = s.clone();
                 follow(def, vars, steps, &done, Some(target.clone()))?;
@@ -347,13 +398,25 @@ fn settle(
                 // taken before: a merge after it then counts it as ended. On a loop back
                 // the other way is only deferred (the loop's exit, taken later).
                 let other = if holds { on_false } else { on_true };
-                if !loops && latest(steps, other).is_none() {
-                    let why = Some(format!("branch `{}` went to `{target}`", node.id));
-                    arrive(def, steps, other, false, BTreeMap::new(), why)?;
+                if !loops {
+                    // The way out of a spent loop is not taken either.
+                    for other in std::iter::once(other).chain(on_max_iterations_reached) {
+                        if other != target && latest(steps, other).is_none() {
+                            let why = Some(format!("branch `{}` went to `{target}`", node.id));
+                            arrive(def, steps, other, false, BTreeMap::new(), why)?;
+                        }
+                    }
                 }
             }
-            Kind::Parallel {} | Kind::Merge {} => {
+            Kind::Parallel { .. } => {
                 steps[i].status = StepStatus::Completed;
+                let done = steps[i].clone();
+                follow(def, vars, steps, &done, None)?;
+            }
+            Kind::Merge { strategy, .. } => {
+                let result = merged(def, steps, &node.id, *strategy);
+                steps[i].status = StepStatus::Completed;
+                steps[i].result = Some(result);
                 let done = steps[i].clone();
                 follow(def, vars, steps, &done, None)?;
             }
@@ -400,6 +463,14 @@ fn follow(
                 }
                 targets.push((e.to.clone(), holds, env));
             }
+            // A parallel's branches that no edge names.
+            if let Some(Kind::Parallel { branches }) = def.node(&done.node).map(|n| &n.kind) {
+                for b in branches {
+                    if !targets.iter().any(|(t, ..)| t == b) {
+                        targets.push((b.clone(), true, BTreeMap::new()));
+                    }
+                }
+            }
         }
     }
     for (target, holds, mut env) in targets {
@@ -426,18 +497,47 @@ fn arrive(
     reason: Option<String>,
 ) -> Result<(), String> {
     let mut ready = ready;
-    if matches!(def.node(target).map(|n| &n.kind), Some(Kind::Merge {})) {
-        let ended = |p: &String| {
-            latest(steps, p)
-                .is_some_and(|s| matches!(s.status, StepStatus::Completed | StepStatus::Skipped))
-        };
+    let mut winner = None;
+    if let Some(Kind::Merge { wait_for, .. }) = def.node(target).map(|n| &n.kind) {
         let preds = def.predecessors(target);
-        if latest(steps, target).is_some_and(|m| !m.status.is_final()) || !preds.iter().all(ended) {
+        if latest(steps, target).is_some_and(|m| !m.status.is_final()) {
             return Ok(());
         }
-        ready = preds
-            .iter()
-            .any(|p| latest(steps, p).is_some_and(|s| s.status == StepStatus::Completed));
+        let completed = |p: &String| latest(steps, p).is_some_and(|s| leads_on(def, s));
+        match wait_for {
+            WaitFor::All => {
+                let ended = |p: &String| {
+                    latest(steps, p).is_some_and(|s| {
+                        leads_on(def, s)
+                            || matches!(s.status, StepStatus::Skipped | StepStatus::Cancelled)
+                    })
+                };
+                if !preds.iter().all(ended) {
+                    return Ok(());
+                }
+                ready = preds.iter().any(completed);
+            }
+            WaitFor::Any | WaitFor::First => {
+                // Once a round: the merge's visits so far are the rounds already gone on;
+                // a way in counts for this round when its visit is this round's or later.
+                let round = steps.iter().filter(|s| s.node == target).count() as u32;
+                let current = |p: &String| latest(steps, p).filter(|s| s.iteration >= round);
+                if let Some(w) = preds
+                    .iter()
+                    .find(|p| current(p).is_some_and(|s| leads_on(def, s)))
+                {
+                    ready = true;
+                    winner = (*wait_for == WaitFor::First).then(|| w.clone());
+                } else if preds
+                    .iter()
+                    .all(|p| current(p).is_some_and(|s| s.status.is_final()))
+                {
+                    ready = false;
+                } else {
+                    return Ok(());
+                }
+            }
+        }
     } else if latest(steps, target).is_some_and(|s| !s.status.is_final()) {
         // Already on its way by another edge.
         return Ok(());
@@ -455,6 +555,9 @@ fn arrive(
     step.reason = if ready { None } else { reason };
     let skipped = (!ready).then(|| step.clone());
     steps.push(step);
+    if let Some(w) = winner {
+        cancel_losers(def, steps, target, &w);
+    }
     if let Some(s) = skipped {
         // What only this way led to is skipped too (a merge counts it as ended).
         for next in def.successors(&s.node) {
@@ -463,6 +566,81 @@ fn arrive(
         }
     }
     Ok(())
+}
+
+/// The outcome of a branch whose loop is spent and that leaves by its
+/// `on_max_iterations_reached` (its step's `result.outcome`).
+pub const MAX_ITERATIONS_REACHED: &str = "max_iterations_reached";
+
+/// A `wait_for: first` merge went on by way of `winner`: every step not yet ended on
+/// another way into it (one that leads to the merge) is cancelled, its command stopped by
+/// the runner and its question withdrawn.
+fn cancel_losers(def: &Definition, steps: &mut [Step], merge: &str, winner: &str) {
+    for s in steps.iter_mut() {
+        if s.node != merge && !s.status.is_final() && leads_to(def, &s.node, merge) {
+            s.status = StepStatus::Cancelled;
+            s.reason = Some(format!("`{winner}` reached merge `{merge}` first"));
+        }
+    }
+}
+
+/// Whether the flow can go from `from` to `to`.
+fn leads_to(def: &Definition, from: &str, to: &str) -> bool {
+    let mut seen = std::collections::BTreeSet::new();
+    let mut todo = def.successors(from);
+    while let Some(n) = todo.pop() {
+        if n == to {
+            return true;
+        }
+        if seen.insert(n.clone()) {
+            todo.extend(def.successors(&n));
+        }
+    }
+    false
+}
+
+/// A merge's result from the ways into it that completed (their latest visits), in the
+/// file's order: each under its node id (`by_branch`), their objects' keys together, the
+/// earlier way winning a key two set (`union`, a result that is not an object kept under
+/// its node id), or the first's (`first`: under `wait_for: any | first`, the winner, the
+/// only way completed when the merge goes on).
+fn merged(def: &Definition, steps: &[Step], merge: &str, strategy: Strategy) -> Value {
+    let done: Vec<&Step> = def
+        .predecessors(merge)
+        .iter()
+        .filter_map(|p| latest(steps, p))
+        .filter(|s| leads_on(def, s))
+        .collect();
+    let mut out = serde_json::Map::new();
+    match strategy {
+        Strategy::ByBranch => {
+            for s in done {
+                out.insert(s.node.clone(), s.result.clone().unwrap_or(Value::Null));
+            }
+        }
+        Strategy::Union => {
+            for s in done {
+                match &s.result {
+                    Some(Value::Object(m)) => {
+                        for (k, v) in m {
+                            out.entry(k.clone()).or_insert_with(|| v.clone());
+                        }
+                    }
+                    Some(other) => {
+                        out.entry(s.node.clone()).or_insert_with(|| other.clone());
+                    }
+                    None => {}
+                }
+            }
+        }
+        Strategy::First => {
+            return done
+                .first()
+                .and_then(|s| s.result.clone())
+                .unwrap_or(Value::Null);
+        }
+    }
+    Value::Object(out)
 }
 
 /// The iteration a new visit of `node` gets: one past its latest, or 0.
@@ -516,7 +694,8 @@ pub fn lookup(field: &str, steps: &[Step], vars: &BTreeMap<String, String>) -> O
 
 /// Whether a condition holds now. Numbers compare as numbers, and a number and a string of
 /// digits are equal (a step's result and a var); a field that is not there is not equal to
-/// anything and greater or less than nothing.
+/// anything, greater or less than nothing, in no list (so `not_in` holds) and starts or
+/// ends with nothing.
 pub fn evaluate(c: &Condition, steps: &[Step], vars: &BTreeMap<String, String>) -> bool {
     let got = lookup(&c.field, steps, vars);
     let num = |v: &Value| match v {
@@ -531,21 +710,37 @@ pub fn evaluate(c: &Condition, steps: &[Step], vars: &BTreeMap<String, String>) 
                 _ => plain(a) == plain(b),
             }
     };
+    let compare = |holds: fn(f64, f64) -> bool| matches!((got.as_ref().and_then(num), num(&c.value)), (Some(a), Some(b)) if holds(a, b));
+    // In a list: equal to one of its items (a value that is not a list holds nothing).
+    let listed = || {
+        got.as_ref().is_some_and(|v| {
+            c.value
+                .as_array()
+                .is_some_and(|items| items.iter().any(|x| equal(v, x)))
+        })
+    };
+    // Text: a string, or a number as written; nothing else starts or ends with anything.
+    let text = || match &got {
+        Some(v @ (Value::String(_) | Value::Number(_))) => Some(plain(v)),
+        _ => None,
+    };
     match c.operator {
         Operator::Exists => got.as_ref().is_some_and(|v| !v.is_null()),
         Operator::NotExists => got.as_ref().is_none_or(Value::is_null),
         Operator::Equals => got.as_ref().is_some_and(|v| equal(v, &c.value)),
         Operator::NotEquals => got.as_ref().is_none_or(|v| !equal(v, &c.value)),
-        Operator::GreaterThan => {
-            matches!((got.as_ref().and_then(num), num(&c.value)), (Some(a), Some(b)) if a > b)
-        }
-        Operator::LessThan => {
-            matches!((got.as_ref().and_then(num), num(&c.value)), (Some(a), Some(b)) if a < b)
-        }
+        Operator::GreaterThan => compare(|a, b| a > b),
+        Operator::LessThan => compare(|a, b| a < b),
+        Operator::GreaterThanOrEqual => compare(|a, b| a >= b),
+        Operator::LessThanOrEqual => compare(|a, b| a <= b),
         Operator::Contains => match (&got, &c.value) {
             (Some(Value::String(s)), v) => s.contains(&plain(v)),
             (Some(Value::Array(a)), v) => a.iter().any(|x| equal(x, v)),
             _ => false,
         },
+        Operator::In => listed(),
+        Operator::NotIn => got.is_none() || !listed(),
+        Operator::StartsWith => text().is_some_and(|s| s.starts_with(&plain(&c.value))),
+        Operator::EndsWith => text().is_some_and(|s| s.ends_with(&plain(&c.value))),
     }
 }

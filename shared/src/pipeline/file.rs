@@ -65,16 +65,59 @@ pub struct Condition {
     pub value: serde_json::Value,
 }
 
+/// How a condition compares its field with its value. Numbers compare as numbers; `in` and
+/// `not_in` take a list; `starts_with` and `ends_with` compare text. The symbols (`==`,
+/// `!=`, `>`, `<`, `>=`, `<=`) are accepted for the names, and stored as the names.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Operator {
+    #[serde(alias = "==")]
     Equals,
+    #[serde(alias = "!=")]
     NotEquals,
+    #[serde(alias = ">")]
     GreaterThan,
+    #[serde(alias = "<")]
     LessThan,
+    #[serde(alias = ">=", alias = "gte")]
+    GreaterThanOrEqual,
+    #[serde(alias = "<=", alias = "lte")]
+    LessThanOrEqual,
     Contains,
+    In,
+    NotIn,
+    StartsWith,
+    EndsWith,
     Exists,
     NotExists,
+}
+
+impl Operator {
+    /// What the condition's `value` must be for this operator, if it is not what it must be.
+    pub fn value_refusal(self, value: &serde_json::Value) -> Option<&'static str> {
+        use serde_json::Value;
+        match self {
+            Operator::In | Operator::NotIn => {
+                (!value.is_array()).then_some("takes a list: value: [a, b]")
+            }
+            Operator::StartsWith | Operator::EndsWith => {
+                (!matches!(value, Value::String(_) | Value::Number(_))).then_some("takes text")
+            }
+            Operator::GreaterThan
+            | Operator::LessThan
+            | Operator::GreaterThanOrEqual
+            | Operator::LessThanOrEqual => {
+                let number = match value {
+                    Value::Number(_) => true,
+                    Value::String(s) => s.trim().parse::<f64>().is_ok(),
+                    _ => false,
+                };
+                (!number).then_some("compares numbers: value is a number")
+            }
+            Operator::Equals | Operator::NotEquals | Operator::Contains => None,
+            Operator::Exists | Operator::NotExists => None,
+        }
+    }
 }
 
 /// A duration as the file wrote it: `10m`, or a whole number of seconds (`30`), kept as
@@ -173,17 +216,75 @@ pub enum Kind {
         on_true: String,
         on_false: String,
         /// How many times the branch may send the flow back to a step already run (the
-        /// loop's body runs at most `max_iterations + 1` times); once more, the pipeline
-        /// fails.
+        /// loop's body runs at most `max_iterations + 1` times; default
+        /// [`DEFAULT_MAX_ITERATIONS`]); once more, the flow goes to
+        /// `on_max_iterations_reached`, or without one the pipeline fails.
         #[serde(default)]
         max_iterations: Option<u32>,
+        /// Where the flow goes when the loop has gone back `max_iterations` times and would
+        /// go back once more (the `max_iterations_reached` outcome): an escalation, a human
+        /// step, a way out.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        on_max_iterations_reached: Option<String>,
     },
-    Parallel {},
-    Merge {},
+    Parallel {
+        /// The nodes it starts, besides its edges' targets (an edge may still carry a
+        /// condition or a map).
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        branches: Vec<String>,
+    },
+    Merge {
+        /// `all` (the default): goes on once every way in has ended; `any`: once one has
+        /// completed, the others going on; `first`: once one has completed, the others
+        /// cancelled.
+        #[serde(default, skip_serializing_if = "WaitFor::is_all")]
+        wait_for: WaitFor,
+        /// What the merge's result is, from its ways in: `by_branch` (the default: each
+        /// branch's result under its node id), `union` (the results' keys together, the
+        /// earlier way in the file winning a key two set), `first` (the result of the
+        /// first way in that completed: the winner under `any` or `first`).
+        #[serde(default, skip_serializing_if = "Strategy::is_by_branch")]
+        strategy: Strategy,
+    },
     Subgraph {
         file: String,
     },
 }
+
+/// When a merge goes on.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum WaitFor {
+    #[default]
+    All,
+    Any,
+    First,
+}
+
+impl WaitFor {
+    fn is_all(&self) -> bool {
+        *self == WaitFor::All
+    }
+}
+
+/// How a merge makes its result from its ways in.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Strategy {
+    #[default]
+    ByBranch,
+    Union,
+    First,
+}
+
+impl Strategy {
+    fn is_by_branch(&self) -> bool {
+        *self == Strategy::ByBranch
+    }
+}
+
+/// How many times a loop may go back when its branch does not say (`max_iterations`).
+pub const DEFAULT_MAX_ITERATIONS: u32 = 10;
 
 /// A host label (`host:` of a step, `monitor worker --labels`).
 pub fn valid_label(s: &str) -> bool {
@@ -197,14 +298,32 @@ fn approve_reject() -> Vec<String> {
 }
 
 impl Kind {
+    /// The nodes it names to go to (a branch's, a parallel's branches), to rename them.
+    fn targets_mut(&mut self) -> Vec<&mut String> {
+        match self {
+            Kind::Branch {
+                on_true,
+                on_false,
+                on_max_iterations_reached,
+                ..
+            } => {
+                let mut out = vec![on_true, on_false];
+                out.extend(on_max_iterations_reached.as_mut());
+                out
+            }
+            Kind::Parallel { branches } => branches.iter_mut().collect(),
+            _ => Vec::new(),
+        }
+    }
+
     pub fn name(&self) -> &'static str {
         match self {
             Kind::Task { .. } => "task",
             Kind::Gate { .. } => "gate",
             Kind::Human { .. } => "human",
             Kind::Branch { .. } => "branch",
-            Kind::Parallel {} => "parallel",
-            Kind::Merge {} => "merge",
+            Kind::Parallel { .. } => "parallel",
+            Kind::Merge { .. } => "merge",
             Kind::Subgraph { .. } => "subgraph",
         }
     }
@@ -213,13 +332,38 @@ impl Kind {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Node {
     pub id: String,
+    /// A name to show for it (the id when none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub label: Option<String>,
+    /// What it is for, for whoever reads the pipeline.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
+    /// A task, gate or human step whose failure does not fail the pipeline: the flow goes
+    /// on from it as from a completed step (its status stays `failed`).
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub continue_on_failure: bool,
     #[serde(flatten)]
     pub kind: Kind,
+}
+
+fn is_false(b: &bool) -> bool {
+    !*b
+}
+
+fn is_true(b: &bool) -> bool {
+    *b
+}
+
+fn yes() -> bool {
+    true
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Edge {
+    /// A name for it, unique in the file (for whoever reads the pipeline).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub id: Option<String>,
     pub from: String,
     pub to: String,
     #[serde(default)]
@@ -242,6 +386,10 @@ struct RawFile {
     /// The first node (default: the first listed).
     #[serde(default)]
     start: Option<String>,
+    #[serde(default = "yes")]
+    fail_fast: bool,
+    #[serde(default)]
+    max_parallel: Option<u32>,
     nodes: Vec<Node>,
     #[serde(default)]
     edges: Vec<Edge>,
@@ -261,6 +409,14 @@ pub struct Definition {
     #[serde(default)]
     pub inputs: BTreeSet<String>,
     pub start: String,
+    /// `false`: a failed step ends only its own way; the rest of the pipeline runs on, and
+    /// the execution fails once nothing is left to run. `true` (the default): the first
+    /// failure fails the execution and nothing new starts.
+    #[serde(default = "yes", skip_serializing_if = "is_true")]
+    pub fail_fast: bool,
+    /// At most this many tasks and gates run at once (none: no bound).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_parallel: Option<u32>,
     pub nodes: Vec<Node>,
     pub edges: Vec<Edge>,
 }
@@ -298,14 +454,26 @@ pub const INPUT_PREFIX: &str = "PIPELINE_";
 const VARS_PREFIX: &str = "PIPELINE_VAR_";
 
 impl Definition {
-    /// Reads, parses and checks `file` (and the subgraphs it names, relative to it).
+    /// Reads, parses and checks `file` (and the subgraphs it names, relative to it); the
+    /// first error when it cannot be run ([`Definition::load_all`] has every one).
     pub fn load(file: &Path) -> Result<Definition, FileError> {
-        let text = source::read_named(file).map_err(|m| err(file, m))?;
+        Definition::load_all(file).map_err(first)
+    }
+
+    /// Reads, parses and checks `file`, with every error it has (each node, edge, variable
+    /// and subgraph checked on its own), in the order of the file.
+    pub fn load_all(file: &Path) -> Result<Definition, Vec<FileError>> {
+        let text = source::read_named(file).map_err(|m| vec![err(file, m)])?;
         parse(file, &text, 0, &mut Vec::new()).map(Definition::cleaned)
     }
 
     /// Parses and checks `text` as the contents of `file` (subgraphs relative to it).
     pub fn parse(file: &Path, text: &str) -> Result<Definition, FileError> {
+        Definition::parse_all(file, text).map_err(first)
+    }
+
+    /// [`Definition::parse`] with every error.
+    pub fn parse_all(file: &Path, text: &str) -> Result<Definition, Vec<FileError>> {
         parse(file, text, 0, &mut Vec::new()).map(Definition::cleaned)
     }
 
@@ -382,7 +550,7 @@ impl Definition {
             crate::sanitize::sanitize_line(&self.name)
         ));
         let at = |_: &str, message: String| err(&file, message);
-        check(self, &at)
+        check(self, &at).map_err(first)
     }
 
     /// A definition as a store's row holds it (`executions.definition`), read strictly (a
@@ -417,18 +585,31 @@ impl Definition {
         self.edges.iter().filter(move |e| e.from == id)
     }
 
-    /// The nodes `id` leads to: its edges' targets, and a branch's two targets.
+    /// The nodes `id` leads to: its edges' targets, a branch's targets (with its way out
+    /// when its loop is spent) and a parallel's branches.
     pub fn successors(&self, id: &str) -> Vec<String> {
         let mut out: Vec<String> = self.out_edges(id).map(|e| e.to.clone()).collect();
-        if let Some(Node {
-            kind: Kind::Branch {
-                on_true, on_false, ..
-            },
-            ..
-        }) = self.node(id)
-        {
-            out.push(on_true.clone());
-            out.push(on_false.clone());
+        match self.node(id).map(|n| &n.kind) {
+            Some(Kind::Branch {
+                on_true,
+                on_false,
+                on_max_iterations_reached,
+                ..
+            }) => {
+                out.push(on_true.clone());
+                out.push(on_false.clone());
+                out.extend(on_max_iterations_reached.iter().cloned());
+            }
+            Some(Kind::Parallel { branches }) => {
+                out.extend(
+                    branches
+                        .iter()
+                        .filter(|b| !out.contains(b))
+                        .cloned()
+                        .collect::<Vec<_>>(),
+                );
+            }
+            _ => {}
         }
         out
     }
@@ -441,6 +622,12 @@ impl Definition {
             .map(|n| n.id.clone())
             .collect()
     }
+}
+
+/// The first of a file's errors, in the order of the file.
+fn first(mut errors: Vec<FileError>) -> FileError {
+    errors.sort_by_key(|e| (e.line.unwrap_or(usize::MAX), e.column.unwrap_or(0)));
+    errors.swap_remove(0)
 }
 
 fn err(file: &Path, message: impl Into<String>) -> FileError {
@@ -485,14 +672,20 @@ fn canonical_json(value: &serde_json::Value, out: &mut String) {
     }
 }
 
-/// Where `needle` (a node id, as written) first appears in `text`: line and column.
+/// Where `needle` (a node id, a field, a value, as written) first appears in `text` as a
+/// whole word (node `m` is not found in `name:`): line and column.
 fn locate(text: &str, needle: &str) -> (Option<usize>, Option<usize>) {
     if needle.is_empty() {
         return (None, None);
     }
+    let word = |c: Option<char>| c.is_some_and(|c| c.is_alphanumeric() || "_.-".contains(c));
     for (i, line) in text.lines().enumerate() {
-        if let Some(col) = line.find(needle) {
-            return (Some(i + 1), Some(col + 1));
+        for (col, _) in line.match_indices(needle) {
+            let before = line[..col].chars().next_back();
+            let after = line[col + needle.len()..].chars().next();
+            if !word(before) && !word(after) {
+                return (Some(i + 1), Some(col + 1));
+            }
         }
     }
     (None, None)
@@ -503,16 +696,16 @@ fn parse(
     text: &str,
     depth: usize,
     seen: &mut Vec<PathBuf>,
-) -> Result<Definition, FileError> {
+) -> Result<Definition, Vec<FileError>> {
     let raw: RawFile = serde_yaml_ng::from_str(text).map_err(|e| {
         let loc = e.location();
-        FileError {
+        vec![FileError {
             file: file.to_path_buf(),
             line: loc.as_ref().map(|l| l.line()),
             column: loc.as_ref().map(|l| l.column()),
             // A subgraph may be any file the runner can read: its error quotes nothing.
             message: source::yaml_reason(&e, depth == 0),
-        }
+        }]
     })?;
     // A check that names a node (or field) points at where it is written.
     let at = |what: &str, message: String| {
@@ -525,7 +718,11 @@ fn parse(
         }
     };
     let def = flatten(file, raw, depth, seen, &at)?;
-    check(&def, &at)?;
+    check(&def, &at).map_err(|mut errors| {
+        // In the order of the file (those that name no place last).
+        errors.sort_by_key(|e| (e.line.unwrap_or(usize::MAX), e.column.unwrap_or(0)));
+        errors
+    })?;
     Ok(def)
 }
 
@@ -695,6 +892,10 @@ fn input_refusal(var: &str) -> Option<String> {
 const MAX_NODES: usize = 1000;
 /// The highest `max_iterations`.
 const MAX_ITERATIONS: u32 = 10_000;
+/// The highest `max_parallel`.
+const MAX_PARALLEL: u32 = 1000;
+/// The longest `label` or `description`.
+const MAX_TEXT: usize = 1000;
 
 type At<'a> = dyn Fn(&str, String) -> FileError + 'a;
 
@@ -705,30 +906,36 @@ fn flatten(
     depth: usize,
     seen: &mut Vec<PathBuf>,
     at: &At<'_>,
-) -> Result<Definition, FileError> {
+) -> Result<Definition, Vec<FileError>> {
     if raw.nodes.is_empty() {
-        return Err(err(file, "no nodes"));
+        return Err(vec![err(file, "no nodes")]);
     }
     let mut ids = BTreeSet::new();
+    let mut errors = Vec::new();
     for n in &raw.nodes {
         if !valid_id(&n.id) {
-            return Err(at(
+            errors.push(at(
                 &n.id,
                 format!(
                     "node id `{}`: use letters, digits, `_` and `-` (at most 64)",
                     n.id.escape_debug()
                 ),
             ));
-        }
-        if !ids.insert(n.id.clone()) {
-            return Err(at(&n.id, format!("node id `{}` is used twice", n.id)));
+        } else if !ids.insert(n.id.clone()) {
+            errors.push(at(&n.id, format!("node id `{}` is used twice", n.id)));
         }
     }
     let start = match raw.start {
         Some(s) if ids.contains(&s) => s,
-        Some(s) => return Err(at(&s, format!("start: no node `{s}`"))),
+        Some(s) => {
+            errors.push(at(&s, format!("start: no node `{s}`")));
+            s
+        }
         None => raw.nodes[0].id.clone(),
     };
+    if !errors.is_empty() {
+        return Err(errors);
+    }
     let mut nodes = Vec::new();
     let mut edges = raw.edges;
     let mut start = start;
@@ -742,23 +949,26 @@ fn flatten(
             continue;
         };
         if depth + 1 > MAX_DEPTH {
-            return Err(at(&n.id, format!("subgraphs nest deeper than {MAX_DEPTH}")));
+            return Err(vec![at(
+                &n.id,
+                format!("subgraphs nest deeper than {MAX_DEPTH}"),
+            )]);
         }
         let included = source::read_beneath(file, sub).map_err(|m| {
-            at(
+            vec![at(
                 sub,
                 format!("subgraph `{}`: {}: {m}", n.id, sub.escape_debug()),
-            )
+            )]
         })?;
         if seen.contains(&included.canonical) {
-            return Err(at(
+            return Err(vec![at(
                 sub,
                 format!(
                     "subgraph `{}` includes {} again (a cycle)",
                     n.id,
                     included.path.display()
                 ),
-            ));
+            )]);
         }
         seen.push(included.canonical.clone());
         let inner = parse(&included.path, &included.text, depth + 1, seen)?;
@@ -792,20 +1002,16 @@ fn flatten(
         }
         for mut m in inner.nodes {
             m.id = prefix(&m.id);
-            if let Kind::Branch {
-                on_true,
-                on_false,
-                condition,
-                ..
-            } = &mut m.kind
-            {
-                *on_true = prefix(on_true);
-                *on_false = prefix(on_false);
+            for t in m.kind.targets_mut() {
+                *t = prefix(t);
+            }
+            if let Kind::Branch { condition, .. } = &mut m.kind {
                 condition.field = own_field(&condition.field);
             }
             nodes.push(m);
         }
         for mut e in inner.edges {
+            e.id = e.id.map(|i| prefix(&i));
             e.from = prefix(&e.from);
             e.to = prefix(&e.to);
             if let Some(c) = &mut e.condition {
@@ -820,29 +1026,29 @@ fn flatten(
             for o in &outgoing {
                 edges.push(Edge {
                     from: prefix(end),
+                    // One edge of the file becomes one per end: each keeps a name its own.
+                    id: o.id.as_ref().map(|i| match ends.len() {
+                        1 => i.clone(),
+                        _ => format!("{i}.{}", prefix(end)),
+                    }),
                     ..o.clone()
                 });
             }
         }
     }
-    // A branch that names a subgraph goes to its first node.
+    // A branch or parallel that names a subgraph goes to its first node.
     for m in &mut nodes {
-        if let Kind::Branch {
-            on_true, on_false, ..
-        } = &mut m.kind
-        {
-            for t in [on_true, on_false] {
-                if let Some(entry) = entries.get(t.as_str()) {
-                    *t = entry.clone();
-                }
+        for t in m.kind.targets_mut() {
+            if let Some(entry) = entries.get(t.as_str()) {
+                *t = entry.clone();
             }
         }
     }
     if nodes.len() > MAX_NODES {
-        return Err(err(
+        return Err(vec![err(
             file,
             format!("more than {MAX_NODES} nodes with its subgraphs inlined"),
-        ));
+        )]);
     }
     Ok(Definition {
         name: raw.name.unwrap_or_else(|| {
@@ -853,6 +1059,8 @@ fn flatten(
         vars,
         inputs,
         start,
+        fail_fast: raw.fail_fast,
+        max_parallel: raw.max_parallel,
         nodes,
         edges,
     })
@@ -914,52 +1122,52 @@ fn check_field(def: &Definition, field: &str, at: &At<'_>) -> Result<(), FileErr
 }
 
 /// Every rule: ids and the start, declared inputs, known targets, field names, `map`
-/// targets on the allow-list, a cycle only through a branch with `max_iterations`, every
-/// node reachable from the start. A loaded file has been through [`flatten`]'s checks too;
-/// the first ones here repeat them for a definition that was not (a store's row).
-fn check(def: &Definition, at: &At<'_>) -> Result<(), FileError> {
+/// targets on the allow-list, a cycle only through a branch, every node reachable from the
+/// start. A loaded file has been through [`flatten`]'s checks too; the first ones here
+/// repeat them for a definition that was not (a store's row). Every error is reported, not
+/// only the first: each node, edge, variable and input is checked on its own (the first
+/// error of each), and the graph as a whole once all of them pass.
+fn check(def: &Definition, at: &At<'_>) -> Result<(), Vec<FileError>> {
     if def.nodes.is_empty() {
-        return Err(at("", "no nodes".into()));
+        return Err(vec![at("", "no nodes".into())]);
     }
     if def.nodes.len() > MAX_NODES {
-        return Err(at(
+        return Err(vec![at(
             "",
             format!("more than {MAX_NODES} nodes with its subgraphs inlined"),
-        ));
+        )]);
     }
+    let mut errors = Vec::new();
     let mut ids = BTreeSet::new();
     for n in &def.nodes {
         // An inlined subgraph's node is `SUBGRAPH.NODE`: each part an id, one a file deep.
-        if !n.id.split('.').all(valid_id) || n.id.split('.').count() > MAX_DEPTH + 1 {
-            return Err(at(
+        if !valid_dotted_id(&n.id) {
+            errors.push(at(
                 &n.id,
                 format!(
                     "node id `{}`: use letters, digits, `_` and `-` (at most 64)",
                     n.id.escape_debug()
                 ),
             ));
-        }
-        if !ids.insert(n.id.as_str()) {
-            return Err(at(&n.id, format!("node id `{}` is used twice", n.id)));
-        }
-        if let Kind::Subgraph { file } = &n.kind {
-            // Loading inlines every subgraph: one left is a definition not made by loading.
-            return Err(at(
-                file,
-                format!("subgraph `{}` is not inlined", n.id.escape_debug()),
-            ));
+        } else if !ids.insert(n.id.as_str()) {
+            errors.push(at(&n.id, format!("node id `{}` is used twice", n.id)));
         }
     }
-    let known = |id: &str| def.node(id).is_some();
-    if !known(&def.start) {
-        return Err(at(
+    if def.node(&def.start).is_none() {
+        errors.push(at(
             &def.start,
             format!("start: no node `{}`", def.start.escape_debug()),
         ));
     }
+    if def.max_parallel.is_some_and(|m| m == 0 || m > MAX_PARALLEL) {
+        errors.push(at(
+            "max_parallel",
+            format!("max_parallel is from 1 to {MAX_PARALLEL}"),
+        ));
+    }
     for k in def.vars.keys() {
         if k.is_empty() || !k.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_') {
-            return Err(at(
+            errors.push(at(
                 k,
                 format!(
                     "vars: `{}`: a name is letters, digits and _",
@@ -970,165 +1178,272 @@ fn check(def: &Definition, at: &At<'_>) -> Result<(), FileError> {
     }
     for var in &def.inputs {
         if let Some(why) = input_refusal(var) {
-            return Err(at(var, format!("inputs: {why}")));
+            errors.push(at(var, format!("inputs: {why}")));
         }
     }
+    let mut edge_ids = BTreeSet::new();
     for e in &def.edges {
-        for end in [&e.from, &e.to] {
-            if !known(end) {
-                return Err(at(
-                    end,
-                    format!("edge {} → {}: no node `{end}`", e.from, e.to),
-                ));
-            }
+        if let Some(id) = &e.id
+            && (!valid_dotted_id(id) || !edge_ids.insert(id.as_str()))
+        {
+            errors.push(at(
+                id,
+                format!(
+                    "edge id `{}`: letters, digits, `_` and `-` (at most 64), each used once",
+                    id.escape_debug()
+                ),
+            ));
         }
-        if let Some(c) = &e.condition {
-            check_field(def, &c.field, at)?;
+        errors.extend(check_edge(def, e, at).err());
+    }
+    for n in &def.nodes {
+        errors.extend(check_node(def, n, at).err());
+    }
+    if !errors.is_empty() {
+        return Err(errors);
+    }
+    check_graph(def, at).map_err(|e| vec![e])
+}
+
+/// A node id, or an inlined one (`SUBGRAPH.NODE`, each part an id, one a file deep).
+fn valid_dotted_id(id: &str) -> bool {
+    id.split('.').all(valid_id) && id.split('.').count() <= MAX_DEPTH + 1
+}
+
+/// An edge: its ends are nodes, its condition and its map are sound.
+fn check_edge(def: &Definition, e: &Edge, at: &At<'_>) -> Result<(), FileError> {
+    for end in [&e.from, &e.to] {
+        if def.node(end).is_none() {
+            return Err(at(
+                end,
+                format!("edge {} → {}: no node `{end}`", e.from, e.to),
+            ));
         }
-        for (var, field) in &e.map {
-            if let Some(why) = input_refusal(var) {
-                return Err(at(var, format!("edge {} → {}: map: {why}", e.from, e.to)));
+    }
+    if let Some(c) = &e.condition {
+        check_condition(def, c, at)?;
+    }
+    for (var, field) in &e.map {
+        if let Some(why) = input_refusal(var) {
+            return Err(at(var, format!("edge {} → {}: map: {why}", e.from, e.to)));
+        }
+        if !def.may_map(var) {
+            return Err(at(
+                var,
+                format!(
+                    "edge {} → {}: map: `{var}` is not declared: list it under `inputs:` at the top of the file, or name it {INPUT_PREFIX}…",
+                    e.from, e.to
+                ),
+            ));
+        }
+        check_field(def, field, at)?;
+    }
+    Ok(())
+}
+
+/// A condition: its field names something, and its value suits its operator.
+fn check_condition(def: &Definition, c: &Condition, at: &At<'_>) -> Result<(), FileError> {
+    check_field(def, &c.field, at)?;
+    match c.operator.value_refusal(&c.value) {
+        Some(why) => Err(at(
+            &c.field,
+            format!(
+                "condition on `{}`: {} {why}",
+                c.field,
+                serde_json::to_value(c.operator)
+                    .ok()
+                    .and_then(|v| v.as_str().map(str::to_owned))
+                    .unwrap_or_default()
+            ),
+        )),
+        None => Ok(()),
+    }
+}
+
+/// One node's own settings.
+fn check_node(def: &Definition, n: &Node, at: &At<'_>) -> Result<(), FileError> {
+    let known = |id: &str| def.node(id).is_some();
+    for text in [&n.label, &n.description].into_iter().flatten() {
+        if text.chars().count() > MAX_TEXT {
+            return Err(at(
+                &n.id,
+                format!(
+                    "`{}`: a label or description is at most {MAX_TEXT} characters",
+                    n.id
+                ),
+            ));
+        }
+    }
+    if n.continue_on_failure
+        && !matches!(
+            n.kind,
+            Kind::Task { .. } | Kind::Gate { .. } | Kind::Human { .. }
+        )
+    {
+        return Err(at(
+            &n.id,
+            format!(
+                "{} `{}`: continue_on_failure is for tasks, gates and human steps",
+                n.kind.name(),
+                n.id
+            ),
+        ));
+    }
+    match &n.kind {
+        Kind::Branch {
+            condition,
+            on_true,
+            on_false,
+            max_iterations,
+            on_max_iterations_reached,
+        } => {
+            for t in [on_true, on_false]
+                .into_iter()
+                .chain(on_max_iterations_reached)
+            {
+                if !known(t) {
+                    return Err(at(t, format!("branch `{}`: no node `{t}`", n.id)));
+                }
             }
-            if !def.may_map(var) {
+            check_condition(def, condition, at)?;
+            if max_iterations.is_some_and(|m| m == 0 || m > MAX_ITERATIONS) {
                 return Err(at(
-                    var,
+                    &n.id,
                     format!(
-                        "edge {} → {}: map: `{var}` is not declared: list it under `inputs:` at the top of the file, or name it {INPUT_PREFIX}…",
-                        e.from, e.to
+                        "branch `{}`: max_iterations is from 1 to {MAX_ITERATIONS}",
+                        n.id
                     ),
                 ));
             }
-            check_field(def, field, at)?;
+        }
+        Kind::Parallel { branches } => {
+            for b in branches {
+                if !known(b) {
+                    return Err(at(b, format!("parallel `{}`: no node `{b}`", n.id)));
+                }
+            }
+            if def.successors(&n.id).is_empty() {
+                return Err(at(
+                    &n.id,
+                    format!("parallel `{}`: no branches and no edges out", n.id),
+                ));
+            }
+        }
+        Kind::Merge { .. } => {}
+        Kind::Task { run } | Kind::Gate { run, .. } => {
+            if run.command.argv().first().is_none_or(|p| p.is_empty()) {
+                return Err(at(
+                    &n.id,
+                    format!("{} `{}`: an empty command", n.kind.name(), n.id),
+                ));
+            }
+            for d in [&run.timeout, &run.stall_timeout].into_iter().flatten() {
+                crate::time::parse_duration(d)
+                    .map_err(|e| at(d, format!("{} `{}`: {e}", n.kind.name(), n.id)))?;
+            }
+            if let Some(p) = &run.on_prompt
+                && !["exit", "wait"].contains(&p.as_str())
+            {
+                return Err(at(p, format!("`{}`: on_prompt is exit or wait", n.id)));
+            }
+            if let Some(h) = &run.host
+                && !valid_label(h)
+            {
+                return Err(at(
+                    h,
+                    format!(
+                        "`{}`: host label `{}` is not letters, digits, `.`, `_` and `-` (at most 64)",
+                        n.id,
+                        h.escape_debug()
+                    ),
+                ));
+            }
+            for var in run.env.keys() {
+                if !valid_var(var) {
+                    return Err(at(
+                        var,
+                        format!(
+                            "`{}`: env `{}` is not a variable name",
+                            n.id,
+                            var.escape_debug()
+                        ),
+                    ));
+                }
+            }
+        }
+        Kind::Human {
+            options,
+            default,
+            expires,
+            deciders,
+            reviewers,
+            group,
+            wait,
+            ..
+        } => {
+            if deciders.iter().any(|d| d.trim().is_empty()) {
+                return Err(at(&n.id, format!("human `{}`: an empty decider", n.id)));
+            }
+            if let Some(r) = reviewers
+                && !(1..=crate::reviews::MAX_REQUIRED).contains(r)
+            {
+                return Err(at(
+                    &n.id,
+                    format!(
+                        "human `{}`: reviewers: {r} people: between 1 and {}",
+                        n.id,
+                        crate::reviews::MAX_REQUIRED
+                    ),
+                ));
+            }
+            if let Some(g) = group
+                && !crate::reviews::valid_group(g)
+            {
+                return Err(at(
+                    g,
+                    format!(
+                        "human `{}`: group: a group name is letters, digits, `.`, `_`, `-` and `@`, at most 64",
+                        n.id
+                    ),
+                ));
+            }
+            if let Some(w) = wait {
+                let d = crate::time::parse_duration(w)
+                    .map_err(|e| at(w, format!("human `{}`: wait: {e}", n.id)))?;
+                if d.as_secs() > crate::reviews::MAX_WAIT_SECS {
+                    return Err(at(w, format!("human `{}`: wait: at most 30 days", n.id)));
+                }
+            }
+            if options.is_empty() {
+                return Err(at(&n.id, format!("human `{}`: no options", n.id)));
+            }
+            if let Some(d) = default
+                && !options.contains(d)
+            {
+                return Err(at(
+                    d,
+                    format!("human `{}`: the default `{d}` is not an option", n.id),
+                ));
+            }
+            if let Some(x) = expires {
+                crate::time::parse_duration(x)
+                    .map_err(|e| at(x, format!("human `{}`: expires: {e}", n.id)))?;
+            }
+        }
+        Kind::Subgraph { file } => {
+            // Loading inlines every subgraph: one left is a definition not made by loading.
+            return Err(at(
+                file,
+                format!("subgraph `{}` is not inlined", n.id.escape_debug()),
+            ));
         }
     }
-    for n in &def.nodes {
-        match &n.kind {
-            Kind::Branch {
-                condition,
-                on_true,
-                on_false,
-                max_iterations,
-            } => {
-                for t in [on_true, on_false] {
-                    if !known(t) {
-                        return Err(at(t, format!("branch `{}`: no node `{t}`", n.id)));
-                    }
-                }
-                check_field(def, &condition.field, at)?;
-                if max_iterations.is_some_and(|m| m == 0 || m > MAX_ITERATIONS) {
-                    return Err(at(
-                        &n.id,
-                        format!(
-                            "branch `{}`: max_iterations is from 1 to {MAX_ITERATIONS}",
-                            n.id
-                        ),
-                    ));
-                }
-            }
-            Kind::Task { run } | Kind::Gate { run, .. } => {
-                if run.command.argv().first().is_none_or(|p| p.is_empty()) {
-                    return Err(at(
-                        &n.id,
-                        format!("{} `{}`: an empty command", n.kind.name(), n.id),
-                    ));
-                }
-                for d in [&run.timeout, &run.stall_timeout].into_iter().flatten() {
-                    crate::time::parse_duration(d)
-                        .map_err(|e| at(d, format!("{} `{}`: {e}", n.kind.name(), n.id)))?;
-                }
-                if let Some(p) = &run.on_prompt
-                    && !["exit", "wait"].contains(&p.as_str())
-                {
-                    return Err(at(p, format!("`{}`: on_prompt is exit or wait", n.id)));
-                }
-                if let Some(h) = &run.host
-                    && !valid_label(h)
-                {
-                    return Err(at(
-                        h,
-                        format!(
-                            "`{}`: host label `{}` is not letters, digits, `.`, `_` and `-` (at most 64)",
-                            n.id,
-                            h.escape_debug()
-                        ),
-                    ));
-                }
-                for var in run.env.keys() {
-                    if !valid_var(var) {
-                        return Err(at(
-                            var,
-                            format!(
-                                "`{}`: env `{}` is not a variable name",
-                                n.id,
-                                var.escape_debug()
-                            ),
-                        ));
-                    }
-                }
-            }
-            Kind::Human {
-                options,
-                default,
-                expires,
-                deciders,
-                reviewers,
-                group,
-                wait,
-                ..
-            } => {
-                if deciders.iter().any(|d| d.trim().is_empty()) {
-                    return Err(at(&n.id, format!("human `{}`: an empty decider", n.id)));
-                }
-                if let Some(r) = reviewers
-                    && !(1..=crate::reviews::MAX_REQUIRED).contains(r)
-                {
-                    return Err(at(
-                        &n.id,
-                        format!(
-                            "human `{}`: reviewers: {r} people: between 1 and {}",
-                            n.id,
-                            crate::reviews::MAX_REQUIRED
-                        ),
-                    ));
-                }
-                if let Some(g) = group
-                    && !crate::reviews::valid_group(g)
-                {
-                    return Err(at(
-                        g,
-                        format!(
-                            "human `{}`: group: a group name is letters, digits, `.`, `_`, `-` and `@`, at most 64",
-                            n.id
-                        ),
-                    ));
-                }
-                if let Some(w) = wait {
-                    let d = crate::time::parse_duration(w)
-                        .map_err(|e| at(w, format!("human `{}`: wait: {e}", n.id)))?;
-                    if d.as_secs() > crate::reviews::MAX_WAIT_SECS {
-                        return Err(at(w, format!("human `{}`: wait: at most 30 days", n.id)));
-                    }
-                }
-                if options.is_empty() {
-                    return Err(at(&n.id, format!("human `{}`: no options", n.id)));
-                }
-                if let Some(d) = default
-                    && !options.contains(d)
-                {
-                    return Err(at(
-                        d,
-                        format!("human `{}`: the default `{d}` is not an option", n.id),
-                    ));
-                }
-                if let Some(x) = expires {
-                    crate::time::parse_duration(x)
-                        .map_err(|e| at(x, format!("human `{}`: expires: {e}", n.id)))?;
-                }
-            }
-            Kind::Parallel {} | Kind::Merge {} | Kind::Subgraph { .. } => {}
-        }
-    }
-    // Reachability from the start.
+    Ok(())
+}
+
+/// The graph as a whole: every node reachable from the start, and every cycle through a
+/// branch (which bounds it: `max_iterations`, by default [`DEFAULT_MAX_ITERATIONS`]).
+fn check_graph(def: &Definition, at: &At<'_>) -> Result<(), FileError> {
     let mut reached = BTreeSet::from([def.start.clone()]);
     let mut todo = vec![def.start.clone()];
     while let Some(id) = todo.pop() {
@@ -1144,20 +1459,12 @@ fn check(def: &Definition, at: &At<'_>) -> Result<(), FileError> {
             format!("node `{}` cannot be reached from `{}`", n.id, def.start),
         ));
     }
-    // A cycle must pass through a branch with max_iterations: remove those branches' edges
-    // back into the cycle and what is left must be acyclic.
+    // A cycle must pass through a branch: remove the branches' edges and what is left must
+    // be acyclic.
     let bounded: BTreeSet<&str> = def
         .nodes
         .iter()
-        .filter(|n| {
-            matches!(
-                n.kind,
-                Kind::Branch {
-                    max_iterations: Some(_),
-                    ..
-                }
-            )
-        })
+        .filter(|n| matches!(n.kind, Kind::Branch { .. }))
         .map(|n| n.id.as_str())
         .collect();
     if let Some(cycle) = unbounded_cycle(def, &bounded) {
@@ -1165,7 +1472,7 @@ fn check(def: &Definition, at: &At<'_>) -> Result<(), FileError> {
         return Err(at(
             &first,
             format!(
-                "a cycle without a branch with max_iterations: {}",
+                "a cycle without a branch (a loop goes back through a branch, which bounds it): {}",
                 cycle.join(" → ")
             ),
         ));

@@ -4,7 +4,7 @@
 //! pinned by its digest.
 
 use super::engine::{self, Outcome};
-use super::file::{Definition, FileError, Kind};
+use super::file::{Definition, FileError, Kind, Operator, Strategy, WaitFor};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
@@ -499,7 +499,7 @@ fn a_tampered_definition_fails_its_recheck() {
                 .unwrap()
                 .push(json!({ "from": "ship", "to": "ok" }))
         },
-        "a cycle without a branch with max_iterations",
+        "a cycle without a branch",
     );
     refused(
         &|v| v["nodes"][2]["max_iterations"] = json!(0),
@@ -547,15 +547,20 @@ fn a_tampered_definition_fails_its_recheck() {
 }
 
 /// `parallel` and `merge` refuse a key they do not know, as every other kind does: a
-/// setting from another system (`wait_for`) must not run with other semantics unsaid.
+/// setting from another system must not run with other semantics unsaid.
 #[test]
 fn parallel_and_merge_refuse_unknown_keys() {
-    for (kind, key) in [("parallel", "branches: [a]"), ("merge", "wait_for: any")] {
+    for (kind, key) in [
+        ("parallel", "max_branches: 2"),
+        ("merge", "wait: any"),
+        ("merge", "wait_for: most"),
+        ("merge", "strategy: zip"),
+    ] {
         let text = format!(
             "name: p\nnodes:\n  - {{ id: a, kind: task, command: 'true' }}\n  - {{ id: x, kind: {kind}, {key} }}\nedges:\n  - {{ from: a, to: x }}\n"
         );
         let e = Definition::parse(Path::new("p.yaml"), &text).unwrap_err();
-        assert!(e.to_string().contains("unknown field"), "{kind}: {e}");
+        assert!(e.to_string().contains("unknown"), "{kind}: {e}");
     }
     let ok = "name: p\nnodes:\n  - { id: a, kind: task, command: 'true' }\n  - { id: f, kind: parallel }\n  - { id: m, kind: merge }\nedges:\n  - { from: a, to: f }\n  - { from: f, to: m }\n";
     Definition::parse(Path::new("p.yaml"), ok).expect("a plain parallel and merge");
@@ -574,4 +579,158 @@ fn integer_seconds_are_durations() {
     assert_eq!(d.review_of("h").wait_seconds, 5);
     let bad = text.replace("timeout: 30,", "timeout: -3,");
     assert!(Definition::parse(Path::new("p.yaml"), &bad).is_err());
+}
+
+/// The operators' names and symbols, and a value that does not suit its operator refused.
+#[test]
+fn condition_operators_and_their_values() {
+    let with = |op: &str, value: &str| {
+        format!(
+            "name: p\nnodes:\n  - {{ id: a, kind: task, command: 'true' }}\n  - {{ id: b, kind: task, command: 'true' }}\nedges:\n  - {{ from: a, to: b, condition: {{ field: steps.a.result.v, operator: '{op}', value: {value} }} }}\n"
+        )
+    };
+    for (op, value, want) in [
+        (">=", "3", Operator::GreaterThanOrEqual),
+        ("gte", "3", Operator::GreaterThanOrEqual),
+        ("greater_than_or_equal", "'3'", Operator::GreaterThanOrEqual),
+        ("<=", "3", Operator::LessThanOrEqual),
+        ("lte", "3", Operator::LessThanOrEqual),
+        ("==", "x", Operator::Equals),
+        ("!=", "x", Operator::NotEquals),
+        (">", "1", Operator::GreaterThan),
+        ("<", "1", Operator::LessThan),
+        ("in", "[a, b]", Operator::In),
+        ("not_in", "[]", Operator::NotIn),
+        ("starts_with", "v1.", Operator::StartsWith),
+        ("ends_with", "'-rc'", Operator::EndsWith),
+    ] {
+        let d = Definition::parse(Path::new("p.yaml"), &with(op, value))
+            .unwrap_or_else(|e| panic!("{op} {value}: {e}"));
+        let c = d.edges[0].condition.as_ref().unwrap();
+        assert_eq!(c.operator, want, "{op}");
+        // Stored by its name, whatever the file wrote.
+        let stored = serde_json::to_value(&d).unwrap();
+        let name = stored["edges"][0]["condition"]["operator"]
+            .as_str()
+            .unwrap();
+        assert!(
+            name.chars().all(|c| c.is_ascii_lowercase() || c == '_'),
+            "{name}"
+        );
+    }
+    for (op, value, why) in [
+        ("in", "a", "takes a list"),
+        ("not_in", "3", "takes a list"),
+        ("starts_with", "[a]", "takes text"),
+        ("ends_with", "{ a: 1 }", "takes text"),
+        (">=", "many", "compares numbers"),
+        ("less_than", "[1]", "compares numbers"),
+    ] {
+        let e = Definition::parse(Path::new("p.yaml"), &with(op, value)).unwrap_err();
+        assert!(e.to_string().contains(why), "{op} {value}: {e}");
+        assert_eq!(e.line, Some(6), "{e}");
+    }
+    let e = Definition::parse(Path::new("p.yaml"), &with("approximately", "1")).unwrap_err();
+    assert!(e.to_string().contains("unknown variant"), "{e}");
+}
+
+/// Every error of a file in one run, in the file's order, each with its line.
+#[test]
+fn every_error_is_reported_with_its_place() {
+    let text = "name: p
+nodes:
+  - { id: a, kind: task, command: 'true', timeout: soon }
+  - { id: h, kind: human, title: T, question: Q, default: maybe }
+  - { id: f, kind: parallel, branches: [ghost] }
+  - { id: m, kind: merge, continue_on_failure: true }
+  - { id: b, kind: task, command: 'true' }
+edges:
+  - { from: a, to: h }
+  - { from: h, to: f }
+  - { from: f, to: m }
+  - { from: m, to: nowhere }
+  - { from: a, to: b, condition: { field: steps.a.result.x, operator: in, value: 3 } }
+";
+    let errors = Definition::parse_all(Path::new("p.yaml"), text).unwrap_err();
+    let said: Vec<String> = errors.iter().map(ToString::to_string).collect();
+    assert_eq!(errors.len(), 6, "{said:#?}");
+    for want in [
+        "p.yaml:3:",
+        "invalid duration `soon`",
+        "p.yaml:4:",
+        "the default `maybe` is not an option",
+        "no node `ghost`",
+        "continue_on_failure is for tasks, gates and human steps",
+        "no node `nowhere`",
+        "takes a list",
+    ] {
+        assert!(said.iter().any(|s| s.contains(want)), "{want}: {said:#?}");
+    }
+    let lines: Vec<usize> = errors.iter().map(|e| e.line.unwrap_or(0)).collect();
+    assert!(
+        lines.windows(2).all(|w| w[0] <= w[1]),
+        "in order: {lines:?}"
+    );
+    // The first of them is what `parse` says.
+    let one = Definition::parse(Path::new("p.yaml"), text).unwrap_err();
+    assert_eq!(one, errors[0]);
+}
+
+/// Labels, descriptions, edge ids, `fail_fast`, `max_parallel`, a parallel's branches and a
+/// merge's settings are read, stored, and kept out of a definition that does not use them
+/// (its digest unchanged).
+#[test]
+fn names_descriptions_and_flow_settings() {
+    let text = "name: p
+fail_fast: false
+max_parallel: 2
+nodes:
+  - { id: a, kind: task, command: 'true', label: Build it, description: 'Compiles.', continue_on_failure: true }
+  - { id: f, kind: parallel, branches: [x, y] }
+  - { id: x, kind: task, command: 'true' }
+  - { id: y, kind: task, command: 'true' }
+  - { id: m, kind: merge, wait_for: first, strategy: union }
+edges:
+  - { id: into-fan, from: a, to: f }
+  - { from: x, to: m }
+  - { from: y, to: m }
+";
+    let d = Definition::parse(Path::new("p.yaml"), text).unwrap();
+    assert!(!d.fail_fast);
+    assert_eq!(d.max_parallel, Some(2));
+    let a = d.node("a").unwrap();
+    assert_eq!(a.label.as_deref(), Some("Build it"));
+    assert_eq!(a.description.as_deref(), Some("Compiles."));
+    assert!(a.continue_on_failure);
+    assert_eq!(d.edges[0].id.as_deref(), Some("into-fan"));
+    assert_eq!(d.successors("f"), ["x", "y"]);
+    assert!(matches!(
+        d.node("m").unwrap().kind,
+        Kind::Merge {
+            wait_for: WaitFor::First,
+            strategy: Strategy::Union
+        }
+    ));
+    let back = Definition::from_stored(&serde_json::to_value(&d).unwrap()).unwrap();
+    assert_eq!(back, d);
+    // Two edges of one id, a bound of 0.
+    let twice = text.replace("{ from: x, to: m }", "{ id: into-fan, from: x, to: m }");
+    let e = Definition::parse(Path::new("p.yaml"), &twice).unwrap_err();
+    assert!(e.to_string().contains("edge id `into-fan`"), "{e}");
+    let none = text.replace("max_parallel: 2", "max_parallel: 0");
+    let e = Definition::parse(Path::new("p.yaml"), &none).unwrap_err();
+    assert!(e.to_string().contains("max_parallel is from 1"), "{e}");
+    // A file that uses none of them stores none of them.
+    let plain = "name: p\nnodes:\n  - { id: a, kind: task, command: 'true' }\n";
+    let d = Definition::parse(Path::new("p.yaml"), plain).unwrap();
+    let stored = serde_json::to_value(&d).unwrap();
+    assert_eq!(
+        stored,
+        serde_json::json!({
+            "name": "p", "vars": {}, "inputs": [], "start": "a",
+            "nodes": [{ "id": "a", "kind": "task", "command": "true", "cwd": null, "env": {},
+                        "timeout": null, "stall_timeout": null, "on_prompt": null, "host": null }],
+            "edges": []
+        })
+    );
 }

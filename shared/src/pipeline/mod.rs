@@ -109,11 +109,11 @@ pub fn closing(a: &Approval) -> StatusChange {
 }
 
 /// The execution's status and reason from its steps (an ended one keeps its end).
-pub fn settle_status(ex: &mut Execution, steps: &[Step]) {
+pub fn settle_status(ex: &mut Execution, def: &file::Definition, steps: &[Step]) {
     if ex.is_final() {
         return;
     }
-    let now = engine::status(steps);
+    let now = engine::status(def, steps);
     ex.status = ExecutionState::from(&now);
     ex.reason = match now {
         ExecutionStatus::Failed(r) => Some(r),
@@ -164,7 +164,7 @@ pub fn decided(
         r.approval_id.get_or_insert_with(|| a.approval_id.clone());
     }
     let mut out = ex.clone();
-    settle_status(&mut out, &steps);
+    settle_status(&mut out, &def, &steps);
     out.steps = steps;
     Ok(Some(out))
 }

@@ -39,7 +39,7 @@ fn asked(ps: &mut dyn PipelineStore, id: &str) -> (Execution, Approval) {
         definition: serde_json::to_value(&def).unwrap(),
         vars: serde_json::json!({}),
         steps: steps.clone(),
-        status: (&engine::status(&steps)).into(),
+        status: (&engine::status(&def, &steps)).into(),
         reason: None,
         runner: Some("h 1 1".into()),
         heartbeat_at: Some(now.clone()),
