@@ -579,8 +579,21 @@ pub struct ApprovalFilter {
     pub execution_id: Option<String>,
     /// Asked at or after this RFC 3339 time.
     pub since: Option<String>,
-    /// At most this many, newest first.
+    /// At most this many, in [`ApprovalFilter::order`].
     pub limit: Option<usize>,
+}
+
+impl ApprovalFilter {
+    /// The order every store lists in, as SQL: the pending queue oldest first (who has
+    /// waited longest comes first, and a limit keeps the oldest), anything else newest
+    /// first.
+    pub fn order(&self) -> &'static str {
+        if self.statuses == [ApprovalStatus::Pending] {
+            "ASC"
+        } else {
+            "DESC"
+        }
+    }
 }
 
 /// Who decides, and how.

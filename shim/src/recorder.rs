@@ -64,6 +64,35 @@ pub struct RecorderShared {
     /// Event-descriptor bytes fully read so far (their events sent).
     pub events_read: AtomicU64,
     pub epoch: Instant,
+    /// The tool's last line with something on it, and whether it sent an `error` event:
+    /// published when the recorder ends, for a failed run's `last_error_msg`.
+    pub last_words: Mutex<LastWords>,
+}
+
+/// What a run's end may say of why it failed.
+#[derive(Debug, Default)]
+pub struct LastWords {
+    /// The last non-blank line of output (the token masked; raw bytes, cleaned by whoever
+    /// stores it), at most [`LAST_LINE_BYTES`].
+    pub line: Vec<u8>,
+    /// The tool said it itself (`{"event":"error"}`).
+    pub error_event: bool,
+}
+
+/// The most of a last line kept (an error event's text is at most 1 KB too).
+const LAST_LINE_BYTES: usize = 1024;
+
+impl LastWords {
+    /// The last line as `last_error_msg` holds it (control characters out, at most 1 KB),
+    /// unless the tool sent an error event or printed nothing.
+    pub fn error_message(&self) -> Option<String> {
+        if self.error_event {
+            return None;
+        }
+        let text = sanitize::sanitize_line(&String::from_utf8_lossy(&self.line));
+        let text = text.trim();
+        (!text.is_empty()).then(|| text.to_owned())
+    }
 }
 
 /// Something the supervisor must act on.
@@ -117,6 +146,7 @@ impl Recorder {
             last_heartbeat_ms: AtomicU64::new(0),
             events_read: AtomicU64::new(0),
             epoch: Instant::now(),
+            last_words: Mutex::new(LastWords::default()),
         });
         let pending = Arc::new(AtomicUsize::new(0));
         let events_pending = Arc::new(AtomicUsize::new(0));
@@ -310,6 +340,9 @@ struct Worker {
     last_error_write: Option<Instant>,
     unwritten_error: Option<String>,
     warned: AtomicBool,
+    /// The last non-blank line so far ([`LastWords`], published at the end).
+    last_line: Vec<u8>,
+    error_event: bool,
 }
 
 impl Worker {
@@ -345,6 +378,8 @@ impl Worker {
             last_error_write: None,
             unwritten_error: None,
             warned: AtomicBool::new(false),
+            last_line: Vec::new(),
+            error_event: false,
         }
     }
 
@@ -436,6 +471,10 @@ impl Worker {
             });
         }
         self.flush_error();
+        if let Ok(mut words) = self.shared.last_words.lock() {
+            words.line = std::mem::take(&mut self.last_line);
+            words.error_event = self.error_event;
+        }
         self.idle();
     }
 
@@ -586,6 +625,7 @@ impl Worker {
     /// A tool's `error` event: at most one write a second (a flood keeps the last message,
     /// written with the next one or when the recorder ends).
     fn error(&mut self, message: String) {
+        self.error_event = true;
         let now = Instant::now();
         if self
             .last_error_write
@@ -635,6 +675,16 @@ impl Worker {
     }
 
     fn output_event(&mut self, line: &[u8]) {
+        // Every line counts for the last one, whatever the event rate lets through.
+        if line.iter().any(|b| !b.is_ascii_whitespace()) {
+            let kept = match &self.setup.token {
+                Some(token) => token.redact_bytes(line),
+                None => std::borrow::Cow::Borrowed(line),
+            };
+            self.last_line.clear();
+            self.last_line
+                .extend_from_slice(&kept[..kept.len().min(LAST_LINE_BYTES)]);
+        }
         let now = Instant::now();
         self.tokens = (self.tokens
             + now.duration_since(self.last_refill).as_secs_f64() * EVENT_RATE)

@@ -214,7 +214,26 @@ pub fn run(
     };
     let outcome = sup.run_loop();
     let Supervisor { recorder, .. } = sup;
+    let shared = recorder.shared.clone();
     recorder.finish(Duration::from_secs(5));
+    // A tool that failed without saying why in an `error` event: its last line says it.
+    let failed = match outcome {
+        RunOutcome::Exited(code) => code != 0,
+        RunOutcome::Signaled(_) | RunOutcome::TimedOut | RunOutcome::Stalled => true,
+        _ => false,
+    };
+    if failed
+        && let Some(message) = shared
+            .last_words
+            .lock()
+            .ok()
+            .and_then(|w| w.error_message())
+    {
+        store.write(RunWrite::Touch(Touch {
+            last_error_msg: Some(message),
+            ..Default::default()
+        }));
+    }
     Ok(outcome)
 }
 

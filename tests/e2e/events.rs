@@ -276,6 +276,52 @@ fn an_error_event_is_the_runs_last_error() {
     );
 }
 
+/// A tool that fails without an `error` event: its last line with something on it (on
+/// stderr, through the terminal; cleaned) is the run's `last_error_msg`. One that succeeds,
+/// or that said why in an event, keeps what it had.
+#[test]
+fn a_failed_tools_last_line_is_its_last_error_when_no_event_said_why() {
+    let env = TestEnv::new();
+    let out = env
+        .shim()
+        .args([
+            "--",
+            "sh",
+            "-c",
+            "echo cloning; printf 'fatal: repository \\033[31mnot\\033[0m found\\n\\n  \\n' >&2; exit 128",
+        ])
+        .run();
+    out.expect_code(128);
+    let run = env.only_run();
+    assert_eq!(s(&run, "status"), "failed");
+    assert_eq!(s(&run, "last_error_msg"), "fatal: repository not found");
+    let shown = env.monitor().args(["show", s(&run, "tool_run_id")]).run();
+    assert!(
+        shown.out().contains("fatal: repository not found"),
+        "{}",
+        shown.out()
+    );
+
+    let env = TestEnv::new();
+    env.shim()
+        .args(["--", "sh", "-c", "echo all done"])
+        .run()
+        .expect_code(0);
+    assert!(env.only_run()["last_error_msg"].is_null());
+
+    // The tool's own word wins over its last line.
+    let env = TestEnv::new();
+    env.shim()
+        .arg(tool())
+        .args(["fd-error", "disk quota exceeded on /var", "3"])
+        .run()
+        .expect_code(3);
+    assert_eq!(
+        s(&env.only_run(), "last_error_msg"),
+        "disk quota exceeded on /var!"
+    );
+}
+
 /// The event descriptor: heartbeats and requests written there count without a token, and
 /// are not output (not on stdout, not in the run log).
 #[test]

@@ -50,7 +50,7 @@ pub struct Args {
     /// Only approvals asked since then: a duration back from now (2h, 30m) or an RFC 3339 time
     #[arg(long, value_name = "WHEN", value_parser = crate::parse::since)]
     since: Option<String>,
-    /// At most N approvals, newest first (0: all; default: every pending one, else 50)
+    /// At most N approvals: pending ones oldest first, others newest first (0: all; default: every pending one, else 50)
     #[arg(long, value_name = "N")]
     limit: Option<usize>,
     /// Print JSON

@@ -29,7 +29,7 @@ pub(super) fn approval_view(
         ("limit" = Option<usize>, Query, minimum = 1, maximum = 10000),
     ),
     responses(
-        (status = 200, description = "approvals, newest first (pending by default)", body = ApprovalsBody),
+        (status = 200, description = "approvals: the pending ones oldest first (the default), any other status newest first", body = ApprovalsBody),
         (status = 400, description = BAD_INPUT, body = ErrorBody),
         (status = 401, description = NO_TOKEN, body = ErrorBody),
         (status = 403, description = ROLE, body = ErrorBody),

@@ -229,6 +229,7 @@ macro_rules! contract_tests {
                 supervised_runs_are_live_and_unended,
                 export_runs_json_equals_runs,
                 approval_and_approvals_with_filters,
+                pending_approvals_are_listed_oldest_first,
                 decide_first_writer_wins,
                 two_deciders_race_on_two_sessions,
                 cancel_marks_rejects_and_refuses,

@@ -227,17 +227,26 @@ pub fn export_runs_json_equals_runs<S: StoreUnderTest>(s: &S) {
 /// Three approvals of three runs, oldest first: pending (make, EX-A), approved (apt,
 /// EX-B), rejected (make, EX-B).
 fn seed_three_approvals<S: StoreUnderTest>(s: &S) -> (Vec<Shim>, Vec<Approval>) {
+    seed_approvals(
+        s,
+        &[
+            ("make", "EX-A", None),
+            ("apt", "EX-B", Some("y")),
+            ("make", "EX-B", Some("reject")),
+        ],
+    )
+}
+
+/// Approvals of runs of `tool` in execution `ex`, oldest first, each decided with `value`
+/// when there is one.
+fn seed_approvals<S: StoreUnderTest>(
+    s: &S,
+    seeds: &[(&str, &str, Option<&str>)],
+) -> (Vec<Shim>, Vec<Approval>) {
     let mut op = s.operator();
     let mut shims = Vec::new();
     let mut aps = Vec::new();
-    for (i, (tool, ex, value)) in [
-        ("make", "EX-A", None),
-        ("apt", "EX-B", Some("y")),
-        ("make", "EX-B", Some("reject")),
-    ]
-    .into_iter()
-    .enumerate()
-    {
+    for (i, &(tool, ex, value)) in seeds.iter().enumerate() {
         let cmd = Cmd::new(tool, &["--n", &i.to_string()]);
         let mut row = cmd.row(RunStatus::Running);
         row.execution_id = Some(ex.to_owned());
@@ -252,6 +261,47 @@ fn seed_three_approvals<S: StoreUnderTest>(s: &S) -> (Vec<Shim>, Vec<Approval>) 
         std::thread::sleep(Duration::from_millis(3));
     }
     (shims, aps)
+}
+
+/// The pending queue is listed oldest first (who has waited longest), and a limit keeps
+/// the oldest; every other listing is newest first.
+pub fn pending_approvals_are_listed_oldest_first<S: StoreUnderTest>(s: &S) {
+    let (_shims, aps) = seed_approvals(
+        s,
+        &[
+            ("make", "EX-A", None),
+            ("apt", "EX-A", None),
+            ("rm", "EX-A", Some("y")),
+            ("git", "EX-A", None),
+        ],
+    );
+    let mut op = s.operator();
+    let id = |i: usize| aps[i].approval_id.clone();
+    let list = |op: &mut dyn OperatorStore, f: ApprovalFilter| -> Vec<String> {
+        approval_ids(&op.approvals(&f).unwrap())
+            .into_iter()
+            .map(str::to_owned)
+            .collect()
+    };
+    let pending = ApprovalFilter {
+        statuses: vec![ApprovalStatus::Pending],
+        ..Default::default()
+    };
+    assert_eq!(list(op.as_mut(), pending.clone()), [id(0), id(1), id(3)]);
+    assert_eq!(
+        list(
+            op.as_mut(),
+            ApprovalFilter {
+                limit: Some(2),
+                ..pending
+            }
+        ),
+        [id(0), id(1)]
+    );
+    assert_eq!(
+        list(op.as_mut(), ApprovalFilter::default()),
+        [id(3), id(2), id(1), id(0)]
+    );
 }
 
 /// `approval` and `approvals`: by id; filtered by status, tool, run, execution, time and

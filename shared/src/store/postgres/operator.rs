@@ -290,8 +290,9 @@ impl OperatorStore for PgOperator {
         w.equals("execution_id", filter.execution_id.as_ref());
         w.at_least("created_at", filter.since.as_ref());
         let sql = format!(
-            "SELECT to_jsonb(a)::text FROM hr.approvals a{} ORDER BY approval_id DESC{}",
+            "SELECT to_jsonb(a)::text FROM hr.approvals a{} ORDER BY approval_id {}{}",
             w.clause(),
+            filter.order(),
             limit(filter.limit)
         );
         self.pg.docs(&sql, &w.params())

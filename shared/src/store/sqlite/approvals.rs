@@ -187,7 +187,7 @@ pub(crate) fn get(conn: &Connection, approval_id: &str) -> Result<Option<Approva
         .optional()?)
 }
 
-/// Approvals matching the filter, newest first.
+/// Approvals matching the filter, in its order (pending ones oldest first).
 pub(crate) fn list(conn: &Connection, filter: &ApprovalFilter) -> Result<Vec<Approval>> {
     let (clause, args) = crate::db::Conditions::default()
         .any_of("status", filter.statuses.iter().map(|s| s.as_str()))
@@ -196,7 +196,10 @@ pub(crate) fn list(conn: &Connection, filter: &ApprovalFilter) -> Result<Vec<App
         .equals("execution_id", filter.execution_id.as_ref())
         .at_least("created_at", filter.since.as_ref())
         .into_parts();
-    let mut sql = format!("SELECT {COLUMNS} FROM approvals{clause} ORDER BY approval_id DESC");
+    let mut sql = format!(
+        "SELECT {COLUMNS} FROM approvals{clause} ORDER BY approval_id {}",
+        filter.order()
+    );
     if let Some(limit) = filter.limit {
         sql.push_str(&format!(" LIMIT {limit}"));
     }
