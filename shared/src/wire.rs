@@ -68,6 +68,11 @@ pub struct ApprovalView {
     /// (alice); 1 more needed …`, `approved by …; held … until T`); absent without one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub review_status: Option<String>,
+    /// In the answer to a decision only: `decided`, `reviewed` (counted; more reviewers, or
+    /// a wait timer, still needed) or `unchanged` (the same decision again: a no-op, as on
+    /// the command line).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub outcome: Option<String>,
 }
 
 impl ApprovalView {
@@ -79,7 +84,14 @@ impl ApprovalView {
             host: run.and_then(|r| r.host.clone()),
             review_status: crate::reviews::summary(&approval),
             approval,
+            outcome: None,
         }
+    }
+
+    /// As the answer to a decision that ended in `outcome`.
+    pub fn answering(mut self, outcome: &str) -> Self {
+        self.outcome = Some(outcome.to_owned());
+        self
     }
 }
 

@@ -275,11 +275,23 @@ fn the_operator_api_decides_lists_cancels_and_answers_every_error_as_json() {
         (Some("alice"), Some("http"))
     );
     assert_eq!(v["comment"], "ship it");
+    assert_eq!(v["outcome"], "decided");
     tool.wait().expect_code(0);
     assert!(!env.work().join("victim").exists());
+    // The same decision again is a no-op, as `monitor decide` counts it (exit 0): 200.
+    let (st, v) = served.json(
+        "POST",
+        &format!("/api/v1/approvals/{id}/decide"),
+        &op,
+        Some("{\"value\": \"yes\"}"),
+    );
+    assert_eq!(st, 200, "{v}");
+    assert_eq!(v["outcome"], "unchanged");
+    assert_eq!(v["decided_by"], "alice");
     let (st, v) = served.json("POST", &format!("/api/v1/approvals/{id}/reject"), &op, None);
     assert_eq!(st, 409, "first writer wins: {v}");
     assert_eq!(v["decided_by"], "alice");
+    assert_eq!(v["outcome"], "conflict");
 
     // An execution's one pending approval, rejected by execution id: the parked run's
     // resume ends as failed.

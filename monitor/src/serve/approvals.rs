@@ -205,9 +205,19 @@ pub(super) async fn decide_via(
                 .map_err(ApiError::store)?;
             let why = hr_shared::approvals::refusal(&outcome).unwrap_or_default();
             match outcome {
-                DecideOutcome::Decided(a) => Ok((StatusCode::OK, approval_view(st, &a)?)),
+                DecideOutcome::Decided(a) => {
+                    Ok((StatusCode::OK, approval_view(st, &a)?.answering("decided")))
+                }
                 // Counted; still pending (more reviewers, or a wait timer holds it).
-                DecideOutcome::Reviewed(a) => Ok((StatusCode::ACCEPTED, approval_view(st, &a)?)),
+                DecideOutcome::Reviewed(a) => Ok((
+                    StatusCode::ACCEPTED,
+                    approval_view(st, &a)?.answering("reviewed"),
+                )),
+                // The same decision again: a no-op, as `monitor decide` counts it (exit 0).
+                DecideOutcome::AlreadySame(a) => Ok((
+                    StatusCode::OK,
+                    approval_view(st, &a)?.answering("unchanged"),
+                )),
                 DecideOutcome::NotFound => {
                     Err(ApiError::new(StatusCode::NOT_FOUND, "no such approval"))
                 }
@@ -225,7 +235,6 @@ pub(super) async fn decide_via(
                 )
                 .with("valid", json!(e.valid))
                 .with("note", json!(e.note))),
-                DecideOutcome::AlreadySame(a) => Err(already_decided(st, &a, "unchanged")?),
                 DecideOutcome::Conflict(a) if a.superseded_by.is_some() => {
                     Err(not_this_version(st, &why, &a, "superseded")?)
                 }
@@ -237,8 +246,8 @@ pub(super) async fn decide_via(
     Ok(ok(status, &body))
 }
 
-/// The 409 of a decision already made: who and when, `outcome` (`unchanged`: the same
-/// decision again, which the CLI counts as done; `conflict`: another one), and the approval.
+/// The 409 of another decision already made: who and when, `outcome` (`conflict`), and the
+/// approval. (The same decision again is not one: it answers 200, `outcome: unchanged`.)
 pub(super) fn already_decided(
     st: &mut dyn OperatorStore,
     a: &Approval,
@@ -284,7 +293,7 @@ pub(super) fn not_this_version(
     params(("id" = String, Path, description = "AP-…")),
     request_body = Option<DecisionRequest>,
     responses(
-        (status = 200, description = "decided", body = ApprovalView),
+        (status = 200, description = "decided (`outcome: decided`), or the same decision again: a no-op (`outcome: unchanged`)", body = ApprovalView),
         (status = 202, description = "counted, still pending: the approval needs more reviewers, or its wait timer holds it (`review_status` says which)", body = ApprovalView),
         (status = 400, description = BAD_INPUT, body = ErrorBody),
         (status = 401, description = NO_TOKEN, body = ErrorBody),
@@ -314,7 +323,7 @@ pub(super) async fn approve(
     params(("id" = String, Path, description = "AP-…")),
     request_body = Option<DecisionRequest>,
     responses(
-        (status = 200, description = "decided", body = ApprovalView),
+        (status = 200, description = "decided (`outcome: decided`), or the same decision again: a no-op (`outcome: unchanged`)", body = ApprovalView),
         (status = 202, description = "counted, still pending: the approval needs more reviewers, or its wait timer holds it (`review_status` says which)", body = ApprovalView),
         (status = 400, description = BAD_INPUT, body = ErrorBody),
         (status = 401, description = NO_TOKEN, body = ErrorBody),
@@ -344,7 +353,7 @@ pub(super) async fn reject(
     params(("id" = String, Path, description = "AP-…")),
     request_body = DecideRequest,
     responses(
-        (status = 200, description = "decided", body = ApprovalView),
+        (status = 200, description = "decided (`outcome: decided`), or the same decision again: a no-op (`outcome: unchanged`)", body = ApprovalView),
         (status = 202, description = "counted, still pending: the approval needs more reviewers, or its wait timer holds it (`review_status` says which)", body = ApprovalView),
         (status = 400, description = BAD_INPUT, body = ErrorBody),
         (status = 401, description = NO_TOKEN, body = ErrorBody),

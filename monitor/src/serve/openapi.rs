@@ -21,7 +21,7 @@ pub(super) const ROLE_OR_DECIDERS: &str =
 pub(super) const RUNNER_ROLE: &str =
     "the token's role may not (runner endpoints: only a runner token, only its own runs)";
 pub(super) const UNKNOWN: &str = "unknown";
-pub(super) const DECIDED: &str = "already decided (by whom, when), or several pending; or the \
+pub(super) const DECIDED: &str = "already decided otherwise (by whom, when; `outcome` `conflict`), or several pending; or the \
     approval was superseded by another one (a changed screen; `outcome` `superseded`, `superseded_by` names \
     it) or is not the version sent (`outcome` `changed`).";
 pub(super) const TOO_LARGE: &str = "body too large";

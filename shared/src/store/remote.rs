@@ -253,6 +253,10 @@ impl OperatorStore for HttpOperator {
             Ok(v) if v.approval.status == ApprovalStatus::Pending => {
                 DecideOutcome::Reviewed(Box::new(v.approval))
             }
+            // The same decision again: a no-op.
+            Ok(v) if v.outcome.as_deref() == Some("unchanged") => {
+                DecideOutcome::AlreadySame(Box::new(v.approval))
+            }
             Ok(v) => DecideOutcome::Decided(Box::new(v.approval)),
             Err(CallError::Status { status: 404, .. }) => DecideOutcome::NotFound,
             // The store's refusal (not the token's role): `outcome: refused`.
