@@ -952,16 +952,21 @@ fn installed_in_place(name: &str, install: impl FnOnce(&Path)) -> PathBuf {
     done
 }
 
-/// `npm install --prefix dir PACKAGES`.
+/// `npm install --prefix dir PACKAGES`, with a download cache of its own removed after it
+/// (the coding agents' packages alone would leave hundreds of megabytes in `~/.npm`).
 fn npm_install(dir: &Path, packages: &[&str]) {
+    let cache = dir.join(".npm-cache");
     run_install(
         Command::new("npm")
             .args(["install", "--no-audit", "--no-fund", "--loglevel=error"])
             .arg("--prefix")
             .arg(dir)
+            .arg("--cache")
+            .arg(&cache)
             .args(packages),
         &format!("npm install {}", packages.join(" ")),
     );
+    let _ = std::fs::remove_dir_all(&cache);
 }
 
 /// A venv in `dir` with `packages` from PyPI.
@@ -973,6 +978,7 @@ fn venv_install(dir: &Path, packages: &[&str]) {
     run_install(
         Command::new(dir.join("bin/python"))
             .args(["-m", "pip", "install", "-q", "--disable-pip-version-check"])
+            .arg("--no-cache-dir")
             .args(packages),
         &format!("pip install {}", packages.join(" ")),
     );

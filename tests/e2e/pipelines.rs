@@ -674,6 +674,20 @@ fn the_examples_run() {
             "lgtm",
             "merged after 2 attempts; review said lgtm",
         ),
+        // A loop's spent iterations escalate to a person.
+        (
+            "escalate.yaml",
+            "over to me",
+            "handed over after 3 attempts; over to me",
+        ),
+        // The first mirror to answer wins; the other is cancelled.
+        ("fastest-mirror.yaml", "ok", "installed from near; ok"),
+        // Checks two at a time, a lint that may fail, merged results, routed by operators.
+        (
+            "release.yaml",
+            "ship",
+            "published v2.4.0 at 84% coverage; ship",
+        ),
     ] {
         let env = TestEnv::new();
         env.monitor()

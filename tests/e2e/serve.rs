@@ -351,6 +351,15 @@ fn the_operator_api_decides_lists_cancels_and_answers_every_error_as_json() {
     assert_eq!(st, 400, "{v}");
     let (st, v) = served.json("GET", "/api/v1/runs?include_all=yes", &op, None);
     assert_eq!(st, 400, "{v}");
+    // `all` beside another status would quietly mean the other one: refused.
+    for path in [
+        "/api/v1/runs?status=all,failed",
+        "/api/v1/approvals?status=pending,all",
+    ] {
+        let (st, v) = served.json("GET", path, &op, None);
+        assert_eq!(st, 400, "{path}: {v}");
+        assert!(v["error"].as_str().unwrap().contains("alone"), "{v}");
+    }
     let (st, counts) = served.json("GET", "/api/v1/counts", &op, None);
     assert_eq!(st, 200, "{counts}");
     assert!(

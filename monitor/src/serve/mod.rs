@@ -918,14 +918,22 @@ fn filters(q: query::ListQuery) -> Result<Filters, ApiError> {
             "give status or include_all=true, not both",
         ));
     }
+    let statuses: Vec<String> = if include_all {
+        vec!["all".to_owned()]
+    } else {
+        q.status
+            .map(|s| s.split(',').map(str::to_owned).collect())
+            .unwrap_or_default()
+    };
+    // `all` with another status would quietly mean the other one.
+    if statuses.len() > 1 && statuses.iter().any(|s| s == "all") {
+        return Err(ApiError::new(
+            StatusCode::BAD_REQUEST,
+            "status=all lists every status: give it alone",
+        ));
+    }
     Ok(Filters {
-        statuses: if include_all {
-            vec!["all".to_owned()]
-        } else {
-            q.status
-                .map(|s| s.split(',').map(str::to_owned).collect())
-                .unwrap_or_default()
-        },
+        statuses,
         tool: q.tool,
         run: q.run,
         execution: q.execution,
