@@ -504,7 +504,8 @@ fn reads_approvals(store: &mut SqliteStore, exp: &Expected) {
         exp.approval("pending").approval_id.clone(),
         exp.approval("overdue").approval_id.clone(),
     ];
-    want.sort_unstable_by(|a, b| b.cmp(a));
+    // The pending queue, oldest first.
+    want.sort_unstable();
     assert_eq!(pending, want);
     // Both pending; the overdue one is past its expiry (it expired 2026-11-22).
     assert_eq!(store.live_counts(Duration::ZERO).unwrap().pending, (2, 1));

@@ -135,7 +135,7 @@ fn db_init_builds_the_schema_the_released_migrations_built_from_any_version() {
     let latest = postgres::SCHEMA_VERSION as usize;
     let chain = at_released(&cluster, latest);
     same(
-        "released v1..v6 against db init",
+        "released v1..v7 against db init",
         &catalog(&cluster, &fresh, false),
         &catalog(&cluster, &chain, false),
     );

@@ -279,7 +279,7 @@ fn db_init_upgrades_a_v4_store_and_keeps_what_it_holds() {
         );
 
         let report = postgres::init(&cluster.admin_url(&s.db)).expect("db init upgrades");
-        assert_eq!((report.from_version, report.to_version), (4, 6));
+        assert_eq!((report.from_version, report.to_version), (4, 7));
         let mut op = s.operator();
         let after = (
             run_now(op.as_mut(), parked.id()),

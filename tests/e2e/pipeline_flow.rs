@@ -287,6 +287,7 @@ fn a_cancel_while_a_step_runs_stops_it_and_settles_every_step() {
         );
     }
     let long = step(&st, "long");
+    assert_eq!(long["status"], "cancelled", "{long}");
     assert!(
         long["reason"]
             .as_str()

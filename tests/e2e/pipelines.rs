@@ -375,7 +375,7 @@ fn detach_exits_90_at_the_human_step_and_cancel_ends_the_execution() {
     // Every step settles with it: none is shown waiting (or running) any more.
     for s in st["steps"].as_array().unwrap() {
         assert!(
-            ["completed", "failed", "skipped"].contains(&s["status"].as_str().unwrap()),
+            ["completed", "cancelled", "skipped"].contains(&s["status"].as_str().unwrap()),
             "{s}"
         );
     }
@@ -385,7 +385,7 @@ fn detach_exits_90_at_the_human_step_and_cancel_ends_the_execution() {
         .iter()
         .find(|s| s["node"] == "ok")
         .unwrap();
-    assert_eq!(human["status"], "failed", "{human}");
+    assert_eq!(human["status"], "cancelled", "{human}");
     assert!(
         human["reason"]
             .as_str()

@@ -138,9 +138,9 @@ fn db_init_twice_and_from_two_hosts_at_once_and_grant_refuses_what_it_must() {
     a.expect_code(0);
     b.expect_code(0);
     let said = format!("{}{}", a.out(), b.out());
-    assert!(said.contains("v0 → v6"), "{said}");
+    assert!(said.contains("v0 → v7"), "{said}");
     assert!(said.contains("up to date"), "{said}");
-    assert_eq!(db.value("SELECT version FROM hr.schema_version"), "6");
+    assert_eq!(db.value("SELECT version FROM hr.schema_version"), "7");
     for role in ["headless_runner", "headless_operator", "headless_viewer"] {
         assert_eq!(
             db.value(&format!(
@@ -153,7 +153,7 @@ fn db_init_twice_and_from_two_hosts_at_once_and_grant_refuses_what_it_must() {
     // Again: nothing to do.
     let again = env.monitor().args(["db", "init", &db.admin_url()]).run();
     again.expect_code(0);
-    assert!(again.out().contains("v6 is up to date"), "{}", again.out());
+    assert!(again.out().contains("v7 is up to date"), "{}", again.out());
 
     // One login may not both run tools and decide for them.
     let both = db.member(&env, "both", "runner");
@@ -1824,6 +1824,13 @@ fn a_pipeline_on_the_server_store_is_moved_by_its_runner_login_and_decided_by_it
     assert_eq!(
         db.value(
             "SELECT count(*) FROM hr.pipelines p, jsonb_array_elements(p.steps) s WHERE p.execution_id = 'EX-pg2' AND s->>'status' IN ('running', 'waiting_approval', 'ready', 'pending')"
+        ),
+        "0"
+    );
+    // What ran or waited is shown cancelled, not failed.
+    assert_ne!(
+        db.value(
+            "SELECT count(*) FROM hr.pipelines p, jsonb_array_elements(p.steps) s WHERE p.execution_id = 'EX-pg2' AND s->>'status' = 'cancelled'"
         ),
         "0"
     );

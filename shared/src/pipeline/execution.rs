@@ -200,16 +200,16 @@ impl Execution {
     }
 
     /// Cancelled with `why`: every step that had not ended ends with it — one that ran or
-    /// waited for a decision fails (its run stays named), one that had not started is
-    /// skipped — so that nothing shows it running, or waiting, for ever. The same rule as
-    /// `hr.settle_steps` on PostgreSQL.
+    /// waited for a decision is cancelled (its run stays named), one that had not started
+    /// is skipped — so that nothing shows it running, or waiting, for ever. The same rule
+    /// as `hr.settle_steps` on PostgreSQL.
     pub fn cancel(&mut self, why: &str) {
         self.status = ExecutionState::Cancelled;
         self.reason = Some(why.to_owned());
         for s in &mut self.steps {
             match s.status {
                 super::engine::StepStatus::Running | super::engine::StepStatus::WaitingApproval => {
-                    s.status = super::engine::StepStatus::Failed;
+                    s.status = super::engine::StepStatus::Cancelled;
                     s.reason = Some(why.to_owned());
                 }
                 super::engine::StepStatus::Pending | super::engine::StepStatus::Ready => {
@@ -256,8 +256,8 @@ mod tests {
             got,
             [
                 ("build", "completed"),
-                ("deploy", "failed"),
-                ("ok", "failed"),
+                ("deploy", "cancelled"),
+                ("ok", "cancelled"),
                 ("after", "skipped")
             ]
         );

@@ -105,7 +105,7 @@ BEGIN
     -- as it was, and no task or gate settles or starts by it.
     IF EXISTS (SELECT 1 FROM jsonb_array_elements(cur.steps) o
                WHERE o->>'status' IN ('completed', 'failed', 'skipped', 'running',
-                                      'waiting_approval')
+                                      'waiting_approval', 'cancelled')
                  AND NOT (o->>'node' = node AND o->>'iteration' = it)
                  AND NOT EXISTS (SELECT 1 FROM jsonb_array_elements(p->'steps') x WHERE x = o))
        OR EXISTS (SELECT 1 FROM jsonb_array_elements(p->'steps') x,
@@ -125,9 +125,10 @@ BEGIN
     RETURN true;
 END $$;
 
--- Withdraws the question a human step of an ended (failed, cancelled) execution still asks:
--- its run fails and its pending approval expires (`system:run-ended`), so nobody is left
--- to decide for a pipeline that no longer waits. Only the execution's owner, for its own
+-- Withdraws the question a human step of an ended (failed, cancelled) execution still asks,
+-- or that of a step cancelled while the execution goes on (a `wait_for: first` merge's
+-- loser): its run fails and its pending approval expires (`system:run-ended`), so nobody
+-- is left to decide what no longer waits. Only the execution's owner, for its own
 -- question runs. The approvals it closed.
 CREATE OR REPLACE FUNCTION hr.pipeline_withdraw(p_run text, p_why text) RETURNS SETOF jsonb
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = hr, pg_temp AS $$
@@ -138,7 +139,11 @@ BEGIN
     IF NOT FOUND OR r.runner_login <> session_user OR r.tool_name <> 'pipeline'
        OR r.status <> 'waiting_approval'
        OR NOT EXISTS (SELECT 1 FROM hr.pipelines p WHERE p.execution_id = r.execution_id
-                      AND p.owner = session_user AND p.status IN ('failed', 'cancelled')) THEN
+                      AND p.owner = session_user
+                      AND (p.status IN ('failed', 'cancelled')
+                           OR EXISTS (SELECT 1 FROM jsonb_array_elements(p.steps) s
+                                      WHERE s->>'status' = 'cancelled'
+                                        AND s->'run'->>'tool_run_id' = p_run))) THEN
         RETURN;
     END IF;
     PERFORM hr.set_status(p_run, 'failed', p_why, 1, true, NULL, NULL,
@@ -192,12 +197,12 @@ END $$;
 -- moves only its labelled steps' claims and reports (hr.label_work_only), never the rest of
 -- the row: the starter's runner applies what it reports.
 -- The steps of an execution cancelled with `p_why` (`Execution::cancel`, the same rule):
--- one that ran or waited fails, one not started is skipped, the others stay.
+-- one that ran or waited is cancelled, one not started is skipped, the others stay.
 CREATE OR REPLACE FUNCTION hr.settle_steps(p_steps jsonb, p_why text) RETURNS jsonb
 LANGUAGE sql IMMUTABLE AS $$
     SELECT coalesce(jsonb_agg(CASE
         WHEN s->>'status' IN ('running', 'waiting_approval')
-            THEN s || jsonb_build_object('status', 'failed', 'reason', p_why)
+            THEN s || jsonb_build_object('status', 'cancelled', 'reason', p_why)
         WHEN s->>'status' IN ('pending', 'ready')
             THEN s || jsonb_build_object('status', 'skipped', 'reason', p_why)
         ELSE s END ORDER BY n), '[]'::jsonb)
