@@ -113,6 +113,12 @@ fn a_first_merge_goes_on_with_the_fast_branch_and_stops_the_slow_one() {
     assert_eq!(step(&st, "join")["result"]["mirror"], "fast");
     let human = env.monitor().args(["pipeline", "status", "EX-race"]).run();
     assert!(human.out().contains("cancelled"), "{}", human.out());
+    // The label the file gave the step is shown beside its id.
+    assert!(
+        human.out().contains("slow (The slow mirror)"),
+        "{}",
+        human.out()
+    );
 }
 
 const ESCALATE: &str = r#"

@@ -371,6 +371,13 @@ fn status(ctx: &Ctx, exid: &str, json: bool) -> CliResult {
             .map(|r| format!(": {}", sanitize_line(r)))
             .unwrap_or_default()
     );
+    // A node's label, where the file gave one, beside its id.
+    let labels: std::collections::HashMap<&str, &str> = ex.definition["nodes"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|n| Some((n["id"].as_str()?, n["label"].as_str()?)))
+        .collect();
     let mut t = Table::new(vec!["STEP", "ITER", "STATUS", "DETAIL"]);
     for s in steps {
         let mut detail = Vec::new();
@@ -396,8 +403,12 @@ fn status(ctx: &Ctx, exid: &str, json: bool) -> CliResult {
         if let Some(r) = &s.reason {
             detail.push(sanitize_line(r));
         }
+        let name = match labels.get(s.node.as_str()) {
+            Some(l) => format!("{} ({})", s.node, l),
+            None => s.node.clone(),
+        };
         t.row(vec![
-            sanitize_line(&s.node),
+            sanitize_line(&name),
             s.iteration.to_string(),
             s.status.as_str().to_owned(),
             detail.join(", "),
