@@ -230,28 +230,40 @@ fn print_existing(
     Ok(end)
 }
 
-/// The last `n` lines of the first `len` bytes of `f`, read backwards in blocks.
+/// The last `n` lines of the first `len` bytes of `f`, read backwards in blocks: each block
+/// read once and its newlines counted once, so the cost is linear in what the lines hold
+/// (not in the square of it, as re-counting a growing buffer was).
 fn tail_lines(f: &mut File, len: u64, n: usize) -> io::Result<Vec<Vec<u8>>> {
     if n == 0 || len == 0 {
         return Ok(Vec::new());
     }
     const BLOCK: u64 = 64 * 1024;
     let mut start = len;
-    let mut buf: Vec<u8> = Vec::new();
-    loop {
+    // Blocks from the end backwards; newlines seen in them, the file's last byte aside (the
+    // last line may lack its newline, or end with it).
+    let mut blocks: Vec<Vec<u8>> = Vec::new();
+    let mut newlines = 0usize;
+    while start > 0 {
         let from = start.saturating_sub(BLOCK);
         let mut block = vec![0u8; (start - from) as usize];
         f.seek(SeekFrom::Start(from))?;
         f.read_exact(&mut block)?;
-        block.extend_from_slice(&buf);
-        buf = block;
+        let counted = if start == len {
+            block.strip_suffix(b"\n").unwrap_or(&block)
+        } else {
+            &block[..]
+        };
+        newlines += counted.iter().filter(|&&b| b == b'\n').count();
+        blocks.push(block);
         start = from;
-        // n lines need n newlines before them (or the start of the file); the last line
-        // may lack its newline.
-        let body = buf.strip_suffix(b"\n").unwrap_or(&buf);
-        if start == 0 || body.iter().filter(|&&b| b == b'\n').count() >= n {
+        // n lines need n newlines before them (or the start of the file).
+        if newlines >= n {
             break;
         }
+    }
+    let mut buf = Vec::with_capacity(blocks.iter().map(Vec::len).sum());
+    for b in blocks.iter().rev() {
+        buf.extend_from_slice(b);
     }
     let mut lines: Vec<Vec<u8>> = buf
         .split_inclusive(|&b| b == b'\n')
@@ -563,6 +575,25 @@ mod tests {
         std::fs::write(&tmp, "a\nb").unwrap();
         let mut f = File::open(&tmp).unwrap();
         assert_eq!(tail_lines(&mut f, 3, 1).unwrap(), [b"b".to_vec()]);
+        // Lines longer than a block, across blocks, the last one without its newline.
+        let long: Vec<String> = (0..40)
+            .map(|i| format!("{i:03}{}", "x".repeat(30_000 + i * 997)))
+            .collect();
+        std::fs::write(&tmp, long.join("\n")).unwrap();
+        let mut f = File::open(&tmp).unwrap();
+        let len = f.metadata().unwrap().len();
+        for n in [1, 2, 7, 40, 41] {
+            let got = tail_lines(&mut f, len, n).unwrap();
+            let want: Vec<Vec<u8>> = long[40 - n.min(40)..]
+                .iter()
+                .enumerate()
+                .map(|(i, l)| {
+                    let last = i + 1 == n.min(40);
+                    format!("{l}{}", if last { "" } else { "\n" }).into_bytes()
+                })
+                .collect();
+            assert_eq!(got, want, "{n}");
+        }
         std::fs::remove_file(&tmp).unwrap();
     }
 }
