@@ -74,11 +74,18 @@ pub fn files(path: &Path) -> Vec<PathBuf> {
     out
 }
 
-/// An open combined log.
+/// An open combined log. A writer keeps it bounded as it writes, not only when it opens it:
+/// every [`CombinedLog::check_every`] bytes of its own it looks again, rotates the log once
+/// past the limit, and follows a log another writer rotated — so a flooding tool cannot
+/// outrun the rotation (the log stays within the limit, plus what the writers wrote since
+/// their last look).
 #[derive(Debug)]
 pub struct CombinedLog {
     file: File,
     path: PathBuf,
+    rotation: Rotation,
+    /// Bytes this writer appended since it last looked.
+    since_look: u64,
 }
 
 impl CombinedLog {
@@ -89,25 +96,52 @@ impl CombinedLog {
 
     fn open_rotating(path: &Path, rotation: Rotation) -> io::Result<Self> {
         let file = paths::open_private_append(path)?;
-        if file.metadata()?.len() <= rotation.max_bytes {
-            return Ok(CombinedLog {
-                file,
-                path: path.to_path_buf(),
-            });
-        }
-        rotate_if_still_current(path, &file, rotation)?;
-        drop(file);
-        Ok(CombinedLog {
-            file: paths::open_private_append(path)?,
+        let mut log = CombinedLog {
+            file,
             path: path.to_path_buf(),
-        })
+            rotation,
+            since_look: 0,
+        };
+        if log.file.metadata()?.len() > rotation.max_bytes {
+            log.look()?;
+        }
+        Ok(log)
+    }
+
+    /// How many bytes a writer appends between two looks at the log's size: a sixteenth
+    /// of the limit, from 4 KiB to 1 MiB.
+    pub fn check_every(&self) -> u64 {
+        (self.rotation.max_bytes / 16).clamp(4096, 1 << 20)
     }
 
     /// Appends one event as one line.
     pub fn append(&mut self, event: &LogEvent) -> io::Result<()> {
         let mut line = serde_json::to_vec(event).map_err(io::Error::other)?;
         line.push(b'\n');
-        self.file.write_all(&line)
+        self.file.write_all(&line)?;
+        self.since_look += line.len() as u64;
+        if self.since_look >= self.check_every() {
+            self.since_look = 0;
+            self.look()?;
+        }
+        Ok(())
+    }
+
+    /// Keeps the log bounded: rotates it when this writer's file is still the log and past
+    /// the limit, and reopens the log when its file is not the log any more (another writer
+    /// rotated it, or it was removed).
+    fn look(&mut self) -> io::Result<()> {
+        let mine = self.file.metadata()?;
+        let current =
+            fs::metadata(&self.path).is_ok_and(|m| m.dev() == mine.dev() && m.ino() == mine.ino());
+        if current && mine.len() <= self.rotation.max_bytes {
+            return Ok(());
+        }
+        if current {
+            rotate_if_still_current(&self.path, &self.file, self.rotation)?;
+        }
+        self.file = paths::open_private_append(&self.path)?;
+        Ok(())
     }
 
     /// Where this log is.
@@ -180,6 +214,59 @@ mod tests {
         // Under the limit nothing moves.
         let _d = CombinedLog::open_rotating(&path, AT_50).unwrap();
         assert_eq!(fs::metadata(&rotated).unwrap().len(), 60);
+    }
+
+    /// A writer that never closes its log keeps it within the limit (plus one look's worth
+    /// and a line), and so does a second writer beside it: each follows the other's
+    /// rotations. Nothing is lost beyond the generations kept.
+    #[test]
+    fn long_lived_writers_cannot_outrun_the_rotation() {
+        let tmp = tempfile::tempdir().unwrap();
+        let path = tmp.path().join("combined.log");
+        let rotation = Rotation {
+            max_bytes: 64 * 1024,
+            keep: 2,
+        };
+        let mut a = CombinedLog::open_rotating(&path, rotation).unwrap();
+        let mut b = CombinedLog::open_rotating(&path, rotation).unwrap();
+        let slack = a.check_every() * 2 + 8192;
+        let text = "x".repeat(3000);
+        let mut written = 0u64;
+        for i in 0..2000 {
+            let event = LogEvent::about_run(
+                crate::event::EventBody::ToolOutput {
+                    stream: "pty".into(),
+                    text: format!("{i} {text}"),
+                    truncated: false,
+                    skipped_lines: 0,
+                },
+                "flood",
+                "TR-1",
+                None,
+            );
+            if i % 2 == 0 {
+                a.append(&event)
+            } else {
+                b.append(&event)
+            }
+            .unwrap();
+            written += 3000;
+        }
+        assert!(written > 5_000_000);
+        let sizes: Vec<u64> = files(&path)
+            .iter()
+            .map(|f| fs::metadata(f).unwrap().len())
+            .collect();
+        assert_eq!(sizes.len(), 3, "two generations and the log: {sizes:?}");
+        for s in &sizes {
+            assert!(*s <= rotation.max_bytes + slack, "{sizes:?}");
+        }
+        // Every line whole.
+        for f in files(&path) {
+            for line in fs::read_to_string(&f).unwrap().lines() {
+                serde_json::from_str::<serde_json::Value>(line).expect("a whole event");
+            }
+        }
     }
 
     #[test]

@@ -155,6 +155,60 @@ fn following_a_runs_output_ends_with_the_run() {
     shim.wait().expect_code(0);
 }
 
+/// A single run that floods its output cannot outrun the rotation: the shim keeps the
+/// combined log within its limit while it writes (not only when it opens it), and
+/// `monitor logs -n` still reads the end of it.
+#[test]
+fn a_flooding_run_keeps_the_combined_log_within_its_limit() {
+    let env = TestEnv::new();
+    env.shim()
+        .env("HEADLESS_RUN_LOG_MAX", "64K")
+        .env("HEADLESS_RUN_LOG_KEEP", "2")
+        .args([
+            "--",
+            "sh",
+            "-c",
+            "i=0; while [ $i -lt 3000 ]; do printf 'flood %06d %03000d\\n' $i 0; i=$((i+1)); done",
+        ])
+        .timeout(Duration::from_secs(120))
+        .run()
+        .expect_code(0);
+    let logs = env.state().join("logs");
+    let mut total = 0;
+    for name in ["combined.log", "combined.log.1", "combined.log.2"] {
+        let len = std::fs::metadata(logs.join(name))
+            .unwrap_or_else(|e| panic!("{name}: {e}"))
+            .len();
+        total += len;
+        // The limit, one look's worth (a sixteenth of it, at least 4 KiB) and a line.
+        assert!(len <= 64 * 1024 + 4096 + 16 * 1024, "{name}: {len} bytes");
+    }
+    assert!(
+        !logs.join("combined.log.3").exists(),
+        "two generations kept"
+    );
+    assert!(total > 100 * 1024, "the flood was logged: {total} bytes");
+    let tail = env.monitor().args(["logs", "--json", "-n", "2"]).run();
+    tail.expect_code(0);
+    let last: Vec<serde_json::Value> = tail
+        .out()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(last.len(), 2);
+    // The end of the flood: its last lines (or the count of those the event rate skipped).
+    let run = env.only_run();
+    assert!(
+        last.iter()
+            .all(|e| e["tool_run_id"] == run["tool_run_id"] && e["event"] == "tool_output"),
+        "{last:?}"
+    );
+    assert!(
+        last[0]["text"].as_str().unwrap().starts_with("flood 00"),
+        "{last:?}"
+    );
+}
+
 /// Issue 15 item 16: the combined log stays bounded — rotated by whichever writer finds it
 /// past HEADLESS_RUN_LOG_MAX, HEADLESS_RUN_LOG_KEEP generations kept — and `monitor logs`
 /// reads every generation kept, oldest first.
