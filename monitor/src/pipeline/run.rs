@@ -834,6 +834,7 @@ impl Driver {
                 comment: None,
                 reason: None,
                 run: None,
+                late_for: None,
             };
             let id = s.execution.clone();
             let result = read_result(&result_file(&self.paths, &id, &probe));
@@ -867,6 +868,12 @@ impl Driver {
     /// stopped (the step's headless-run ends its tool's group and records its run), their
     /// questions withdrawn.
     fn stop_cancelled(&mut self, id: &str, v: &View) {
+        self.stop_cancelled_commands(id, v);
+        self.withdraw_cancelled_questions(v);
+    }
+
+    /// The commands of this runner's (or label worker's) steps that were cancelled.
+    fn stop_cancelled_commands(&mut self, id: &str, v: &View) {
         let cancelled = |node: &str, iteration: u32| {
             v.steps.iter().any(|t| {
                 t.node == node && t.iteration == iteration && t.status == StepStatus::Cancelled
@@ -886,6 +893,10 @@ impl Driver {
                 "{node}: cancelled (another way reached the merge first)"
             ));
         }
+    }
+
+    /// The questions of cancelled human steps, withdrawn once each.
+    fn withdraw_cancelled_questions(&mut self, v: &View) {
         let asked: Vec<(String, String)> = v
             .steps
             .iter()
@@ -980,6 +991,15 @@ impl Driver {
         self.update(id, |w| {
             marked = false;
             if stopped(w) {
+                return Ok(false);
+            }
+            // The bound on what runs at once, held on the row being swapped: two runners
+            // (or a runner and a label worker) cannot both take its last place.
+            let command = w
+                .def
+                .node(&s.node)
+                .is_some_and(|n| matches!(n.kind, Kind::Task { .. } | Kind::Gate { .. }));
+            if status == StepStatus::Running && command && room(w) == Some(0) {
                 return Ok(false);
             }
             let Some(t) = step_mut(&mut w.steps, s) else {
@@ -1205,7 +1225,11 @@ impl Driver {
     /// guarded, a step that has run as often as it may already, or a second visit of a step
     /// on no loop. `Err`: the store could not be read (tried again later, not a refusal).
     fn unguarded(&mut self, id: &str, v: &View, s: &Step) -> Result<Option<String>, RunError> {
-        if s.iteration > 0 && !hr_shared::pipeline::on_a_loop(&v.def, &s.node) {
+        // (A visit before that was only skipped — a way not taken — never ran.)
+        let ran_before = v.steps.iter().any(|t| {
+            t.node == s.node && t.iteration < s.iteration && t.status != StepStatus::Skipped
+        });
+        if ran_before && !hr_shared::pipeline::on_a_loop(&v.def, &s.node) {
             return Ok(Some(format!(
                 "not started: `{}` is on no loop, so it has no visit {}",
                 s.node, s.iteration
@@ -1619,6 +1643,8 @@ impl LabelWorker {
                 }
                 continue;
             }
+            // A labelled step that lost a `wait_for: first` race: stopped here too.
+            d.stop_cancelled_commands(ex, &v);
             if beat {
                 let me = d.me.clone();
                 let beaten = d.update(ex, |w| {

@@ -473,6 +473,7 @@ fn conditions_compare_numbers_strings_and_missing_fields() {
         comment: None,
         reason: None,
         run: None,
+        late_for: None,
     };
     let vars = BTreeMap::from([("env".to_string(), "prod".to_string())]);
     let holds = |field: &str, op: Operator, value: serde_json::Value, s: &Step| {
@@ -797,6 +798,7 @@ fn the_comparison_list_and_text_operators() {
         comment: None,
         reason: None,
         run: None,
+        late_for: None,
     };
     let vars = BTreeMap::new();
     let holds = |field: &str, operator: Operator, value: serde_json::Value| {
@@ -1128,5 +1130,151 @@ fn merge_strategies_make_the_merges_result() {
             Some(want),
             "{strategy}"
         );
+    }
+}
+
+#[test]
+fn a_loop_back_into_an_any_merge_goes_round_again() {
+    let def = parse(
+        "
+nodes:
+  - { id: init, kind: task, command: [init] }
+  - { id: m, kind: merge, wait_for: any }
+  - { id: body, kind: task, command: [body] }
+  - id: again
+    kind: branch
+    condition: { field: steps.body.result.more, operator: equals, value: true }
+    on_true: m
+    on_false: end
+    max_iterations: 5
+  - { id: end, kind: task, command: [end] }
+edges:
+  - { from: init, to: m }
+  - { from: m, to: body }
+  - { from: body, to: again }
+",
+    )
+    .unwrap();
+    let (steps, ran) = play(
+        &def,
+        &BTreeMap::new(),
+        |n, run| {
+            (
+                0,
+                (n == "body").then(|| serde_json::json!({ "more": run < 2 })),
+            )
+        },
+        |_| panic!("not asked"),
+    );
+    assert_eq!(ran, ["init", "body", "body", "body", "end"], "{steps:?}");
+    assert_eq!(steps.iter().filter(|s| s.node == "m").count(), 3);
+    assert_eq!(engine::status(&def, &steps), ExecutionStatus::Completed);
+}
+
+#[test]
+fn a_race_cancels_only_its_own_losers_and_what_they_alone_led_to() {
+    let def = parse(
+        "
+nodes:
+  - { id: fan, kind: parallel, branches: [a, b, lint] }
+  - { id: a, kind: task, command: [a] }
+  - { id: b, kind: task, command: [b] }
+  - { id: b2, kind: task, command: [b2] }
+  - { id: side, kind: task, command: [side] }
+  - { id: race, kind: merge, wait_for: first }
+  - { id: lint, kind: task, command: [lint] }
+  - { id: after, kind: task, command: [after] }
+  - { id: join, kind: merge }
+  - { id: end, kind: task, command: [end] }
+edges:
+  - { from: a, to: race }
+  - { from: b, to: b2 }
+  - { from: b, to: side }
+  - { from: b2, to: race }
+  - { from: race, to: after }
+  - { from: after, to: join }
+  - { from: lint, to: join }
+  - { from: join, to: end }
+",
+    )
+    .unwrap();
+    let steps = engine::start(&def, &BTreeMap::new()).unwrap();
+    let steps = ran(&def, &steps, "a", 0, None);
+    assert_eq!(status_of(&steps, "b"), StepStatus::Cancelled);
+    assert_eq!(status_of(&steps, "b2"), StepStatus::Skipped);
+    assert_eq!(
+        status_of(&steps, "side"),
+        StepStatus::Skipped,
+        "only b led there"
+    );
+    assert_eq!(
+        status_of(&steps, "lint"),
+        StepStatus::Ready,
+        "not in the race"
+    );
+    let steps = ran(&def, &steps, "after", 0, None);
+    assert!(engine::latest(&steps, "join").is_none(), "lint still runs");
+    let steps = ran(&def, &steps, "lint", 0, None);
+    let steps = ran(&def, &steps, "end", 0, None);
+    assert_eq!(engine::status(&def, &steps), ExecutionStatus::Completed);
+    assert_eq!(steps.iter().filter(|s| s.node == "race").count(), 1);
+}
+
+#[test]
+fn a_failure_that_may_go_on_does_not_win_a_race() {
+    let text = FAN
+        .replace(
+            "{ id: join, kind: merge }",
+            "{ id: join, kind: merge, wait_for: first, strategy: first }",
+        )
+        .replace(
+            "{ id: a, kind: task, command: [a] }",
+            "{ id: a, kind: task, command: [a], continue_on_failure: true }",
+        );
+    let def = parse(&text).unwrap();
+    let steps = engine::start(&def, &BTreeMap::new()).unwrap();
+    let steps = ran(&def, &steps, "a", 1, Some(serde_json::json!("broken")));
+    assert!(engine::latest(&steps, "join").is_none(), "{steps:?}");
+    assert_eq!(status_of(&steps, "b"), StepStatus::Ready);
+    let steps = ran(&def, &steps, "b", 0, None);
+    let steps = ran(&def, &steps, "b2", 0, Some(serde_json::json!({"ok": true})));
+    let join = engine::latest(&steps, "join").unwrap();
+    assert_eq!(join.status, StepStatus::Completed);
+    assert_eq!(join.result, Some(serde_json::json!({"ok": true})));
+}
+
+#[test]
+fn an_escalation_may_not_lead_back_into_its_loop_or_be_the_branch() {
+    let back = LOOP.replace(
+        "edges:\n  - { from: fix, to: again }\n",
+        "  - { id: reset, kind: task, command: [reset] }\nedges:\n  - { from: fix, to: again }\n  - { from: escalate, to: reset }\n  - { from: reset, to: fix }\n",
+    );
+    let e = error(&back);
+    assert!(e.message.contains("a cycle without a branch"), "{e}");
+    let own = LOOP.replace(
+        "on_max_iterations_reached: escalate",
+        "on_max_iterations_reached: again",
+    );
+    let e = error(&own);
+    assert!(e.message.contains("goes out of the loop"), "{e}");
+}
+
+#[test]
+fn a_subgraph_cannot_set_the_whole_pipelines_flow() {
+    let dir = tempfile::tempdir().unwrap();
+    let main = dir.path().join("main.yaml");
+    std::fs::write(
+        &main,
+        "nodes:\n  - { id: a, kind: task, command: [a] }\n  - { id: s, kind: subgraph, file: sub.yaml }\nedges:\n  - { from: a, to: s }\n",
+    )
+    .unwrap();
+    for head in ["fail_fast: false\n", "max_parallel: 3\n"] {
+        std::fs::write(
+            dir.path().join("sub.yaml"),
+            format!("{head}nodes:\n  - {{ id: x, kind: task, command: [x] }}\n"),
+        )
+        .unwrap();
+        let e = Definition::load(&main).unwrap_err();
+        assert!(e.message.contains("the whole pipeline's"), "{head}: {e}");
     }
 }

@@ -83,6 +83,11 @@ pub struct Step {
     /// the step's headless-run (host, pid and start time), its run, or its approval.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub run: Option<StepRun>,
+    /// On a way into the `wait_for: any` merge it names that went on without it: when
+    /// this way reaches that merge, the merge does not go on again (what follows it from
+    /// this step inherits this).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub late_for: Option<String>,
 }
 
 /// A running (or asked) step's whereabouts.
@@ -132,6 +137,7 @@ impl Step {
             comment: None,
             reason: None,
             run: None,
+            late_for: None,
         }
     }
 }
@@ -480,7 +486,16 @@ fn follow(
         }
         let reason =
             (!holds).then(|| format!("the condition on {} → {target} does not hold", done.node));
+        let before = steps.len();
         arrive(def, steps, &target, holds, env, reason)?;
+        // A way late for a merge stays late for it.
+        if let Some(m) = &done.late_for
+            && target != *m
+        {
+            for s in steps[before..].iter_mut().filter(|s| s.node == target) {
+                s.late_for.get_or_insert_with(|| m.clone());
+            }
+        }
     }
     Ok(())
 }
@@ -518,16 +533,18 @@ fn arrive(
                 ready = preds.iter().any(completed);
             }
             WaitFor::Any | WaitFor::First => {
-                // Once a round: the merge's visits so far are the rounds already gone on;
-                // a way in counts for this round when its visit is this round's or later.
-                let round = steps.iter().filter(|s| s.node == target).count() as u32;
-                let current = |p: &String| latest(steps, p).filter(|s| s.iteration >= round);
+                // Once a round: a way in counts when its latest visit came after the
+                // merge's latest one (steps are only appended). Only a completed way wins
+                // (one that failed but may go on counts as ended).
+                let current = |p: &String| {
+                    this_round(steps, p, target).filter(|s| s.late_for.as_deref() != Some(target))
+                };
                 if let Some(w) = preds
                     .iter()
-                    .find(|p| current(p).is_some_and(|s| leads_on(def, s)))
+                    .find(|p| current(p).is_some_and(|s| s.status == StepStatus::Completed))
                 {
                     ready = true;
-                    winner = (*wait_for == WaitFor::First).then(|| w.clone());
+                    winner = Some((w.clone(), *wait_for == WaitFor::First));
                 } else if preds
                     .iter()
                     .all(|p| current(p).is_some_and(|s| s.status.is_final()))
@@ -555,8 +572,8 @@ fn arrive(
     step.reason = if ready { None } else { reason };
     let skipped = (!ready).then(|| step.clone());
     steps.push(step);
-    if let Some(w) = winner {
-        cancel_losers(def, steps, target, &w);
+    if let Some((w, cancel)) = winner {
+        losers(def, steps, target, &w, cancel)?;
     }
     if let Some(s) = skipped {
         // What only this way led to is skipped too (a merge counts it as ended).
@@ -572,31 +589,70 @@ fn arrive(
 /// `on_max_iterations_reached` (its step's `result.outcome`).
 pub const MAX_ITERATIONS_REACHED: &str = "max_iterations_reached";
 
-/// A `wait_for: first` merge went on by way of `winner`: every step not yet ended on
-/// another way into it (one that leads to the merge) is cancelled, its command stopped by
-/// the runner and its question withdrawn.
-fn cancel_losers(def: &Definition, steps: &mut [Step], merge: &str, winner: &str) {
-    for s in steps.iter_mut() {
-        if s.node != merge && !s.status.is_final() && leads_to(def, &s.node, merge) {
-            s.status = StepStatus::Cancelled;
-            s.reason = Some(format!("`{winner}` reached merge `{merge}` first"));
-        }
-    }
+/// The latest visit of way `p` into `merge` when it came after the merge's latest visit
+/// (this round's), or any visit when the merge has none yet.
+fn this_round<'a>(steps: &'a [Step], p: &str, merge: &str) -> Option<&'a Step> {
+    let after = steps.iter().rposition(|s| s.node == merge);
+    let i = steps.iter().rposition(|s| s.node == p)?;
+    after.is_none_or(|m| i > m).then(|| &steps[i])
 }
 
-/// Whether the flow can go from `from` to `to`.
-fn leads_to(def: &Definition, from: &str, to: &str) -> bool {
+/// A `wait_for: any | first` merge went on by way of `winner`: what had not ended on the
+/// other ways into it — found walking back from each losing way to where it ended (a step
+/// that ended this round: the fork, or a step already done), so nothing outside the race
+/// is touched — is cancelled (`first`: the runner stops their commands and withdraws
+/// their questions, and what only a cancelled step led to, besides the merge, is skipped)
+/// or marked late for the merge (`any`: they go on, but their way does not make the merge
+/// go on again).
+fn losers(
+    def: &Definition,
+    steps: &mut Vec<Step>,
+    merge: &str,
+    winner: &str,
+    cancel: bool,
+) -> Result<(), String> {
+    let why = format!("`{winner}` reached merge `{merge}` first");
     let mut seen = std::collections::BTreeSet::new();
-    let mut todo = def.successors(from);
+    let mut todo: Vec<String> = def
+        .predecessors(merge)
+        .into_iter()
+        .filter(|p| p != winner)
+        .collect();
+    // This round began after the merge's visit before the one just made.
+    let made = steps.iter().rposition(|s| s.node == merge);
+    let before = made.and_then(|m| steps[..m].iter().rposition(|s| s.node == merge));
+    let mut cancelled = Vec::new();
     while let Some(n) = todo.pop() {
-        if n == to {
-            return true;
+        if n == merge || !seen.insert(n.clone()) {
+            continue;
         }
-        if seen.insert(n.clone()) {
-            todo.extend(def.successors(&n));
+        let visit = steps
+            .iter()
+            .rposition(|s| s.node == n)
+            .filter(|i| before.is_none_or(|b| *i > b));
+        match visit {
+            Some(i) if steps[i].status.is_final() => {}
+            Some(i) if cancel => {
+                steps[i].status = StepStatus::Cancelled;
+                steps[i].reason = Some(why.clone());
+                cancelled.push(n.clone());
+                todo.extend(def.predecessors(&n));
+            }
+            Some(i) => {
+                steps[i].late_for = Some(merge.to_owned());
+                todo.extend(def.predecessors(&n));
+            }
+            // Not reached yet this round: what runs before it on this way may be.
+            None => todo.extend(def.predecessors(&n)),
         }
     }
-    false
+    for n in cancelled {
+        for next in def.successors(&n).into_iter().filter(|x| x != merge) {
+            let reason = Some(format!("`{n}` was cancelled"));
+            arrive(def, steps, &next, false, BTreeMap::new(), reason)?;
+        }
+    }
+    Ok(())
 }
 
 /// A merge's result from the ways into it that completed (their latest visits), in the
@@ -605,11 +661,17 @@ fn leads_to(def: &Definition, from: &str, to: &str) -> bool {
 /// its node id), or the first's (`first`: under `wait_for: any | first`, the winner, the
 /// only way completed when the merge goes on).
 fn merged(def: &Definition, steps: &[Step], merge: &str, strategy: Strategy) -> Value {
+    // This round's ways: those visited since the merge's visit before this one.
+    let this = steps.iter().rposition(|s| s.node == merge);
+    let before = this.and_then(|i| steps[..i].iter().rposition(|s| s.node == merge));
     let done: Vec<&Step> = def
         .predecessors(merge)
         .iter()
-        .filter_map(|p| latest(steps, p))
-        .filter(|s| leads_on(def, s))
+        .filter_map(|p| {
+            let i = steps.iter().rposition(|s| s.node == *p)?;
+            before.is_none_or(|b| i > b).then(|| &steps[i])
+        })
+        .filter(|s| leads_on(def, s) && s.late_for.as_deref() != Some(merge))
         .collect();
     let mut out = serde_json::Map::new();
     match strategy {
@@ -634,8 +696,11 @@ fn merged(def: &Definition, steps: &[Step], merge: &str, strategy: Strategy) -> 
             }
         }
         Strategy::First => {
+            // A way that completed before one that failed but went on.
             return done
-                .first()
+                .iter()
+                .find(|s| s.status == StepStatus::Completed)
+                .or(done.first())
                 .and_then(|s| s.result.clone())
                 .unwrap_or(Value::Null);
         }

@@ -103,10 +103,9 @@ impl Operator {
             Operator::StartsWith | Operator::EndsWith => {
                 (!matches!(value, Value::String(_) | Value::Number(_))).then_some("takes text")
             }
-            Operator::GreaterThan
-            | Operator::LessThan
-            | Operator::GreaterThanOrEqual
-            | Operator::LessThanOrEqual => {
+            // (`greater_than` and `less_than` took any value before: a stored definition
+            // that compares with text still reads, and never holds.)
+            Operator::GreaterThanOrEqual | Operator::LessThanOrEqual => {
                 let number = match value {
                     Value::Number(_) => true,
                     Value::String(s) => s.trim().parse::<f64>().is_ok(),
@@ -114,7 +113,11 @@ impl Operator {
                 };
                 (!number).then_some("compares numbers: value is a number")
             }
-            Operator::Equals | Operator::NotEquals | Operator::Contains => None,
+            Operator::Equals
+            | Operator::NotEquals
+            | Operator::Contains
+            | Operator::GreaterThan
+            | Operator::LessThan => None,
             Operator::Exists | Operator::NotExists => None,
         }
     }
@@ -933,6 +936,17 @@ fn flatten(
         }
         None => raw.nodes[0].id.clone(),
     };
+    // The whole pipeline's settings belong to the file `pipeline run` names.
+    if depth > 0 && (!raw.fail_fast || raw.max_parallel.is_some()) {
+        errors.push(at(
+            if raw.max_parallel.is_some() {
+                "max_parallel"
+            } else {
+                "fail_fast"
+            },
+            "fail_fast and max_parallel are the whole pipeline's: set them in the file `pipeline run` names, not in a subgraph".into(),
+        ));
+    }
     if !errors.is_empty() {
         return Err(errors);
     }
@@ -1184,7 +1198,7 @@ fn check(def: &Definition, at: &At<'_>) -> Result<(), Vec<FileError>> {
     let mut edge_ids = BTreeSet::new();
     for e in &def.edges {
         if let Some(id) = &e.id
-            && (!valid_dotted_id(id) || !edge_ids.insert(id.as_str()))
+            && (!(id.len() <= 1024 && id.split('.').all(valid_id)) || !edge_ids.insert(id.as_str()))
         {
             errors.push(at(
                 id,
@@ -1274,16 +1288,13 @@ fn check_node(def: &Definition, n: &Node, at: &At<'_>) -> Result<(), FileError> 
             ));
         }
     }
-    if n.continue_on_failure
-        && !matches!(
-            n.kind,
-            Kind::Task { .. } | Kind::Gate { .. } | Kind::Human { .. }
-        )
-    {
+    // (Not a human step's: what follows a human step runs only once a person approved
+    // it, whatever the flow says.)
+    if n.continue_on_failure && !matches!(n.kind, Kind::Task { .. } | Kind::Gate { .. }) {
         return Err(at(
             &n.id,
             format!(
-                "{} `{}`: continue_on_failure is for tasks, gates and human steps",
+                "{} `{}`: continue_on_failure is for tasks and gates",
                 n.kind.name(),
                 n.id
             ),
@@ -1304,6 +1315,15 @@ fn check_node(def: &Definition, n: &Node, at: &At<'_>) -> Result<(), FileError> 
                 if !known(t) {
                     return Err(at(t, format!("branch `{}`: no node `{t}`", n.id)));
                 }
+            }
+            if on_max_iterations_reached.as_ref() == Some(&n.id) {
+                return Err(at(
+                    &n.id,
+                    format!(
+                        "branch `{}`: on_max_iterations_reached goes out of the loop, not back to the branch",
+                        n.id
+                    ),
+                ));
             }
             check_condition(def, condition, at)?;
             if max_iterations.is_some_and(|m| m == 0 || m > MAX_ITERATIONS) {
@@ -1487,10 +1507,16 @@ fn unbounded_cycle(def: &Definition, bounded: &BTreeSet<&str>) -> Option<Vec<Str
         .nodes
         .iter()
         .map(|n| {
-            let next = if bounded.contains(n.id.as_str()) {
-                Vec::new()
-            } else {
-                def.successors(&n.id)
+            // A bounded branch's loop ends at its bound; its way out once the bound is
+            // reached is taken every time after, so a cycle through it is not bounded.
+            let next = match &n.kind {
+                Kind::Branch {
+                    on_max_iterations_reached,
+                    ..
+                } if bounded.contains(n.id.as_str()) => {
+                    on_max_iterations_reached.iter().cloned().collect()
+                }
+                _ => def.successors(&n.id),
             };
             (n.id.as_str(), next)
         })

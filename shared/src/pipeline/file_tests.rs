@@ -624,7 +624,7 @@ fn condition_operators_and_their_values() {
         ("starts_with", "[a]", "takes text"),
         ("ends_with", "{ a: 1 }", "takes text"),
         (">=", "many", "compares numbers"),
-        ("less_than", "[1]", "compares numbers"),
+        ("<=", "[1]", "compares numbers"),
     ] {
         let e = Definition::parse(Path::new("p.yaml"), &with(op, value)).unwrap_err();
         assert!(e.to_string().contains(why), "{op} {value}: {e}");
@@ -660,7 +660,7 @@ edges:
         "p.yaml:4:",
         "the default `maybe` is not an option",
         "no node `ghost`",
-        "continue_on_failure is for tasks, gates and human steps",
+        "continue_on_failure is for tasks and gates",
         "no node `nowhere`",
         "takes a list",
     ] {

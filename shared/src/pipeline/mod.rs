@@ -436,6 +436,7 @@ mod tests {
             comment: None,
             reason: None,
             run: None,
+            late_for: None,
         };
         let yes = |_: &Step| Ok::<bool, ()>(true);
         let no = |_: &Step| Ok::<bool, ()>(false);

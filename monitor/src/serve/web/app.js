@@ -107,7 +107,7 @@ function runRow(r) {
 }
 
 // A step's state as a glyph (the word is in the title, for a pointer or a screen reader).
-const GLYPHS = { completed: "✓", failed: "✗", running: "▶", waiting_approval: "?", skipped: "-" };
+const GLYPHS = { completed: "✓", failed: "✗", running: "▶", waiting_approval: "?", skipped: "-", cancelled: "⊘" };
 
 // Executions whose steps are shown (toggled by their id).
 const openPipelines = new Set();
