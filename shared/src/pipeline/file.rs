@@ -1198,7 +1198,7 @@ fn check(def: &Definition, at: &At<'_>) -> Result<(), Vec<FileError>> {
     let mut edge_ids = BTreeSet::new();
     for e in &def.edges {
         if let Some(id) = &e.id
-            && (!(id.len() <= 1024 && id.split('.').all(valid_id)) || !edge_ids.insert(id.as_str()))
+            && !(id.len() <= 1024 && id.split('.').all(valid_id) && edge_ids.insert(id.as_str()))
         {
             errors.push(at(
                 id,
