@@ -107,9 +107,8 @@ fn a_first_merge_goes_on_with_the_fast_branch_and_stops_the_slow_one() {
     );
     // Its run was stopped, not left running, and nothing of it is left alive.
     let r = run_of(&env, "EX-race", slow);
-    assert_ne!(r["status"], "running", "{r}");
+    assert_eq!(r["status"], "cancelled", "{r}");
     assert!(r["completed_at"].is_string(), "{r}");
-    assert!(r["reason"].as_str().unwrap().contains("SIGTERM"), "{r}");
     assert_eq!(step(&st, "join")["result"]["mirror"], "fast");
     let human = env.monitor().args(["pipeline", "status", "EX-race"]).run();
     assert!(human.out().contains("cancelled"), "{}", human.out());
@@ -303,10 +302,7 @@ fn a_cancel_while_a_step_runs_stops_it_and_settles_every_step() {
     );
     // Its run ended with it, and the tool is gone.
     let r = run_of(&env, "EX-long", long);
-    assert!(
-        ["cancelled", "killed", "failed"].contains(&r["status"].as_str().unwrap()),
-        "{r}"
-    );
+    assert_eq!(r["status"], "cancelled", "{r}");
     let pid: i32 = std::fs::read_to_string(env.work().join("long.pid"))
         .unwrap()
         .trim()

@@ -10,6 +10,7 @@ use super::file::{Definition, Kind};
 use hr_shared::approvals::Approval;
 use hr_shared::config::OnExpire;
 use hr_shared::event::{ApprovalOption, CooperativeRequest};
+use hr_shared::mode::CANCEL_SIGNAL;
 use hr_shared::paths::StatePaths;
 use hr_shared::runs::{StatusChange, ToolRun};
 use hr_shared::status::{ApprovalStatus, RunStatus};
@@ -504,9 +505,9 @@ impl Driver {
             }
             if v.ex.status == ExecutionState::Cancelled {
                 for s in &mut self.started {
-                    // The step's headless-run ends its tool's group and records it.
+                    // The step's headless-run ends its tool's group and records the run cancelled.
                     // SAFETY: a signal to our own child.
-                    unsafe { libc::kill(s.child.id() as i32, libc::SIGTERM) };
+                    unsafe { libc::kill(s.child.id() as i32, CANCEL_SIGNAL) };
                 }
                 for mut s in std::mem::take(&mut self.started) {
                     let _ = s.child.wait();
@@ -884,7 +885,7 @@ impl Driver {
             if s.execution == id && !s.stopping && cancelled(&s.node, s.iteration) {
                 s.stopping = true;
                 // SAFETY: a signal to our own child.
-                unsafe { libc::kill(s.child.id() as i32, libc::SIGTERM) };
+                unsafe { libc::kill(s.child.id() as i32, CANCEL_SIGNAL) };
                 told.push(s.node.clone());
             }
         }
@@ -1639,7 +1640,7 @@ impl LabelWorker {
                     .filter(|s| s.execution == *ex && s.node == *node)
                 {
                     // SAFETY: a signal to our own child (its headless-run ends its tool).
-                    unsafe { libc::kill(s.child.id() as i32, libc::SIGTERM) };
+                    unsafe { libc::kill(s.child.id() as i32, CANCEL_SIGNAL) };
                 }
                 continue;
             }
