@@ -4,6 +4,7 @@
 //! `continue_on_failure`, `max_parallel`, a cancel while a step runs, and `pipeline check`
 //! naming every error of a file in one run.
 
+use crate::pipelines::status;
 use headless_run_e2e::*;
 use serde_json::Value;
 use std::time::Duration;
@@ -20,15 +21,6 @@ fn lines(env: &TestEnv, file: &str) -> Vec<String> {
         .lines()
         .map(str::to_owned)
         .collect()
-}
-
-fn status(env: &TestEnv, ex: &str) -> Value {
-    let out = env
-        .monitor()
-        .args(["pipeline", "status", ex, "--json"])
-        .run();
-    out.expect_code(0);
-    serde_json::from_str(&out.out()).unwrap()
 }
 
 /// The latest visit of `node` in a status.

@@ -89,7 +89,7 @@ fn ran_once_each(env: &TestEnv, through_ship: bool) {
 }
 
 /// The execution as `pipeline status --json` shows it.
-fn status(env: &TestEnv, ex: &str) -> Value {
+pub(crate) fn status(env: &TestEnv, ex: &str) -> Value {
     let out = env
         .monitor()
         .args(["pipeline", "status", ex, "--json"])
