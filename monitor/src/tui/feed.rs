@@ -332,11 +332,14 @@ pub fn load_view(
         limit: Some(RUN_LIMIT),
         ..RunFilter::default()
     })?;
-    let approvals = store.approvals(&ApprovalFilter {
+    // The store lists the pending queue oldest first (a limit keeps those waiting longest);
+    // the dashboard shows the newest on top, where a new question appears.
+    let mut approvals = store.approvals(&ApprovalFilter {
         statuses: vec![ApprovalStatus::Pending],
         limit: Some(APPROVAL_LIMIT),
         ..ApprovalFilter::default()
     })?;
+    approvals.reverse();
     let mut askers = BTreeMap::new();
     for a in &approvals {
         if askers.contains_key(&a.tool_run_id) {
