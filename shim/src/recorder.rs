@@ -472,7 +472,12 @@ impl Worker {
         }
         self.flush_error();
         if let Ok(mut words) = self.shared.last_words.lock() {
-            words.line = std::mem::take(&mut self.last_line);
+            let mut line = match &self.setup.token {
+                Some(token) => token.redact_bytes(&self.last_line).into_owned(),
+                None => std::mem::take(&mut self.last_line),
+            };
+            line.truncate(LAST_LINE_BYTES);
+            words.line = line;
             words.error_event = self.error_event;
         }
         self.idle();
@@ -675,15 +680,13 @@ impl Worker {
     }
 
     fn output_event(&mut self, line: &[u8]) {
-        // Every line counts for the last one, whatever the event rate lets through.
+        // Every line counts for the last one, whatever the event rate lets through: kept
+        // raw (twice what is stored, so a token across the cut is still whole when the
+        // end masks it), masked and cut once, when the recorder ends.
         if line.iter().any(|b| !b.is_ascii_whitespace()) {
-            let kept = match &self.setup.token {
-                Some(token) => token.redact_bytes(line),
-                None => std::borrow::Cow::Borrowed(line),
-            };
             self.last_line.clear();
             self.last_line
-                .extend_from_slice(&kept[..kept.len().min(LAST_LINE_BYTES)]);
+                .extend_from_slice(&line[..line.len().min(2 * LAST_LINE_BYTES)]);
         }
         let now = Instant::now();
         self.tokens = (self.tokens
