@@ -1,6 +1,7 @@
 //! Where pipelines (`monitor pipeline`) keep their executions: one row each, holding the
-//! checked definition, the variables and the steps as JSON (the engine that reads them is
-//! `monitor`'s), moved only by a compare-and-swap on `version`. A runner that dies leaves
+//! checked definition and the variables as JSON, and the steps (on the embedded store, a
+//! row each; on PostgreSQL, in the execution's row), moved only by a compare-and-swap on
+//! `version` (the engine that reads them is `monitor`'s). A runner that dies leaves
 //! the row as it last wrote it; whoever resumes reads it and swaps the runner's name in.
 //!
 //! The embedded store keeps them in its `pipelines` table, the PostgreSQL store in
@@ -13,6 +14,7 @@ use super::{RunnerStore, StoreResult};
 use crate::db::StoreError;
 use crate::paths::StatePaths;
 
+use crate::pipeline::engine::Step;
 pub use crate::pipeline::execution::{Execution, ExecutionState};
 
 /// A store that keeps pipelines, and is a runner's store as well (a human step is a run
@@ -34,6 +36,31 @@ pub trait PipelineStore: RunnerStore {
     /// Writes `ex` if the stored row is still at `ex.version` (it becomes `ex.version + 1`);
     /// false when another writer moved it first.
     fn pipeline_swap(&mut self, ex: &Execution) -> StoreResult<bool>;
+    /// As [`PipelineStore::pipeline_swap`], where `before` are the steps as read at
+    /// `ex.version`: a store that keeps steps as rows writes only those that differ, so a
+    /// step's write costs the same however long the execution is.
+    fn pipeline_swap_from(&mut self, before: &[Step], ex: &Execution) -> StoreResult<bool> {
+        let _ = before;
+        self.pipeline_swap(ex)
+    }
+    /// The version of the stored row, when this store can say it cheaply (`None`: it
+    /// cannot, or there is no row): a reader whose copy is at that version has nothing to read.
+    fn pipeline_version(&mut self, execution_id: &str) -> StoreResult<Option<i64>> {
+        let _ = execution_id;
+        Ok(None)
+    }
+    /// Brings `ex`, as read before, up to the stored row (false: there is none). A store
+    /// that keeps steps as rows reads only the steps written since `ex.version`, and
+    /// neither the definition nor the vars (fixed once stored); this one reads it whole.
+    fn pipeline_refresh(&mut self, ex: &mut Execution) -> StoreResult<bool> {
+        match self.pipeline(&ex.execution_id)? {
+            Some(now) => {
+                *ex = now;
+                Ok(true)
+            }
+            None => Ok(false),
+        }
+    }
     /// The runs of an execution (its steps' headless-runs), oldest first.
     fn execution_runs(&mut self, execution_id: &str) -> StoreResult<Vec<crate::runs::ToolRun>>;
     /// The approvals a run asked, oldest first.

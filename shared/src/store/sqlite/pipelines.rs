@@ -1,54 +1,181 @@
-//! Pipelines on the embedded store (`pipelines`): the `PipelineStore` session, and the move
-//! of a human step inside a decision's own transaction.
+//! Pipelines on the embedded store (`pipelines`, `pipeline_steps`): the `PipelineStore`
+//! session, and the move of a human step inside a decision's own transaction.
+//!
+//! An execution's steps are rows of their own (schema v12), each with the version of the
+//! execution that last wrote it: a write touches the steps it changed, and a runner that
+//! has the execution reads only the steps written since ([`PipelineStore::pipeline_refresh`]),
+//! so a step costs the same in a short execution and a long one.
 
 use super::SqliteStore;
+use crate::pipeline::engine::Step;
 use crate::pipeline::execution::StoredExecution;
 use crate::store::StoreResult;
 use crate::store::pipelines::{Execution, PipelineStore};
-use rusqlite::{OptionalExtension, params};
+use rusqlite::{Connection, OptionalExtension, params};
 
 const COLUMNS: &str = "execution_id, name, file, dir, definition, vars, steps, status, \
     reason, runner, heartbeat_at, created_at, updated_at, version, owner, uid, \
-    definition_digest, workers";
+    definition_digest, workers, steps_in_rows";
 
-/// The steps as the row keeps them.
-fn steps_json(steps: &[crate::pipeline::engine::Step]) -> String {
-    serde_json::to_string(steps).unwrap_or_else(|_| "[]".into())
+/// A row of `pipelines`, its steps not yet read when they are rows of their own.
+struct Row {
+    stored: StoredExecution,
+    in_rows: bool,
 }
 
-fn from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<Execution> {
+fn from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<Row> {
     let json = |i: usize| -> rusqlite::Result<serde_json::Value> {
         let text: String = r.get(i)?;
         serde_json::from_str(&text).map_err(|e| {
             rusqlite::Error::FromSqlConversionFailure(i, rusqlite::types::Type::Text, Box::new(e))
         })
     };
-    // Steps and status are read as the engine's types by `Execution::from`: a row whose
-    // steps or status cannot be read is a failed execution saying why, not a failed list.
-    Ok(StoredExecution {
-        execution_id: r.get(0)?,
-        name: r.get(1)?,
-        file: r.get(2)?,
-        dir: r.get(3)?,
-        definition: json(4)?,
-        vars: json(5)?,
-        steps: serde_json::from_str(&r.get::<_, String>(6)?).unwrap_or_default(),
-        status: r.get(7)?,
-        reason: r.get(8)?,
-        runner: r.get(9)?,
-        heartbeat_at: r.get(10)?,
-        created_at: r.get(11)?,
-        updated_at: r.get(12)?,
-        version: r.get(13)?,
-        owner: r.get(14)?,
-        uid: r.get(15)?,
-        definition_digest: r.get(16)?,
-        workers: r
-            .get::<_, Option<String>>(17)?
-            .and_then(|w| serde_json::from_str(&w).ok())
-            .unwrap_or_default(),
+    Ok(Row {
+        stored: StoredExecution {
+            execution_id: r.get(0)?,
+            name: r.get(1)?,
+            file: r.get(2)?,
+            dir: r.get(3)?,
+            definition: json(4)?,
+            vars: json(5)?,
+            steps: serde_json::from_str(&r.get::<_, String>(6)?).unwrap_or_default(),
+            status: r.get(7)?,
+            reason: r.get(8)?,
+            runner: r.get(9)?,
+            heartbeat_at: r.get(10)?,
+            created_at: r.get(11)?,
+            updated_at: r.get(12)?,
+            version: r.get(13)?,
+            owner: r.get(14)?,
+            uid: r.get(15)?,
+            definition_digest: r.get(16)?,
+            workers: r
+                .get::<_, Option<String>>(17)?
+                .and_then(|w| serde_json::from_str(&w).ok())
+                .unwrap_or_default(),
+        },
+        in_rows: r.get(18)?,
+    })
+}
+
+/// The steps kept as rows of `execution_id`, in order, as one JSON array (null when one of
+/// them cannot be read: the execution then reads as failed, saying why).
+fn step_rows(c: &Connection, execution_id: &str) -> rusqlite::Result<serde_json::Value> {
+    let mut stmt =
+        c.prepare_cached("SELECT body FROM pipeline_steps WHERE execution_id = ?1 ORDER BY idx")?;
+    let bodies = stmt.query_map([execution_id], |r| r.get::<_, String>(0))?;
+    let mut steps = Vec::new();
+    for body in bodies {
+        match serde_json::from_str(&body?) {
+            Ok(step) => steps.push(step),
+            Err(_) => return Ok(serde_json::Value::Null),
+        }
     }
-    .into())
+    Ok(serde_json::Value::Array(steps))
+}
+
+/// The execution a row holds, its steps read (steps or status that cannot be read make it
+/// a failed execution saying why, not a failed list: `Execution::from`).
+fn execution_of(c: &Connection, mut row: Row) -> rusqlite::Result<Execution> {
+    if row.in_rows {
+        row.stored.steps = step_rows(c, &row.stored.execution_id)?;
+    }
+    Ok(row.stored.into())
+}
+
+fn read_one(c: &Connection, execution_id: &str) -> rusqlite::Result<Option<Execution>> {
+    c.prepare_cached(&format!(
+        "SELECT {COLUMNS} FROM pipelines WHERE execution_id = ?1"
+    ))?
+    .query_row([execution_id], from_row)
+    .optional()?
+    .map(|row| execution_of(c, row))
+    .transpose()
+}
+
+fn read_many(c: &Connection, sql: &str, limit: usize) -> StoreResult<Vec<Execution>> {
+    let mut stmt = c.prepare(sql)?;
+    let rows = stmt
+        .query_map([limit as i64], from_row)?
+        .collect::<rusqlite::Result<Vec<Row>>>()?;
+    Ok(rows
+        .into_iter()
+        .map(|row| execution_of(c, row))
+        .collect::<rusqlite::Result<Vec<_>>>()?)
+}
+
+/// Writes the steps of `execution_id` at `version`: those that differ from `before` (all of
+/// them without it), and removes any past the end.
+fn write_steps(
+    tx: &rusqlite::Transaction<'_>,
+    execution_id: &str,
+    version: i64,
+    before: Option<&[Step]>,
+    steps: &[Step],
+) -> StoreResult<()> {
+    let mut put = tx.prepare_cached(
+        "INSERT OR REPLACE INTO pipeline_steps (execution_id, idx, version, body)
+         VALUES (?1, ?2, ?3, ?4)",
+    )?;
+    for (i, step) in steps.iter().enumerate() {
+        if before.and_then(|b| b.get(i)) == Some(step) {
+            continue;
+        }
+        // A step's JSON cannot fail to write (its maps are keyed by strings); were it to,
+        // `null` reads back as an execution that failed, saying why.
+        let body = serde_json::to_string(step).unwrap_or_else(|_| "null".into());
+        put.execute(params![execution_id, i as i64, version, body])?;
+    }
+    if before.is_none_or(|b| b.len() > steps.len()) {
+        tx.prepare_cached("DELETE FROM pipeline_steps WHERE execution_id = ?1 AND idx >= ?2")?
+            .execute(params![execution_id, steps.len() as i64])?;
+    }
+    Ok(())
+}
+
+/// Moves the row of `ex` on from `ex.version` (false: another writer moved it first),
+/// writing the steps that differ from `before`.
+fn swap_in(
+    tx: &rusqlite::Transaction<'_>,
+    before: Option<&[Step]>,
+    ex: &Execution,
+    runner: bool,
+) -> StoreResult<bool> {
+    let sql = if runner {
+        "UPDATE pipelines SET steps = '[]', steps_in_rows = 1, status = ?3, reason = ?4,
+             updated_at = ?5, runner = ?6, heartbeat_at = ?7, version = version + 1
+         WHERE execution_id = ?1 AND version = ?2"
+    } else {
+        "UPDATE pipelines SET steps = '[]', steps_in_rows = 1, status = ?3, reason = ?4,
+             updated_at = ?5, version = version + 1
+         WHERE execution_id = ?1 AND version = ?2"
+    };
+    let mut stmt = tx.prepare_cached(sql)?;
+    let now = crate::time::now_rfc3339();
+    let n = if runner {
+        stmt.execute(params![
+            ex.execution_id,
+            ex.version,
+            ex.status.as_str(),
+            ex.reason,
+            now,
+            ex.runner,
+            ex.heartbeat_at,
+        ])?
+    } else {
+        stmt.execute(params![
+            ex.execution_id,
+            ex.version,
+            ex.status.as_str(),
+            ex.reason,
+            now,
+        ])?
+    };
+    if n != 1 {
+        return Ok(false);
+    }
+    write_steps(tx, &ex.execution_id, ex.version + 1, before, &ex.steps)?;
+    Ok(true)
 }
 
 impl PipelineStore for SqliteStore {
@@ -63,7 +190,7 @@ impl PipelineStore for SqliteStore {
         self.write(|tx| {
             let n = tx.execute(
                 &format!(
-                    "INSERT OR IGNORE INTO pipelines ({COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18)"
+                    "INSERT OR IGNORE INTO pipelines ({COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, '[]', ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, 1)"
                 ),
                 params![
                     ex.execution_id,
@@ -72,7 +199,6 @@ impl PipelineStore for SqliteStore {
                     ex.dir,
                     ex.definition.to_string(),
                     ex.vars.to_string(),
-                    steps_json(&ex.steps),
                     ex.status.as_str(),
                     ex.reason,
                     ex.runner,
@@ -86,41 +212,161 @@ impl PipelineStore for SqliteStore {
                     serde_json::to_string(&ex.workers).unwrap_or_else(|_| "[]".into()),
                 ],
             )?;
+            if n == 1 {
+                write_steps(tx, &ex.execution_id, ex.version, None, &ex.steps)?;
+            }
             Ok(n == 1)
         })
     }
 
     fn pipeline(&mut self, execution_id: &str) -> StoreResult<Option<Execution>> {
         self.with(|c| {
-            Ok(c.query_row(
-                &format!("SELECT {COLUMNS} FROM pipelines WHERE execution_id = ?1"),
-                [execution_id],
-                from_row,
+            // One snapshot: the row and its steps as one writer left them.
+            let tx = c.transaction()?;
+            Ok(read_one(&tx, execution_id)?)
+        })
+    }
+
+    fn pipeline_version(&mut self, execution_id: &str) -> StoreResult<Option<i64>> {
+        self.with(|c| {
+            Ok(
+                c.prepare_cached("SELECT version FROM pipelines WHERE execution_id = ?1")?
+                    .query_row([execution_id], |r| r.get(0))
+                    .optional()?,
             )
-            .optional()?)
+        })
+    }
+
+    fn pipeline_refresh(&mut self, ex: &mut Execution) -> StoreResult<bool> {
+        self.with(|c| {
+            let tx = c.transaction()?;
+            type Scalars = (
+                String,
+                Option<String>,
+                Option<String>,
+                Option<String>,
+                String,
+                i64,
+                bool,
+                Option<i64>,
+            );
+            let row: Option<Scalars> = tx
+                .prepare_cached(
+                    "SELECT status, reason, runner, heartbeat_at, updated_at, version,
+                         steps_in_rows,
+                         (SELECT max(idx) FROM pipeline_steps WHERE execution_id = ?1)
+                     FROM pipelines WHERE execution_id = ?1",
+                )?
+                .query_row([&ex.execution_id], |r| {
+                    Ok((
+                        r.get(0)?,
+                        r.get(1)?,
+                        r.get(2)?,
+                        r.get(3)?,
+                        r.get(4)?,
+                        r.get(5)?,
+                        r.get(6)?,
+                        r.get(7)?,
+                    ))
+                })
+                .optional()?;
+            let Some((status, reason, runner, heartbeat_at, updated_at, version, in_rows, last)) =
+                row
+            else {
+                return Ok(false);
+            };
+            if version == ex.version {
+                return Ok(true);
+            }
+            let status = status.parse().ok();
+            let changed: Option<Vec<(usize, Step)>> = if in_rows {
+                let mut stmt = tx.prepare_cached(
+                    "SELECT idx, body FROM pipeline_steps
+                     WHERE execution_id = ?1 AND version > ?2 ORDER BY idx",
+                )?;
+                let rows = stmt.query_map(params![ex.execution_id, ex.version], |r| {
+                    Ok((r.get::<_, i64>(0)?, r.get::<_, String>(1)?))
+                })?;
+                let mut changed = Some(Vec::new());
+                for row in rows {
+                    let (idx, body) = row?;
+                    match (usize::try_from(idx), serde_json::from_str::<Step>(&body)) {
+                        (Ok(i), Ok(step)) => changed.get_or_insert_default().push((i, step)),
+                        // One that cannot be read: the whole row is read, and says why.
+                        _ => {
+                            changed = None;
+                            break;
+                        }
+                    }
+                }
+                changed
+            } else {
+                None
+            };
+            let len = last.map_or(0, |l| l as usize + 1);
+            match (status, changed) {
+                // Only what moved, onto what was read before: the steps written since, the
+                // count, and the row's own fields (the definition, vars, owner and workers
+                // never change once stored).
+                (Some(status), Some(changed))
+                    if changed.iter().all(|(i, _)| *i < len)
+                        && (ex.steps.len()..len).all(|i| changed.iter().any(|(j, _)| *j == i)) =>
+                {
+                    ex.steps.truncate(len);
+                    for (i, step) in changed {
+                        if i < ex.steps.len() {
+                            ex.steps[i] = step;
+                        } else {
+                            ex.steps.push(step);
+                        }
+                    }
+                    ex.status = status;
+                    ex.reason = reason;
+                    ex.runner = runner;
+                    ex.heartbeat_at = heartbeat_at;
+                    ex.updated_at = updated_at;
+                    ex.version = version;
+                    Ok(true)
+                }
+                // Anything else (a row that cannot be read, steps kept the old way): read
+                // it whole, as `pipeline` does.
+                _ => match read_one(&tx, &ex.execution_id)? {
+                    Some(whole) => {
+                        *ex = whole;
+                        Ok(true)
+                    }
+                    None => Ok(false),
+                },
+            }
         })
     }
 
     fn pipelines(&mut self, limit: usize) -> StoreResult<Vec<Execution>> {
         self.with(|c| {
-            let mut stmt = c.prepare(&format!(
-                "SELECT {COLUMNS} FROM pipelines ORDER BY created_at DESC, execution_id DESC LIMIT ?1"
-            ))?;
-            let rows = stmt.query_map([limit as i64], from_row)?;
-            Ok(rows.collect::<rusqlite::Result<Vec<_>>>()?)
+            let tx = c.transaction()?;
+            read_many(
+                &tx,
+                &format!(
+                    "SELECT {COLUMNS} FROM pipelines ORDER BY created_at DESC, execution_id DESC LIMIT ?1"
+                ),
+                limit,
+            )
         })
     }
 
     fn open_pipelines(&mut self, limit: usize) -> StoreResult<Vec<Execution>> {
         self.with(|c| {
-            let mut stmt = c.prepare(&format!(
-                "SELECT {COLUMNS} FROM pipelines
-                 WHERE status NOT IN ('completed', 'failed', 'cancelled')
-                 ORDER BY created_at, execution_id LIMIT ?1"
-            ))?;
-            let rows = stmt.query_map([limit as i64], from_row)?;
+            let tx = c.transaction()?;
+            let all = read_many(
+                &tx,
+                &format!(
+                    "SELECT {COLUMNS} FROM pipelines
+                     WHERE status NOT IN ('completed', 'failed', 'cancelled')
+                     ORDER BY created_at, execution_id LIMIT ?1"
+                ),
+                limit,
+            )?;
             // One whose row cannot be read reads as failed: not open.
-            let all = rows.collect::<rusqlite::Result<Vec<Execution>>>()?;
             Ok(all.into_iter().filter(|e| !e.is_final()).collect())
         })
     }
@@ -153,24 +399,11 @@ impl PipelineStore for SqliteStore {
     }
 
     fn pipeline_swap(&mut self, ex: &Execution) -> StoreResult<bool> {
-        self.write(|tx| {
-            let n = tx.execute(
-                "UPDATE pipelines SET steps = ?3, status = ?4, reason = ?5, runner = ?6,
-                     heartbeat_at = ?7, updated_at = ?8, version = version + 1
-                 WHERE execution_id = ?1 AND version = ?2",
-                params![
-                    ex.execution_id,
-                    ex.version,
-                    steps_json(&ex.steps),
-                    ex.status.as_str(),
-                    ex.reason,
-                    ex.runner,
-                    ex.heartbeat_at,
-                    crate::time::now_rfc3339(),
-                ],
-            )?;
-            Ok(n == 1)
-        })
+        self.write(|tx| swap_in(tx, None, ex, true))
+    }
+
+    fn pipeline_swap_from(&mut self, before: &[Step], ex: &Execution) -> StoreResult<bool> {
+        self.write(|tx| swap_in(tx, Some(before), ex, true))
     }
 }
 
@@ -191,13 +424,7 @@ pub(crate) fn deciders_refusal_in(
     let Some((exid, node, _)) = crate::pipeline::step_of(&run) else {
         return Ok(None);
     };
-    let ex = tx
-        .query_row(
-            &format!("SELECT {COLUMNS} FROM pipelines WHERE execution_id = ?1"),
-            [&exid],
-            from_row,
-        )
-        .optional()?;
+    let ex = read_one(tx, &exid)?;
     Ok(match ex {
         Some(ex) => crate::pipeline::deciders_refusal(&ex, &node, who),
         None => Some(format!(
@@ -224,33 +451,14 @@ pub(crate) fn decided_in(
     };
     // A row that cannot be read moves nothing here: the decision stands, and the runner
     // says what is wrong with the row.
-    let Ok(Some(ex)) = tx
-        .query_row(
-            &format!("SELECT {COLUMNS} FROM pipelines WHERE execution_id = ?1"),
-            [&exid],
-            from_row,
-        )
-        .optional()
-    else {
+    let Ok(Some(ex)) = read_one(tx, &exid) else {
         return Ok(Vec::new());
     };
     let Ok(Some(moved)) = crate::pipeline::decided(&ex, a, &node, iteration) else {
         return Ok(Vec::new());
     };
-    let n = tx.execute(
-        "UPDATE pipelines SET steps = ?3, status = ?4, reason = ?5, updated_at = ?6,
-             version = version + 1
-         WHERE execution_id = ?1 AND version = ?2",
-        params![
-            moved.execution_id,
-            moved.version,
-            steps_json(&moved.steps),
-            moved.status.as_str(),
-            moved.reason,
-            crate::time::now_rfc3339(),
-        ],
-    )?;
-    if n != 1 {
+    // Only the human step and what it made ready are written: the runner's own fields stay.
+    if !swap_in(tx, Some(&ex.steps), &moved, false)? {
         return Ok(Vec::new());
     }
     crate::store::sqlite::approvals::consume(tx, &a.approval_id, &run.tool_run_id, actor)?;
@@ -352,22 +560,43 @@ mod tests {
         let mut st = for_store(&paths).unwrap();
         assert!(st.pipeline_insert(&execution("EX-1")).unwrap());
         assert!(st.pipeline_insert(&execution("EX-2")).unwrap());
-        rusqlite::Connection::open(&paths.db)
-            .unwrap()
-            .execute(
-                "UPDATE pipelines SET steps = '[{\"node\": 7}' WHERE execution_id = 'EX-2'",
-                [],
-            )
-            .unwrap();
+        let mut three = execution("EX-3");
+        three.steps = steps(3);
+        assert!(st.pipeline_insert(&three).unwrap());
+        let mut known = st.pipeline("EX-3").unwrap().unwrap();
+        let c = rusqlite::Connection::open(&paths.db).unwrap();
+        // Steps kept the old way (a row no migration could move) and a step row.
+        c.execute(
+            "UPDATE pipelines SET steps = '[{\"node\": 7}', steps_in_rows = 0
+             WHERE execution_id = 'EX-2'",
+            [],
+        )
+        .unwrap();
+        c.execute(
+            "UPDATE pipeline_steps SET body = '{\"node\": 7}', version = version + 1
+             WHERE execution_id = 'EX-3' AND idx = 1",
+            [],
+        )
+        .unwrap();
+        c.execute(
+            "UPDATE pipelines SET version = version + 1 WHERE execution_id = 'EX-3'",
+            [],
+        )
+        .unwrap();
         let all = st.pipelines(10).unwrap();
-        assert_eq!(all.len(), 2, "the others are still listed");
-        let bad = st.pipeline("EX-2").unwrap().unwrap();
-        assert_eq!(bad.status, ExecutionState::Failed);
-        assert!(
-            bad.reason.as_deref().unwrap().contains("cannot be read"),
-            "{:?}",
-            bad.reason
-        );
+        assert_eq!(all.len(), 3, "the others are still listed");
+        for id in ["EX-2", "EX-3"] {
+            let bad = st.pipeline(id).unwrap().unwrap();
+            assert_eq!(bad.status, ExecutionState::Failed, "{id}");
+            assert!(
+                bad.reason.as_deref().unwrap().contains("cannot be read"),
+                "{id}: {:?}",
+                bad.reason
+            );
+        }
+        // One read before and brought up to date reads the same.
+        assert!(st.pipeline_refresh(&mut known).unwrap());
+        assert_eq!(known, st.pipeline("EX-3").unwrap().unwrap());
         let open: Vec<String> = st
             .open_pipelines(10)
             .unwrap()
@@ -375,5 +604,83 @@ mod tests {
             .map(|e| e.execution_id)
             .collect();
         assert_eq!(open, ["EX-1"]);
+    }
+
+    fn steps(n: usize) -> Vec<crate::pipeline::engine::Step> {
+        (0..n)
+            .map(|i| {
+                serde_json::from_value(serde_json::json!({
+                    "node": format!("s{i}"), "iteration": 0, "status": "completed",
+                    "exit_code": 0, "env": {"BUILD": format!("b{i}")}
+                }))
+                .unwrap()
+            })
+            .collect()
+    }
+
+    /// Issue 31: a step of a long execution writes its own row, not the execution's steps
+    /// again, and a runner that read it before reads only what was written since.
+    #[test]
+    fn a_long_executions_step_writes_and_reads_its_own_rows() {
+        let dir = tempfile::tempdir().unwrap();
+        let paths = StatePaths::at(dir.path().join("state"));
+        let mut st = for_store(&paths).unwrap();
+        let mut other = for_store(&paths).unwrap();
+        let mut ex = execution("EX-long");
+        ex.steps = steps(5000);
+        assert!(st.pipeline_insert(&ex).unwrap());
+        let read = st.pipeline("EX-long").unwrap().unwrap();
+        assert_eq!(read.steps, ex.steps);
+        let mut known = other.pipeline("EX-long").unwrap().unwrap();
+
+        // One step changes and one is added.
+        let mut moved = read.clone();
+        moved.steps[4321].status = crate::pipeline::engine::StepStatus::Failed;
+        moved.steps[4321].reason = Some("exit 1".into());
+        moved.steps.push(steps(5001).pop().unwrap());
+        assert!(st.pipeline_swap_from(&read.steps, &moved).unwrap());
+        let c = rusqlite::Connection::open(&paths.db).unwrap();
+        let written: Vec<i64> = c
+            .prepare(
+                "SELECT idx FROM pipeline_steps WHERE execution_id = 'EX-long' AND version = 2
+                 ORDER BY idx",
+            )
+            .unwrap()
+            .query_map([], |r| r.get(0))
+            .unwrap()
+            .map(Result::unwrap)
+            .collect();
+        assert_eq!(written, [4321, 5000], "only the steps that changed");
+        let kept: String = c
+            .query_row(
+                "SELECT steps FROM pipelines WHERE execution_id = 'EX-long'",
+                [],
+                |r| r.get(0),
+            )
+            .unwrap();
+        assert_eq!(kept, "[]", "the row holds no steps");
+
+        // Another process's copy, brought up to date, is the row as stored.
+        assert!(other.pipeline_refresh(&mut known).unwrap());
+        let now = st.pipeline("EX-long").unwrap().unwrap();
+        assert_eq!(known, now);
+        assert_eq!((now.version, now.steps.len()), (2, 5001));
+        assert_eq!(now.steps[4321].reason.as_deref(), Some("exit 1"));
+        // Unchanged: nothing to read; a stale writer loses, as before.
+        assert!(other.pipeline_refresh(&mut known).unwrap());
+        assert_eq!(known, now);
+        assert!(!st.pipeline_swap_from(&read.steps, &moved).unwrap());
+
+        // Fewer steps than before (a store written whole): the rest are gone.
+        let mut short = now.clone();
+        short.steps.truncate(10);
+        assert!(st.pipeline_swap(&short).unwrap());
+        assert!(other.pipeline_refresh(&mut known).unwrap());
+        assert_eq!(known.steps.len(), 10);
+        assert_eq!(known, st.pipeline("EX-long").unwrap().unwrap());
+        // Gone: refresh says so.
+        c.execute("DELETE FROM pipelines WHERE execution_id = 'EX-long'", [])
+            .unwrap();
+        assert!(!other.pipeline_refresh(&mut known).unwrap());
     }
 }

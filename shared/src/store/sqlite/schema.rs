@@ -221,6 +221,30 @@ const MIGRATIONS: &[&str] = &[
     ALTER TABLE approvals ADD COLUMN usable_at TEXT;
     CREATE INDEX approvals_held ON approvals(usable_at) WHERE usable_at IS NOT NULL;
     "#,
+    // v12: an execution's steps as rows (issue 31), one per step, each with the version of
+    // the execution that last wrote it: a step's write touches its own row, and a runner
+    // reads only the rows written since it last looked, however long the execution is.
+    // Rows whose `steps` column is a JSON array move there (`steps_in_rows`); one that is
+    // not keeps it, and still reads as the failed execution it was.
+    r#"
+    ALTER TABLE pipelines ADD COLUMN steps_in_rows INTEGER NOT NULL DEFAULT 0;
+    CREATE TABLE pipeline_steps (
+        execution_id TEXT NOT NULL,
+        idx          INTEGER NOT NULL,
+        version      INTEGER NOT NULL,
+        body         TEXT NOT NULL,
+        PRIMARY KEY (execution_id, idx)
+    ) WITHOUT ROWID;
+    CREATE INDEX pipeline_steps_version ON pipeline_steps(execution_id, version);
+    INSERT INTO pipeline_steps (execution_id, idx, version, body)
+        SELECT p.execution_id, CAST(j.key AS INTEGER), p.version, j.value
+        FROM pipelines p,
+             json_each(CASE WHEN json_valid(p.steps)
+                            THEN (CASE WHEN json_type(p.steps) = 'array' THEN p.steps ELSE '[]' END)
+                            ELSE '[]' END) j;
+    UPDATE pipelines SET steps = '[]', steps_in_rows = 1
+        WHERE CASE WHEN json_valid(steps) THEN json_type(steps) = 'array' ELSE 0 END;
+    "#,
 ];
 
 /// Columns a database may lack although its version says it has them (the first builds of
