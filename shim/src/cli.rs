@@ -86,6 +86,10 @@ pub struct Flags {
     /// State directory (env HEADLESS_RUN_HOME; default ~/.local/state/headless-run)
     #[arg(long, value_name = "DIR")]
     pub state_dir: Option<PathBuf>,
+    /// Run the tool in this directory, as `cd DIR && headless-run …` would (exit 125 when
+    /// it cannot be entered)
+    #[arg(short = 'C', long, value_name = "DIR")]
+    pub cwd: Option<PathBuf>,
     /// The tool and its arguments
     // Only an explicit `--` or the first word that is not an option starts the tool, so a
     // mistyped option (`--tiemout`) is a usage error, not a tool of that name.

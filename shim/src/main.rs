@@ -7,6 +7,7 @@ mod blocked;
 mod cli;
 mod conversation;
 mod event_fd;
+mod gate;
 mod group;
 mod interactive;
 mod notify;
@@ -48,6 +49,10 @@ fn main() -> ExitCode {
             == Some(hr_shared::tool_path::SHIM_NAME.as_ref())
     {
         return ExitCode::from(agent_hook::main(&args[1..]));
+    }
+    // A pipeline step's headless-run waits here until its runner has recorded its pid.
+    if !gate::pass() {
+        return ExitCode::from(hr_shared::pipeline::GATE_CLOSED);
     }
     ExitCode::from(run::main_with(args))
 }

@@ -359,3 +359,78 @@ edges:
     assert!(out.stderr.contains("5 errors"), "{}", out.stderr);
     assert!(!env.work().join("ran").exists());
 }
+
+/// A step's headless-run is started at a gate (`HEADLESS_RUN_GATE_FD`, a pipe) and starts
+/// its tool only once the runner says `g`: a gate that closes without it (a runner killed
+/// before the step's pid was kept) starts and records nothing and exits 125; a go starts
+/// the tool, which never sees the variable; a variable that names no pipe is no gate.
+#[test]
+fn a_steps_headless_run_starts_only_through_its_gate() {
+    let env = TestEnv::new();
+    let shim = bin("headless-run");
+    let gate = env.work().join("gate");
+    let made = env.command("mkfifo").arg(&gate).run();
+    made.expect_code(0);
+    // The writer opens the gate and closes it without a word.
+    let script = format!(
+        "(exec 4>gate; sleep 0.2) & HEADLESS_RUN_GATE_FD=3 {shim} -- touch ran 3<gate; echo \"exit $?\"",
+        shim = shim.display()
+    );
+    let closed = env.command("sh").args(["-c", &script]).run();
+    assert_eq!(closed.out().trim(), "exit 125", "{}", closed.stderr);
+    assert!(!env.work().join("ran").exists(), "the tool never started");
+    assert!(env.runs().is_empty(), "nothing recorded: {:?}", env.runs());
+
+    // Said go: the tool runs, without the variable.
+    let script = format!(
+        "(printf 'g\\n' > gate) & HEADLESS_RUN_GATE_FD=3 {shim} -- sh -c 'env > env.txt' 3<gate; echo \"exit $?\"",
+        shim = shim.display()
+    );
+    let open = env.command("sh").args(["-c", &script]).run();
+    assert_eq!(open.out().trim(), "exit 0", "{}", open.stderr);
+    let seen = std::fs::read_to_string(env.work().join("env.txt")).unwrap();
+    assert!(seen.contains("PATH="), "{seen}");
+    assert!(!seen.contains("HEADLESS_RUN_GATE_FD"), "{seen}");
+    assert_eq!(env.runs().len(), 1);
+
+    // Naming no pipe (a file, a descriptor not open, not a number): no gate.
+    let script = format!(
+        "HEADLESS_RUN_GATE_FD=3 {shim} -- true 3<gate.txt && HEADLESS_RUN_GATE_FD=9 {shim} -- true && HEADLESS_RUN_GATE_FD=x {shim} -- true; echo \"exit $?\"",
+        shim = shim.display()
+    );
+    std::fs::write(env.work().join("gate.txt"), "no").unwrap();
+    let none = env.command("sh").args(["-c", &script]).run();
+    assert_eq!(none.out().trim(), "exit 0", "{}", none.stderr);
+    assert_eq!(env.runs().len(), 4);
+}
+
+/// `--cwd DIR` (how a runner gives a step its directory): the tool runs there, and a
+/// directory that cannot be entered is refused (exit 125) before anything runs or is recorded.
+#[test]
+fn cwd_runs_the_tool_in_its_directory_and_refuses_one_that_is_not_there() {
+    let env = TestEnv::new();
+    let sub = env.work().join("sub dir");
+    std::fs::create_dir(&sub).unwrap();
+    let here = env.shim().args(["--cwd", "sub dir", "--", "pwd"]).run();
+    here.expect_code(0);
+    assert_eq!(
+        std::path::PathBuf::from(here.out().trim())
+            .canonicalize()
+            .unwrap(),
+        sub.canonicalize().unwrap()
+    );
+    let run = env.only_run();
+    assert_eq!(s(&run, "status"), "completed");
+    let gone = env
+        .shim()
+        .args(["-C", "nowhere", "--", "touch", "ran"])
+        .run();
+    gone.expect_code(125);
+    assert!(
+        gone.stderr.contains("cannot change to nowhere"),
+        "{}",
+        gone.stderr
+    );
+    assert!(!env.work().join("ran").exists());
+    assert_eq!(env.runs().len(), 1, "nothing more recorded");
+}
