@@ -5,7 +5,7 @@
 //! the row and carries on — a step whose headless-run still runs or has ended is adopted,
 //! never started again.
 
-use super::engine::{self, ExecutionStatus, Outcome, Step, StepRun, StepStatus};
+use super::engine::{self, ExecutionStatus, Outcome, Step, StepData, StepRun, StepStatus};
 use super::file::{Definition, Kind};
 use hr_shared::approvals::Approval;
 use hr_shared::config::OnExpire;
@@ -17,11 +17,12 @@ use hr_shared::status::{ApprovalStatus, RunStatus};
 use hr_shared::store::pipelines::{Execution, ExecutionState, PipelineStore};
 use hr_shared::store::{Asker, Cooperative, RunWrite, StoreError};
 use hr_shared::{fingerprint, id, proc, time};
-use std::collections::BTreeMap;
+use serde::Deserialize;
+use std::collections::{BTreeMap, HashMap};
 use std::os::fd::{AsRawFd, FromRawFd};
-use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// Why driving a pipeline stopped: its store failed (the store's error kept as it is), or
@@ -166,28 +167,80 @@ pub struct Driver {
     pinned: std::collections::HashSet<String>,
     /// Runs of cancelled human steps whose question was withdrawn.
     withdrawn: std::collections::HashSet<String>,
+    /// The executions it drives or runs steps of, as last read.
+    known: HashMap<String, Known>,
 }
 
-/// The store's row, read as the engine's types.
+/// The store's row, read as the engine's types (the definition and vars shared with the
+/// execution as this process knows it: they never change once stored).
+#[derive(Clone)]
 struct View {
     ex: Execution,
-    def: Definition,
-    vars: BTreeMap<String, String>,
-    steps: Vec<Step>,
+    /// The definition as stored (`ex.definition` is left empty).
+    raw: Arc<serde_json::Value>,
+    def: Arc<Definition>,
+    vars: Arc<BTreeMap<String, String>>,
+    /// The steps (`ex.steps` is left empty, but for the write), shared with the execution
+    /// as known here until changed (`Arc::make_mut`).
+    steps: Arc<Vec<Step>>,
 }
 
-fn view(ex: Execution) -> Result<View, RunError> {
-    let def: Definition = serde_json::from_value(ex.definition.clone())
+fn view(mut ex: Execution) -> Result<View, RunError> {
+    let raw = Arc::new(std::mem::take(&mut ex.definition));
+    let def = Definition::deserialize(raw.as_ref())
         .map_err(|e| format!("{}: its stored definition: {e}", ex.execution_id))?;
-    let vars = serde_json::from_value(ex.vars.clone())
+    let vars = BTreeMap::deserialize(&ex.vars)
         .map_err(|e| format!("{}: its stored vars: {e}", ex.execution_id))?;
-    let steps = ex.steps.clone();
+    let steps = Arc::new(std::mem::take(&mut ex.steps));
     Ok(View {
         ex,
-        def,
-        vars,
+        raw,
+        def: Arc::new(def),
+        vars: Arc::new(vars),
         steps,
     })
+}
+
+/// An execution as this process last read it ([`Driver::load`]): brought up to date by
+/// reading only what was written since (`PipelineStore::pipeline_refresh`), its definition
+/// and vars read once.
+struct Known {
+    /// Its definition and steps left empty (in `raw` and `steps`).
+    ex: Execution,
+    steps: Arc<Vec<Step>>,
+    raw: Arc<serde_json::Value>,
+    def: Arc<Definition>,
+    vars: Arc<BTreeMap<String, String>>,
+}
+
+impl Known {
+    fn of(v: &View) -> Known {
+        Known {
+            ex: v.ex.clone(),
+            steps: v.steps.clone(),
+            raw: v.raw.clone(),
+            def: v.def.clone(),
+            vars: v.vars.clone(),
+        }
+    }
+
+    fn view(&self) -> View {
+        View {
+            ex: self.ex.clone(),
+            raw: self.raw.clone(),
+            def: self.def.clone(),
+            vars: self.vars.clone(),
+            steps: self.steps.clone(),
+        }
+    }
+}
+
+/// The steps out of `steps`: taken when nothing else shares them, else copied.
+fn owned_steps(steps: &mut Arc<Vec<Step>>) -> Vec<Step> {
+    match Arc::get_mut(steps) {
+        Some(only) => std::mem::take(only),
+        None => steps.as_ref().clone(),
+    }
 }
 
 /// Where a step's result is kept: `STATE/pipelines/EX/NODE.ITERATION.ATTEMPT.json`.
@@ -241,6 +294,7 @@ impl Driver {
             trusted: Vec::new(),
             pinned: std::collections::HashSet::new(),
             withdrawn: std::collections::HashSet::new(),
+            known: HashMap::new(),
         }
     }
 
@@ -251,7 +305,7 @@ impl Driver {
         if self.pinned.contains(&v.ex.execution_id) {
             return None;
         }
-        let def = match Definition::from_stored(&v.ex.definition) {
+        let def = match Definition::from_stored(&v.raw) {
             Ok(def) => def,
             Err(e) => return Some(format!("its stored definition is refused: {e}")),
         };
@@ -296,12 +350,49 @@ impl Driver {
         }
     }
 
+    /// The execution as stored now. One read before is brought up to date with what was
+    /// written since (the whole row is read only the first time).
     fn load(&mut self, id: &str) -> Result<View, RunError> {
+        if let Some(k) = self.known.get_mut(id) {
+            // Nothing written since: nothing to read.
+            if self.store.pipeline_version(id)? == Some(k.ex.version) {
+                return Ok(k.view());
+            }
+            k.ex.steps = owned_steps(&mut k.steps);
+            let found = self.store.pipeline_refresh(&mut k.ex);
+            k.steps = Arc::new(std::mem::take(&mut k.ex.steps));
+            if !found? {
+                self.known.remove(id);
+                return Err(RunError::Unknown(format!("no pipeline execution {id}")));
+            }
+            // Read whole again (a store that keeps no rows of steps, a row that cannot be
+            // read): its definition is back in the row.
+            if !k.ex.definition.is_null() {
+                let mut k = self.known.remove(id).expect("just found");
+                k.ex.steps = owned_steps(&mut k.steps);
+                return self.known_as(view(k.ex)?);
+            }
+            let v = k.view();
+            if v.ex.is_final() {
+                self.known.remove(id);
+            }
+            return Ok(v);
+        }
         let ex = self
             .store
             .pipeline(id)?
             .ok_or_else(|| RunError::Unknown(format!("no pipeline execution {id}")))?;
-        view(ex)
+        self.known_as(view(ex)?)
+    }
+
+    /// Keeps `v` as the execution known here (while it has not ended).
+    fn known_as(&mut self, v: View) -> Result<View, RunError> {
+        if v.ex.is_final() {
+            self.known.remove(&v.ex.execution_id);
+        } else {
+            self.known.insert(v.ex.execution_id.clone(), Known::of(&v));
+        }
+        Ok(v)
     }
 
     /// Reads, changes and writes the row until the write lands (another writer moved it:
@@ -333,15 +424,28 @@ impl Driver {
             if !change(&mut v)? {
                 return Ok(v);
             }
-            v.ex.steps = v.steps.clone();
             hr_shared::pipeline::settle_status(&mut v.ex, &v.def, &v.steps);
             // The runner's heartbeat is its own: a label worker's writes do not keep a dead
             // runner looking alive.
             if !self.worker_mode {
                 v.ex.heartbeat_at = Some(time::now_rfc3339());
             }
-            if self.store.pipeline_swap(&v.ex)? {
+            // Only what changed since the read is written (the steps as read are known).
+            v.ex.steps = owned_steps(&mut v.steps);
+            let before = self
+                .known
+                .get(id)
+                .filter(|k| k.ex.version == v.ex.version)
+                .map(|k| k.steps.clone());
+            let landed = match &before {
+                Some(before) => self.store.pipeline_swap_from(before, &v.ex),
+                None => self.store.pipeline_swap(&v.ex),
+            };
+            v.steps = Arc::new(std::mem::take(&mut v.ex.steps));
+            if landed? {
                 v.ex.version += 1;
+                // What was written is what is known now: the next read has nothing to read.
+                let _ = self.known_as(v.clone());
                 return Ok(v);
             }
         }
@@ -429,7 +533,14 @@ impl Driver {
             {
                 return Ok(false);
             }
-            v.steps = engine::advance(&v.def, &v.vars, &v.steps, node, iteration, outcome.clone())?;
+            v.steps = Arc::new(engine::advance(
+                &v.def,
+                &v.vars,
+                &v.steps,
+                node,
+                iteration,
+                outcome.clone(),
+            )?);
             Ok(true)
         })?;
         Ok(())
@@ -447,10 +558,10 @@ impl Driver {
     ) -> Result<(), RunError> {
         let me = self.me.clone();
         self.update(id, |v| {
-            let Some(t) = v
-                .steps
+            let Some(t) = Arc::make_mut(&mut v.steps)
                 .iter_mut()
                 .find(|s| s.node == node && s.iteration == iteration)
+                .map(|s| &mut **s)
             else {
                 return Ok(false);
             };
@@ -824,7 +935,7 @@ impl Driver {
             let code = status
                 .code()
                 .unwrap_or_else(|| 128 + status.signal().unwrap_or(0));
-            let probe = Step {
+            let probe = Step::from(StepData {
                 node: s.node.clone(),
                 iteration: s.iteration,
                 status: StepStatus::Running,
@@ -836,7 +947,7 @@ impl Driver {
                 reason: None,
                 run: None,
                 late_for: None,
-            };
+            });
             let id = s.execution.clone();
             let result = read_result(&result_file(&self.paths, &id, &probe));
             crash_point("after-exit");
@@ -1071,9 +1182,11 @@ impl Driver {
                 .map_err(|e| format!("cannot make {}: {e}", dir.display()))?;
         }
         let _ = std::fs::remove_file(&result);
-        // The step's headless-run waits at a pipe until its pid is in the store: killed
-        // before that, the runner leaves no headless-run behind (the pipe's end closes,
-        // it exits without starting), so a resume that finds no pid may start the step.
+        // The step's headless-run waits at a pipe until its pid is in the store
+        // (`hr_shared::pipeline::ENV_GATE_FD`): killed before that, the runner leaves no
+        // headless-run behind (the pipe's end closes, it exits without starting), so a
+        // resume that finds no pid may start the step. Started directly (no shell, no
+        // `pre_exec`: the cheap way to start a process), it keeps its pid and start time.
         let mut fds = [0; 2];
         // SAFETY: fds has room for the two descriptors pipe2 writes.
         if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
@@ -1086,31 +1199,14 @@ impl Driver {
                 std::os::fd::OwnedFd::from_raw_fd(fds[1]),
             )
         };
-        let r_fd = gate_r.as_raw_fd();
-        // A shell holds it (reading the pipe on descriptor 3), then becomes the headless-run
-        // (same pid, same start time) with `exec`.
-        let mut cmd = Command::new("/bin/sh");
-        cmd.args([
-            "-c",
-            "IFS= read -r go <&3 && [ \"$go\" = g ] || exit 125; exec 3<&-; exec \"$@\"",
-            "headless-run",
-        ])
-        .arg(&self.shim);
-        // SAFETY: between fork and exec only async-signal-safe calls (dup2, fcntl). The
-        // pipe's write end is close-on-exec: the shell never holds it.
-        unsafe {
-            cmd.pre_exec(move || {
-                let ok = if r_fd == 3 {
-                    libc::fcntl(3, libc::F_SETFD, 0)
-                } else {
-                    libc::dup2(r_fd, 3)
-                };
-                if ok < 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
-                Ok(())
-            });
-        }
+        // The read end alone is inherited (the runner starts one step at a time; it is
+        // closed here right after the start). SAFETY: a flag of a descriptor we own.
+        unsafe { libc::fcntl(gate_r.as_raw_fd(), libc::F_SETFD, 0) };
+        let mut cmd = Command::new(&self.shim);
+        cmd.env(
+            hr_shared::pipeline::ENV_GATE_FD,
+            gate_r.as_raw_fd().to_string(),
+        );
         if let Some(t) = &run.timeout {
             cmd.args(["--timeout", t]);
         }
@@ -1118,17 +1214,20 @@ impl Driver {
             cmd.args(["--stall-timeout", t]);
         }
         cmd.args(["--on-prompt", run.on_prompt.as_deref().unwrap_or("wait")]);
-        cmd.arg("--").args(run.command.argv());
         // The directory the pipeline was started in, whoever resumes it from wherever; a
         // label worker on a host without it uses its own.
         let mut base = PathBuf::from(&v.ex.dir);
         if self.worker_mode && !base.is_dir() {
             base = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("/"));
         }
-        cmd.current_dir(match &run.cwd {
+        // Given to headless-run rather than set here: a command with a directory to change
+        // to is started by fork (whose cost grows with this process's memory), one without
+        // by the cheaper posix_spawn.
+        cmd.arg("--cwd").arg(match &run.cwd {
             Some(dir) => base.join(dir),
             None => base,
         });
+        cmd.arg("--").args(run.command.argv());
         cmd.envs(
             v.vars
                 .iter()
@@ -1311,7 +1410,7 @@ impl Driver {
             {
                 return Ok(false);
             }
-            w.steps = engine::advance(
+            w.steps = Arc::new(engine::advance(
                 &w.def,
                 &w.vars,
                 &w.steps,
@@ -1320,7 +1419,7 @@ impl Driver {
                 Outcome::Refused {
                     reason: why.clone(),
                 },
-            )?;
+            )?);
             Ok(true)
         })?;
         Ok(())
@@ -1503,11 +1602,9 @@ impl Driver {
                             .close_step_run(run, None, change, &proc::current_user());
                     }
                     self.update(id, |w| {
-                        if let Some(t) = w.steps.iter_mut().find(|t| {
-                            t.node == s.node
-                                && t.iteration == s.iteration
-                                && t.status == StepStatus::WaitingApproval
-                        }) {
+                        if let Some(t) = step_mut(&mut w.steps, &s)
+                            .filter(|t| t.status == StepStatus::WaitingApproval)
+                        {
                             t.status = StepStatus::Ready;
                             t.run = None;
                             return Ok(true);
@@ -1652,10 +1749,10 @@ impl LabelWorker {
                     if w.ex.is_final() {
                         return Ok(false);
                     }
-                    let Some(t) = w
-                        .steps
+                    let Some(t) = Arc::make_mut(&mut w.steps)
                         .iter_mut()
                         .find(|t| t.node == *node && t.iteration == *iteration)
+                        .map(|t| &mut **t)
                     else {
                         return Ok(false);
                     };
@@ -1753,10 +1850,12 @@ fn crash_point(point: &str) {
 fn crash_point(_point: &str) {}
 
 /// The visit `s` names, among `steps`.
-fn step_mut<'a>(steps: &'a mut [Step], s: &Step) -> Option<&'a mut Step> {
-    steps
-        .iter_mut()
-        .find(|t| t.node == s.node && t.iteration == s.iteration)
+/// The visit `s` names, to change (copied first when shared, and only it).
+fn step_mut<'a>(steps: &'a mut Arc<Vec<Step>>, s: &Step) -> Option<&'a mut StepData> {
+    let i = steps
+        .iter()
+        .position(|t| t.node == s.node && t.iteration == s.iteration)?;
+    Arc::make_mut(steps).get_mut(i).map(|t| &mut **t)
 }
 
 /// An outcome as a worker's report reads.

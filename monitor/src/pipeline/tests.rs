@@ -223,7 +223,7 @@ fn a_subgraph_is_inlined_between_its_neighbours() {
 // ------------------------------------------------------------------------------------------
 // The engine.
 
-use super::engine::{self, ExecutionStatus, Outcome, Step, StepStatus};
+use super::engine::{self, ExecutionStatus, Outcome, Step, StepData, StepStatus};
 use std::collections::BTreeMap;
 
 /// Plays a runner: runs every ready task or gate with the exit code `code(node, run)`
@@ -462,7 +462,7 @@ fn an_outcome_for_a_settled_step_is_refused() {
 #[test]
 fn conditions_compare_numbers_strings_and_missing_fields() {
     use super::file::{Condition, Operator};
-    let mut s = Step {
+    let mut s = Step::from(StepData {
         node: "t".into(),
         iteration: 0,
         status: StepStatus::Completed,
@@ -474,7 +474,7 @@ fn conditions_compare_numbers_strings_and_missing_fields() {
         reason: None,
         run: None,
         late_for: None,
-    };
+    });
     let vars = BTreeMap::from([("env".to_string(), "prod".to_string())]);
     let holds = |field: &str, op: Operator, value: serde_json::Value, s: &Step| {
         engine::evaluate(
@@ -787,7 +787,7 @@ fn status_of(steps: &[Step], node: &str) -> StepStatus {
 #[test]
 fn the_comparison_list_and_text_operators() {
     use super::file::{Condition, Operator};
-    let s = Step {
+    let s = Step::from(StepData {
         node: "t".into(),
         iteration: 0,
         status: StepStatus::Completed,
@@ -799,7 +799,7 @@ fn the_comparison_list_and_text_operators() {
         reason: None,
         run: None,
         late_for: None,
-    };
+    });
     let vars = BTreeMap::new();
     let holds = |field: &str, operator: Operator, value: serde_json::Value| {
         engine::evaluate(

@@ -13,6 +13,7 @@ use super::file::{
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
@@ -55,10 +56,84 @@ impl StepStatus {
     }
 }
 
+/// One visit of a node: its fields ([`StepData`]) behind a shared pointer, so that a
+/// copy of an execution's steps costs a count per step, and a change copies only the step
+/// it changes (`DerefMut`), however long the execution is (issue 31).
+#[derive(Clone)]
+pub struct Step(Arc<StepData>);
+
+impl std::ops::Deref for Step {
+    type Target = StepData;
+
+    fn deref(&self) -> &StepData {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for Step {
+    fn deref_mut(&mut self) -> &mut StepData {
+        Arc::make_mut(&mut self.0)
+    }
+}
+
+impl From<StepData> for Step {
+    fn from(data: StepData) -> Step {
+        Step(Arc::new(data))
+    }
+}
+
+impl PartialEq for Step {
+    fn eq(&self, other: &Step) -> bool {
+        Arc::ptr_eq(&self.0, &other.0) || self.0 == other.0
+    }
+}
+
+impl std::fmt::Debug for Step {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+impl Serialize for Step {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        self.0.serialize(s)
+    }
+}
+
+impl<'de> Deserialize<'de> for Step {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Step, D::Error> {
+        StepData::deserialize(d).map(Step::from)
+    }
+}
+
+#[cfg(feature = "openapi")]
+impl utoipa::PartialSchema for Step {
+    fn schema() -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {
+        <StepData as utoipa::PartialSchema>::schema()
+    }
+}
+
+#[cfg(feature = "openapi")]
+impl utoipa::ToSchema for Step {
+    fn name() -> std::borrow::Cow<'static, str> {
+        <StepData as utoipa::ToSchema>::name()
+    }
+
+    fn schemas(
+        schemas: &mut Vec<(
+            String,
+            utoipa::openapi::RefOr<utoipa::openapi::schema::Schema>,
+        )>,
+    ) {
+        <StepData as utoipa::ToSchema>::schemas(schemas)
+    }
+}
+
 /// One visit of a node.
+// (The fields of a [`Step`], which shares them.)
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
-pub struct Step {
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema), schema(as = Step))]
+pub struct StepData {
     pub node: String,
     pub iteration: u32,
     pub status: StepStatus,
@@ -126,7 +201,7 @@ pub struct StepRun {
 
 impl Step {
     fn new(node: &str, iteration: u32, status: StepStatus) -> Step {
-        Step {
+        Step::from(StepData {
             node: node.to_owned(),
             iteration,
             status,
@@ -138,7 +213,7 @@ impl Step {
             reason: None,
             run: None,
             late_for: None,
-        }
+        })
     }
 }
 
