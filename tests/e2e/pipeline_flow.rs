@@ -434,3 +434,59 @@ fn cwd_runs_the_tool_in_its_directory_and_refuses_one_that_is_not_there() {
     assert!(!env.work().join("ran").exists());
     assert_eq!(env.runs().len(), 1, "nothing more recorded");
 }
+
+/// Issue 31: a long execution's steps are rows of their own, each written when it changes,
+/// not the execution's steps again with every write: after 40 rounds of a loop, the first
+/// step's row is as it was written when that step ended, long before the end, and the
+/// execution's own row holds no steps. Every row reads back as `pipeline status` shows it.
+#[test]
+fn a_long_loops_steps_are_rows_each_written_when_it_changes() {
+    let env = TestEnv::new();
+    let f = write(
+        &env,
+        "loop.yaml",
+        "nodes:\n  - { id: work, kind: task, command: [\"true\"] }\n  - id: again\n    kind: branch\n    condition: { field: steps.work.exit_code, operator: equals, value: 0 }\n    on_true: work\n    on_false: done\n    max_iterations: 39\n    on_max_iterations_reached: done\n  - { id: done, kind: task, command: [\"true\"] }\nedges:\n  - { from: work, to: again }\n",
+    );
+    run(&env, &f, "EX-long").wait().expect_code(0);
+    let st = status(&env, "EX-long");
+    assert_eq!(st["status"], "completed", "{st}");
+    let steps = st["steps"].as_array().unwrap();
+    // 40 visits of `work` and of `again`, then `done`.
+    assert_eq!(steps.len(), 81, "{st}");
+    let db = env.raw_db();
+    let (version, kept): (i64, String) = db
+        .query_row(
+            "SELECT version, steps FROM pipelines WHERE execution_id = 'EX-long'",
+            [],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )
+        .unwrap();
+    assert_eq!(kept, "[]", "the execution's row holds no steps");
+    let rows: Vec<(i64, i64, String)> = db
+        .prepare(
+            "SELECT idx, version, body FROM pipeline_steps WHERE execution_id = 'EX-long'
+             ORDER BY idx",
+        )
+        .unwrap()
+        .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+        .unwrap()
+        .map(Result::unwrap)
+        .collect();
+    assert_eq!(rows.len(), steps.len());
+    for ((idx, _, body), shown) in rows.iter().zip(steps) {
+        let body: Value = serde_json::from_str(body).unwrap();
+        assert_eq!(&body, shown, "step {idx}");
+    }
+    // Three writes a run of `work` (started, its pid, its end) and more: the execution
+    // moved well past a hundred versions; the first step's row stopped at its end.
+    assert!(version > 100, "{version}");
+    assert!(
+        rows[0].1 < 10,
+        "the first step was written again: {:?}",
+        rows[0]
+    );
+    assert!(
+        rows.iter().all(|(_, v, _)| *v <= version),
+        "no row is newer than its execution"
+    );
+}

@@ -421,6 +421,8 @@ impl Driver {
                 )
                 .into());
             }
+            // The steps as read (shared, not copied): only what the change changes is written.
+            let before = v.steps.clone();
             if !change(&mut v)? {
                 return Ok(v);
             }
@@ -430,17 +432,8 @@ impl Driver {
             if !self.worker_mode {
                 v.ex.heartbeat_at = Some(time::now_rfc3339());
             }
-            // Only what changed since the read is written (the steps as read are known).
             v.ex.steps = owned_steps(&mut v.steps);
-            let before = self
-                .known
-                .get(id)
-                .filter(|k| k.ex.version == v.ex.version)
-                .map(|k| k.steps.clone());
-            let landed = match &before {
-                Some(before) => self.store.pipeline_swap_from(before, &v.ex),
-                None => self.store.pipeline_swap(&v.ex),
-            };
+            let landed = self.store.pipeline_swap_from(&before, &v.ex);
             v.steps = Arc::new(std::mem::take(&mut v.ex.steps));
             if landed? {
                 v.ex.version += 1;
