@@ -13,7 +13,7 @@ use crate::store::StoreResult;
 use crate::store::pipelines::{Execution, PipelineStore};
 use rusqlite::{Connection, OptionalExtension, params};
 
-const COLUMNS: &str = "execution_id, name, file, dir, definition, vars, steps, status, \
+const COLUMNS: &str = "execution_id, name, file, dir, definition, vars, steps_json, status, \
     reason, runner, heartbeat_at, created_at, updated_at, version, owner, uid, \
     definition_digest, workers, steps_in_rows";
 
@@ -142,11 +142,11 @@ fn swap_in(
     runner: bool,
 ) -> StoreResult<bool> {
     let sql = if runner {
-        "UPDATE pipelines SET steps = '[]', steps_in_rows = 1, status = ?3, reason = ?4,
+        "UPDATE pipelines SET steps_json = '[]', steps_in_rows = 1, status = ?3, reason = ?4,
              updated_at = ?5, runner = ?6, heartbeat_at = ?7, version = version + 1
          WHERE execution_id = ?1 AND version = ?2"
     } else {
-        "UPDATE pipelines SET steps = '[]', steps_in_rows = 1, status = ?3, reason = ?4,
+        "UPDATE pipelines SET steps_json = '[]', steps_in_rows = 1, status = ?3, reason = ?4,
              updated_at = ?5, version = version + 1
          WHERE execution_id = ?1 AND version = ?2"
     };
@@ -248,12 +248,15 @@ impl PipelineStore for SqliteStore {
                 String,
                 i64,
                 bool,
+                bool,
                 Option<i64>,
             );
             let row: Option<Scalars> = tx
                 .prepare_cached(
                     "SELECT status, reason, runner, heartbeat_at, updated_at, version,
                          steps_in_rows,
+                         (SELECT max(idx) + 1 = count(*) FROM pipeline_steps
+                          WHERE execution_id = ?1) IS NOT 0,
                          (SELECT max(idx) FROM pipeline_steps WHERE execution_id = ?1)
                      FROM pipelines WHERE execution_id = ?1",
                 )?
@@ -267,17 +270,30 @@ impl PipelineStore for SqliteStore {
                         r.get(5)?,
                         r.get(6)?,
                         r.get(7)?,
+                        r.get(8)?,
                     ))
                 })
                 .optional()?;
-            let Some((status, reason, runner, heartbeat_at, updated_at, version, in_rows, last)) =
-                row
+            let Some((
+                status,
+                reason,
+                runner,
+                heartbeat_at,
+                updated_at,
+                version,
+                in_rows,
+                no_gaps,
+                last,
+            )) = row
             else {
                 return Ok(false);
             };
             if version == ex.version {
                 return Ok(true);
             }
+            // Only a row moved on from the one read is brought up to date from its rows (not
+            // one made anew with a lower version, nor rows with a gap).
+            let in_rows = in_rows && no_gaps && version > ex.version;
             let status = status.parse().ok();
             let changed: Option<Vec<(usize, Step)>> = if in_rows {
                 let mut stmt = tx.prepare_cached(
@@ -567,7 +583,7 @@ mod tests {
         let c = rusqlite::Connection::open(&paths.db).unwrap();
         // Steps kept the old way (a row no migration could move) and a step row.
         c.execute(
-            "UPDATE pipelines SET steps = '[{\"node\": 7}', steps_in_rows = 0
+            "UPDATE pipelines SET steps_json = '[{\"node\": 7}', steps_in_rows = 0
              WHERE execution_id = 'EX-2'",
             [],
         )
@@ -653,7 +669,7 @@ mod tests {
         assert_eq!(written, [4321, 5000], "only the steps that changed");
         let kept: String = c
             .query_row(
-                "SELECT steps FROM pipelines WHERE execution_id = 'EX-long'",
+                "SELECT steps_json FROM pipelines WHERE execution_id = 'EX-long'",
                 [],
                 |r| r.get(0),
             )

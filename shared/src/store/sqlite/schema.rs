@@ -225,7 +225,10 @@ const MIGRATIONS: &[&str] = &[
     // the execution that last wrote it: a step's write touches its own row, and a runner
     // reads only the rows written since it last looked, however long the execution is.
     // Rows whose `steps` column is a JSON array move there (`steps_in_rows`); one that is
-    // not keeps it, and still reads as the failed execution it was.
+    // not keeps it, and still reads as the failed execution it was; an element that is no
+    // object moves as `null`, which reads so too. The column is renamed `steps_json`: a
+    // build from before this version, still running while the database is migrated, fails
+    // on it ("no such column") instead of reading an execution with no steps as completed.
     r#"
     ALTER TABLE pipelines ADD COLUMN steps_in_rows INTEGER NOT NULL DEFAULT 0;
     CREATE TABLE pipeline_steps (
@@ -237,13 +240,15 @@ const MIGRATIONS: &[&str] = &[
     ) WITHOUT ROWID;
     CREATE INDEX pipeline_steps_version ON pipeline_steps(execution_id, version);
     INSERT INTO pipeline_steps (execution_id, idx, version, body)
-        SELECT p.execution_id, CAST(j.key AS INTEGER), p.version, j.value
+        SELECT p.execution_id, CAST(j.key AS INTEGER), p.version,
+               CASE WHEN j.type = 'object' THEN j.value ELSE 'null' END
         FROM pipelines p,
              json_each(CASE WHEN json_valid(p.steps)
                             THEN (CASE WHEN json_type(p.steps) = 'array' THEN p.steps ELSE '[]' END)
                             ELSE '[]' END) j;
     UPDATE pipelines SET steps = '[]', steps_in_rows = 1
         WHERE CASE WHEN json_valid(steps) THEN json_type(steps) = 'array' ELSE 0 END;
+    ALTER TABLE pipelines RENAME COLUMN steps TO steps_json;
     "#,
 ];
 
@@ -637,6 +642,79 @@ pub(crate) fn journal_mode(conn: &Connection) -> Result<String> {
 mod tests {
     use super::*;
     use std::os::unix::fs::MetadataExt;
+
+    /// v12 moves steps into rows: an array's objects move; an element that is no object
+    /// (null, a string) moves as `null`, which reads as a step that cannot be read (the
+    /// migration never fails on it); a column that is no array stays where it was.
+    #[test]
+    fn v12_moves_the_steps_that_can_move_and_fails_on_none() {
+        let conn = Connection::open_in_memory().unwrap();
+        for m in &MIGRATIONS[..11] {
+            conn.execute_batch(m).unwrap();
+        }
+        for (id, steps) in [
+            (
+                "EX-ok",
+                r#"[{"node":"a","iteration":0,"status":"completed"},{"node":"b","iteration":0,"status":"ready"}]"#,
+            ),
+            (
+                "EX-odd",
+                r#"[null, "{\"node\":\"x\"}", {"node":"c","iteration":0,"status":"ready"}]"#,
+            ),
+            ("EX-object", "{}"),
+            ("EX-broken", "[{"),
+            ("EX-empty", "[]"),
+        ] {
+            conn.execute(
+                "INSERT INTO pipelines (execution_id, name, dir, definition, vars, steps, status,
+                     created_at, updated_at, version)
+                 VALUES (?1, 'p', '/w', '{}', '{}', ?2, 'running', 't', 't', 7)",
+                [id, steps],
+            )
+            .unwrap();
+        }
+        conn.execute_batch(MIGRATIONS[11]).unwrap();
+        let rows = |id: &str| -> Vec<(i64, i64, String)> {
+            conn.prepare("SELECT idx, version, body FROM pipeline_steps WHERE execution_id = ?1 ORDER BY idx")
+                .unwrap()
+                .query_map([id], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+                .unwrap()
+                .map(Result::unwrap)
+                .collect()
+        };
+        let ok = rows("EX-ok");
+        assert_eq!(ok.len(), 2);
+        assert_eq!((ok[1].0, ok[1].1), (1, 7), "at the execution's version");
+        assert!(ok[1].2.contains(r#""node":"b""#), "{ok:?}");
+        let odd = rows("EX-odd");
+        assert_eq!(
+            odd.iter().map(|r| r.2.as_str()).collect::<Vec<_>>()[..2],
+            ["null", "null"]
+        );
+        assert!(odd[2].2.contains(r#""node":"c""#));
+        for id in ["EX-object", "EX-broken", "EX-empty"] {
+            assert!(rows(id).is_empty(), "{id}");
+        }
+        let kept: Vec<(String, String, bool)> = conn
+            .prepare("SELECT execution_id, steps_json, steps_in_rows FROM pipelines ORDER BY execution_id")
+            .unwrap()
+            .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+            .unwrap()
+            .map(Result::unwrap)
+            .collect();
+        assert_eq!(
+            kept,
+            [
+                ("EX-broken".to_string(), "[{".to_string(), false),
+                ("EX-empty".into(), "[]".into(), true),
+                ("EX-object".into(), "{}".into(), false),
+                ("EX-odd".into(), "[]".into(), true),
+                ("EX-ok".into(), "[]".into(), true),
+            ]
+        );
+        // A build from before v12 fails on the renamed column instead of misreading it.
+        assert!(conn.prepare("SELECT steps FROM pipelines").is_err());
+    }
 
     #[test]
     fn creates_private_wal_database_at_latest_version() {
