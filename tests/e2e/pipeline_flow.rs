@@ -383,7 +383,7 @@ fn a_steps_headless_run_starts_only_through_its_gate() {
 
     // Said go: the tool runs, without the variable.
     let script = format!(
-        "(printf 'g\\n' > gate) & HEADLESS_RUN_GATE_FD=3 {shim} -- sh -c 'env > env.txt' 3<gate; echo \"exit $?\"",
+        "(printf 'g\\n' > gate) & HEADLESS_RUN_GATE_FD=3 {shim} -- sh -c 'env > env.txt; ls -l /proc/$$/fd > fds.txt' 3<gate; echo \"exit $?\"",
         shim = shim.display()
     );
     let open = env.command("sh").args(["-c", &script]).run();
@@ -391,6 +391,12 @@ fn a_steps_headless_run_starts_only_through_its_gate() {
     let seen = std::fs::read_to_string(env.work().join("env.txt")).unwrap();
     assert!(seen.contains("PATH="), "{seen}");
     assert!(!seen.contains("HEADLESS_RUN_GATE_FD"), "{seen}");
+    let fds = std::fs::read_to_string(env.work().join("fds.txt")).unwrap();
+    assert!(fds.contains("/dev/"), "{fds}");
+    assert!(
+        !fds.contains("/gate"),
+        "the gate is closed before the tool: {fds}"
+    );
     assert_eq!(env.runs().len(), 1);
 
     // Naming no pipe (a file, a descriptor not open, not a number): no gate.
@@ -456,7 +462,7 @@ fn a_long_loops_steps_are_rows_each_written_when_it_changes() {
     let db = env.raw_db();
     let (version, kept): (i64, String) = db
         .query_row(
-            "SELECT version, steps FROM pipelines WHERE execution_id = 'EX-long'",
+            "SELECT version, steps_json FROM pipelines WHERE execution_id = 'EX-long'",
             [],
             |r| Ok((r.get(0)?, r.get(1)?)),
         )

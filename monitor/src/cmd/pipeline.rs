@@ -464,8 +464,10 @@ fn cancel(ctx: &Ctx, exid: &str, reason: Option<&str>, json: bool) -> CliResult 
                 ex.status
             )));
         }
+        // Only the steps the cancel changes are written.
+        let before = ex.steps.clone();
         ex.cancel(&why);
-        if st.pipeline_swap(&ex)? {
+        if st.pipeline_swap_from(&before, &ex)? {
             break;
         }
         ex = st

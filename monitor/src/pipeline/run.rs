@@ -252,7 +252,8 @@ fn result_file(paths: &StatePaths, ex: &str, s: &Step) -> PathBuf {
         .join(format!("{}.{}.{}.json", s.node, s.iteration, s.attempt))
 }
 
-/// The largest result kept (it travels in the execution's row with every write).
+/// The largest result kept (it travels in its step's row, and on PostgreSQL in the
+/// execution's row with every write).
 const MAX_RESULT: u64 = 64 * 1024;
 
 fn read_result(path: &std::path::Path) -> Option<serde_json::Value> {
@@ -1194,12 +1195,14 @@ impl Driver {
         };
         // The read end alone is inherited (the runner starts one step at a time; it is
         // closed here right after the start). SAFETY: a flag of a descriptor we own.
-        unsafe { libc::fcntl(gate_r.as_raw_fd(), libc::F_SETFD, 0) };
+        if unsafe { libc::fcntl(gate_r.as_raw_fd(), libc::F_SETFD, 0) } != 0 {
+            return Err(format!(
+                "cannot pass the step its gate: {}",
+                std::io::Error::last_os_error()
+            )
+            .into());
+        }
         let mut cmd = Command::new(&self.shim);
-        cmd.env(
-            hr_shared::pipeline::ENV_GATE_FD,
-            gate_r.as_raw_fd().to_string(),
-        );
         if let Some(t) = &run.timeout {
             cmd.args(["--timeout", t]);
         }
@@ -1229,6 +1232,11 @@ impl Driver {
         .envs(&run.env)
         .envs(s.env.iter().filter(|(k, _)| v.def.allows_env(&s.node, k)))
         .env(hr_shared::mode::ENV_EXECUTION_ID, id)
+        // Set after the node's own `env`, which cannot name the gate away.
+        .env(
+            hr_shared::pipeline::ENV_GATE_FD,
+            gate_r.as_raw_fd().to_string(),
+        )
         .env(hr_shared::event::ENV_RESULT_FILE, &result)
         .env(
             hr_shared::event::ENV_PIPELINE_STEP,
@@ -1241,7 +1249,9 @@ impl Driver {
             s.node,
             hr_shared::shell::words(&run.command.argv())
         ));
-        let child = match cmd.spawn() {
+        let spawned = cmd.spawn();
+        drop(gate_r);
+        let child = match spawned {
             Ok(c) => c,
             Err(e) => {
                 self.say(format!(
@@ -1260,7 +1270,6 @@ impl Driver {
                 );
             }
         };
-        drop(gate_r);
         let pid = child.id() as i32;
         let pid_start = proc::read_stat(pid).map(|st| st.start_time);
         self.started.push(Started {
@@ -1768,6 +1777,11 @@ impl LabelWorker {
         if beat {
             self.beat = Instant::now();
         }
+        // Only the executions with a step running here stay known: a long-lived worker
+        // keeps no copy of those it is done with.
+        let running = &d.started;
+        d.known
+            .retain(|id, _| running.iter().any(|s| s.execution == *id));
         if !claim {
             return Ok(());
         }
@@ -1842,7 +1856,6 @@ fn crash_point(point: &str) {
 #[cfg(not(debug_assertions))]
 fn crash_point(_point: &str) {}
 
-/// The visit `s` names, among `steps`.
 /// The visit `s` names, to change (copied first when shared, and only it).
 fn step_mut<'a>(steps: &'a mut Arc<Vec<Step>>, s: &Step) -> Option<&'a mut StepData> {
     let i = steps
