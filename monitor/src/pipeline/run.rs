@@ -929,19 +929,8 @@ impl Driver {
             let code = status
                 .code()
                 .unwrap_or_else(|| 128 + status.signal().unwrap_or(0));
-            let probe = Step::from(StepData {
-                node: s.node.clone(),
-                iteration: s.iteration,
-                status: StepStatus::Running,
-                attempt: s.attempt,
-                exit_code: None,
-                result: None,
-                env: BTreeMap::new(),
-                comment: None,
-                reason: None,
-                run: None,
-                late_for: None,
-            });
+            let mut probe = Step::new(&s.node, s.iteration, StepStatus::Running);
+            probe.attempt = s.attempt;
             let id = s.execution.clone();
             let result = read_result(&result_file(&self.paths, &id, &probe));
             crash_point("after-exit");

@@ -200,7 +200,8 @@ pub struct StepRun {
 }
 
 impl Step {
-    fn new(node: &str, iteration: u32, status: StepStatus) -> Step {
+    /// A visit of `node` that has not run.
+    pub fn new(node: &str, iteration: u32, status: StepStatus) -> Step {
         Step::from(StepData {
             node: node.to_owned(),
             iteration,

@@ -302,7 +302,6 @@ pub fn on_a_loop(def: &file::Definition, node: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::pipeline::engine::StepData;
     use std::path::Path;
 
     /// An execution waiting at human step `ok` (asked in run TR-OK), then `ship`.
@@ -435,21 +434,7 @@ mod tests {
         // `careful` is on one arm only: what follows the merge is guarded by `ok` alone.
         assert_eq!(guards(&def, "after"), ["ok"]);
         assert_eq!(guards(&def, "join"), ["ok"]);
-        let step = |node: &str, status: StepStatus| {
-            Step::from(StepData {
-                node: node.into(),
-                iteration: 0,
-                status,
-                attempt: 0,
-                exit_code: None,
-                result: None,
-                env: BTreeMap::new(),
-                comment: None,
-                reason: None,
-                run: None,
-                late_for: None,
-            })
-        };
+        let step = |node: &str, status: StepStatus| Step::new(node, 0, status);
         let yes = |_: &Step| Ok::<bool, ()>(true);
         let no = |_: &Step| Ok::<bool, ()>(false);
         let ship = step("ship", StepStatus::Ready);
