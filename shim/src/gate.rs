@@ -8,7 +8,7 @@ use hr_shared::pipeline::ENV_GATE_FD;
 use std::os::fd::RawFd;
 
 /// Waits at the gate, if this headless-run was started at one: true to go on, false when
-/// the gate closed without a go (exit [`hr_shared::pipeline::GATE_CLOSED`]). A variable
+/// the gate closed without a go (exit 125, `hr_shared::exit::shim::SHIM_FAILED`). A variable
 /// that names no pipe is no gate. The variable is taken out of the environment either way.
 /// Called while the process has one thread (it edits the environment).
 pub fn pass() -> bool {

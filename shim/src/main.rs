@@ -52,7 +52,7 @@ fn main() -> ExitCode {
     }
     // A pipeline step's headless-run waits here until its runner has recorded its pid.
     if !gate::pass() {
-        return ExitCode::from(hr_shared::pipeline::GATE_CLOSED);
+        return ExitCode::from(hr_shared::exit::shim::SHIM_FAILED);
     }
     ExitCode::from(run::main_with(args))
 }

@@ -187,8 +187,12 @@ fn env(key: &str) -> Option<OsString> {
 fn run(inv: Invocation) -> Result<u8, Failure> {
     event_fd::forget_outer();
     if let Some(dir) = inv.flags.as_ref().and_then(|f| f.cwd.as_ref()) {
-        std::env::set_current_dir(dir)
-            .map_err(|e| Failure::new(125, format!("cannot change to {}: {e}", dir.display())))?;
+        std::env::set_current_dir(dir).map_err(|e| {
+            Failure::new(
+                shim::SHIM_FAILED,
+                format!("cannot change to {}: {e}", dir.display()),
+            )
+        })?;
     }
     let cwd = std::env::current_dir().map_err(|e| {
         Failure::new(

@@ -552,11 +552,7 @@ impl Driver {
     ) -> Result<(), RunError> {
         let me = self.me.clone();
         self.update(id, |v| {
-            let Some(t) = Arc::make_mut(&mut v.steps)
-                .iter_mut()
-                .find(|s| s.node == node && s.iteration == iteration)
-                .map(|s| &mut **s)
-            else {
+            let Some(t) = visit_mut(&mut v.steps, node, iteration) else {
                 return Ok(false);
             };
             let Some(r) = t.run.as_mut() else {
@@ -1740,11 +1736,7 @@ impl LabelWorker {
                     if w.ex.is_final() {
                         return Ok(false);
                     }
-                    let Some(t) = Arc::make_mut(&mut w.steps)
-                        .iter_mut()
-                        .find(|t| t.node == *node && t.iteration == *iteration)
-                        .map(|t| &mut **t)
-                    else {
+                    let Some(t) = visit_mut(&mut w.steps, node, *iteration) else {
                         return Ok(false);
                     };
                     match &mut t.run {
@@ -1847,9 +1839,18 @@ fn crash_point(_point: &str) {}
 
 /// The visit `s` names, to change (copied first when shared, and only it).
 fn step_mut<'a>(steps: &'a mut Arc<Vec<Step>>, s: &Step) -> Option<&'a mut StepData> {
+    visit_mut(steps, &s.node, s.iteration)
+}
+
+/// Visit `iteration` of `node`, to change (copied first when shared, and only it).
+fn visit_mut<'a>(
+    steps: &'a mut Arc<Vec<Step>>,
+    node: &str,
+    iteration: u32,
+) -> Option<&'a mut StepData> {
     let i = steps
         .iter()
-        .position(|t| t.node == s.node && t.iteration == s.iteration)?;
+        .position(|t| t.node == node && t.iteration == iteration)?;
     Arc::make_mut(steps).get_mut(i).map(|t| &mut **t)
 }
 

@@ -21,12 +21,9 @@ use std::collections::BTreeMap;
 
 /// The descriptor a pipeline runner holds a step's headless-run at until the step's pid is
 /// in the store: headless-run reads `g` and a newline from it before anything else, and
-/// exits 125 without starting (or recording) anything when it reads anything else or the
-/// end (the runner died first). Never passed on to the tool.
+/// exits 125 (`exit::shim::SHIM_FAILED`) without starting (or recording) anything when it
+/// reads anything else or the end (the runner died first). Never passed on to the tool.
 pub const ENV_GATE_FD: &str = "HEADLESS_RUN_GATE_FD";
-
-/// The exit code of a step's headless-run whose runner never said go.
-pub const GATE_CLOSED: u8 = 125;
 
 /// The human step a run asked in: (execution, node, iteration) from its
 /// `metadata.pipeline` (`EX/NODE#ITERATION`); `None` for any other run.

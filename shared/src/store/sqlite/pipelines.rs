@@ -141,41 +141,42 @@ fn swap_in(
     ex: &Execution,
     runner: bool,
 ) -> StoreResult<bool> {
-    let sql = if runner {
-        "UPDATE pipelines SET steps_json = '[]', steps_in_rows = 1, status = ?3, reason = ?4,
-             updated_at = ?5, runner = ?6, heartbeat_at = ?7, version = version + 1
-         WHERE execution_id = ?1 AND version = ?2"
-    } else {
-        "UPDATE pipelines SET steps_json = '[]', steps_in_rows = 1, status = ?3, reason = ?4,
-             updated_at = ?5, version = version + 1
-         WHERE execution_id = ?1 AND version = ?2"
-    };
-    let mut stmt = tx.prepare_cached(sql)?;
-    let now = crate::time::now_rfc3339();
-    let n = if runner {
-        stmt.execute(params![
+    // Without `runner`, the runner's own fields stay as they are.
+    let n = tx
+        .prepare_cached(
+            "UPDATE pipelines SET steps_json = '[]', steps_in_rows = 1, status = ?3, reason = ?4,
+                 updated_at = ?5,
+                 runner = CASE WHEN ?8 THEN ?6 ELSE runner END,
+                 heartbeat_at = CASE WHEN ?8 THEN ?7 ELSE heartbeat_at END,
+                 version = version + 1
+             WHERE execution_id = ?1 AND version = ?2",
+        )?
+        .execute(params![
             ex.execution_id,
             ex.version,
             ex.status.as_str(),
             ex.reason,
-            now,
+            crate::time::now_rfc3339(),
             ex.runner,
             ex.heartbeat_at,
-        ])?
-    } else {
-        stmt.execute(params![
-            ex.execution_id,
-            ex.version,
-            ex.status.as_str(),
-            ex.reason,
-            now,
-        ])?
-    };
+            runner,
+        ])?;
     if n != 1 {
         return Ok(false);
     }
     write_steps(tx, &ex.execution_id, ex.version + 1, before, &ex.steps)?;
     Ok(true)
+}
+
+/// Replaces `ex` with its row read whole (false: there is none).
+fn read_whole(c: &Connection, ex: &mut Execution) -> StoreResult<bool> {
+    Ok(match read_one(c, &ex.execution_id)? {
+        Some(whole) => {
+            *ex = whole;
+            true
+        }
+        None => false,
+    })
 }
 
 impl PipelineStore for SqliteStore {
@@ -303,19 +304,16 @@ impl PipelineStore for SqliteStore {
                 let rows = stmt.query_map(params![ex.execution_id, ex.version], |r| {
                     Ok((r.get::<_, i64>(0)?, r.get::<_, String>(1)?))
                 })?;
-                let mut changed = Some(Vec::new());
+                let mut changed = Vec::new();
                 for row in rows {
                     let (idx, body) = row?;
                     match (usize::try_from(idx), serde_json::from_str::<Step>(&body)) {
-                        (Ok(i), Ok(step)) => changed.get_or_insert_default().push((i, step)),
+                        (Ok(i), Ok(step)) => changed.push((i, step)),
                         // One that cannot be read: the whole row is read, and says why.
-                        _ => {
-                            changed = None;
-                            break;
-                        }
+                        _ => return read_whole(&tx, ex),
                     }
                 }
-                changed
+                Some(changed)
             } else {
                 None
             };
@@ -346,13 +344,7 @@ impl PipelineStore for SqliteStore {
                 }
                 // Anything else (a row that cannot be read, steps kept the old way): read
                 // it whole, as `pipeline` does.
-                _ => match read_one(&tx, &ex.execution_id)? {
-                    Some(whole) => {
-                        *ex = whole;
-                        Ok(true)
-                    }
-                    None => Ok(false),
-                },
+                _ => read_whole(&tx, ex),
             }
         })
     }
