@@ -243,10 +243,124 @@ fn a_database_servers_error_keeps_its_sqlstate() {
     });
 }
 
-/// An upgrade, not only a fresh schema: a store at schema v4 (this build's v5 and v6 taken
-/// back off it once its rows are written: v5's one function, v6's columns) holding a parked
-/// run's decision and a live run's pending question is brought to v6 by `db init`, which
-/// says so; the rows read back the same, the decision still answers the parked run's
+/// The audit chain is one per login (schema v8): a runner login appends while another
+/// login's audited transaction is still open (before v8 they shared one lock, so it waited
+/// for that commit), each login's chain verifies alone, and a row changed in one chain is
+/// found.
+#[test]
+fn each_login_appends_to_its_own_audit_chain_without_waiting_for_another() {
+    use hr_shared::status::RunStatus;
+    use hr_shared::store::RunWrite;
+    // Not `run_case`: the case ends with a forged row, which its closing check would refuse.
+    let s = &Postgres::fresh();
+    {
+        let cluster = pg_cluster();
+        let stranger = s.stranger.store_url.clone().expect("a server store");
+        let mut held = ::postgres::Client::connect(&stranger, ::postgres::NoTls).expect("connect");
+        let mut tx = held.transaction().expect("begin");
+        let first = contract::Cmd::new("make", &["all"]).row(RunStatus::Running);
+        let doc = serde_json::to_string(&first).unwrap();
+        let cap = "c".repeat(40);
+        tx.query_one(
+            "SELECT hr.run_start($1::text::jsonb, 'fp', false, $2)",
+            &[&doc, &cap],
+        )
+        .expect("the stranger's audited start");
+        // Its chain's lock is held until it commits; the runner's start does not wait for it.
+        let row = contract::Cmd::new("make", &["test"]).row(RunStatus::Running);
+        let id = row.tool_run_id.clone();
+        let mut runner = s.runner();
+        let (done_tx, done) = std::sync::mpsc::channel();
+        let writer = std::thread::spawn(move || {
+            let out = runner.record(&id, &[RunWrite::Start(Box::new(row))], "shim", false);
+            let _ = done_tx.send(out.map(|_| ()).map_err(|e| e.to_string()));
+        });
+        let landed = done.recv_timeout(std::time::Duration::from_secs(60));
+        tx.commit().expect("commit");
+        writer.join().unwrap();
+        assert_eq!(
+            landed.expect("the runner's start waited for another login's open transaction"),
+            Ok(())
+        );
+        let chains = |sql: &str| {
+            let mut admin =
+                ::postgres::Client::connect(&cluster.admin_url(&s.db), ::postgres::NoTls)
+                    .expect("admin");
+            admin.batch_execute(sql).expect(sql);
+            admin
+                .query_one(
+                    "SELECT string_agg(DISTINCT chain, ',' ORDER BY chain) FROM hr.events",
+                    &[],
+                )
+                .expect("chains")
+                .get::<_, Option<String>>(0)
+                .unwrap_or_default()
+        };
+        let runner_login = s.runner_login.clone();
+        let stranger_login = format!("stranger_{}", s.db);
+        let mut want = [runner_login.clone(), stranger_login.clone()];
+        want.sort();
+        assert_eq!(chains("SELECT 1"), want.join(","));
+        contract::audit_intact(s);
+        // Each chain starts at the genesis hash and links only its own rows.
+        let mut op = s.operator();
+        let report = op.verify_audit().expect("verify");
+        assert_eq!(report.rows, 2, "{report:?}");
+        // A row rewritten in one chain (the append-only trigger off, as only the table's
+        // owner could) is found, and only that row.
+        chains(&format!(
+            "ALTER TABLE hr.events DISABLE TRIGGER events_append_only;
+             UPDATE hr.events SET data = '{{}}' WHERE chain = '{stranger_login}';
+             ALTER TABLE hr.events ENABLE TRIGGER events_append_only"
+        ));
+        let report = op.verify_audit().expect("verify");
+        let forged: i64 = {
+            let mut admin =
+                ::postgres::Client::connect(&cluster.admin_url(&s.db), ::postgres::NoTls)
+                    .expect("admin");
+            admin
+                .query_one(
+                    "SELECT id FROM hr.events WHERE chain = $1",
+                    &[&stranger_login],
+                )
+                .expect("the forged row")
+                .get(0)
+        };
+        assert_eq!(
+            report.problems,
+            vec![(forged, "its hash does not match its fields".to_owned())]
+        );
+    }
+}
+
+/// hr.audit as schema v1 to v7 had it: one chain, one lock.
+const AUDIT_BEFORE_V8: &str = r#"
+CREATE OR REPLACE FUNCTION hr.audit(p_event text, p_run text, p_approval text, p_actor text, p_data jsonb)
+RETURNS bigint LANGUAGE plpgsql AS $$
+DECLARE
+    prev text;
+    at text := hr.now();
+    body text := p_data::text;
+    h text;
+    new_id bigint;
+BEGIN
+    PERFORM pg_advisory_xact_lock(hashtext('headless-run audit chain'));
+    SELECT hash INTO prev FROM hr.events ORDER BY id DESC LIMIT 1;
+    prev := coalesce(prev, repeat('0', 64));
+    h := encode(sha256(hr.chain_field(prev) || hr.chain_field(at) || hr.chain_field(p_event)
+        || hr.chain_field(p_run) || hr.chain_field(p_approval) || hr.chain_field(p_actor)
+        || hr.chain_field(body)), 'hex');
+    INSERT INTO hr.events (at, event, tool_run_id, approval_id, actor, db_user, data, prev_hash, hash)
+    VALUES (at, p_event, p_run, p_approval, p_actor, session_user, body, prev, h)
+    RETURNING id INTO new_id;
+    RETURN new_id;
+END $$;
+"#;
+
+/// An upgrade, not only a fresh schema: a store at schema v4 (this build's v5 to v8 taken
+/// back off it: v8's chain per login before any row is written, then v5's one function and
+/// v6's columns once its rows are) holding a parked run's decision and a live run's pending
+/// question is brought up to date by `db init`, which says so; the rows read back the same, the decision still answers the parked run's
 /// resume, and v5's withdrawal works on the old question.
 #[test]
 fn db_init_upgrades_a_v4_store_and_keeps_what_it_holds() {
@@ -255,6 +369,18 @@ fn db_init_upgrades_a_v4_store_and_keeps_what_it_holds() {
     use hr_shared::store::{PromptResolution, RunWrite, postgres};
     contract::run_case::<Postgres>(|s| {
         let cluster = pg_cluster();
+        // v8 taken back off first, before any row is written: one audit chain for all.
+        cluster.admin_sql(
+            &s.db,
+            &format!(
+                "ALTER TABLE hr.events DROP CONSTRAINT events_one_successor;
+                 DROP INDEX hr.events_chain_head;
+                 ALTER TABLE hr.events DROP COLUMN chain;
+                 ALTER TABLE hr.events ADD CONSTRAINT events_one_successor UNIQUE (prev_hash);
+                 {}",
+                AUDIT_BEFORE_V8
+            ),
+        );
         let cmd = Cmd::new("rm", &["-i", "a.txt"]);
         let req = yes_no("rm");
         let mut op = s.operator();
@@ -279,7 +405,10 @@ fn db_init_upgrades_a_v4_store_and_keeps_what_it_holds() {
         );
 
         let report = postgres::init(&cluster.admin_url(&s.db)).expect("db init upgrades");
-        assert_eq!((report.from_version, report.to_version), (4, 7));
+        assert_eq!(
+            (report.from_version, report.to_version),
+            (4, postgres::SCHEMA_VERSION)
+        );
         let mut op = s.operator();
         let after = (
             run_now(op.as_mut(), parked.id()),

@@ -42,7 +42,7 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 /// The schema version this build writes and understands.
-pub const SCHEMA_VERSION: i64 = 7;
+pub const SCHEMA_VERSION: i64 = 8;
 
 /// The schema's tables, as an append-only list: entry N brings a database from version N to
 /// N+1 (its tables, indexes and columns, and the function signatures it replaced or
@@ -55,6 +55,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("../pg/v5.sql"),
     include_str!("../pg/v6.sql"),
     include_str!("../pg/v7.sql"),
+    include_str!("../pg/v8.sql"),
 ];
 
 /// Every function of the schema, each with its one live definition, by what calls it:

@@ -62,10 +62,25 @@ impl PgOperator {
         params: &[&(dyn ToSql + Sync)],
         at_most: Option<usize>,
     ) -> StoreResult<Vec<AuditRow>> {
+        Ok(self
+            .chained_audit_rows(cond, params, at_most)?
+            .into_iter()
+            .map(|(_, row)| row)
+            .collect())
+    }
+
+    /// Audit rows in order, each with the chain it belongs to (its login's; '' for the rows
+    /// written before schema v8, one chain of their own).
+    fn chained_audit_rows(
+        &mut self,
+        cond: &str,
+        params: &[&(dyn ToSql + Sync)],
+        at_most: Option<usize>,
+    ) -> StoreResult<Vec<(String, AuditRow)>> {
         let rows = self.pg.tx(|tx| {
             tx.query(
                 &format!(
-                    "SELECT id, at, event, tool_run_id, approval_id, actor, data, prev_hash, hash
+                    "SELECT id, at, event, tool_run_id, approval_id, actor, data, prev_hash, hash, chain
                      FROM hr.events WHERE {cond} ORDER BY id{}",
                     limit(at_most)
                 ),
@@ -74,16 +89,21 @@ impl PgOperator {
         })?;
         Ok(rows
             .iter()
-            .map(|r| AuditRow {
-                id: r.get(0),
-                at: r.get(1),
-                event: r.get(2),
-                tool_run_id: r.get(3),
-                approval_id: r.get(4),
-                actor: r.get(5),
-                data: r.get(6),
-                prev_hash: r.get(7),
-                hash: r.get(8),
+            .map(|r| {
+                (
+                    r.get(9),
+                    AuditRow {
+                        id: r.get(0),
+                        at: r.get(1),
+                        event: r.get(2),
+                        tool_run_id: r.get(3),
+                        approval_id: r.get(4),
+                        actor: r.get(5),
+                        data: r.get(6),
+                        prev_hash: r.get(7),
+                        hash: r.get(8),
+                    },
+                )
             })
             .collect())
     }
@@ -733,15 +753,17 @@ impl AdminStore for PgOperator {
     }
 
     fn verify_audit(&mut self) -> StoreResult<ChainReport> {
-        let rows = self.audit_rows("true", &[])?;
+        let rows = self.chained_audit_rows("true", &[], None)?;
         let mut report = ChainReport {
             rows: 0,
             problems: Vec::new(),
             head: None,
         };
-        let mut prev = audit::GENESIS.to_owned();
-        for r in &rows {
+        // A chain per login (schema v8): each row follows the row before it in its own.
+        let mut heads: BTreeMap<&str, &str> = BTreeMap::new();
+        for (chain, r) in &rows {
             report.rows += 1;
+            let prev = heads.get(chain.as_str()).copied().unwrap_or(audit::GENESIS);
             if r.prev_hash != prev {
                 report
                     .problems
@@ -761,9 +783,9 @@ impl AdminStore for PgOperator {
                     .problems
                     .push((r.id, "its hash does not match its fields".into()));
             }
-            prev = r.hash.clone();
+            heads.insert(chain, &r.hash);
         }
-        report.head = rows.last().map(|r| (r.id, r.hash.clone()));
+        report.head = rows.last().map(|(_, r)| (r.id, r.hash.clone()));
         Ok(report)
     }
 

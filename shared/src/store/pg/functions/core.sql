@@ -34,16 +34,19 @@ DECLARE
     body text := p_data::text;
     h text;
     new_id bigint;
+    -- The chain of the login that causes the row: logins append side by side.
+    c text := session_user;
 BEGIN
-    -- One writer of the chain at a time.
-    PERFORM pg_advisory_xact_lock(hashtext('headless-run audit chain'));
-    SELECT hash INTO prev FROM hr.events ORDER BY id DESC LIMIT 1;
+    -- One writer of a chain at a time (two logins whose names hash alike share a lock,
+    -- which only makes them wait).
+    PERFORM pg_advisory_xact_lock(hashtext('headless-run audit chain'), hashtext(c));
+    SELECT hash INTO prev FROM hr.events WHERE chain = c ORDER BY id DESC LIMIT 1;
     prev := coalesce(prev, repeat('0', 64));
     h := encode(sha256(hr.chain_field(prev) || hr.chain_field(at) || hr.chain_field(p_event)
         || hr.chain_field(p_run) || hr.chain_field(p_approval) || hr.chain_field(p_actor)
         || hr.chain_field(body)), 'hex');
-    INSERT INTO hr.events (at, event, tool_run_id, approval_id, actor, db_user, data, prev_hash, hash)
-    VALUES (at, p_event, p_run, p_approval, p_actor, session_user, body, prev, h)
+    INSERT INTO hr.events (at, event, tool_run_id, approval_id, actor, db_user, data, prev_hash, hash, chain)
+    VALUES (at, p_event, p_run, p_approval, p_actor, session_user, body, prev, h, c)
     RETURNING id INTO new_id;
     RETURN new_id;
 END $$;
