@@ -12,7 +12,9 @@ Exit codes: 0 ok, 1 error, 2 usage or invalid value, 3 conflict (already decided
 4 not found.
 
 State: --state-dir, else HEADLESS_RUN_HOME, else $XDG_STATE_HOME/headless-run, else
-~/.local/state/headless-run; HEADLESS_RUN_DB overrides the database path only.
+~/.local/state/headless-run; HEADLESS_RUN_DB overrides the database path only (or names a
+PostgreSQL store: postgres://…; HEADLESS_RUN_LISTEN_DB=postgres://… then where to LISTEN for
+its notifications when no `monitor worker` of the state dir relays them).
 
 Server: --server URL (else HEADLESS_RUN_SERVER) runs `runs`, `approvals`, `show`, `decide`,
 `wait`, `cancel`, `doctor` and the dashboard against a `monitor serve` server's API, with

@@ -21,6 +21,10 @@
 //! `try_wait` on later passes. A failure to start one (exec error, or `headless-run`
 //! exiting 125/126/127 at once, before the prompt) is retried [`SPAWN_RETRIES`] times,
 //! then the waiting run fails.
+//!
+//! On the PostgreSQL store the worker's loop also relays the server's notifications to the
+//! waiters of its state dir ([`start_relay`]): one `LISTEN` connection per host and user
+//! instead of one per waiter.
 
 use hr_shared::approvals::{Approval, PromptKind};
 use hr_shared::control::{self, ReconcileReport};
@@ -67,6 +71,68 @@ const STALE_CLAIM: Duration = Duration::from_secs(10);
 /// The shim's exit code for a rejected or expired approval: recorded on a waiting run the
 /// worker fails for that reason.
 const REJECTED_EXIT: i32 = hr_shared::exit::shim::REJECTED as i32;
+
+/// Whether this worker relays the server's notifications to its state dir's waiters.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Relay {
+    /// It holds the relay lock and listens.
+    Relaying,
+    /// Another process of the state dir holds it; this one takes over when it stops.
+    Standby,
+}
+
+/// On the PostgreSQL store: starts the relay of the server's notifications to the waiters
+/// of this state dir (`hr_shared::store::relay`), on a thread of its own. The thread holds
+/// the state dir's relay lock — taken here at once, or, when another worker holds it, as
+/// soon as that one stops — and with it one connection that `LISTEN`s on
+/// `HEADLESS_RUN_LISTEN_DB` (else `HEADLESS_RUN_DB`), writing the bell file on every
+/// notification and once after each (re)connect. It runs until the process ends, whose
+/// lock the kernel then releases. `Ok(None)` on any other store.
+///
+/// The lock is taken and what it relays written before this returns, so that this
+/// process's own doorbell, made after it, is the relay's bell file rather than a second
+/// connection. That is no loop: the relay listens on the server directly (never through
+/// `doorbell::for_store`), so its bell never waits on the worker's loop.
+pub fn start_relay(paths: &StatePaths) -> Result<Option<Relay>, String> {
+    use hr_shared::store::relay::{BellFile, RelayLock};
+    let Some(url) = paths.listen_target() else {
+        return Ok(None);
+    };
+    let target = hr_shared::store::postgres::target(url).map_err(|e| e.to_string())?;
+    let key = hr_shared::store::postgres::listen_key(&target);
+    let said = |e: std::io::Error| format!("{}: {e}", paths.root.display());
+    hr_shared::paths::create_private_dir(&paths.root).map_err(said)?;
+    let lock = RelayLock::open(&paths.root).map_err(said)?;
+    let taken = lock.take(false).map_err(said)?;
+    if taken {
+        lock.announce(&key).map_err(said)?;
+    }
+    let root = paths.root.clone();
+    std::thread::Builder::new()
+        .name("pg-relay".into())
+        .spawn(move || {
+            if !taken {
+                if lock.take(true).is_err() {
+                    return;
+                }
+                let _ = lock.announce(&key);
+            }
+            let mut bell = BellFile::new(&root);
+            // A bell that cannot be written now is tried again at the next notification:
+            // the relay goes on listening (its waiters poll meanwhile).
+            hr_shared::store::postgres::listen_loop(&target, || {
+                bell.ring();
+                true
+            });
+            drop(lock);
+        })
+        .map_err(|e| e.to_string())?;
+    Ok(Some(if taken {
+        Relay::Relaying
+    } else {
+        Relay::Standby
+    }))
+}
 
 /// What to resume: the parked run and the approval that answers it.
 #[derive(Debug, Clone)]
@@ -761,6 +827,11 @@ impl Worker {
             Some(ex) => cmd.env(ENV_EXECUTION_ID, ex),
             None => cmd.env_remove(ENV_EXECUTION_ID),
         };
+        // Where the re-run listens when no relay does: the worker's own choice, as its store.
+        match self.paths.child_listen_store() {
+            Some(url) => cmd.env(hr_shared::url::ENV_LISTEN_DB, url),
+            None => cmd.env_remove(hr_shared::url::ENV_LISTEN_DB),
+        };
         // A cooperative tool acts on AUTO_APPROVAL (its shim checks it against this claim
         // and uses it up); a prompt's decision is typed at the prompt by the shim instead,
         // and the variable is not set at all.
@@ -1095,6 +1166,31 @@ mod tests {
             comment: comment.map(String::from),
             ..hr_shared::testing::approval("AP-1", hr_shared::approvals::PromptKind::Choice)
         }
+    }
+
+    /// The relay takes its state dir's lock before it returns (so the worker's own doorbell
+    /// is its bell), names what it listens to, and rings the bell even while the server is
+    /// away (after each failed connect: waiters look then); a second worker stands by.
+    #[test]
+    fn the_relay_holds_the_lock_names_its_server_and_rings_and_a_second_stands_by() {
+        use hr_shared::store::relay;
+        let tmp = tempfile::tempdir().unwrap();
+        let mut paths = StatePaths::at(tmp.path().join("state"));
+        assert_eq!(start_relay(&paths), Ok(None), "no relay for SQLite");
+        // Nothing listens on port 1: every connect fails at once.
+        paths.store_url = Some("postgres://runner@127.0.0.1:1/hr".into());
+        assert_eq!(start_relay(&paths), Ok(Some(Relay::Relaying)));
+        assert_eq!(
+            relay::relaying(&paths.root).as_deref(),
+            Some("127.0.0.1:1/hr")
+        );
+        let bell = relay::bell_path(&paths.root);
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while !bell.exists() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        assert!(bell.exists(), "the relay never rang");
+        assert_eq!(start_relay(&paths), Ok(Some(Relay::Standby)));
     }
 
     #[test]

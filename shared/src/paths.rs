@@ -1,8 +1,9 @@
 //! The one resolver for where state, configuration and shim links live.
 //!
 //! State dir: `--state-dir`, else `HEADLESS_RUN_HOME`, else `$XDG_STATE_HOME/headless-run`,
-//! else `~/.local/state/headless-run`. `HEADLESS_RUN_DB` overrides only the database path.
-//! Directories are created 0700 and files 0600.
+//! else `~/.local/state/headless-run`. `HEADLESS_RUN_DB` overrides only the database path
+//! (or names a PostgreSQL store; `HEADLESS_RUN_LISTEN_DB` then where to `LISTEN` for its
+//! notifications). Directories are created 0700 and files 0600.
 
 use std::ffi::OsString;
 use std::fs::{self, DirBuilder, File, OpenOptions};
@@ -32,6 +33,10 @@ pub enum PathError {
         "{0} names {1}, which this build of headless-run cannot reach (built without its `{2}` feature): build it with its default features"
     )]
     NotBuiltIn(&'static str, &'static str, &'static str),
+    /// A variable that can only hold a PostgreSQL URL holds something else (not shown: it
+    /// may hold a password).
+    #[error("{0} must be a postgres:// or postgresql:// URL ({1}), or unset")]
+    NotAUrl(&'static str, &'static str),
 }
 
 /// Where one installation keeps its state.
@@ -44,6 +49,11 @@ pub struct StatePaths {
     /// The PostgreSQL store, when `HEADLESS_RUN_DB` is a `postgres://` URL (then `db` is
     /// unused).
     pub store_url: Option<String>,
+    /// With the PostgreSQL store: where this process `LISTEN`s for the server's
+    /// notifications when no relay of its state dir does (`HEADLESS_RUN_LISTEN_DB`: a direct
+    /// connection to the server, when `store_url` goes through a transaction pooler, which
+    /// cannot carry `LISTEN`). `None`: `store_url` itself.
+    pub listen_url: Option<String>,
     /// A `monitor serve` server to use as the store (`HEADLESS_RUN_SERVER`, or `monitor
     /// --server`): its runner API for a shim, its operator API for `monitor`.
     pub server: Option<String>,
@@ -58,6 +68,7 @@ impl StatePaths {
             root,
             db,
             store_url: None,
+            listen_url: None,
             server: None,
         }
     }
@@ -90,6 +101,20 @@ impl StatePaths {
                 root.join("state.db")
             }
         };
+        // Only the PostgreSQL store listens; a value that is no URL is a mistake said at
+        // once, never a connection tried somewhere else.
+        let listen_url = match non_empty(env(crate::url::ENV_LISTEN_DB)) {
+            Some(url) if store_url.is_some() => match url.into_string() {
+                Ok(url) if crate::url::is_url(&url) => Some(url),
+                _ => {
+                    return Err(PathError::NotAUrl(
+                        crate::url::ENV_LISTEN_DB,
+                        "where to LISTEN for the PostgreSQL store's notifications",
+                    ));
+                }
+            },
+            _ => None,
+        };
         let server = crate::url::server_url(None, env);
         if cfg!(not(feature = "postgres")) && store_url.is_some() {
             return Err(PathError::NotBuiltIn(
@@ -109,6 +134,7 @@ impl StatePaths {
             root,
             db,
             store_url,
+            listen_url,
             server,
         })
     }
@@ -184,6 +210,23 @@ impl StatePaths {
             Some(url) => url.into(),
             None => self.db.clone().into_os_string(),
         }
+    }
+
+    /// Where this process would `LISTEN` for the PostgreSQL server's notifications:
+    /// `HEADLESS_RUN_LISTEN_DB`, else the store's URL; `None` on any other store.
+    pub fn listen_target(&self) -> Option<&str> {
+        let store = self.store_url.as_deref()?;
+        Some(self.listen_url.as_deref().unwrap_or(store))
+    }
+
+    /// The `HEADLESS_RUN_LISTEN_DB` for a process this one starts on its store (see
+    /// [`StatePaths::child_store`]): this one's, with what its environment adds written in;
+    /// `None` when it has none (the child then listens on its `HEADLESS_RUN_DB`).
+    pub fn child_listen_store(&self) -> Option<std::ffi::OsString> {
+        let url = self.listen_url.as_ref()?;
+        #[cfg(feature = "postgres")]
+        let url = &crate::store::postgres::pinned_url(url).unwrap_or_else(|_| url.clone());
+        Some(url.into())
     }
 
     /// `root/logs`.
@@ -546,6 +589,56 @@ mod tests {
         }
     }
 
+    /// `HEADLESS_RUN_LISTEN_DB` names where the PostgreSQL store is listened to; it must be
+    /// a URL, and means nothing to another store.
+    #[cfg(feature = "postgres")]
+    #[test]
+    fn the_listen_url_is_a_postgres_url_for_the_postgres_store_only() {
+        let env = env_of(&[
+            ("HOME", "/h"),
+            ("HEADLESS_RUN_DB", "postgres://runner@pooler.test:6432/hr"),
+        ]);
+        let p = StatePaths::resolve_with(None, &env).unwrap();
+        assert_eq!(p.listen_url, None);
+        assert_eq!(
+            p.listen_target(),
+            Some("postgres://runner@pooler.test:6432/hr")
+        );
+        assert_eq!(p.child_listen_store(), None);
+        let env = env_of(&[
+            ("HOME", "/h"),
+            ("HEADLESS_RUN_DB", "postgres://runner@pooler.test:6432/hr"),
+            (
+                "HEADLESS_RUN_LISTEN_DB",
+                "postgres://runner@db.test:5432/hr",
+            ),
+        ]);
+        let p = StatePaths::resolve_with(None, &env).unwrap();
+        assert_eq!(p.listen_target(), Some("postgres://runner@db.test:5432/hr"));
+        assert!(p.child_listen_store().is_some());
+        // Not a URL: said (not shown: it may hold a password), never tried as something else.
+        let env = env_of(&[
+            ("HOME", "/h"),
+            ("HEADLESS_RUN_DB", "postgres://runner@pooler.test:6432/hr"),
+            ("HEADLESS_RUN_LISTEN_DB", "db.test:5432 password=secret"),
+        ]);
+        let e = StatePaths::resolve_with(None, &env)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("HEADLESS_RUN_LISTEN_DB must be a postgres://"),
+            "{e}"
+        );
+        assert!(!e.contains("secret"), "{e}");
+        // The embedded store listens to nothing.
+        let env = env_of(&[
+            ("HOME", "/h"),
+            ("HEADLESS_RUN_LISTEN_DB", "postgres://runner@db.test/hr"),
+        ]);
+        let p = StatePaths::resolve_with(None, &env).unwrap();
+        assert_eq!((p.listen_url.as_deref(), p.listen_target()), (None, None));
+    }
+
     #[test]
     fn flag_wins_over_env() {
         let env = env_of(&[("HEADLESS_RUN_HOME", "/env/home"), ("HOME", "/h")]);
@@ -659,6 +752,7 @@ mod tests {
             root: tmp.path().join("state"),
             db: tmp.path().join("state/state.db"),
             store_url: None,
+            listen_url: None,
             server: None,
         };
         paths.ensure_dirs().unwrap();

@@ -7,6 +7,10 @@ use crate::paths::EnvLookup;
 /// The environment variable naming a `monitor serve` server.
 pub const ENV_SERVER: &str = "HEADLESS_RUN_SERVER";
 
+/// The environment variable naming where to `LISTEN` for the PostgreSQL store's
+/// notifications, when not on the store's own URL (`HEADLESS_RUN_DB`).
+pub const ENV_LISTEN_DB: &str = "HEADLESS_RUN_LISTEN_DB";
+
 /// The bearer token (never passed on to a supervised tool).
 pub const ENV_TOKEN: &str = "HEADLESS_RUN_TOKEN";
 

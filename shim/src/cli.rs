@@ -43,7 +43,9 @@ Environment:
   HEADLESS_RUN_ON_STALL, HEADLESS_RUN_ON_PROMPT, HEADLESS_RUN_PROMPT_IDLE,
   HEADLESS_RUN_NOT_PROMPT_TIMEOUT, HEADLESS_RUN_KILL_GRACE, HEADLESS_RUN_EXECUTION_ID,
   HEADLESS_RUN_STDIN=pass|pty, HEADLESS_RUN_SHIM_DIR, HEADLESS_RUN_CONFIG, HEADLESS_RUN_POOL
-  (HEADLESS_RUN_DB=postgres://… records on a PostgreSQL server)
+  (HEADLESS_RUN_DB=postgres://… records on a PostgreSQL server;
+  HEADLESS_RUN_LISTEN_DB=postgres://… is where a waiting run LISTENs for its notifications
+  when no monitor worker of the state dir relays them, else HEADLESS_RUN_DB)
 
 Examples:
   HEADLESS=1 headless-run --timeout 30m -- terraform apply

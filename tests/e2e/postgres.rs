@@ -138,9 +138,9 @@ fn db_init_twice_and_from_two_hosts_at_once_and_grant_refuses_what_it_must() {
     a.expect_code(0);
     b.expect_code(0);
     let said = format!("{}{}", a.out(), b.out());
-    assert!(said.contains("v0 → v7"), "{said}");
+    assert!(said.contains("v0 → v8"), "{said}");
     assert!(said.contains("up to date"), "{said}");
-    assert_eq!(db.value("SELECT version FROM hr.schema_version"), "7");
+    assert_eq!(db.value("SELECT version FROM hr.schema_version"), "8");
     for role in ["headless_runner", "headless_operator", "headless_viewer"] {
         assert_eq!(
             db.value(&format!(
@@ -153,7 +153,7 @@ fn db_init_twice_and_from_two_hosts_at_once_and_grant_refuses_what_it_must() {
     // Again: nothing to do.
     let again = env.monitor().args(["db", "init", &db.admin_url()]).run();
     again.expect_code(0);
-    assert!(again.out().contains("v7 is up to date"), "{}", again.out());
+    assert!(again.out().contains("v8 is up to date"), "{}", again.out());
 
     // One login may not both run tools and decide for them.
     let both = db.member(&env, "both", "runner");
@@ -812,6 +812,244 @@ fn the_hosts_worker_resumes_its_logins_parked_runs_and_refuses_an_operator_login
         db.value("SELECT string_agg(DISTINCT runner_login, ',') FROM hr.tool_runs"),
         runner.user
     );
+}
+
+/// How many sessions of `login` on `db` are listening for the server's notifications.
+fn listeners(db: &Db, login: &Login) -> String {
+    db.value(&format!(
+        "SELECT count(*) FROM pg_stat_activity WHERE datname = '{}' AND usename = '{}' AND query = 'LISTEN headless_run'",
+        db.name, login.user
+    ))
+}
+
+/// Whether process `pid` has an inotify watch on the directory `dir`: its doorbell is a
+/// relay's bell file there (`/proc/PID/fdinfo` lists an inotify descriptor's watches with
+/// the inode of each, in hex).
+fn watches_dir(pid: i32, dir: &std::path::Path) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    let ino = format!(" ino:{:x} ", std::fs::metadata(dir).unwrap().ino());
+    std::fs::read_dir(format!("/proc/{pid}/fdinfo"))
+        .into_iter()
+        .flatten()
+        .flatten()
+        .any(|fd| {
+            std::fs::read_to_string(fd.path()).is_ok_and(|t| {
+                t.lines()
+                    .any(|l| l.starts_with("inotify ") && l.contains(&ino))
+            })
+        })
+}
+
+/// The pending approvals of `db`, oldest first.
+fn pending_approvals(db: &Db) -> Vec<String> {
+    db.value(
+        "SELECT coalesce(string_agg(approval_id, ' ' ORDER BY approval_id), '') FROM hr.approvals WHERE status = 'pending'",
+    )
+    .split_whitespace()
+    .map(str::to_owned)
+    .collect()
+}
+
+/// A shell tool that asks `Proceed NAME? [y/N]` and prints `NAME=<answer>`.
+fn asks(name: &str) -> [String; 3] {
+    [
+        "sh".into(),
+        "-c".into(),
+        format!("read -p 'Proceed {name}? [y/N] ' a; echo {name}=$a"),
+    ]
+}
+
+/// The host's worker relays the server's notifications (ARCHITECTURE.md, "Listeners"): while
+/// it runs, the server sees one listening session of the runner login however many shims of
+/// its state dir wait — each watches the relay's bell file instead —, a decision rings that
+/// bell, and both waiters are answered. Once the worker is gone, a new waiter listens on its
+/// own again.
+#[test]
+fn the_hosts_worker_relays_the_servers_notifications_to_its_waiters_and_without_it_a_waiter_listens_itself()
+ {
+    let env = TestEnv::new();
+    let (db, runner, operator) = initialised(&env);
+    let worker = env
+        .monitor()
+        .env("HEADLESS_RUN_DB", db.url_as(&runner))
+        .arg("worker")
+        .timeout(Duration::from_secs(120))
+        .spawn();
+    assert!(
+        wait_until(Duration::from_secs(20), || listeners(&db, &runner) == "1"),
+        "no relay listening; the worker said: {}",
+        worker.stderr_now()
+    );
+    assert!(
+        worker
+            .stderr_now()
+            .contains("relaying the server's notifications"),
+        "{}",
+        worker.stderr_now()
+    );
+    let waiting = |name: &str| {
+        env.shim()
+            .env("HEADLESS_RUN_DB", db.url_as(&runner))
+            .args(asks(name))
+            .timeout(Duration::from_secs(120))
+            .spawn_wait_mode()
+    };
+    let decide = |ap: &str| {
+        env.monitor()
+            .env("HEADLESS_RUN_DB", db.url_as(&operator))
+            .args(["decide", ap, "y"])
+            .run()
+            .expect_code(0);
+    };
+    let one = waiting("one");
+    let two = waiting("two");
+    let mut pending = Vec::new();
+    assert!(
+        wait_for_state(Duration::from_secs(30), || {
+            pending = pending_approvals(&db);
+            pending.len() == 2
+        }),
+        "not two approvals: {pending:?}; {} {}",
+        one.stderr_now(),
+        two.stderr_now()
+    );
+    // Both wait on the relay's bell (an inotify watch of the state dir), with no listening
+    // connection of their own: the server still sees the relay's alone.
+    for tool in [&one, &two] {
+        assert!(
+            wait_until(Duration::from_secs(20), || watches_dir(
+                tool.pid(),
+                &env.state()
+            )),
+            "a waiter has no watch on the relay's bell; it said: {}",
+            tool.stderr_now()
+        );
+    }
+    assert_eq!(listeners(&db, &runner), "1");
+    let lock = std::fs::metadata(env.state().join("notify.relay")).unwrap();
+    assert_eq!(
+        std::os::unix::fs::PermissionsExt::mode(&lock.permissions()) & 0o777,
+        0o600
+    );
+    // The decisions ring the bell the waiters watch.
+    let bell = hr_shared::store::doorbell::Doorbell::for_file(&env.state().join("notify.bell"))
+        .expect("inotify");
+    bell.rang();
+    for ap in &pending {
+        decide(ap);
+    }
+    assert!(
+        bell.wait(Duration::from_secs(20)),
+        "the relay did not ring for the decisions; the worker said: {}",
+        worker.stderr_now()
+    );
+    let (one, two) = (one.wait(), two.wait());
+    one.expect_code(0);
+    two.expect_code(0);
+    assert!(one.out().contains("one=y"), "{}", one.context());
+    assert!(two.out().contains("two=y"), "{}", two.context());
+    assert_eq!(
+        db.value("SELECT string_agg(status || ' ' || decided_by, ',') FROM hr.approvals"),
+        format!("approved {0},approved {0}", operator.user)
+    );
+
+    // The worker stops: its relay's connection and lock go with it, and the next waiter
+    // listens on its own.
+    worker.signal(libc::SIGTERM);
+    worker.wait().expect_code(0);
+    assert!(
+        wait_until(Duration::from_secs(20), || listeners(&db, &runner) == "0"),
+        "the relay's connection outlived its worker"
+    );
+    let three = waiting("three");
+    let mut ap = Vec::new();
+    assert!(
+        wait_for_state(Duration::from_secs(30), || {
+            ap = pending_approvals(&db);
+            ap.len() == 1
+        }),
+        "no third approval; {}",
+        three.stderr_now()
+    );
+    assert!(
+        wait_until(Duration::from_secs(20), || listeners(&db, &runner) == "1"),
+        "the waiter does not listen on its own; it said: {}",
+        three.stderr_now()
+    );
+    assert!(!watches_dir(three.pid(), &env.state()));
+    decide(&ap[0]);
+    let three = three.wait();
+    three.expect_code(0);
+    assert!(three.out().contains("three=y"), "{}", three.context());
+}
+
+/// `HEADLESS_RUN_LISTEN_DB` (a direct connection, where `HEADLESS_RUN_DB` goes through a
+/// transaction pooler) is where a waiter listens and where the worker's relay does — here
+/// another login of the same database, which `pg_stat_activity` tells apart. An operator's
+/// login there is refused by the worker: the tools it resumes inherit it.
+#[test]
+fn a_waiter_and_the_relay_listen_on_the_listen_url_and_the_worker_refuses_an_operators() {
+    let env = TestEnv::new();
+    let (db, runner, operator) = initialised(&env);
+    // No headless-run role: LISTEN needs none.
+    let listener = db.login("listener");
+    let on = |c: &mut Cmd, listen: &Login| {
+        c.env("HEADLESS_RUN_DB", db.url_as(&runner))
+            .env("HEADLESS_RUN_LISTEN_DB", db.url_as(listen));
+    };
+    let mut tool = env.shim();
+    on(&mut tool, &listener);
+    let tool = tool.args(asks("listened")).spawn_wait_mode();
+    let mut ap = Vec::new();
+    assert!(
+        wait_for_state(Duration::from_secs(30), || {
+            ap = pending_approvals(&db);
+            ap.len() == 1
+        }),
+        "no approval; {}",
+        tool.stderr_now()
+    );
+    assert!(
+        wait_until(Duration::from_secs(20), || listeners(&db, &listener) == "1"),
+        "the waiter does not listen as {}; it said: {}",
+        listener.user,
+        tool.stderr_now()
+    );
+    assert_eq!(listeners(&db, &runner), "0");
+    env.monitor()
+        .env("HEADLESS_RUN_DB", db.url_as(&operator))
+        .args(["decide", &ap[0], "y"])
+        .run()
+        .expect_code(0);
+    let out = tool.wait();
+    out.expect_code(0);
+    assert!(out.out().contains("listened=y"), "{}", out.context());
+
+    let mut refused = env.monitor();
+    on(&mut refused, &operator);
+    let refused = refused.args(["worker"]).run();
+    refused.expect_code(2);
+    assert!(
+        refused.stderr.contains("HEADLESS_RUN_LISTEN_DB"),
+        "{}",
+        refused.stderr
+    );
+
+    let mut worker = env.monitor();
+    on(&mut worker, &listener);
+    let worker = worker
+        .arg("worker")
+        .timeout(Duration::from_secs(120))
+        .spawn();
+    assert!(
+        wait_until(Duration::from_secs(20), || listeners(&db, &listener) == "1"),
+        "the relay does not listen as {}; the worker said: {}",
+        listener.user,
+        worker.stderr_now()
+    );
+    assert_eq!(listeners(&db, &runner), "0");
+    worker.signal(libc::SIGTERM);
+    worker.wait().expect_code(0);
 }
 
 /// Issue 25 item 7: a worker whose password is in `PGPASSWORD` only (never recorded with a

@@ -99,6 +99,10 @@ pub fn run(ctx: &Ctx, args: Args) -> CliResult {
         .env_remove(ENV_RESUMED_FROM)
         .env_remove(ENV_APPROVAL_ID)
         .env_remove(ENV_AUTO_APPROVAL);
+    match ctx.paths.child_listen_store() {
+        Some(url) => cmd.env(hr_shared::url::ENV_LISTEN_DB, url),
+        None => cmd.env_remove(hr_shared::url::ENV_LISTEN_DB),
+    };
     if let Some(ex) = &run.execution_id {
         cmd.env(hr_shared::mode::ENV_EXECUTION_ID, ex);
     }

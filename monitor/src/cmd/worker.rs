@@ -2,7 +2,7 @@
 
 use crate::cli::Ctx;
 use crate::error::{CliError, CliResult};
-use crate::worker::Worker;
+use crate::worker::{Relay, Worker};
 use crate::{locate, stop};
 use hr_shared::db::StoreError;
 use std::time::Duration;
@@ -44,6 +44,17 @@ run --workers`) when this user's config trusts it ([worker] pipelines_from) — 
 while they run, and reports how they ended; the execution's runner applies that and goes
 on from there. A step starts only when the stored definition is the one pinned at the
 start.
+
+Notifications (PostgreSQL store): the worker also relays the server's notifications to the
+waiters of its state dir (wait-mode headless-run, monitor wait, the dashboard, pipeline
+runners, monitor serve). It holds the state dir's notify.relay lock and one connection that
+LISTENs — on HEADLESS_RUN_LISTEN_DB when set (a direct connection to the server, for a
+HEADLESS_RUN_DB that goes through a transaction pooler, which cannot carry LISTEN), else on
+HEADLESS_RUN_DB — and writes notify.bell on every notification; the waiters watch that file
+instead of each holding a connection. A waiter with no live relay of the same server and
+database listens on its own. A second worker of the state dir takes over the relay when the
+first stops. Not with --once. The re-runs it starts inherit HEADLESS_RUN_LISTEN_DB too: an
+operator's login there is refused, as in HEADLESS_RUN_DB.
 
 --once does one pass, waits for the re-runs it started (retrying failed starts), and exits:
 0, or 1 when the database could not be used.
@@ -109,6 +120,16 @@ pub fn run(ctx: &Ctx, args: Args) -> CliResult {
                 }
             )));
         }
+        // The resumes inherit where it listens too (HEADLESS_RUN_LISTEN_DB): no operator's.
+        if let Some(listen) = &ctx.paths.listen_url
+            && hr_shared::store::postgres::roles_of(listen)?.contains(&"operator")
+        {
+            return Err(CliError::usage(format!(
+                "monitor worker hands {} to the tools it resumes; {} is an operator's login: listen with this host's runner login, or one with no headless-run role",
+                hr_shared::url::ENV_LISTEN_DB,
+                hr_shared::url::without_password(listen)
+            )));
+        }
     }
     stop::install();
     let pool = args.pool.or_else(|| {
@@ -155,6 +176,21 @@ pub fn run(ctx: &Ctx, args: Args) -> CliResult {
         hr_shared::time::short_duration(args.interval),
         ctx.paths.store_label()
     );
+    // Before its own doorbell is made, which is then the relay's bell file.
+    match crate::worker::start_relay(&ctx.paths) {
+        Ok(None) => {}
+        Ok(Some(Relay::Relaying)) => eprintln!(
+            "monitor worker: relaying the server's notifications to this state dir's waiters (LISTEN on {})",
+            hr_shared::url::without_password(ctx.paths.listen_target().unwrap_or_default())
+        ),
+        Ok(Some(Relay::Standby)) => eprintln!(
+            "monitor worker: another worker relays the server's notifications to this state dir's waiters; this one takes over when it stops"
+        ),
+        Err(e) => eprintln!(
+            "monitor worker: cannot relay the server's notifications ({}); waiters listen on their own",
+            hr_shared::sanitize::sanitize_line(&e)
+        ),
+    }
     let interval = args.interval.max(Duration::from_millis(10));
     // A decision rings the database's doorbell: the next pass comes at once rather than
     // after the interval — but at most every RING_SPACING, however busy the database.

@@ -41,6 +41,7 @@ impl World {
             root: tmp.path().join("state"),
             db: tmp.path().join("state/state.db"),
             store_url: None,
+            listen_url: None,
             server: None,
         };
         paths.ensure_dirs().unwrap();
@@ -916,6 +917,7 @@ fn the_feed_reports_a_missing_database_and_recovers() {
         root: tmp.path().join("state"),
         db: tmp.path().join("state/state.db"),
         store_url: None,
+        listen_url: None,
         server: None,
     };
     let (tx, rx) = mpsc::channel();
@@ -1056,6 +1058,7 @@ fn a_corrupt_database_is_a_message_not_a_crash() {
         root: tmp.path().join("state"),
         db: tmp.path().join("state/state.db"),
         store_url: None,
+        listen_url: None,
         server: None,
     };
     paths.ensure_dirs().unwrap();

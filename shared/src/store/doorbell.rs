@@ -5,9 +5,11 @@
 //! A doorbell only says "look now": the waiter still reads the store's change mark, and
 //! without inotify (or when the bell is lost) it looks on its poll as before.
 //!
-//! On the PostgreSQL store the bell is a pipe that a listener thread writes to on every
-//! `NOTIFY headless_run` (sent by the server's functions as a decision, expiry or new
-//! approval commits): see [`super::postgres::listen`].
+//! On the PostgreSQL store the server sends `NOTIFY headless_run` as a decision, expiry or
+//! new approval commits. Where a relay of the state dir is alive (`monitor worker`:
+//! [`super::relay`]) the doorbell is the same inotify watch, on the relay's bell file;
+//! otherwise a pipe that a listener thread of the waiter's own writes to on every
+//! notification ([`super::postgres::listen`]).
 
 use std::ffi::CString;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
@@ -20,9 +22,9 @@ use std::time::Duration;
 #[derive(Debug)]
 pub struct Doorbell {
     fd: OwnedFd,
-    /// The names that ring it: the database's file name, and with `-wal` appended; `None`
-    /// for a pipe, where any byte rings.
-    names: Option<[Vec<u8>; 2]>,
+    /// The names that ring it: the database's file name, and with `-wal` appended (or a
+    /// relay's bell file alone); `None` for a pipe, where any byte rings.
+    names: Option<Vec<Vec<u8>>>,
 }
 
 /// A doorbell for the store `paths` names.
@@ -32,8 +34,8 @@ pub fn for_store(paths: &crate::paths::StatePaths) -> Option<Doorbell> {
         return super::http::bell(server);
     }
     #[cfg(feature = "postgres")]
-    if let Some(url) = &paths.store_url {
-        return super::postgres::listen(url);
+    if let Some(url) = paths.listen_target() {
+        return super::postgres::listen(url, &paths.root);
     }
     Doorbell::new(&paths.db)
 }
@@ -79,13 +81,26 @@ impl Doorbell {
     /// A doorbell for the database at `db`; `None` where inotify cannot watch its
     /// directory (no inotify, no watches left, the directory gone).
     pub fn new(db: &Path) -> Option<Doorbell> {
-        let dir = match db.parent() {
-            Some(d) if !d.as_os_str().is_empty() => d,
-            _ => Path::new("."),
-        };
         let name = db.file_name()?.as_bytes().to_vec();
         let mut wal = name.clone();
         wal.extend_from_slice(b"-wal");
+        Doorbell::watching(db, vec![name, wal])
+    }
+
+    /// A doorbell rung by writes to the file at `path` alone (a relay's bell file), which
+    /// need not exist yet: its directory is watched. `None` as for [`Doorbell::new`].
+    pub fn for_file(path: &Path) -> Option<Doorbell> {
+        let name = path.file_name()?.as_bytes().to_vec();
+        Doorbell::watching(path, vec![name])
+    }
+
+    /// inotify on the directory of `path`, rung by the files of that directory called
+    /// `names`.
+    fn watching(path: &Path, names: Vec<Vec<u8>>) -> Option<Doorbell> {
+        let dir = match path.parent() {
+            Some(d) if !d.as_os_str().is_empty() => d,
+            _ => Path::new("."),
+        };
         // SAFETY: inotify_init1 takes flags only; a valid result is a descriptor we own.
         let raw = unsafe { libc::inotify_init1(libc::IN_NONBLOCK | libc::IN_CLOEXEC) };
         if raw < 0 {
@@ -101,7 +116,7 @@ impl Doorbell {
         }
         Some(Doorbell {
             fd,
-            names: Some([name, wal]),
+            names: Some(names),
         })
     }
 
@@ -147,7 +162,7 @@ impl Doorbell {
 }
 
 /// Whether a buffer of inotify events names one of `names`.
-fn events_name(mut buf: &[u8], names: &[Vec<u8>; 2]) -> bool {
+fn events_name(mut buf: &[u8], names: &[Vec<u8>]) -> bool {
     const HEADER: usize = std::mem::size_of::<libc::inotify_event>();
     let mut found = false;
     while buf.len() >= HEADER {

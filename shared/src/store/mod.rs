@@ -19,6 +19,8 @@ pub mod http;
 pub mod pipelines;
 #[cfg(feature = "postgres")]
 pub mod postgres;
+#[cfg(feature = "postgres")]
+pub mod relay;
 #[cfg(feature = "http")]
 pub mod remote;
 pub mod sqlite;

@@ -85,6 +85,7 @@ mod tests {
             root: tmp.path().to_path_buf(),
             db: tmp.path().join("state.db"),
             store_url: None,
+            listen_url: None,
             server: None,
         };
         let mut conn = db::open(&paths.db, OpenMode::Create).unwrap();
