@@ -2639,3 +2639,148 @@ fn two_operator_logins_of_a_role_and_a_wait_timer_answer_the_rerun() {
         format!("approved {}, {} 2", alice.user, bob.user)
     );
 }
+
+/// PgBouncer in front of the test cluster, as nobody: transaction pooling over two server
+/// connections per login, taken in turn, so that consecutive transactions of one client run
+/// on different server connections.
+struct Pooler {
+    dir: tempfile::TempDir,
+    port: u16,
+    child: std::process::Child,
+}
+
+impl Pooler {
+    fn start(db: &Db, logins: &[&Login]) -> Pooler {
+        let program = need("pgbouncer", "pgbouncer");
+        let dir = tempfile::tempdir().unwrap();
+        let port = free_port();
+        let users: String = logins
+            .iter()
+            .map(|l| format!("\"{}\" \"{}\"\n", l.user, l.password))
+            .collect();
+        std::fs::write(dir.path().join("users.txt"), users).unwrap();
+        std::fs::write(
+            dir.path().join("pgbouncer.ini"),
+            format!(
+                "[databases]\n{name} = host={host} port={pgport} dbname={name}\n\
+                 [pgbouncer]\nlisten_addr = 127.0.0.1\nlisten_port = {port}\n\
+                 unix_socket_dir =\nauth_type = scram-sha-256\nauth_file = {dir}/users.txt\n\
+                 pool_mode = transaction\ndefault_pool_size = 2\nmin_pool_size = 2\n\
+                 server_round_robin = 1\nmax_client_conn = 200\n\
+                 ignore_startup_parameters = options,extra_float_digits\n\
+                 logfile = {dir}/log\n",
+                name = db.name,
+                host = db.host,
+                pgport = db.port,
+                dir = dir.path().display(),
+            ),
+        )
+        .unwrap();
+        let status = std::process::Command::new("chown")
+            .args(["-R", "nobody"])
+            .arg(dir.path())
+            .status()
+            .unwrap();
+        assert!(status.success());
+        let child = std::process::Command::new("runuser")
+            .args(["-u", "nobody", "--"])
+            .arg(program)
+            .arg(dir.path().join("pgbouncer.ini"))
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("start pgbouncer");
+        let pooler = Pooler { dir, port, child };
+        for _ in 0..200 {
+            if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
+                return pooler;
+            }
+            std::thread::sleep(Duration::from_millis(25));
+        }
+        panic!("pgbouncer did not listen: {}", pooler.log());
+    }
+
+    fn url_as(&self, db: &Db, login: &Login) -> String {
+        format!(
+            "postgres://{}:{}@127.0.0.1:{}/{}",
+            login.user, login.password, self.port, db.name
+        )
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("log")).unwrap_or_default()
+    }
+}
+
+impl Drop for Pooler {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Through PgBouncer in transaction pooling (how 10 000 runners reach one server), over
+/// two server connections taken in turn: shims ask and park, an operator lists and
+/// decides, the re-runs are answered, and the runs, the audit chain and `doctor` read — all
+/// through the pooler. A row dropped after its transaction's commit closes its statement
+/// outside the transaction, so the close reached the other server connection and the
+/// named statement stayed prepared where it ran, failing a later client's statement of
+/// that name ("prepared statement already exists"); here nothing fails.
+#[test]
+fn the_store_works_through_pgbouncer_in_transaction_pooling() {
+    let env = TestEnv::new();
+    let (db, runner, operator) = initialised(&env);
+    let pooler = Pooler::start(&db, &[&runner, &operator]);
+    let op = |args: &[&str]| {
+        let mut c = env.monitor();
+        c.env("HEADLESS_RUN_DB", pooler.url_as(&db, &operator))
+            .args(args);
+        c.run()
+    };
+    for round in 0..3 {
+        let victim = env.work().join(format!("victim{round}"));
+        std::fs::write(&victim, "x").unwrap();
+        let name = format!("victim{round}");
+        let shim = || {
+            let mut c = env.shim();
+            c.env("HEADLESS_RUN_DB", pooler.url_as(&db, &runner))
+                .args(["--", "rm", "-i", &name]);
+            c.run()
+        };
+        let first = shim();
+        first.expect_code(90);
+        let listed = op(&["approvals", "--json"]);
+        listed.expect_code(0);
+        let pending: serde_json::Value = serde_json::from_str(&listed.out()).unwrap();
+        let ap = pending.as_array().unwrap()[0]["approval_id"]
+            .as_str()
+            .unwrap()
+            .to_owned();
+        op(&["decide", &ap, "yes"]).expect_code(0);
+        let again = shim();
+        again.expect_code(0);
+        assert!(!victim.exists(), "round {round}: {}", again.stderr);
+    }
+    let runs = op(&["runs", "--json"]);
+    runs.expect_code(0);
+    let runs: serde_json::Value = serde_json::from_str(&runs.out()).unwrap();
+    assert_eq!(runs.as_array().unwrap().len(), 6, "{runs}");
+    let doctor = op(&["doctor"]);
+    assert!(
+        doctor.out().contains("audit chain intact"),
+        "{}{}",
+        doctor.out(),
+        doctor.stderr
+    );
+    assert!(
+        !pooler.log().contains("already exists") && !pooler.log().contains("does not exist"),
+        "{}",
+        pooler.log()
+    );
+    assert_eq!(
+        db.value("SELECT count(DISTINCT chain) FROM hr.events"),
+        "2",
+        "a chain for each login"
+    );
+}

@@ -510,6 +510,16 @@ fn connect(target: &Target) -> Result<Client, postgres::Error> {
 /// a connection only while it writes, not for its whole run (see ARCHITECTURE.md).
 const RUNNER_IDLE: &str = "-c idle_session_timeout=300";
 
+/// What a transaction may hand out: values read from its rows, never a `postgres::Row`.
+/// A row keeps the statement it came from until it is dropped, and the statement's close
+/// goes out then: after the commit, outside the transaction. Through a transaction pooler
+/// (PgBouncer) that close reaches whichever server connection the pooler picks next, and
+/// the named statement (`s12`) stays prepared on the one that ran it, where another
+/// client's `s12` then fails ("prepared statement already exists"). A `Row` is not
+/// `Serialize`, so returning one from [`PgStore::tx`] does not compile.
+pub(super) trait Detached {}
+impl<T: serde::Serialize> Detached for T {}
+
 /// One session on the server: connected on first use and again after an error.
 pub struct PgStore {
     /// The settings, or why there are none (every call reports it).
@@ -544,7 +554,9 @@ impl PgStore {
     /// Runs `f` in one transaction. A connection the server closed while it sat idle
     /// (a runner's `idle_session_timeout`, a server restart) fails at `BEGIN`, before
     /// anything ran: it is opened again once. Any other failed connection is dropped for the next call.
-    fn tx<T>(
+    ///
+    /// What `f` returns is [`Detached`]: values read from rows, never a `Row`.
+    fn tx<T: Detached>(
         &mut self,
         mut f: impl FnMut(&mut postgres::Transaction<'_>) -> Result<T, postgres::Error>,
     ) -> StoreResult<T> {
@@ -591,8 +603,7 @@ impl PgStore {
     /// The login this session authenticated as (`session_user`): who every row it writes
     /// is recorded as, whatever the client says.
     pub fn login(&mut self) -> StoreResult<String> {
-        let row = self.tx(|tx| tx.query_one("SELECT session_user::text", &[]))?;
-        Ok(row.get(0))
+        self.tx(|tx| Ok(tx.query_one("SELECT session_user::text", &[])?.get(0)))
     }
 
     /// Rows of one text column (JSON documents), parsed.
@@ -601,10 +612,14 @@ impl PgStore {
         sql: &str,
         params: &[&(dyn ToSql + Sync)],
     ) -> StoreResult<Vec<T>> {
-        let rows = self.tx(|tx| tx.query(sql, params))?;
-        rows.iter()
-            .map(|r| from_json(r.get::<_, &str>(0)))
-            .collect()
+        let texts: Vec<String> = self.tx(|tx| {
+            Ok(tx
+                .query(sql, params)?
+                .iter()
+                .map(|r| r.get::<_, String>(0))
+                .collect())
+        })?;
+        texts.iter().map(|t| from_json(t)).collect()
     }
 
     fn doc<T: serde::de::DeserializeOwned>(
@@ -612,8 +627,12 @@ impl PgStore {
         sql: &str,
         params: &[&(dyn ToSql + Sync)],
     ) -> StoreResult<Option<T>> {
-        let row = self.tx(|tx| tx.query_opt(sql, params))?;
-        match row.and_then(|r| r.get::<_, Option<String>>(0)) {
+        let text = self.tx(|tx| {
+            Ok(tx
+                .query_opt(sql, params)?
+                .and_then(|r| r.get::<_, Option<String>>(0)))
+        })?;
+        match text {
             Some(text) => from_json(&text).map(Some),
             None => Ok(None),
         }
@@ -622,9 +641,7 @@ impl PgStore {
 
 impl PgStore {
     fn change_mark(&mut self) -> StoreResult<u64> {
-        let v: i64 = self
-            .tx(|tx| tx.query_one("SELECT hr.change_mark()", &[]))?
-            .get(0);
+        let v: i64 = self.tx(|tx| Ok(tx.query_one("SELECT hr.change_mark()", &[])?.get(0)))?;
         Ok(v as u64)
     }
 }

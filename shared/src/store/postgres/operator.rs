@@ -25,10 +25,11 @@ impl PgOperator {
         if let Some(r) = self.reads_tables {
             return Ok(r);
         }
-        let r: bool = self
-            .pg
-            .tx(|tx| tx.query_one("SELECT has_table_privilege('hr.tool_runs', 'SELECT')", &[]))?
-            .get(0);
+        let r: bool = self.pg.tx(|tx| {
+            Ok(tx
+                .query_one("SELECT has_table_privilege('hr.tool_runs', 'SELECT')", &[])?
+                .get(0))
+        })?;
         self.reads_tables = Some(r);
         Ok(r)
     }
@@ -77,17 +78,16 @@ impl PgOperator {
         params: &[&(dyn ToSql + Sync)],
         at_most: Option<usize>,
     ) -> StoreResult<Vec<(String, AuditRow)>> {
-        let rows = self.pg.tx(|tx| {
-            tx.query(
+        self.pg.tx(|tx| {
+            let rows = tx.query(
                 &format!(
                     "SELECT id, at, event, tool_run_id, approval_id, actor, data, prev_hash, hash, chain
                      FROM hr.events WHERE {cond} ORDER BY id{}",
                     limit(at_most)
                 ),
                 params,
-            )
-        })?;
-        Ok(rows
+            )?;
+            Ok(rows
             .iter()
             .map(|r| {
                 (
@@ -106,11 +106,12 @@ impl PgOperator {
                 )
             })
             .collect())
+        })
     }
 
     /// One boolean from an operator function.
     fn yes(&mut self, sql: &str, params: &[&(dyn ToSql + Sync)]) -> StoreResult<bool> {
-        Ok(self.pg.tx(|tx| tx.query_one(sql, params))?.get(0))
+        self.pg.tx(|tx| Ok(tx.query_one(sql, params)?.get(0)))
     }
 }
 
@@ -188,16 +189,16 @@ impl OperatorStore for PgOperator {
         };
         let end = format!("{prefix}\u{ffff}");
         let n = limit as i64;
-        let rows = self.pg.tx(|tx| {
-            tx.query(
+        self.pg.tx(|tx| {
+            let rows = tx.query(
                 &format!(
                     "SELECT {column} FROM {table} WHERE {column} >= $1 AND {column} < $2
                      ORDER BY {column} LIMIT $3"
                 ),
                 &[&prefix, &end, &n],
-            )
-        })?;
-        Ok(rows.iter().map(|r| r.get(0)).collect())
+            )?;
+            Ok(rows.iter().map(|r| r.get(0)).collect())
+        })
     }
 
     fn run(&mut self, tool_run_id: &str) -> StoreResult<Option<ToolRun>> {
@@ -430,10 +431,11 @@ impl OperatorStore for PgOperator {
         reason: Option<&str>,
         _who: &Decider<'_>,
     ) -> StoreResult<Done<CancelOutcome>> {
-        let doc: String = self
-            .pg
-            .tx(|tx| tx.query_one("SELECT hr.cancel($1, $2)::text", &[&tool_run_id, &reason]))?
-            .get(0);
+        let doc: String = self.pg.tx(|tx| {
+            Ok(tx
+                .query_one("SELECT hr.cancel($1, $2)::text", &[&tool_run_id, &reason])?
+                .get(0))
+        })?;
         let doc: serde_json::Value = from_json(&doc)?;
         let run: Option<ToolRun> = match doc.get("run") {
             Some(r) if !r.is_null() => Some(from_value(r)?),
@@ -486,15 +488,16 @@ impl OperatorStore for PgOperator {
                  FROM hr.tool_runs WHERE coalesce(completed_at, started_at) >= $1",
                 &[&failed_since, &&failed[..]],
             )?;
-            Ok((totals, recent))
+            let totals: Vec<(String, i64)> = totals.iter().map(|r| (r.get(0), r.get(1))).collect();
+            Ok((totals, recent.get::<_, i64>(0), recent.get::<_, i64>(1)))
         })?;
         counts.totals = rows
             .0
             .iter()
-            .filter_map(|r| r.get::<_, &str>(0).parse().ok().map(|s| (s, r.get(1))))
+            .filter_map(|(s, n)| s.parse().ok().map(|s| (s, *n)))
             .collect();
-        counts.failed_recent = rows.1.get(0);
-        counts.stalled_recent = rows.1.get(1);
+        counts.failed_recent = rows.1;
+        counts.stalled_recent = rows.2;
         Ok(counts)
     }
 
@@ -515,14 +518,15 @@ impl OperatorStore for PgOperator {
                  FROM hr.approvals WHERE status = 'pending'",
                 &[&cutoff],
             )?;
-            Ok((live, pending))
+            let live: Vec<(String, i64)> = live.iter().map(|r| (r.get(0), r.get(1))).collect();
+            Ok((live, (pending.get::<_, i64>(0), pending.get::<_, i64>(1))))
         })?;
         Ok(Counts {
             live: live
                 .iter()
-                .filter_map(|r| r.get::<_, &str>(0).parse().ok().map(|s| (s, r.get(1))))
+                .filter_map(|(s, n)| s.parse().ok().map(|s| (s, *n)))
                 .collect(),
-            pending: (pending.get(0), pending.get(1)),
+            pending,
             ..Counts::default()
         })
     }
@@ -542,15 +546,14 @@ impl WorkerStore for PgOperator {
                 continue;
             };
             let seen = run.status.as_str();
-            let doc: Option<String> = self
-                .pg
-                .tx(|tx| {
-                    tx.query_one(
+            let doc: Option<String> = self.pg.tx(|tx| {
+                Ok(tx
+                    .query_one(
                         "SELECT hr.fail_vanished($1, $2, $3)::text",
                         &[&run.tool_run_id, &seen, &why],
-                    )
-                })?
-                .get(0);
+                    )?
+                    .get(0))
+            })?;
             let Some(doc) = doc else {
                 continue;
             };
@@ -689,8 +692,7 @@ impl AdminStore for PgOperator {
     fn gc(&mut self, cutoff: &str, _actor: &str) -> StoreResult<GcReport> {
         let doc: String = self
             .pg
-            .tx(|tx| tx.query_one("SELECT hr.gc($1)::text", &[&cutoff]))?
-            .get(0);
+            .tx(|tx| Ok(tx.query_one("SELECT hr.gc($1)::text", &[&cutoff])?.get(0)))?;
         let doc: serde_json::Value = from_json(&doc)?;
         Ok(GcReport {
             runs: doc
@@ -746,10 +748,11 @@ impl AdminStore for PgOperator {
     }
 
     fn audit_head_id(&mut self) -> StoreResult<i64> {
-        Ok(self
-            .pg
-            .tx(|tx| tx.query_one("SELECT coalesce(max(id), 0) FROM hr.events", &[]))?
-            .get(0))
+        self.pg.tx(|tx| {
+            Ok(tx
+                .query_one("SELECT coalesce(max(id), 0) FROM hr.events", &[])?
+                .get(0))
+        })
     }
 
     fn verify_audit(&mut self) -> StoreResult<ChainReport> {
@@ -790,31 +793,33 @@ impl AdminStore for PgOperator {
     }
 
     fn audit_hash(&mut self, id: i64) -> StoreResult<Option<String>> {
-        let row = self
-            .pg
-            .tx(|tx| tx.query_opt("SELECT hash FROM hr.events WHERE id = $1", &[&id]))?;
-        Ok(row.map(|r| r.get(0)))
+        self.pg.tx(|tx| {
+            Ok(tx
+                .query_opt("SELECT hash FROM hr.events WHERE id = $1", &[&id])?
+                .map(|r| r.get(0)))
+        })
     }
 
     fn unrecorded_decisions(&mut self) -> StoreResult<Vec<(String, String)>> {
-        let rows = self.pg.tx(|tx| {
-            tx.query(
+        self.pg.tx(|tx| {
+            let rows = tx.query(
                 "SELECT a.approval_id, a.status FROM hr.approvals a
                  WHERE a.status <> 'pending' AND NOT EXISTS (SELECT 1 FROM hr.events e
                    WHERE e.approval_id = a.approval_id AND e.event = 'approval_status_change'
                      AND e.data::jsonb->>'status' = a.status)
                  ORDER BY a.approval_id",
                 &[],
-            )
-        })?;
-        Ok(rows.iter().map(|r| (r.get(0), r.get(1))).collect())
+            )?;
+            Ok(rows.iter().map(|r| (r.get(0), r.get(1))).collect())
+        })
     }
 
     fn health(&mut self) -> StoreResult<StoreHealth> {
-        let v: i64 = self
-            .pg
-            .tx(|tx| tx.query_one("SELECT version FROM hr.schema_version", &[]))?
-            .get(0);
+        let v: i64 = self.pg.tx(|tx| {
+            Ok(tx
+                .query_one("SELECT version FROM hr.schema_version", &[])?
+                .get(0))
+        })?;
         Ok(StoreHealth {
             schema_version: v,
             supported_version: SCHEMA_VERSION,

@@ -96,10 +96,11 @@ impl crate::store::pipelines::PipelineStore for PgRunner {
 
     fn pipeline_insert(&mut self, ex: &crate::pipeline::Execution) -> StoreResult<bool> {
         let doc = to_json(ex);
-        Ok(self
-            .pg
-            .tx(|tx| tx.query_one("SELECT hr.pipeline_insert($1::text::jsonb)", &[&doc]))?
-            .get(0))
+        self.pg.tx(|tx| {
+            Ok(tx
+                .query_one("SELECT hr.pipeline_insert($1::text::jsonb)", &[&doc])?
+                .get(0))
+        })
     }
 
     fn pipeline(&mut self, execution_id: &str) -> StoreResult<Option<crate::pipeline::Execution>> {
@@ -129,10 +130,11 @@ impl crate::store::pipelines::PipelineStore for PgRunner {
 
     fn pipeline_swap(&mut self, ex: &crate::pipeline::Execution) -> StoreResult<bool> {
         let doc = to_json(ex);
-        Ok(self
-            .pg
-            .tx(|tx| tx.query_one("SELECT hr.pipeline_swap($1::text::jsonb)", &[&doc]))?
-            .get(0))
+        self.pg.tx(|tx| {
+            Ok(tx
+                .query_one("SELECT hr.pipeline_swap($1::text::jsonb)", &[&doc])?
+                .get(0))
+        })
     }
 
     fn execution_runs(&mut self, execution_id: &str) -> StoreResult<Vec<ToolRun>> {
@@ -169,8 +171,8 @@ impl crate::store::pipelines::PipelineStore for PgRunner {
                 "SELECT x::text FROM hr.pipeline_withdraw($1, $2) x",
                 &[&tool_run_id, &why],
             )
-        })?;
-        Ok(())
+            .map(drop)
+        })
     }
 
     /// Through the worker's functions (this login's parked runs), so that a resumer, which

@@ -38,12 +38,14 @@ impl PgRunner {
             // The spool is this host's: whether the run's shim still runs is known here.
             let gone = rules::shim_gone(&run, &host).is_some();
             match self.pg.tx(|tx| {
-                tx.query_one(
-                    "SELECT hr.run_deliver($1::text::jsonb, $2, $3)",
-                    &[&to_json(&run), &fp, &gone],
-                )
+                Ok(tx
+                    .query_one(
+                        "SELECT hr.run_deliver($1::text::jsonb, $2, $3)",
+                        &[&to_json(&run), &fp, &gone],
+                    )?
+                    .get::<_, Option<bool>>(0))
             }) {
-                Ok(row) => match row.get::<_, Option<bool>>(0) {
+                Ok(landed) => match landed {
                     // Its shim still writes the run: left for a later delivery.
                     None => {}
                     Some(landed) => {
@@ -125,8 +127,9 @@ pub(super) fn request_fingerprint(run: &ToolRun) -> String {
     )
 }
 
-/// A status change the server made (`hr.moved`), for the log.
-#[derive(Debug, serde::Deserialize)]
+/// A status change the server made (`hr.moved`), for the log. (`Serialize`: what a
+/// transaction hands out is [`super::Detached`].)
+#[derive(Debug, serde::Deserialize, serde::Serialize)]
 pub(super) struct Moved {
     tool_run_id: String,
     tool_name: Option<String>,
@@ -151,7 +154,7 @@ impl Moved {
 }
 
 /// An approval as a runner function returns it, with what else it did.
-#[derive(Debug, serde::Deserialize)]
+#[derive(Debug, serde::Deserialize, serde::Serialize)]
 pub(super) struct Touched {
     #[serde(flatten)]
     approval: Approval,
