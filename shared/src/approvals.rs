@@ -577,6 +577,8 @@ pub struct ApprovalFilter {
     pub tool: Option<String>,
     pub tool_run_id: Option<String>,
     pub execution_id: Option<String>,
+    /// Asked by this command (its request fingerprint, as stored).
+    pub request_fingerprint: Option<String>,
     /// Asked at or after this RFC 3339 time.
     pub since: Option<String>,
     /// At most this many, in [`ApprovalFilter::order`].

@@ -459,3 +459,49 @@ fn the_token_is_not_in_the_shims_environment_block_either() {
     assert_eq!(out.out().trim(), "0", "{}", out.out());
     assert!(!out.out().contains(&rt[4..]));
 }
+
+/// Fifteen hundred live runs of the token on the asking host, then a prompt: it reads and
+/// sends the processes of the runs that asked its own command's pending approvals only.
+/// Before, every live run of the host went into the prompt's body, which passed the runner
+/// API's limit (64 KiB) near a thousand runs: the approval was never recorded and the tool
+/// was ended (125). The run parks on its question (90).
+#[test]
+fn a_prompt_on_a_host_with_many_live_runs_sends_only_its_own_commands_runs() {
+    let server = TestEnv::new();
+    let op = token(&server, "alice", "operator");
+    let rt = token(&server, "ci-7", "runner");
+    let served = Served::start(&server);
+    let here = hr_shared::proc::hostname();
+    for i in 0..1500 {
+        let mut run = hr_shared::testing::run(
+            &hr_shared::id::new_run_id(),
+            "build",
+            hr_shared::status::RunStatus::Running,
+        );
+        run.host = Some(here.clone());
+        run.shim_pid = Some(100_000 + i);
+        run.argv_json = vec!["build".into(), i.to_string()];
+        let call = hr_shared::wire::RecordCall {
+            run_id: run.tool_run_id.clone(),
+            writes: vec![hr_shared::store::RunWrite::Start(Box::new(run))],
+            actor: "ci".into(),
+            row_may_exist: false,
+        };
+        let (st, v) = served.json(
+            "POST",
+            "/api/v1/runner/record",
+            &rt,
+            Some(&serde_json::to_string(&call).unwrap()),
+        );
+        assert_eq!(st, 200, "run {i}: {v}");
+    }
+    let host = TestEnv::new();
+    std::fs::write(host.work().join("victim"), "x").unwrap();
+    let out = remote_shim(&host, &served.url(), &rt)
+        .args(["--", "rm", "-i", "victim"])
+        .run();
+    out.expect_code(90);
+    let pending = approvals(&served, &op, "pending");
+    assert_eq!(pending.len(), 1, "{pending:?}");
+    assert!(host.work().join("victim").exists());
+}

@@ -92,6 +92,7 @@ pub fn run(ctx: &Ctx, args: Args) -> CliResult {
         tool: args.tool,
         tool_run_id: run,
         execution_id: args.execution,
+        request_fingerprint: None,
         since: args.since,
         limit: (limit > 0).then_some(limit),
     })?;

@@ -69,6 +69,7 @@ pub(super) async fn list_approvals(
         tool: f.tool,
         tool_run_id: f.run,
         execution_id: f.execution,
+        request_fingerprint: None,
         since: f.since,
         limit: Some(f.limit.unwrap_or(100)),
     };

@@ -131,6 +131,8 @@ pub(super) struct AfterQuery {
 #[serde(deny_unknown_fields)]
 pub(super) struct HostQuery {
     pub host: Option<String>,
+    /// A command's request fingerprint, as the runner sends it.
+    pub fingerprint: Option<String>,
 }
 
 /// A `true`/`false` (or `1`/`0`) query flag, absent meaning false; anything else is a 400

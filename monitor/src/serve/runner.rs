@@ -242,10 +242,42 @@ pub(super) async fn record(
 }
 
 /// This token's runs on host `host` (as the runner names it) whose shim may still run.
-async fn live_runs(s: &Arc<Server>, c: &Caller, host: &str) -> Result<Vec<LiveRun>, ApiError> {
-    let runs: Vec<ToolRun> = s
-        .with_store(|st| super::or_none(st.supervised_runs(Some(10_000))))
-        .await?;
+/// With `fingerprint` (as stored: the token's own), only those that asked a pending
+/// approval of that command: the runs a prompt of it could take over, the only ones whose
+/// processes its rules look at. What a prompt reads and sends then grows with its own
+/// command's queue, not with every run on the host (a thousand live runs on one host made
+/// the prompt's body pass the runner API's limit).
+async fn live_runs(
+    s: &Arc<Server>,
+    c: &Caller,
+    host: &str,
+    fingerprint: Option<String>,
+) -> Result<Vec<LiveRun>, ApiError> {
+    let runs: Vec<ToolRun> = match fingerprint {
+        None => {
+            s.with_store(|st| super::or_none(st.supervised_runs(Some(10_000))))
+                .await?
+        }
+        Some(fp) => {
+            s.with_store(move |st| {
+                let asked = super::or_none(st.approvals(&hr_shared::approvals::ApprovalFilter {
+                    statuses: vec![hr_shared::status::ApprovalStatus::Pending],
+                    request_fingerprint: Some(fp),
+                    ..Default::default()
+                }))?;
+                let owners: std::collections::BTreeSet<String> =
+                    asked.into_iter().map(|a| a.tool_run_id).collect();
+                let mut runs = Vec::with_capacity(owners.len());
+                for id in owners {
+                    if let Some(run) = super::or_missing(st.run(&id))? {
+                        runs.push(run);
+                    }
+                }
+                Ok(runs)
+            })
+            .await?
+        }
+    };
     Ok(runs
         .into_iter()
         .filter(|r| r.host.as_deref() == Some(host))
@@ -258,15 +290,19 @@ async fn live_runs(s: &Arc<Server>, c: &Caller, host: &str) -> Result<Vec<LiveRu
         .collect())
 }
 
-/// `GET /api/v1/runner/live?host=H`: this token's runs on host `H` whose shim may still
-/// run, for the host to say which of their processes are gone.
+/// `GET /api/v1/runner/live?host=H[&fingerprint=F]`: this token's runs on host `H` whose
+/// shim may still run (with `F`: those that asked a pending approval of that command), for
+/// the host to say which of their processes are gone.
 #[utoipa::path(
     get,
     path = "/api/v1/runner/live",
     operation_id = "runnerLive",
     summary = "The token's runs on a host whose shim may still run",
     description = "Runner API: this token's runs on `host` whose shim may still run (for the host to say which processes are gone before it asks).",
-    params(("host" = String, Query)),
+    params(
+        ("host" = String, Query),
+        ("fingerprint" = Option<String>, Query, description = "only the runs that asked a pending approval of this command (its request fingerprint, as the runner sends it)"),
+    ),
     responses(
         (status = 200, description = "the runs", body = Vec<LiveRun>),
         (status = 400, description = BAD_INPUT, body = ErrorBody),
@@ -284,7 +320,8 @@ pub(super) async fn live(
     let host = q
         .host
         .ok_or_else(|| ApiError::new(StatusCode::BAD_REQUEST, "`host` is needed"))?;
-    let mine = live_runs(&s, &c, &host).await?;
+    let fingerprint = q.fingerprint.map(|fp| fingerprint_for(&c, &fp));
+    let mine = live_runs(&s, &c, &host, fingerprint).await?;
     Ok(ok(StatusCode::OK, &mine))
 }
 
@@ -349,7 +386,8 @@ pub(super) async fn prompt(
     // operator made) answers its prompts.
     call.req.policies.clear();
     // Its word counts only for the processes of its own runs on the host it names.
-    let mine = live_runs(&s, &c, &call.host).await?;
+    let fingerprint = Some(call.who.request_fingerprint.clone());
+    let mine = live_runs(&s, &c, &call.host, fingerprint).await?;
     let facts = call
         .facts
         .into_iter()

@@ -234,8 +234,13 @@ impl RunnerStore for HttpRunner {
         req: &PromptRequest,
         host: &dyn HostFacts,
     ) -> StoreResult<Done<PromptResolution>> {
-        let live: Vec<LiveRun> =
-            self.get(&format!("/api/v1/runner/live?host={}", encode(host.host())))?;
+        // Only the runs that asked this command's pending approvals: the ones a takeover
+        // looks at.
+        let live: Vec<LiveRun> = self.get(&format!(
+            "/api/v1/runner/live?host={}&fingerprint={}",
+            encode(host.host()),
+            encode(&who.request_fingerprint)
+        ))?;
         let facts = live
             .iter()
             .filter_map(|r| {

@@ -225,11 +225,16 @@ impl OperatorStore for HttpOperator {
             ("since", filter.since.clone()),
             ("limit", limit(filter.limit)),
         ]);
+        // The API takes no fingerprint: that filter is applied to what it returns.
         Ok(self
             .get::<ApprovalsBody>(&format!("/api/v1/approvals{q}"))?
             .approvals
             .into_iter()
             .map(|v| v.approval)
+            .filter(|a| {
+                filter.request_fingerprint.is_none()
+                    || a.request_fingerprint == filter.request_fingerprint
+            })
             .collect())
     }
 

@@ -309,6 +309,7 @@ impl OperatorStore for PgOperator {
         w.equals("tool_name", filter.tool.as_ref());
         w.equals("tool_run_id", filter.tool_run_id.as_ref());
         w.equals("execution_id", filter.execution_id.as_ref());
+        w.equals("request_fingerprint", filter.request_fingerprint.as_ref());
         w.at_least("created_at", filter.since.as_ref());
         let sql = format!(
             "SELECT to_jsonb(a)::text FROM hr.approvals a{} ORDER BY approval_id {}{}",

@@ -194,6 +194,7 @@ pub(crate) fn list(conn: &Connection, filter: &ApprovalFilter) -> Result<Vec<App
         .equals("tool_name", filter.tool.as_ref())
         .equals("tool_run_id", filter.tool_run_id.as_ref())
         .equals("execution_id", filter.execution_id.as_ref())
+        .equals("request_fingerprint", filter.request_fingerprint.as_ref())
         .at_least("created_at", filter.since.as_ref())
         .into_parts();
     let mut sql = format!(
