@@ -37,6 +37,12 @@ pub enum PathError {
     /// may hold a password).
     #[error("{0} must be a postgres:// or postgresql:// URL ({1}), or unset")]
     NotAUrl(&'static str, &'static str),
+    /// `HEADLESS_RUN_LISTEN_DB` logs in as another login than the store's: the tools a
+    /// worker resumes inherit it, so it may give them nothing the store's URL does not.
+    #[error(
+        "HEADLESS_RUN_LISTEN_DB must log in as the same login as HEADLESS_RUN_DB (it is the same server without the pooler; the tools a worker resumes inherit it)"
+    )]
+    OtherListenLogin,
 }
 
 /// Where one installation keeps its state.
@@ -105,6 +111,13 @@ impl StatePaths {
         // once, never a connection tried somewhere else.
         let listen_url = match non_empty(env(crate::url::ENV_LISTEN_DB)) {
             Some(url) if store_url.is_some() => match url.into_string() {
+                Ok(url)
+                    if crate::url::is_url(&url)
+                        && crate::url::login_of(&url)
+                            != store_url.as_deref().and_then(crate::url::login_of) =>
+                {
+                    return Err(PathError::OtherListenLogin);
+                }
                 Ok(url) if crate::url::is_url(&url) => Some(url),
                 _ => {
                     return Err(PathError::NotAUrl(
@@ -630,6 +643,23 @@ mod tests {
             "{e}"
         );
         assert!(!e.contains("secret"), "{e}");
+        // Another login than the store's: refused (the tools a worker resumes inherit it).
+        let env = env_of(&[
+            ("HOME", "/h"),
+            (
+                "HEADLESS_RUN_DB",
+                "postgres://runner:pw@pooler.test:6432/hr",
+            ),
+            (
+                "HEADLESS_RUN_LISTEN_DB",
+                "postgres://owner:secret@db.test/hr",
+            ),
+        ]);
+        let e = StatePaths::resolve_with(None, &env)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("same login"), "{e}");
+        assert!(!e.contains("secret") && !e.contains("owner"), "{e}");
         // The embedded store listens to nothing.
         let env = env_of(&[
             ("HOME", "/h"),

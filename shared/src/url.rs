@@ -61,6 +61,15 @@ pub fn is_url(s: &str) -> bool {
     s.starts_with("postgres://") || s.starts_with("postgresql://")
 }
 
+/// The login a URL names (`postgres://LOGIN[:password]@host/…`, as written), if it names
+/// one.
+pub fn login_of(url: &str) -> Option<&str> {
+    let rest = &url[url.find("://")? + 3..];
+    let authority = &rest[..rest.find(['/', '?']).unwrap_or(rest.len())];
+    let userinfo = &authority[..authority.rfind('@')?];
+    Some(userinfo.split(':').next().unwrap_or(userinfo)).filter(|l| !l.is_empty())
+}
+
 /// A URL as it may be shown: any password in it replaced by `***`.
 pub fn without_password(url: &str) -> String {
     let mut out = url.to_owned();

@@ -983,22 +983,37 @@ fn the_hosts_worker_relays_the_servers_notifications_to_its_waiters_and_without_
     assert!(three.out().contains("three=y"), "{}", three.context());
 }
 
-/// `HEADLESS_RUN_LISTEN_DB` (a direct connection, where `HEADLESS_RUN_DB` goes through a
-/// transaction pooler) is where a waiter listens and where the worker's relay does — here
-/// another login of the same database, which `pg_stat_activity` tells apart. An operator's
-/// login there is refused by the worker: the tools it resumes inherit it.
+/// `HEADLESS_RUN_LISTEN_DB` is where a waiter and the relay listen: the store's own login
+/// on a direct session while `HEADLESS_RUN_DB` goes through PgBouncer in transaction
+/// pooling, where `LISTEN` hears nothing (told apart here: over the cluster's socket). A
+/// listen URL of another login is refused, its password never shown: the tools a worker
+/// resumes inherit it.
 #[test]
-fn a_waiter_and_the_relay_listen_on_the_listen_url_and_the_worker_refuses_an_operators() {
+fn a_waiter_and_the_relay_listen_on_the_listen_url_of_the_stores_own_login() {
     let env = TestEnv::new();
     let (db, runner, operator) = initialised(&env);
-    // No headless-run role: LISTEN needs none.
-    let listener = db.login("listener");
-    let on = |c: &mut Cmd, listen: &Login| {
-        c.env("HEADLESS_RUN_DB", db.url_as(&runner))
-            .env("HEADLESS_RUN_LISTEN_DB", db.url_as(listen));
+    let pooler = Pooler::start(&db, &[&runner]);
+    let direct = format!(
+        "postgres://{}:{}@{}:{}/{}",
+        runner.user,
+        runner.password,
+        cluster().dir.display().to_string().replace('/', "%2F"),
+        db.port,
+        db.name
+    );
+    let on = |c: &mut Cmd| {
+        c.env("HEADLESS_RUN_DB", pooler.url_as(&db, &runner))
+            .env("HEADLESS_RUN_LISTEN_DB", &direct);
+    };
+    let direct_listeners = || {
+        db.value(
+            "SELECT count(*) FROM pg_stat_activity \
+             WHERE client_addr IS NULL AND backend_type = 'client backend' \
+               AND query = 'LISTEN headless_run'",
+        )
     };
     let mut tool = env.shim();
-    on(&mut tool, &listener);
+    on(&mut tool);
     let tool = tool.args(asks("listened")).spawn_wait_mode();
     let mut ap = Vec::new();
     assert!(
@@ -1010,12 +1025,10 @@ fn a_waiter_and_the_relay_listen_on_the_listen_url_and_the_worker_refuses_an_ope
         tool.stderr_now()
     );
     assert!(
-        wait_until(Duration::from_secs(20), || listeners(&db, &listener) == "1"),
-        "the waiter does not listen as {}; it said: {}",
-        listener.user,
+        wait_until(Duration::from_secs(20), || direct_listeners() == "1"),
+        "the waiter does not listen on the direct URL; it said: {}",
         tool.stderr_now()
     );
-    assert_eq!(listeners(&db, &runner), "0");
     env.monitor()
         .env("HEADLESS_RUN_DB", db.url_as(&operator))
         .args(["decide", &ap[0], "y"])
@@ -1026,28 +1039,41 @@ fn a_waiter_and_the_relay_listen_on_the_listen_url_and_the_worker_refuses_an_ope
     assert!(out.out().contains("listened=y"), "{}", out.context());
 
     let mut refused = env.monitor();
-    on(&mut refused, &operator);
+    refused
+        .env("HEADLESS_RUN_DB", pooler.url_as(&db, &runner))
+        .env("HEADLESS_RUN_LISTEN_DB", db.url_as(&operator));
+    // Refused as the state store's settings are (exit 1), before anything starts.
     let refused = refused.args(["worker"]).run();
-    refused.expect_code(2);
+    refused.expect_code(1);
     assert!(
-        refused.stderr.contains("HEADLESS_RUN_LISTEN_DB"),
+        refused.stderr.contains("HEADLESS_RUN_LISTEN_DB") && refused.stderr.contains("same login"),
+        "{}",
+        refused.stderr
+    );
+    assert!(
+        !refused.stderr.contains(&operator.password),
         "{}",
         refused.stderr
     );
 
     let mut worker = env.monitor();
-    on(&mut worker, &listener);
+    on(&mut worker);
     let worker = worker
         .arg("worker")
         .timeout(Duration::from_secs(120))
         .spawn();
     assert!(
-        wait_until(Duration::from_secs(20), || listeners(&db, &listener) == "1"),
-        "the relay does not listen as {}; the worker said: {}",
-        listener.user,
+        wait_until(Duration::from_secs(20), || {
+            hr_shared::store::relay::relaying(&env.state()).is_some()
+        }),
+        "the worker does not relay; it said: {}",
         worker.stderr_now()
     );
-    assert_eq!(listeners(&db, &runner), "0");
+    assert!(
+        wait_until(Duration::from_secs(20), || direct_listeners() == "1"),
+        "the relay does not listen on the direct URL; the worker said: {}",
+        worker.stderr_now()
+    );
     worker.signal(libc::SIGTERM);
     worker.wait().expect_code(0);
 }

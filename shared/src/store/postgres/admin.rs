@@ -204,39 +204,41 @@ impl SharedLogin {
 /// The runner logins two OS users of one host share, as far as the login of `url` may see
 /// (its own runs; an operator, a viewer or the schema's owner: every login's). From the
 /// uids the runs the store keeps said they ran as.
+/// (In a transaction, as every read of a login that may come through a pooler.)
 pub fn shared_logins(url: &str) -> StoreResult<Vec<SharedLogin>> {
-    let mut client = connect(&target(url)?).map_err(server_error)?;
-    let rows = client
-        .query("SELECT login, host, uids FROM hr.shared_logins()", &[])
-        .map_err(server_error)?;
+    let rows: Vec<(String, String, Vec<i64>)> = PgStore::new(url).tx(|tx| {
+        Ok(tx
+            .query("SELECT login, host, uids FROM hr.shared_logins()", &[])?
+            .iter()
+            .map(|r| (r.get(0), r.get(1), r.get(2)))
+            .collect())
+    })?;
     Ok(rows
-        .iter()
-        .map(|r| SharedLogin {
-            login: r.get(0),
-            host: r.get(1),
-            uids: r.get(2),
-        })
+        .into_iter()
+        .map(|(login, host, uids)| SharedLogin { login, host, uids })
         .collect())
 }
 
 /// Which of the three roles (`runner`, `operator`, `viewer`) the login of `url` has.
+/// (In a transaction: a worker asks it through the pooler its login writes through, where
+/// a statement outside one may be prepared on one server connection and run on another.)
 pub fn roles_of(url: &str) -> StoreResult<Vec<&'static str>> {
-    let mut client = connect(&target(url)?).map_err(server_error)?;
-    let mut out = Vec::new();
-    for (name, role) in ROLES {
-        let member: bool = client
-            .query_one(
-                "SELECT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = $1)
-                    AND pg_has_role(session_user, $1, 'MEMBER')",
-                &[&role],
-            )
-            .map_err(server_error)?
-            .get(0);
-        if member {
-            out.push(name);
+    PgStore::new(url).tx(|tx| {
+        let mut out = Vec::new();
+        for (name, role) in ROLES {
+            let member: bool = tx
+                .query_one(
+                    "SELECT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = $1)
+                        AND pg_has_role(session_user, $1, 'MEMBER')",
+                    &[&role],
+                )?
+                .get(0);
+            if member {
+                out.push(name);
+            }
         }
-    }
-    Ok(out)
+        Ok(out)
+    })
 }
 
 /// Makes `user` (an existing login) a member of one of the three roles. A login that

@@ -32,8 +32,9 @@ pub fn listen(url: &str, root: &std::path::Path) -> Option<Doorbell> {
 }
 
 /// What a listener of `target` hears: its server (hosts and ports) and database, which a
-/// relay writes into its lock file and a waiter compares with its own. The login is left
-/// out: every session of a database hears its notifications.
+/// relay writes into its lock file and a waiter compares with its own — as a SHA-256
+/// digest, so the file names no host, database or login. The login is left out: every
+/// session of a database hears its notifications.
 pub fn listen_key(target: &Target) -> String {
     use postgres::config::Host;
     let c = &target.config;
@@ -51,7 +52,9 @@ pub fn listen_key(target: &Target) -> String {
     }
     // A URL without a database reaches the one named after its login.
     let db = c.get_dbname().or(c.get_user()).unwrap_or_default();
-    format!("{}:{}/{db}", hosts.join(","), ports.join(","))
+    let plain = format!("{}:{}/{db}", hosts.join(","), ports.join(","));
+    use sha2::Digest;
+    crate::audit::hex(&sha2::Sha256::digest(plain.as_bytes()))
 }
 
 /// Holds one connection to `config` that `LISTEN`s on `headless_run`, and calls `ring` on
@@ -88,10 +91,9 @@ mod tests {
     #[test]
     fn a_listen_key_names_the_server_and_database_not_the_login() {
         let key = |url: &str| listen_key(&target(url).unwrap());
-        assert_eq!(
-            key("postgres://runner:pw@db.test:5433/hr"),
-            "db.test:5433/hr"
-        );
+        let plain = key("postgres://runner:pw@db.test:5433/hr");
+        assert_eq!(plain.len(), 64, "a digest: {plain}");
+        assert!(!plain.contains("db.test") && !plain.contains("runner"));
         assert_eq!(
             key("postgres://alice@db.test:5433/hr?sslmode=disable"),
             key("postgres://runner:pw@db.test:5433/hr")
