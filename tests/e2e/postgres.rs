@@ -2810,3 +2810,85 @@ fn the_store_works_through_pgbouncer_in_transaction_pooling() {
         "a chain for each login"
     );
 }
+
+/// Two `monitor serve` of one state dir behind a balancer (here: the test picks), on the
+/// server store: a run started through one takes its heartbeats, its question and its end
+/// through the other. A run's capability came from the memory of the server that started
+/// it, so every later write through the other was refused ("not yours"); now both derive
+/// it from the state dir's key (`capability.key`, 0600), and a runner token still writes
+/// only its own runs.
+#[test]
+fn two_servers_of_one_state_dir_take_each_others_runs_writes() {
+    use crate::serve::{Served, token};
+    use std::os::unix::fs::PermissionsExt;
+    let server = TestEnv::new();
+    let (db, runner, operator) = initialised(&server);
+    let ci = token(&server, "ci-7", "runner");
+    let other = token(&server, "ci-8", "runner");
+    let start = || {
+        Served::start_args(
+            &server,
+            &[("HEADLESS_RUN_DB", &db.url_as(&operator))],
+            &["--runner-db", &db.url_as(&runner)],
+        )
+    };
+    let (a, b) = (start(), start());
+    let key = server.state().join("capability.key");
+    assert_eq!(
+        std::fs::metadata(&key).unwrap().permissions().mode() & 0o777,
+        0o600
+    );
+    let mut run = hr_shared::testing::run(
+        &hr_shared::id::new_run_id(),
+        "make",
+        hr_shared::status::RunStatus::Running,
+    );
+    run.host = Some("elsewhere".into());
+    let id = run.tool_run_id.clone();
+    let call = |writes: Vec<hr_shared::store::RunWrite>| {
+        serde_json::to_string(&hr_shared::wire::RecordCall {
+            run_id: id.clone(),
+            writes,
+            actor: "ci".into(),
+            row_may_exist: false,
+        })
+        .unwrap()
+    };
+    let started = call(vec![hr_shared::store::RunWrite::Start(Box::new(run))]);
+    let (st, v) = a.json("POST", "/api/v1/runner/record", &ci, Some(&started));
+    assert_eq!(st, 200, "{v}");
+    let beat = call(vec![hr_shared::store::RunWrite::Touch(
+        hr_shared::runs::Touch {
+            supervisor_heartbeat_at: Some("2026-11-27T23:00:00.000Z".into()),
+            ..Default::default()
+        },
+    )]);
+    let (st, v) = b.json("POST", "/api/v1/runner/record", &ci, Some(&beat));
+    assert_eq!(st, 200, "the other server took the heartbeat: {v}");
+    assert_eq!(
+        db.value(&format!(
+            "SELECT supervisor_heartbeat_at FROM hr.tool_runs WHERE tool_run_id = '{id}'"
+        )),
+        "2026-11-27T23:00:00.000Z"
+    );
+    let ended = call(vec![hr_shared::store::RunWrite::Status(
+        hr_shared::runs::StatusChange {
+            exit_code: Some(0),
+            ..hr_shared::runs::StatusChange::to(hr_shared::status::RunStatus::Completed, None)
+        },
+        hr_shared::store::Replace::AnyButCancelled,
+    )]);
+    // Another token is refused on either server; the run's own ends it on the other.
+    let (st, _) = b.json("POST", "/api/v1/runner/record", &other, Some(&ended));
+    assert_eq!(st, 403);
+    let (st, v) = b.json("POST", "/api/v1/runner/record", &ci, Some(&ended));
+    assert_eq!(st, 200, "{v}");
+    assert_eq!(
+        db.value(&format!(
+            "SELECT status FROM hr.tool_runs WHERE tool_run_id = '{id}'"
+        )),
+        "completed"
+    );
+    a.stop().expect_code(0);
+    b.stop().expect_code(0);
+}

@@ -322,6 +322,20 @@ pub fn run(ctx: &Ctx, args: Args) -> CliResult {
         }),
         (Some(_), None) => None,
     };
+    // The runner API on the PostgreSQL store: its runs' capabilities come from the state
+    // dir's key, the same in every server of the state dir, so any of them behind a
+    // balancer takes a run's next write.
+    if let Some(runner) = runner_paths.as_ref().filter(|p| p.store_url.is_some()) {
+        hr_shared::paths::create_private_dir(&runner.root)
+            .and_then(|()| hr_shared::store::postgres::capability_key(&runner.root))
+            .map(hr_shared::store::postgres::derive_capabilities_from)
+            .map_err(|e| {
+                CliError::error(format!(
+                    "{}: the runner API's capability key: {e}",
+                    runner.root.display()
+                ))
+            })?;
+    }
     // The user's config: its webhooks, checked before anything listens.
     let cwd = std::env::current_dir().unwrap_or_else(|_| "/".into());
     let (hooks, mailers, config) =

@@ -465,8 +465,99 @@ static CAPABILITIES: Mutex<BTreeMap<String, String>> = Mutex::new(BTreeMap::new(
 fn capability(run_id: &str) -> String {
     CAPABILITIES
         .lock()
-        .map(|m| m.get(run_id).cloned().unwrap_or_default())
+        .ok()
+        .and_then(|m| m.get(run_id).cloned())
+        .or_else(|| derived_capability(run_id))
         .unwrap_or_default()
+}
+
+/// The key this process derives its runs' capabilities from, when it has one (`monitor
+/// serve` with `--runner-db`: a key of its state dir, the same for every server of that
+/// state dir): a run's capability is then the same in every server process, so the runner
+/// API behind a balancer may send a run's writes to any of them. Never sent to a client,
+/// never given to a tool.
+static CAPABILITY_KEY: std::sync::OnceLock<[u8; 32]> = std::sync::OnceLock::new();
+
+/// Derives this process's run capabilities from `key` (see [`CAPABILITY_KEY`]); the first
+/// key set stays.
+pub fn derive_capabilities_from(key: [u8; 32]) {
+    let _ = CAPABILITY_KEY.set(key);
+}
+
+/// The capability key of the state dir `root` (`capability.key`, 32 random bytes, 0600, the
+/// caller's own and no link), made on first use: published whole by a link, so a server
+/// starting beside another reads the one the first made, never half of it.
+pub fn capability_key(root: &std::path::Path) -> std::io::Result<[u8; 32]> {
+    use std::io::{Read, Write};
+    use std::os::unix::fs::OpenOptionsExt;
+    let path = root.join("capability.key");
+    let read = |path: &std::path::Path| -> std::io::Result<[u8; 32]> {
+        let mut f = std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+            .open(path)?;
+        let meta = f.metadata()?;
+        if let Some(why) = crate::paths::not_own(path, &meta, false) {
+            return Err(std::io::Error::other(why));
+        }
+        let mut key = [0u8; 32];
+        f.read_exact(&mut key)?;
+        Ok(key)
+    };
+    match read(&path) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        other => return other,
+    }
+    let mut key = [0u8; 32];
+    let fresh = runner::new_capability();
+    for (i, byte) in key.iter_mut().enumerate() {
+        *byte = u8::from_str_radix(&fresh[2 * i..2 * i + 2], 16).unwrap_or(0);
+    }
+    let tmp = root.join(format!("capability.key.{}", std::process::id()));
+    let _ = std::fs::remove_file(&tmp);
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .open(&tmp)?;
+    f.write_all(&key)?;
+    f.sync_all()?;
+    drop(f);
+    let linked = std::fs::hard_link(&tmp, &path);
+    let _ = std::fs::remove_file(&tmp);
+    match linked {
+        Ok(()) => Ok(key),
+        // Another server made it first: that one.
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => read(&path),
+        Err(e) => Err(e),
+    }
+}
+
+/// Run `run_id`'s capability from this process's key: HMAC-SHA-256 of the id, as hex.
+fn derived_capability(run_id: &str) -> Option<String> {
+    let key = CAPABILITY_KEY.get()?;
+    Some(crate::audit::hex(&hmac_sha256(key, run_id.as_bytes())))
+}
+
+/// HMAC-SHA-256 (RFC 2104) of `msg` under a 32-byte `key`.
+fn hmac_sha256(key: &[u8; 32], msg: &[u8]) -> [u8; 32] {
+    use sha2::{Digest, Sha256};
+    let mut inner_pad = [0x36u8; 64];
+    let mut outer_pad = [0x5cu8; 64];
+    for (i, k) in key.iter().enumerate() {
+        inner_pad[i] ^= k;
+        outer_pad[i] ^= k;
+    }
+    let inner = Sha256::new()
+        .chain_update(inner_pad)
+        .chain_update(msg)
+        .finalize();
+    Sha256::new()
+        .chain_update(outer_pad)
+        .chain_update(inner)
+        .finalize()
+        .into()
 }
 
 /// How long a connection refused for want of slots (`max_connections`) is tried again.
@@ -600,6 +691,41 @@ impl PgStore {
         }
     }
 
+    /// One statement on its own, committed by itself, in one round trip: an unnamed
+    /// statement whose parameters' types are given (`query_typed`), so nothing is prepared,
+    /// closed or left on a pooled server connection, and no `BEGIN` or `COMMIT` (a
+    /// heartbeat in a transaction was four round trips, each through the pooler). Only for
+    /// a statement that may run twice: a connection found closed is opened again and the
+    /// statement sent once more. `read` takes what is needed from its one row.
+    fn once<T: Detached>(
+        &mut self,
+        sql: &str,
+        params: &[(&(dyn ToSql + Sync), postgres::types::Type)],
+        read: impl Fn(&postgres::Row) -> T,
+    ) -> StoreResult<T> {
+        let mut again = 0;
+        loop {
+            match self.client()?.query_typed(sql, params) {
+                Ok(rows) => {
+                    return rows.first().map(&read).ok_or_else(|| {
+                        StoreError::Server(format!("no row from the server for {sql}"))
+                    });
+                }
+                Err(e) => {
+                    let closed = self.client.as_ref().is_none_or(|c| c.is_closed());
+                    if closed {
+                        self.client = None;
+                    }
+                    if again < 3 && (closed || retryable(&e)) {
+                        again += 1;
+                        continue;
+                    }
+                    return Err(server_error(e));
+                }
+            }
+        }
+    }
+
     /// The login this session authenticated as (`session_user`): who every row it writes
     /// is recorded as, whatever the client says.
     pub fn login(&mut self) -> StoreResult<String> {
@@ -661,6 +787,17 @@ pub use runner::*;
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// RFC 4231 test case 2 (a key shorter than the block is padded with zeros, as here).
+    #[test]
+    fn hmac_sha256_is_rfc_4231s() {
+        let mut key = [0u8; 32];
+        key[..4].copy_from_slice(b"Jefe");
+        assert_eq!(
+            crate::audit::hex(&hmac_sha256(&key, b"what do ya want for nothing?")),
+            "5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843"
+        );
+    }
 
     #[test]
     fn passwords_never_shown() {

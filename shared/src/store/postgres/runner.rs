@@ -170,6 +170,30 @@ pub(super) struct Touched {
     offered: bool,
 }
 
+/// A batch that only marks the run (heartbeats, output, the tool's last error), as one
+/// mark: the latest of each field. `None` when it holds anything else.
+fn only_touches(writes: &[RunWrite]) -> Option<crate::runs::Touch> {
+    let mut merged = crate::runs::Touch::default();
+    for w in writes {
+        let RunWrite::Touch(t) = w else {
+            return None;
+        };
+        let newer = |old: &mut Option<String>, new: &Option<String>| {
+            if new.is_some() {
+                old.clone_from(new);
+            }
+        };
+        newer(&mut merged.last_output_at, &t.last_output_at);
+        newer(&mut merged.last_heartbeat_at, &t.last_heartbeat_at);
+        newer(
+            &mut merged.supervisor_heartbeat_at,
+            &t.supervisor_heartbeat_at,
+        );
+        newer(&mut merged.last_error_msg, &t.last_error_msg);
+    }
+    (!writes.is_empty()).then_some(merged)
+}
+
 /// The server's guard for a status change by the shim.
 pub(super) fn guard_name(replace: Replace) -> &'static str {
     match replace {
@@ -353,10 +377,35 @@ impl RunnerStore for PgRunner {
         // the same one.
         let before = CAPABILITIES.lock().ok().and_then(|mut m| {
             if inserted && !m.contains_key(run_id) {
-                m.insert(run_id.to_owned(), new_capability());
+                let made = derived_capability(run_id).unwrap_or_else(new_capability);
+                m.insert(run_id.to_owned(), made);
             }
-            m.get(run_id).cloned()
+            m.get(run_id)
+                .cloned()
+                .or_else(|| derived_capability(run_id))
         });
+        // A batch of marks alone (a heartbeat, an output mark): one statement by itself.
+        if let (Some(touch), Some(c)) = (only_touches(writes), before.as_deref())
+            && !row_may_exist
+        {
+            use postgres::types::Type;
+            let status: Option<String> = self.pg.once(
+                "SELECT hr.run_touch($1, $2, $3, $4, $5, $6)",
+                &[
+                    (&run_id, Type::TEXT),
+                    (&c, Type::TEXT),
+                    (&touch.last_output_at, Type::TEXT),
+                    (&touch.last_heartbeat_at, Type::TEXT),
+                    (&touch.supervisor_heartbeat_at, Type::TEXT),
+                    (&touch.last_error_msg, Type::TEXT),
+                ],
+                |row| row.get(0),
+            )?;
+            return Ok(Done::quiet(Recorded {
+                inserted: false,
+                cancelled: status.as_deref() == Some(RunStatus::Cancelled.as_str()),
+            }));
+        }
         let mut cap = before.clone();
         let mut learnt = Learnt::default();
         self.pg.tx(|tx| {
