@@ -170,6 +170,15 @@ pub(super) struct Touched {
     offered: bool,
 }
 
+/// A run's first batch as a shim sends it: its row alone, or its row and its pid.
+fn start_and_pid(writes: &[RunWrite]) -> Option<(&ToolRun, Option<i32>)> {
+    match writes {
+        [RunWrite::Start(run)] => Some((run, None)),
+        [RunWrite::Start(run), RunWrite::Pid(pid)] => Some((run, Some(*pid))),
+        _ => None,
+    }
+}
+
 /// A batch that only marks the run (heartbeats, output, the tool's last error), as one
 /// mark: the latest of each field. `None` when it holds anything else.
 fn only_touches(writes: &[RunWrite]) -> Option<crate::runs::Touch> {
@@ -404,6 +413,40 @@ impl RunnerStore for PgRunner {
             return Ok(Done::quiet(Recorded {
                 inserted: false,
                 cancelled: status.as_deref() == Some(RunStatus::Cancelled.as_str()),
+            }));
+        }
+        // A run's first batch (its row, and its pid): one statement by itself, so the audit
+        // chain's lock it takes is held for the function and its commit on the server, not
+        // for a round trip through the pooler as well.
+        if let (Some((run, pid)), Some(mine), false) =
+            (start_and_pid(writes), before.as_deref(), row_may_exist)
+        {
+            use postgres::types::Type;
+            let (doc, fp, pid) = (to_json(run), request_fingerprint(run), pid.map(i64::from));
+            let got: Option<String> = self.pg.once(
+                "WITH s AS (SELECT hr.run_start($1::text::jsonb, $2, false, $3) AS cap),
+                      p AS (SELECT hr.run_pid($4, s.cap, $5) FROM s
+                            WHERE s.cap IS NOT NULL AND $5::bigint IS NOT NULL)
+                 SELECT (SELECT cap FROM s) WHERE (SELECT count(*) FROM p) >= 0",
+                &[
+                    (&doc, Type::TEXT),
+                    (&fp, Type::TEXT),
+                    (&mine, Type::TEXT),
+                    (&run_id, Type::TEXT),
+                    (&pid, Type::INT8),
+                ],
+                |row| row.get(0),
+            )?;
+            self.run = Some(run_id.to_owned());
+            if let Ok(mut m) = CAPABILITIES.lock() {
+                match got {
+                    Some(cap) => m.insert(run_id.to_owned(), cap),
+                    None => m.remove(run_id),
+                };
+            }
+            return Ok(Done::quiet(Recorded {
+                inserted: true,
+                cancelled: false,
             }));
         }
         let mut cap = before.clone();
