@@ -333,8 +333,9 @@ fn each_login_appends_to_its_own_audit_chain_without_waiting_for_another() {
     }
 }
 
-/// hr.audit as schema v1 to v7 had it: one chain, one lock.
-const AUDIT_BEFORE_V8: &str = r#"
+/// hr.audit and hr.change_mark as schema v1 to v7 had them: one chain, one lock; a mark
+/// over every live run (v8's sequence and trigger taken away).
+const FUNCTIONS_BEFORE_V8: &str = r#"
 CREATE OR REPLACE FUNCTION hr.audit(p_event text, p_run text, p_approval text, p_actor text, p_data jsonb)
 RETURNS bigint LANGUAGE plpgsql AS $$
 DECLARE
@@ -355,6 +356,17 @@ BEGIN
     RETURNING id INTO new_id;
     RETURN new_id;
 END $$;
+DROP TRIGGER tool_runs_liveness ON hr.tool_runs;
+DROP FUNCTION hr.liveness_written();
+CREATE OR REPLACE FUNCTION hr.change_mark() RETURNS bigint LANGUAGE sql STABLE SECURITY DEFINER
+SET search_path = hr, pg_temp AS $$
+    SELECT (SELECT coalesce(max(id), 0) FROM hr.events) * 65536
+        + ((SELECT coalesce(hashtext(string_agg(tool_run_id || coalesce(last_output_at, '')
+                || coalesce(last_heartbeat_at, '') || coalesce(supervisor_heartbeat_at, '')
+                || coalesce(pid::text, ''), ',' ORDER BY tool_run_id)), 0)
+           FROM hr.tool_runs WHERE completed_at IS NULL)::bigint & 65535)
+$$;
+DROP SEQUENCE hr.change_seq;
 "#;
 
 /// An upgrade, not only a fresh schema: a store at schema v4 (this build's v5 to v8 taken
@@ -378,7 +390,7 @@ fn db_init_upgrades_a_v4_store_and_keeps_what_it_holds() {
                  ALTER TABLE hr.events DROP COLUMN chain;
                  ALTER TABLE hr.events ADD CONSTRAINT events_one_successor UNIQUE (prev_hash);
                  {}",
-                AUDIT_BEFORE_V8
+                FUNCTIONS_BEFORE_V8
             ),
         );
         let cmd = Cmd::new("rm", &["-i", "a.txt"]);

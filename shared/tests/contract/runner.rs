@@ -1312,6 +1312,24 @@ pub fn change_mark_moves_after_another_sessions_write<S: StoreUnderTest>(s: &S) 
     let o2 = op.change_mark().unwrap();
     assert_ne!(w2, w1, "a run recorded by another session");
     assert_ne!(o2, o1);
+    // Liveness too: a heartbeat, then output (each moves what the dashboard shows).
+    let mut before = w2;
+    for touch in [
+        hr_shared::runs::Touch {
+            supervisor_heartbeat_at: Some("2026-11-27T23:00:00.000Z".into()),
+            ..Default::default()
+        },
+        hr_shared::runs::Touch {
+            last_output_at: Some("2026-11-27T23:00:01.000Z".into()),
+            ..Default::default()
+        },
+    ] {
+        shim.write(vec![RunWrite::Touch(touch)]);
+        let now = watcher.change_mark().unwrap();
+        assert_ne!(now, before, "a heartbeat or output mark by another session");
+        before = now;
+    }
+    let w2 = before;
     let ap = shim.ask_pending(&yes_no("make"));
     let w3 = watcher.change_mark().unwrap();
     assert_ne!(w3, w2, "an approval asked by another session");

@@ -166,16 +166,22 @@ BEGIN
 END $$;
 
 -- A number that changes whenever a run or approval may have changed.
--- Audited changes, and the liveness of the runs that have not ended (output, heartbeats:
--- not audited, but shown).
+-- Audited changes, and the liveness of runs (output, heartbeats, pids: not audited, but
+-- shown), counted by hr.change_seq. Two index or sequence reads, whatever the number of
+-- runs. (A liveness write counts as it happens, before its commit: a look in between
+-- reads the old row once more, and the next write moves the mark again.)
 CREATE OR REPLACE FUNCTION hr.change_mark() RETURNS bigint LANGUAGE sql STABLE SECURITY DEFINER
 SET search_path = hr, pg_temp AS $$
     SELECT (SELECT coalesce(max(id), 0) FROM hr.events) * 65536
-        + ((SELECT coalesce(hashtext(string_agg(tool_run_id || coalesce(last_output_at, '')
-                || coalesce(last_heartbeat_at, '') || coalesce(supervisor_heartbeat_at, '')
-                || coalesce(pid::text, ''), ',' ORDER BY tool_run_id)), 0)
-           FROM hr.tool_runs WHERE completed_at IS NULL)::bigint & 65535)
+        + ((SELECT last_value + is_called::int FROM hr.change_seq) & 65535)
 $$;
+
+-- Counts a write of runs' liveness for hr.change_mark.
+CREATE OR REPLACE FUNCTION hr.liveness_written() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM nextval('hr.change_seq');
+    RETURN NULL;
+END $$;
 
 CREATE OR REPLACE FUNCTION hr.run_of(p_approval text) RETURNS text LANGUAGE sql STABLE AS $$
     SELECT tool_run_id FROM hr.approvals WHERE approval_id = p_approval
