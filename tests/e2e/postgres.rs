@@ -2812,7 +2812,7 @@ fn the_store_works_through_pgbouncer_in_transaction_pooling() {
 }
 
 /// Two `monitor serve` of one state dir behind a balancer (here: the test picks), on the
-/// server store: a run started through one takes its heartbeats, its question and its end
+/// server store: a run started through one takes its heartbeat and its end
 /// through the other. A run's capability came from the memory of the server that started
 /// it, so every later write through the other was refused ("not yours"); now both derive
 /// it from the state dir's key (`capability.key`, 0600), and a runner token still writes
