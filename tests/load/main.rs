@@ -30,7 +30,7 @@ use hr_shared::{fingerprint, id, time};
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BinaryHeap};
 use std::io::Write;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -130,7 +130,6 @@ struct Shared {
     /// The measured window: (from, to).
     window: (Instant, Instant),
     stop: AtomicBool,
-    prompts_due: AtomicU64,
 }
 
 impl Shared {
@@ -349,7 +348,6 @@ fn writer(args: Arc<Args>, paths: StatePaths, shared: Arc<Shared>, slots: Vec<us
                 shared.note("heartbeat", started, out);
                 // Now and then a run asks, in exit mode: pending, then it parks (exit 90).
                 if rng(&mut seed) < prompt_share {
-                    shared.prompts_due.fetch_add(1, Ordering::Relaxed);
                     let req = yes_no(&sim.asker.tool, slot);
                     let started = Instant::now();
                     let out = sim
@@ -561,7 +559,6 @@ fn main() {
             stats: Mutex::new(Stats::default()),
             window: (now, now + Duration::from_secs(86_400)),
             stop: AtomicBool::new(false),
-            prompts_due: AtomicU64::new(0),
         });
         waiter(args.clone(), paths, shared, slot, true);
         return;
@@ -574,7 +571,6 @@ fn main() {
         stats: Mutex::new(Stats::default()),
         window: (from, to),
         stop: AtomicBool::new(false),
-        prompts_due: AtomicU64::new(0),
     });
     let mut handles = Vec::new();
     for t in 0..args.threads {

@@ -120,16 +120,8 @@ pub fn run(ctx: &Ctx, args: Args) -> CliResult {
                 }
             )));
         }
-        // The resumes inherit where it listens too (HEADLESS_RUN_LISTEN_DB): no operator's.
-        if let Some(listen) = &ctx.paths.listen_url
-            && hr_shared::store::postgres::roles_of(listen)?.contains(&"operator")
-        {
-            return Err(CliError::usage(format!(
-                "monitor worker hands {} to the tools it resumes; {} is an operator's login: listen with this host's runner login, or one with no headless-run role",
-                hr_shared::url::ENV_LISTEN_DB,
-                hr_shared::url::without_password(listen)
-            )));
-        }
+        // HEADLESS_RUN_LISTEN_DB, which the resumes inherit too, is this same login
+        // (`StatePaths::resolve` refuses any other).
     }
     stop::install();
     let pool = args.pool.or_else(|| {

@@ -508,11 +508,7 @@ pub fn capability_key(root: &std::path::Path) -> std::io::Result<[u8; 32]> {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
         other => return other,
     }
-    let mut key = [0u8; 32];
-    let fresh = runner::new_capability();
-    for (i, byte) in key.iter_mut().enumerate() {
-        *byte = u8::from_str_radix(&fresh[2 * i..2 * i + 2], 16).unwrap_or(0);
-    }
+    let key = runner::random_key();
     let tmp = root.join(format!("capability.key.{}", std::process::id()));
     let _ = std::fs::remove_file(&tmp);
     let mut f = std::fs::OpenOptions::new()

@@ -103,6 +103,11 @@ impl PgRunner {
 
 /// A new run capability: 256 random bits from the kernel, as hex.
 pub(super) fn new_capability() -> String {
+    crate::audit::hex(&random_key())
+}
+
+/// 256 random bits from the kernel.
+pub(super) fn random_key() -> [u8; 32] {
     let mut bytes = [0u8; 32];
     let read = std::fs::File::open("/dev/urandom")
         .and_then(|mut f| std::io::Read::read_exact(&mut f, &mut bytes));
@@ -115,7 +120,7 @@ pub(super) fn new_capability() -> String {
             "no randomness for a run capability"
         );
     }
-    crate::audit::hex(&bytes)
+    bytes
 }
 
 /// The request fingerprint of a run's command, as the shim computes it for its asker.
