@@ -15,6 +15,7 @@ pub mod event;
 pub mod exit;
 pub mod export;
 pub mod fingerprint;
+pub mod finishing;
 pub mod gc;
 pub mod id;
 pub mod links;

@@ -233,6 +233,7 @@ impl TestEnv {
     /// spool) or seed rows no command writes. Everything else reads state through
     /// `monitor … --json` (the contract), so the suite can run against another store.
     pub fn raw_db(&self) -> Connection {
+        self.settle();
         let c = Connection::open(self.state().join("state.db")).expect("open state.db");
         c.busy_timeout(Duration::from_secs(20)).unwrap();
         c
@@ -330,8 +331,21 @@ impl TestEnv {
         object(value)
     }
 
+    /// Waits until no finisher of this state dir is writing (a shim that exited before its
+    /// store was open hands its run to one): what `monitor` does before it reads. Files
+    /// read directly (the database, the combined log) are read after it.
+    pub fn settle(&self) {
+        let paths = hr_shared::paths::StatePaths::at(self.state());
+        assert!(
+            hr_shared::finishing::settle(&paths, Duration::from_secs(30)),
+            "a finisher of {} is still writing after 30 s",
+            self.state().display()
+        );
+    }
+
     /// The events of `logs/combined.log`.
     pub fn log_events(&self) -> Vec<Value> {
+        self.settle();
         let text =
             std::fs::read_to_string(self.state().join("logs/combined.log")).unwrap_or_default();
         text.lines()

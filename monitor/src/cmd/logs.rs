@@ -116,6 +116,8 @@ impl Printer {
 
 pub fn run(ctx: &Ctx, args: Args) -> CliResult {
     let terminal = output::stdout_is_terminal();
+    // A quick run's status events are written by its finisher after its shim exits.
+    hr_shared::finishing::settle(&ctx.paths, hr_shared::finishing::SETTLE_MAX);
     let (paths, format, only_run, run_id) = match &args.run {
         Some(id) => {
             parse::run_id(id)?;

@@ -489,7 +489,9 @@ pub fn runner(paths: &StatePaths) -> Box<dyn RunnerStore> {
 /// A second session on the store a shim records in (a wait-mode watcher's), on a database
 /// that must exist by then.
 pub fn runner_watch(paths: &StatePaths) -> Box<dyn RunnerStore> {
-    remote_runner(paths).unwrap_or_else(|| Box::new(sqlite::SqliteStore::existing(paths.clone())))
+    remote_runner(paths).unwrap_or_else(|| {
+        Box::new(sqlite::SqliteStore::existing(paths.clone()).without_settling())
+    })
 }
 
 /// The runner side of the remote store `paths` names, if it names one.

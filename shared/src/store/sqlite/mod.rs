@@ -59,6 +59,10 @@ pub struct SqliteStore {
     /// Why the store is not this user's to write (another user's, or reached through a
     /// link): it is then opened read-only, and every write is refused saying so.
     foreign: Option<String>,
+    /// Waits for the state dir's finishers (`crate::finishing`) before the first look and
+    /// before reconciling: a reader's session (the monitor's), which must see every ended
+    /// run as it ended. A shim's sessions never wait for other shims.
+    settle: bool,
 }
 
 impl SqliteStore {
@@ -95,7 +99,15 @@ impl SqliteStore {
             db_file: None,
             was_replaced: false,
             foreign: None,
+            settle: mode != OpenMode::Create,
         }
+    }
+
+    /// A session on an existing database that does not wait for finishers: a shim's own
+    /// second session (its wait-mode watcher).
+    pub fn without_settling(mut self) -> Self {
+        self.settle = false;
+        self
     }
 
     /// A session that writes for an identity its caller authenticated (a server for a
@@ -142,6 +154,9 @@ impl SqliteStore {
             self.was_replaced = true;
         }
         if self.conn.is_none() {
+            if self.settle {
+                crate::finishing::settle(&self.paths, crate::finishing::SETTLE_MAX);
+            }
             // Only the owner writes an embedded store (DESIGN §14): another user's — or one
             // reached through a link — is never created or written, only read.
             self.foreign = match self.mode {
@@ -618,6 +633,10 @@ impl WorkerStore for SqliteStore {
         actor: &str,
         host: &dyn HostFacts,
     ) -> StoreResult<Done<ReconcileReport>> {
+        // A shim gone while its finisher writes its end is no vanished shim.
+        if self.settle {
+            crate::finishing::settle(&self.paths, crate::finishing::SETTLE_MAX);
+        }
         let live = self.with(|c| runs::supervised(c, None))?;
         let mut report = ReconcileReport::default();
         let mut events = Vec::new();
