@@ -7,6 +7,7 @@ mod blocked;
 mod cli;
 mod conversation;
 mod event_fd;
+mod finish;
 mod gate;
 mod group;
 mod interactive;
@@ -41,6 +42,12 @@ fn main() -> ExitCode {
         std::path::Path::new(a0).file_name() == Some(notify::WATCHDOG_NAME.as_ref())
     }) {
         return ExitCode::from(notify::watchdog(&args[1..]));
+    }
+    // A run's last writes, handed over by a shim that has exited (`finish`).
+    if args.len() == 1
+        && std::path::Path::new(&args[0]).file_name() == Some(finish::FINISHER_NAME.as_ref())
+    {
+        return ExitCode::from(finish::main());
     }
     // `headless-run --hook AGENT` / `--mcp`: an agent's permission hook, not a run.
     if args.len() > 1

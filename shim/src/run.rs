@@ -418,7 +418,14 @@ fn run(inv: Invocation) -> Result<u8, Failure> {
             )));
         }
     }
-    let landed = store.finish(db::BUSY_TIMEOUT + Duration::from_secs(2));
+    // The caller need not wait for the database: what has not landed is handed to a
+    // finisher, unless `monitor` started this run and reads its end next (a resume, a
+    // restart, a pipeline's step) or the run's end has more to it than its row.
+    let handed = match &outcome {
+        Ok(RunOutcome::ApprovalPending { .. } | RunOutcome::Cancelled { .. }) => false,
+        _ => !started_by_monitor() && store.hand_off(&final_row(first_row.clone(), &change)),
+    };
+    let landed = handed || store.finish(db::BUSY_TIMEOUT + Duration::from_secs(2));
     if !landed && let Some(paths) = &ctx.paths {
         // The database stayed locked: keep the run's final state for the next writer.
         let _ = spool::write(paths, &final_row(first_row, &change));
@@ -432,6 +439,19 @@ fn run(inv: Invocation) -> Result<u8, Failure> {
         }
         Err(f) => Err(f),
     }
+}
+
+/// Whether `monitor` started this run to read its end next: a worker's resume, a restart,
+/// a pipeline's step.
+fn started_by_monitor() -> bool {
+    [
+        ENV_RESUMED_FROM,
+        ENV_RESTART_OF,
+        ENV_AUTO_APPROVAL,
+        hr_shared::event::ENV_PIPELINE_STEP,
+    ]
+    .into_iter()
+    .any(|v| env(v).is_some_and(|v| !v.is_empty()))
 }
 
 /// Sends the run's row once, as soon as the tool's pid is known: one write where a row and

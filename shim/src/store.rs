@@ -20,6 +20,7 @@ use hr_shared::store::{
 use hr_shared::{proc, time};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 pub use hr_shared::store::Replace;
@@ -53,17 +54,59 @@ pub enum StoreMsg {
 
 /// The sending side, cloneable for other threads.
 #[derive(Clone)]
-pub struct StoreSender(Sender<StoreMsg>);
+pub struct StoreSender {
+    tx: Sender<StoreMsg>,
+    journal: Arc<Journal>,
+}
 
 impl StoreSender {
-    /// Queues a message; a stopped store drops it.
+    /// Queues a message; a stopped store drops it. A request that needs the database's
+    /// answer marks the run as one whose end is never handed to a finisher.
     pub fn send(&self, msg: StoreMsg) {
-        let _ = self.0.send(msg);
+        if !matches!(msg, StoreMsg::Write(_) | StoreMsg::Shutdown) {
+            self.journal.lock().asked = true;
+        }
+        let _ = self.tx.send(msg);
     }
 
-    /// Queues a change to the run.
+    /// Queues a change to the run; a copy stays in the journal while the store is not
+    /// open.
     pub fn write(&self, w: RunWrite) {
-        self.send(StoreMsg::Write(w));
+        {
+            let mut j = self.journal.lock();
+            if !j.opened {
+                j.entries.push(w.clone());
+            }
+        }
+        let _ = self.tx.send(StoreMsg::Write(w));
+    }
+}
+
+/// The run's writes while its store thread has not opened the store (it waits [`DEFER`]
+/// first): what a finisher is handed when the tool ends before then
+/// (`StoreHandle::hand_off`).
+#[derive(Default)]
+pub struct Journal {
+    state: Mutex<JournalState>,
+}
+
+#[derive(Default)]
+struct JournalState {
+    /// The writes sent, in order (while the store is not open).
+    entries: Vec<RunWrite>,
+    /// The run asked the store something (a prompt, a cooperative request, a decision to
+    /// check): its end has effects only its own store thread knows of.
+    asked: bool,
+    /// The store thread has opened (or is opening) the store: it writes the run's end
+    /// itself, as it knows how the store is (locked, unusable, another's).
+    opened: bool,
+    /// A finisher took over: the store thread never opens the store.
+    handed_off: bool,
+}
+
+impl Journal {
+    fn lock(&self) -> std::sync::MutexGuard<'_, JournalState> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 }
 
@@ -72,6 +115,9 @@ pub struct StoreHandle {
     tx: StoreSender,
     /// Whether everything was written (false: it must be spooled).
     done: Receiver<bool>,
+    /// The state dir and the run, for a finisher.
+    paths: Option<StatePaths>,
+    ident: Asker,
 }
 
 /// The longest a request to the store may take: two busy timeouts and some.
@@ -104,12 +150,19 @@ impl StoreHandle {
     pub fn start(paths: Option<StatePaths>, ident: Asker, refused: Option<String>) -> StoreHandle {
         let (tx, rx) = mpsc::channel();
         let (done_tx, done) = mpsc::channel();
+        let journal = Arc::new(Journal::default());
+        let handle_paths = paths.clone();
+        let handle_ident = ident.clone();
+        let thread_journal = journal.clone();
+        let defer = store_defer();
         // Never joined (see `finish`): a thread that could not start leaves `done` without a
         // sender, which `finish` reads as "not landed".
         let _ = std::thread::Builder::new()
             .name("store".into())
             .spawn(move || {
                 let mut store = StoreThread::new(paths, ident, refused);
+                store.journal = thread_journal;
+                store.defer = defer;
                 let landed = store.run(rx);
                 // Report as soon as the last write is committed: closing the connection may
                 // checkpoint the WAL (fsyncs), which the shim's exit need not wait for. A
@@ -118,8 +171,10 @@ impl StoreHandle {
                 drop(store);
             });
         StoreHandle {
-            tx: StoreSender(tx),
+            tx: StoreSender { tx, journal },
             done,
+            paths: handle_paths,
+            ident: handle_ident,
         }
     }
 
@@ -164,6 +219,75 @@ impl StoreHandle {
         // Not joined: the thread may still be closing the database (a checkpoint), which the
         // shim's exit does not wait for.
         self.done.recv_timeout(wait).unwrap_or(false)
+    }
+
+    /// Hands the writes that have not landed to a finisher (`crate::finish`), so that the
+    /// shim can exit without waiting for the database; `fallback` is the run's final row,
+    /// spooled by the finisher if they cannot be written. True: handed off (the store
+    /// thread writes nothing more). False: nothing to hand off, or it cannot be: the caller
+    /// waits for the store thread ([`finish`](Self::finish)). Only for the embedded store,
+    /// only while the store thread has not opened it (a tool that ended within `DEFER`),
+    /// and only for a run that never asked the store anything (a prompt, a decision).
+    pub fn hand_off(&self, fallback: &ToolRun) -> bool {
+        let Some(paths) = self.paths.as_ref().filter(|p| p.is_embedded()) else {
+            return false;
+        };
+        if self.tx.journal.lock().asked {
+            return false;
+        }
+        let Ok(lock) = hr_shared::finishing::hold(paths) else {
+            return false;
+        };
+        // Held until the finisher has started (or failed to): the store thread, about to
+        // open the store, waits for it, and never opens it once the run is handed off.
+        let mut j = self.tx.journal.lock();
+        if j.asked || j.opened || j.entries.is_empty() {
+            return false;
+        }
+        let handoff = crate::finish::Handoff {
+            root: paths.root.clone(),
+            db: paths.db.clone(),
+            ident: self.ident.clone(),
+            // A run that never asked has no approval to abandon.
+            writes: j
+                .entries
+                .iter()
+                .filter(|w| !matches!(w, RunWrite::Abandon(_)))
+                .cloned()
+                .collect(),
+            fallback: fallback.clone(),
+        };
+        if !crate::finish::start(&handoff, lock) {
+            return false;
+        }
+        j.handed_off = true;
+        j.entries.clear();
+        true
+    }
+}
+
+/// How long the store thread waits before opening the embedded store (see
+/// `StoreThread::defer`), unless `HEADLESS_RUN_STORE_DEFER` says otherwise.
+const DEFER: Duration = Duration::from_millis(20);
+
+/// The longest `HEADLESS_RUN_STORE_DEFER` may ask for: a shim killed before its store is
+/// open leaves no row.
+const DEFER_MAX: Duration = Duration::from_secs(10);
+
+/// `HEADLESS_RUN_STORE_DEFER` (a duration, at most [`DEFER_MAX`]), else [`DEFER`].
+fn store_defer() -> Duration {
+    let Some(value) = std::env::var_os("HEADLESS_RUN_STORE_DEFER").filter(|v| !v.is_empty()) else {
+        return DEFER;
+    };
+    match hr_shared::time::parse_duration(&value.to_string_lossy()) {
+        Ok(d) => d.min(DEFER_MAX),
+        Err(e) => {
+            eprintln!(
+                "headless-run: warning: HEADLESS_RUN_STORE_DEFER ignored ({e}); the store is opened after {}",
+                hr_shared::time::short_duration(DEFER)
+            );
+            DEFER
+        }
     }
 }
 
@@ -222,7 +346,7 @@ impl SpoolGuard {
     }
 }
 
-struct StoreThread {
+pub struct StoreThread {
     paths: Option<StatePaths>,
     ident: Asker,
     /// The store; `None` when no state dir could be resolved, or it is not used.
@@ -251,6 +375,15 @@ struct StoreThread {
     status: RunStatus,
     warned_db: AtomicBool,
     warned_log: AtomicBool,
+    /// The senders' copy of the writes while the store is not open.
+    journal: Arc<Journal>,
+    /// How long it waits before it opens the embedded store.
+    defer: Duration,
+}
+
+/// A store thread for a finisher.
+pub fn reopen(paths: StatePaths, ident: Asker) -> StoreThread {
+    StoreThread::new(Some(paths), ident, None)
 }
 
 impl StoreThread {
@@ -280,7 +413,17 @@ impl StoreThread {
             status: RunStatus::Running,
             warned_db: AtomicBool::new(false),
             warned_log: AtomicBool::new(false),
+            journal: Arc::new(Journal::default()),
+            defer: DEFER,
         }
+    }
+
+    /// The finisher's: opens the store, writes `writes` (logging their status events) and
+    /// says whether everything landed.
+    pub fn finish(&mut self, writes: Vec<RunWrite>) -> bool {
+        self.open();
+        self.flush(writes);
+        self.landed()
     }
 
     fn open(&mut self) {
@@ -338,17 +481,24 @@ impl StoreThread {
     /// Serves requests until told to stop; returns whether everything landed (false when
     /// writes are left over: the database was locked, full or could not be opened).
     fn run(&mut self, rx: Receiver<StoreMsg>) -> bool {
+        let mut early = self.defer(&rx);
+        if !self.claim_open() {
+            // Handed to a finisher: nothing more to write here.
+            return true;
+        }
         self.open();
         let mut next_beat = Instant::now() + SUPERVISOR_HEARTBEAT;
         loop {
             let wait = next_beat.saturating_duration_since(Instant::now());
-            let mut batch = Vec::new();
-            match rx.recv_timeout(wait) {
-                Ok(msg) => batch.push(msg),
-                Err(RecvTimeoutError::Timeout) => {}
-                Err(RecvTimeoutError::Disconnected) => {
-                    self.flush(Vec::new());
-                    return self.landed();
+            let mut batch = std::mem::take(&mut early);
+            if batch.is_empty() {
+                match rx.recv_timeout(wait) {
+                    Ok(msg) => batch.push(msg),
+                    Err(RecvTimeoutError::Timeout) => {}
+                    Err(RecvTimeoutError::Disconnected) => {
+                        self.flush(Vec::new());
+                        return self.landed();
+                    }
                 }
             }
             batch.extend(rx.try_iter());
@@ -362,6 +512,7 @@ impl StoreThread {
             }
             for msg in batch {
                 match msg {
+                    // A run that never asked has nothing to abandon: no query for it.
                     // A run that never asked has nothing to abandon: no query for it.
                     StoreMsg::Write(RunWrite::Abandon(_)) if !self.asked => {}
                     StoreMsg::Write(w) => ops.push(w),
@@ -416,6 +567,40 @@ impl StoreThread {
             }
             self.flush(ops);
         }
+    }
+
+    /// Waits before opening the store, up to [`DEFER`], while only writes arrive: a tool
+    /// that ends meanwhile has its whole run handed to a finisher, which opens the store
+    /// once, after the caller has its exit code. What needs an answer, or the run's end
+    /// (`Shutdown`) not handed off, opens it at once.
+    fn defer(&mut self, rx: &Receiver<StoreMsg>) -> Vec<StoreMsg> {
+        let mut early = Vec::new();
+        if !self.paths.as_ref().is_some_and(|p| p.is_embedded()) {
+            return early;
+        }
+        let until = Instant::now() + self.defer;
+        loop {
+            match rx.recv_timeout(until.saturating_duration_since(Instant::now())) {
+                Ok(msg @ StoreMsg::Write(_)) => early.push(msg),
+                Ok(msg) => {
+                    early.push(msg);
+                    return early;
+                }
+                Err(_) => return early,
+            }
+        }
+    }
+
+    /// Marks the store as this thread's to open; false when the run was handed to a
+    /// finisher first.
+    fn claim_open(&mut self) -> bool {
+        let mut j = self.journal.lock();
+        if j.handed_off {
+            return false;
+        }
+        j.opened = true;
+        j.entries = Vec::new();
+        true
     }
 
     /// Whether everything reached the store. What did not (a lock, a full disk, a store
@@ -638,5 +823,80 @@ impl StoreThread {
                 format!("cannot write {}: {e}", log.path().display())
             });
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn asker() -> Asker {
+        Asker {
+            tool_run_id: "TR-1".into(),
+            tool: "t".into(),
+            execution_id: "EX-1".into(),
+            request_fingerprint: String::new(),
+            argv: vec!["t".into()],
+            cwd: "/".into(),
+            tool_digest: None,
+            actor: String::new(),
+            review: Default::default(),
+        }
+    }
+
+    fn sender() -> (StoreSender, Receiver<StoreMsg>) {
+        let (tx, rx) = mpsc::channel();
+        let journal = Arc::new(Journal::default());
+        (StoreSender { tx, journal }, rx)
+    }
+
+    /// The journal keeps the run's writes only while the store is not open: what a finisher
+    /// would be handed; once the store thread has claimed the store, nothing more.
+    #[test]
+    fn writes_are_journaled_until_the_store_thread_opens_the_store() {
+        let (s, rx) = sender();
+        s.write(RunWrite::Pid(7));
+        s.write(RunWrite::Abandon("x".into()));
+        assert_eq!(s.journal.lock().entries.len(), 2);
+        assert_eq!(rx.try_iter().count(), 2, "and sent to the thread as well");
+        let mut t = StoreThread::new(None, asker(), None);
+        t.journal = s.journal.clone();
+        assert!(t.claim_open());
+        assert!(s.journal.lock().entries.is_empty());
+        s.write(RunWrite::Pid(8));
+        assert!(
+            s.journal.lock().entries.is_empty(),
+            "the thread writes them now"
+        );
+    }
+
+    /// Once a finisher has the run, its store thread never opens the store.
+    #[test]
+    fn a_handed_off_run_is_never_opened_by_its_store_thread() {
+        let (s, _rx) = sender();
+        s.journal.lock().handed_off = true;
+        let mut t = StoreThread::new(None, asker(), None);
+        t.journal = s.journal.clone();
+        assert!(!t.claim_open());
+        assert!(!s.journal.lock().opened);
+    }
+
+    /// A request that needs the database's answer marks the run: its end stays with its
+    /// own store thread.
+    #[test]
+    fn a_run_that_asks_is_marked() {
+        let (s, _rx) = sender();
+        s.write(RunWrite::Pid(1));
+        assert!(!s.journal.lock().asked);
+        s.send(StoreMsg::Shutdown);
+        assert!(!s.journal.lock().asked, "the end is no question");
+        let (reply, _) = mpsc::channel();
+        s.send(StoreMsg::AutoApproval {
+            approval_id: None,
+            value: "y".into(),
+            resumed_from: None,
+            reply,
+        });
+        assert!(s.journal.lock().asked);
     }
 }

@@ -169,3 +169,139 @@ fn hr_time(stamp: &str) -> f64 {
     let sec: f64 = t[6..].parse().unwrap();
     h * 3600.0 + m * 60.0 + sec
 }
+
+/// The processes whose command line is `headless-run-finish` holding `lock` (their
+/// descriptor 3 is the state dir's finishing lock).
+fn finishers_of(lock: &std::path::Path) -> Vec<i32> {
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|pid| {
+            std::fs::read(format!("/proc/{pid}/cmdline"))
+                .is_ok_and(|c| c.starts_with(b"headless-run-finish\0"))
+                && std::fs::read_link(format!("/proc/{pid}/fd/3")).is_ok_and(|p| p == lock)
+        })
+        .collect()
+}
+
+/// Issue 31: a run that ends before its shim has opened the embedded store (here: within
+/// `HEADLESS_RUN_STORE_DEFER`) is handed to a finisher, and the shim exits with the tool's
+/// code without waiting for the database: locked here, so the shim's exit comes while the
+/// finisher waits. Once the lock goes, the finisher writes the run's row, end and status
+/// events itself (the spool is left empty: nobody has to replay it), and `monitor` waits
+/// for it before it reads.
+#[test]
+fn a_run_that_ends_before_the_store_is_open_is_finished_after_the_shim_exits() {
+    let env = TestEnv::new();
+    env.shim().arg("true").run().expect_code(0);
+    let conn = env.raw_db();
+    conn.execute_batch("BEGIN EXCLUSIVE").unwrap();
+    let mut running = env
+        .shim()
+        .env("HEADLESS_RUN_STORE_DEFER", "10s")
+        .args(["sh", "-c", "echo through; exit 3"])
+        .spawn();
+    // The shim exits while the database is still locked (its stderr stays open in the
+    // finisher, which waits for the lock: only the exit is waited for here).
+    let exited = wait_until(Duration::from_secs(60), || {
+        running.child.try_wait().unwrap().is_some()
+    });
+    assert!(exited, "the shim waited for the locked database");
+    let lock = env.state().join("finishing.lock");
+    assert_eq!(finishers_of(&lock).len(), 1, "one finisher holds the lock");
+    let rows: i64 = conn
+        .query_row("SELECT COUNT(*) FROM tool_runs", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(
+        rows, 1,
+        "nothing of the new run is written while the lock is held"
+    );
+    conn.execute_batch("COMMIT").unwrap();
+    drop(conn);
+    let out = running.wait();
+    out.expect_code(3);
+    assert_eq!(out.out(), "through\n");
+    assert!(!out.stderr.contains("warning"), "{}", out.stderr);
+    // The monitor waits for the finisher: the run as it ended, at once.
+    let runs = env.runs();
+    assert_eq!(runs.len(), 2, "{runs:#?}");
+    assert_eq!(s(&runs[1], "status"), "failed");
+    assert_eq!(n(&runs[1], "exit_code"), 3);
+    assert!(finishers_of(&lock).is_empty());
+    // Written by the finisher into the database itself, with its status events.
+    let id = s(&runs[1], "tool_run_id").to_owned();
+    let raw = env.raw_rows("tool_runs");
+    assert_eq!(s(&raw[1], "status"), "failed", "{raw:?}");
+    assert!(
+        std::fs::read_dir(env.state().join("spool"))
+            .map(|d| d.count())
+            .unwrap_or(0)
+            == 0,
+        "the spool is left empty"
+    );
+    assert_eq!(env.logged_statuses(&id), ["running", "failed"]);
+    assert_eq!(
+        env.run_audit(&id).len(),
+        2,
+        "its row and its end, once each"
+    );
+}
+
+/// A finisher killed before it could write (kill -9 while the database is locked) loses no
+/// run: as a shim's store thread does, it spools the run's row while it waits for the lock,
+/// the next opener writes it, and reconciliation ends it as vanished, as for a shim killed
+/// the same way.
+#[test]
+fn a_killed_finisher_leaves_its_run_to_reconciliation() {
+    let env = TestEnv::new();
+    env.shim().arg("true").run().expect_code(0);
+    let conn = env.raw_db();
+    conn.execute_batch("BEGIN EXCLUSIVE").unwrap();
+    let mut running = env
+        .shim()
+        .env("HEADLESS_RUN_STORE_DEFER", "10s")
+        .args(["sh", "-c", "exit 0"])
+        .spawn();
+    assert!(wait_until(Duration::from_secs(60), || {
+        running.child.try_wait().unwrap().is_some()
+    }));
+    let lock = env.state().join("finishing.lock");
+    let finishers = finishers_of(&lock);
+    assert_eq!(finishers.len(), 1);
+    assert!(
+        wait_until(Duration::from_secs(30), || {
+            std::fs::read_dir(env.state().join("spool")).is_ok_and(|d| d.count() == 1)
+        }),
+        "the finisher spools the run's row while it waits for the database"
+    );
+    // SAFETY: kill(2) of a process of this test's.
+    unsafe { libc::kill(finishers[0], libc::SIGKILL) };
+    assert!(wait_until(Duration::from_secs(30), || finishers_of(&lock).is_empty()));
+    conn.execute_batch("COMMIT").unwrap();
+    drop(conn);
+    running.wait().expect_code(0);
+    env.monitor().arg("reconcile").run().expect_code(0);
+    let runs = env.runs();
+    assert_eq!(runs.len(), 2, "the run is not lost: {runs:#?}");
+    assert_eq!(s(&runs[1], "status"), "failed");
+    assert!(s(&runs[1], "reason").contains("vanished"), "{:?}", runs[1]);
+}
+
+/// A bad `HEADLESS_RUN_STORE_DEFER` is named, and the run is recorded as usual.
+#[test]
+fn a_bad_store_defer_is_named_and_ignored() {
+    let env = TestEnv::new();
+    let out = env
+        .shim()
+        .env("HEADLESS_RUN_STORE_DEFER", "soon")
+        .args(["sh", "-c", "exit 5"])
+        .run();
+    out.expect_code(5);
+    assert!(
+        out.stderr.contains("HEADLESS_RUN_STORE_DEFER ignored"),
+        "{}",
+        out.stderr
+    );
+    assert_eq!(n(&env.only_run(), "exit_code"), 5);
+}
