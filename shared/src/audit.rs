@@ -82,9 +82,10 @@ pub struct ChainReport {
     pub rows: u64,
     /// Every problem found, with the row id it concerns.
     pub problems: Vec<(i64, String)>,
-    /// The last row's id and hash: what a later check finds again unless the chain was
-    /// replaced, emptied or cut back.
-    pub head: Option<(i64, String)>,
+    /// Each chain's last row, id and hash, oldest first (one chain on SQLite; one per login
+    /// on PostgreSQL): what a later check finds again unless a chain was replaced, emptied
+    /// or cut back.
+    pub heads: Vec<(i64, String)>,
 }
 
 impl ChainReport {

@@ -306,6 +306,8 @@ fn each_login_appends_to_its_own_audit_chain_without_waiting_for_another() {
         let mut op = s.operator();
         let report = op.verify_audit().expect("verify");
         assert_eq!(report.rows, 2, "{report:?}");
+        // Each chain's head, for doctor to find again.
+        assert_eq!(report.heads.len(), 2, "{report:?}");
         // A row rewritten in one chain (the append-only trigger off, as only the table's
         // owner could) is found, and only that row.
         chains(&format!(

@@ -365,6 +365,26 @@ fn a_runner_asks_an_operator_decides_with_their_own_login_and_the_rerun_is_answe
         doctor.out(),
         doctor.stderr
     );
+    // A chain per login, and doctor keeps each one's head: the tail of another login's
+    // chain cut back (by the table's owner, its append-only trigger off) is found, though
+    // the newest row of all and every chain's links are still there.
+    let tail = db.value(&format!(
+        "SELECT max(id) FROM hr.events WHERE chain = '{}'",
+        other.user
+    ));
+    db.admin_sql(&format!(
+        "ALTER TABLE hr.events DISABLE TRIGGER events_append_only;
+         DELETE FROM hr.events WHERE id = {tail};
+         ALTER TABLE hr.events ENABLE TRIGGER events_append_only"
+    ));
+    let cut = op(&["doctor"]);
+    cut.expect_code(1);
+    assert!(
+        cut.out()
+            .contains(&format!("audit row {tail}, seen by a check at")),
+        "{}",
+        cut.out()
+    );
 }
 
 #[test]

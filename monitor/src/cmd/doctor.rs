@@ -346,10 +346,11 @@ fn check_database(ctx: &Ctx, r: &mut Report) {
     }
 }
 
-/// The audit chain's head as a previous `doctor` saw it (`STATE/audit.head`): still there
-/// with the same hash, or the database was replaced, emptied or cut back since. The file
-/// is then kept (the problem stays reported until someone looks: remove it to accept the
-/// database as it is); otherwise it moves on to the current head.
+/// The audit chains' heads as a previous `doctor` saw them (`STATE/audit.head`, a line per
+/// chain: one on SQLite, one per login on PostgreSQL): each still there with the same hash,
+/// or the database was replaced, emptied or a chain cut back since. The file is then kept
+/// (the problem stays reported until someone looks: remove it to accept the database as it
+/// is); otherwise it moves on to the current heads.
 fn check_known_head(
     ctx: &Ctx,
     store: &mut dyn hr_shared::store::AdminStore,
@@ -357,16 +358,11 @@ fn check_known_head(
     r: &mut Report,
 ) {
     let file = ctx.paths.root.join("audit.head");
-    let known = fs::read_to_string(&file).ok().and_then(|t| {
-        let mut w = t.split_whitespace();
-        Some((
-            w.next()?.parse::<i64>().ok()?,
-            w.next()?.to_owned(),
-            w.next().unwrap_or("?").to_owned(),
-        ))
-    });
+    let known = fs::read_to_string(&file)
+        .map(|t| parse_heads(&t))
+        .unwrap_or_default();
     let mut keep_old = false;
-    if let Some((id, hash, when)) = known {
+    for (id, hash, when) in known {
         match store.audit_hash(id) {
             Ok(Some(h)) if h == hash => r.ok(format!(
                 "the audit chain still holds the head a check saw at {when} (row {id})"
@@ -391,10 +387,8 @@ fn check_known_head(
             }
         }
     }
-    if let (false, Some((id, hash))) = (keep_old, &report.head)
-        && report.intact()
-    {
-        let text = format!("{id} {hash} {}\n", hr_shared::time::now_rfc3339());
+    if !keep_old && !report.heads.is_empty() && report.intact() {
+        let text = format_heads(&report.heads, &hr_shared::time::now_rfc3339());
         let tmp = file.with_extension("head.tmp");
         let written = fs::OpenOptions::new()
             .write(true)
@@ -411,6 +405,29 @@ fn check_known_head(
             ));
         }
     }
+}
+
+/// `audit.head`'s lines: `ID HASH WHEN`, a chain each (a file from before chains per login
+/// has one line). Lines that do not read are skipped.
+fn parse_heads(text: &str) -> Vec<(i64, String, String)> {
+    text.lines()
+        .filter_map(|line| {
+            let mut w = line.split_whitespace();
+            Some((
+                w.next()?.parse::<i64>().ok()?,
+                w.next()?.to_owned(),
+                w.next().unwrap_or("?").to_owned(),
+            ))
+        })
+        .collect()
+}
+
+/// The heads as `audit.head` keeps them.
+fn format_heads(heads: &[(i64, String)], when: &str) -> String {
+    heads
+        .iter()
+        .map(|(id, hash)| format!("{id} {hash} {when}\n"))
+        .collect()
 }
 
 fn check_config(r: &mut Report) {
@@ -536,5 +553,30 @@ fn check_proc(r: &mut Report) {
         Err(e) => r.fail(format!(
             "{path} is not readable ({e}): prompt detection falls back to heuristics (ptrace restrictions? try kernel.yama.ptrace_scope=0)"
         )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A head per chain, read back as written; a file of one head (before chains per login)
+    /// reads as one chain, and a damaged line is skipped, not a failure.
+    #[test]
+    fn audit_heads_are_kept_a_line_per_chain() {
+        let heads = vec![(3, "aa".to_owned()), (9, "bb".to_owned())];
+        let text = format_heads(&heads, "2026-11-28T03:00:00Z");
+        assert_eq!(text.lines().count(), 2);
+        assert_eq!(
+            parse_heads(&text),
+            [
+                (3, "aa".to_owned(), "2026-11-28T03:00:00Z".to_owned()),
+                (9, "bb".to_owned(), "2026-11-28T03:00:00Z".to_owned())
+            ]
+        );
+        assert_eq!(
+            parse_heads("12 cc 2026-11-01T00:00:00Z\nnot a head\n"),
+            [(12, "cc".to_owned(), "2026-11-01T00:00:00Z".to_owned())]
+        );
     }
 }

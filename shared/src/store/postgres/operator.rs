@@ -761,13 +761,15 @@ impl AdminStore for PgOperator {
         let mut report = ChainReport {
             rows: 0,
             problems: Vec::new(),
-            head: None,
+            heads: Vec::new(),
         };
         // A chain per login (schema v8): each row follows the row before it in its own.
-        let mut heads: BTreeMap<&str, &str> = BTreeMap::new();
+        let mut heads: BTreeMap<&str, (i64, &str)> = BTreeMap::new();
         for (chain, r) in &rows {
             report.rows += 1;
-            let prev = heads.get(chain.as_str()).copied().unwrap_or(audit::GENESIS);
+            let prev = heads
+                .get(chain.as_str())
+                .map_or(audit::GENESIS, |(_, hash)| *hash);
             if r.prev_hash != prev {
                 report
                     .problems
@@ -787,9 +789,13 @@ impl AdminStore for PgOperator {
                     .problems
                     .push((r.id, "its hash does not match its fields".into()));
             }
-            heads.insert(chain, &r.hash);
+            heads.insert(chain, (r.id, &r.hash));
         }
-        report.head = rows.last().map(|(_, r)| (r.id, r.hash.clone()));
+        report.heads = heads
+            .into_values()
+            .map(|(id, hash)| (id, hash.to_owned()))
+            .collect();
+        report.heads.sort();
         Ok(report)
     }
 

@@ -57,7 +57,7 @@ pub(crate) fn verify(conn: &Connection) -> Result<ChainReport> {
     let mut report = ChainReport {
         rows: 0,
         problems: Vec::new(),
-        head: None,
+        heads: Vec::new(),
     };
     let mut prev_hash = GENESIS.to_owned();
     let mut prev_id = 0i64;
@@ -103,7 +103,7 @@ pub(crate) fn verify(conn: &Connection) -> Result<ChainReport> {
         prev_id = row.id;
     }
     if prev_id > 0 {
-        report.head = Some((prev_id, prev_hash.clone()));
+        report.heads = vec![(prev_id, prev_hash.clone())];
     }
     let highest: Option<i64> = conn
         .query_row(
