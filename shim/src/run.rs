@@ -356,7 +356,11 @@ fn run(inv: Invocation) -> Result<u8, Failure> {
         check_auto_approval(&mut ctx, &store, &value.to_string_lossy());
     }
     let outcome = match resolved {
-        Ok(_) if interactive => interactive::run(&ctx, &mut start),
+        // A person at a terminal: no quick run to hand off, the store opens at once.
+        Ok(_) if interactive => {
+            store.start_thread();
+            interactive::run(&ctx, &mut start)
+        }
         Ok(_) => supervise::run(&ctx, &store, &mut start),
         Err(e) => {
             let code = match e {

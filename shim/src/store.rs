@@ -82,9 +82,9 @@ impl StoreSender {
     }
 }
 
-/// The run's writes while its store thread has not opened the store (it waits [`DEFER`]
-/// first): what a finisher is handed when the tool ends before then
-/// (`StoreHandle::hand_off`).
+/// The run's writes while its store thread has not started (on the embedded store it starts
+/// after [`DEFER`], or when something needs an answer): what a finisher is handed when the
+/// tool ends before then (`StoreHandle::hand_off`).
 #[derive(Default)]
 pub struct Journal {
     state: Mutex<JournalState>,
@@ -97,11 +97,9 @@ struct JournalState {
     /// The run asked the store something (a prompt, a cooperative request, a decision to
     /// check): its end has effects only its own store thread knows of.
     asked: bool,
-    /// The store thread has opened (or is opening) the store: it writes the run's end
-    /// itself, as it knows how the store is (locked, unusable, another's).
+    /// The store thread has started: it writes the run's end itself, as it knows how the
+    /// store is (locked, unusable, another's).
     opened: bool,
-    /// A finisher took over: the store thread never opens the store.
-    handed_off: bool,
 }
 
 impl Journal {
@@ -118,6 +116,9 @@ pub struct StoreHandle {
     /// The state dir and the run, for a finisher.
     paths: Option<StatePaths>,
     ident: Asker,
+    /// The store thread until it starts, and when it is to.
+    idle: Mutex<Option<Idle>>,
+    due: Instant,
 }
 
 /// The longest a request to the store may take: two busy timeouts and some.
@@ -142,27 +143,97 @@ pub fn warn_once(flag: &AtomicBool, msg: impl FnOnce() -> String) {
     }
 }
 
+/// The store thread before it is started: what it is started with.
+struct Idle {
+    paths: Option<StatePaths>,
+    ident: Asker,
+    refused: Option<String>,
+    rx: Receiver<StoreMsg>,
+    done_tx: Sender<bool>,
+}
+
 impl StoreHandle {
-    /// Starts the thread; `paths` is `None` when there is no state store to use: none
-    /// could be resolved, or `refused` says why the one resolved is not used.
-    /// `ident` names the run; its `actor` and `tool_digest` are filled in on the thread
-    /// (looking them up is kept off the shim's start).
+    /// The run's store; `paths` is `None` when there is no state store to use: none could
+    /// be resolved, or `refused` says why the one resolved is not used. `ident` names the
+    /// run; its `actor` and `tool_digest` are filled in on the thread (looking them up is
+    /// kept off the shim's start).
+    ///
+    /// The store thread starts at once for a remote store. For the embedded store it starts
+    /// once the run has lasted `HEADLESS_RUN_STORE_DEFER` ([`start_if_due`](Self::start_if_due)),
+    /// or as soon as something needs an answer or the run ends; until then the run's writes
+    /// wait in the journal, and a run that ends first is handed to a finisher
+    /// ([`hand_off`](Self::hand_off)) without the store ever being opened here.
     pub fn start(paths: Option<StatePaths>, ident: Asker, refused: Option<String>) -> StoreHandle {
         let (tx, rx) = mpsc::channel();
         let (done_tx, done) = mpsc::channel();
-        let journal = Arc::new(Journal::default());
-        let handle_paths = paths.clone();
-        let handle_ident = ident.clone();
-        let thread_journal = journal.clone();
-        let defer = store_defer();
+        let embedded = paths.as_ref().is_some_and(|p| p.is_embedded());
+        let handle = StoreHandle {
+            tx: StoreSender {
+                tx,
+                journal: Arc::new(Journal::default()),
+            },
+            done,
+            paths: paths.clone(),
+            ident: ident.clone(),
+            due: Instant::now()
+                + if embedded {
+                    store_defer()
+                } else {
+                    Duration::ZERO
+                },
+            idle: Mutex::new(Some(Idle {
+                paths,
+                ident,
+                refused,
+                rx,
+                done_tx,
+            })),
+        };
+        if !embedded {
+            handle.start_thread();
+        }
+        handle
+    }
+
+    /// When the store thread is to start, while it has not.
+    pub fn due(&self) -> Option<Instant> {
+        self.idle
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .is_some()
+            .then_some(self.due)
+    }
+
+    /// Starts the store thread if the run has lasted long enough.
+    pub fn start_if_due(&self, now: Instant) {
+        if now >= self.due {
+            self.start_thread();
+        }
+    }
+
+    /// Starts the store thread, if it is not running yet (and the run was not handed off).
+    pub fn start_thread(&self) {
+        let Some(idle) = self.idle.lock().unwrap_or_else(|p| p.into_inner()).take() else {
+            return;
+        };
+        {
+            let mut j = self.tx.journal.lock();
+            j.opened = true;
+            j.entries = Vec::new();
+        }
         // Never joined (see `finish`): a thread that could not start leaves `done` without a
         // sender, which `finish` reads as "not landed".
         let _ = std::thread::Builder::new()
             .name("store".into())
             .spawn(move || {
+                let Idle {
+                    paths,
+                    ident,
+                    refused,
+                    rx,
+                    done_tx,
+                } = idle;
                 let mut store = StoreThread::new(paths, ident, refused);
-                store.journal = thread_journal;
-                store.defer = defer;
                 let landed = store.run(rx);
                 // Report as soon as the last write is committed: closing the connection may
                 // checkpoint the WAL (fsyncs), which the shim's exit need not wait for. A
@@ -170,12 +241,6 @@ impl StoreHandle {
                 let _ = done_tx.send(landed);
                 drop(store);
             });
-        StoreHandle {
-            tx: StoreSender { tx, journal },
-            done,
-            paths: handle_paths,
-            ident: handle_ident,
-        }
     }
 
     /// A sender for other threads.
@@ -206,6 +271,7 @@ impl StoreHandle {
         &self,
         make: impl FnOnce(Reply<T>) -> StoreMsg,
     ) -> Receiver<Result<T, String>> {
+        self.start_thread();
         let (tx, rx) = mpsc::channel();
         self.send(make(tx));
         rx
@@ -215,6 +281,7 @@ impl StoreHandle {
     /// the run's last writes did not land because the database stayed locked (or the store
     /// did not finish in time): the caller spools them.
     pub fn finish(self, wait: Duration) -> bool {
+        self.start_thread();
         self.send(StoreMsg::Shutdown);
         // Not joined: the thread may still be closing the database (a checkpoint), which the
         // shim's exit does not wait for.
@@ -226,7 +293,7 @@ impl StoreHandle {
     /// spooled by the finisher if they cannot be written. True: handed off (the store
     /// thread writes nothing more). False: nothing to hand off, or it cannot be: the caller
     /// waits for the store thread ([`finish`](Self::finish)). Only for the embedded store,
-    /// only while the store thread has not opened it (a tool that ended within `DEFER`),
+    /// only while the store thread has not started (a tool that ended within `DEFER`),
     /// and only for a run that never asked the store anything (a prompt, a decision).
     pub fn hand_off(&self, fallback: &ToolRun) -> bool {
         let Some(paths) = self.paths.as_ref().filter(|p| p.is_embedded()) else {
@@ -238,10 +305,10 @@ impl StoreHandle {
         let Ok(lock) = hr_shared::finishing::hold(paths) else {
             return false;
         };
-        // Held until the finisher has started (or failed to): the store thread, about to
-        // open the store, waits for it, and never opens it once the run is handed off.
+        // Only a store thread never started: it is started by this (main) thread alone.
+        let mut idle = self.idle.lock().unwrap_or_else(|p| p.into_inner());
         let mut j = self.tx.journal.lock();
-        if j.asked || j.opened || j.entries.is_empty() {
+        if idle.is_none() || j.asked || j.opened || j.entries.is_empty() {
             return false;
         }
         let handoff = crate::finish::Handoff {
@@ -260,14 +327,15 @@ impl StoreHandle {
         if !crate::finish::start(&handoff, lock) {
             return false;
         }
-        j.handed_off = true;
         j.entries.clear();
+        // Never started now: the writes are the finisher's.
+        *idle = None;
         true
     }
 }
 
-/// How long the store thread waits before opening the embedded store (see
-/// `StoreThread::defer`), unless `HEADLESS_RUN_STORE_DEFER` says otherwise.
+/// How long a run lasts before its store thread starts and opens the embedded store (see
+/// `StoreHandle::start`), unless `HEADLESS_RUN_STORE_DEFER` says otherwise.
 const DEFER: Duration = Duration::from_millis(20);
 
 /// The longest `HEADLESS_RUN_STORE_DEFER` may ask for: a shim killed before its store is
@@ -375,10 +443,6 @@ pub struct StoreThread {
     status: RunStatus,
     warned_db: AtomicBool,
     warned_log: AtomicBool,
-    /// The senders' copy of the writes while the store is not open.
-    journal: Arc<Journal>,
-    /// How long it waits before it opens the embedded store.
-    defer: Duration,
 }
 
 /// A store thread for a finisher.
@@ -413,8 +477,6 @@ impl StoreThread {
             status: RunStatus::Running,
             warned_db: AtomicBool::new(false),
             warned_log: AtomicBool::new(false),
-            journal: Arc::new(Journal::default()),
-            defer: DEFER,
         }
     }
 
@@ -481,24 +543,17 @@ impl StoreThread {
     /// Serves requests until told to stop; returns whether everything landed (false when
     /// writes are left over: the database was locked, full or could not be opened).
     fn run(&mut self, rx: Receiver<StoreMsg>) -> bool {
-        let mut early = self.defer(&rx);
-        if !self.claim_open() {
-            // Handed to a finisher: nothing more to write here.
-            return true;
-        }
         self.open();
         let mut next_beat = Instant::now() + SUPERVISOR_HEARTBEAT;
         loop {
             let wait = next_beat.saturating_duration_since(Instant::now());
-            let mut batch = std::mem::take(&mut early);
-            if batch.is_empty() {
-                match rx.recv_timeout(wait) {
-                    Ok(msg) => batch.push(msg),
-                    Err(RecvTimeoutError::Timeout) => {}
-                    Err(RecvTimeoutError::Disconnected) => {
-                        self.flush(Vec::new());
-                        return self.landed();
-                    }
+            let mut batch = Vec::new();
+            match rx.recv_timeout(wait) {
+                Ok(msg) => batch.push(msg),
+                Err(RecvTimeoutError::Timeout) => {}
+                Err(RecvTimeoutError::Disconnected) => {
+                    self.flush(Vec::new());
+                    return self.landed();
                 }
             }
             batch.extend(rx.try_iter());
@@ -567,40 +622,6 @@ impl StoreThread {
             }
             self.flush(ops);
         }
-    }
-
-    /// Waits before opening the store, up to [`DEFER`], while only writes arrive: a tool
-    /// that ends meanwhile has its whole run handed to a finisher, which opens the store
-    /// once, after the caller has its exit code. What needs an answer, or the run's end
-    /// (`Shutdown`) not handed off, opens it at once.
-    fn defer(&mut self, rx: &Receiver<StoreMsg>) -> Vec<StoreMsg> {
-        let mut early = Vec::new();
-        if !self.paths.as_ref().is_some_and(|p| p.is_embedded()) {
-            return early;
-        }
-        let until = Instant::now() + self.defer;
-        loop {
-            match rx.recv_timeout(until.saturating_duration_since(Instant::now())) {
-                Ok(msg @ StoreMsg::Write(_)) => early.push(msg),
-                Ok(msg) => {
-                    early.push(msg);
-                    return early;
-                }
-                Err(_) => return early,
-            }
-        }
-    }
-
-    /// Marks the store as this thread's to open; false when the run was handed to a
-    /// finisher first.
-    fn claim_open(&mut self) -> bool {
-        let mut j = self.journal.lock();
-        if j.handed_off {
-            return false;
-        }
-        j.opened = true;
-        j.entries = Vec::new();
-        true
     }
 
     /// Whether everything reached the store. What did not (a lock, a full disk, a store
@@ -850,35 +871,51 @@ mod tests {
         (StoreSender { tx, journal }, rx)
     }
 
-    /// The journal keeps the run's writes only while the store is not open: what a finisher
-    /// would be handed; once the store thread has claimed the store, nothing more.
+    /// On the embedded store, the store thread waits to start: the run's writes stay in the journal
+    /// (what a finisher would be handed) until the thread starts, which it does when due or
+    /// when asked; from then on the thread has them.
     #[test]
-    fn writes_are_journaled_until_the_store_thread_opens_the_store() {
-        let (s, rx) = sender();
-        s.write(RunWrite::Pid(7));
-        s.write(RunWrite::Abandon("x".into()));
-        assert_eq!(s.journal.lock().entries.len(), 2);
-        assert_eq!(rx.try_iter().count(), 2, "and sent to the thread as well");
-        let mut t = StoreThread::new(None, asker(), None);
-        t.journal = s.journal.clone();
-        assert!(t.claim_open());
-        assert!(s.journal.lock().entries.is_empty());
-        s.write(RunWrite::Pid(8));
+    fn writes_are_journaled_until_the_store_thread_starts() {
+        let tmp = tempfile::tempdir().unwrap();
+        let paths = StatePaths::at(tmp.path());
+        let store = StoreHandle::start(Some(paths), asker(), None);
+        let due = store.due().expect("not started yet");
+        store.start_if_due(due - Duration::from_millis(1));
+        assert!(store.due().is_some(), "not before it is due");
+        store.write(RunWrite::Pid(7));
+        store.write(RunWrite::Abandon("x".into()));
+        assert_eq!(store.tx.journal.lock().entries.len(), 2);
+        store.start_if_due(due);
+        assert!(store.due().is_none(), "started");
+        assert!(store.tx.journal.lock().entries.is_empty());
+        store.write(RunWrite::Pid(8));
         assert!(
-            s.journal.lock().entries.is_empty(),
-            "the thread writes them now"
+            store.tx.journal.lock().entries.is_empty(),
+            "the thread has them"
+        );
+        assert!(
+            !store.hand_off(&sample_row()),
+            "a started thread keeps the run"
         );
     }
 
-    /// Once a finisher has the run, its store thread never opens the store.
+    /// With no embedded store to open there is nothing to wait for: the thread starts at
+    /// once, and nothing is handed off.
     #[test]
-    fn a_handed_off_run_is_never_opened_by_its_store_thread() {
-        let (s, _rx) = sender();
-        s.journal.lock().handed_off = true;
-        let mut t = StoreThread::new(None, asker(), None);
-        t.journal = s.journal.clone();
-        assert!(!t.claim_open());
-        assert!(!s.journal.lock().opened);
+    fn without_an_embedded_store_the_thread_starts_at_once() {
+        let store = StoreHandle::start(None, asker(), None);
+        assert!(store.due().is_none());
+        store.write(RunWrite::Pid(1));
+        assert!(store.tx.journal.lock().entries.is_empty());
+        assert!(!store.hand_off(&sample_row()));
+        assert!(
+            !store.finish(Duration::from_secs(5)),
+            "no store: not landed"
+        );
+    }
+
+    fn sample_row() -> ToolRun {
+        hr_shared::testing::run("TR-1", "t", RunStatus::Running)
     }
 
     /// A request that needs the database's answer marks the run: its end stays with its

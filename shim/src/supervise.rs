@@ -488,6 +488,7 @@ impl Supervisor<'_> {
             self.reap();
             self.poll_cooperative();
             let now = Instant::now();
+            self.store.start_if_due(now);
             if let Some(outcome) = self.finished(now) {
                 return outcome;
             }
@@ -728,6 +729,7 @@ impl Supervisor<'_> {
 
     fn next_wake(&self, now: Instant) -> Duration {
         let mut deadlines: Vec<Instant> = Vec::with_capacity(8);
+        deadlines.extend(self.store.due());
         let s = &self.ctx.settings;
         if let Some((_, at)) = self.exited {
             deadlines.push((self.last_output.max(at) + DRAIN_QUIET).min(at + DRAIN_MAX));
