@@ -11,6 +11,7 @@
 //! reconciliation), and writes that cannot land within the busy timeout leave the run's
 //! final row in the spool, as a shim does.
 
+use crate::spawn::{check, with_spawn_objects};
 use crate::store::reopen;
 use hr_shared::paths::StatePaths;
 use hr_shared::runs::ToolRun;
@@ -66,7 +67,23 @@ pub fn start(handoff: &Handoff, lock: OwnedFd) -> bool {
         return false;
     }
     drop(write);
+    // Above the descriptors the finisher gets them at (a shim started with 0–2 closed has
+    // its own at low numbers).
+    let (Ok(read), Ok(lock)) = (above_targets(&read), above_targets(&lock)) else {
+        return false;
+    };
     spawn(read.as_raw_fd(), lock.as_raw_fd()).is_ok()
+}
+
+/// A close-on-exec copy of `fd` numbered above 3.
+fn above_targets(fd: &OwnedFd) -> std::io::Result<OwnedFd> {
+    // SAFETY: F_DUPFD_CLOEXEC on a descriptor we own returns a new one we then own.
+    let copy = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_DUPFD_CLOEXEC, LOCK_FD + 1) };
+    if copy < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: `copy` is a fresh descriptor owned by nobody else.
+    Ok(unsafe { OwnedFd::from_raw_fd(copy) })
 }
 
 /// `posix_spawn`s `/proc/self/exe` as the finisher: a new session, stdin the hand-off,
@@ -87,72 +104,47 @@ fn spawn(stdin: libc::c_int, lock: libc::c_int) -> std::io::Result<()> {
         .collect();
     let mut envp: Vec<*mut libc::c_char> = env.iter().map(|c| c.as_ptr() as *mut _).collect();
     envp.push(std::ptr::null_mut());
-    // SAFETY: the attr and file-action objects are initialised before use and destroyed on
-    // every path; every pointer handed to posix_spawn outlives the call.
-    unsafe {
-        let mut attr: libc::posix_spawnattr_t = std::mem::zeroed();
-        let mut actions: libc::posix_spawn_file_actions_t = std::mem::zeroed();
-        check(libc::posix_spawnattr_init(&mut attr))?;
-        if let Err(e) = check(libc::posix_spawn_file_actions_init(&mut actions)) {
-            libc::posix_spawnattr_destroy(&mut attr);
-            return Err(e);
-        }
-        let result = (|| {
-            let mut empty: libc::sigset_t = std::mem::zeroed();
-            libc::sigemptyset(&mut empty);
-            check(libc::posix_spawnattr_setsigmask(&mut attr, &empty))?;
-            let mut defaults: libc::sigset_t = std::mem::zeroed();
-            libc::sigfillset(&mut defaults);
-            check(libc::posix_spawnattr_setsigdefault(&mut attr, &defaults))?;
-            check(libc::posix_spawnattr_setflags(
-                &mut attr,
-                libc::POSIX_SPAWN_SETSID
-                    | libc::POSIX_SPAWN_SETSIGMASK as libc::c_short
-                    | libc::POSIX_SPAWN_SETSIGDEF as libc::c_short,
-            ))?;
-            // The lock first, then stdin: neither can be the other's target (both are
-            // above 2 unless the shim started with 0–2 closed, when the lock's number may
-            // be 0–2 and is moved to 3 before stdin is replaced).
-            check(libc::posix_spawn_file_actions_adddup2(
-                &mut actions,
-                lock,
-                LOCK_FD,
-            ))?;
-            let stdin = if stdin == LOCK_FD { lock } else { stdin };
-            check(libc::posix_spawn_file_actions_adddup2(
-                &mut actions,
-                stdin,
-                libc::STDIN_FILENO,
-            ))?;
-            check(libc::posix_spawn_file_actions_addopen(
-                &mut actions,
-                libc::STDOUT_FILENO,
-                devnull.as_ptr(),
-                libc::O_WRONLY,
-                0,
-            ))?;
-            let mut pid: libc::pid_t = 0;
-            check(libc::posix_spawn(
-                &mut pid,
-                exe.as_ptr(),
-                &actions,
-                &attr,
-                argv.as_ptr(),
-                envp.as_ptr(),
-            ))
-        })();
-        libc::posix_spawn_file_actions_destroy(&mut actions);
-        libc::posix_spawnattr_destroy(&mut attr);
-        result
-    }
-}
-
-fn check(rc: libc::c_int) -> std::io::Result<()> {
-    if rc == 0 {
-        Ok(())
-    } else {
-        Err(std::io::Error::from_raw_os_error(rc))
-    }
+    // SAFETY: every pointer handed to posix_spawn outlives the call.
+    with_spawn_objects(|attr, actions| unsafe {
+        let mut empty: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut empty);
+        check(libc::posix_spawnattr_setsigmask(attr, &empty))?;
+        let mut defaults: libc::sigset_t = std::mem::zeroed();
+        libc::sigfillset(&mut defaults);
+        check(libc::posix_spawnattr_setsigdefault(attr, &defaults))?;
+        check(libc::posix_spawnattr_setflags(
+            attr,
+            libc::POSIX_SPAWN_SETSID
+                | libc::POSIX_SPAWN_SETSIGMASK as libc::c_short
+                | libc::POSIX_SPAWN_SETSIGDEF as libc::c_short,
+        ))?;
+        // Both sources are above every target (`start`), so neither dup2 overwrites the
+        // other's source.
+        check(libc::posix_spawn_file_actions_adddup2(
+            actions, lock, LOCK_FD,
+        ))?;
+        check(libc::posix_spawn_file_actions_adddup2(
+            actions,
+            stdin,
+            libc::STDIN_FILENO,
+        ))?;
+        check(libc::posix_spawn_file_actions_addopen(
+            actions,
+            libc::STDOUT_FILENO,
+            devnull.as_ptr(),
+            libc::O_WRONLY,
+            0,
+        ))?;
+        let mut pid: libc::pid_t = 0;
+        check(libc::posix_spawn(
+            &mut pid,
+            exe.as_ptr(),
+            actions,
+            attr,
+            argv.as_ptr(),
+            envp.as_ptr(),
+        ))
+    })
 }
 
 /// The finisher's main: reads the hand-off and writes it. Its exit code is for nobody (the

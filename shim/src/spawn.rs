@@ -89,8 +89,75 @@ fn spawn_raw(
     let mut env_ptrs: Vec<*mut libc::c_char> = env.iter().map(|a| a.as_ptr() as *mut _).collect();
     env_ptrs.push(std::ptr::null_mut());
 
-    // SAFETY: the attr and file-action objects are initialised before use and destroyed on
-    // every path; all pointers handed to posix_spawn outlive the call.
+    // SAFETY: every pointer handed to posix_spawn outlives the call.
+    with_spawn_objects(|attr, actions| unsafe {
+        let mut empty: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut empty);
+        check(libc::posix_spawnattr_setsigmask(attr, &empty))?;
+        // The Rust runtime ignores SIGPIPE; the tool must get the default back.
+        let mut defaults: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut defaults);
+        libc::sigaddset(&mut defaults, libc::SIGPIPE);
+        check(libc::posix_spawnattr_setsigdefault(attr, &defaults))?;
+        let flags = libc::POSIX_SPAWN_SETSID
+            | libc::POSIX_SPAWN_SETSIGMASK as libc::c_short
+            | libc::POSIX_SPAWN_SETSIGDEF as libc::c_short;
+        check(libc::posix_spawnattr_setflags(attr, flags))?;
+        // First, while the write end cannot have been replaced by the stdio actions
+        // (a shim started with a closed stdout may hold it at 0–2).
+        if let Some((source, target)) = spec.event_fd {
+            check(libc::posix_spawn_file_actions_adddup2(
+                actions, source, target,
+            ))?;
+        }
+        // The first open of a terminal by a new session leader makes it the controlling
+        // terminal: open the slave on stdout first, then dup it where needed.
+        check(libc::posix_spawn_file_actions_addopen(
+            actions,
+            libc::STDOUT_FILENO,
+            tty.as_ptr(),
+            libc::O_RDWR,
+            0,
+        ))?;
+        check(libc::posix_spawn_file_actions_adddup2(
+            actions,
+            libc::STDOUT_FILENO,
+            libc::STDERR_FILENO,
+        ))?;
+        if !spec.pass_stdin {
+            check(libc::posix_spawn_file_actions_adddup2(
+                actions,
+                libc::STDOUT_FILENO,
+                libc::STDIN_FILENO,
+            ))?;
+        }
+        // Last: the terminal is the controlling one by now, stderr and stdin keep it.
+        if let Some(out) = spec.stdout {
+            check(libc::posix_spawn_file_actions_adddup2(
+                actions,
+                out,
+                libc::STDOUT_FILENO,
+            ))?;
+        }
+        let mut pid: libc::pid_t = 0;
+        check(libc::posix_spawn(
+            &mut pid,
+            program.as_ptr(),
+            actions,
+            attr,
+            argv_ptrs.as_ptr(),
+            env_ptrs.as_ptr(),
+        ))?;
+        Ok(pid)
+    })
+}
+
+/// Runs `f` with a `posix_spawn` attribute object and file-action list, initialised before
+/// and destroyed after, whatever `f` returns.
+pub fn with_spawn_objects<T>(
+    f: impl FnOnce(&mut libc::posix_spawnattr_t, &mut libc::posix_spawn_file_actions_t) -> io::Result<T>,
+) -> io::Result<T> {
+    // SAFETY: both objects are initialised before `f` sees them and destroyed once, after.
     unsafe {
         let mut attr: libc::posix_spawnattr_t = std::mem::zeroed();
         let mut actions: libc::posix_spawn_file_actions_t = std::mem::zeroed();
@@ -99,75 +166,14 @@ fn spawn_raw(
             libc::posix_spawnattr_destroy(&mut attr);
             return Err(e);
         }
-        let result = (|| -> io::Result<i32> {
-            let mut empty: libc::sigset_t = std::mem::zeroed();
-            libc::sigemptyset(&mut empty);
-            check(libc::posix_spawnattr_setsigmask(&mut attr, &empty))?;
-            // The Rust runtime ignores SIGPIPE; the tool must get the default back.
-            let mut defaults: libc::sigset_t = std::mem::zeroed();
-            libc::sigemptyset(&mut defaults);
-            libc::sigaddset(&mut defaults, libc::SIGPIPE);
-            check(libc::posix_spawnattr_setsigdefault(&mut attr, &defaults))?;
-            let flags = libc::POSIX_SPAWN_SETSID
-                | libc::POSIX_SPAWN_SETSIGMASK as libc::c_short
-                | libc::POSIX_SPAWN_SETSIGDEF as libc::c_short;
-            check(libc::posix_spawnattr_setflags(&mut attr, flags))?;
-            // First, while the write end cannot have been replaced by the stdio actions
-            // (a shim started with a closed stdout may hold it at 0–2).
-            if let Some((source, target)) = spec.event_fd {
-                check(libc::posix_spawn_file_actions_adddup2(
-                    &mut actions,
-                    source,
-                    target,
-                ))?;
-            }
-            // The first open of a terminal by a new session leader makes it the controlling
-            // terminal: open the slave on stdout first, then dup it where needed.
-            check(libc::posix_spawn_file_actions_addopen(
-                &mut actions,
-                libc::STDOUT_FILENO,
-                tty.as_ptr(),
-                libc::O_RDWR,
-                0,
-            ))?;
-            check(libc::posix_spawn_file_actions_adddup2(
-                &mut actions,
-                libc::STDOUT_FILENO,
-                libc::STDERR_FILENO,
-            ))?;
-            if !spec.pass_stdin {
-                check(libc::posix_spawn_file_actions_adddup2(
-                    &mut actions,
-                    libc::STDOUT_FILENO,
-                    libc::STDIN_FILENO,
-                ))?;
-            }
-            // Last: the terminal is the controlling one by now, stderr and stdin keep it.
-            if let Some(out) = spec.stdout {
-                check(libc::posix_spawn_file_actions_adddup2(
-                    &mut actions,
-                    out,
-                    libc::STDOUT_FILENO,
-                ))?;
-            }
-            let mut pid: libc::pid_t = 0;
-            check(libc::posix_spawn(
-                &mut pid,
-                program.as_ptr(),
-                &actions,
-                &attr,
-                argv_ptrs.as_ptr(),
-                env_ptrs.as_ptr(),
-            ))?;
-            Ok(pid)
-        })();
+        let result = f(&mut attr, &mut actions);
         libc::posix_spawn_file_actions_destroy(&mut actions);
         libc::posix_spawnattr_destroy(&mut attr);
         result
     }
 }
 
-fn check(rc: libc::c_int) -> io::Result<()> {
+pub fn check(rc: libc::c_int) -> io::Result<()> {
     if rc == 0 {
         Ok(())
     } else {

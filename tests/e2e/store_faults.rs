@@ -185,6 +185,26 @@ fn finishers_of(lock: &std::path::Path) -> Vec<i32> {
         .collect()
 }
 
+/// A state dir with one run and its database locked by the test, and a shim of `script`
+/// (sh -c) that ends before its store thread is due: returned once the shim has exited
+/// (its stderr stays open in its finisher, which waits for the lock: only the exit is
+/// waited for here).
+fn quick_run_behind_a_lock(env: &TestEnv, script: &str) -> (rusqlite::Connection, Running) {
+    env.shim().arg("true").run().expect_code(0);
+    let conn = env.raw_db();
+    conn.execute_batch("BEGIN EXCLUSIVE").unwrap();
+    let mut running = env
+        .shim()
+        .env("HEADLESS_RUN_STORE_DEFER", "10s")
+        .args(["sh", "-c", script])
+        .spawn();
+    let exited = wait_until(Duration::from_secs(60), || {
+        running.child.try_wait().unwrap().is_some()
+    });
+    assert!(exited, "the shim waited for the locked database");
+    (conn, running)
+}
+
 /// Issue 31: a run that ends before its shim has opened the embedded store (here: within
 /// `HEADLESS_RUN_STORE_DEFER`) is handed to a finisher, and the shim exits with the tool's
 /// code without waiting for the database: locked here, so the shim's exit comes while the
@@ -194,20 +214,7 @@ fn finishers_of(lock: &std::path::Path) -> Vec<i32> {
 #[test]
 fn a_run_that_ends_before_the_store_is_open_is_finished_after_the_shim_exits() {
     let env = TestEnv::new();
-    env.shim().arg("true").run().expect_code(0);
-    let conn = env.raw_db();
-    conn.execute_batch("BEGIN EXCLUSIVE").unwrap();
-    let mut running = env
-        .shim()
-        .env("HEADLESS_RUN_STORE_DEFER", "10s")
-        .args(["sh", "-c", "echo through; exit 3"])
-        .spawn();
-    // The shim exits while the database is still locked (its stderr stays open in the
-    // finisher, which waits for the lock: only the exit is waited for here).
-    let exited = wait_until(Duration::from_secs(60), || {
-        running.child.try_wait().unwrap().is_some()
-    });
-    assert!(exited, "the shim waited for the locked database");
+    let (conn, running) = quick_run_behind_a_lock(&env, "echo through; exit 3");
     let lock = env.state().join("finishing.lock");
     assert_eq!(finishers_of(&lock).len(), 1, "one finisher holds the lock");
     let rows: i64 = conn
@@ -255,17 +262,7 @@ fn a_run_that_ends_before_the_store_is_open_is_finished_after_the_shim_exits() {
 #[test]
 fn a_killed_finisher_leaves_its_run_to_reconciliation() {
     let env = TestEnv::new();
-    env.shim().arg("true").run().expect_code(0);
-    let conn = env.raw_db();
-    conn.execute_batch("BEGIN EXCLUSIVE").unwrap();
-    let mut running = env
-        .shim()
-        .env("HEADLESS_RUN_STORE_DEFER", "10s")
-        .args(["sh", "-c", "exit 0"])
-        .spawn();
-    assert!(wait_until(Duration::from_secs(60), || {
-        running.child.try_wait().unwrap().is_some()
-    }));
+    let (conn, running) = quick_run_behind_a_lock(&env, "exit 0");
     let lock = env.state().join("finishing.lock");
     let finishers = finishers_of(&lock);
     assert_eq!(finishers.len(), 1);
