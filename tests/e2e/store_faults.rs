@@ -302,3 +302,30 @@ fn a_bad_store_defer_is_named_and_ignored() {
     );
     assert_eq!(n(&env.only_run(), "exit_code"), 5);
 }
+
+/// A shim started with stdin, stdout and stderr closed still hands a quick run to its
+/// finisher correctly: the pipe and the lock it opens then take the numbers 0–2, which the
+/// finisher's own stdin, stdout and lock must not overwrite.
+#[test]
+fn a_quick_run_of_a_shim_with_its_standard_descriptors_closed_is_recorded() {
+    let env = TestEnv::new();
+    env.shim().arg("true").run().expect_code(0);
+    let script = format!(
+        "exec {} -- sh -c 'exit 4' <&- >&- 2>&-",
+        bin("headless-run").display()
+    );
+    env.command("sh")
+        .env("HEADLESS", "1")
+        .env("HEADLESS_RUN_STORE_DEFER", "10s")
+        .args(["-c", &script])
+        .run()
+        .expect_code(4);
+    let runs = env.runs();
+    assert_eq!(runs.len(), 2, "{runs:#?}");
+    assert_eq!(s(&runs[1], "status"), "failed");
+    assert_eq!(n(&runs[1], "exit_code"), 4);
+    assert_eq!(
+        env.logged_statuses(s(&runs[1], "tool_run_id")),
+        ["running", "failed"]
+    );
+}
