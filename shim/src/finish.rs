@@ -46,6 +46,18 @@ pub struct Handoff {
     pub fallback: ToolRun,
 }
 
+/// Whether `pid` is a finisher: the shim's own executable under [`FINISHER_NAME`]. A
+/// supervised tool's run ends what the tool left behind, but a finisher of a nested run
+/// (re-parented to the outer shim, its subreaper) is that run's record, not the tool's.
+pub fn is_finisher(pid: i32) -> bool {
+    std::fs::read(format!("/proc/{pid}/cmdline"))
+        .is_ok_and(|c| c.split(|b| *b == 0).next() == Some(FINISHER_NAME.as_bytes()))
+        && std::fs::read_link(format!("/proc/{pid}/exe"))
+            .ok()
+            .zip(std::env::current_exe().ok())
+            .is_some_and(|(theirs, ours)| theirs == ours)
+}
+
 /// Starts a finisher for `handoff`, giving it `lock` (the finishing lock, held shared).
 /// False when it could not be started: the caller waits for its store thread instead.
 pub fn start(handoff: &Handoff, lock: OwnedFd) -> bool {
@@ -62,6 +74,10 @@ pub fn start(handoff: &Handoff, lock: OwnedFd) -> bool {
     }
     // SAFETY: both were just created and are owned here alone.
     let (read, write) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+    // Written before the finisher exists, so never blocking: a pipe smaller than the
+    // hand-off (a user over `pipe-user-pages-soft` gets one page) means no hand-off.
+    // SAFETY: fcntl on a descriptor owned here.
+    unsafe { libc::fcntl(write.as_raw_fd(), libc::F_SETFL, libc::O_NONBLOCK) };
     let mut write = std::fs::File::from(write);
     if write.write_all(&json).is_err() {
         return false;
@@ -150,6 +166,18 @@ fn spawn(stdin: libc::c_int, lock: libc::c_int) -> std::io::Result<()> {
 /// The finisher's main: reads the hand-off and writes it. Its exit code is for nobody (the
 /// shim is gone), but says how it went: 0 landed, 1 spooled or lost.
 pub fn main() -> u8 {
+    // Bookkeeping that takes milliseconds: a service manager ending what its main process
+    // left (systemd's SIGTERM to the cgroup) or a terminal's hang-up does not cut it short.
+    // SAFETY: setting dispositions to ignore; no handler runs.
+    unsafe {
+        for sig in [libc::SIGTERM, libc::SIGHUP, libc::SIGINT, libc::SIGPIPE] {
+            libc::signal(sig, libc::SIG_IGN);
+        }
+    }
+    // Nothing but the hand-off, stdout, stderr and the lock: a descriptor the shim was
+    // given without close-on-exec (a jobserver's pipe) is not kept open here.
+    // SAFETY: close_range on this process's own descriptors above the lock.
+    unsafe { libc::syscall(libc::SYS_close_range, LOCK_FD as u32 + 1, u32::MAX, 0) };
     let mut json = Vec::new();
     if std::io::stdin()
         .take(MAX_HANDOFF as u64 + 1)

@@ -21,7 +21,8 @@ pub fn session_members(sid: i32) -> Vec<i32> {
 
 /// Every live process descended from `root` by parent links in `/proc`, at any depth,
 /// with its start time — except `root`, processes in session `sid` (ended with it anyway)
-/// and the subtrees of `except` (the notify hooks' watchdogs). With the shim as child
+/// and the subtrees of `except` (the notify hooks' watchdogs) and of nested runs'
+/// finishers (`crate::finish::is_finisher`). With the shim as child
 /// subreaper, a daemon that left the tool's session (`setsid`, a double fork) is re-parented
 /// to the shim rather than to init, so it is still found here.
 pub fn strays(root: i32, sid: i32, except: &[i32]) -> Vec<(i32, u64)> {
@@ -37,7 +38,10 @@ pub fn strays(root: i32, sid: i32, except: &[i32]) -> Vec<(i32, u64)> {
     let mut frontier = vec![root];
     while let Some(parent) = frontier.pop() {
         for st in stats.iter().filter(|st| st.ppid == parent) {
-            if except.contains(&st.pid) || found.iter().any(|&(p, _)| p == st.pid) {
+            if except.contains(&st.pid)
+                || found.iter().any(|&(p, _)| p == st.pid)
+                || crate::finish::is_finisher(st.pid)
+            {
                 continue;
             }
             frontier.push(st.pid);

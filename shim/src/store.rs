@@ -139,8 +139,15 @@ fn cancel_handled() -> bool {
 /// Prints one warning per process for each kind of trouble.
 pub fn warn_once(flag: &AtomicBool, msg: impl FnOnce() -> String) {
     if !flag.swap(true, Ordering::Relaxed) {
-        eprintln!("headless-run: warning: {}", msg());
+        warn(&msg());
     }
+}
+
+/// One warning on stderr. Never fails: a finisher's stderr may be a pipe its reader has
+/// closed by then (`eprintln!` would panic, and the run would be lost with it).
+pub fn warn(msg: &str) {
+    use std::io::Write;
+    let _ = writeln!(std::io::stderr().lock(), "headless-run: warning: {msg}");
 }
 
 /// The store thread before it is started: what it is started with.
@@ -299,7 +306,9 @@ impl StoreHandle {
         let Some(paths) = self.paths.as_ref().filter(|p| p.is_embedded()) else {
             return false;
         };
-        if self.tx.journal.lock().asked {
+        // As a container's first process, the shim's exit ends every other process of it:
+        // a finisher would not outlive it.
+        if self.tx.journal.lock().asked || std::process::id() == 1 {
             return false;
         }
         let Ok(lock) = hr_shared::finishing::hold(paths) else {
@@ -701,7 +710,7 @@ impl StoreThread {
     /// Logs a transaction's events and notes this run's new status.
     fn apply(&mut self, fx: Effects) {
         for w in &fx.warnings {
-            eprintln!("headless-run: warning: {w}");
+            warn(w);
         }
         if let Some(st) = fx.status {
             self.status = st;

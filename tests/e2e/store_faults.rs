@@ -329,3 +329,56 @@ fn a_quick_run_of_a_shim_with_its_standard_descriptors_closed_is_recorded() {
         ["running", "failed"]
     );
 }
+
+/// A nested run's finisher is that run's record, not something its outer run's tool left
+/// running: when the outer run ends its tool (here its hard timeout) and everything the tool
+/// started, the inner run's finisher, re-parented to the outer shim and waiting on a locked
+/// database of its own, is left to finish.
+#[test]
+fn an_outer_run_ending_its_tool_leaves_a_nested_runs_finisher_alone() {
+    let env = TestEnv::new();
+    let inner_home = env.path().join("inner-state");
+    env.shim()
+        .env("HEADLESS_RUN_HOME", &inner_home)
+        .arg("true")
+        .run()
+        .expect_code(0);
+    let conn = rusqlite::Connection::open(inner_home.join("state.db")).unwrap();
+    conn.busy_timeout(Duration::from_secs(20)).unwrap();
+    conn.execute_batch("BEGIN EXCLUSIVE").unwrap();
+    let script = format!(
+        "HEADLESS_RUN_HOME={} HEADLESS_RUN_STORE_DEFER=10s {} -- true; exec sleep 60",
+        inner_home.display(),
+        bin("headless-run").display()
+    );
+    env.shim()
+        .args(["--timeout", "2s", "--", "sh", "-c", &script])
+        .run()
+        .expect_code(124);
+    let lock = inner_home.join("finishing.lock");
+    assert_eq!(
+        finishers_of(&lock).len(),
+        1,
+        "the inner run's finisher lives on"
+    );
+    conn.execute_batch("COMMIT").unwrap();
+    drop(conn);
+    let paths = hr_shared::paths::StatePaths::at(&inner_home);
+    assert!(hr_shared::finishing::settle(
+        &paths,
+        Duration::from_secs(30)
+    ));
+    let runs: Vec<(String, i64)> = rusqlite::Connection::open(inner_home.join("state.db"))
+        .unwrap()
+        .prepare("SELECT status, exit_code FROM tool_runs ORDER BY rowid")
+        .unwrap()
+        .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
+        .unwrap()
+        .map(Result::unwrap)
+        .collect();
+    assert_eq!(
+        runs,
+        [("completed".to_owned(), 0), ("completed".to_owned(), 0)],
+        "the nested run is recorded by its finisher"
+    );
+}
