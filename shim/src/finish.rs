@@ -32,7 +32,7 @@ const MAX_HANDOFF: usize = 60 * 1024;
 const LOCK_FD: libc::c_int = 3;
 
 /// What a shim hands to its finisher.
-#[derive(Debug, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub struct Handoff {
     /// The state dir and the database (the embedded store only).
     pub root: PathBuf,
@@ -89,6 +89,124 @@ pub fn start(handoff: &Handoff, lock: OwnedFd) -> bool {
         return false;
     };
     spawn(read.as_raw_fd(), lock.as_raw_fd()).is_ok()
+}
+
+/// Finishes `handoff` in a child forked from this process, when it has a single thread (the
+/// supervision's other threads have ended by the run's end): the child has the run in memory
+/// already, so nothing is encoded, piped or exec'd, and the shim's `fork` returns sooner than
+/// a `posix_spawn` waiting for its exec. Otherwise, or where the child could not be told
+/// from the shim in `ps` (an argument area shorter than [`FINISHER_NAME`]), the finisher is
+/// started as its own program ([`start`]).
+pub fn fork_or_start(handoff: &Handoff, lock: OwnedFd) -> bool {
+    match fork(handoff, &lock) {
+        Some(forked) => forked,
+        None => start(handoff, lock),
+    }
+}
+
+/// The fork itself: None when this process cannot fork its finisher (see [`fork_or_start`]).
+fn fork(handoff: &Handoff, lock: &OwnedFd) -> Option<bool> {
+    let title = ArgArea::find().filter(|a| a.len > FINISHER_NAME.len())?;
+    if !single_threaded() {
+        return None;
+    }
+    // Above the descriptors the child gets things at.
+    let lock = above_targets(lock).ok()?;
+    // SAFETY: this process has one thread (checked just above; only it starts threads), so
+    // the child is a consistent copy of it and may do what the shim does.
+    match unsafe { libc::fork() } {
+        -1 => Some(false),
+        0 => {
+            // SAFETY: in the child, which returns from here only by `_exit`.
+            let code = unsafe { in_child(handoff, lock, title) };
+            // SAFETY: ends the child without the shim's exit handlers (buffers are the shim's).
+            unsafe { libc::_exit(code) }
+        }
+        _ => Some(true),
+    }
+}
+
+/// The forked finisher: made the process a finisher started as one would be (its name, a
+/// session of its own, signals at their defaults but for the ones a finisher ignores, stdin
+/// and stdout `/dev/null`, stderr the shim's, the lock at descriptor 3 and nothing else),
+/// then the writes.
+///
+/// # Safety
+///
+/// Only in a child just forked from a single-threaded shim.
+unsafe fn in_child(handoff: &Handoff, lock: OwnedFd, title: ArgArea) -> i32 {
+    // SAFETY: the argument area is this process's own memory, `len` bytes long.
+    unsafe {
+        let area = std::slice::from_raw_parts_mut(title.start, title.len);
+        area.fill(0);
+        area[..FINISHER_NAME.len()].copy_from_slice(FINISHER_NAME.as_bytes());
+        libc::setsid();
+        libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 0, 0, 0, 0);
+        for sig in 1..libc::SIGRTMAX() {
+            let mut old: libc::sigaction = std::mem::zeroed();
+            if libc::sigaction(sig, std::ptr::null(), &mut old) == 0
+                && old.sa_sigaction != libc::SIG_DFL
+                && old.sa_sigaction != libc::SIG_IGN
+            {
+                libc::signal(sig, libc::SIG_DFL);
+            }
+        }
+        ignore_ending_signals();
+        let mut none: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut none);
+        libc::sigprocmask(libc::SIG_SETMASK, &none, std::ptr::null_mut());
+        let null = libc::open(c"/dev/null".as_ptr(), libc::O_RDWR);
+        if null >= 0 {
+            libc::dup2(null, libc::STDIN_FILENO);
+            libc::dup2(null, libc::STDOUT_FILENO);
+        }
+        if libc::dup2(lock.as_raw_fd(), LOCK_FD) != LOCK_FD {
+            return 1;
+        }
+        std::mem::forget(lock);
+        libc::syscall(libc::SYS_close_range, LOCK_FD as u32 + 1, u32::MAX, 0);
+    }
+    if finish(handoff.clone()) { 0 } else { 1 }
+}
+
+/// The finisher's bookkeeping takes milliseconds: a service manager ending what its main
+/// process left (systemd's SIGTERM to the cgroup), a terminal's hang-up or a closed stderr
+/// does not cut it short.
+fn ignore_ending_signals() {
+    // SAFETY: setting dispositions to ignore; no handler runs.
+    unsafe {
+        for sig in [libc::SIGTERM, libc::SIGHUP, libc::SIGINT, libc::SIGPIPE] {
+            libc::signal(sig, libc::SIG_IGN);
+        }
+    }
+}
+
+/// Whether this process has one thread (as the kernel lists its tasks).
+fn single_threaded() -> bool {
+    std::fs::read_dir("/proc/self/task").is_ok_and(|d| d.take(2).count() == 1)
+}
+
+/// The process's argument area (what `/proc/PID/cmdline` shows): `argv[0]` onwards, the
+/// arguments back to back, each ended by a NUL.
+struct ArgArea {
+    start: *mut u8,
+    len: usize,
+}
+
+impl ArgArea {
+    fn find() -> Option<ArgArea> {
+        unsafe extern "C" {
+            /// glibc's `argv[0]`, as given to `main`.
+            static program_invocation_name: *mut libc::c_char;
+        }
+        // SAFETY: glibc sets it before `main` and this process never changes it.
+        let start = unsafe { program_invocation_name }.cast::<u8>();
+        if start.is_null() {
+            return None;
+        }
+        let len = std::env::args_os().map(|a| a.len() + 1).sum();
+        Some(ArgArea { start, len })
+    }
 }
 
 /// A close-on-exec copy of `fd` numbered above 3.
@@ -166,14 +284,7 @@ fn spawn(stdin: libc::c_int, lock: libc::c_int) -> std::io::Result<()> {
 /// The finisher's main: reads the hand-off and writes it. Its exit code is for nobody (the
 /// shim is gone), but says how it went: 0 landed, 1 spooled or lost.
 pub fn main() -> u8 {
-    // Bookkeeping that takes milliseconds: a service manager ending what its main process
-    // left (systemd's SIGTERM to the cgroup) or a terminal's hang-up does not cut it short.
-    // SAFETY: setting dispositions to ignore; no handler runs.
-    unsafe {
-        for sig in [libc::SIGTERM, libc::SIGHUP, libc::SIGINT, libc::SIGPIPE] {
-            libc::signal(sig, libc::SIG_IGN);
-        }
-    }
+    ignore_ending_signals();
     // Nothing but the hand-off, stdout, stderr and the lock: a descriptor the shim was
     // given without close-on-exec (a jobserver's pipe) is not kept open here.
     // SAFETY: close_range on this process's own descriptors above the lock.

@@ -15,7 +15,7 @@ use hr_shared::sanitize::escape_name;
 use hr_shared::status::RunStatus;
 use hr_shared::store::{Asker, RunWrite};
 use hr_shared::tool_path::{self, FindToolError, ShimIdentity};
-use hr_shared::{db, fingerprint, id, proc, spool, time};
+use hr_shared::{db, id, proc, spool, time};
 use std::ffi::{OsStr, OsString};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
@@ -46,8 +46,6 @@ pub struct RunContext {
     pub stdin_mode: StdinMode,
     /// Prompt rules, policies and the notify hook.
     pub config: Config,
-    /// The command's fingerprint (tool, argv, cwd).
-    pub request_fingerprint: String,
     /// Variables removed from the tool's environment (`HEADLESS_RUN_TOKEN`, a bare
     /// `AUTO_APPROVAL`).
     pub env_remove: Vec<&'static str>,
@@ -280,7 +278,6 @@ fn run(inv: Invocation) -> Result<u8, Failure> {
         paths,
         stdin_mode,
         config,
-        request_fingerprint: String::new(),
         // The server's token is the shim's, never the tool's: a tool holding it could
         // write its own run's records (never decide: a runner token cannot).
         env_remove: vec![
@@ -292,8 +289,6 @@ fn run(inv: Invocation) -> Result<u8, Failure> {
             mode::ENV_RESUME_ENV,
         ],
     };
-    ctx.request_fingerprint =
-        fingerprint::request(&ctx.tool_name, &ctx.argv(), &ctx.cwd.to_string_lossy());
     let headless = mode::headless_from_env(env("HEADLESS").as_deref(), env("CI").as_deref());
     let interactive = match headless {
         Some(h) => !h,
@@ -316,7 +311,9 @@ fn run(inv: Invocation) -> Result<u8, Failure> {
             tool_run_id: ctx.tool_run_id.clone(),
             tool: ctx.tool_name.clone(),
             execution_id: ctx.execution_id.clone(),
-            request_fingerprint: ctx.request_fingerprint.clone(),
+            // Filled in on the store thread: only a prompt needs it (a hash, kept off the
+            // shim's start).
+            request_fingerprint: String::new(),
             argv: ctx.argv(),
             cwd: ctx.cwd.to_string_lossy().into_owned(),
             tool_digest: None,

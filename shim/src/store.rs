@@ -333,7 +333,7 @@ impl StoreHandle {
                 .collect(),
             fallback: fallback.clone(),
         };
-        if !crate::finish::start(&handoff, lock) {
+        if !crate::finish::fork_or_start(&handoff, lock) {
             return false;
         }
         j.entries.clear();
@@ -462,8 +462,14 @@ pub fn reopen(paths: StatePaths, ident: Asker) -> StoreThread {
 impl StoreThread {
     fn new(paths: Option<StatePaths>, ident: Asker, refused: Option<String>) -> Self {
         let actor = proc::current_user();
+        let request_fingerprint = if ident.request_fingerprint.is_empty() {
+            hr_shared::fingerprint::request(&ident.tool, &ident.argv, &ident.cwd)
+        } else {
+            ident.request_fingerprint.clone()
+        };
         let ident = Asker {
             actor: actor.clone(),
+            request_fingerprint,
             ..ident
         };
         StoreThread {

@@ -216,7 +216,12 @@ fn a_run_that_ends_before_the_store_is_open_is_finished_after_the_shim_exits() {
     let env = TestEnv::new();
     let (conn, running) = quick_run_behind_a_lock(&env, "echo through; exit 3");
     let lock = env.state().join("finishing.lock");
-    assert_eq!(finishers_of(&lock).len(), 1, "one finisher holds the lock");
+    let finishers = finishers_of(&lock);
+    assert_eq!(finishers.len(), 1, "one finisher holds the lock");
+    // Forked from the shim (its command line overwritten in place, the shim's length), not
+    // started as a program of its own: see the next test for that.
+    let cmdline = std::fs::read(format!("/proc/{}/cmdline", finishers[0])).unwrap();
+    assert!(cmdline.len() > "headless-run-finish ".len(), "{cmdline:?}");
     let rows: i64 = conn
         .query_row("SELECT COUNT(*) FROM tool_runs", [], |r| r.get(0))
         .unwrap();
@@ -253,6 +258,55 @@ fn a_run_that_ends_before_the_store_is_open_is_finished_after_the_shim_exits() {
         2,
         "its row and its end, once each"
     );
+}
+
+/// A shim whose command line is too short to be renamed in place (a link named `q` run as
+/// `q`) cannot fork a finisher that `ps` and an outer run would tell from a shim: it starts
+/// the finisher as a program of its own (`headless-run-finish`, the hand-off on a pipe),
+/// which writes the run once the database is free.
+#[test]
+fn a_shim_with_a_short_command_line_starts_its_finisher_as_a_program() {
+    let env = TestEnv::new();
+    let shims = env.path().join("shims");
+    let real = env.path().join("real");
+    std::fs::create_dir_all(&shims).unwrap();
+    std::fs::create_dir_all(&real).unwrap();
+    std::os::unix::fs::symlink(bin("headless-run"), shims.join("q")).unwrap();
+    let tool = real.join("q");
+    std::fs::write(&tool, "#!/bin/sh\necho short\nexit 6\n").unwrap();
+    std::fs::set_permissions(&tool, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let path = format!("{}:{}:/usr/bin:/bin", shims.display(), real.display());
+    env.shim().arg("true").run().expect_code(0);
+    let conn = env.raw_db();
+    conn.execute_batch("BEGIN EXCLUSIVE").unwrap();
+    // sh runs the link by its bare name: argv is `q`.
+    let mut running = env
+        .command("/bin/sh")
+        .env("HEADLESS", "1")
+        .env("HEADLESS_RUN_STORE_DEFER", "10s")
+        .env("PATH", &path)
+        .args(["-c", "q"])
+        .spawn();
+    let exited = wait_until(Duration::from_secs(60), || {
+        running.child.try_wait().unwrap().is_some()
+    });
+    assert!(exited, "the shim waited for the locked database");
+    let lock = env.state().join("finishing.lock");
+    let finishers = finishers_of(&lock);
+    assert_eq!(finishers.len(), 1, "one finisher holds the lock");
+    let cmdline = std::fs::read(format!("/proc/{}/cmdline", finishers[0])).unwrap();
+    assert_eq!(cmdline, b"headless-run-finish\0", "started, not forked");
+    conn.execute_batch("COMMIT").unwrap();
+    drop(conn);
+    let out = running.wait();
+    out.expect_code(6);
+    assert_eq!(out.out(), "short\n");
+    let runs = env.runs();
+    assert_eq!(runs.len(), 2, "{runs:#?}");
+    assert_eq!(s(&runs[1], "tool_name"), "q");
+    assert_eq!(s(&runs[1], "status"), "failed");
+    assert_eq!(n(&runs[1], "exit_code"), 6);
+    assert!(finishers_of(&lock).is_empty());
 }
 
 /// A finisher killed before it could write (kill -9 while the database is locked) loses no
