@@ -168,14 +168,7 @@ pub fn main_with(argv: Vec<OsString>) -> u8 {
             return code;
         }
     };
-    match run(inv) {
-        Ok(code) => code,
-        Err(f) => {
-            // The message may name the tool or its path as given.
-            eprintln!("headless-run: {}", escape_name(&f.message));
-            f.code
-        }
-    }
+    report(run(inv))
 }
 
 fn env(key: &str) -> Option<OsString> {
@@ -431,7 +424,7 @@ fn run(inv: Invocation) -> Result<u8, Failure> {
         // The database stayed locked: keep the run's final state for the next writer.
         let _ = spool::write(paths, &final_row(first_row, &change));
     }
-    match outcome {
+    let result = match outcome {
         Ok(outcome) => {
             if let Some(note) = outcome_note(&ctx, &outcome) {
                 eprintln!("headless-run: {note}");
@@ -439,6 +432,25 @@ fn run(inv: Invocation) -> Result<u8, Failure> {
             Ok(code)
         }
         Err(f) => Err(f),
+    };
+    if handed {
+        // The finisher was forked from this process, which now shares its memory with it
+        // copy-on-write: ending here, without freeing what the run built, spares both of
+        // them the copies (and the caller the wait).
+        std::process::exit(i32::from(report(result)));
+    }
+    result
+}
+
+/// The shim's exit code for a run's result, its failure (if any) said on stderr.
+pub fn report(result: Result<u8, Failure>) -> u8 {
+    match result {
+        Ok(code) => code,
+        Err(f) => {
+            // The message may name the tool or its path as given.
+            eprintln!("headless-run: {}", escape_name(&f.message));
+            f.code
+        }
     }
 }
 

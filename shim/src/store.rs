@@ -336,9 +336,12 @@ impl StoreHandle {
         if !crate::finish::fork_or_start(&handoff, lock) {
             return false;
         }
-        j.entries.clear();
-        // Never started now: the writes are the finisher's.
-        *idle = None;
+        // Never started now: the writes are the finisher's. Nothing is freed: the memory
+        // may be shared copy-on-write with a finisher forked from this process, and the
+        // shim exits next.
+        std::mem::forget(handoff);
+        std::mem::forget(std::mem::take(&mut j.entries));
+        std::mem::forget(idle.take());
         true
     }
 }
