@@ -248,6 +248,75 @@ fn db_init_twice_and_from_two_hosts_at_once_and_grant_refuses_what_it_must() {
     with_file(0o644).expect_code(1);
 }
 
+/// Two grants of one login at once, as a runner from one host and as an operator from
+/// another: each waits for the schema's lock (held here by another session), then one
+/// passes and the other is refused. (Checked and granted outside one transaction, both
+/// passed the check: a login that both runs tools and decides.)
+#[test]
+fn two_grants_of_one_login_at_once_cannot_make_it_runner_and_operator() {
+    let env = TestEnv::new();
+    let db = database(cluster());
+    env.monitor()
+        .args(["db", "init", &db.admin_url()])
+        .run()
+        .expect_code(0);
+    let login = db.login("twice");
+    let holder = psql(&db.admin_url())
+        .args([
+            "-c",
+            "SELECT pg_advisory_lock(hashtext('headless-run schema'))",
+            "-c",
+            "SELECT pg_sleep(3)",
+        ])
+        .spawn();
+    // The holder has the lock once it sleeps.
+    assert!(
+        wait_until(Duration::from_secs(20), || {
+            db.value("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND granted") == "1"
+        }),
+        "the test's session holds the schema's lock"
+    );
+    let mut grants: Vec<Running> = ["runner", "operator"]
+        .into_iter()
+        .map(|role| {
+            env.monitor()
+                .args(["db", "grant", &login.user, role, "--url", &db.admin_url()])
+                .spawn()
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(1500));
+    for g in &mut grants {
+        assert!(
+            g.child.try_wait().unwrap().is_none(),
+            "a grant went on while the schema's lock was held"
+        );
+    }
+    holder.wait().expect_code(0);
+    let outs: Vec<Outcome> = grants.into_iter().map(|g| g.wait()).collect();
+    let codes: Vec<Option<i32>> = outs.iter().map(|o| o.code).collect();
+    assert!(
+        codes == [Some(0), Some(1)] || codes == [Some(1), Some(0)],
+        "{codes:?}: {outs:#?}"
+    );
+    let refused = outs.iter().find(|o| o.code == Some(1)).unwrap();
+    assert!(
+        refused.stderr.contains("must not also decide"),
+        "{}",
+        refused.stderr
+    );
+    let member = |role: &str| {
+        db.value(&format!(
+            "SELECT pg_has_role('{}', '{role}', 'MEMBER')",
+            login.user
+        ))
+    };
+    assert_ne!(
+        (member("headless_runner"), member("headless_operator")),
+        ("t".to_owned(), "t".to_owned()),
+        "the login is runner and operator"
+    );
+}
+
 #[test]
 fn a_runner_asks_an_operator_decides_with_their_own_login_and_the_rerun_is_answered() {
     let env = TestEnv::new();

@@ -250,13 +250,22 @@ pub fn grant(url: &str, user: &str, role: &str) -> StoreResult<String> {
         )));
     };
     let mut client = connect(&target(url)?).map_err(server_error)?;
-    let member_of = |client: &mut Client, r: &str| -> StoreResult<bool> {
-        client
-            .query_one("SELECT pg_has_role($1, $2, 'MEMBER')", &[&user, &r])
+    // One transaction under the schema's advisory lock (`init` takes it too): two grants of
+    // one login at once (runner from one host, operator from another) cannot both pass the
+    // check below, and through a pooler in transaction mode every statement runs on one
+    // server connection.
+    let mut tx = client.transaction().map_err(server_error)?;
+    tx.execute(
+        "SELECT pg_advisory_xact_lock(hashtext('headless-run schema'))",
+        &[],
+    )
+    .map_err(server_error)?;
+    let member_of = |tx: &mut postgres::Transaction<'_>, r: &str| -> StoreResult<bool> {
+        tx.query_one("SELECT pg_has_role($1, $2, 'MEMBER')", &[&user, &r])
             .map(|row| row.get(0))
             .map_err(server_error)
     };
-    let exists: bool = client
+    let exists: bool = tx
         .query_one(
             "SELECT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = $1)",
             &[&user],
@@ -274,19 +283,19 @@ pub fn grant(url: &str, user: &str, role: &str) -> StoreResult<String> {
         _ => None,
     };
     if let Some(other) = clash
-        && member_of(&mut client, other)?
+        && member_of(&mut tx, other)?
     {
         return Err(StoreError::Denied(format!(
             "`{user}` is already a member of {other}: a login that runs tools must not also decide for them; use two logins"
         )));
     }
     // Quoted as an identifier by the server, never pasted from the client.
-    let quoted: String = client
+    let quoted: String = tx
         .query_one("SELECT quote_ident($1)", &[&user])
         .map_err(server_error)?
         .get(0);
-    client
-        .batch_execute(&format!("GRANT {pg_role} TO {quoted}"))
+    tx.batch_execute(&format!("GRANT {pg_role} TO {quoted}"))
         .map_err(server_error)?;
+    tx.commit().map_err(server_error)?;
     Ok(pg_role.to_string())
 }
