@@ -46,6 +46,16 @@ pub struct Handoff {
     pub fallback: ToolRun,
 }
 
+impl Handoff {
+    /// The state dir's paths, with the database the shim used.
+    fn paths(&self) -> StatePaths {
+        StatePaths {
+            db: self.db.clone(),
+            ..StatePaths::at(self.root.clone())
+        }
+    }
+}
+
 /// Whether `pid` is a finisher: the shim's own executable under [`FINISHER_NAME`]. A
 /// supervised tool's run ends what the tool left behind, but a finisher of a nested run
 /// (re-parented to the outer shim, its subreaper) is that run's record, not the tool's.
@@ -107,7 +117,11 @@ pub fn fork_or_start(handoff: &Handoff, lock: OwnedFd) -> bool {
 /// The fork itself: None when this process cannot fork its finisher (see [`fork_or_start`]).
 fn fork(handoff: &Handoff, lock: &OwnedFd) -> Option<bool> {
     let title = ArgArea::find().filter(|a| a.len > FINISHER_NAME.len())?;
-    if !single_threaded() {
+    // A process that is not dumpable (the shim drops that when it holds a server token)
+    // stays so across a fork: its `/proc/PID/exe` would be unreadable to an outer run
+    // looking for finishers. An exec resets it.
+    // SAFETY: PR_GET_DUMPABLE takes no pointer.
+    if unsafe { libc::prctl(libc::PR_GET_DUMPABLE, 0, 0, 0, 0) } != 1 || !single_threaded() {
         return None;
     }
     // Above the descriptors the child gets things at.
@@ -117,8 +131,16 @@ fn fork(handoff: &Handoff, lock: &OwnedFd) -> Option<bool> {
     match unsafe { libc::fork() } {
         -1 => Some(false),
         0 => {
-            // SAFETY: in the child, which returns from here only by `_exit`.
-            let code = unsafe { in_child(handoff, lock, title) };
+            // Whatever happens in the child ends it here (a panic included, where panics
+            // unwind): never back into the shim's own code.
+            let code = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                // SAFETY: in the child just forked from a single-threaded shim.
+                unsafe { in_child(handoff, lock, title) }
+            }))
+            .unwrap_or_else(|_| {
+                let _ = hr_shared::spool::write(&handoff.paths(), &handoff.fallback);
+                1
+            });
             // SAFETY: ends the child without the shim's exit handlers (buffers are the shim's).
             unsafe { libc::_exit(code) }
         }
@@ -127,7 +149,7 @@ fn fork(handoff: &Handoff, lock: &OwnedFd) -> Option<bool> {
 }
 
 /// The forked finisher: made the process a finisher started as one would be (its name, a
-/// session of its own, signals at their defaults but for the ones a finisher ignores, stdin
+/// session of its own, every signal at its default but the ones a finisher ignores, stdin
 /// and stdout `/dev/null`, stderr the shim's, the lock at descriptor 3 and nothing else),
 /// then the writes.
 ///
@@ -135,19 +157,27 @@ fn fork(handoff: &Handoff, lock: &OwnedFd) -> Option<bool> {
 ///
 /// Only in a child just forked from a single-threaded shim.
 unsafe fn in_child(handoff: &Handoff, lock: OwnedFd, title: ArgArea) -> i32 {
-    // SAFETY: the argument area is this process's own memory, `len` bytes long.
+    // SAFETY: the argument area is this process's own memory, `len` bytes long (checked
+    // against the kernel's record of it), and nothing reads it as arguments any more.
     unsafe {
         let area = std::slice::from_raw_parts_mut(title.start, title.len);
         area.fill(0);
         area[..FINISHER_NAME.len()].copy_from_slice(FINISHER_NAME.as_bytes());
+        // `comm` too, which `pidof`, `pkill -x` and `killall` match (the shim's is the
+        // tool's name when it runs as a link named after the tool).
+        libc::prctl(
+            libc::PR_SET_NAME,
+            c"hr-finish".as_ptr() as libc::c_ulong,
+            0,
+            0,
+            0,
+        );
         libc::setsid();
         libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 0, 0, 0, 0);
-        for sig in 1..libc::SIGRTMAX() {
-            let mut old: libc::sigaction = std::mem::zeroed();
-            if libc::sigaction(sig, std::ptr::null(), &mut old) == 0
-                && old.sa_sigaction != libc::SIG_DFL
-                && old.sa_sigaction != libc::SIG_IGN
-            {
+        // As a spawned finisher gets them: every signal at its default (glibc's internal
+        // ones refuse, and stay as they are), then the ending ones ignored.
+        for sig in 1..=libc::SIGRTMAX() {
+            if sig != libc::SIGKILL && sig != libc::SIGSTOP {
                 libc::signal(sig, libc::SIG_DFL);
             }
         }
@@ -160,13 +190,36 @@ unsafe fn in_child(handoff: &Handoff, lock: OwnedFd, title: ArgArea) -> i32 {
             libc::dup2(null, libc::STDIN_FILENO);
             libc::dup2(null, libc::STDOUT_FILENO);
         }
-        if libc::dup2(lock.as_raw_fd(), LOCK_FD) != LOCK_FD {
-            return 1;
+        // Without the lock at 3 the run is still written (readers just do not wait for it).
+        if libc::dup2(lock.as_raw_fd(), LOCK_FD) == LOCK_FD {
+            drop(lock);
+        } else {
+            std::mem::forget(lock);
         }
-        std::mem::forget(lock);
-        libc::syscall(libc::SYS_close_range, LOCK_FD as u32 + 1, u32::MAX, 0);
+        close_from(LOCK_FD + 1);
     }
     if finish(handoff.clone()) { 0 } else { 1 }
+}
+
+/// Closes every descriptor from `first` on: `close_range`, or where the kernel has none
+/// (before 5.9) each one `/proc/self/fd` lists. (A forked finisher has no exec to close
+/// the close-on-exec ones.)
+fn close_from(first: libc::c_int) {
+    // SAFETY: close_range on this process's own descriptors.
+    if unsafe { libc::syscall(libc::SYS_close_range, first as u32, u32::MAX, 0) } == 0 {
+        return;
+    }
+    let Ok(dir) = std::fs::read_dir("/proc/self/fd") else {
+        return;
+    };
+    let fds: Vec<libc::c_int> = dir
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
+        .filter(|&fd| fd >= first)
+        .collect();
+    for fd in fds {
+        // SAFETY: closing descriptors of this process nothing else uses (one thread).
+        unsafe { libc::close(fd) };
+    }
 }
 
 /// The finisher's bookkeeping takes milliseconds: a service manager ending what its main
@@ -194,6 +247,8 @@ struct ArgArea {
 }
 
 impl ArgArea {
+    /// The area, where glibc's `argv[0]` and the arguments' lengths agree with the kernel's
+    /// record of it (`arg_start` and `arg_end` in `/proc/self/stat`): what `cmdline` shows.
     fn find() -> Option<ArgArea> {
         unsafe extern "C" {
             /// glibc's `argv[0]`, as given to `main`.
@@ -204,8 +259,18 @@ impl ArgArea {
         if start.is_null() {
             return None;
         }
-        let len = std::env::args_os().map(|a| a.len() + 1).sum();
-        Some(ArgArea { start, len })
+        let len: usize = std::env::args_os().map(|a| a.len() + 1).sum();
+        let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+        // After the command name (which may hold spaces): field 3 on; 48 and 49 are the
+        // argument area's start and end.
+        let fields: Vec<&str> = stat
+            .get(stat.rfind(')')? + 1..)?
+            .split_whitespace()
+            .collect();
+        let arg_start: usize = fields.get(45)?.parse().ok()?;
+        let arg_end: usize = fields.get(46)?.parse().ok()?;
+        (arg_start == start as usize && arg_end == arg_start + len)
+            .then_some(ArgArea { start, len })
     }
 }
 
@@ -306,10 +371,7 @@ pub fn main() -> u8 {
 
 /// Writes a hand-off; whether it landed.
 fn finish(handoff: Handoff) -> bool {
-    let paths = StatePaths {
-        db: handoff.db,
-        ..StatePaths::at(handoff.root)
-    };
+    let paths = handoff.paths();
     // Written as the store thread writes a run's first batch: should it wait on a lock,
     // the row goes to the spool meanwhile, so that a finisher killed while it waits still
     // leaves the run behind.

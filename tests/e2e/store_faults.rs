@@ -190,14 +190,24 @@ fn finishers_of(lock: &std::path::Path) -> Vec<i32> {
 /// (its stderr stays open in its finisher, which waits for the lock: only the exit is
 /// waited for here).
 fn quick_run_behind_a_lock(env: &TestEnv, script: &str) -> (rusqlite::Connection, Running) {
+    quick_run_behind_a_lock_with(env, script, &[])
+}
+
+/// [`quick_run_behind_a_lock`] with variables of its own for the shim.
+fn quick_run_behind_a_lock_with(
+    env: &TestEnv,
+    script: &str,
+    vars: &[(&str, &str)],
+) -> (rusqlite::Connection, Running) {
     env.shim().arg("true").run().expect_code(0);
     let conn = env.raw_db();
     conn.execute_batch("BEGIN EXCLUSIVE").unwrap();
-    let mut running = env
-        .shim()
-        .env("HEADLESS_RUN_STORE_DEFER", "10s")
-        .args(["sh", "-c", script])
-        .spawn();
+    let mut shim = env.shim();
+    shim.env("HEADLESS_RUN_STORE_DEFER", "10s");
+    for (k, v) in vars {
+        shim.env(k, v);
+    }
+    let mut running = shim.args(["sh", "-c", script]).spawn();
     let exited = wait_until(Duration::from_secs(60), || {
         running.child.try_wait().unwrap().is_some()
     });
@@ -222,6 +232,11 @@ fn a_run_that_ends_before_the_store_is_open_is_finished_after_the_shim_exits() {
     // started as a program of its own: see the next test for that.
     let cmdline = std::fs::read(format!("/proc/{}/cmdline", finishers[0])).unwrap();
     assert!(cmdline.len() > "headless-run-finish ".len(), "{cmdline:?}");
+    let comm = std::fs::read_to_string(format!("/proc/{}/comm", finishers[0])).unwrap();
+    assert_eq!(
+        comm, "hr-finish\n",
+        "what pidof and pkill -x match is not the tool's name"
+    );
     let rows: i64 = conn
         .query_row("SELECT COUNT(*) FROM tool_runs", [], |r| r.get(0))
         .unwrap();
@@ -309,6 +324,31 @@ fn a_shim_with_a_short_command_line_starts_its_finisher_as_a_program() {
     assert!(finishers_of(&lock).is_empty());
 }
 
+/// A shim holding a server token is not dumpable (its memory is closed to the tool), and a
+/// forked child would stay so, its `/proc/PID/exe` unreadable to an outer run looking for
+/// finishers: such a shim starts its finisher as a program, which an exec makes dumpable.
+#[test]
+fn a_shim_that_is_not_dumpable_starts_its_finisher_as_a_program() {
+    let env = TestEnv::new();
+    let (conn, running) =
+        quick_run_behind_a_lock_with(&env, "exit 0", &[("HEADLESS_RUN_TOKEN", "not-used-here")]);
+    let lock = env.state().join("finishing.lock");
+    let finishers = finishers_of(&lock);
+    assert_eq!(finishers.len(), 1, "one finisher holds the lock");
+    let cmdline = std::fs::read(format!("/proc/{}/cmdline", finishers[0])).unwrap();
+    assert_eq!(cmdline, b"headless-run-finish\0", "started, not forked");
+    assert!(
+        std::fs::read_link(format!("/proc/{}/exe", finishers[0])).is_ok(),
+        "its executable is readable"
+    );
+    conn.execute_batch("COMMIT").unwrap();
+    drop(conn);
+    running.wait().expect_code(0);
+    let runs = env.runs();
+    assert_eq!(runs.len(), 2, "{runs:#?}");
+    assert_eq!(s(&runs[1], "status"), "completed");
+}
+
 /// A finisher killed before it could write (kill -9 while the database is locked) loses no
 /// run: as a shim's store thread does, it spools the run's row while it waits for the lock,
 /// the next opener writes it, and reconciliation ends it as vanished, as for a shim killed
@@ -322,7 +362,14 @@ fn a_killed_finisher_leaves_its_run_to_reconciliation() {
     assert_eq!(finishers.len(), 1);
     assert!(
         wait_until(Duration::from_secs(30), || {
-            std::fs::read_dir(env.state().join("spool")).is_ok_and(|d| d.count() == 1)
+            // The row itself, not the temporary file it is written to before its rename
+            // (a finisher killed between the two leaves only that, which nobody reads).
+            std::fs::read_dir(env.state().join("spool")).is_ok_and(|d| {
+                d.flatten()
+                    .filter(|e| !e.file_name().to_string_lossy().starts_with('.'))
+                    .count()
+                    == 1
+            })
         }),
         "the finisher spools the run's row while it waits for the database"
     );
