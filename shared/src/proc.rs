@@ -21,6 +21,9 @@ pub struct ProcStat {
     pub stime: u64,
     /// Start time after boot in clock ticks: with the pid, identifies a process uniquely.
     pub start_time: u64,
+    /// Where the process's arguments are in its memory, start and end (what
+    /// `/proc/PID/cmdline` shows); None on kernels before 3.5, which do not say.
+    pub arg_area: Option<(u64, u64)>,
 }
 
 impl ProcStat {
@@ -50,6 +53,9 @@ pub fn parse_stat(text: &str) -> Option<ProcStat> {
         utime: field(11)?.parse().ok()?,
         stime: field(12)?.parse().ok()?,
         start_time: field(19)?.parse().ok()?,
+        arg_area: field(45)
+            .and_then(|a| a.parse().ok())
+            .zip(field(46).and_then(|e| e.parse().ok())),
     })
 }
 
@@ -302,8 +308,20 @@ mod tests {
         assert_eq!(st.session, 4242);
         assert_eq!(st.cpu_ticks(), 10);
         assert_eq!(st.start_time, 98765);
+        assert_eq!(
+            st.arg_area, None,
+            "a short line (an old kernel) says nothing of it"
+        );
         assert!(parse_stat("garbage").is_none());
         assert!(parse_stat("1 (x) S").is_none());
+    }
+
+    #[test]
+    fn a_processs_own_stat_says_where_its_arguments_are() {
+        let st = read_stat(std::process::id() as i32).unwrap();
+        let (start, end) = st.arg_area.unwrap();
+        let len: usize = std::env::args_os().map(|a| a.len() + 1).sum();
+        assert_eq!(end - start, len as u64);
     }
 
     #[test]

@@ -465,6 +465,7 @@ mod tests {
             utime: 0,
             stime: 0,
             start_time: 0,
+            arg_area: None,
         };
         let s = |readers: Vec<ProcStat>| GroupSample {
             readers,

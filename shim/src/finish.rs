@@ -11,7 +11,7 @@
 //! reconciliation), and writes that cannot land within the busy timeout leave the run's
 //! final row in the spool, as a shim does.
 
-use crate::spawn::{check, with_spawn_objects};
+use crate::spawn::{check, new_session, with_spawn_objects};
 use crate::store::reopen;
 use hr_shared::paths::StatePaths;
 use hr_shared::runs::ToolRun;
@@ -202,8 +202,7 @@ unsafe fn in_child(handoff: &Handoff, lock: OwnedFd, title: ArgArea) -> i32 {
 }
 
 /// Closes every descriptor from `first` on: `close_range`, or where the kernel has none
-/// (before 5.9) each one `/proc/self/fd` lists. (A forked finisher has no exec to close
-/// the close-on-exec ones.)
+/// (before 5.9) each one `/proc/self/fd` lists.
 fn close_from(first: libc::c_int) {
     // SAFETY: close_range on this process's own descriptors.
     if unsafe { libc::syscall(libc::SYS_close_range, first as u32, u32::MAX, 0) } == 0 {
@@ -260,16 +259,9 @@ impl ArgArea {
             return None;
         }
         let len: usize = std::env::args_os().map(|a| a.len() + 1).sum();
-        let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
-        // After the command name (which may hold spaces): field 3 on; 48 and 49 are the
-        // argument area's start and end.
-        let fields: Vec<&str> = stat
-            .get(stat.rfind(')')? + 1..)?
-            .split_whitespace()
-            .collect();
-        let arg_start: usize = fields.get(45)?.parse().ok()?;
-        let arg_end: usize = fields.get(46)?.parse().ok()?;
-        (arg_start == start as usize && arg_end == arg_start + len)
+        let (arg_start, arg_end) =
+            hr_shared::proc::read_stat(std::process::id() as i32)?.arg_area?;
+        (arg_start == start as u64 && arg_end == arg_start + len as u64)
             .then_some(ArgArea { start, len })
     }
 }
@@ -305,18 +297,9 @@ fn spawn(stdin: libc::c_int, lock: libc::c_int) -> std::io::Result<()> {
     envp.push(std::ptr::null_mut());
     // SAFETY: every pointer handed to posix_spawn outlives the call.
     with_spawn_objects(|attr, actions| unsafe {
-        let mut empty: libc::sigset_t = std::mem::zeroed();
-        libc::sigemptyset(&mut empty);
-        check(libc::posix_spawnattr_setsigmask(attr, &empty))?;
         let mut defaults: libc::sigset_t = std::mem::zeroed();
         libc::sigfillset(&mut defaults);
-        check(libc::posix_spawnattr_setsigdefault(attr, &defaults))?;
-        check(libc::posix_spawnattr_setflags(
-            attr,
-            libc::POSIX_SPAWN_SETSID
-                | libc::POSIX_SPAWN_SETSIGMASK as libc::c_short
-                | libc::POSIX_SPAWN_SETSIGDEF as libc::c_short,
-        ))?;
+        new_session(attr, &defaults)?;
         // Both sources are above every target (`start`), so neither dup2 overwrites the
         // other's source.
         check(libc::posix_spawn_file_actions_adddup2(
@@ -352,8 +335,7 @@ pub fn main() -> u8 {
     ignore_ending_signals();
     // Nothing but the hand-off, stdout, stderr and the lock: a descriptor the shim was
     // given without close-on-exec (a jobserver's pipe) is not kept open here.
-    // SAFETY: close_range on this process's own descriptors above the lock.
-    unsafe { libc::syscall(libc::SYS_close_range, LOCK_FD as u32 + 1, u32::MAX, 0) };
+    close_from(LOCK_FD + 1);
     let mut json = Vec::new();
     if std::io::stdin()
         .take(MAX_HANDOFF as u64 + 1)

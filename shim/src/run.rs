@@ -443,7 +443,7 @@ fn run(inv: Invocation) -> Result<u8, Failure> {
 }
 
 /// The shim's exit code for a run's result, its failure (if any) said on stderr.
-pub fn report(result: Result<u8, Failure>) -> u8 {
+fn report(result: Result<u8, Failure>) -> u8 {
     match result {
         Ok(code) => code,
         Err(f) => {

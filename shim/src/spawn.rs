@@ -91,18 +91,11 @@ fn spawn_raw(
 
     // SAFETY: every pointer handed to posix_spawn outlives the call.
     with_spawn_objects(|attr, actions| unsafe {
-        let mut empty: libc::sigset_t = std::mem::zeroed();
-        libc::sigemptyset(&mut empty);
-        check(libc::posix_spawnattr_setsigmask(attr, &empty))?;
         // The Rust runtime ignores SIGPIPE; the tool must get the default back.
         let mut defaults: libc::sigset_t = std::mem::zeroed();
         libc::sigemptyset(&mut defaults);
         libc::sigaddset(&mut defaults, libc::SIGPIPE);
-        check(libc::posix_spawnattr_setsigdefault(attr, &defaults))?;
-        let flags = libc::POSIX_SPAWN_SETSID
-            | libc::POSIX_SPAWN_SETSIGMASK as libc::c_short
-            | libc::POSIX_SPAWN_SETSIGDEF as libc::c_short;
-        check(libc::posix_spawnattr_setflags(attr, flags))?;
+        new_session(attr, &defaults)?;
         // First, while the write end cannot have been replaced by the stdio actions
         // (a shim started with a closed stdout may hold it at 0–2).
         if let Some((source, target)) = spec.event_fd {
@@ -150,6 +143,27 @@ fn spawn_raw(
         ))?;
         Ok(pid)
     })
+}
+
+/// Sets `attr` so the child starts a session of its own, with no signal blocked and the
+/// signals in `defaults` back at their default actions.
+pub fn new_session(
+    attr: &mut libc::posix_spawnattr_t,
+    defaults: &libc::sigset_t,
+) -> io::Result<()> {
+    // SAFETY: `attr` is an initialised attribute object; the sets are plain values.
+    unsafe {
+        let mut empty: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut empty);
+        check(libc::posix_spawnattr_setsigmask(attr, &empty))?;
+        check(libc::posix_spawnattr_setsigdefault(attr, defaults))?;
+        check(libc::posix_spawnattr_setflags(
+            attr,
+            libc::POSIX_SPAWN_SETSID
+                | libc::POSIX_SPAWN_SETSIGMASK as libc::c_short
+                | libc::POSIX_SPAWN_SETSIGDEF as libc::c_short,
+        ))
+    }
 }
 
 /// Runs `f` with a `posix_spawn` attribute object and file-action list, initialised before

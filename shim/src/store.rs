@@ -317,7 +317,7 @@ impl StoreHandle {
         // Only a store thread never started: it is started by this (main) thread alone.
         let mut idle = self.idle.lock().unwrap_or_else(|p| p.into_inner());
         let mut j = self.tx.journal.lock();
-        if idle.is_none() || j.asked || j.opened || j.entries.is_empty() {
+        if idle.is_none() || j.asked || j.entries.is_empty() {
             return false;
         }
         let handoff = crate::finish::Handoff {
